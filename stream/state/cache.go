@@ -1,0 +1,206 @@
+package state
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// The value cache keeps decoded committed values of table rows so that a
+// hot key is not read from Pebble and decoded again in every batch (the
+// measured "pre-aggregate, state kept in memory write-through" approach).
+//
+// Correctness rules:
+//   - Only committed values enter: Commit writes its values through after
+//     the Pebble batch is committed; a Read miss fills the value it read
+//     from Pebble.
+//   - A value handed to a transaction may be mutated in place by a handler
+//     (a map or slice inside V), so every key a transaction read but did not
+//     write, and every key of a discarded or failed transaction, is
+//     invalidated.
+//   - A fill from a Read miss races with commits and invalidations of the
+//     same shard: each of those bumps the shard's generation, and a fill
+//     whose generation is stale is dropped, so an old value can never
+//     replace a newer one.
+//
+// Memory is bounded by a byte budget shared by all tables of a DB; each
+// shard evicts with the CLOCK algorithm when the DB is over budget.
+
+const (
+	cacheShards    = 64
+	cacheShardMask = cacheShards - 1
+	entryOverhead  = 64 // rough bytes per entry besides key and encoded value
+)
+
+type cacheBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+type cacheEntry[V any] struct {
+	key     string
+	v       V
+	present bool
+	ref     bool
+	size    int64
+	idx     int
+}
+
+type cacheShard[V any] struct {
+	mu   sync.Mutex
+	gen  uint64
+	m    map[string]*cacheEntry[V]
+	ring []*cacheEntry[V]
+	hand int
+	_    [24]byte // keep shards on separate cache lines
+}
+
+type valueCache[V any] struct {
+	budget *cacheBudget
+	shards [cacheShards]cacheShard[V]
+}
+
+func newValueCache[V any](b *cacheBudget) *valueCache[V] {
+	return &valueCache[V]{budget: b}
+}
+
+func (c *valueCache[V]) enabled() bool { return c.budget.limit > 0 }
+
+// lookup returns the cached value of key. On a miss it returns the shard's
+// generation, to be passed to fill.
+func (c *valueCache[V]) lookup(h uint64, key []byte) (e cacheHit[V], gen uint64) {
+	s := &c.shards[h&cacheShardMask]
+	s.mu.Lock()
+	if ce, ok := s.m[string(key)]; ok {
+		ce.ref = true
+		e = cacheHit[V]{key: ce.key, v: ce.v, present: ce.present, hit: true}
+		s.mu.Unlock()
+		return e, 0
+	}
+	gen = s.gen
+	s.mu.Unlock()
+	return e, gen
+}
+
+type cacheHit[V any] struct {
+	key     string
+	v       V
+	present bool
+	hit     bool
+}
+
+// fill adds a value read from Pebble, unless the shard changed since the
+// lookup that missed (gen) or the key is already cached.
+func (c *valueCache[V]) fill(h uint64, key string, v V, present bool, encLen int, gen uint64) {
+	if !c.enabled() {
+		return
+	}
+	s := &c.shards[h&cacheShardMask]
+	s.mu.Lock()
+	if s.gen == gen {
+		if _, ok := s.m[key]; !ok {
+			c.insert(s, key, v, present, encLen)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// put writes a committed value through.
+func (c *valueCache[V]) put(h uint64, key string, v V, present bool, encLen int) {
+	if !c.enabled() {
+		return
+	}
+	s := &c.shards[h&cacheShardMask]
+	s.mu.Lock()
+	s.gen++
+	if ce, ok := s.m[key]; ok {
+		size := int64(len(key) + encLen + entryOverhead)
+		c.budget.used.Add(size - ce.size)
+		ce.v, ce.present, ce.size, ce.ref = v, present, size, true
+		c.evict(s, ce)
+	} else {
+		c.insert(s, key, v, present, encLen)
+	}
+	s.mu.Unlock()
+}
+
+// invalidate drops key.
+func (c *valueCache[V]) invalidate(h uint64, key string) {
+	if !c.enabled() {
+		return
+	}
+	s := &c.shards[h&cacheShardMask]
+	s.mu.Lock()
+	s.gen++
+	if ce, ok := s.m[key]; ok {
+		c.remove(s, ce)
+	}
+	s.mu.Unlock()
+}
+
+// purge drops every entry.
+func (c *valueCache[V]) purge() {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		s.gen++
+		for _, ce := range s.m {
+			c.budget.used.Add(-ce.size)
+		}
+		s.m, s.ring, s.hand = nil, nil, 0
+		s.mu.Unlock()
+	}
+}
+
+// len returns the number of cached entries (tests).
+func (c *valueCache[V]) len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, encLen int) {
+	if s.m == nil {
+		s.m = make(map[string]*cacheEntry[V])
+	}
+	ce := &cacheEntry[V]{key: key, v: v, present: present, ref: true, size: int64(len(key) + encLen + entryOverhead), idx: len(s.ring)}
+	s.m[key] = ce
+	s.ring = append(s.ring, ce)
+	c.budget.used.Add(ce.size)
+	c.evict(s, ce)
+}
+
+// evict removes entries of s other than keep until the DB is within budget
+// or only keep is left. Entries referenced since the hand last passed them
+// get a second chance.
+func (c *valueCache[V]) evict(s *cacheShard[V], keep *cacheEntry[V]) {
+	for c.budget.used.Load() > c.budget.limit && len(s.ring) > 1 {
+		if s.hand >= len(s.ring) {
+			s.hand = 0
+		}
+		ce := s.ring[s.hand]
+		if ce == keep || ce.ref {
+			ce.ref = false
+			s.hand++
+			continue
+		}
+		c.remove(s, ce)
+	}
+}
+
+func (c *valueCache[V]) remove(s *cacheShard[V], ce *cacheEntry[V]) {
+	delete(s.m, ce.key)
+	last := len(s.ring) - 1
+	moved := s.ring[last]
+	s.ring[ce.idx] = moved
+	moved.idx = ce.idx
+	s.ring[last] = nil
+	s.ring = s.ring[:last]
+	c.budget.used.Add(-ce.size)
+	var zero V
+	ce.v = zero
+}

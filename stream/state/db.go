@@ -1,0 +1,454 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+)
+
+// DB is one processor's Pebble database: its tables, checkpoints and pending
+// rows. Open it once per processor; every partition pipeline commits its own
+// [Txn] to the same DB, which is how their fsyncs get shared.
+//
+// All methods are safe for concurrent use. After [DB.Close] they return
+// [ErrClosed].
+type DB struct {
+	dir    string
+	pdb    *pebble.DB
+	wopts  *pebble.WriteOptions
+	log    *slog.Logger
+	locate func([]byte) uint32
+	seed   maphash.Seed
+	budget cacheBudget
+
+	// closed and inflight guard the Pebble handle: an operation that reaches
+	// Pebble enters (inflight+1, then checks closed); Close sets closed and
+	// waits for inflight to drain before closing Pebble, which panics when
+	// used after Close.
+	closed    atomic.Bool
+	inflight  atomic.Int64
+	drainMu   sync.Mutex
+	drainCond sync.Cond
+
+	mu       sync.Mutex        // serializes metadata writes (Attach, EnsureFingerprint)
+	registry map[string]uint32 // persisted table name → id
+	attached map[string]attacher
+	nextID   atomic.Uint32
+}
+
+// Open opens (creating if needed) the database in dir.
+//
+// Pebble is configured as measured for small embeddings: a block cache of
+// [DefaultCacheSize] (see [WithCacheSize]) with memtables of at most a quarter
+// of it, a stop-writes threshold of 4 memtables, bloom filters for cheap
+// misses, and an explicitly pinned on-disk format
+// (pebble.FormatValueSeparation), so a library upgrade never ratchets the
+// format of an existing store by itself. Only one process can have a
+// directory open at a time.
+func Open(dir string, opts ...Option) (*DB, error) {
+	o := options{cacheSize: DefaultCacheSize, valueCacheSize: DefaultValueCacheSize}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if dir == "" {
+		return nil, errors.New("state: open: empty directory name")
+	}
+	if o.durability != Sync && o.durability != NoSync {
+		return nil, fmt.Errorf("state: open %s: unknown durability %d", dir, o.durability)
+	}
+	if o.cacheSize < minCacheSize {
+		return nil, fmt.Errorf("state: open %s: cache size %d is below the minimum of %d bytes", dir, o.cacheSize, minCacheSize)
+	}
+	if o.valueCacheSize < 0 {
+		return nil, fmt.Errorf("state: open %s: negative value cache size %d", dir, o.valueCacheSize)
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.locator == nil {
+		o.locator = func([]byte) uint32 { return 0 }
+	}
+	log := o.logger.With(slog.String("component", "strand/state"), slog.String("dir", dir))
+
+	cache := pebble.NewCache(o.cacheSize)
+	defer cache.Unref() // the DB holds its own reference
+	popts := &pebble.Options{
+		Cache:                       cache,
+		MemTableSize:                uint64(min(maxMemTableSize, o.cacheSize/4)),
+		MemTableStopWritesThreshold: 4,
+		FormatMajorVersion:          pebble.FormatValueSeparation,
+		Logger:                      pebbleLogger{log},
+		FS:                          o.fs,
+	}
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	pdb, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("state: open %s: %w", dir, err)
+	}
+	db := &DB{
+		dir:      dir,
+		pdb:      pdb,
+		wopts:    pebble.Sync,
+		log:      log,
+		locate:   o.locator,
+		seed:     maphash.MakeSeed(),
+		registry: make(map[string]uint32),
+		attached: make(map[string]attacher),
+	}
+	if o.durability == NoSync {
+		db.wopts = pebble.NoSync
+	}
+	db.budget.limit = o.valueCacheSize
+	db.drainCond.L = &db.drainMu
+	if err := db.loadMeta(); err != nil {
+		_ = pdb.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// loadMeta checks the layout version (writing it into a new database) and
+// loads the table registry.
+func (db *DB) loadMeta() error {
+	v, ok, err := db.getCopy(metaKey(metaLayout))
+	if err != nil {
+		return fmt.Errorf("state: open %s: read layout version: %w", db.dir, err)
+	}
+	if !ok {
+		if err := db.pdb.Set(metaKey(metaLayout), []byte{layoutVersion}, pebble.Sync); err != nil {
+			return fmt.Errorf("state: open %s: write layout version: %w", db.dir, err)
+		}
+	} else if len(v) != 1 || v[0] != layoutVersion {
+		return fmt.Errorf("%w: database at %s has key layout %x, this version reads layout %d", ErrIncompatibleLayout, db.dir, v, layoutVersion)
+	}
+
+	prefix := metaKey(metaTablePrefix)
+	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("state: open %s: read table registry: %w", db.dir, err)
+	}
+	var maxID uint32
+	for valid := it.First(); valid; valid = it.Next() {
+		name := string(it.Key()[len(prefix):])
+		val, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state: open %s: read table registry entry %q: %w", db.dir, name, err)
+		}
+		if len(val) != 4 {
+			_ = it.Close()
+			return fmt.Errorf("state: open %s: table registry entry %q has %d bytes, want 4", db.dir, name, len(val))
+		}
+		id := binary.BigEndian.Uint32(val)
+		db.registry[name] = id
+		maxID = max(maxID, id)
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: open %s: read table registry: %w", db.dir, err)
+	}
+	db.nextID.Store(maxID + 1)
+	return nil
+}
+
+// Close waits for operations in progress, then closes the database. Pending
+// transactions can no longer commit. A second Close returns [ErrClosed].
+// Close must not be called from inside a [Table.Scan] or [DB.Rows] callback.
+func (db *DB) Close() error {
+	if !db.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	db.drainMu.Lock()
+	for db.inflight.Load() != 0 {
+		db.drainCond.Wait()
+	}
+	db.drainMu.Unlock()
+	db.mu.Lock()
+	for _, t := range db.attached {
+		t.release(db)
+	}
+	db.mu.Unlock()
+	if err := db.pdb.Close(); err != nil {
+		return fmt.Errorf("state: close %s: %w", db.dir, err)
+	}
+	return nil
+}
+
+// enter registers an operation that uses the Pebble handle; it fails once
+// Close has begun. Every successful enter must be paired with exit.
+func (db *DB) enter() error {
+	db.inflight.Add(1)
+	if db.closed.Load() {
+		db.exit()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (db *DB) exit() {
+	if db.inflight.Add(-1) == 0 && db.closed.Load() {
+		db.drainMu.Lock()
+		db.drainCond.Broadcast()
+		db.drainMu.Unlock()
+	}
+}
+
+// get calls fn with the committed value of key, if there is one. The value
+// is only valid during fn. The caller must have entered.
+func (db *DB) get(key []byte, fn func(val []byte) error) (bool, error) {
+	val, closer, err := db.pdb.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	err = fn(val)
+	if cerr := closer.Close(); err == nil {
+		err = cerr
+	}
+	return true, err
+}
+
+// getCopy returns a copy of the committed value of key.
+func (db *DB) getCopy(key []byte) ([]byte, bool, error) {
+	var out []byte
+	ok, err := db.get(key, func(val []byte) error {
+		out = append([]byte(nil), val...)
+		return nil
+	})
+	return out, ok, err
+}
+
+// EnsureFingerprint compares fp, the fingerprint of the topology about to
+// run, with the one stored in the database. A new database stores fp
+// (durably) and accepts it; a database written by a topology with another
+// fingerprint is refused with an error wrapping [ErrIncompatibleTopology]
+// that shows both, so an incompatible topology never misreads state.
+func (db *DB) EnsureFingerprint(fp []byte) error {
+	if len(fp) == 0 {
+		return fmt.Errorf("state: %s: empty topology fingerprint", db.dir)
+	}
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.exit()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	stored, ok, err := db.getCopy(metaKey(metaFingerprint))
+	if err != nil {
+		return fmt.Errorf("state: %s: read fingerprint: %w", db.dir, err)
+	}
+	if !ok {
+		if err := db.pdb.Set(metaKey(metaFingerprint), fp, pebble.Sync); err != nil {
+			return fmt.Errorf("state: %s: store fingerprint: %w", db.dir, err)
+		}
+		return nil
+	}
+	if !bytes.Equal(stored, fp) {
+		return fmt.Errorf("%w: database at %s was written by topology fingerprint %x, the topology being started has fingerprint %x",
+			ErrIncompatibleTopology, db.dir, stored, fp)
+	}
+	return nil
+}
+
+// Checkpoint returns the committed next offset of the source's partition:
+// where processing resumes. ok is false when nothing was committed for it
+// yet. It costs one Pebble point read.
+func (db *DB) Checkpoint(source string, partition uint32) (next uint64, ok bool, err error) {
+	if err := db.enter(); err != nil {
+		return 0, false, err
+	}
+	defer db.exit()
+	ok, err = db.get(checkpointKey(source, partition), func(val []byte) error {
+		if len(val) != 8 {
+			return fmt.Errorf("value has %d bytes, want 8", len(val))
+		}
+		next = binary.BigEndian.Uint64(val)
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("state: read checkpoint of source %q partition %d: %w", source, partition, err)
+	}
+	return next, ok, nil
+}
+
+// Row returns a copy of the committed value of one row of a generic row
+// family, and whether it exists.
+func (db *DB) Row(f Family, partition uint32, key []byte) ([]byte, bool, error) {
+	if f.Reserved() {
+		return nil, false, fmt.Errorf("%w: read row of family %s partition %d", ErrReservedFamily, f, partition)
+	}
+	if err := db.enter(); err != nil {
+		return nil, false, err
+	}
+	defer db.exit()
+	v, ok, err := db.getCopy(rowKey(f, partition, key))
+	if err != nil {
+		return nil, false, fmt.Errorf("state: read %s row %q partition %d: %w", f, key, partition, err)
+	}
+	return v, ok, nil
+}
+
+// Rows calls fn for every committed row of family f in the partition, in
+// key order, from one consistent view (commits that happen meanwhile are not
+// seen). key and value are only valid during the call. Rows stops at the
+// first error from fn and returns it unchanged. fn may call other methods of
+// the DB, but not Close.
+func (db *DB) Rows(ctx context.Context, f Family, partition uint32, fn func(key, value []byte) error) error {
+	if f.Reserved() {
+		return fmt.Errorf("%w: scan rows of family %s partition %d", ErrReservedFamily, f, partition)
+	}
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.exit()
+	prefix := appendPrefix(nil, f, partition)
+	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("state: scan %s rows partition %d: %w", f, partition, err)
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if err := ctx.Err(); err != nil {
+			_ = it.Close()
+			return err
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("state: scan %s rows partition %d: key %q: %w", f, partition, it.Key()[prefixLen:], err)
+		}
+		if err := fn(it.Key()[prefixLen:], val); err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: scan %s rows partition %d: %w", f, partition, err)
+	}
+	return nil
+}
+
+// SyncWAL makes every commit that has returned so far durable (one fsync of
+// the write-ahead log). With [NoSync] durability, call it before acting on a
+// commit outside the database; with [Sync] it is never needed.
+func (db *DB) SyncWAL() error {
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.exit()
+	if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("state: %s: sync WAL: %w", db.dir, err)
+	}
+	return nil
+}
+
+// Attacher is a table that [DB.Attach] can bind to a database. [*Table]
+// implements it; other implementations are not possible.
+type Attacher interface {
+	// Name returns the table's name, which identifies its rows on disk.
+	Name() string
+	attacher
+}
+
+type attacher interface {
+	check() error
+	boundTo() *DB
+	bind(db *DB, id uint32)
+	release(db *DB)
+}
+
+// Attach binds tables to the database, so that they can be read and written.
+// A table's rows are identified by its name: the first Attach of a name
+// assigns it an id and persists the mapping (durably); later opens find the
+// same id. Attaching is all or nothing: if any table is invalid (nil, empty
+// or duplicate name, missing codec, or still attached to another open
+// database), none is attached and the error, wrapping [ErrInvalidTable],
+// names the table. Attaching a table that is already attached to this
+// database does nothing.
+func (db *DB) Attach(tables ...Attacher) error {
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.exit()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+
+	seen := make(map[string]bool, len(tables))
+	var todo []Attacher
+	for i, t := range tables {
+		if t == nil {
+			return fmt.Errorf("%w: table %d of %d is nil", ErrInvalidTable, i+1, len(tables))
+		}
+		if err := t.check(); err != nil {
+			return fmt.Errorf("state: attach table %d of %d: %w", i+1, len(tables), err)
+		}
+		name := t.Name()
+		if seen[name] {
+			return fmt.Errorf("%w: table %q is given twice", ErrInvalidTable, name)
+		}
+		seen[name] = true
+		if cur, ok := db.attached[name]; ok {
+			if cur == attacher(t) {
+				continue
+			}
+			return fmt.Errorf("%w: another table named %q is already attached to the database at %s", ErrInvalidTable, name, db.dir)
+		}
+		if other := t.boundTo(); other != nil && other != db && !other.closed.Load() {
+			return fmt.Errorf("%w: table %q is still attached to the open database at %s", ErrInvalidTable, name, other.dir)
+		}
+		todo = append(todo, t)
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+
+	ids := make([]uint32, len(todo))
+	b := db.pdb.NewBatch()
+	defer b.Close()
+	next := db.nextID.Load()
+	for i, t := range todo {
+		id, ok := db.registry[t.Name()]
+		if !ok {
+			id = next
+			next++
+			if err := b.Set(metaKey(metaTablePrefix+t.Name()), binary.BigEndian.AppendUint32(nil, id), nil); err != nil {
+				return fmt.Errorf("state: attach table %q: %w", t.Name(), err)
+			}
+		}
+		ids[i] = id
+	}
+	if !b.Empty() {
+		if err := b.Commit(pebble.Sync); err != nil {
+			return fmt.Errorf("state: attach tables: persist table ids: %w", err)
+		}
+	}
+	db.nextID.Store(next)
+	for i, t := range todo {
+		db.registry[t.Name()] = ids[i]
+		db.attached[t.Name()] = t
+		t.bind(db, ids[i])
+	}
+	return nil
+}
+
+// NewTxn starts the write set of one batch of one partition pipeline. It is
+// cheap; start one per batch and end it with [Txn.Commit] or [Txn.Discard].
+func (db *DB) NewTxn() *Txn {
+	return newTxn(db)
+}
+
+func (db *DB) hash(key []byte) uint64 { return maphash.Bytes(db.seed, key) }
+
+var _ io.Closer = (*DB)(nil)

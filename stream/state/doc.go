@@ -1,0 +1,47 @@
+// Package state is strand's local store: typed key→value tables, source
+// checkpoints and other pending rows, all in one Pebble database per
+// processor, committed together in one atomic batch.
+//
+// # Model
+//
+// Pebble is a log-structured merge tree: a write goes to a write-ahead log and
+// an in-memory table, and a batch of writes becomes visible and durable as one
+// unit, or not at all. strand's exactly-once guarantee (DESIGN.md §2, item 5)
+// rests on that: a partition pipeline folds one polled batch of events into a
+// [Txn], records the next source offset with [Txn.SetCheckpoint], adds any
+// outbox, dead-letter, hold or parked rows with [Txn.PutRow], and calls
+// [Txn.Commit], which writes all of it as ONE Pebble batch. After any crash
+// the database holds a prefix of the committed batches, so every table equals
+// the fold of exactly the events up to its stored checkpoint.
+//
+// # Data flow
+//
+// In DESIGN.md §3 this package is the "commit" step and the read side of the
+// "execute" step: handlers read their key's value with [Table.Read] (their own
+// pending writes first, then committed state) and write it back with
+// [Table.Write]; queries call [Table.Get] and [Table.Scan], which only ever
+// see committed state and are safe while processing goes on.
+//
+// # Key layout
+//
+// Every Pebble key starts with a [Family] byte, then the source partition as a
+// big-endian uint32, then the rest, so one partition's rows of one family are
+// one contiguous range (DESIGN.md §6):
+//
+//	metadata     FamilyMeta       | 0 (u32)   | name             (fingerprint, layout version, table registry)
+//	checkpoints  FamilyCheckpoint | partition | source name      → next offset (u64 BE)
+//	table rows   FamilyTable      | partition | table id (u32)  | key bytes → encoded value
+//	other rows   FamilyOutbox ... | partition | key bytes        → value bytes
+//
+// Table ids are assigned on first [DB.Attach] and persisted by name, so a
+// table keeps its rows across restarts as long as its name stays the same.
+//
+// # Costs
+//
+// [Txn.Commit] costs one Pebble batch commit; with [Sync] durability (the
+// default) that includes an fsync of the write-ahead log, which Pebble shares
+// between concurrent committers (group commit), so many partition pipelines
+// committing at once pay for far fewer fsyncs than commits. Each table keeps a
+// bounded, write-through cache of decoded committed values, so a hot key is
+// read from Pebble and decoded once, not once per batch.
+package state

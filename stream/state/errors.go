@@ -1,0 +1,33 @@
+package state
+
+import "errors"
+
+var (
+	// ErrClosed is returned by every operation on a DB (and on its tables
+	// and transactions) after [DB.Close].
+	ErrClosed = errors.New("state: database closed")
+
+	// ErrIncompatibleTopology is wrapped by [DB.EnsureFingerprint] when the
+	// database was written by a topology with a different fingerprint.
+	ErrIncompatibleTopology = errors.New("state: incompatible topology")
+
+	// ErrIncompatibleLayout is wrapped by [Open] when the database was
+	// written with a key layout version this package does not read.
+	ErrIncompatibleLayout = errors.New("state: incompatible key layout")
+
+	// ErrNotAttached is wrapped when a [Table] is used before [DB.Attach]
+	// bound it to a database.
+	ErrNotAttached = errors.New("state: table not attached")
+
+	// ErrInvalidTable is wrapped by [DB.Attach] when a table cannot be
+	// attached: a nil table, an empty or duplicate name, a missing codec,
+	// or a table still attached to another open database.
+	ErrInvalidTable = errors.New("state: invalid table")
+
+	// ErrReservedFamily is wrapped when a row operation names a [Family]
+	// that this package manages itself (metadata, checkpoints, table rows).
+	ErrReservedFamily = errors.New("state: reserved row family")
+
+	// ErrTxnDone is returned by a [Txn] used after Commit or Discard.
+	ErrTxnDone = errors.New("state: transaction already committed or discarded")
+)

@@ -1,0 +1,29 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// pebbleLogger adapts slog to Pebble's Logger: informational messages are
+// Debug (so a default setup stays quiet), errors are Error. Fatalf reports
+// a broken invariant or corruption inside Pebble, after which Pebble must
+// not continue: it logs and panics (Pebble's own default exits the process).
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	if p.l.Enabled(context.Background(), slog.LevelDebug) {
+		p.l.Debug(fmt.Sprintf(format, args...))
+	}
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, slog.Bool("fatal", true))
+	panic("pebble: " + msg)
+}

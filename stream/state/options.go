@@ -1,0 +1,91 @@
+package state
+
+import (
+	"log/slog"
+	"strconv"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Durability says when a [Txn.Commit] may return.
+type Durability uint8
+
+const (
+	// Sync makes Commit return only after the batch is fsynced to the
+	// write-ahead log: a returned commit survives a machine crash. It is
+	// the default. Concurrent commits share fsyncs (group commit).
+	Sync Durability = iota
+
+	// NoSync makes Commit return once the batch is in the write-ahead log
+	// buffer. A process crash loses at most the last few milliseconds of
+	// commits and a machine crash may lose more; what survives is always a
+	// prefix of the commits, so tables still match their checkpoints.
+	// Use [DB.SyncWAL] before acting on a commit outside the database.
+	NoSync
+)
+
+// String returns "sync" or "nosync".
+func (d Durability) String() string {
+	switch d {
+	case Sync:
+		return "sync"
+	case NoSync:
+		return "nosync"
+	}
+	return "durability(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Default sizes. The block cache must stay at least 4x the memtable size:
+// Pebble charges the live, the recycled and any queued memtables against the
+// cache, and a cache smaller than that silently holds no blocks at all.
+const (
+	DefaultCacheSize      int64 = 64 << 20
+	DefaultValueCacheSize int64 = 32 << 20
+	maxMemTableSize       int64 = 8 << 20
+	minCacheSize          int64 = 4 << 20
+)
+
+// Option configures [Open].
+type Option func(*options)
+
+type options struct {
+	durability     Durability
+	cacheSize      int64
+	valueCacheSize int64
+	logger         *slog.Logger
+	locator        func(key []byte) uint32
+	fs             vfs.FS // tests only
+}
+
+// WithDurability sets the durability of [Txn.Commit]; the default is [Sync].
+func WithDurability(d Durability) Option { return func(o *options) { o.durability = d } }
+
+// WithCacheSize sets Pebble's block cache budget in bytes (default 64 MiB,
+// minimum 4 MiB). Memtables are charged against this budget, so the memtable
+// size is derived from it: a quarter of the cache, at most 8 MiB. For larger
+// state, grow the cache. The memory is allocated outside the Go heap when cgo
+// is enabled, so GOMEMLIMIT does not see it.
+func WithCacheSize(bytes int64) Option { return func(o *options) { o.cacheSize = bytes } }
+
+// WithValueCacheSize bounds the per-database cache of decoded committed table
+// values that lets [Table.Read] skip a Pebble read and a decode for hot keys
+// (default 32 MiB). The size of an entry is estimated as its key length plus
+// its encoded value length plus a fixed overhead, so the decoded values may
+// use more memory than the budget when the codec is compact. Zero disables
+// the cache.
+func WithValueCacheSize(bytes int64) Option { return func(o *options) { o.valueCacheSize = bytes } }
+
+// WithLogger sets the logger for Pebble's messages. Pebble's informational
+// messages (flushes, WAL recovery) are logged at Debug level, its errors at
+// Error level. The default is [slog.Default].
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithLocator sets the function that says which source partition owns a
+// table key, given the key's encoded bytes; [Table.Get] uses it to find the
+// row. It must be deterministic, must agree with the partitions the
+// processor writes keys under, and must be safe for concurrent use. The
+// default puts every key in partition 0.
+func WithLocator(fn func(key []byte) uint32) Option { return func(o *options) { o.locator = fn } }
+
+// withFS runs Pebble on another file system (tests use an in-memory one).
+func withFS(fs vfs.FS) Option { return func(o *options) { o.fs = fs } }

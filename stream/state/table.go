@@ -1,0 +1,343 @@
+package state
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Table is a named, typed key→value table. It is declared on its own (a
+// topology declares its tables before the database is open) and bound to a
+// database with [DB.Attach]; its rows are identified on disk by its name.
+//
+// Handlers read and write a table inside a [Txn] with [Table.Read],
+// [Table.Write] and [Table.Delete], addressing rows by source partition and
+// encoded key bytes; queries read committed state with [Table.Get] and
+// [Table.Scan]. All methods are safe for concurrent use.
+type Table[K, V any] struct {
+	name   string
+	keys   Codec[K]
+	values Codec[V]
+	b      atomic.Pointer[binding[V]]
+}
+
+// binding is a table's attachment to one DB.
+type binding[V any] struct {
+	db    *DB
+	id    uint32
+	cache *valueCache[V]
+}
+
+// NewTable declares a table. keys encodes the keys that [Table.Get] and
+// [Table.Scan] take and give; values encodes the stored values. A missing
+// codec or an empty name is reported by [DB.Attach], naming the table.
+func NewTable[K, V any](name string, keys Codec[K], values Codec[V]) *Table[K, V] {
+	return &Table[K, V]{name: name, keys: keys, values: values}
+}
+
+// Name returns the table's name.
+func (t *Table[K, V]) Name() string {
+	if t == nil {
+		return ""
+	}
+	return t.name
+}
+
+func (t *Table[K, V]) check() error {
+	switch {
+	case t == nil:
+		return fmt.Errorf("%w: nil table", ErrInvalidTable)
+	case t.name == "":
+		return fmt.Errorf("%w: table with an empty name", ErrInvalidTable)
+	case t.keys == nil:
+		return fmt.Errorf("%w: table %q has no key codec", ErrInvalidTable, t.name)
+	case t.values == nil:
+		return fmt.Errorf("%w: table %q has no value codec", ErrInvalidTable, t.name)
+	}
+	return nil
+}
+
+func (t *Table[K, V]) boundTo() *DB {
+	if b := t.b.Load(); b != nil {
+		return b.db
+	}
+	return nil
+}
+
+func (t *Table[K, V]) bind(db *DB, id uint32) {
+	t.b.Store(&binding[V]{db: db, id: id, cache: newValueCache[V](&db.budget)})
+}
+
+// release drops the table's cached values when db closes.
+func (t *Table[K, V]) release(db *DB) {
+	if b := t.b.Load(); b != nil && b.db == db {
+		b.cache.purge()
+	}
+}
+
+func (t *Table[K, V]) binding() (*binding[V], error) {
+	b := t.b.Load()
+	if b == nil {
+		return nil, fmt.Errorf("%w: table %q", ErrNotAttached, t.name)
+	}
+	return b, nil
+}
+
+// txn checks that tx can be used with t and returns t's part of it.
+func (t *Table[K, V]) txn(tx *Txn) (*binding[V], *txnTable[V], error) {
+	if tx == nil {
+		return nil, nil, fmt.Errorf("state: table %q: nil transaction", t.name)
+	}
+	b, err := t.binding()
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.db != tx.db {
+		return nil, nil, fmt.Errorf("%w: table %q is attached to the database at %s, not to the transaction's database at %s",
+			ErrNotAttached, t.name, b.db.dir, tx.db.dir)
+	}
+	if tx.done.Load() {
+		return nil, nil, ErrTxnDone
+	}
+	if b.db.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	tt, err := tableOf(tx, b, t.name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, tt, nil
+}
+
+// keyBuf is the size of the stack buffer for Pebble keys; longer keys
+// allocate.
+const keyBuf = 128
+
+// Read returns the value of key (encoded key bytes) in the partition as the
+// transaction sees it: its own write if it made one, else the committed
+// value. ok is false when the key has no value.
+//
+// The first Read of a key in a Txn takes the committed value from the table's
+// value cache, or, on a miss, reads it from Pebble and decodes it (and caches
+// it); later Reads in the same Txn return the Txn's current value without
+// decoding again. The returned value may share memory (maps, slices,
+// pointers) with the cache and the Txn: a handler may change it in place and
+// Write it back; changes that are never written back are undone by dropping
+// the key from the cache when the Txn ends.
+func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, error) {
+	var zero V
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return zero, false, err
+	}
+	var buf [keyBuf]byte
+	k := appendTableKey(buf[:0], b.id, partition, key)
+	h := b.db.hash(k)
+	s := tt.shard(h)
+	s.mu.Lock()
+	if e, ok := s.m[string(k)]; ok {
+		v, present := e.v, e.present
+		s.mu.Unlock()
+		return v, present, nil
+	}
+	s.mu.Unlock()
+
+	hit, gen := b.cache.lookup(h, k)
+	if !hit.hit {
+		kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
+		v, present, encLen, err := t.load(b.db, kc, partition, key)
+		if err != nil {
+			return zero, false, err
+		}
+		hit = cacheHit[V]{key: unsafe.String(unsafe.SliceData(kc), len(kc)), v: v, present: present}
+		b.cache.fill(h, hit.key, v, present, encLen, gen)
+	}
+
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[string]*txnEntry[V])
+	}
+	if e, ok := s.m[hit.key]; ok { // the same key from another goroutine: keep its entry
+		v, present := e.v, e.present
+		s.mu.Unlock()
+		return v, present, nil
+	}
+	s.m[hit.key] = &txnEntry[V]{v: hit.v, h: h, present: hit.present}
+	s.mu.Unlock()
+	return hit.v, hit.present, nil
+}
+
+// load reads and decodes the committed value of Pebble key k.
+func (t *Table[K, V]) load(db *DB, k []byte, partition uint32, key []byte) (v V, present bool, encLen int, err error) {
+	if err := db.enter(); err != nil {
+		return v, false, 0, err
+	}
+	defer db.exit()
+	present, err = db.get(k, func(val []byte) error {
+		encLen = len(val)
+		var derr error
+		v, derr = t.values.Decode(val)
+		if derr != nil {
+			return fmt.Errorf("decode value: %w", derr)
+		}
+		return nil
+	})
+	if err != nil {
+		return v, false, 0, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, partition, err)
+	}
+	return v, present, encLen, nil
+}
+
+// Write sets the value of key (encoded key bytes) in the partition, in the
+// transaction: it becomes visible to this Txn's Reads at once and to
+// everyone else when the Txn commits. The value is encoded now, so an
+// encoding error is returned here (and the Txn is left unchanged). v must not
+// be changed after Write except by writing it again: the cache keeps v itself
+// once the Txn commits.
+func (t *Table[K, V]) Write(tx *Txn, partition uint32, key []byte, v V) error {
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return err
+	}
+	enc, err := t.values.Append(nil, v)
+	if err != nil {
+		return fmt.Errorf("state: table %q: encode value of key %q partition %d: %w", t.name, key, partition, err)
+	}
+	t.set(b, tt, partition, key, v, enc, true)
+	return nil
+}
+
+// Delete removes key (encoded key bytes) from the partition, in the
+// transaction: later Reads of this Txn see no value, everyone else sees the
+// removal when the Txn commits.
+func (t *Table[K, V]) Delete(tx *Txn, partition uint32, key []byte) error {
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return err
+	}
+	var zero V
+	t.set(b, tt, partition, key, zero, nil, false)
+	return nil
+}
+
+func (t *Table[K, V]) set(b *binding[V], tt *txnTable[V], partition uint32, key []byte, v V, enc []byte, present bool) {
+	var buf [keyBuf]byte
+	k := appendTableKey(buf[:0], b.id, partition, key)
+	h := b.db.hash(k)
+	s := tt.shard(h)
+	s.mu.Lock()
+	e, ok := s.m[string(k)]
+	if !ok {
+		if s.m == nil {
+			s.m = make(map[string]*txnEntry[V])
+		}
+		e = &txnEntry[V]{h: h}
+		s.m[string(k)] = e
+	}
+	e.v, e.enc, e.present, e.dirty = v, enc, present, true
+	s.mu.Unlock()
+}
+
+// Get returns the committed value of k: the state as of the last commit,
+// never a pending Txn's writes. It locates k's partition with the DB's
+// locator (see [WithLocator]) over k's encoded bytes. It costs one Pebble
+// point read and one decode (it does not use the value cache, whose values a
+// running handler may be changing), and is safe to call while transactions
+// commit.
+func (t *Table[K, V]) Get(ctx context.Context, k K) (V, bool, error) {
+	var zero V
+	b, err := t.binding()
+	if err != nil {
+		return zero, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, false, err
+	}
+	key, err := t.keys.Append(nil, k)
+	if err != nil {
+		return zero, false, fmt.Errorf("state: table %q: encode key %v: %w", t.name, k, err)
+	}
+	partition := b.db.locate(key)
+	v, present, _, err := t.load(b.db, appendTableKey(make([]byte, 0, rowKeyExtra+len(key)), b.id, partition, key), partition, key)
+	return v, present, err
+}
+
+// Scan calls fn with every committed key and value of the table, partition
+// by partition and in key order within a partition, until fn returns false.
+// It reads from one Pebble iterator, so it sees one consistent state: commits
+// made during the scan are not seen. fn may call other methods of the table
+// and the DB (but not [DB.Close]); a long scan pins old data in Pebble until
+// it ends. A key or value that cannot be decoded stops the scan with an
+// error naming it.
+func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
+	b, err := t.binding()
+	if err != nil {
+		return err
+	}
+	if err := b.db.enter(); err != nil {
+		return err
+	}
+	defer b.db.exit()
+	it, err := b.db.pdb.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{byte(FamilyTable)},
+		UpperBound: []byte{byte(FamilyTable) + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("state: scan table %q: %w", t.name, err)
+	}
+	err = t.scan(ctx, b.id, it, fn)
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("state: scan table %q: %w", t.name, cerr)
+	}
+	return err
+}
+
+// scan skips from partition to partition: the table's rows of one partition
+// are contiguous, but other tables' rows lie between partitions.
+func (t *Table[K, V]) scan(ctx context.Context, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
+	seek := make([]byte, 0, rowKeyExtra)
+	valid := it.SeekGE(appendTableKey(seek[:0], id, 0, nil))
+	for valid {
+		key := it.Key()
+		if len(key) < rowKeyExtra {
+			return fmt.Errorf("state: scan table %q: malformed table row key %x", t.name, key)
+		}
+		partition := binary.BigEndian.Uint32(key[1:5])
+		switch kid := binary.BigEndian.Uint32(key[5:9]); {
+		case kid < id:
+			valid = it.SeekGE(appendTableKey(seek[:0], id, partition, nil))
+		case kid > id:
+			if partition == math.MaxUint32 {
+				return it.Error()
+			}
+			valid = it.SeekGE(appendTableKey(seek[:0], id, partition+1, nil))
+		default:
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			kb := key[rowKeyExtra:]
+			k, err := t.keys.Decode(kb)
+			if err != nil {
+				return fmt.Errorf("state: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
+			}
+			val, err := it.ValueAndErr()
+			if err != nil {
+				return fmt.Errorf("state: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
+			}
+			v, err := t.values.Decode(val)
+			if err != nil {
+				return fmt.Errorf("state: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
+			}
+			if !fn(k, v) {
+				return nil
+			}
+			valid = it.Next()
+		}
+	}
+	return it.Error()
+}

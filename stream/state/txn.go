@@ -1,0 +1,354 @@
+package state
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Txn is the write set of one batch of one partition pipeline: the table
+// values its handlers wrote, the checkpoints it advanced, and the generic rows
+// (outbox, dead letters, holds, parked) it added or removed. Nothing of it is
+// visible to [Table.Get], [Table.Scan], [DB.Rows] or other transactions until
+// [Txn.Commit] writes all of it as one atomic Pebble batch.
+//
+// A Txn is safe for concurrent use by goroutines that work on DIFFERENT keys:
+// its table entries are sharded by key hash, so concurrent keys rarely share
+// a lock. Two goroutines must not use the same key of the same table at the
+// same time, and Commit and Discard must not run concurrently with other
+// methods.
+//
+// A Txn reads committed state as of each Read's first access to a key; it
+// does not isolate itself from other transactions' commits. The processor
+// keeps each key in one partition pipeline, whose batches commit in order,
+// so no two transactions touch the same key at once.
+type Txn struct {
+	db   *DB
+	done atomic.Bool
+	tabs []atomic.Pointer[txnSlot] // by table id
+
+	mu          sync.Mutex
+	extra       map[uint32]txnTab // tables attached after the Txn started
+	order       []txnTab
+	checkpoints map[string]uint64 // checkpoint key → next offset
+	rows        map[string]rowOp  // row key → operation
+	err         error             // first misuse, returned by Commit
+}
+
+type txnSlot struct{ tab txnTab }
+
+type rowOp struct {
+	value []byte
+	del   bool
+}
+
+// txnTab is the part of a Txn that belongs to one table.
+type txnTab interface {
+	appendTo(b *pebble.Batch) error
+	published()
+	rollback()
+}
+
+func newTxn(db *DB) *Txn {
+	return &Txn{db: db, tabs: make([]atomic.Pointer[txnSlot], db.nextID.Load())}
+}
+
+// SetCheckpoint records that, once this Txn commits, processing of the
+// source's partition resumes at offset next. Setting it again replaces the
+// value. An empty source name is refused: the error is returned by Commit.
+func (tx *Txn) SetCheckpoint(source string, partition uint32, next uint64) {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.usable("set checkpoint") {
+		if source == "" {
+			tx.fail(fmt.Errorf("state: set checkpoint of partition %d: empty source name", partition))
+			return
+		}
+		if tx.checkpoints == nil {
+			tx.checkpoints = make(map[string]uint64)
+		}
+		tx.checkpoints[string(checkpointKey(source, partition))] = next
+	}
+}
+
+// PutRow records that, once this Txn commits, the row key of family f in the
+// partition holds value. key and value are copied. A reserved family is
+// refused: the error, wrapping [ErrReservedFamily], is returned by Commit.
+func (tx *Txn) PutRow(f Family, partition uint32, key, value []byte) {
+	tx.rowOp(f, partition, key, rowOp{value: append([]byte{}, value...)})
+}
+
+// DeleteRow records that, once this Txn commits, the row key of family f in
+// the partition no longer exists. A reserved family is refused like PutRow.
+func (tx *Txn) DeleteRow(f Family, partition uint32, key []byte) {
+	tx.rowOp(f, partition, key, rowOp{del: true})
+}
+
+func (tx *Txn) rowOp(f Family, partition uint32, key []byte, op rowOp) {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	what := "put"
+	if op.del {
+		what = "delete"
+	}
+	if !tx.usable(what + " row") {
+		return
+	}
+	if f.Reserved() {
+		tx.fail(fmt.Errorf("%w: %s row %q of family %s partition %d", ErrReservedFamily, what, key, f, partition))
+		return
+	}
+	if tx.rows == nil {
+		tx.rows = make(map[string]rowOp)
+	}
+	tx.rows[string(rowKey(f, partition, key))] = op
+}
+
+// usable reports whether the Txn still accepts changes; tx.mu is held. A
+// change to a finished Txn cannot be returned to anyone, so it is logged.
+func (tx *Txn) usable(what string) bool {
+	if tx.done.Load() {
+		tx.db.log.Error("state: "+what+" on a finished transaction ignored", slog.Any("error", ErrTxnDone))
+		return false
+	}
+	return true
+}
+
+func (tx *Txn) fail(err error) {
+	if tx.err == nil {
+		tx.err = err
+	}
+}
+
+// Commit writes every change of the Txn — table values, checkpoints, rows —
+// as ONE atomic Pebble batch, with the DB's [Durability], then makes the new
+// table values visible to later Reads through the value cache. Either all of
+// it becomes visible (and, with [Sync], durable) or none of it.
+//
+// Commit costs one Pebble commit: with Sync, a write-ahead-log fsync that
+// concurrent Commits of other transactions share. A Txn without changes
+// commits nothing. If ctx is already done, or the Txn recorded a misuse (see
+// SetCheckpoint, PutRow), Commit discards the Txn and returns the error. After
+// Commit, the Txn cannot be used again.
+func (tx *Txn) Commit(ctx context.Context) error {
+	if !tx.done.CompareAndSwap(false, true) {
+		return ErrTxnDone
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		tx.rollback()
+		return fmt.Errorf("state: commit: %w", err)
+	}
+	if tx.err != nil {
+		tx.rollback()
+		return tx.err
+	}
+	if err := tx.db.enter(); err != nil {
+		tx.rollback()
+		return err
+	}
+	err := tx.write()
+	tx.db.exit()
+	if err != nil {
+		tx.rollback()
+		return err
+	}
+	for _, t := range tx.order {
+		t.published()
+	}
+	return nil
+}
+
+func (tx *Txn) write() error {
+	b := tx.db.pdb.NewBatch()
+	defer b.Close()
+	for _, t := range tx.order {
+		if err := t.appendTo(b); err != nil {
+			return err
+		}
+	}
+	var val [8]byte
+	for k, next := range tx.checkpoints {
+		binary.BigEndian.PutUint64(val[:], next)
+		if err := b.Set(bytesOf(k), val[:], nil); err != nil {
+			return fmt.Errorf("state: commit: checkpoint: %w", err)
+		}
+	}
+	for k, op := range tx.rows {
+		var err error
+		if op.del {
+			err = b.Delete(bytesOf(k), nil)
+		} else {
+			err = b.Set(bytesOf(k), op.value, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("state: commit: %s row: %w", Family(k[0]), err)
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := b.Commit(tx.db.wopts); err != nil {
+		return fmt.Errorf("state: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
+	}
+	return nil
+}
+
+// Discard drops every change of the Txn, and drops from the value cache every
+// key the Txn touched, since a handler may have mutated a value it read in
+// place. Discard after Commit or Discard does nothing, so `defer tx.Discard()`
+// is safe.
+func (tx *Txn) Discard() {
+	if !tx.done.CompareAndSwap(false, true) {
+		return
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	tx.rollback()
+}
+
+func (tx *Txn) rollback() {
+	for _, t := range tx.order {
+		t.rollback()
+	}
+	tx.checkpoints, tx.rows = nil, nil
+}
+
+// tableOf returns the Txn's part for table b, creating it on first use.
+func tableOf[V any](tx *Txn, b *binding[V], name string) (*txnTable[V], error) {
+	if int(b.id) < len(tx.tabs) {
+		if s := tx.tabs[b.id].Load(); s != nil {
+			return castTxnTable[V](s.tab, name)
+		}
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	var existing txnTab
+	if int(b.id) < len(tx.tabs) {
+		if s := tx.tabs[b.id].Load(); s != nil {
+			existing = s.tab
+		}
+	} else {
+		existing = tx.extra[b.id]
+	}
+	if existing != nil {
+		return castTxnTable[V](existing, name)
+	}
+	tt := &txnTable[V]{name: name, cache: b.cache}
+	if int(b.id) < len(tx.tabs) {
+		tx.tabs[b.id].Store(&txnSlot{tab: tt})
+	} else {
+		if tx.extra == nil {
+			tx.extra = make(map[uint32]txnTab)
+		}
+		tx.extra[b.id] = tt
+	}
+	tx.order = append(tx.order, tt)
+	return tt, nil
+}
+
+func castTxnTable[V any](t txnTab, name string) (*txnTable[V], error) {
+	tt, ok := t.(*txnTable[V])
+	if !ok {
+		return nil, fmt.Errorf("%w: table %q: its id is used by a table of another value type in this transaction", ErrInvalidTable, name)
+	}
+	return tt, nil
+}
+
+const (
+	txnShards    = 16
+	txnShardMask = txnShards - 1
+)
+
+// txnTable holds one table's entries of a Txn, sharded by key hash.
+type txnTable[V any] struct {
+	name   string
+	cache  *valueCache[V]
+	shards [txnShards]txnShard[V]
+}
+
+type txnShard[V any] struct {
+	mu sync.Mutex
+	m  map[string]*txnEntry[V] // Pebble key → entry
+	_  [48]byte
+}
+
+// txnEntry is one key's value in a Txn: written (dirty) or read (clean).
+type txnEntry[V any] struct {
+	v       V
+	enc     []byte // encoded v, for dirty entries that are present
+	h       uint64 // hash of the Pebble key
+	present bool
+	dirty   bool
+}
+
+func (tt *txnTable[V]) shard(h uint64) *txnShard[V] {
+	return &tt.shards[(h>>32)&txnShardMask]
+}
+
+func (tt *txnTable[V]) appendTo(b *pebble.Batch) error {
+	for i := range tt.shards {
+		s := &tt.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			if !e.dirty {
+				continue
+			}
+			var err error
+			if e.present {
+				err = b.Set(bytesOf(k), e.enc, nil)
+			} else {
+				err = b.Delete(bytesOf(k), nil)
+			}
+			if err != nil {
+				s.mu.Unlock()
+				return fmt.Errorf("state: commit: table %q key %q partition %d: %w", tt.name, k[rowKeyExtra:], binary.BigEndian.Uint32([]byte(k[1:5])), err)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (tt *txnTable[V]) published() {
+	for i := range tt.shards {
+		s := &tt.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			if e.dirty {
+				tt.cache.put(e.h, k, e.v, e.present, len(e.enc))
+			} else {
+				// A read value may have been mutated in place without
+				// being written back: it no longer matches Pebble.
+				tt.cache.invalidate(e.h, k)
+			}
+		}
+		s.m = nil
+		s.mu.Unlock()
+	}
+}
+
+func (tt *txnTable[V]) rollback() {
+	for i := range tt.shards {
+		s := &tt.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			tt.cache.invalidate(e.h, k)
+		}
+		s.m = nil
+		s.mu.Unlock()
+	}
+}
+
+// bytesOf returns the bytes of s without copying. The result must not be
+// modified; Pebble's Batch.Set and Delete copy their arguments.
+func bytesOf(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
