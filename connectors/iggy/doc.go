@@ -1,0 +1,55 @@
+// Package iggy connects strand to an Apache Iggy server (0.8.x) through the
+// official Go SDK, github.com/apache/iggy/foreign/go v0.8.0.
+//
+// In the data flow of DESIGN.md §3 this package is both ends: a Source whose
+// PartitionReaders poll one partition each from the processor's checkpoint
+// (Offset strategy, auto-commit off) and hand over records with their strand
+// headers already parsed, and a Publisher / Sink that writes events with the
+// strand headers of DESIGN.md §5 into the partition that Iggy's
+// messages-key partitioning would choose for their key.
+//
+// # What the SDK lacks and this package adds
+//
+// The SDK is synchronous and low-level. Its constructor retries a failed dial
+// forever, it never reconnects after a dropped connection, it has no context
+// or deadline, it carries one request at a time per client, it panics on some
+// malformed replies and it prints through the standard log package. Here:
+//
+//   - Every SDK client is wrapped in a connection that probes the address with
+//     a net.Dialer (and a TLS handshake when TLS is on) before the SDK dials,
+//     so nothing blocks forever; a Connect to an address where nothing
+//     listens fails within the dial timeout with ErrUnreachable.
+//   - Every call runs under a deadline (WithCallTimeout) set on the SDK's own
+//     socket, and under the caller's context: a call that exceeds either
+//     fails with ErrTimeout (or the context's error), and the connection is
+//     discarded because its byte stream is no longer in step. No goroutine is
+//     left behind.
+//   - A connection that failed is rebuilt on its next use: probe, dial, login
+//     again. Readers and publishers retry transient failures with capped
+//     exponential backoff and jitter (WithBackoff); admin calls return them.
+//   - A panic inside the SDK's decoders is recovered and reported as
+//     ErrProtocol, and the connection is discarded.
+//   - Errors wrap both a strand sentinel of this package (ErrUnreachable,
+//     ErrAuth, ErrTimeout, ErrDisconnected, ErrPartitionCountMismatch, ...)
+//     and the SDK's own sentinel, so errors.Is(err, ierror.ErrTopicIdNotFound)
+//     works, and their messages name the stream, topic, partition and offset.
+//
+// The heartbeat goroutine of the SDK's client.NewIggyClient is not used:
+// connections are built with tcp.NewIggyTcpClient, so an SDK client is one
+// socket and nothing else, and no request competes with strand's own.
+//
+// # Connections
+//
+// The SDK serializes requests per client, so this package gives each unit of
+// concurrency its own SDK client: one for the Client's administrative calls,
+// one per PartitionReader, and one per publisher connection
+// (WithConnections). Closing the Client closes all of them.
+//
+// # Logging
+//
+// Diagnostics go to the *slog.Logger given with WithLogger. The SDK itself
+// prints a few lines through the standard log package on every login (its
+// cluster-leader check). The standard logger is process-global, so this
+// package never touches it on its own; call RouteStdLog to send those lines
+// into slog (or to drop them) when the process agrees to that.
+package iggy

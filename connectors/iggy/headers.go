@@ -1,0 +1,149 @@
+package iggy
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/strand-io/strand/stream"
+)
+
+// Iggy user-header kinds used here (the SDK's iggcon.Raw and iggcon.String).
+const (
+	kindRaw    = 1
+	kindString = 2
+	kindMax    = 15 // Double; 1..15 are valid
+)
+
+// maxUserHeaders is the SDK's limit on one message's user-header block.
+const maxUserHeaders = 100_000
+
+// tlvSize is the encoded size of one user header.
+func tlvSize(name string, value []byte) int { return 1 + 4 + len(name) + 1 + 4 + len(value) }
+
+// appendTLV appends one user header: a String key holding name and a Raw
+// value (Iggy's user-header TLV, protocol reference §2.6).
+func appendTLV(dst []byte, name string, value []byte) []byte {
+	dst = append(dst, kindString)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(name)))
+	dst = append(dst, name...)
+	dst = append(dst, kindRaw)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(value)))
+	return append(dst, value...)
+}
+
+// strandHeadersSize is the encoded size of h's strand headers.
+func strandHeadersSize(h *stream.Headers) int {
+	n := 3*10 + len(stream.HeaderKey) + len(h.Key) + len(stream.HeaderType) + 4 + len(stream.HeaderProps) + 3
+	if h.HasSeq {
+		n += 10 + len(stream.HeaderSeq) + 8
+	}
+	return n
+}
+
+// appendStrandHeaders validates h and appends its strand headers as Iggy user
+// headers, byte for byte what encoding h.AppendFields would give, without
+// allocating per field.
+func appendStrandHeaders(dst []byte, h *stream.Headers) ([]byte, error) {
+	if err := h.Validate(); err != nil {
+		return dst, err
+	}
+	var b [8]byte
+	dst = appendTLV(dst, stream.HeaderKey, h.Key)
+	binary.LittleEndian.PutUint32(b[:4], uint32(h.Tag))
+	dst = appendTLV(dst, stream.HeaderType, b[:4])
+	b[0], b[1], b[2] = stream.PropsVersion, byte(h.Ordering), byte(h.Algebra)
+	dst = appendTLV(dst, stream.HeaderProps, b[:3])
+	if h.HasSeq {
+		binary.LittleEndian.PutUint64(b[:], h.Seq)
+		dst = appendTLV(dst, stream.HeaderSeq, b[:])
+	}
+	return dst, nil
+}
+
+// appendFields appends fields as Iggy user headers, checking Iggy's limits:
+// names and values 1..255 bytes.
+func appendFields(dst []byte, fields []stream.Field) ([]byte, error) {
+	for i, f := range fields {
+		if len(f.Name) == 0 || len(f.Name) > 255 {
+			return dst, fmt.Errorf("%w: header %d name %q is %d bytes, Iggy allows 1..255", ErrInvalidMessage, i, f.Name, len(f.Name))
+		}
+		if len(f.Value) == 0 || len(f.Value) > 255 {
+			return dst, fmt.Errorf("%w: header %q value is %d bytes, Iggy allows 1..255", ErrInvalidMessage, f.Name, len(f.Value))
+		}
+		dst = appendTLV(dst, f.Name, f.Value)
+	}
+	return dst, nil
+}
+
+// walkTLV calls fn for every user header in b, in order, with slices of b.
+// It allocates nothing and reports a structural error (truncation, a kind
+// outside 1..15, a length outside 1..255) wrapping stream.ErrBadHeaders.
+func walkTLV(b []byte, fn func(keyKind byte, key []byte, valueKind byte, value []byte) error) error {
+	for pos := 0; pos < len(b); {
+		var kk, vk byte
+		var key, val []byte
+		var err error
+		if kk, key, pos, err = tlvItem(b, pos, "key"); err != nil {
+			return err
+		}
+		if vk, val, pos, err = tlvItem(b, pos, "value"); err != nil {
+			return err
+		}
+		if err := fn(kk, key, vk, val); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func tlvItem(b []byte, pos int, what string) (kind byte, v []byte, next int, err error) {
+	if len(b)-pos < 5 {
+		return 0, nil, 0, fmt.Errorf("%w: user headers truncated at byte %d (header %s)", stream.ErrBadHeaders, pos, what)
+	}
+	kind = b[pos]
+	if kind == 0 || kind > kindMax {
+		return 0, nil, 0, fmt.Errorf("%w: user header %s kind %d at byte %d, want 1..%d", stream.ErrBadHeaders, what, kind, pos, kindMax)
+	}
+	n := binary.LittleEndian.Uint32(b[pos+1:])
+	pos += 5
+	if n == 0 || n > 255 || uint64(n) > uint64(len(b)-pos) {
+		return 0, nil, 0, fmt.Errorf("%w: user header %s length %d at byte %d does not fit (1..255, %d bytes left)", stream.ErrBadHeaders, what, n, pos-4, len(b)-pos)
+	}
+	return kind, b[pos : pos+int(n) : pos+int(n)], pos + int(n), nil
+}
+
+// parseStrandHeaders finds the strand headers in an Iggy user-header block
+// and parses them. The returned Key aliases b. Foreign headers are skipped;
+// a strand header that appears twice is an error. It allocates only to
+// report an error, which wraps stream.ErrBadHeaders.
+func parseStrandHeaders(b []byte) (stream.Headers, error) {
+	var key, typ, props, seq []byte
+	for pos := 0; pos < len(b); {
+		var k, v []byte
+		var err error
+		if _, k, pos, err = tlvItem(b, pos, "key"); err != nil {
+			return stream.Headers{}, err
+		}
+		if _, v, pos, err = tlvItem(b, pos, "value"); err != nil {
+			return stream.Headers{}, err
+		}
+		var slot *[]byte
+		switch string(k) {
+		case stream.HeaderKey:
+			slot = &key
+		case stream.HeaderType:
+			slot = &typ
+		case stream.HeaderProps:
+			slot = &props
+		case stream.HeaderSeq:
+			slot = &seq
+		default:
+			continue
+		}
+		if *slot != nil {
+			return stream.Headers{}, fmt.Errorf("%w: %s header appears twice", stream.ErrBadHeaders, k)
+		}
+		*slot = v
+	}
+	return stream.ParseHeaders(key, typ, props, seq)
+}

@@ -1,0 +1,314 @@
+package iggy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/iggy/foreign/go/client/tcp"
+	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	ierror "github.com/apache/iggy/foreign/go/errors"
+
+	"github.com/strand-io/strand/stream"
+)
+
+// SourceOption configures a Source.
+type SourceOption func(*srcConfig)
+
+type srcConfig struct {
+	pollBatch          int
+	idleMin, idleMax   time.Duration
+	consumer           string
+}
+
+func defaultSrcConfig() srcConfig {
+	return srcConfig{pollBatch: 4096, idleMin: time.Millisecond, idleMax: 50 * time.Millisecond, consumer: "strand"}
+}
+
+// WithPollBatch caps the messages one poll request asks for (default 4096);
+// Poll's max argument caps it further.
+func WithPollBatch(n int) SourceOption {
+	return func(c *srcConfig) {
+		if n > 0 {
+			c.pollBatch = n
+		}
+	}
+}
+
+// WithIdleBackoff sets how long a reader waits before polling again after
+// an empty poll: min after the first, doubling up to max while the
+// partition stays empty (default 1ms to 50ms). The server has no long poll,
+// so this trades the latency of a new event against idle requests.
+func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
+	return func(c *srcConfig) {
+		if minWait > 0 {
+			c.idleMin = minWait
+		}
+		c.idleMax = max(maxWait, c.idleMin)
+	}
+}
+
+// WithConsumer names the Iggy consumer under which Advise stores offsets
+// (default "strand"), so that monitoring tools show the processor's
+// progress under that name. Give each processor its own.
+func WithConsumer(name string) SourceOption {
+	return func(c *srcConfig) {
+		if name != "" {
+			c.consumer = name
+		}
+	}
+}
+
+// Source is one Iggy topic read as a stream.Source: each partition is read
+// by its own Reader on its own connection, from an offset the caller owns
+// (the processor's checkpoint). It polls with the Offset strategy and
+// auto-commit off; Iggy's stored consumer offsets are only written by
+// Reader.Advise, for monitoring.
+//
+// A Source holds no connection of its own and is safe for concurrent use.
+type Source struct {
+	cl       *Client
+	t        topicRef
+	cfg      srcConfig
+	consumer iggcon.Consumer
+	log      *slog.Logger
+}
+
+var (
+	_ stream.Source          = (*Source)(nil)
+	_ stream.PartitionReader = (*Reader)(nil)
+)
+
+// NewSource returns a Source for stream/topic. It does no I/O: a missing
+// topic shows at Partitions or Open.
+func NewSource(c *Client, stream, topic string, opts ...SourceOption) (*Source, error) {
+	t, err := newTopicRef(stream, topic)
+	if err != nil {
+		return nil, err
+	}
+	cfg := defaultSrcConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	cid, err := iggcon.NewIdentifier(cfg.consumer)
+	if err != nil {
+		return nil, fmt.Errorf("iggy: consumer name %q: must be 1..255 bytes: %w", cfg.consumer, err)
+	}
+	return &Source{
+		cl:       c,
+		t:        t,
+		cfg:      cfg,
+		consumer: iggcon.NewSingleConsumer(cid),
+		log:      c.cfg.log.With("stream", t.stream, "topic", t.topic),
+	}, nil
+}
+
+// Name returns "stream/topic", stable across restarts as checkpoint keys
+// need.
+func (s *Source) Name() string { return s.t.String() }
+
+// Partitions returns the topic's partition count (one round trip).
+func (s *Source) Partitions(ctx context.Context) (uint32, error) {
+	d, err := topicDetails(ctx, s.cl.admin, s.t)
+	if err != nil {
+		return 0, err
+	}
+	return d.PartitionsCount, nil
+}
+
+// Open returns a Reader of one partition whose first record has offset from.
+// It checks that the partition exists and connects the reader, so an
+// unreachable server or a missing partition fails here.
+func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (stream.PartitionReader, error) {
+	d, err := topicDetails(ctx, s.cl.admin, s.t)
+	if err != nil {
+		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+	}
+	if partition >= d.PartitionsCount {
+		return nil, fmt.Errorf("iggy: open %s partition %d: the topic has partitions 0..%d: %w",
+			s.t, partition, int64(d.PartitionsCount)-1, ierror.ErrPartitionNotFound)
+	}
+	k, err := s.cl.openConn(fmt.Sprintf("reader %s partition %d", s.t, partition))
+	if err != nil {
+		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+	}
+	if err := k.call(ctx, func(*tcp.IggyTcpClient) error { return nil }); err != nil {
+		s.cl.closeConn(k)
+		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+	}
+	r := &Reader{
+		src:       s,
+		k:         k,
+		partition: partition,
+		next:      from,
+		idle:      s.cfg.idleMin,
+		done:      make(chan struct{}),
+		log:       s.log.With("partition", partition),
+	}
+	return r, nil
+}
+
+// Reader reads one partition of a Source in offset order. Poll must be
+// called from one goroutine at a time; Advise and Close may be called from
+// any goroutine (Advise waits for a poll in flight, as they share the
+// reader's connection).
+type Reader struct {
+	src       *Source
+	k         *conn
+	partition uint32
+	next      uint64 // offset of the next record to deliver; owned by Poll
+	idle      time.Duration
+	closed    atomic.Bool
+	done      chan struct{}
+	log       *slog.Logger
+}
+
+// Next returns the offset of the next record Poll will deliver.
+func (r *Reader) Next() uint64 { return r.next }
+
+// Poll returns the next records of the partition, at most max (at most the
+// WithPollBatch size; max <= 0 means that size), waiting while the partition
+// has nothing new. It retries lost connections and timeouts itself, with
+// backoff, and resumes at the right offset. It returns an error only when
+// ctx ends, the reader is closed (ErrClosed), or the failure is permanent:
+// the topic or partition is gone (the SDK's sentinels), login is refused
+// (ErrAuth), a reply is malformed (ErrProtocol), or the log no longer holds
+// the next offset (ErrOffsetGap).
+//
+// Each record's strand headers are parsed; a record whose headers are
+// missing or malformed is delivered with HeaderErr set. The records and
+// their bytes belong to the caller: the payload and key alias one buffer per
+// poll that the reader never reuses.
+func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
+	s := r.src
+	count := s.cfg.pollBatch
+	if max > 0 && max < count {
+		count = max
+	}
+	for attempt := 0; ; {
+		if r.closed.Load() {
+			return nil, r.errf("%w", ErrClosed)
+		}
+		var polled *iggcon.PolledMessage
+		offset := r.next
+		err := r.k.call(ctx, func(c *tcp.IggyTcpClient) error {
+			var err error
+			polled, err = c.PollMessages(s.t.sid, s.t.tid, s.consumer, iggcon.OffsetPollingStrategy(offset), uint32(count), false, &r.partition)
+			return err
+		})
+		if err != nil {
+			switch {
+			case r.closed.Load() || errors.Is(err, ErrClosed):
+				return nil, r.errf("%w", ErrClosed)
+			case ctx.Err() != nil:
+				return nil, r.errf("at offset %d: %w", offset, ctx.Err())
+			case !transient(err):
+				return nil, r.errf("at offset %d: %w", offset, err)
+			}
+			if attempt == 0 {
+				r.log.Warn("iggy: poll failed; retrying", "offset", offset, "err", err)
+			} else {
+				r.log.Debug("iggy: poll failed; retrying", "offset", offset, "attempt", attempt+1, "err", err)
+			}
+			if !sleep(ctx, s.cl.cfg.backoff.delay(attempt), r.done) {
+				continue // the checks above report why
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		if len(polled.Messages) == 0 {
+			if polled.MessageCount > 0 {
+				return nil, r.errf("at offset %d: %w: the broker sent %d messages and the SDK decoded none", offset, ErrProtocol, polled.MessageCount)
+			}
+			if !sleep(ctx, r.idle, r.done) {
+				continue
+			}
+			r.idle = min(r.idle*2, s.cfg.idleMax)
+			continue
+		}
+		r.idle = s.cfg.idleMin
+		recs, err := r.records(polled.Messages, offset)
+		if err != nil {
+			return nil, err
+		}
+		return recs, nil
+	}
+}
+
+// records turns polled messages into records, delivering only a contiguous
+// run that starts at want.
+func (r *Reader) records(ms []iggcon.IggyMessage, want uint64) ([]stream.Record, error) {
+	for len(ms) > 0 && ms[0].Header.Offset < want { // never expected with the Offset strategy
+		ms = ms[1:]
+	}
+	if len(ms) == 0 {
+		return nil, r.errf("at offset %d: %w: the broker returned only earlier offsets", want, ErrProtocol)
+	}
+	if got := ms[0].Header.Offset; got != want {
+		return nil, r.errf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
+			ErrOffsetGap, want, got, want, got-1, got)
+	}
+	n := 1
+	for n < len(ms) && ms[n].Header.Offset == want+uint64(n) {
+		n++
+	}
+	ms = ms[:n] // a hole inside the batch is reported by the next poll
+	recs := make([]stream.Record, n)
+	for i := range ms {
+		m := &ms[i]
+		rec := &recs[i]
+		rec.Partition = r.partition
+		rec.Offset = m.Header.Offset
+		rec.Timestamp = m.Header.Timestamp
+		rec.Payload = m.Payload[:len(m.Payload):len(m.Payload)]
+		h, err := parseStrandHeaders(m.UserHeaders)
+		if err != nil {
+			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", r.src.t, r.partition, rec.Offset, err)
+		} else {
+			rec.Headers = h
+		}
+	}
+	r.next = want + uint64(n)
+	return recs, nil
+}
+
+func (r *Reader) errf(format string, args ...any) error {
+	return fmt.Errorf("iggy: poll %s partition %d "+format, append([]any{r.src.t, r.partition}, args...)...)
+}
+
+// Advise stores next-1 as the Iggy consumer offset of this partition for the
+// consumer named by WithConsumer (Iggy's stored offset means "last
+// consumed"): every record before next has been processed and committed by
+// strand. It is for monitoring tools only; strand resumes from its own
+// checkpoint. next == 0 stores nothing. It makes one attempt; a failure is
+// returned and harmless to ignore.
+func (r *Reader) Advise(ctx context.Context, next uint64) error {
+	if next == 0 {
+		return nil
+	}
+	s := r.src
+	err := r.k.call(ctx, func(c *tcp.IggyTcpClient) error {
+		return c.StoreConsumerOffset(s.consumer, s.t.sid, s.t.tid, next-1, &r.partition)
+	})
+	if err != nil {
+		return fmt.Errorf("iggy: advise %s partition %d consumer %q offset %d: %w", s.t, r.partition, s.cfg.consumer, next-1, err)
+	}
+	return nil
+}
+
+// Close releases the reader's connection; a Poll in progress returns
+// ErrClosed. Close is idempotent.
+func (r *Reader) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	close(r.done)
+	r.src.cl.closeConn(r.k)
+	return nil
+}
