@@ -19,9 +19,9 @@ import (
 type SourceOption func(*srcConfig)
 
 type srcConfig struct {
-	pollBatch          int
-	idleMin, idleMax   time.Duration
-	consumer           string
+	pollBatch        int
+	idleMin, idleMax time.Duration
+	consumer         string
 }
 
 func defaultSrcConfig() srcConfig {
