@@ -1,0 +1,59 @@
+// Package iggytest is an in-process broker that speaks the TCP protocol of
+// Apache Iggy server 0.8.0 (the legacy framing used by the official Go SDK
+// github.com/apache/iggy/foreign/go v0.8.0), so that strand's connectors,
+// processors and examples can be tested, and run, against the real wire
+// protocol with nothing installed. It plays the part franz-go's kfake plays
+// for Kafka and net/http/httptest plays for HTTP:
+//
+//	srv, err := iggytest.NewServer()
+//	if err != nil { ... }
+//	defer srv.Close()
+//	cli, err := client.NewIggyClient(client.WithTcp(tcp.WithServerAddress(srv.Addr())))
+//
+// # Model
+//
+// The broker keeps what server 0.8.0 keeps: streams, which hold topics,
+// which hold partitions and consumer groups. Stream, topic and group ids are
+// 0-based slots reused after deletion (the server's slab), partitions are
+// numbered 0..n-1, and every name or id may address an entity. A partition
+// is a log of messages with 0-based consecutive offsets; each message is
+// stored exactly as sent, with its offset, server timestamp, id (a random
+// UUIDv4 when the client sent 0) and XXH3-64 checksum stamped in, and is
+// served to polls byte for byte. Consumer offsets mean "last consumed" and
+// are kept per partition for single consumers (string ids are hashed with
+// XXH32) and for consumer groups. A consumer group's members are
+// connections; joining, leaving and disconnecting deal all partitions
+// round-robin over the members again (server 0.8.0 uses a lopsided
+// cooperative scheme on join; the full deal keeps assignments balanced).
+//
+// # Fidelity
+//
+// Implemented commands: Ping, LoginUser, LoginWithPersonalAccessToken,
+// LogoutUser, GetClusterMetadata (a single healthy leader), GetMe,
+// GetClient, GetClients, Get/List/Create/Delete/Update/Purge stream and
+// topic, Create/Delete partitions, SendMessages (balanced, partition id and
+// messages-key partitioning: XXH32(key, 0) % partitions), PollMessages
+// (offset, timestamp, first, last and next; auto-commit; single and group
+// consumers), Store/Get/Delete consumer offset, and
+// Get/List/Create/Delete/Join/Leave consumer group. Every other code is
+// answered with status 3 (InvalidCommand). Replies, empty-versus-error
+// answers, status codes and validation follow the server's sources at tag
+// server-0.8.0; where the server would desynchronise the stream (an
+// oversized frame) the broker closes that connection instead.
+//
+// # Durability and cost
+//
+// By default everything lives in memory. WithDataDir keeps it in
+// append-only checksummed files (see WithDataDir for the crash semantics);
+// retained messages are also kept in memory so that polls never read the
+// disk. Each partition has its own lock, so producers and consumers of
+// different partitions do not contend; a send costs one allocation for the
+// request and no per-message allocation, and a poll is answered with one
+// vectored write of sub-slices of stored batches.
+//
+// # Faults
+//
+// DropConnections, RefuseConnections, FailNext, DelayNext and Control let a
+// test cut connections, refuse new ones, fail or delay chosen commands, or
+// answer them itself, to prove that clients recover.
+package iggytest

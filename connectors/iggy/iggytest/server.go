@@ -1,0 +1,394 @@
+package iggytest
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strand-io/strand/internal/xxh32"
+)
+
+// Option configures a Server built by NewServer.
+type Option func(*config)
+
+type config struct {
+	addr         string
+	user, pass   string
+	token        string
+	dataDir      string
+	maxMsgSize   int
+	maxPerPart   int
+	maxSendBytes int
+	syncWrites   bool
+	segmentBytes int64
+	logger       *slog.Logger
+}
+
+// WithAddr sets the TCP address to listen on. The default is
+// "127.0.0.1:0": loopback, a port chosen by the kernel (read it with Addr).
+func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
+
+// WithCredentials sets the root user's name and password, "iggy"/"iggy" by
+// default as in server 0.8.0. The root user has id 0 and every permission;
+// it is the only user.
+func WithCredentials(user, password string) Option {
+	return func(c *config) { c.user, c.pass = user, password }
+}
+
+// WithPersonalAccessToken makes token a valid personal access token of the
+// root user for LoginWithPersonalAccessToken. Without it every token is
+// refused (status 20, ResourceNotFound, as the server answers for an
+// unknown token).
+func WithPersonalAccessToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithDataDir makes the broker durable: streams, topics, partitions,
+// consumer groups, messages and consumer offsets are kept in append-only,
+// checksummed files under dir and come back when a Server is opened on the
+// same directory again, after Close or after the process was killed.
+//
+// Every request's writes are handed to the operating system before the
+// reply is sent, so a killed process (kill -9) loses nothing the client saw
+// acknowledged; a machine crash or power loss can lose the last requests
+// unless WithSyncWrites is given too. A torn record at the end of a file is
+// detected by its checksum and cut off when the directory is opened. The
+// default is in memory.
+func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
+
+// WithSyncWrites makes a durable broker (WithDataDir) fsync every write
+// before it replies: a power loss then loses nothing acknowledged, at the
+// cost of one fsync per request.
+func WithSyncWrites() Option { return func(c *config) { c.syncWrites = true } }
+
+// WithMaxMessageSize refuses messages whose payload is larger than n bytes
+// with status 4022 (TooBigMessagePayload). The default is the server's
+// 10,000,000 bytes; n ≤ 0 keeps the default.
+func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMsgSize = n } }
+
+// WithMaxMessagesPerPartition keeps at most n messages per partition (the
+// newest), in memory and on disk; older ones are dropped as the server drops
+// expired segments, and First/Next polls start at the oldest kept message.
+// The default (n ≤ 0) keeps everything.
+func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxPerPart = n } }
+
+// WithLogger sets the logger for connection and storage events (debug level
+// for per-connection events, warn for dropped bad input, error for storage
+// failures). The default discards everything.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// ErrClosed is returned by operations on a closed Server.
+var ErrClosed = errors.New("iggytest: server closed")
+
+// Server is an in-process broker speaking Iggy server 0.8.0's TCP protocol.
+// Create it with NewServer, point the official Go SDK at Addr, and Close it
+// when done. All methods are safe for concurrent use.
+type Server struct {
+	cfg    config
+	log    *slog.Logger
+	ln     net.Listener
+	addr   string
+	tcport uint16
+
+	// metadata: streams → topics → partitions/groups, sessions. Message
+	// data and offsets are guarded by each partition's own mutex.
+	mu          sync.RWMutex
+	streams     slab[stream]
+	streamNames map[string]*stream
+	clients     map[uint32]*session
+	nextUID     uint64
+	disk        *disk
+
+	connMu sync.Mutex
+	conns  map[*conn]struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	done   chan struct{}
+
+	refuseUntil atomic.Int64
+
+	ctlMu    sync.Mutex
+	controls atomic.Pointer[[]*control]
+}
+
+// NewServer starts a broker listening on loopback (see WithAddr) and
+// returns once it accepts connections. With WithDataDir it first restores
+// the directory's contents; an unreadable directory is an error. The caller
+// must Close the server.
+func NewServer(opts ...Option) (*Server, error) {
+	cfg := config{
+		addr: "127.0.0.1:0", user: "iggy", pass: "iggy",
+		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: 128 << 20,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.maxMsgSize <= 0 || cfg.maxMsgSize > maxPayloadSize {
+		cfg.maxMsgSize = maxPayloadSize
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.logger,
+		streamNames: map[string]*stream{}, clients: map[uint32]*session{},
+		conns: map[*conn]struct{}{}, done: make(chan struct{}),
+	}
+	if cfg.dataDir != "" {
+		if err := s.openDisk(); err != nil {
+			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		if s.disk != nil {
+			s.disk.close()
+		}
+		return nil, fmt.Errorf("iggytest: listen on %q: %w", cfg.addr, err)
+	}
+	s.ln = ln
+	s.addr = ln.Addr().String()
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok {
+		s.tcport = uint16(ta.Port)
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+// Addr returns the address the server listens on, as "host:port", for
+// tcp.WithServerAddress.
+func (s *Server) Addr() string { return s.addr }
+
+// Close stops accepting, closes every client connection, waits for all of
+// the server's goroutines to end and, with a data directory, flushes and
+// closes its files. It is safe to call more than once; later calls return
+// nil.
+func (s *Server) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(s.done)
+	err := s.ln.Close()
+	s.DropConnections()
+	s.wg.Wait()
+	if s.disk != nil {
+		s.mu.Lock()
+		derr := s.closeDiskLocked()
+		s.mu.Unlock()
+		if derr != nil {
+			return derr
+		}
+	}
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// DropConnections closes every client connection now, as a server restart
+// or a network failure would. Requests in flight get no reply. The server
+// keeps accepting new connections; dropped sessions leave their consumer
+// groups as on a disconnect.
+func (s *Server) DropConnections() {
+	s.connMu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.connMu.Unlock()
+}
+
+// RefuseConnections makes the server accept and immediately close every
+// new connection for d, as a server that is restarting would. Existing
+// connections are not affected (use DropConnections for them).
+func (s *Server) RefuseConnections(d time.Duration) {
+	s.refuseUntil.Store(time.Now().Add(d).UnixNano())
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if s.closed.Load() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Temporary failure (e.g. too many open files): back off.
+				if delay == 0 {
+					delay = 5 * time.Millisecond
+				} else if delay < time.Second {
+					delay *= 2
+				}
+				select {
+				case <-time.After(delay):
+				case <-s.done:
+					return
+				}
+				continue
+			}
+			s.log.Error("iggytest: accept failed", "err", err)
+			return
+		}
+		delay = 0
+		if time.Now().UnixNano() < s.refuseUntil.Load() {
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.connMu.Lock()
+		if s.closed.Load() {
+			s.connMu.Unlock()
+			nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.connMu.Unlock()
+		s.wg.Add(1)
+		go c.serve()
+	}
+}
+
+// conn is one client connection and its session.
+type conn struct {
+	s    *Server
+	nc   net.Conn
+	br   *bufio.Reader
+	sess *session
+	rng  *rand.ChaCha8
+	rbuf []byte // payload of non-send requests
+	wbuf []byte // small responses, header included
+	vec  net.Buffers
+	hdr  [8]byte
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	addr := nc.RemoteAddr().String()
+	sess := &session{clientID: xxh32.Sum([]byte(addr), 0), addr: addr}
+	sess.userID.Store(-1)
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
+	binary.LittleEndian.PutUint64(seed[8:], rand.Uint64())
+	binary.LittleEndian.PutUint64(seed[16:], rand.Uint64())
+	binary.LittleEndian.PutUint64(seed[24:], rand.Uint64())
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), sess: sess, rng: rand.NewChaCha8(seed), wbuf: make([]byte, 8, 512)}
+}
+
+func (c *conn) serve() {
+	s := c.s
+	defer s.wg.Done()
+	s.mu.Lock()
+	s.clients[c.sess.clientID] = c.sess
+	s.mu.Unlock()
+	defer func() {
+		c.nc.Close()
+		s.connMu.Lock()
+		delete(s.conns, c)
+		s.connMu.Unlock()
+		s.removeSession(c.sess)
+		s.log.Debug("iggytest: connection closed", "client", c.sess.clientID, "addr", c.sess.addr)
+	}()
+	for {
+		if err := c.serveOne(); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errCloseConn) {
+				s.log.Debug("iggytest: connection ended", "client", c.sess.clientID, "err", err)
+			}
+			return
+		}
+	}
+}
+
+var errCloseConn = errors.New("iggytest: connection closed by the broker")
+
+// serveOne reads one request frame and writes its response.
+func (c *conn) serveOne() error {
+	if _, err := io.ReadFull(c.br, c.hdr[:]); err != nil {
+		return err
+	}
+	length := binary.LittleEndian.Uint32(c.hdr[0:4])
+	cmd := Command(binary.LittleEndian.Uint32(c.hdr[4:8]))
+	if length < 4 {
+		// The server answers InvalidCommand and reads on; the frame had no
+		// payload, so the stream is still in step.
+		return c.writeStatus(StatusInvalidCommand)
+	}
+	plen := int(length - 4)
+	limit := maxControlPayload
+	if cmd == CmdSendMessages {
+		limit = c.s.cfg.maxSendBytes
+	}
+	if plen > limit {
+		// The server answers InvalidCommand without reading the payload,
+		// which leaves the stream out of step; the broker closes instead.
+		c.s.log.Warn("iggytest: request too large, closing connection", "client", c.sess.clientID, "command", cmd, "length", plen)
+		_ = c.writeStatus(StatusInvalidCommand)
+		return errCloseConn
+	}
+	var payload []byte
+	if cmd == CmdSendMessages {
+		payload = make([]byte, plen) // becomes the stored batch
+	} else {
+		if cap(c.rbuf) < plen {
+			c.rbuf = make([]byte, plen)
+		}
+		payload = c.rbuf[:plen]
+	}
+	if _, err := io.ReadFull(c.br, payload); err != nil {
+		return err
+	}
+	if ctls := c.s.controls.Load(); ctls != nil && len(*ctls) > 0 {
+		handled, err := c.runControls(*ctls, cmd, payload)
+		if handled || err != nil {
+			return err
+		}
+	}
+	return c.dispatch(cmd, payload)
+}
+
+func (c *conn) writeStatus(st uint32) error {
+	b := c.wbuf[:8]
+	binary.LittleEndian.PutUint32(b[0:4], st)
+	binary.LittleEndian.PutUint32(b[4:8], 0)
+	_, err := c.nc.Write(b)
+	return err
+}
+
+// writeOK sends c.wbuf, whose first 8 bytes are reserved for the header.
+func (c *conn) writeOK(b []byte) error {
+	binary.LittleEndian.PutUint32(b[0:4], 0)
+	binary.LittleEndian.PutUint32(b[4:8], uint32(len(b)-8))
+	_, err := c.nc.Write(b)
+	c.wbuf = b[:8]
+	return err
+}
+
+// reply writes the outcome of a handler: an error status, or the OK
+// payload accumulated in c.wbuf after the 8 header bytes.
+func (c *conn) reply(b []byte, err error) error {
+	if err != nil {
+		var st statusError
+		if errors.As(err, &st) {
+			if uint32(st) == StatusStaleClient {
+				_ = c.writeStatus(uint32(st))
+				return errCloseConn
+			}
+			return c.writeStatus(uint32(st))
+		}
+		c.s.log.Error("iggytest: request failed", "client", c.sess.clientID, "err", err)
+		return c.writeStatus(StatusError)
+	}
+	return c.writeOK(b)
+}
