@@ -98,10 +98,10 @@ type topic struct {
 }
 
 type group struct {
-	id       uint32
-	name     string
-	nparts   uint32
-	members  slab[member]
+	id      uint32
+	name    string
+	nparts  uint32
+	members slab[member]
 }
 
 type member struct {
