@@ -1,0 +1,211 @@
+package iggytest
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/iggy/foreign/go/binary_serialization"
+	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	ierror "github.com/apache/iggy/foreign/go/errors"
+)
+
+func TestFailNextFailsExactlyNRequestsOfThatCommand(t *testing.T) {
+	tg := embeddedTarget(t)
+	cli := tg.login(t)
+	sid, tid := tg.newTopic(t, cli, 1)
+	tg.srv.FailNext(CmdSendMessages, 2, StatusPartitionNotFound)
+	must(t, cli.Ping()) // other commands are untouched
+	wantErr(t, cli.SendMessages(sid, tid, iggcon.PartitionId(0), msgs(t, "a", 1)), ierror.ErrPartitionNotFound)
+	wantErr(t, cli.SendMessages(sid, tid, iggcon.PartitionId(0), msgs(t, "b", 1)), ierror.ErrPartitionNotFound)
+	must(t, cli.SendMessages(sid, tid, iggcon.PartitionId(0), msgs(t, "c", 1)))
+	pm, err := cli.PollMessages(sid, tid, iggcon.DefaultConsumer(), iggcon.FirstPollingStrategy(), 10, false, u32p(0))
+	must(t, err)
+	if got := payloads(pm); len(got) != 1 || got[0] != "c-0" {
+		t.Fatalf("failed sends were stored: %v", got)
+	}
+}
+
+func TestDelayNextHoldsRequests(t *testing.T) {
+	tg := embeddedTarget(t)
+	cli := tg.login(t)
+	tg.srv.DelayNext(CmdPing, 1, 150*time.Millisecond)
+	start := time.Now()
+	must(t, cli.Ping())
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("delayed ping took %v", d)
+	}
+	start = time.Now()
+	must(t, cli.Ping())
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("second ping still delayed: %v", d)
+	}
+}
+
+func TestDropConnectionsCutsClientsAndTheirGroups(t *testing.T) {
+	tg := embeddedTarget(t)
+	admin := tg.login(t)
+	sid, tid := tg.newTopic(t, admin, 2)
+	_, err := admin.CreateConsumerGroup(sid, tid, "g")
+	must(t, err)
+	member := tg.login(t)
+	must(t, member.JoinConsumerGroup(sid, tid, mustID("g")))
+	tg.srv.DropConnections()
+	if err := member.Ping(); err == nil {
+		t.Fatal("ping on a dropped connection succeeded")
+	}
+	fresh := tg.login(t)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		g, err := fresh.GetConsumerGroup(sid, tid, mustID("g"))
+		must(t, err)
+		if g.MembersCount == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dropped member still in group: %+v", g)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRefuseConnectionsClosesNewConnectionsForAWhile(t *testing.T) {
+	tg := embeddedTarget(t)
+	old := tg.login(t)
+	tg.srv.RefuseConnections(300 * time.Millisecond)
+	nc, err := net.Dial("tcp", tg.addr)
+	must(t, err)
+	_ = nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := nc.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read on a refused connection: %v, want EOF", err)
+	}
+	nc.Close()
+	must(t, old.Ping()) // existing connections keep working
+	time.Sleep(350 * time.Millisecond)
+	must(t, tg.login(t).Ping())
+}
+
+func TestControlCanAnswerDropAndObserve(t *testing.T) {
+	tg := embeddedTarget(t)
+	var seen atomic.Int32
+	var authed atomic.Bool
+	remove := tg.srv.Control(func(r *Request) Reply {
+		switch r.Command {
+		case CmdGetStreams:
+			seen.Add(1)
+			authed.Store(r.Authenticated)
+			// One stream header, as the SDK expects.
+			e := encoder(nil).u32(9).u64(1).u32(0).u64(0).u64(0).name("fake")
+			return Reply{Action: Respond, Payload: e}
+		case CmdGetTopics:
+			return Reply{Action: Drop}
+		}
+		return Reply{}
+	})
+	cli := tg.login(t)
+	list, err := cli.GetStreams()
+	must(t, err)
+	if len(list) != 1 || list[0].Name != "fake" || list[0].Id != 9 || seen.Load() != 1 || !authed.Load() {
+		t.Fatalf("controlled GetStreams = %+v (seen %d)", list, seen.Load())
+	}
+	other := tg.login(t)
+	if _, err := other.GetTopics(mustID("x")); err == nil {
+		t.Fatal("dropped request answered")
+	}
+	remove()
+	list, err = cli.GetStreams()
+	must(t, err)
+	if len(list) != 0 {
+		t.Fatalf("after remove: %+v", list)
+	}
+}
+
+func TestCloseAbortsDelaysAndEndsEveryGoroutine(t *testing.T) {
+	srv, err := NewServer()
+	must(t, err)
+	tg := target{addr: srv.Addr(), user: "iggy", pass: "iggy", srv: srv}
+	cli := tg.login(t)
+	srv.DelayNext(CmdPing, 1, time.Hour)
+	errc := make(chan error, 1)
+	go func() { errc <- cli.Ping() }()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	must(t, srv.Close())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("ping answered although the server closed")
+	}
+	must(t, srv.Close()) // idempotent
+	// goleak (TestMain) checks that no goroutine is left behind.
+}
+
+func TestPersonalAccessTokenLogin(t *testing.T) {
+	tg := embeddedTarget(t, WithPersonalAccessToken("secret-token"), WithCredentials("admin", "s3cret"))
+	cli := tg.connect(t)
+	_, err := cli.LoginWithPersonalAccessToken("wrong-token")
+	wantErr(t, err, ierror.ErrResourceNotFound)
+	id, err := cli.LoginWithPersonalAccessToken("secret-token")
+	must(t, err)
+	if id.UserId != 0 {
+		t.Fatalf("user id %d", id.UserId)
+	}
+	must(t, cli.Ping())
+	_, err = tg.connect(t).LoginUser("iggy", "iggy")
+	wantErr(t, err, ierror.ErrInvalidCredentials)
+	_, err = tg.connect(t).LoginUser("admin", "s3cret")
+	must(t, err)
+}
+
+func TestGetMeShowsThisSession(t *testing.T) {
+	tg := embeddedTarget(t)
+	cli := tg.login(t)
+	sid, tid := tg.newTopic(t, cli, 1)
+	_, err := cli.CreateConsumerGroup(sid, tid, "g")
+	must(t, err)
+	// The v0.8.0 SDK has no GetMe: decode the raw reply with its decoder.
+	st, body := tg.rawCall(t, CmdGetMe, nil)
+	if st != 0 {
+		t.Fatalf("GetMe status %d", st)
+	}
+	me := binaryserialization.DeserializeClient(body)
+	if me.UserID != 0 || me.Transport != string(iggcon.Tcp) || me.ConsumerGroupsCount != 0 || me.Address == "" {
+		t.Fatalf("GetMe = %+v", me)
+	}
+	// GetClient of an unknown id answers an empty OK, as the server does.
+	st, body = tg.rawCall(t, CmdGetClient, binary.LittleEndian.AppendUint32(nil, 12345))
+	if st != 0 || len(body) != 0 {
+		t.Fatalf("GetClient(unknown) = %d, %x", st, body)
+	}
+}
+
+func TestGroupPollOfAnUnownedPartitionIsEmpty(t *testing.T) {
+	tg := embeddedTarget(t)
+	cli := tg.login(t)
+	sid, tid := tg.newTopic(t, cli, 2)
+	_, err := cli.CreateConsumerGroup(sid, tid, "g")
+	must(t, err)
+	must(t, cli.SendMessages(sid, tid, iggcon.PartitionId(1), msgs(t, "m", 1)))
+	other := tg.login(t)
+	must(t, cli.JoinConsumerGroup(sid, tid, mustID("g")))
+	must(t, other.JoinConsumerGroup(sid, tid, mustID("g")))
+	g, err := cli.GetConsumerGroup(sid, tid, mustID("g"))
+	must(t, err)
+	if len(g.Members) != 2 || len(g.Members[0].Partitions) != 1 || g.Members[0].Partitions[0] != 0 {
+		t.Fatalf("assignment %+v", g.Members)
+	}
+	pm, err := cli.PollMessages(sid, tid, iggcon.NewGroupConsumer(mustID("g")), iggcon.FirstPollingStrategy(), 10, false, u32p(1))
+	must(t, err)
+	if len(pm.Messages) != 0 || pm.PartitionId != 0 || pm.CurrentOffset != 0 {
+		t.Fatalf("poll of unowned partition = %+v", pm)
+	}
+	pm, err = other.PollMessages(sid, tid, iggcon.NewGroupConsumer(mustID("g")), iggcon.FirstPollingStrategy(), 10, false, u32p(1))
+	must(t, err)
+	if len(pm.Messages) != 1 || pm.PartitionId != 1 {
+		t.Fatalf("poll of owned partition = %+v", pm)
+	}
+}
