@@ -60,6 +60,8 @@ import (
 type Record[K comparable] struct {
 	// Key is the key the event belongs to. Records with equal keys (==) are
 	// ordered against each other; records with different keys never are.
+	// Keys are compared as map keys are: a float NaN equals no key, not even
+	// itself, and an interface key holding an incomparable value panics.
 	Key K
 	// Tag names the event's type.
 	Tag Tag
