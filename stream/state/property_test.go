@@ -43,11 +43,74 @@ type stateModel struct {
 	rows        map[rowID]string
 }
 
+// vec is an alias-free value (Read returns a copy); []int64 is not.
+type vec struct {
+	N int
+	A [3]int64
+}
+
+func toVec(v []int64) vec {
+	var x vec
+	x.N = copy(x.A[:], v)
+	return x
+}
+
+// propTable lets the model drive a table of []int64 and a table of vec alike.
+type propTable interface {
+	Attacher
+	read(tx *Txn, p uint32, key string) ([]int64, bool, error)
+	write(tx *Txn, p uint32, key string, v []int64) error
+	del(tx *Txn, p uint32, key string) error
+	get(ctx context.Context, key string) ([]int64, bool, error)
+	scan(ctx context.Context) (map[string][]int64, error)
+	shares() bool // whether read results share memory with the Txn and cache
+}
+
+type sliceTable struct{ *Table[string, []int64] }
+
+func (t sliceTable) read(tx *Txn, p uint32, key string) ([]int64, bool, error) {
+	return t.Read(tx, p, []byte(key))
+}
+func (t sliceTable) write(tx *Txn, p uint32, key string, v []int64) error {
+	return t.Write(tx, p, []byte(key), v)
+}
+func (t sliceTable) del(tx *Txn, p uint32, key string) error { return t.Delete(tx, p, []byte(key)) }
+func (t sliceTable) get(ctx context.Context, key string) ([]int64, bool, error) {
+	return t.Get(ctx, key)
+}
+func (t sliceTable) scan(ctx context.Context) (map[string][]int64, error) {
+	m := map[string][]int64{}
+	err := t.Scan(ctx, func(k string, v []int64) bool { m[k] = v; return true })
+	return m, err
+}
+func (t sliceTable) shares() bool { return true }
+
+type vecTable struct{ *Table[string, vec] }
+
+func (t vecTable) read(tx *Txn, p uint32, key string) ([]int64, bool, error) {
+	v, ok, err := t.Read(tx, p, []byte(key))
+	return v.A[:v.N], ok, err
+}
+func (t vecTable) write(tx *Txn, p uint32, key string, v []int64) error {
+	return t.Write(tx, p, []byte(key), toVec(v))
+}
+func (t vecTable) del(tx *Txn, p uint32, key string) error { return t.Delete(tx, p, []byte(key)) }
+func (t vecTable) get(ctx context.Context, key string) ([]int64, bool, error) {
+	v, ok, err := t.Get(ctx, key)
+	return v.A[:v.N], ok, err
+}
+func (t vecTable) scan(ctx context.Context) (map[string][]int64, error) {
+	m := map[string][]int64{}
+	err := t.Scan(ctx, func(k string, v vec) bool { m[k] = v.A[:v.N]; return true })
+	return m, err
+}
+func (t vecTable) shares() bool { return false }
+
 type propMachine struct {
 	fs     vfs.FS
 	opts   []Option
 	db     *DB
-	tables [2]*Table[string, []int64]
+	tables [2]propTable
 	m      stateModel
 }
 
@@ -56,9 +119,9 @@ func newPropMachine(t *rapid.T) *propMachine {
 	pm := &propMachine{
 		fs:   vfs.NewMem(),
 		opts: []Option{WithLocator(propLocator), WithValueCacheSize(cacheSize)},
-		tables: [2]*Table[string, []int64]{
-			NewTable("alpha", String(), JSON[[]int64]()),
-			NewTable("beta", String(), JSON[[]int64]()),
+		tables: [2]propTable{
+			sliceTable{NewTable("alpha", String(), JSON[[]int64]())},
+			vecTable{NewTable("beta", String(), JSON[vec]())},
 		},
 		m: stateModel{
 			tables:      [2]map[string][]int64{{}, {}},
@@ -124,7 +187,7 @@ func (pm *propMachine) runTxn(t *rapid.T) {
 		p := propLocator([]byte(key))
 		switch op := rapid.SampledFrom([]string{"read", "read", "write", "delete", "checkpoint", "row", "reserved"}).Draw(t, "op"); op {
 		case "read":
-			got, ok, err := tab.Read(tx, p, []byte(key))
+			got, ok, err := tab.read(tx, p, key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,10 +198,13 @@ func (pm *propMachine) runTxn(t *rapid.T) {
 			// A handler changes the value in place, and maybe writes it back.
 			if ok && len(got) > 0 && !tm.written[ti][key] && rapid.Bool().Draw(t, "mutate") {
 				got[0] = rapid.Int64Range(-100, 100).Draw(t, "mutation")
-				mut := slices.Clone(got)
-				tm.view[ti][key] = &mut
-				if rapid.Bool().Draw(t, "writeBack") {
-					if err := tab.Write(tx, p, []byte(key), got); err != nil {
+				writeBack := rapid.Bool().Draw(t, "writeBack")
+				if tab.shares() || writeBack {
+					mut := slices.Clone(got)
+					tm.view[ti][key] = &mut
+				} // else: a copy was changed, which nobody else sees
+				if writeBack {
+					if err := tab.write(tx, p, key, got); err != nil {
 						t.Fatal(err)
 					}
 					tm.written[ti][key] = true
@@ -146,13 +212,13 @@ func (pm *propMachine) runTxn(t *rapid.T) {
 			}
 		case "write":
 			v := rapid.SliceOfN(rapid.Int64Range(-100, 100), 0, 3).Draw(t, "value")
-			if err := tab.Write(tx, p, []byte(key), v); err != nil {
+			if err := tab.write(tx, p, key, v); err != nil {
 				t.Fatal(err)
 			}
 			c := slices.Clone(v)
 			tm.view[ti][key], tm.written[ti][key] = &c, true
 		case "delete":
-			if err := tab.Delete(tx, p, []byte(key)); err != nil {
+			if err := tab.del(tx, p, key); err != nil {
 				t.Fatal(err)
 			}
 			tm.view[ti][key], tm.written[ti][key] = nil, true
@@ -217,7 +283,7 @@ func (pm *propMachine) check(t *rapid.T) {
 	ctx := context.Background()
 	for ti, tab := range pm.tables {
 		for _, key := range propKeys {
-			got, ok, err := tab.Get(ctx, key)
+			got, ok, err := tab.get(ctx, key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,8 +292,8 @@ func (pm *propMachine) check(t *rapid.T) {
 				t.Fatalf("Get(%s, %s) = %v %v; want %v %v", tab.Name(), key, got, ok, want, wantOK)
 			}
 		}
-		scanned := map[string][]int64{}
-		if err := tab.Scan(ctx, func(k string, v []int64) bool { scanned[k] = v; return true }); err != nil {
+		scanned, err := tab.scan(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if !maps.EqualFunc(scanned, pm.m.tables[ti], func(a, b []int64) bool { return slices.Equal(a, b) }) {
@@ -236,7 +302,7 @@ func (pm *propMachine) check(t *rapid.T) {
 		// A fresh Txn reads committed state (through the value cache).
 		tx := pm.db.NewTxn()
 		for _, key := range propKeys {
-			got, ok, err := tab.Read(tx, propLocator([]byte(key)), []byte(key))
+			got, ok, err := tab.read(tx, propLocator([]byte(key)), key)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"reflect"
 	"sync/atomic"
 	"unsafe"
 
@@ -23,6 +24,7 @@ type Table[K, V any] struct {
 	name   string
 	keys   Codec[K]
 	values Codec[V]
+	shared bool // values of V may share memory with their copies (see aliasFree)
 	b      atomic.Pointer[binding[V]]
 }
 
@@ -37,7 +39,7 @@ type binding[V any] struct {
 // [Table.Scan] take and give; values encodes the stored values. A missing
 // codec or an empty name is reported by [DB.Attach], naming the table.
 func NewTable[K, V any](name string, keys Codec[K], values Codec[V]) *Table[K, V] {
-	return &Table[K, V]{name: name, keys: keys, values: values}
+	return &Table[K, V]{name: name, keys: keys, values: values, shared: !aliasFree(reflect.TypeFor[V]())}
 }
 
 // Name returns the table's name.
@@ -107,7 +109,7 @@ func (t *Table[K, V]) txn(tx *Txn) (*binding[V], *txnTable[V], error) {
 	if b.db.closed.Load() {
 		return nil, nil, ErrClosed
 	}
-	tt, err := tableOf(tx, b, t.name)
+	tt, err := tableOf(tx, b, t.name, t.shared)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,7 +130,8 @@ const keyBuf = 128
 // decoding again. The returned value may share memory (maps, slices,
 // pointers) with the cache and the Txn: a handler may change it in place and
 // Write it back; changes that are never written back are undone by dropping
-// the key from the cache when the Txn ends.
+// the key from the cache when the Txn ends. (When V holds no pointers, maps,
+// slices or interfaces, Read returns a copy and no key needs dropping.)
 func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, error) {
 	var zero V
 	b, tt, err := t.txn(tx)

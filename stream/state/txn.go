@@ -201,8 +201,9 @@ func (tx *Txn) write() error {
 	return nil
 }
 
-// Discard drops every change of the Txn, and drops from the value cache every
-// key the Txn touched, since a handler may have mutated a value it read in
+// Discard drops every change of the Txn. If the table's values can share
+// memory (maps, slices, pointers), it also drops from the value cache every
+// key the Txn touched, since a handler may have changed a value it read in
 // place. Discard after Commit or Discard does nothing, so `defer tx.Discard()`
 // is safe.
 func (tx *Txn) Discard() {
@@ -222,7 +223,7 @@ func (tx *Txn) rollback() {
 }
 
 // tableOf returns the Txn's part for table b, creating it on first use.
-func tableOf[V any](tx *Txn, b *binding[V], name string) (*txnTable[V], error) {
+func tableOf[V any](tx *Txn, b *binding[V], name string, shared bool) (*txnTable[V], error) {
 	if int(b.id) < len(tx.tabs) {
 		if s := tx.tabs[b.id].Load(); s != nil {
 			return castTxnTable[V](s.tab, name)
@@ -241,7 +242,7 @@ func tableOf[V any](tx *Txn, b *binding[V], name string) (*txnTable[V], error) {
 	if existing != nil {
 		return castTxnTable[V](existing, name)
 	}
-	tt := &txnTable[V]{name: name, cache: b.cache}
+	tt := &txnTable[V]{name: name, cache: b.cache, shared: shared}
 	if int(b.id) < len(tx.tabs) {
 		tx.tabs[b.id].Store(&txnSlot{tab: tt})
 	} else {
@@ -271,6 +272,7 @@ const (
 type txnTable[V any] struct {
 	name   string
 	cache  *valueCache[V]
+	shared bool // values may share memory with the cache's (see aliasFree)
 	shards [txnShards]txnShard[V]
 }
 
@@ -324,7 +326,7 @@ func (tt *txnTable[V]) published() {
 		for k, e := range s.m {
 			if e.dirty {
 				tt.cache.put(e.h, k, e.v, e.present, len(e.enc))
-			} else {
+			} else if tt.shared {
 				// A read value may have been mutated in place without
 				// being written back: it no longer matches Pebble.
 				tt.cache.invalidate(e.h, k)
@@ -339,8 +341,12 @@ func (tt *txnTable[V]) rollback() {
 	for i := range tt.shards {
 		s := &tt.shards[i]
 		s.mu.Lock()
-		for k, e := range s.m {
-			tt.cache.invalidate(e.h, k)
+		// Written values never reached the cache; read values reached the
+		// handler as copies unless they may share memory.
+		if tt.shared {
+			for k, e := range s.m {
+				tt.cache.invalidate(e.h, k)
+			}
 		}
 		s.m = nil
 		s.mu.Unlock()
