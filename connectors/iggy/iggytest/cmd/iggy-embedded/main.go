@@ -1,0 +1,76 @@
+// Command iggy-embedded runs strand's embedded Iggy broker (package
+// iggytest) as a development server that speaks Iggy server 0.8.0's TCP
+// protocol, so that the official SDKs and strand's examples can be run with
+// nothing installed:
+//
+//	go run ./connectors/iggy/iggytest/cmd/iggy-embedded -addr 127.0.0.1:8090 -data DIR
+//
+// Without -data everything is kept in memory. It stops gracefully on
+// SIGINT or SIGTERM: connections are closed and the data files flushed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "iggy-embedded:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("iggy-embedded", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8090", "TCP address to listen on")
+	data := fs.String("data", "", "data directory (empty: in memory)")
+	user := fs.String("user", "iggy", "root user name")
+	pass := fs.String("password", "iggy", "root user password")
+	token := fs.String("token", "", "personal access token of the root user (empty: none)")
+	maxMsgs := fs.Int("max-messages-per-partition", 0, "keep at most this many messages per partition (0: all)")
+	sync := fs.Bool("sync", false, "fsync every write before replying")
+	verbose := fs.Bool("v", false, "log connection events")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	opts := []iggytest.Option{
+		iggytest.WithAddr(*addr), iggytest.WithCredentials(*user, *pass),
+		iggytest.WithMaxMessagesPerPartition(*maxMsgs), iggytest.WithLogger(logger),
+	}
+	if *data != "" {
+		opts = append(opts, iggytest.WithDataDir(*data))
+	}
+	if *token != "" {
+		opts = append(opts, iggytest.WithPersonalAccessToken(*token))
+	}
+	if *sync {
+		opts = append(opts, iggytest.WithSyncWrites())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := iggytest.NewServer(opts...)
+	if err != nil {
+		return err
+	}
+	where := "in memory"
+	if *data != "" {
+		where = "data in " + *data
+	}
+	logger.Info("iggy-embedded: serving the Iggy 0.8 TCP protocol", "addr", srv.Addr(), "storage", where)
+	<-ctx.Done()
+	logger.Info("iggy-embedded: shutting down")
+	return srv.Close()
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"io"
+	"log"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/iggy/foreign/go/client"
+	"github.com/apache/iggy/foreign/go/client/tcp"
+	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	log.SetOutput(io.Discard)
+	goleak.VerifyTestMain(m)
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start runs the command and waits until it accepts connections.
+func start(t *testing.T, args ...string) chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- run(args) }()
+	addr := args[1]
+	for i := 0; ; i++ {
+		nc, err := net.Dial("tcp", addr)
+		if err == nil {
+			nc.Close()
+			return done
+		}
+		if i > 200 {
+			t.Fatalf("server did not start: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func stop(t *testing.T, done chan error) {
+	t.Helper()
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no graceful stop on SIGTERM")
+	}
+}
+
+func TestServesAndStopsGracefullyKeepingData(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	done := start(t, "-addr", addr, "-data", dir)
+	cli, err := client.NewIggyClient(client.WithTcp(tcp.WithServerAddress(addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.LoginUser("iggy", "iggy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.CreateStream("kept"); err != nil {
+		t.Fatal(err)
+	}
+	cli.Close()
+	stop(t, done)
+
+	done = start(t, "-addr", addr, "-data", dir)
+	cli, err = client.NewIggyClient(client.WithTcp(tcp.WithServerAddress(addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.LoginUser("iggy", "iggy"); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := iggcon.NewIdentifier("kept")
+	if _, err := cli.GetStream(id); err != nil {
+		t.Fatalf("stream lost across a restart: %v", err)
+	}
+	cli.Close()
+	stop(t, done)
+}
+
+func TestBadFlagIsAnError(t *testing.T) {
+	if err := run([]string{"-no-such-flag"}); err == nil {
+		t.Fatal("bad flag accepted")
+	}
+}
