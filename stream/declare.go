@@ -1,0 +1,335 @@
+//go:build strandcore
+
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
+)
+
+// ErrBadDeclaration is wrapped by every error about an event declaration:
+// a mistyped or repeated option, an invalid fence, a key type without a key
+// codec. Such a declaration never panics; it refuses to encode (Envelope)
+// and a topology that uses it refuses to build.
+var ErrBadDeclaration = errors.New("stream: bad event declaration")
+
+// Keyed is implemented by event types that know their key.
+type Keyed[K any] interface{ Key() K }
+
+// Event is the declaration of one event type E with key type K: its type
+// tag, how to find and encode its key, how to encode its payload, the
+// fence it puts into its key's stream and the algebra its runs obey. The
+// same declaration serves the publisher (it implements Encoder[E]) and the
+// consumer (topology.On), so both sides agree by construction.
+//
+// A declaration is immutable and safe for concurrent use. Declare it once,
+// as a package-level variable:
+//
+//	var Deposits = stream.Declare[AccountID, Deposited](2,
+//		stream.Reduce(algebra.Sum(Deposited.GetAmount, Deposited.WithAmount)))
+type Event[K, E any] struct {
+	tag     planner.Tag
+	name    string
+	key     func(E) K
+	keys    Codec[K]
+	payload Codec[E]
+	fence   planner.Ordering // the static fence; unused when fenceBy is set
+	fenceBy func(E) planner.Ordering
+	alg     algebra.Algebra[E]
+	err     error
+}
+
+// Declare declares event type E, which knows its key through its Key
+// method, under type tag tag. Without options the event is Relaxed,
+// NonAssociative, JSON-encoded and uses DefaultKeyCodec[K].
+//
+// Declare never panics: problems (a mistyped option, an invalid fence, a
+// key type with no ready-made codec and no KeyCodec option) are recorded,
+// reported by Err, returned by Envelope and refused by topology Build, each
+// naming the tag and the problem.
+func Declare[K any, E Keyed[K]](tag planner.Tag, opts ...Option) *Event[K, E] {
+	return declare(tag, func(e E) K { return e.Key() }, opts)
+}
+
+// DeclareFunc declares event type E under type tag tag, with key as the
+// function that finds an event's key. It is Declare for types that have no
+// Key method (types of other packages, or types keyed in several ways).
+func DeclareFunc[K, E any](tag planner.Tag, key func(E) K, opts ...Option) *Event[K, E] {
+	return declare(tag, key, opts)
+}
+
+func declare[K, E any](tag planner.Tag, key func(E) K, opts []Option) *Event[K, E] {
+	d := &Event[K, E]{tag: tag, name: reflect.TypeFor[E]().String(), key: key, fence: planner.Relaxed}
+	var o declOptions
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("nil option")
+			continue
+		}
+		opt.apply(&o)
+	}
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	errs = append(errs, o.errs...)
+	if key == nil {
+		fail("key function is nil")
+	}
+	if o.fenceSet {
+		d.fence = o.fence
+	}
+	if o.fenceBy != nil {
+		fn, ok := o.fenceBy.(func(E) planner.Ordering)
+		switch {
+		case !ok:
+			fail("FenceBy takes %T, want func(%s) planner.Ordering", o.fenceBy, d.name)
+		case fn == nil:
+			fail("FenceBy function is nil")
+		default:
+			d.fenceBy = fn
+		}
+	}
+	if o.fenceSet && o.fenceBy != nil {
+		fail("both Fence and FenceBy given; choose one")
+	}
+	if o.reduce != nil {
+		a, ok := o.reduce.(algebra.Algebra[E])
+		if !ok {
+			fail("Reduce takes %T, want algebra.Algebra[%s]", o.reduce, d.name)
+		}
+		d.alg = a
+	}
+	if o.payload != nil {
+		c, ok := o.payload.(Codec[E])
+		if !ok {
+			fail("Payload takes a codec of type %T, which does not encode %s", o.payload, d.name)
+		}
+		d.payload = c
+	} else {
+		d.payload = JSON[E]()
+	}
+	if o.keys != nil {
+		c, ok := o.keys.(Codec[K])
+		if !ok {
+			fail("KeyCodec takes a codec of type %T, which does not encode key type %s", o.keys, reflect.TypeFor[K]())
+		}
+		d.keys = c
+	} else {
+		c, err := DefaultKeyCodec[K]()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		d.keys = c
+	}
+	if len(errs) > 0 {
+		d.err = fmt.Errorf("%w: type tag %d (%s): %w", ErrBadDeclaration, tag, d.name, errors.Join(errs...))
+	}
+	return d
+}
+
+// Option configures an event declaration. Options are checked against the
+// declaration's types when Declare runs; a mistyped one is recorded as an
+// error of the declaration, never a panic.
+type Option interface{ apply(*declOptions) }
+
+type declOptions struct {
+	fence    planner.Ordering
+	fenceSet bool
+	fenceBy  any // func(E) planner.Ordering
+	reduce   any // algebra.Algebra[E]
+	payload  any // Codec[E]
+	keys     any // Codec[K]
+	errs     []error
+}
+
+func (o *declOptions) fail(format string, args ...any) {
+	o.errs = append(o.errs, fmt.Errorf(format, args...))
+}
+
+type optionFunc func(*declOptions)
+
+func (f optionFunc) apply(o *declOptions) { f(o) }
+
+// Fence gives every event of the type the same ordering: Relaxed (the
+// default), Acquire, Release or AcqRel. An invalid value makes the
+// declaration fail.
+func Fence(o planner.Ordering) Option {
+	return optionFunc(func(d *declOptions) {
+		if d.fenceSet {
+			d.fail("Fence given twice")
+		}
+		if !o.Valid() {
+			d.fail("Fence(%d): not one of Relaxed, Acquire, Release, AcqRel", uint8(o))
+		}
+		d.fence, d.fenceSet = o, true
+	})
+}
+
+// FenceBy lets each event choose its ordering, for a type that models
+// several transitions (a status change that is sometimes a barrier). The
+// publisher calls fn for every event and writes the result into its
+// strand-props header; the consumer plans from that header and never calls
+// fn. fn must return a valid ordering; Envelope refuses an event for which
+// it does not.
+func FenceBy[E any](fn func(E) planner.Ordering) Option {
+	return optionFunc(func(d *declOptions) {
+		if d.fenceBy != nil {
+			d.fail("FenceBy given twice")
+		}
+		if fn == nil {
+			d.fenceBy = (func(E) planner.Ordering)(nil)
+			return
+		}
+		d.fenceBy = fn
+	})
+}
+
+// Reduce sets the algebra of the type: the law its runs obey and so how a
+// run is reduced before its handlers see it (algebra.Sum, algebra.Fold,
+// algebra.Dedup, ...). The default is algebra.None: runs are applied as
+// they are. A wrong law silently corrupts state; check a combine function
+// with the algebra package's law checkers.
+func Reduce[E any](a algebra.Algebra[E]) Option {
+	return optionFunc(func(d *declOptions) {
+		if d.reduce != nil {
+			d.fail("Reduce given twice")
+		}
+		d.reduce = a
+	})
+}
+
+// Payload sets the payload codec of the type; the default is JSON[E]().
+func Payload[E any](c Codec[E]) Option {
+	return optionFunc(func(d *declOptions) {
+		if d.payload != nil {
+			d.fail("Payload given twice")
+		}
+		if c == nil {
+			d.fail("Payload codec is nil")
+			return
+		}
+		d.payload = c
+	})
+}
+
+// KeyCodec sets the key codec of the type; the default is
+// DefaultKeyCodec[K](). Every declaration and table with the same key type
+// in one topology must encode keys alike; Build checks what it can.
+func KeyCodec[K any](c Codec[K]) Option {
+	return optionFunc(func(d *declOptions) {
+		if d.keys != nil {
+			d.fail("KeyCodec given twice")
+		}
+		if c == nil {
+			d.fail("KeyCodec codec is nil")
+			return
+		}
+		d.keys = c
+	})
+}
+
+// Tag returns the type tag.
+func (d *Event[K, E]) Tag() planner.Tag { return d.tag }
+
+// Name returns the Go name of the event type, for messages and metrics.
+func (d *Event[K, E]) Name() string { return d.name }
+
+// Err returns the problems recorded when the declaration was made, wrapped
+// in ErrBadDeclaration, or nil.
+func (d *Event[K, E]) Err() error { return d.err }
+
+// Key returns the key of e.
+func (d *Event[K, E]) Key(e E) K { return d.key(e) }
+
+// KeyCodec returns the key codec of the declaration.
+func (d *Event[K, E]) KeyCodec() Codec[K] { return d.keys }
+
+// PayloadCodec returns the payload codec of the declaration.
+func (d *Event[K, E]) PayloadCodec() Codec[E] { return d.payload }
+
+// Algebra returns the algebra of the type.
+func (d *Event[K, E]) Algebra() algebra.Algebra[E] { return d.alg }
+
+// Ordering returns the fence of e: the static one, or FenceBy's answer.
+func (d *Event[K, E]) Ordering(e E) planner.Ordering {
+	if d.fenceBy != nil {
+		return d.fenceBy(e)
+	}
+	return d.fence
+}
+
+// StaticOrdering returns the fence every event of the type has, and false
+// when the type chooses its fence per event with FenceBy.
+func (d *Event[K, E]) StaticOrdering() (planner.Ordering, bool) {
+	return d.fence, d.fenceBy == nil
+}
+
+// Decode decodes one payload with the declaration's payload codec. The
+// error wraps ErrCodec when the codec's does, and names the type tag.
+func (d *Event[K, E]) Decode(payload []byte) (E, error) {
+	e, err := d.payload.Decode(payload)
+	if err != nil {
+		return e, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
+	}
+	return e, nil
+}
+
+// Envelope encodes e for publishing: key bytes, type tag, ordering and
+// algebra kind in the strand headers, and the encoded payload. It returns
+// an error (and publishes nothing) when the declaration is bad, the key
+// encodes to 0 or more than MaxKeyLen bytes, FenceBy returns an invalid
+// ordering, or the payload does not encode. It allocates the key and the
+// payload afresh.
+func (d *Event[K, E]) Envelope(e E) (Envelope, error) {
+	if d.err != nil {
+		return Envelope{}, d.err
+	}
+	key, err := d.keys.Append(make([]byte, 0, 16), d.key(e))
+	if err != nil {
+		return Envelope{}, fmt.Errorf("type tag %d (%s): encode key: %w", d.tag, d.name, err)
+	}
+	h := Headers{Key: key, Tag: d.tag, Ordering: d.Ordering(e), Algebra: d.alg.Kind()}
+	if err := h.Validate(); err != nil {
+		return Envelope{}, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
+	}
+	payload, err := d.payload.Append(nil, e)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("type tag %d (%s): encode payload: %w", d.tag, d.name, err)
+	}
+	return Envelope{Headers: h, Payload: payload}, nil
+}
+
+// Record encodes e as the record at offset of partition, as a source would
+// deliver it: the test driver and benchmarks use it to feed topologies
+// without a broker.
+func (d *Event[K, E]) Record(partition uint32, offset uint64, e E) (Record, error) {
+	env, err := d.Envelope(e)
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{Partition: partition, Offset: offset, Headers: env.Headers, Payload: env.Payload}, nil
+}
+
+// declaration is what the executor and NewProgram need of an Event without
+// knowing its types.
+type declaration interface {
+	Tag() planner.Tag
+	Name() string
+	Err() error
+	StaticOrdering() (planner.Ordering, bool)
+	algebraKind() algebra.Kind
+	keyCodec() any
+	keyType() reflect.Type
+	eventType() reflect.Type
+	newRunner(handlers []Handler) (runner, error)
+}
+
+func (d *Event[K, E]) algebraKind() algebra.Kind { return d.alg.Kind() }
+func (d *Event[K, E]) keyCodec() any             { return d.keys }
+func (d *Event[K, E]) keyType() reflect.Type     { return reflect.TypeFor[K]() }
+func (d *Event[K, E]) eventType() reflect.Type   { return reflect.TypeFor[E]() }
+
+var _ Encoder[struct{}] = (*Event[string, struct{}])(nil)

@@ -1,0 +1,345 @@
+//go:build strandcore
+
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/strand-io/strand/stream/state"
+)
+
+// Handler is one consumer of one event type inside a Program: a projection
+// into a table (Project) or a user function (Handle). Package topology
+// builds handlers for you; Handler is exported so that a Program can be
+// assembled without it. Only this package implements Handler.
+type Handler interface {
+	decl() declaration
+	info() handlerInfo
+}
+
+// handlerInfo describes a handler for validation, fingerprints and
+// messages.
+type handlerInfo struct {
+	kind      string // "project" or "handle"
+	name      string // user-facing name (the sink's name, or "project into <table>")
+	table     string // project only
+	tableType string // project only: the table's Go type
+	attacher  state.Attacher
+	maxBatch  int
+}
+
+// Project returns a handler that folds each event of ev into the value its
+// key has in table. For every run of one key it reads the key's value once
+// (own uncommitted writes first, then committed state; the zero value when
+// absent), calls fold for each reduced event in order, and writes the
+// result once. If fold returns an error for any event, nothing of that run
+// is written: fold may have changed v before failing, and a half-folded
+// value is never stored. fold must not keep v or e.
+//
+// Projections get exactly-once: the write commits in the same batch as the
+// source checkpoint.
+func Project[K, E, V any](ev *Event[K, E], table *state.Table[K, V], fold func(v *V, e E) error) Handler {
+	return &projectHandler[K, E, V]{ev: ev, table: table, fold: fold}
+}
+
+// Handle returns a handler that calls fn with the events of ev, one key
+// and one reduced run at a time, in chunks of at most maxBatch events
+// (maxBatch <= 0 means the whole run in one call). name identifies the
+// handler in errors and metrics.
+//
+// fn gets at-least-once delivery: a chunk it accepted may be delivered
+// again after a crash before the batch committed, or when another handler
+// of the same run failed and the run is retried. Use it for side effects
+// that are idempotent or tolerate repeats; keep state in tables (Project)
+// to get exactly-once. fn is called concurrently for different keys, never
+// for two chunks of one key at once.
+func Handle[K, E any](ev *Event[K, E], name string, maxBatch int, fn func(ctx context.Context, key K, events []E) error) Handler {
+	return &handleHandler[K, E]{ev: ev, name: name, max: maxBatch, fn: fn}
+}
+
+type projectHandler[K, E, V any] struct {
+	ev    *Event[K, E]
+	table *state.Table[K, V]
+	fold  func(v *V, e E) error
+}
+
+func (h *projectHandler[K, E, V]) decl() declaration {
+	if h.ev == nil {
+		return nil
+	}
+	return h.ev
+}
+
+func (h *projectHandler[K, E, V]) info() handlerInfo {
+	hi := handlerInfo{kind: "project", tableType: reflect.TypeFor[*state.Table[K, V]]().String()}
+	if h.table != nil {
+		hi.table = h.table.Name()
+		hi.name = "project into " + hi.table
+		hi.attacher = h.table
+	} else {
+		hi.name = "project into <nil table>"
+	}
+	return hi
+}
+
+type handleHandler[K, E any] struct {
+	ev   *Event[K, E]
+	name string
+	max  int
+	fn   func(ctx context.Context, key K, events []E) error
+}
+
+func (h *handleHandler[K, E]) decl() declaration {
+	if h.ev == nil {
+		return nil
+	}
+	return h.ev
+}
+
+func (h *handleHandler[K, E]) info() handlerInfo {
+	return handlerInfo{kind: "handle", name: h.name, maxBatch: h.max}
+}
+
+// errFatal marks an error that makes the whole batch fail (the store
+// refused a read or a write): the transaction cannot be trusted and is
+// discarded.
+type errFatal struct{ err error }
+
+func (e errFatal) Error() string { return e.err.Error() }
+func (e errFatal) Unwrap() error { return e.err }
+
+// ErrPermanent is wrapped by errors a handler marks with Permanent.
+var ErrPermanent = errors.New("stream: permanent failure")
+
+// Permanent marks a handler error as permanent: retrying cannot help (the
+// event is invalid for the business). The executor dead-letters the failing
+// run's unapplied events and goes on with the key's later events, instead
+// of parking the key. errors.Is(Permanent(err), ErrPermanent) is true, and
+// errors.Is(Permanent(err), err) too.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e permanentError) Unwrap() []error {
+	return []error{ErrPermanent, e.err}
+}
+
+// eventRunner runs the runs of one event type: decode, reduce, and apply to
+// every handler of the type.
+type eventRunner[K, E any] struct {
+	ev       *Event[K, E]
+	handles  []*handleHandler[K, E]
+	projects []projector[E]
+	bufs     sync.Pool // *runBuf[E]
+}
+
+// projector is the part of a projection the runner needs without knowing V.
+type projector[E any] interface {
+	// prepare reads the key's value and folds events into it; the returned
+	// function writes the result.
+	prepare(rc *runCtx, events []E) (write func() error, err error)
+	tableName() string
+}
+
+func (h *projectHandler[K, E, V]) tableName() string { return h.table.Name() }
+
+func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func() error, error) {
+	v, _, err := h.table.Read(rc.tx, rc.partition, rc.key)
+	if err != nil {
+		return nil, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
+	}
+	if err := foldAll(h.fold, &v, events); err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := h.table.Write(rc.tx, rc.partition, rc.key, v); err != nil {
+			return errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
+		}
+		return nil
+	}, nil
+}
+
+type runBuf[E any] struct {
+	events []E
+	idx    []int // record index of events[j]
+	owner  []int
+}
+
+func (d *Event[K, E]) newRunner(hs []Handler) (runner, error) {
+	r := &eventRunner[K, E]{ev: d}
+	r.bufs.New = func() any { return new(runBuf[E]) }
+	for _, h := range hs {
+		switch h := h.(type) {
+		case *handleHandler[K, E]:
+			if h.ev != d {
+				return nil, fmt.Errorf("handler %q is for another declaration of type tag %d", h.name, d.tag)
+			}
+			r.handles = append(r.handles, h)
+		case projector[E]:
+			r.projects = append(r.projects, h)
+		default:
+			return nil, fmt.Errorf("handler %T does not take events of type tag %d (%s)", h, d.tag, d.name)
+		}
+	}
+	return r, nil
+}
+
+// run decodes, reduces and applies one run. It marks the records it
+// applied and the ones it dead-lettered in rc.b, and returns the handler
+// error that stopped the run, if any.
+func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
+	buf := r.bufs.Get().(*runBuf[E])
+	defer func() {
+		clear(buf.events) // drop references for the GC
+		buf.events, buf.idx, buf.owner = buf.events[:0], buf.idx[:0], buf.owner[:0]
+		r.bufs.Put(buf)
+	}()
+	b := rc.b
+	for _, i := range recs {
+		e, err := r.ev.Decode(b.records[i].Payload)
+		if err != nil {
+			b.deadLetter(i, ReasonDecode, err)
+			if b.poison == HoldPoisonedKey {
+				return errPoisonHold{err}
+			}
+			continue
+		}
+		buf.events = append(buf.events, e)
+		buf.idx = append(buf.idx, i)
+	}
+	if len(buf.events) == 0 {
+		return nil
+	}
+	if cap(buf.owner) < len(buf.events) {
+		buf.owner = make([]int, len(buf.events))
+	}
+	buf.owner = buf.owner[:len(buf.events)]
+	reduced := r.ev.alg.Reduce(buf.events, buf.owner)
+	applied, err := r.apply(rc, reduced)
+	for j, i := range buf.idx {
+		if buf.owner[j] < applied {
+			b.status[i] = statusApplied
+		}
+	}
+	return err
+}
+
+// apply hands reduced to every handler and returns how many of its events
+// (a prefix) every handler accepted. Handle handlers go first, chunk by
+// chunk; projections then fold the accepted prefix and write it only if
+// every projection succeeded, so a projection never stores part of a run
+// that was not applied.
+func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (int, error) {
+	accepted := len(reduced)
+	var errs error
+	if len(r.handles) > 0 {
+		key, err := r.ev.keys.Decode(rc.key)
+		if err != nil {
+			// The key bytes are not a key of this type: nothing of the run
+			// can be applied. A poison, found late; the caller dead-letters.
+			return 0, errKeyDecode{err}
+		}
+		for _, h := range r.handles {
+			max := h.max
+			if max <= 0 {
+				max = accepted
+			}
+			for off := 0; off < accepted; off += max {
+				end := min(off+max, accepted)
+				if err := callHandle(rc.ctx, h, key, reduced[off:end]); err != nil {
+					errs = fmt.Errorf("handler %q: %w", h.name, err)
+					accepted = off
+					break
+				}
+			}
+		}
+	}
+	if accepted == 0 || len(r.projects) == 0 {
+		return accepted, errs
+	}
+	if len(r.projects) == 1 {
+		write, err := r.projects[0].prepare(rc, reduced[:accepted])
+		if err == nil {
+			err = write()
+		}
+		if err != nil {
+			return 0, joinErr(errs, r.projectErr(r.projects[0], err))
+		}
+		return accepted, errs
+	}
+	writes := make([]func() error, 0, len(r.projects))
+	for _, p := range r.projects {
+		write, err := p.prepare(rc, reduced[:accepted])
+		if err != nil {
+			return 0, joinErr(errs, r.projectErr(p, err))
+		}
+		writes = append(writes, write)
+	}
+	for i, w := range writes {
+		if err := w(); err != nil {
+			return 0, joinErr(errs, r.projectErr(r.projects[i], err))
+		}
+	}
+	return accepted, errs
+}
+
+func (r *eventRunner[K, E]) projectErr(p projector[E], err error) error {
+	var f errFatal
+	if errors.As(err, &f) {
+		return err
+	}
+	return fmt.Errorf("project into %q: %w", p.tableName(), err)
+}
+
+// callHandle calls a user function and turns a panic into an error, so a
+// bad handler fails its key instead of the process.
+func callHandle[K, E any](ctx context.Context, h *handleHandler[K, E], key K, events []E) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return h.fn(ctx, key, events)
+}
+
+// foldAll folds events into v and turns a panic of fold into an error.
+func foldAll[V, E any](fold func(*V, E) error, v *V, events []E) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	for i := range events {
+		if err := fold(v, events[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func joinErr(a, b error) error {
+	if a == nil {
+		return b
+	}
+	return errors.Join(a, b)
+}
+
+type errPoisonHold struct{ err error }
+
+func (e errPoisonHold) Error() string { return "held behind a poison event: " + e.err.Error() }
+func (e errPoisonHold) Unwrap() error { return e.err }
+
+type errKeyDecode struct{ err error }
+
+func (e errKeyDecode) Error() string { return "decode key: " + e.err.Error() }
+func (e errKeyDecode) Unwrap() error { return e.err }

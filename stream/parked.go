@@ -1,0 +1,134 @@
+//go:build strandcore
+
+package stream
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/strand-io/strand/stream/state"
+)
+
+// parkedKey is one key whose events wait: behind a failing run (retried
+// after next) or behind a poison event (manual, until Release).
+type parkedKey struct {
+	key      []byte
+	attempts int // failed tries so far
+	next     time.Time
+	manual   bool
+	lastErr  string
+	records  []Record // in offset order; they own their bytes
+}
+
+// Row layout in state.FamilyParked, under the task's partition:
+//
+//	meta:   uvarint-prefixed source, 'k', uvarint-prefixed key
+//	record: uvarint-prefixed source, 'r', uvarint-prefixed key, offset (u64 BE)
+//
+// so one key's rows are contiguous and its records sort by offset.
+const (
+	parkedMeta   = 'k'
+	parkedRecord = 'r'
+	parkedFormat = 1
+)
+
+func (t *Task) parkedKeyRow(key []byte) []byte {
+	b := appendString(nil, t.src.name)
+	b = append(b, parkedMeta)
+	return appendString(b, string(key))
+}
+
+func (t *Task) parkedRecordRow(key []byte, offset uint64) []byte {
+	b := appendString(nil, t.src.name)
+	b = append(b, parkedRecord)
+	b = appendString(b, string(key))
+	return binary.BigEndian.AppendUint64(b, offset)
+}
+
+func (pk *parkedKey) metaValue() []byte {
+	b := []byte{parkedFormat}
+	if pk.manual {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(pk.attempts))
+	b = binary.BigEndian.AppendUint64(b, uint64(pk.next.UnixNano()))
+	return appendString(b, pk.lastErr)
+}
+
+func encodeParkedRecord(r Record) []byte {
+	b := []byte{parkedFormat}
+	b = binary.BigEndian.AppendUint64(b, r.Offset)
+	b = binary.BigEndian.AppendUint64(b, r.Timestamp)
+	b = appendHeaders(b, r.Headers)
+	return appendString(b, string(r.Payload))
+}
+
+func decodeParkedRecord(partition uint32, data []byte) (Record, error) {
+	rd := reader{b: data}
+	if v := rd.byte(); v != parkedFormat {
+		return Record{}, fmt.Errorf("%w: parked record format %d unknown", ErrCodec, v)
+	}
+	r := Record{Partition: partition}
+	r.Offset = rd.u64()
+	r.Timestamp = rd.u64()
+	r.Headers = rd.headers()
+	r.Payload = rd.bytes()
+	if rd.err != nil {
+		return Record{}, fmt.Errorf("%w: parked record: %w", ErrCodec, rd.err)
+	}
+	return r, nil
+}
+
+// loadParked reads the task's parked keys and records from the database.
+func (t *Task) loadParked(ctx context.Context) error {
+	return t.db.Rows(ctx, state.FamilyParked, t.partition, func(key, value []byte) error {
+		rd := reader{b: key}
+		if rd.string() != t.src.name {
+			return nil
+		}
+		kind := rd.byte()
+		k := rd.bytes()
+		if rd.err != nil {
+			return fmt.Errorf("%w: parked row key %x: %w", ErrCodec, key, rd.err)
+		}
+		pk, ok := t.parked[string(k)]
+		if !ok {
+			pk = &parkedKey{key: k}
+			t.parked[string(k)] = pk
+		}
+		switch kind {
+		case parkedMeta:
+			vr := reader{b: value}
+			if v := vr.byte(); v != parkedFormat {
+				return fmt.Errorf("%w: parked key %q: format %d unknown", ErrCodec, k, v)
+			}
+			pk.manual = vr.byte() == 1
+			pk.attempts = int(vr.uvarint())
+			pk.next = time.Unix(0, int64(vr.u64()))
+			pk.lastErr = vr.string()
+			if vr.err != nil {
+				return fmt.Errorf("%w: parked key %q: %w", ErrCodec, k, vr.err)
+			}
+		case parkedRecord:
+			r, err := decodeParkedRecord(t.partition, value)
+			if err != nil {
+				return fmt.Errorf("parked record of key %q: %w", k, err)
+			}
+			pk.records = append(pk.records, r)
+		default:
+			return fmt.Errorf("%w: parked row key %x: kind %q unknown", ErrCodec, key, kind)
+		}
+		return nil
+	})
+}
+
+// sortParked keeps a key's records in offset order (rows come sorted; this
+// guards against hand-made input).
+func sortParked(rs []Record) {
+	slices.SortFunc(rs, func(a, b Record) int { return cmpU64(a.Offset, b.Offset) })
+}

@@ -1,0 +1,374 @@
+//go:build strandcore
+
+package stream
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream/state"
+)
+
+// ErrBadTopology is wrapped by every error NewProgram (and so topology
+// Build) returns: the topology cannot work, and the message names why.
+var ErrBadTopology = errors.New("stream: bad topology")
+
+// PoisonPolicy says what happens to the later events of a key after one of
+// its events turned out to be poison (bad strand headers, an unknown type
+// tag, an undecodable payload or key). The poison event itself is never
+// applied and always dead-lettered.
+type PoisonPolicy uint8
+
+const (
+	// PassPoison lets the key's later events go on as if the poison event
+	// had not been in the log. It is the default: the poison event could
+	// never have applied, so skipping it is what any retry would do too.
+	PassPoison PoisonPolicy = iota
+	// HoldPoisonedKey parks every later event of the key durably, behind
+	// the poison event, and stops the key until Task.Release is called
+	// for it (after the dead letter was dealt with). Other keys go on.
+	HoldPoisonedKey
+)
+
+// String returns "pass" or "hold".
+func (p PoisonPolicy) String() string {
+	switch p {
+	case PassPoison:
+		return "pass"
+	case HoldPoisonedKey:
+		return "hold"
+	}
+	return fmt.Sprintf("PoisonPolicy(%d)", uint8(p))
+}
+
+// Spec describes a program for NewProgram. Package topology fills one from
+// its fluent builder; most users never write one by hand.
+type Spec struct {
+	// Name names the topology. It is part of the fingerprint.
+	Name string
+	// Sources lists the logs the program reads, with their handlers.
+	Sources []SourceSpec
+	// Tables lists tables to attach even though no handler projects into
+	// them (tables that handlers use are attached anyway).
+	Tables []state.Attacher
+	// Poison says what happens to a key's events after a poison event.
+	Poison PoisonPolicy
+	// Workers bounds how many keys of one batch run at once; 0 means
+	// runtime.GOMAXPROCS(0).
+	Workers int
+	// MaxAttempts is how many times a failing key's events are tried
+	// (the first try included) before the failing run is dead-lettered
+	// and the key goes on; 0 means 10.
+	MaxAttempts int
+	// Backoff is the wait before the first retry of a parked key; it
+	// doubles per attempt up to MaxBackoff. 0 means 100ms and 1 minute.
+	Backoff, MaxBackoff time.Duration
+}
+
+// SourceSpec is one source of a program and the handlers of its events.
+type SourceSpec struct {
+	// Name is the source's stable name (Source.Name), part of checkpoint
+	// keys.
+	Name string
+	// Handlers consume the source's events; several may share a type.
+	Handlers []Handler
+	// Skip lists type tags the program deliberately ignores on this
+	// source: records with them are counted as skipped, never dead-
+	// lettered. Any other tag without a handler is poison.
+	Skip []planner.Tag
+}
+
+// Program is a compiled topology: per source, the declared event types and
+// their handlers, the tables, the policies and a fingerprint. It is
+// immutable and safe for concurrent use; a processor runtime makes one Task
+// per source partition from it.
+type Program struct {
+	name        string
+	sources     map[string]*programSource
+	sourceNames []string
+	tables      []state.Attacher
+	tableNames  []string
+	fingerprint []byte
+	poison      PoisonPolicy
+	workers     int
+	maxAttempts int
+	backoff     time.Duration
+	maxBackoff  time.Duration
+}
+
+// programSource is one source of a program, with routes by type tag.
+type programSource struct {
+	name   string
+	routes map[planner.Tag]*route
+	skip   map[planner.Tag]bool
+}
+
+// route is everything the executor needs for one type tag.
+type route struct {
+	tag    planner.Tag
+	name   string
+	fence  planner.Ordering // static fence, or 0 when the type uses FenceBy
+	kind   algebra.Kind
+	runner runner
+}
+
+// runner runs the runs of one event type.
+type runner interface {
+	run(rc *runCtx, recs []int) error
+}
+
+// NewProgram checks spec and compiles it. It refuses, with an error
+// wrapping ErrBadTopology that names the problem: an empty name, no
+// sources, duplicate source names, a bad declaration, two declarations
+// sharing a type tag on one source, handlers of one source with different
+// key types, a projection without a table, two projections of one type
+// into one table, and tables with duplicate names. All problems are
+// reported together.
+func NewProgram(spec Spec) (*Program, error) {
+	var errs []error
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	if spec.Name == "" {
+		fail("topology has no name")
+	}
+	if len(spec.Sources) == 0 {
+		fail("topology %q has no source", spec.Name)
+	}
+	p := &Program{
+		name:        spec.Name,
+		sources:     make(map[string]*programSource),
+		poison:      spec.Poison,
+		workers:     spec.Workers,
+		maxAttempts: spec.MaxAttempts,
+		backoff:     spec.Backoff,
+		maxBackoff:  spec.MaxBackoff,
+	}
+	if p.workers <= 0 {
+		p.workers = runtime.GOMAXPROCS(0)
+	}
+	if p.maxAttempts <= 0 {
+		p.maxAttempts = 10
+	}
+	if p.backoff <= 0 {
+		p.backoff = 100 * time.Millisecond
+	}
+	if p.maxBackoff <= 0 {
+		p.maxBackoff = time.Minute
+	}
+	if p.poison != PassPoison && p.poison != HoldPoisonedKey {
+		fail("unknown poison policy %d", uint8(p.poison))
+	}
+
+	fp := newFingerprint(spec.Name)
+	tables := map[string]string{} // name -> Go type
+	addTable := func(name, typ string, a state.Attacher) {
+		if prev, ok := tables[name]; ok {
+			if prev != typ {
+				fail("table %q declared twice, as %s and as %s", name, prev, typ)
+			}
+			return
+		}
+		tables[name] = typ
+		p.tables = append(p.tables, a)
+		p.tableNames = append(p.tableNames, name)
+	}
+	for _, t := range spec.Tables {
+		if t == nil {
+			fail("nil table")
+			continue
+		}
+		name := tableName(t)
+		addTable(name, fmt.Sprintf("%T", t), t)
+	}
+
+	for si, src := range spec.Sources {
+		if src.Name == "" {
+			fail("source %d has no name", si)
+			continue
+		}
+		if _, dup := p.sources[src.Name]; dup {
+			fail("source %q declared twice", src.Name)
+			continue
+		}
+		ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}}
+		p.sources[src.Name] = ps
+		p.sourceNames = append(p.sourceNames, src.Name)
+
+		type group struct {
+			d        declaration
+			handlers []Handler
+		}
+		groups := map[planner.Tag]*group{}
+		var tags []planner.Tag
+		var keyType, keyFrom string
+		for _, h := range src.Handlers {
+			if h == nil {
+				fail("source %q: nil handler", src.Name)
+				continue
+			}
+			d := h.decl()
+			hi := h.info()
+			if d == nil {
+				fail("source %q: handler %q has no event declaration", src.Name, hi.name)
+				continue
+			}
+			if err := d.Err(); err != nil {
+				fail("source %q: %w", src.Name, err)
+				continue
+			}
+			if hi.kind == "project" && hi.attacher == nil {
+				fail("source %q: type tag %d (%s): a projection without a table", src.Name, d.Tag(), d.Name())
+				continue
+			}
+			if kt := d.keyType().String(); keyType == "" {
+				keyType, keyFrom = kt, fmt.Sprintf("type tag %d (%s)", d.Tag(), d.Name())
+			} else if kt != keyType {
+				fail("source %q: conflicting key types: %s has key type %s, %s has %s",
+					src.Name, keyFrom, keyType, fmt.Sprintf("type tag %d (%s)", d.Tag(), d.Name()), kt)
+			}
+			g, ok := groups[d.Tag()]
+			if !ok {
+				g = &group{d: d}
+				groups[d.Tag()] = g
+				tags = append(tags, d.Tag())
+			} else if g.d != d {
+				fail("source %q: duplicate type tag %d: declared for %s and for %s",
+					src.Name, d.Tag(), g.d.Name(), d.Name())
+				continue
+			}
+			if hi.kind == "project" {
+				for _, other := range g.handlers {
+					if oi := other.info(); oi.kind == "project" && oi.table == hi.table {
+						fail("source %q: type tag %d (%s) projects into table %q twice; fold both in one projection",
+							src.Name, d.Tag(), d.Name(), hi.table)
+					}
+				}
+				addTable(hi.table, hi.tableType, hi.attacher)
+			}
+			g.handlers = append(g.handlers, h)
+		}
+		for _, tag := range src.Skip {
+			if _, handled := groups[tag]; handled {
+				fail("source %q: type tag %d is both handled and skipped", src.Name, tag)
+			}
+			ps.skip[tag] = true
+		}
+		slices.Sort(tags)
+		fp.add("source", src.Name, keyType)
+		for _, tag := range tags {
+			g := groups[tag]
+			r, err := g.d.newRunner(g.handlers)
+			if err != nil {
+				fail("source %q: %w", src.Name, err)
+				continue
+			}
+			fence, _ := g.d.StaticOrdering()
+			if _, static := g.d.StaticOrdering(); !static {
+				fence = 0
+			}
+			ps.routes[tag] = &route{tag: tag, name: g.d.Name(), fence: fence, kind: g.d.algebraKind(), runner: r}
+			fp.add("type", fmt.Sprint(tag), g.d.eventType().String(), fence.String(), g.d.algebraKind().String())
+			for _, h := range g.handlers {
+				if hi := h.info(); hi.kind == "project" {
+					fp.add("project", fmt.Sprint(tag), hi.table)
+				}
+			}
+		}
+		skips := slices.Sorted(mapsKeys(ps.skip))
+		for _, tag := range skips {
+			fp.add("skip", fmt.Sprint(tag))
+		}
+	}
+	names := slices.Clone(p.tableNames)
+	sort.Strings(names)
+	for _, n := range names {
+		fp.add("table", n, tables[n])
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %q: %w", ErrBadTopology, spec.Name, errors.Join(errs...))
+	}
+	p.fingerprint = fp.sum()
+	return p, nil
+}
+
+func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// tableName returns the name of a table known only as an Attacher.
+func tableName(a state.Attacher) string {
+	if n, ok := a.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return fmt.Sprintf("%T", a)
+}
+
+// fingerprint hashes the parts of a topology that give its stored state its
+// meaning: sources and their key types, event types with fence and algebra,
+// which types project into which tables, and the tables with their Go
+// types. Plain handlers (Handle) are not part of it: adding or removing one
+// does not change what the tables hold.
+type fingerprint struct{ b strings.Builder }
+
+func newFingerprint(name string) *fingerprint {
+	f := &fingerprint{}
+	f.add("strand-topology-v1", name)
+	return f
+}
+
+func (f *fingerprint) add(parts ...string) {
+	for _, p := range parts {
+		fmt.Fprintf(&f.b, "%d:%s;", len(p), p)
+	}
+	f.b.WriteByte('\n')
+}
+
+func (f *fingerprint) sum() []byte {
+	s := sha256.Sum256([]byte(f.b.String()))
+	return s[:]
+}
+
+// Name returns the topology's name.
+func (p *Program) Name() string { return p.name }
+
+// Sources returns the names of the sources the program reads, in the order
+// they were declared.
+func (p *Program) Sources() []string { return slices.Clone(p.sourceNames) }
+
+// Tables returns the names of the program's tables.
+func (p *Program) Tables() []string { return slices.Clone(p.tableNames) }
+
+// Fingerprint returns a hash of what gives the program's stored state its
+// meaning (sources, key types, event types with their fences and algebras,
+// projections, tables and their types). Attach stores it in a new database
+// and refuses a database with another one. The slice is a copy.
+func (p *Program) Fingerprint() []byte { return slices.Clone(p.fingerprint) }
+
+// Attach binds the program's tables to db and checks the fingerprint
+// (state.DB.EnsureFingerprint): a database written by an incompatible
+// topology is refused with an error wrapping state.ErrIncompatibleTopology.
+// Call it once per opened database, before NewTask.
+func (p *Program) Attach(db *state.DB) error {
+	if err := db.EnsureFingerprint(p.fingerprint); err != nil {
+		return fmt.Errorf("stream: topology %q: %w", p.name, err)
+	}
+	if err := db.Attach(p.tables...); err != nil {
+		return fmt.Errorf("stream: topology %q: attach tables: %w", p.name, err)
+	}
+	return nil
+}

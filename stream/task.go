@@ -1,0 +1,876 @@
+//go:build strandcore
+
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream/state"
+)
+
+// Task processes the batches of one partition of one source of a Program,
+// end to end: it plans a batch, executes it, and commits the table writes,
+// the source checkpoint, the parked events and the dead letters in one
+// state transaction. It is the single place where strand processes a batch:
+// the processor runtime and the test driver both drive Tasks.
+//
+// # Failures
+//
+// A handler error stops its key at the failing run: the run's events that
+// were not applied and every later event of the key in the batch are parked
+// (written to state.FamilyParked in the same commit) and other keys go on.
+// Later batches park the key's new events behind them. A parked key is
+// retried, in log order, by the first Process or Retry call after its
+// backoff (Spec.Backoff, doubling up to Spec.MaxBackoff); when the retry
+// that would exceed Spec.MaxAttempts fails too, the failing run is
+// dead-lettered (ReasonExhausted) and the key goes on. A handler error
+// wrapped with Permanent dead-letters the run at once and the key goes on.
+// Parked events and attempts survive restarts: NewTask reloads them.
+//
+// Poison records (bad headers, unknown type tag, undecodable payload or
+// key) are never applied and always dead-lettered; what happens to their
+// key's later events is the program's PoisonPolicy.
+//
+// # Concurrency
+//
+// A Task is not safe for concurrent use: one goroutine (the partition's
+// pipeline) calls its methods. Inside Process, keys run concurrently on up
+// to Spec.Workers goroutines; one key's runs always run one after another
+// (head, body runs in plan order, tail), so handlers and projections of
+// one key never race. Tasks of different partitions may run concurrently on
+// one database.
+type Task struct {
+	prog      *Program
+	src       *programSource
+	db        *state.DB
+	partition uint32
+	next      uint64
+	hasNext   bool
+
+	clock        func() time.Time
+	log          *slog.Logger
+	onDeadLetter func(DeadLetter)
+
+	planner planner.Planner[string]
+	parked  map[string]*parkedKey
+
+	// scratch reused by Process
+	in      []Record
+	fromRow []bool
+	status  []status
+	planRec []planner.Record[string]
+	planIdx []int
+}
+
+// TaskOption configures NewTask.
+type TaskOption func(*taskOptions)
+
+type taskOptions struct {
+	clock        func() time.Time
+	log          *slog.Logger
+	onDeadLetter func(DeadLetter)
+}
+
+// WithClock sets the clock used for retry backoff (tests).
+func WithClock(now func() time.Time) TaskOption {
+	return func(o *taskOptions) { o.clock = now }
+}
+
+// WithLogger sets the logger; the default is slog.Default().
+func WithLogger(l *slog.Logger) TaskOption {
+	return func(o *taskOptions) { o.log = l }
+}
+
+// OnDeadLetter sets a function called, after each successful commit, with
+// every dead letter that commit wrote. It runs on the Task's goroutine and
+// must not block for long. It is a notification: the durable record is the
+// dead-letter row the commit wrote, which a runtime publishes.
+func OnDeadLetter(fn func(DeadLetter)) TaskOption {
+	return func(o *taskOptions) { o.onDeadLetter = fn }
+}
+
+// NewTask makes the Task of one partition of source. It reads the
+// partition's checkpoint and parked events from db. Call Program.Attach on
+// db first.
+func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, partition uint32, opts ...TaskOption) (*Task, error) {
+	src, ok := p.sources[source]
+	if !ok {
+		return nil, fmt.Errorf("stream: topology %q has no source %q", p.name, source)
+	}
+	o := taskOptions{clock: time.Now, log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	t := &Task{
+		prog: p, src: src, db: db, partition: partition,
+		clock: o.clock, log: o.log, onDeadLetter: o.onDeadLetter,
+		parked: map[string]*parkedKey{},
+	}
+	next, ok, err := db.Checkpoint(source, partition)
+	if err != nil {
+		return nil, fmt.Errorf("stream: source %q partition %d: read checkpoint: %w", source, partition, err)
+	}
+	t.next, t.hasNext = next, ok
+	if err := t.loadParked(ctx); err != nil {
+		return nil, fmt.Errorf("stream: source %q partition %d: load parked events: %w", source, partition, err)
+	}
+	return t, nil
+}
+
+// Source returns the task's source name.
+func (t *Task) Source() string { return t.src.name }
+
+// Partition returns the task's partition.
+func (t *Task) Partition() uint32 { return t.partition }
+
+// Next returns the offset of the first record not yet committed: where to
+// read from. It is 0 for a partition never committed.
+func (t *Task) Next() uint64 { return t.next }
+
+// Result is what one Process or Retry call did. Offsets are record offsets
+// of the task's partition.
+type Result struct {
+	// Next is the checkpoint after the commit: the next offset to read.
+	Next uint64
+	// Records counts the records looked at: the batch's records that were
+	// not already committed, plus the parked ones retried.
+	Records int
+	// Applied lists, in ascending order, the offsets of the records that
+	// every handler of their type applied in this commit.
+	Applied []uint64
+	// Held lists, in ascending order, the offsets of the records parked
+	// by this commit, not applied: behind a failure, a key being retried
+	// later, or a poison record under HoldPoisonedKey. They stay parked.
+	Held []uint64
+	// Skipped lists the offsets of records whose type tag the program
+	// skips.
+	Skipped []uint64
+	// Stale counts batch records below the checkpoint, ignored as already
+	// committed.
+	Stale int
+	// DeadLetters lists the records dead-lettered by this commit.
+	DeadLetters []DeadLetter
+	// Failures lists the keys whose processing stopped at a failing run.
+	Failures []Failure
+}
+
+// Err returns the failures' errors aggregated in a *multierror.Error, or
+// nil when no key failed.
+func (r Result) Err() error {
+	var merr *multierror.Error
+	for _, f := range r.Failures {
+		merr = multierror.Append(merr, f)
+	}
+	return merr.ErrorOrNil()
+}
+
+// Failure is one key whose processing stopped at a failing run.
+type Failure struct {
+	// Key is the key's bytes.
+	Key []byte
+	// Tag is the type tag of the failing run.
+	Tag planner.Tag
+	// Offsets are the failing run's records that were not applied.
+	Offsets []uint64
+	// Attempt is the try that failed (1 for the first).
+	Attempt int
+	// Action says what was done: "parked", "held" (poison, waits for
+	// Release) or "dead-lettered".
+	Action string
+	// Err is the handler's error.
+	Err error
+}
+
+// Error describes the failure with key, tag, offsets and action.
+func (f Failure) Error() string {
+	return fmt.Sprintf("key %q type tag %d offsets %v (attempt %d, %s): %v", f.Key, f.Tag, f.Offsets, f.Attempt, f.Action, f.Err)
+}
+
+// Unwrap returns the handler's error.
+func (f Failure) Unwrap() error { return f.Err }
+
+type status uint8
+
+const (
+	statusPending status = iota
+	statusApplied
+	statusDead
+	statusHeld
+	statusSkipped
+	statusStale
+)
+
+// batch is the executor's view of one Process call.
+type batch struct {
+	t       *Task
+	ctx     context.Context
+	tx      *state.Txn
+	records []Record
+	status  []status
+	attempt []int // per record: the try this is (1 + the key's failed tries)
+	fromRow []bool
+	due     map[string]bool // parked keys retried by this batch
+	poison  PoisonPolicy
+
+	mu       sync.Mutex
+	dead     []deadEntry
+	failures []failureEntry
+	fatal    error
+}
+
+type deadEntry struct {
+	idx    int
+	reason Reason
+	err    error
+}
+
+type failureEntry struct {
+	key    string
+	tag    planner.Tag
+	recs   []int
+	err    error
+	action string
+}
+
+func (b *batch) deadLetter(i int, reason Reason, err error) {
+	b.status[i] = statusDead
+	b.mu.Lock()
+	b.dead = append(b.dead, deadEntry{i, reason, err})
+	b.mu.Unlock()
+}
+
+func (b *batch) fail(f failureEntry) {
+	b.mu.Lock()
+	b.failures = append(b.failures, f)
+	b.mu.Unlock()
+}
+
+func (b *batch) setFatal(err error) {
+	b.mu.Lock()
+	if b.fatal == nil {
+		b.fatal = err
+	}
+	b.mu.Unlock()
+}
+
+// runCtx is what a run needs: one key of one batch.
+type runCtx struct {
+	ctx       context.Context
+	tx        *state.Txn
+	partition uint32
+	key       []byte
+	b         *batch
+}
+
+// Process processes one batch of the task's partition, records in offset
+// order as a PartitionReader returns them, and commits the result with the
+// checkpoint after the batch's last record. It first retries, ahead of the
+// batch, every parked key whose backoff has passed.
+//
+// Records below the checkpoint are ignored as already committed (counted in
+// Result.Stale). Handler failures do not make Process fail: they are in
+// Result.Failures and their events are parked in the same commit. Process
+// returns an error, and commits nothing, only when the store fails or ctx
+// is done; then calling Process again with the same records is safe (sinks
+// may see some events again, tables never).
+//
+// Cancelling ctx abandons the batch; to finish an in-flight batch on
+// shutdown, pass a context that stays alive until Process returns.
+func (t *Task) Process(ctx context.Context, records []Record) (Result, error) {
+	return t.process(ctx, records)
+}
+
+// Retry retries every parked key whose backoff has passed and commits the
+// result; it reads no new records and leaves the checkpoint alone. It does
+// nothing when no key is due. Call it when NextRetry comes and no batch is
+// flowing.
+func (t *Task) Retry(ctx context.Context) (Result, error) {
+	return t.process(ctx, nil)
+}
+
+// NextRetry returns when the earliest parked key becomes due, and false
+// when no key waits for a retry (keys held by HoldPoisonedKey wait for
+// Release, not for time).
+func (t *Task) NextRetry() (time.Time, bool) {
+	var at time.Time
+	found := false
+	for _, pk := range t.parked {
+		if pk.manual {
+			continue
+		}
+		if !found || pk.next.Before(at) {
+			at, found = pk.next, true
+		}
+	}
+	return at, found
+}
+
+// Parked returns how many keys are parked and how many records they hold.
+func (t *Task) Parked() (keys, records int) {
+	for _, pk := range t.parked {
+		keys++
+		records += len(pk.records)
+	}
+	return keys, records
+}
+
+// Release makes a parked key due now, clearing its attempts: the next
+// Process or Retry tries its events again. It is how a key held behind a
+// poison event (HoldPoisonedKey) goes on. It commits at once; releasing a
+// key that is not parked does nothing.
+func (t *Task) Release(ctx context.Context, key []byte) error {
+	pk, ok := t.parked[string(key)]
+	if !ok {
+		return nil
+	}
+	upd := *pk
+	upd.manual, upd.attempts, upd.next = false, 0, t.clock()
+	tx := t.db.NewTxn()
+	tx.PutRow(state.FamilyParked, t.partition, t.parkedKeyRow(pk.key), upd.metaValue())
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("stream: source %q partition %d: release key %q: %w", t.src.name, t.partition, key, err)
+	}
+	*pk = upd
+	return nil
+}
+
+func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	now := t.clock()
+	res := Result{Next: t.next}
+
+	// Input: the parked events of due keys first (they are older than the
+	// batch), then the batch.
+	var due []*parkedKey
+	for _, pk := range t.parked {
+		if !pk.manual && !pk.next.After(now) {
+			due = append(due, pk)
+		}
+	}
+	slices.SortFunc(due, func(a, b *parkedKey) int { return bytes.Compare(a.key, b.key) })
+	if len(due) == 0 && len(records) == 0 {
+		return res, nil
+	}
+	in := t.in[:0]
+	fromRow := t.fromRow[:0]
+	attempt := make([]int, 0, len(records))
+	for _, pk := range due {
+		for _, r := range pk.records {
+			in = append(in, r)
+			fromRow = append(fromRow, true)
+			attempt = append(attempt, pk.attempts+1)
+		}
+	}
+	nParked := len(in)
+	last, hasLast := uint64(0), false
+	for i := range records {
+		in = append(in, records[i])
+		fromRow = append(fromRow, false)
+		attempt = append(attempt, 1)
+		last, hasLast = records[i].Offset, true
+	}
+	t.in, t.fromRow = in, fromRow
+
+	status := t.status[:0]
+	for range in {
+		status = append(status, statusPending)
+	}
+	t.status = status
+	b := &batch{
+		t: t, ctx: ctx, tx: t.db.NewTxn(), records: in, status: status,
+		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
+	}
+	for _, pk := range due {
+		b.due[string(pk.key)] = true
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			b.tx.Discard()
+		}
+	}()
+
+	t.prepare(b, nParked)
+	t.execute(b)
+
+	if b.fatal != nil {
+		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, b.fatal)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, err)
+	}
+
+	// Write parked rows, dead letters and the checkpoint, and work out the
+	// new parked state; apply it to memory only after the commit.
+	changes := t.settle(b, now, &res)
+	if hasLast && (!t.hasNext || last+1 > t.next) {
+		res.Next = last + 1
+		b.tx.SetCheckpoint(t.src.name, t.partition, res.Next)
+	}
+	if err := b.tx.Commit(ctx); err != nil {
+		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: commit: %w", t.src.name, t.partition, err)
+	}
+	committed = true
+	if hasLast && res.Next != t.next {
+		t.next, t.hasNext = res.Next, true
+	}
+	for k, pk := range changes {
+		if pk == nil {
+			delete(t.parked, k)
+		} else {
+			t.parked[k] = pk
+		}
+	}
+	if t.onDeadLetter != nil {
+		for _, d := range res.DeadLetters {
+			t.onDeadLetter(d)
+		}
+	}
+	clear(t.in) // drop payload references
+	return res, nil
+}
+
+// prepare routes every input record: stale, poison, skipped, held behind a
+// parked key, or planned. It fills t.planRec / t.planIdx.
+func (t *Task) prepare(b *batch, nParked int) {
+	planRec, planIdx := t.planRec[:0], t.planIdx[:0]
+	var poisoned map[string]bool // HoldPoisonedKey: keys behind a poison record
+	for i := range b.records {
+		r := &b.records[i]
+		if i >= nParked && t.hasNext && r.Offset < t.next {
+			b.status[i] = statusStale
+			continue
+		}
+		if r.HeaderErr != nil {
+			b.deadLetter(i, ReasonBadHeaders, r.HeaderErr)
+			continue
+		}
+		if err := r.Headers.Validate(); err != nil {
+			b.deadLetter(i, ReasonBadHeaders, err)
+			continue
+		}
+		key := unsafe.String(unsafe.SliceData(r.Headers.Key), len(r.Headers.Key))
+		if i >= nParked {
+			if pk, ok := t.parked[key]; ok {
+				if !b.due[key] {
+					b.status[i] = statusHeld
+					continue
+				}
+				b.attempt[i] = pk.attempts + 1
+			}
+		}
+		if poisoned[key] {
+			b.status[i] = statusHeld
+			continue
+		}
+		rt, ok := t.src.routes[r.Headers.Tag]
+		if !ok {
+			if t.src.skip[r.Headers.Tag] {
+				b.status[i] = statusSkipped
+				continue
+			}
+			b.deadLetter(i, ReasonUnknownType, fmt.Errorf("%w: type tag %d", ErrUnknownType, r.Headers.Tag))
+			if b.poison == HoldPoisonedKey {
+				if poisoned == nil {
+					poisoned = map[string]bool{}
+				}
+				poisoned[key] = true
+				b.fail(failureEntry{key: key, tag: r.Headers.Tag, err: ErrUnknownType, action: "held"})
+			}
+			continue
+		}
+		o := rt.fence
+		if o == 0 {
+			o = r.Headers.Ordering
+		}
+		planRec = append(planRec, planner.Record[string]{Key: key, Tag: r.Headers.Tag, Ordering: o})
+		planIdx = append(planIdx, i)
+	}
+	t.planRec, t.planIdx = planRec, planIdx
+}
+
+// ErrUnknownType is wrapped by the error of a record whose type tag has no
+// handler in the topology (and is not skipped).
+var ErrUnknownType = errors.New("stream: unknown type tag")
+
+// execute plans the routed records and runs the keys on the worker pool.
+func (t *Task) execute(b *batch) {
+	if len(t.planRec) == 0 {
+		return
+	}
+	plan := t.planner.Plan(t.planRec)
+	keys := plan.Keys()
+	workers := min(t.prog.workers, len(keys))
+	if workers <= 1 {
+		var scratch []int
+		for _, k := range keys {
+			scratch = t.runKey(b, plan, k, scratch)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var scratch []int
+			for {
+				n := int(next.Add(1) - 1)
+				if n >= len(keys) || b.ctx.Err() != nil {
+					return
+				}
+				scratch = t.runKey(b, plan, keys[n], scratch)
+				if b.fatal != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// runKey runs one key's segments in order and, inside a segment, the head
+// run, the body runs one after another, then the tail run.
+func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[string], scratch []int) []int {
+	segs := plan.Segments(k)
+	var rc *runCtx
+	stopped := false
+	for _, seg := range segs {
+		var runs [3][]planner.Run
+		if h, ok := plan.Head(seg); ok {
+			runs[0] = []planner.Run{h}
+		}
+		runs[1] = plan.Body(seg)
+		if tl, ok := plan.Tail(seg); ok {
+			runs[2] = []planner.Run{tl}
+		}
+		for _, stage := range runs {
+			for _, run := range stage {
+				recs := scratch[:0]
+				for _, pi := range plan.Records(run) {
+					recs = append(recs, t.planIdx[pi])
+				}
+				scratch = recs
+				if rc == nil {
+					first := &b.records[recs[0]]
+					rc = &runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: first.Headers.Key, b: b}
+				}
+				if !t.runOne(b, rc, run.Tag(), recs) {
+					stopped = true
+					break
+				}
+			}
+			if stopped {
+				break
+			}
+		}
+		if stopped {
+			break
+		}
+	}
+	if stopped {
+		// Everything of the key not applied or dead-lettered waits.
+		hold := func(run planner.Run) {
+			for _, pi := range plan.Records(run) {
+				if i := t.planIdx[pi]; b.status[i] == statusPending {
+					b.status[i] = statusHeld
+				}
+			}
+		}
+		for _, seg := range segs {
+			if h, ok := plan.Head(seg); ok {
+				hold(h)
+			}
+			for _, run := range plan.Body(seg) {
+				hold(run)
+			}
+			if tl, ok := plan.Tail(seg); ok {
+				hold(tl)
+			}
+		}
+	}
+	return scratch
+}
+
+// runOne runs one run and deals with its failure; it returns false when
+// the key must stop.
+func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
+	rt := t.src.routes[tag]
+	err := rt.runner.run(rc, recs)
+	if err == nil {
+		return true
+	}
+	var fatal errFatal
+	if errors.As(err, &fatal) {
+		b.setFatal(err)
+		return false
+	}
+	if b.ctx.Err() != nil {
+		b.setFatal(b.ctx.Err())
+		return false
+	}
+	key := string(rc.key)
+	var pending []int
+	for _, i := range recs {
+		if b.status[i] == statusPending {
+			pending = append(pending, i)
+		}
+	}
+	var kd errKeyDecode
+	if errors.As(err, &kd) {
+		for _, i := range pending {
+			b.deadLetter(i, ReasonBadKey, kd.err)
+		}
+		if b.poison == HoldPoisonedKey {
+			b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
+			return false
+		}
+		return true
+	}
+	var ph errPoisonHold
+	if errors.As(err, &ph) {
+		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
+		return false
+	}
+	attempt := 1
+	if len(recs) > 0 {
+		attempt = b.attempt[recs[0]]
+	}
+	switch {
+	case errors.Is(err, ErrPermanent):
+		for _, i := range pending {
+			b.deadLetter(i, ReasonPermanent, err)
+		}
+		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
+		return true
+	case attempt >= t.prog.maxAttempts:
+		for _, i := range pending {
+			b.deadLetter(i, ReasonExhausted, err)
+		}
+		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
+		return true
+	}
+	b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "parked"})
+	return false
+}
+
+// settle writes the parked rows and dead letters of the batch into its
+// transaction, fills res, and returns the parked keys to update in memory
+// after the commit (nil value: unpark).
+func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKey {
+	changes := map[string]*parkedKey{}
+	// The new parked state of every key touched. A retried (due) key starts
+	// empty: all its records were in the batch and the held ones come back.
+	get := func(key []byte) *parkedKey {
+		k := string(key)
+		if pk, ok := changes[k]; ok && pk != nil {
+			return pk
+		}
+		pk := &parkedKey{key: []byte(k)}
+		if old, ok := t.parked[k]; ok {
+			cp := *old
+			cp.records = nil
+			if !b.due[k] {
+				cp.records = slices.Clone(old.records)
+			}
+			pk = &cp
+		}
+		changes[k] = pk
+		return pk
+	}
+	failed := map[string]failureEntry{}
+	for _, f := range b.failures {
+		if f.action == "parked" || f.action == "held" {
+			failed[f.key] = f
+		}
+	}
+	var parkedApplied, parkedHeld []uint64
+	for i := range b.records {
+		r := &b.records[i]
+		switch b.status[i] {
+		case statusApplied:
+			if b.fromRow[i] {
+				parkedApplied = append(parkedApplied, r.Offset)
+			} else {
+				res.Applied = append(res.Applied, r.Offset)
+			}
+		case statusHeld:
+			if b.fromRow[i] {
+				parkedHeld = append(parkedHeld, r.Offset)
+			} else {
+				res.Held = append(res.Held, r.Offset)
+			}
+		case statusSkipped:
+			res.Skipped = append(res.Skipped, r.Offset)
+		case statusStale:
+			res.Stale++
+			continue
+		case statusPending:
+			// Not reached by the plan: cannot happen, but never lose it.
+			b.status[i] = statusHeld
+			res.Held = append(res.Held, r.Offset)
+		}
+		res.Records++
+	}
+	res.Applied = mergeSorted(parkedApplied, res.Applied)
+	res.Held = mergeSorted(parkedHeld, res.Held)
+
+	// Rows of records: parked ones that left the parked set are deleted,
+	// new held ones are added.
+	for i := range b.records {
+		r := &b.records[i]
+		st := b.status[i]
+		if st == statusStale {
+			continue
+		}
+		if b.fromRow[i] {
+			if st == statusHeld {
+				pk := get(r.Headers.Key)
+				pk.records = append(pk.records, *r)
+			} else {
+				b.tx.DeleteRow(state.FamilyParked, t.partition, t.parkedRecordRow(r.Headers.Key, r.Offset))
+			}
+			continue
+		}
+		if st == statusHeld {
+			own := ownRecord(*r)
+			pk := get(own.Headers.Key)
+			pk.records = append(pk.records, own)
+			b.tx.PutRow(state.FamilyParked, t.partition, t.parkedRecordRow(own.Headers.Key, own.Offset), encodeParkedRecord(own))
+		}
+	}
+	// Every retried key gets its metadata rewritten or deleted.
+	for k := range b.due {
+		if _, touched := changes[k]; !touched {
+			changes[k] = nil
+		}
+	}
+	for k, pk := range changes {
+		if pk == nil || len(pk.records) == 0 {
+			changes[k] = nil
+			b.tx.DeleteRow(state.FamilyParked, t.partition, t.parkedKeyRow([]byte(k)))
+			continue
+		}
+		_, wasParked := t.parked[k]
+		f, failedNow := failed[k]
+		switch {
+		case failedNow && f.action == "held":
+			pk.manual = true
+			pk.lastErr = f.err.Error()
+		case failedNow:
+			pk.attempts++
+			pk.next = now.Add(t.backoff(pk.attempts))
+			pk.lastErr = f.err.Error()
+		case wasParked && !b.due[k]:
+			// Only new records queued behind the key: metadata unchanged.
+			continue
+		default:
+			// Retried without failing, yet records remain (cannot happen
+			// with a correct plan): try them again at once.
+			pk.next = now
+		}
+		b.tx.PutRow(state.FamilyParked, t.partition, t.parkedKeyRow([]byte(k)), pk.metaValue())
+	}
+
+	for _, d := range b.dead {
+		r := &b.records[d.idx]
+		dl := DeadLetter{
+			Source: t.src.name, Partition: t.partition, Offset: r.Offset, Timestamp: r.Timestamp,
+			Reason: d.reason, Err: d.err, Headers: r.Headers, Payload: r.Payload,
+		}
+		if d.reason == ReasonPermanent || d.reason == ReasonExhausted {
+			dl.Attempts = b.attempt[d.idx]
+		} else if b.fromRow[d.idx] {
+			dl.Attempts = b.attempt[d.idx] - 1
+		}
+		if r.HeaderErr != nil {
+			dl.Headers = Headers{}
+		}
+		dl.Headers.Key = bytes.Clone(dl.Headers.Key)
+		dl.Payload = bytes.Clone(dl.Payload)
+		row, _ := dl.AppendBinary(nil)
+		b.tx.PutRow(state.FamilyDeadLetters, t.partition, deadLetterRow(t.src.name, r.Offset), row)
+		res.DeadLetters = append(res.DeadLetters, dl)
+	}
+	slices.SortFunc(res.DeadLetters, func(a, b DeadLetter) int { return cmpU64(a.Offset, b.Offset) })
+
+	for _, f := range b.failures {
+		fl := Failure{Key: []byte(f.key), Tag: f.tag, Err: f.err, Action: f.action, Attempt: 1}
+		for _, i := range f.recs {
+			fl.Offsets = append(fl.Offsets, b.records[i].Offset)
+			fl.Attempt = b.attempt[i]
+		}
+		res.Failures = append(res.Failures, fl)
+	}
+	slices.SortFunc(res.Failures, func(a, b Failure) int { return bytes.Compare(a.Key, b.Key) })
+	return changes
+}
+
+func (b *batch) fromRowAt(i int) bool { return b.fromRow[i] }
+
+func (t *Task) backoff(attempts int) time.Duration {
+	d := t.prog.backoff
+	for i := 1; i < attempts && d < t.prog.maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, t.prog.maxBackoff)
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// mergeSorted merges two ascending lists; a is sorted first (it is small).
+func mergeSorted(a, b []uint64) []uint64 {
+	if len(a) == 0 {
+		return b
+	}
+	slices.Sort(a)
+	out := make([]uint64, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i] <= b[j] {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// ownRecord copies the bytes a record aliases, to keep it past its batch.
+func ownRecord(r Record) Record {
+	r.Headers.Key = bytes.Clone(r.Headers.Key)
+	r.Payload = bytes.Clone(r.Payload)
+	return r
+}
+
+func deadLetterRow(source string, offset uint64) []byte {
+	b := appendString(nil, source)
+	return binary.BigEndian.AppendUint64(b, offset)
+}

@@ -1,0 +1,339 @@
+//go:build strandcore
+
+package topology
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+)
+
+// Driver runs a topology without a broker, for tests: in the spirit of Kafka
+// Streams' TopologyTestDriver and Goka's tester. Events piped in are kept in
+// an in-memory log per source partition; Step processes them through the
+// very stream.Task a processor runtime uses, on a real Pebble store in a
+// temporary directory, so tables, checkpoints, parked events and dead
+// letters behave exactly as in production.
+//
+//	d := topology.NewDriver(t, topo)
+//	topology.Pipe(d, Deposits, Deposited{Account: 42, Amount: 100})
+//	d.Advance()
+//	acct, ok, err := balances.Get(ctx, 42)
+//
+// Restart closes the store and reopens it from its directory, resuming from
+// the committed checkpoints. The driver's clock starts at a fixed time and
+// moves only with AdvanceClock, so retries are deterministic.
+//
+// A Driver is not safe for concurrent use. Keys still run concurrently
+// inside each Step, as in production.
+type Driver struct {
+	tb         testing.TB
+	prog       *stream.Program
+	dir        string
+	partitions uint32
+	batchSize  func() int
+	stateOpts  []state.Option
+	taskOpts   []stream.TaskOption
+	now        time.Time
+
+	logs    map[string][][]stream.Record // source → partition → records (offset = index)
+	db      *state.DB
+	tasks   map[string][]*stream.Task // source → partition → task
+	results []stream.Result
+}
+
+// DriverOption configures NewDriver.
+type DriverOption func(*Driver)
+
+// Dir sets the store's directory (default: tb.TempDir()). Reusing a
+// directory across drivers continues from its checkpoints.
+func Dir(dir string) DriverOption { return func(d *Driver) { d.dir = dir } }
+
+// Partitions sets how many partitions every source has (default 1). Piped
+// events go to partition xxh32(key) % n, as Iggy's key partitioning does.
+func Partitions(n uint32) DriverOption { return func(d *Driver) { d.partitions = max(n, 1) } }
+
+// BatchSize sets the most records one Step hands to a partition's task
+// (default 100).
+func BatchSize(n int) DriverOption {
+	return func(d *Driver) { d.batchSize = func() int { return n } }
+}
+
+// BatchSizes sets a function asked for the size of every batch, for tests
+// that vary batch boundaries. Sizes below 1 count as 1.
+func BatchSizes(fn func() int) DriverOption { return func(d *Driver) { d.batchSize = fn } }
+
+// StateOptions adds options for state.Open. The driver defaults to
+// state.NoSync durability (a test process does not lose power); pass
+// state.WithDurability(state.Sync) to measure or test sync commits.
+func StateOptions(opts ...state.Option) DriverOption {
+	return func(d *Driver) { d.stateOpts = append(d.stateOpts, opts...) }
+}
+
+// TaskOptions adds options for every task (OnDeadLetter, WithLogger).
+func TaskOptions(opts ...stream.TaskOption) DriverOption {
+	return func(d *Driver) { d.taskOpts = append(d.taskOpts, opts...) }
+}
+
+// NewDriver builds topo (failing tb if Build refuses it), opens its store
+// and makes one task per source partition. The driver closes itself when
+// the test ends.
+func NewDriver(tb testing.TB, topo *Topology, opts ...DriverOption) *Driver {
+	tb.Helper()
+	prog, err := topo.Build()
+	if err != nil {
+		tb.Fatalf("topology.NewDriver: %v", err)
+	}
+	d := &Driver{
+		tb: tb, prog: prog, partitions: 1,
+		batchSize: func() int { return 100 },
+		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		logs:      map[string][][]stream.Record{},
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(d)
+		}
+	}
+	if d.dir == "" {
+		d.dir = tb.TempDir()
+	}
+	for _, s := range prog.Sources() {
+		d.logs[s] = make([][]stream.Record, d.partitions)
+	}
+	d.open()
+	tb.Cleanup(d.Close)
+	return d
+}
+
+func (d *Driver) open() {
+	d.tb.Helper()
+	n := d.partitions
+	opts := append([]state.Option{
+		state.WithDurability(state.NoSync),
+		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, n) }),
+	}, d.stateOpts...)
+	db, err := state.Open(d.dir, opts...)
+	if err != nil {
+		d.tb.Fatalf("topology.Driver: open store: %v", err)
+	}
+	if err := d.prog.Attach(db); err != nil {
+		_ = db.Close()
+		d.tb.Fatalf("topology.Driver: %v", err)
+	}
+	d.db = db
+	d.tasks = map[string][]*stream.Task{}
+	topts := append([]stream.TaskOption{stream.WithClock(func() time.Time { return d.now })}, d.taskOpts...)
+	for _, s := range d.prog.Sources() {
+		for p := range n {
+			task, err := d.prog.NewTask(context.Background(), db, s, p, topts...)
+			if err != nil {
+				d.tb.Fatalf("topology.Driver: %v", err)
+			}
+			d.tasks[s] = append(d.tasks[s], task)
+		}
+	}
+}
+
+// Program returns the compiled topology.
+func (d *Driver) Program() *stream.Program { return d.prog }
+
+// DB returns the open store.
+func (d *Driver) DB() *state.DB { return d.db }
+
+// Dir returns the store's directory.
+func (d *Driver) Dir() string { return d.dir }
+
+// Close closes the store. It is called when the test ends; calling it
+// earlier (to reopen the directory elsewhere) is fine.
+func (d *Driver) Close() {
+	if d.db == nil {
+		return
+	}
+	if err := d.db.Close(); err != nil {
+		d.tb.Errorf("topology.Driver: close store: %v", err)
+	}
+	d.db = nil
+}
+
+// Restart closes the store and reopens it from its directory, with new
+// tasks that resume from the committed checkpoints and parked events, as a
+// processor does after a restart. Piped records stay in the in-memory log.
+func (d *Driver) Restart() {
+	d.tb.Helper()
+	d.Close()
+	d.open()
+}
+
+// Pipe appends events to the driver's only source, each in the partition
+// of its key. It fails the test if the topology has several sources (use
+// PipeTo) or an event does not encode.
+func Pipe[K, E any](d *Driver, decl *stream.Event[K, E], events ...E) {
+	d.tb.Helper()
+	srcs := d.prog.Sources()
+	if len(srcs) != 1 {
+		d.tb.Fatalf("topology.Pipe: topology has %d sources; use PipeTo", len(srcs))
+	}
+	PipeTo(d, srcs[0], decl, events...)
+}
+
+// PipeTo appends events to the named source, each in the partition of its
+// key, encoded by decl exactly as a publisher would encode them.
+func PipeTo[K, E any](d *Driver, source string, decl *stream.Event[K, E], events ...E) {
+	d.tb.Helper()
+	for _, e := range events {
+		env, err := decl.Envelope(e)
+		if err != nil {
+			d.tb.Fatalf("topology.Pipe: %v", err)
+		}
+		p := xxh32.Partition(env.Headers.Key, d.partitions)
+		d.PipeRecord(source, stream.Record{Partition: p, Headers: env.Headers, Payload: env.Payload})
+	}
+}
+
+// PipeRecord appends a raw record to partition r.Partition of source, for
+// tests of bad input (set HeaderErr, an unknown tag, a broken payload). The
+// driver assigns the offset, which it returns, and a timestamp.
+func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
+	d.tb.Helper()
+	parts, ok := d.logs[source]
+	if !ok {
+		d.tb.Fatalf("topology.Driver: no source %q", source)
+	}
+	if r.Partition >= d.partitions {
+		d.tb.Fatalf("topology.Driver: source %q has no partition %d", source, r.Partition)
+	}
+	r.Offset = uint64(len(parts[r.Partition]))
+	r.Timestamp = uint64(d.now.UnixMicro())
+	parts[r.Partition] = append(parts[r.Partition], r)
+	return r.Offset
+}
+
+// Step gives every partition of every source with unprocessed records, or
+// with parked keys due for a retry, one batch, and commits it. It returns
+// whether anything was processed. A store failure fails the test.
+func (d *Driver) Step() bool {
+	d.tb.Helper()
+	if d.db == nil {
+		d.tb.Fatal("topology.Driver: Step after Close")
+	}
+	progress := false
+	for _, s := range d.prog.Sources() {
+		for p, task := range d.tasks[s] {
+			log := d.logs[s][p]
+			next := task.Next()
+			var res stream.Result
+			var err error
+			switch {
+			case next < uint64(len(log)):
+				n := max(d.batchSize(), 1)
+				end := min(next+uint64(n), uint64(len(log)))
+				res, err = task.Process(context.Background(), cloneRecords(log[next:end]))
+			default:
+				if at, ok := task.NextRetry(); !ok || at.After(d.now) {
+					continue
+				}
+				res, err = task.Retry(context.Background())
+			}
+			if err != nil {
+				d.tb.Fatalf("topology.Driver: source %q partition %d: %v", s, p, err)
+			}
+			if res.Records > 0 {
+				progress = true
+			}
+			d.results = append(d.results, res)
+		}
+	}
+	return progress
+}
+
+// cloneRecords copies the record structs (not their bytes) so that a task
+// never sees the log's backing array.
+func cloneRecords(rs []stream.Record) []stream.Record { return slices.Clone(rs) }
+
+// Advance steps until every piped record is processed and no parked key is
+// due at the driver's current time. It does not move the clock: keys parked
+// with a backoff stay parked until AdvanceClock.
+func (d *Driver) Advance() {
+	d.tb.Helper()
+	for d.Step() {
+	}
+}
+
+// AdvanceClock moves the driver's clock forward by dt (retry backoffs are
+// measured on it).
+func (d *Driver) AdvanceClock(dt time.Duration) { d.now = d.now.Add(dt) }
+
+// Now returns the driver's clock.
+func (d *Driver) Now() time.Time { return d.now }
+
+// Lag returns how many piped records are not yet committed, over all
+// sources and partitions.
+func (d *Driver) Lag() int {
+	lag := 0
+	for _, s := range d.prog.Sources() {
+		for p, task := range d.tasks[s] {
+			if n := uint64(len(d.logs[s][p])); n > task.Next() {
+				lag += int(n - task.Next())
+			}
+		}
+	}
+	return lag
+}
+
+// Results returns the result of every batch processed so far (since the
+// driver was made; restarts keep them).
+func (d *Driver) Results() []stream.Result { return slices.Clone(d.results) }
+
+// Task returns the task of one source partition, to inspect parked keys
+// or Release one.
+func (d *Driver) Task(source string, partition uint32) *stream.Task {
+	ts := d.tasks[source]
+	if int(partition) >= len(ts) {
+		return nil
+	}
+	return ts[partition]
+}
+
+// DeadLetters returns the dead letters committed to the store and not yet
+// removed, read back from their rows: what a runtime would publish. They
+// are ordered by source, partition and offset.
+func (d *Driver) DeadLetters() []stream.DeadLetter {
+	d.tb.Helper()
+	var out []stream.DeadLetter
+	for p := range d.partitions {
+		err := d.db.Rows(context.Background(), state.FamilyDeadLetters, p, func(_, value []byte) error {
+			var dl stream.DeadLetter
+			if err := dl.UnmarshalBinary(value); err != nil {
+				return err
+			}
+			out = append(out, dl)
+			return nil
+		})
+		if err != nil {
+			d.tb.Fatalf("topology.Driver: read dead letters of partition %d: %v", p, err)
+		}
+	}
+	slices.SortFunc(out, func(a, b stream.DeadLetter) int {
+		switch {
+		case a.Source != b.Source:
+			if a.Source < b.Source {
+				return -1
+			}
+			return 1
+		case a.Partition != b.Partition:
+			return int(a.Partition) - int(b.Partition)
+		case a.Offset < b.Offset:
+			return -1
+		case a.Offset > b.Offset:
+			return 1
+		}
+		return 0
+	})
+	return out
+}

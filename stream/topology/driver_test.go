@@ -1,0 +1,114 @@
+//go:build strandcore
+
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type AccountID uint64
+
+type AccountOpened struct {
+	Account AccountID
+	Owner   string
+}
+
+type Deposited struct {
+	Account AccountID
+	Amount  int64
+}
+
+type Withdrawn struct {
+	Account AccountID
+	Amount  int64
+}
+
+type AccountClosed struct{ Account AccountID }
+
+func (e AccountOpened) Key() AccountID { return e.Account }
+func (e Deposited) Key() AccountID     { return e.Account }
+func (e Withdrawn) Key() AccountID     { return e.Account }
+func (e AccountClosed) Key() AccountID { return e.Account }
+
+type Account struct {
+	Owner   string
+	Balance int64
+	Open    bool
+	Opens   int
+}
+
+var (
+	Opened   = stream.Declare[AccountID, AccountOpened](1, stream.Fence(planner.Acquire))
+	Deposits = stream.Declare[AccountID, Deposited](2, stream.Reduce(algebra.Sum(
+		func(d Deposited) int64 { return d.Amount },
+		func(d Deposited, n int64) Deposited { d.Amount = n; return d })))
+	Withdraws = stream.Declare[AccountID, Withdrawn](3)
+	Closed    = stream.Declare[AccountID, AccountClosed](4, stream.Fence(planner.Release))
+)
+
+func accounts() (*topology.Topology, *state.Table[AccountID, Account]) {
+	t := topology.New("accounts")
+	src := topology.Source[AccountID](t, "bank/accounts")
+	balances := topology.Table[AccountID, Account](t, "balances", stream.JSON[Account]())
+	topology.Project(topology.On(src, Opened), balances, func(a *Account, e AccountOpened) error {
+		a.Owner, a.Open = e.Owner, true
+		a.Opens++
+		return nil
+	})
+	topology.Project(topology.On(src, Deposits), balances, func(a *Account, e Deposited) error {
+		if !a.Open {
+			return errors.New("deposit to a closed account")
+		}
+		a.Balance += e.Amount
+		return nil
+	})
+	topology.Project(topology.On(src, Withdraws), balances, func(a *Account, e Withdrawn) error {
+		a.Balance -= e.Amount
+		return nil
+	})
+	topology.Project(topology.On(src, Closed), balances, func(a *Account, e AccountClosed) error {
+		a.Open = false
+		return nil
+	})
+	return t, balances
+}
+
+func TestDriverAccounts(t *testing.T) {
+	topo, balances := accounts()
+	d := topology.NewDriver(t, topo, topology.Partitions(2), topology.BatchSize(3))
+	topology.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"}, AccountOpened{Account: 7, Owner: "bob"})
+	topology.Pipe(d, Deposits, Deposited{42, 100}, Deposited{7, 5}, Deposited{42, 20})
+	topology.Pipe(d, Withdraws, Withdrawn{42, 30})
+	topology.Pipe(d, Closed, AccountClosed{42})
+	d.Advance()
+	ctx := context.Background()
+	a, ok, err := balances.Get(ctx, 42)
+	if err != nil || !ok {
+		t.Fatalf("Get(42) = %v, %v", ok, err)
+	}
+	if a.Balance != 90 || a.Open || a.Owner != "ada" {
+		t.Fatalf("account 42 = %+v", a)
+	}
+	d.Restart()
+	topology.Pipe(d, Deposits, Deposited{7, 1})
+	d.Advance()
+	b, _, _ := balances.Get(ctx, 7)
+	if b.Balance != 6 || !b.Open {
+		t.Fatalf("account 7 = %+v", b)
+	}
+	if d.Lag() != 0 {
+		t.Fatalf("lag %d", d.Lag())
+	}
+}

@@ -1,0 +1,376 @@
+//go:build strandcore
+
+// Package topology is strand's fluent builder: it declares what a processor
+// reads (sources), which event types it handles and how (projections into
+// tables, sinks), and compiles that into a stream.Program, which a
+// processor runtime runs one stream.Task per source partition.
+//
+//	t := topology.New("accounts")
+//	src := topology.Source[AccountID](t, "bank/accounts")
+//	balances := topology.Table[AccountID, Account](t, "balances", stream.JSON[Account]())
+//	topology.Project(topology.On(src, Opened), balances, func(a *Account, e AccountOpened) error { ... })
+//	topology.Project(topology.On(src, Deposits), balances, func(a *Account, e Deposited) error { ... })
+//	topology.On(src, Closed).Sink("notify", notifyClosed, topology.MaxBatch(100))
+//	prog, err := t.Build()
+//
+// # Words
+//
+// The words follow Kafka Streams where the concept is the same: Source (a
+// KStream from a topic), Table (a materialized key-value store), Project
+// (aggregate into a table), Sink (foreach with side effects). What is new in
+// strand lives on the event declaration (package stream), because the
+// publisher must agree on it: the key (stream.Declare's Key method or
+// DeclareFunc's function — Kafka's keyBy/groupByKey), the fence
+// (stream.Fence, stream.FenceBy) and the algebra that reduces runs
+// (stream.Reduce).
+//
+// Project is a package function, not a method of Stream, because Go methods
+// cannot bring the table's value type parameter.
+//
+// # Guarantees
+//
+// Tables get exactly-once: each batch's table writes commit atomically with
+// the source checkpoint. Sinks get at-least-once. See stream.Task for
+// failures, retries and dead letters, and NewDriver for tests without a
+// broker.
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+)
+
+// Topology is a processor under construction: its sources, handlers and
+// tables. Build checks and compiles it. A Topology is not safe for
+// concurrent use while it is being built; build it once at start-up.
+type Topology struct {
+	name    string
+	spec    stream.Spec
+	sources []sourceNode
+	tables  []tableNode
+	errs    []error
+}
+
+// Option configures a Topology.
+type Option func(*Topology)
+
+// WithPoisonPolicy sets what happens to a key's later events after one of
+// its events turned out to be poison; the default is stream.PassPoison.
+func WithPoisonPolicy(p stream.PoisonPolicy) Option {
+	return func(t *Topology) { t.spec.Poison = p }
+}
+
+// WithWorkers bounds how many keys of one batch run at once (per partition);
+// the default is GOMAXPROCS.
+func WithWorkers(n int) Option { return func(t *Topology) { t.spec.Workers = n } }
+
+// WithRetry sets how many tries a failing key gets before its failing run
+// is dead-lettered (default 10), and the backoff before the first retry,
+// doubling up to max (defaults 100ms and 1 minute).
+func WithRetry(attempts int, backoff, max time.Duration) Option {
+	return func(t *Topology) {
+		t.spec.MaxAttempts, t.spec.Backoff, t.spec.MaxBackoff = attempts, backoff, max
+	}
+}
+
+// New starts a topology named name. The name is part of its fingerprint.
+func New(name string, opts ...Option) *Topology {
+	t := &Topology{name: name}
+	t.spec.Name = name
+	for _, o := range opts {
+		if o != nil {
+			o(t)
+		}
+	}
+	return t
+}
+
+// Name returns the topology's name.
+func (t *Topology) Name() string { return t.name }
+
+type sourceNode struct {
+	name     string
+	keyType  reflect.Type
+	handlers []stream.Handler
+	skip     []planner.Tag
+	checks   []func() error // per-handler checks run at Build
+}
+
+type tableNode struct {
+	name      string
+	typ       string
+	keyCodec  any
+	hasKeys   bool
+	hasValues bool
+	attacher  state.Attacher
+	keyErr    error
+}
+
+// SourceNode is one source of a topology: a partitioned log whose events
+// have keys of type K. Make one with Source.
+type SourceNode[K any] struct {
+	t   *Topology
+	idx int
+}
+
+// Source adds the source named name (the name a stream.Source reports; for
+// Iggy "stream/topic") whose events are keyed by K. Declaring one source
+// name twice with different key types is refused by Build.
+func Source[K any](t *Topology, name string) *SourceNode[K] {
+	kt := reflect.TypeFor[K]()
+	for i := range t.sources {
+		if t.sources[i].name == name {
+			if t.sources[i].keyType != kt {
+				t.errs = append(t.errs, fmt.Errorf("source %q declared with conflicting key types %s and %s",
+					name, t.sources[i].keyType, kt))
+			}
+			return &SourceNode[K]{t: t, idx: i}
+		}
+	}
+	t.sources = append(t.sources, sourceNode{name: name, keyType: kt})
+	return &SourceNode[K]{t: t, idx: len(t.sources) - 1}
+}
+
+// Name returns the source's name.
+func (s *SourceNode[K]) Name() string { return s.t.sources[s.idx].name }
+
+// Skip declares type tags of this source that the topology deliberately
+// ignores (another service handles them): their records are counted as
+// skipped. Any other tag without a handler is poison and dead-lettered.
+func (s *SourceNode[K]) Skip(tags ...planner.Tag) *SourceNode[K] {
+	n := &s.t.sources[s.idx]
+	n.skip = append(n.skip, tags...)
+	return s
+}
+
+// Stream is the events of one declared type read from one source: the
+// place to attach projections (Project) and sinks (Sink).
+type Stream[K, E any] struct {
+	src  *SourceNode[K]
+	decl *stream.Event[K, E]
+}
+
+// On selects the events of decl on src. decl must be a declaration made
+// with stream.Declare or stream.DeclareFunc; a nil or bad declaration is
+// refused by Build, naming it.
+func On[K, E any](src *SourceNode[K], decl *stream.Event[K, E]) *Stream[K, E] {
+	return &Stream[K, E]{src: src, decl: decl}
+}
+
+func (s *Stream[K, E]) node() *sourceNode { return &s.src.t.sources[s.src.idx] }
+
+func (s *Stream[K, E]) check(what string) bool {
+	t := s.src.t
+	if s.decl == nil {
+		t.errs = append(t.errs, fmt.Errorf("source %q: %s for an undeclared type (nil declaration)", s.node().name, what))
+		return false
+	}
+	return true
+}
+
+// SinkOption configures a Sink.
+type SinkOption func(*sinkOptions)
+
+type sinkOptions struct{ maxBatch int }
+
+// MaxBatch sets the most events a sink function gets in one call; runs
+// longer than that are handed over in chunks, one after another. The
+// default (0) hands each reduced run over whole.
+func MaxBatch(n int) SinkOption { return func(o *sinkOptions) { o.maxBatch = n } }
+
+// Sink attaches fn, named name, to the stream: fn gets the events of one
+// key and one run at a time, reduced by the type's algebra, in chunks of
+// at most MaxBatch events. Delivery is at-least-once: after a crash, or
+// when another handler of the same run fails and the run is retried, fn may
+// see events again; keep exactly-once state in tables. fn runs concurrently
+// for different keys. A panic in fn is turned into an error of its key.
+// Sink returns s for chaining.
+func (s *Stream[K, E]) Sink(name string, fn func(ctx context.Context, key K, events []E) error, opts ...SinkOption) *Stream[K, E] {
+	if !s.check("sink " + fmt.Sprintf("%q", name)) {
+		return s
+	}
+	var o sinkOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	n := s.node()
+	if fn == nil {
+		s.src.t.errs = append(s.src.t.errs, fmt.Errorf("source %q: type tag %d (%s): sink %q has a nil function",
+			n.name, s.decl.Tag(), s.decl.Name(), name))
+		return s
+	}
+	n.handlers = append(n.handlers, stream.Handle(s.decl, name, o.maxBatch, fn))
+	return s
+}
+
+// Project folds the events of s into table: for each run of one key it
+// reads the key's value once (the zero value when absent), calls fold for
+// every reduced event in log order, and writes the value once. If fold
+// fails, nothing of the run is written and the key stops (see stream.Task).
+// Exactly-once: the write commits atomically with the source checkpoint.
+// Project returns s for chaining.
+func Project[K, E, V any](s *Stream[K, E], table *state.Table[K, V], fold func(v *V, e E) error) *Stream[K, E] {
+	if !s.check("projection") {
+		return s
+	}
+	n := s.node()
+	t := s.src.t
+	where := fmt.Sprintf("source %q: type tag %d (%s)", n.name, s.decl.Tag(), s.decl.Name())
+	switch {
+	case table == nil:
+		t.errs = append(t.errs, fmt.Errorf("%s: a projection without a table", where))
+		return s
+	case fold == nil:
+		t.errs = append(t.errs, fmt.Errorf("%s: projection into table %q has a nil fold function", where, table.Name()))
+		return s
+	}
+	decl := s.decl
+	n.checks = append(n.checks, func() error {
+		tn := t.table(table)
+		if tn == nil {
+			return fmt.Errorf("%s: table %q was not made with topology.Table on this topology", where, table.Name())
+		}
+		if tn.hasKeys && decl.Err() == nil && !stream.SameKeyCodec(tn.keyCodec, decl.KeyCodec()) {
+			return fmt.Errorf("%s: table %q encodes keys with %T, the events with %T; use one key codec",
+				where, table.Name(), tn.keyCodec, decl.KeyCodec())
+		}
+		return nil
+	})
+	n.handlers = append(n.handlers, stream.Project(s.decl, table, fold))
+	return s
+}
+
+func (t *Topology) table(a state.Attacher) *tableNode {
+	for i := range t.tables {
+		if t.tables[i].attacher == a {
+			return &t.tables[i]
+		}
+	}
+	return nil
+}
+
+// TableOption configures a Table.
+type TableOption func(*tableOptions)
+
+type tableOptions struct {
+	keys any
+}
+
+// TableKeys sets the key codec of a table; the default is
+// stream.DefaultKeyCodec[K](). It must encode keys like the declarations of
+// the events projected into the table.
+func TableKeys[K any](c stream.Codec[K]) TableOption {
+	return func(o *tableOptions) { o.keys = c }
+}
+
+// Table adds a table named name, with values of type V encoded by values
+// and keys of type K (DefaultKeyCodec[K], or TableKeys). It returns the
+// state table itself: after the processor (or the test driver) attached it
+// to its database, Get and Scan read it, consistent with the last commit. A
+// nil values codec, a key type without a ready-made codec, or a name used
+// twice is refused by Build.
+func Table[K, V any](t *Topology, name string, values stream.Codec[V], opts ...TableOption) *state.Table[K, V] {
+	var o tableOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	tn := tableNode{name: name, typ: fmt.Sprintf("%s→%s", reflect.TypeFor[K](), reflect.TypeFor[V]()), hasValues: values != nil}
+	var keys stream.Codec[K]
+	if o.keys != nil {
+		c, ok := o.keys.(stream.Codec[K])
+		if !ok {
+			tn.keyErr = fmt.Errorf("table %q: TableKeys codec %T does not encode key type %s", name, o.keys, reflect.TypeFor[K]())
+		}
+		keys = c
+	} else {
+		c, err := stream.DefaultKeyCodec[K]()
+		if err != nil {
+			tn.keyErr = fmt.Errorf("table %q: %w", name, err)
+		}
+		keys = c
+	}
+	tn.keyCodec, tn.hasKeys = keys, keys != nil
+	tab := state.NewTable[K, V](name, keys, values)
+	tn.attacher = tab
+	t.tables = append(t.tables, tn)
+	return tab
+}
+
+// ErrBuild is wrapped by every error Build returns, together with
+// stream.ErrBadTopology.
+var ErrBuild = errors.New("topology: build refused")
+
+// Build checks the topology and compiles it into a stream.Program. It
+// refuses, with one error naming every problem (and wrapping ErrBuild and
+// stream.ErrBadTopology): bad event declarations (mistyped options, invalid
+// fences), handlers for an undeclared (nil) type, duplicate type tags on one
+// source, a projection without a table, a table without a codec or with a
+// key codec different from its events', duplicate table names, one source
+// name with conflicting key types, and a topology without sources or
+// handlers.
+//
+// The program's Fingerprint covers sources, key types, event types with
+// their fences and algebras, projections and tables (not sinks); the
+// runtime stores it in the database and refuses a database written by an
+// incompatible topology.
+func (t *Topology) Build() (*stream.Program, error) {
+	errs := append([]error(nil), t.errs...)
+	seen := map[string]bool{}
+	var attach []state.Attacher
+	for _, tn := range t.tables {
+		if seen[tn.name] {
+			errs = append(errs, fmt.Errorf("table %q declared twice", tn.name))
+		}
+		seen[tn.name] = true
+		if tn.name == "" {
+			errs = append(errs, errors.New("a table has no name"))
+		}
+		if !tn.hasValues {
+			errs = append(errs, fmt.Errorf("table %q has no value codec", tn.name))
+		}
+		if tn.keyErr != nil {
+			errs = append(errs, tn.keyErr)
+		} else if !tn.hasKeys {
+			errs = append(errs, fmt.Errorf("table %q has no key codec", tn.name))
+		}
+		attach = append(attach, tn.attacher)
+	}
+	spec := t.spec
+	spec.Tables = attach
+	spec.Sources = nil
+	for _, n := range t.sources {
+		for _, c := range n.checks {
+			if err := c(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(n.handlers) == 0 {
+			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
+		}
+		spec.Sources = append(spec.Sources, stream.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip})
+	}
+	if len(errs) > 0 {
+		// Report the program's own checks too, so one Build names every
+		// problem; only table errors above would be duplicated.
+		if _, err := stream.NewProgram(spec); err != nil {
+			errs = append(errs, err)
+		}
+		return nil, fmt.Errorf("%w: %w: topology %q: %w", ErrBuild, stream.ErrBadTopology, t.name, errors.Join(errs...))
+	}
+	p, err := stream.NewProgram(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBuild, err)
+	}
+	return p, nil
+}
