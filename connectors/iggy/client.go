@@ -135,6 +135,17 @@ func topicDetails(ctx context.Context, k *conn, t topicRef) (*iggcon.TopicDetail
 		d, err = s.GetTopic(t.sid, t.tid)
 		return err
 	})
+	if errors.Is(err, ierror.ErrTopicIdNotFound) {
+		// The server answers a topic lookup in a missing stream as a missing
+		// topic; tell the two apart for the message.
+		serr := k.call(ctx, func(s *tcp.IggyTcpClient) error {
+			_, err := s.GetStream(t.sid)
+			return err
+		})
+		if errors.Is(serr, ierror.ErrStreamIdNotFound) {
+			err = serr
+		}
+	}
 	switch {
 	case errors.Is(err, ierror.ErrStreamIdNotFound):
 		return nil, fmt.Errorf("iggy: stream %q does not exist (looking up topic %s): %w", t.stream, t, err)

@@ -68,27 +68,47 @@ func (k *conn) release() { <-k.lock }
 // connection stays), or a transport failure wrapping ErrTimeout,
 // ErrDisconnected, ErrProtocol, ErrUnreachable, ErrAuth, ErrClosed or the
 // context's error (the connection is discarded).
+//
+// fn must be safe to repeat: when it fails on a connection that was idle
+// since an earlier call (the server may have dropped it meanwhile), call
+// reconnects and runs it once more.
 func (k *conn) call(ctx context.Context, fn func(*tcp.IggyTcpClient) error) error {
+	return k.do(ctx, true, fn)
+}
+
+// callOnce is call for requests that must not be repeated blindly
+// (SendMessages): a failure is returned as it is.
+func (k *conn) callOnce(ctx context.Context, fn func(*tcp.IggyTcpClient) error) error {
+	return k.do(ctx, false, fn)
+}
+
+func (k *conn) do(ctx context.Context, repeat bool, fn func(*tcp.IggyTcpClient) error) error {
 	if err := k.acquire(ctx); err != nil {
 		return err
 	}
 	defer k.release()
-	if k.closed.Load() {
-		return ErrClosed
-	}
-	if k.sdk == nil {
-		if err := k.connect(ctx); err != nil {
+	for {
+		if k.closed.Load() {
+			return ErrClosed
+		}
+		reused := k.sdk != nil
+		if !reused {
+			if err := k.connect(ctx); err != nil {
+				return err
+			}
+		}
+		err := k.invoke(ctx, fn)
+		if err == nil || (classify(err) != classTransport && !errors.Is(err, ErrProtocol)) {
 			return err
 		}
-	}
-	err := k.invoke(ctx, fn)
-	if err != nil {
-		if cls := classify(err); cls == classTransport || errors.Is(err, ErrProtocol) {
-			k.drop()
-			return k.transportError(ctx, err)
+		k.drop()
+		err = k.transportError(ctx, err)
+		if !repeat || !reused || !errors.Is(err, ErrDisconnected) {
+			return err
 		}
+		k.cl.cfg.log.Debug("iggy: connection was lost while idle; reconnecting", "addr", k.cl.addr, "conn", k.role, "err", err)
+		repeat = false
 	}
-	return err
 }
 
 // transportError turns the raw failure of a call into this package's error.
@@ -244,6 +264,46 @@ func (k *conn) newSDK(ctx context.Context) (*tcp.IggyTcpClient, error) {
 			}
 		}()
 		return nil, fmt.Errorf("%w: %s: the SDK could not connect within %v although a probe did", ErrUnreachable, k.cl.addr, k.cl.cfg.dialTimeout)
+	}
+}
+
+// awaitSessionGone waits until the server no longer lists a client
+// connected from local (the server's view of a socket of ours that broke),
+// polling GetClients, for at most max(4 × the call timeout, 30s). Behind a
+// proxy or NAT the server sees another address and this returns at once.
+// If the user may not list clients, it returns at once too (and logs why).
+func (k *conn) awaitSessionGone(ctx context.Context, local string) error {
+	if local == "" {
+		return nil
+	}
+	deadline := time.Now().Add(max(4*k.cl.cfg.callTimeout, 30*time.Second))
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		present := false
+		err := k.call(ctx, func(c *tcp.IggyTcpClient) error {
+			cs, err := c.GetClients()
+			for _, ci := range cs {
+				present = present || ci.Address == local
+			}
+			return err
+		})
+		switch {
+		case err != nil && classify(err) == classServer:
+			k.cl.cfg.log.Debug("iggy: cannot list the server's clients to wait for a broken session", "addr", k.cl.addr, "err", err)
+			return nil
+		case err != nil:
+			return err
+		case !present:
+			return nil
+		case time.Now().After(deadline):
+			k.cl.cfg.log.Warn("iggy: the server still holds a broken session; checking the log anyway", "addr", k.cl.addr, "session", local)
+			return nil
+		}
+		if !sleep(ctx, wait, k.life.Done()) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return ErrClosed
+		}
 	}
 }
 

@@ -837,18 +837,21 @@ func (s *sender) deliver(q *pqueue) {
 	msgs := s.bmsgs
 	start := time.Now()
 	uncertain := false
+	var sentFrom string // local address of the socket of an unanswered send
 	for attempt := 0; ; attempt++ {
 		var err error
 		landed := false
 		if uncertain {
-			landed, err = s.landed(q, msgs)
+			landed, err = s.landed(q, msgs, sentFrom)
 		}
 		if err == nil && !landed {
-			err = s.k.call(s.ctx, func(c *tcp.IggyTcpClient) error {
+			var local string
+			err = s.k.callOnce(s.ctx, func(c *tcp.IggyTcpClient) error {
+				local = s.k.raw.LocalAddr().String()
 				return c.SendMessages(p.t.sid, p.t.tid, q.partitioning, msgs)
 			})
 			if err != nil && !notSent(err) {
-				uncertain = true
+				uncertain, sentFrom = true, local
 			}
 		}
 		if err == nil {
@@ -889,7 +892,16 @@ func (s *sender) deliver(q *pqueue) {
 // landed reports whether the batch msgs, whose send had an unknown outcome,
 // is in q's partition: it looks for the batch's last message id among the
 // partition's last messages. The batch was appended atomically or not at all.
-func (s *sender) landed(q *pqueue, msgs []iggcon.IggyMessage) (bool, error) {
+//
+// The server may still be working on the unanswered request: it handles a
+// connection's requests one by one and notices the closed socket only
+// afterwards. So first wait until the server no longer lists the session
+// that sent it (from is its local address); then the request has been
+// applied or dropped for good.
+func (s *sender) landed(q *pqueue, msgs []iggcon.IggyMessage, from string) (bool, error) {
+	if err := s.k.awaitSessionGone(s.ctx, from); err != nil {
+		return false, err
+	}
 	want := msgs[len(msgs)-1].Header.Id
 	tail, err := tailMessages(s.ctx, s.k, s.p.t, q.part, len(msgs)+s.p.cfg.resendWindow)
 	if err != nil {
