@@ -134,14 +134,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	if cfg.maxMsgSize <= 0 || cfg.maxMsgSize > maxPayloadSize {
 		cfg.maxMsgSize = maxPayloadSize
 	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
-	}
-	s := &Server{
-		cfg: cfg, log: cfg.logger,
-		streamNames: map[string]*stream{}, clients: map[uint32]*session{},
-		conns: map[*conn]struct{}{}, done: make(chan struct{}),
-	}
+	s := newServer(cfg)
 	if cfg.dataDir != "" {
 		if err := s.openDisk(); err != nil {
 			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
@@ -162,6 +155,18 @@ func NewServer(opts ...Option) (*Server, error) {
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
+}
+
+// newServer builds the broker without listening or starting goroutines.
+func newServer(cfg config) *Server {
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		cfg: cfg, log: cfg.logger, addr: "127.0.0.1:0",
+		streamNames: map[string]*stream{}, clients: map[uint32]*session{},
+		conns: map[*conn]struct{}{}, done: make(chan struct{}),
+	}
 }
 
 // Addr returns the address the server listens on, as "host:port", for
@@ -338,15 +343,22 @@ func (c *conn) serveOne() error {
 		return errCloseConn
 	}
 	var payload []byte
-	if cmd == CmdSendMessages {
-		payload = make([]byte, plen) // becomes the stored batch
-	} else {
-		if cap(c.rbuf) < plen {
-			c.rbuf = make([]byte, plen)
-		}
+	var err error
+	switch {
+	case cmd == CmdSendMessages:
+		payload, err = readGrowing(c.br, plen) // becomes the stored batch
+	case plen <= cap(c.rbuf):
 		payload = c.rbuf[:plen]
+		_, err = io.ReadFull(c.br, payload)
+	case plen <= readChunk:
+		c.rbuf = make([]byte, plen)
+		payload = c.rbuf
+		_, err = io.ReadFull(c.br, payload)
+	default:
+		payload, err = readGrowing(c.br, plen)
+		c.rbuf = payload
 	}
-	if _, err := io.ReadFull(c.br, payload); err != nil {
+	if err != nil {
 		return err
 	}
 	if ctls := c.s.controls.Load(); ctls != nil && len(*ctls) > 0 {
@@ -356,6 +368,31 @@ func (c *conn) serveOne() error {
 		}
 	}
 	return c.dispatch(cmd, payload)
+}
+
+const readChunk = 1 << 20
+
+// readGrowing reads exactly n bytes into a new buffer that starts at most
+// readChunk long and grows as bytes arrive, so that a frame header alone
+// cannot make the broker allocate a huge buffer.
+func readGrowing(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, readChunk))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), min(n, 2*cap(buf)))
+			copy(nb, buf)
+			buf = nb
+		}
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if err != nil && len(buf) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
 func (c *conn) writeStatus(st uint32) error {
