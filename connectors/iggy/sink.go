@@ -134,7 +134,7 @@ func (c *Client) Tail(ctx context.Context, stream, topic string, partition uint3
 
 func tail(ctx context.Context, k *conn, t topicRef, partition uint32, n int) ([]StoredMessage, error) {
 	ms, err := tailMessages(ctx, k, t, partition, n)
-	if err != nil {
+	if err != nil || len(ms) == 0 {
 		return nil, err
 	}
 	out := make([]StoredMessage, len(ms))

@@ -206,9 +206,9 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 			case r.closed.Load() || errors.Is(err, ErrClosed):
 				return nil, r.errf("%w", ErrClosed)
 			case ctx.Err() != nil:
-				return nil, r.errf("at offset %d: %w", offset, ctx.Err())
+				return nil, r.errf("offset %d: %w", offset, ctx.Err())
 			case !transient(err):
-				return nil, r.errf("at offset %d: %w", offset, err)
+				return nil, r.errf("offset %d: %w", offset, err)
 			}
 			if attempt == 0 {
 				r.log.Warn("iggy: poll failed; retrying", "offset", offset, "err", err)
@@ -224,7 +224,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 		attempt = 0
 		if len(polled.Messages) == 0 {
 			if polled.MessageCount > 0 {
-				return nil, r.errf("at offset %d: %w: the broker sent %d messages and the SDK decoded none", offset, ErrProtocol, polled.MessageCount)
+				return nil, r.errf("offset %d: %w: the broker sent %d messages and the SDK decoded none", offset, ErrProtocol, polled.MessageCount)
 			}
 			if !sleep(ctx, r.idle, r.done) {
 				continue
@@ -248,7 +248,7 @@ func (r *Reader) records(ms []iggcon.IggyMessage, want uint64) ([]stream.Record,
 		ms = ms[1:]
 	}
 	if len(ms) == 0 {
-		return nil, r.errf("at offset %d: %w: the broker returned only earlier offsets", want, ErrProtocol)
+		return nil, r.errf("offset %d: %w: the broker returned only earlier offsets", want, ErrProtocol)
 	}
 	if got := ms[0].Header.Offset; got != want {
 		return nil, r.errf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
@@ -279,7 +279,7 @@ func (r *Reader) records(ms []iggcon.IggyMessage, want uint64) ([]stream.Record,
 }
 
 func (r *Reader) errf(format string, args ...any) error {
-	return fmt.Errorf("iggy: poll %s partition %d "+format, append([]any{r.src.t, r.partition}, args...)...)
+	return fmt.Errorf("iggy: poll %s partition %d: "+format, append([]any{r.src.t, r.partition}, args...)...)
 }
 
 // Advise stores next-1 as the Iggy consumer offset of this partition for the

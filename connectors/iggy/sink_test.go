@@ -1,0 +1,107 @@
+package iggy
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/stream"
+)
+
+func TestSinkSendsAndTailFindsWhatWasPublished(t *testing.T) {
+	tg := newTarget(t)
+	c := tg.connect(t)
+	s, topic := tg.topic(t, c, 2)
+	ctx := ctxT(t, 10*time.Second)
+	sink, err := NewSink(ctx, c, s, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(ctx)
+	var msgs []stream.Message
+	for i := range 30 {
+		key := []byte(keyName(i % 3))
+		msgs = append(msgs, stream.Message{
+			Key:     key,
+			ID:      MessageID([]byte("outbox"), key, []byte{byte(i)}),
+			Headers: []stream.Field{{Name: "strand-reason", Value: []byte("handler failed")}, {Name: "strand-origin", Value: []byte{byte(i)}}},
+			Payload: []byte{'{', byte('a' + i%26), '}'},
+		})
+	}
+	if err := sink.Send(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	// The last 5 of each partition, in offset order, carry the ids, headers
+	// and payloads sent, in the order sent.
+	for part := range sink.Partitions() {
+		var want []stream.Message
+		for _, m := range msgs {
+			if sink.PartitionOf(m.Key) == part {
+				want = append(want, m)
+			}
+		}
+		got, err := sink.Tail(ctx, part, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) > 5 {
+			want = want[len(want)-5:]
+		}
+		if len(got) != len(want) {
+			t.Fatalf("partition %d: tail has %d, want %d", part, len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.ID != w.ID || !bytes.Equal(g.Payload, w.Payload) || g.HeaderErr != nil || len(g.Headers) != 2 ||
+				g.Headers[0].Name != "strand-reason" || !bytes.Equal(g.Headers[1].Value, w.Headers[1].Value) || g.Partition != part {
+				t.Fatalf("partition %d tail %d: got %+v, want %+v", part, i, g, w)
+			}
+			if i > 0 && g.Offset != got[i-1].Offset+1 {
+				t.Fatalf("tail offsets not contiguous")
+			}
+		}
+	}
+	if got, err := sink.Tail(ctx, 0, 0); err != nil || got != nil {
+		t.Fatalf("Tail(n=0) = %v, %v", got, err)
+	}
+	if _, err := sink.Tail(ctx, 9, 1); err == nil {
+		t.Fatal("Tail of a missing partition succeeded")
+	}
+}
+
+func TestSinkTailOfAnEmptyPartition(t *testing.T) {
+	tg := newTarget(t)
+	c := tg.connect(t)
+	s, topic := tg.topic(t, c, 1)
+	got, err := c.Tail(ctxT(t, 5*time.Second), s, topic, 0, 10)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("got %d, %v", len(got), err)
+	}
+}
+
+func TestSinkRefusesMessagesIggyCannotCarry(t *testing.T) {
+	tg := newTarget(t)
+	c := tg.connect(t)
+	s, topic := tg.topic(t, c, 1)
+	ctx := ctxT(t, 10*time.Second)
+	sink, err := NewSink(ctx, c, s, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(ctx)
+	good := stream.Message{Key: []byte("k"), Payload: []byte("x")}
+	for _, bad := range []stream.Message{
+		{Payload: []byte("x")},
+		{Key: make([]byte, 256), Payload: []byte("x")},
+		{Key: []byte("k")},
+		{Key: []byte("k"), Payload: []byte("x"), Headers: []stream.Field{{Name: "error", Value: make([]byte, 300)}}},
+	} {
+		if err := sink.Send(ctx, []stream.Message{good, bad}); !errors.Is(err, ErrInvalidMessage) {
+			t.Fatalf("got %v, want ErrInvalidMessage", err)
+		}
+	}
+	if n := count(t, c, s, topic, 0); n != 0 {
+		t.Fatalf("%d messages were sent", n)
+	}
+}
