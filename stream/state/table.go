@@ -151,6 +151,11 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	s.mu.Unlock()
 
 	hit, gen := b.cache.lookup(h, k)
+	if hit.hit && !t.shared {
+		// The handler gets a copy and the cache keeps serving this key's
+		// committed value, so the Txn need not remember the read.
+		return hit.v, hit.present, nil
+	}
 	if !hit.hit {
 		kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
 		v, present, encLen, err := t.load(b.db, kc, partition, key)
