@@ -243,7 +243,7 @@ func distinct[E any, H comparable](run []E, owner []int, id func(E) H) []E {
 			case len(ids) < shortRun:
 				ids = append(ids, h)
 			default:
-				seen = make(map[H]int, len(run)-i+shortRun)
+				seen = make(map[H]int, 4*shortRun)
 				for k, x := range ids {
 					seen[x] = k
 				}
