@@ -84,16 +84,7 @@ func Open(dir string, opts ...Option) (*DB, error) {
 
 	cache := pebble.NewCache(o.cacheSize)
 	defer cache.Unref() // the DB holds its own reference
-	popts := &pebble.Options{
-		Cache:                       cache,
-		MemTableSize:                uint64(min(maxMemTableSize, o.cacheSize/4)),
-		MemTableStopWritesThreshold: 4,
-		FormatMajorVersion:          pebble.FormatValueSeparation,
-		Logger:                      pebbleLogger{log},
-		FS:                          o.fs,
-	}
-	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	pdb, err := pebble.Open(dir, popts)
+	pdb, err := pebble.Open(dir, o.pebbleOptions(cache, log))
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
@@ -117,6 +108,21 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// pebbleOptions returns the Pebble configuration measured for small
+// embeddings (see Open).
+func (o *options) pebbleOptions(cache *pebble.Cache, log *slog.Logger) *pebble.Options {
+	popts := &pebble.Options{
+		Cache:                       cache,
+		MemTableSize:                uint64(min(maxMemTableSize, o.cacheSize/4)),
+		MemTableStopWritesThreshold: 4,
+		FormatMajorVersion:          pebble.FormatValueSeparation,
+		Logger:                      pebbleLogger{log},
+		FS:                          o.fs,
+	}
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	return popts
 }
 
 // loadMeta checks the layout version (writing it into a new database) and

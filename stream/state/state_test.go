@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/goleak"
 )
@@ -671,5 +672,71 @@ func TestOpenRefusesUnknownLayout(t *testing.T) {
 	mustClose(t, db)
 	if _, err := Open("db", withFS(fs), WithLogger(quiet)); !errors.Is(err, ErrIncompatibleLayout) {
 		t.Fatalf("Open = %v; want ErrIncompatibleLayout", err)
+	}
+}
+
+func TestPebbleOptions(t *testing.T) {
+	for _, size := range []int64{minCacheSize, 16 << 20, DefaultCacheSize, 1 << 30} {
+		o := options{cacheSize: size}
+		p := o.pebbleOptions(nil, quiet)
+		if int64(p.MemTableSize)*4 > size {
+			t.Errorf("cache %d: memtable %d is more than a quarter of the cache", size, p.MemTableSize)
+		}
+		if p.MemTableSize > uint64(maxMemTableSize) {
+			t.Errorf("cache %d: memtable %d above %d", size, p.MemTableSize, maxMemTableSize)
+		}
+		if p.FormatMajorVersion != pebble.FormatValueSeparation {
+			t.Errorf("format %v, want the pinned FormatValueSeparation", p.FormatMajorVersion)
+		}
+		if p.MemTableStopWritesThreshold != 4 {
+			t.Errorf("stop-writes threshold %d, want 4", p.MemTableStopWritesThreshold)
+		}
+	}
+}
+
+// levelRecorder records log records at or above a level.
+type levelRecorder struct {
+	min     slog.Level
+	mu      sync.Mutex
+	records []string
+}
+
+func (r *levelRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= r.min }
+func (r *levelRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Level.String()+" "+rec.Message)
+	return nil
+}
+func (r *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *levelRecorder) WithGroup(string) slog.Handler      { return r }
+
+func TestPebbleLogsOnlyAtDebug(t *testing.T) {
+	info := &levelRecorder{min: slog.LevelInfo}
+	debug := &levelRecorder{min: slog.LevelDebug}
+	for _, rec := range []*levelRecorder{info, debug} {
+		dir := t.TempDir()
+		for range 2 { // create, then reopen with WAL recovery
+			db, err := Open(dir, WithLogger(slog.New(rec)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tab := NewTable("t", String(), String())
+			if err := db.Attach(tab); err != nil {
+				t.Fatal(err)
+			}
+			tx := db.NewTxn()
+			_ = tab.Write(tx, 0, []byte("k"), "v")
+			if err := tx.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			mustClose(t, db)
+		}
+	}
+	if len(info.records) != 0 {
+		t.Fatalf("Pebble logged at Info or above during a normal run: %q", info.records)
+	}
+	if len(debug.records) == 0 {
+		t.Fatal("Pebble's informational messages did not reach the logger at Debug")
 	}
 }
