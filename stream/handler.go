@@ -205,12 +205,15 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 		r.bufs.Put(buf)
 	}()
 	b := rc.b
+	var hold error
 	for _, i := range recs {
 		e, err := r.ev.Decode(b.records[i].Payload)
 		if err != nil {
 			b.deadLetter(i, ReasonDecode, err)
 			if b.poison == HoldPoisonedKey {
-				return errPoisonHold{err}
+				// Apply what came before the poison event, hold the rest.
+				hold = errPoisonHold{err}
+				break
 			}
 			continue
 		}
@@ -218,7 +221,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 		buf.idx = append(buf.idx, i)
 	}
 	if len(buf.events) == 0 {
-		return nil
+		return hold
 	}
 	if cap(buf.owner) < len(buf.events) {
 		buf.owner = make([]int, len(buf.events))
@@ -230,6 +233,9 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 		if buf.owner[j] < applied {
 			b.status[i] = statusApplied
 		}
+	}
+	if err == nil {
+		err = hold
 	}
 	return err
 }

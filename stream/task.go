@@ -465,6 +465,11 @@ func (t *Task) prepare(b *batch, nParked int) {
 			continue
 		}
 		key := unsafe.String(unsafe.SliceData(r.Headers.Key), len(r.Headers.Key))
+		rt, known := t.src.routes[r.Headers.Tag]
+		if !known && t.src.skip[r.Headers.Tag] {
+			b.status[i] = statusSkipped
+			continue
+		}
 		if i >= nParked {
 			if pk, ok := t.parked[key]; ok {
 				if !b.due[key] {
@@ -478,12 +483,7 @@ func (t *Task) prepare(b *batch, nParked int) {
 			b.status[i] = statusHeld
 			continue
 		}
-		rt, ok := t.src.routes[r.Headers.Tag]
-		if !ok {
-			if t.src.skip[r.Headers.Tag] {
-				b.status[i] = statusSkipped
-				continue
-			}
+		if !known {
 			b.deadLetter(i, ReasonUnknownType, fmt.Errorf("%w: type tag %d", ErrUnknownType, r.Headers.Tag))
 			if b.poison == HoldPoisonedKey {
 				if poisoned == nil {

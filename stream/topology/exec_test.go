@@ -1,0 +1,492 @@
+//go:build strandcore
+
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// Ev is the test event: key K, a sequence number N and an amount.
+type Ev struct {
+	K      string
+	N      int
+	Amount int64
+}
+
+func evKey(e Ev) string { return e.K }
+
+// call is one handler call seen by a recording sink.
+type call struct {
+	key  string
+	tag  planner.Tag
+	ns   []int
+	sums []int64
+}
+
+// recorder records sink calls, in order per key.
+type recorder struct {
+	mu    sync.Mutex
+	calls []call
+	fail  func(key string, tag planner.Tag, events []Ev) error
+}
+
+func (r *recorder) sink(tag planner.Tag) func(ctx context.Context, key string, events []Ev) error {
+	return func(ctx context.Context, key string, events []Ev) error {
+		if r.fail != nil {
+			if err := r.fail(key, tag, events); err != nil {
+				return err
+			}
+		}
+		c := call{key: key, tag: tag}
+		for _, e := range events {
+			c.ns = append(c.ns, e.N)
+			c.sums = append(c.sums, e.Amount)
+		}
+		r.mu.Lock()
+		r.calls = append(r.calls, c)
+		r.mu.Unlock()
+		return nil
+	}
+}
+
+func (r *recorder) forKey(key string) []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []call
+	for _, c := range r.calls {
+		if c.key == key {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func sumAmount() algebra.Algebra[Ev] {
+	return algebra.Sum(func(e Ev) int64 { return e.Amount }, func(e Ev, n int64) Ev { e.Amount = n; return e })
+}
+
+func TestSinkChunksByMaxBatch(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	rec := &recorder{}
+	topo := topology.New("chunks")
+	src := topology.Source[string](topo, "log")
+	topology.On(src, decl).Sink("rec", rec.sink(1), topology.MaxBatch(3))
+	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	for i := range 10 {
+		topology.Pipe(d, decl, Ev{K: "a", N: i})
+	}
+	d.Advance()
+	calls := rec.forKey("a")
+	var sizes []int
+	var all []int
+	for _, c := range calls {
+		sizes = append(sizes, len(c.ns))
+		all = append(all, c.ns...)
+	}
+	if !slices.Equal(sizes, []int{3, 3, 3, 1}) {
+		t.Fatalf("chunk sizes %v, want [3 3 3 1]", sizes)
+	}
+	if !slices.Equal(all, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatalf("events %v not in log order", all)
+	}
+}
+
+func TestRunIsReducedBeforeHandlers(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey, stream.Reduce(sumAmount()))
+	rec := &recorder{}
+	topo := topology.New("reduce")
+	src := topology.Source[string](topo, "log")
+	topology.On(src, decl).Sink("rec", rec.sink(1))
+	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	for i := range 5 {
+		topology.Pipe(d, decl, Ev{K: "a", N: i, Amount: int64(i + 1)})
+	}
+	d.Advance()
+	calls := rec.forKey("a")
+	if len(calls) != 1 || !slices.Equal(calls[0].sums, []int64{15}) {
+		t.Fatalf("calls %+v, want one call with the sum 15", calls)
+	}
+	res := d.Results()
+	if len(res) != 1 || len(res[0].Applied) != 5 {
+		t.Fatalf("results %+v: want the 5 folded records applied", res)
+	}
+}
+
+func TestStagesRunInPlanOrder(t *testing.T) {
+	// The seed's worked example: A=opened (Acquire), B=deposited,
+	// W=withdrawn (Relaxed), C=closed (Release).
+	open := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	dep := stream.DeclareFunc(2, evKey)
+	wd := stream.DeclareFunc(3, evKey)
+	cls := stream.DeclareFunc(4, evKey, stream.Fence(planner.Release))
+	rec := &recorder{}
+	topo := topology.New("stages")
+	src := topology.Source[string](topo, "log")
+	for _, decl := range []*stream.Event[string, Ev]{open, dep, wd, cls} {
+		topology.On(src, decl).Sink("rec", rec.sink(decl.Tag()))
+	}
+	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	topology.Pipe(d, open, Ev{K: "42", N: 0})
+	topology.Pipe(d, dep, Ev{K: "42", N: 1})
+	topology.Pipe(d, dep, Ev{K: "7", N: 2})
+	topology.Pipe(d, wd, Ev{K: "42", N: 3})
+	topology.Pipe(d, dep, Ev{K: "42", N: 4})
+	topology.Pipe(d, cls, Ev{K: "42", N: 5})
+	topology.Pipe(d, open, Ev{K: "42", N: 6})
+	topology.Pipe(d, dep, Ev{K: "42", N: 7})
+	d.Advance()
+	var got []string
+	for _, c := range rec.forKey("42") {
+		got = append(got, fmt.Sprintf("%d:%v", c.tag, c.ns))
+	}
+	want := []string{"1:[0]", "2:[1 4]", "3:[3]", "4:[5]", "1:[6]", "2:[7]"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("key 42 calls %v, want %v", got, want)
+	}
+}
+
+func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
+	a := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	b := stream.DeclareFunc(2, evKey)
+	c := stream.DeclareFunc(3, evKey, stream.Fence(planner.Release))
+	rec := &recorder{}
+	boom := errors.New("boom")
+	rec.fail = func(key string, tag planner.Tag, events []Ev) error {
+		if tag == 2 && (key == "x" || key == "y") {
+			return fmt.Errorf("%s: %w", key, boom)
+		}
+		return nil
+	}
+	topo := topology.New("failures", topology.WithWorkers(4))
+	src := topology.Source[string](topo, "log")
+	for _, decl := range []*stream.Event[string, Ev]{a, b, c} {
+		topology.On(src, decl).Sink("rec", rec.sink(decl.Tag()))
+	}
+	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	for _, k := range []string{"x", "y", "z"} {
+		topology.Pipe(d, a, Ev{K: k, N: 0})
+		topology.Pipe(d, b, Ev{K: k, N: 1})
+		topology.Pipe(d, c, Ev{K: k, N: 2})
+		topology.Pipe(d, b, Ev{K: k, N: 3})
+	}
+	d.Step()
+	res := d.Results()[0]
+	// Offsets: x = 0,3,6,9 ; y = 1,4,7,10 ; z = 2,5,8,11 (interleaved by
+	// Pipe order: a(x) a? no — Pipe order is per key above).
+	// Pipe order was x: 0..3, y: 4..7, z: 8..11.
+	wantApplied := []uint64{0, 4, 8, 9, 10, 11}
+	if !slices.Equal(res.Applied, wantApplied) {
+		t.Fatalf("applied %v, want %v", res.Applied, wantApplied)
+	}
+	wantHeld := []uint64{1, 2, 3, 5, 6, 7}
+	if !slices.Equal(res.Held, wantHeld) {
+		t.Fatalf("held %v, want %v", res.Held, wantHeld)
+	}
+	err := res.Err()
+	var merr *multierror.Error
+	if !errors.As(err, &merr) || len(merr.Errors) != 2 || !errors.Is(err, boom) {
+		t.Fatalf("Err() = %v, want a multierror of 2 wrapping boom", err)
+	}
+	if len(res.Failures) != 2 || !slices.Equal(res.Failures[0].Offsets, []uint64{1}) || res.Failures[0].Action != "parked" {
+		t.Fatalf("failures %+v", res.Failures)
+	}
+	if keys, recs := d.Task("log", 0).Parked(); keys != 2 || recs != 6 {
+		t.Fatalf("parked %d keys %d records, want 2 and 6", keys, recs)
+	}
+
+	// New events of a parked key wait behind it; the retry after the
+	// backoff applies everything in order.
+	topology.Pipe(d, b, Ev{K: "x", N: 4})
+	d.Advance()
+	if last := d.Results()[len(d.Results())-1]; !slices.Equal(last.Held, []uint64{12}) {
+		t.Fatalf("new event of parked key: held %v, want [12]", last.Held)
+	}
+	rec.fail = nil
+	d.AdvanceClock(time.Second)
+	d.Advance()
+	if keys, _ := d.Task("log", 0).Parked(); keys != 0 {
+		t.Fatalf("%d keys still parked after a successful retry", keys)
+	}
+	var got []string
+	for _, c := range rec.forKey("x") {
+		got = append(got, fmt.Sprintf("%d:%v", c.tag, c.ns))
+	}
+	want := []string{"1:[0]", "2:[1 3 4]", "3:[2]"}
+	// The retry sees [b1, c2, b3, b4]: one segment with body b and tail c,
+	// where b joins... c (Release) tails the first segment; b3, b4 follow
+	// in a new segment.
+	want = []string{"1:[0]", "2:[1]", "3:[2]", "2:[3 4]"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("key x calls %v, want %v", got, want)
+	}
+}
+
+func TestRetriesSurviveRestart(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	rec := &recorder{}
+	fail := true
+	rec.fail = func(string, planner.Tag, []Ev) error {
+		if fail {
+			return errors.New("down")
+		}
+		return nil
+	}
+	topo := topology.New("restart")
+	src := topology.Source[string](topo, "log")
+	topology.On(src, decl).Sink("rec", rec.sink(1))
+	d := topology.NewDriver(t, topo)
+	topology.Pipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1})
+	d.Advance()
+	d.Restart()
+	if keys, recs := d.Task("log", 0).Parked(); keys != 1 || recs != 2 {
+		t.Fatalf("after restart: parked %d keys %d records, want 1 and 2", keys, recs)
+	}
+	fail = false
+	d.AdvanceClock(time.Hour)
+	d.Advance()
+	if c := rec.forKey("a"); len(c) != 1 || !slices.Equal(c[0].ns, []int{0, 1}) {
+		t.Fatalf("calls %+v", c)
+	}
+}
+
+func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	other := stream.DeclareFunc(2, evKey, stream.Fence(planner.Acquire))
+	rec := &recorder{}
+	rec.fail = func(key string, tag planner.Tag, _ []Ev) error {
+		if tag == 1 {
+			return errors.New("always")
+		}
+		return nil
+	}
+	topo := topology.New("exhaust", topology.WithRetry(3, time.Second, time.Minute))
+	src := topology.Source[string](topo, "log")
+	topology.On(src, decl).Sink("rec", rec.sink(1))
+	topology.On(src, other).Sink("rec", rec.sink(2))
+	d := topology.NewDriver(t, topo)
+	topology.Pipe(d, decl, Ev{K: "a", N: 0})
+	topology.Pipe(d, other, Ev{K: "a", N: 1})
+	for range 3 {
+		d.Advance()
+		d.AdvanceClock(time.Hour)
+	}
+	d.Advance()
+	dls := d.DeadLetters()
+	if len(dls) != 1 || dls[0].Offset != 0 || dls[0].Reason != stream.ReasonExhausted || dls[0].Attempts != 3 {
+		t.Fatalf("dead letters %+v", dls)
+	}
+	if c := rec.forKey("a"); len(c) != 1 || c[0].tag != 2 {
+		t.Fatalf("after exhaustion the key should go on: calls %+v", c)
+	}
+}
+
+func TestPermanentErrorDeadLettersTheRun(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	rec := &recorder{}
+	rec.fail = func(key string, tag planner.Tag, events []Ev) error {
+		if events[0].N == 1 {
+			return stream.Permanent(errors.New("invalid"))
+		}
+		return nil
+	}
+	topo := topology.New("permanent")
+	src := topology.Source[string](topo, "log")
+	topology.On(src, decl).Sink("rec", rec.sink(1), topology.MaxBatch(1))
+	d := topology.NewDriver(t, topo)
+	topology.Pipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1}, Ev{K: "a", N: 2})
+	d.Advance()
+	dls := d.DeadLetters()
+	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != stream.ReasonPermanent {
+		t.Fatalf("dead letters %+v: want offsets 1 and 2 (the failing run's rest)", dls)
+	}
+	if res := d.Results()[0]; !slices.Equal(res.Applied, []uint64{0}) {
+		t.Fatalf("applied %v, want [0]", res.Applied)
+	}
+}
+
+func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
+	for _, policy := range []stream.PoisonPolicy{stream.PassPoison, stream.HoldPoisonedKey} {
+		t.Run(policy.String(), func(t *testing.T) {
+			decl := stream.DeclareFunc(1, evKey)
+			rec := &recorder{}
+			topo := topology.New("poison", topology.WithPoisonPolicy(policy))
+			src := topology.Source[string](topo, "log").Skip(9)
+			topology.On(src, decl).Sink("rec", rec.sink(1))
+			var seen []stream.DeadLetter
+			d := topology.NewDriver(t, topo, topology.TaskOptions(stream.OnDeadLetter(func(dl stream.DeadLetter) {
+				seen = append(seen, dl)
+			})))
+			h := stream.Headers{Key: []byte("a"), Tag: 1, Ordering: planner.Relaxed}
+			topology.Pipe(d, decl, Ev{K: "a", N: 0})                                     // 0
+			d.PipeRecord("log", stream.Record{HeaderErr: stream.ErrBadHeaders})          // 1
+			d.PipeRecord("log", stream.Record{Headers: h, Payload: []byte("{not json")}) // 2
+			unknown := h
+			unknown.Tag = 77
+			d.PipeRecord("log", stream.Record{Headers: unknown, Payload: []byte("{}")}) // 3
+			skipped := h
+			skipped.Tag = 9
+			d.PipeRecord("log", stream.Record{Headers: skipped, Payload: []byte("{}")}) // 4
+			topology.Pipe(d, decl, Ev{K: "a", N: 5})                                    // 5
+			topology.Pipe(d, decl, Ev{K: "b", N: 6})                                    // 6
+			d.Advance()
+
+			dls := d.DeadLetters()
+			var got []string
+			for _, dl := range dls {
+				got = append(got, fmt.Sprintf("%d:%s", dl.Offset, dl.Reason))
+				if dl.Source != "log" || dl.Partition != 0 || dl.Err == nil {
+					t.Errorf("dead letter without origin or error: %+v", dl)
+				}
+			}
+			want := []string{"1:bad-headers", "2:undecodable", "3:unknown-type"}
+			if !slices.Equal(got, want) {
+				t.Fatalf("dead letters %v, want %v", got, want)
+			}
+			if len(seen) != 3 {
+				t.Fatalf("OnDeadLetter saw %d, want 3", len(seen))
+			}
+			res := d.Results()[0]
+			if !slices.Equal(res.Skipped, []uint64{4}) {
+				t.Fatalf("skipped %v", res.Skipped)
+			}
+			var ns []int
+			for _, c := range rec.forKey("a") {
+				ns = append(ns, c.ns...)
+			}
+			switch policy {
+			case stream.PassPoison:
+				if !slices.Equal(ns, []int{0, 5}) {
+					t.Fatalf("pass: key a applied %v, want [0 5]", ns)
+				}
+			case stream.HoldPoisonedKey:
+				if !slices.Equal(ns, []int{0}) || !slices.Equal(res.Held, []uint64{5}) {
+					t.Fatalf("hold: key a applied %v held %v, want [0] and [5]", ns, res.Held)
+				}
+				d.AdvanceClock(time.Hour)
+				d.Advance()
+				if len(rec.forKey("a")) != 1 {
+					t.Fatal("a held key must wait for Release, not for time")
+				}
+				if err := d.Task("log", 0).Release(context.Background(), []byte("a")); err != nil {
+					t.Fatal(err)
+				}
+				d.Advance()
+				ns = nil
+				for _, c := range rec.forKey("a") {
+					ns = append(ns, c.ns...)
+				}
+				if !slices.Equal(ns, []int{0, 5}) {
+					t.Fatalf("after Release: key a applied %v, want [0 5]", ns)
+				}
+			}
+			if c := rec.forKey("b"); len(c) != 1 {
+				t.Fatalf("other key must go on: %+v", c)
+			}
+		})
+	}
+}
+
+func TestBadKeyBytesAreDeadLettered(t *testing.T) {
+	type U struct{ ID uint64 }
+	decl := stream.DeclareFunc(1, func(u U) uint64 { return u.ID })
+	var got []uint64
+	topo := topology.New("badkey")
+	src := topology.Source[uint64](topo, "log")
+	topology.On(src, decl).Sink("rec", func(ctx context.Context, key uint64, events []U) error {
+		got = append(got, key)
+		return nil
+	})
+	d := topology.NewDriver(t, topo)
+	d.PipeRecord("log", stream.Record{Headers: stream.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
+	topology.Pipe(d, decl, U{ID: 2})
+	d.Advance()
+	dls := d.DeadLetters()
+	if len(dls) != 1 || dls[0].Reason != stream.ReasonBadKey || !slices.Equal(got, []uint64{2}) {
+		t.Fatalf("dead letters %+v, handled %v", dls, got)
+	}
+}
+
+func TestStaleRecordsAreIgnored(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	topo := topology.New("stale")
+	src := topology.Source[string](topo, "log")
+	table := topology.Table[string, int](topo, "count", stream.JSON[int]())
+	topology.Project(topology.On(src, decl), table, func(v *int, e Ev) error { *v++; return nil })
+	d := topology.NewDriver(t, topo)
+	topology.Pipe(d, decl, Ev{K: "a"}, Ev{K: "a"})
+	d.Advance()
+	task := d.Task("log", 0)
+	r0, _ := decl.Record(0, 0, Ev{K: "a"})
+	r2, _ := decl.Record(0, 2, Ev{K: "a"})
+	res, err := task.Process(context.Background(), []stream.Record{r0, r2})
+	if err != nil || res.Stale != 1 || !slices.Equal(res.Applied, []uint64{2}) {
+		t.Fatalf("Process = %+v, %v", res, err)
+	}
+	if n, _, _ := table.Get(context.Background(), "a"); n != 3 {
+		t.Fatalf("count %d, want 3", n)
+	}
+}
+
+func TestProjectionFailureWritesNothingOfTheRun(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	topo := topology.New("projfail")
+	src := topology.Source[string](topo, "log")
+	table := topology.Table[string, []int](topo, "seen", stream.JSON[[]int]())
+	failAt := 2
+	topology.Project(topology.On(src, decl), table, func(v *[]int, e Ev) error {
+		if e.N == failAt {
+			return errors.New("no")
+		}
+		*v = append(*v, e.N)
+		return nil
+	})
+	d := topology.NewDriver(t, topo)
+	topology.Pipe(d, decl, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3})
+	d.Advance()
+	if v, ok, _ := table.Get(context.Background(), "a"); ok {
+		t.Fatalf("table holds %v after a failed run", v)
+	}
+	failAt = -1
+	d.AdvanceClock(time.Hour)
+	d.Advance()
+	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int{1, 2, 3}) {
+		t.Fatalf("after retry %v, want [1 2 3]", v)
+	}
+}
+
+func TestIncompatibleTopologyIsRefused(t *testing.T) {
+	topo1, _ := accounts()
+	d := topology.NewDriver(t, topo1)
+	dir := d.Dir()
+	d.Close()
+	topo2 := topology.New("accounts")
+	src := topology.Source[AccountID](topo2, "bank/accounts")
+	other := topology.Table[AccountID, int](topo2, "other", stream.JSON[int]())
+	topology.Project(topology.On(src, Deposits), other, func(v *int, e Deposited) error { return nil })
+	prog, err := topo2.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := prog.Attach(db); !errors.Is(err, state.ErrIncompatibleTopology) {
+		t.Fatalf("Attach = %v, want ErrIncompatibleTopology", err)
+	}
+}
