@@ -47,6 +47,11 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	if addr == "" {
 		return nil, fmt.Errorf("%w: empty server address", ErrUnreachable)
 	}
+	if cfg.tls != nil {
+		if _, err := cfg.tls.std(addr); err != nil {
+			return nil, fmt.Errorf("iggy: connect to %s: %w", addr, err)
+		}
+	}
 	c := &Client{addr: addr, cfg: cfg, conns: map[*conn]struct{}{}}
 	c.admin = newConn(c, "admin")
 	c.conns[c.admin] = struct{}{}
