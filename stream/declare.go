@@ -1,5 +1,3 @@
-//go:build strandcore
-
 package stream
 
 import (

@@ -1,5 +1,3 @@
-//go:build strandcore
-
 package topology_test
 
 import (

@@ -1,5 +1,3 @@
-//go:build strandcore
-
 // Package topology is strand's fluent builder: it declares what a processor
 // reads (sources), which event types it handles and how (projections into
 // tables, sinks), and compiles that into a stream.Program, which a
