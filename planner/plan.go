@@ -97,7 +97,10 @@ func (k KeyPlan[K]) Key() K { return k.key }
 
 // Segment is a slice of one key's events between fences: an optional head
 // run, any number of body runs and an optional tail run. Every segment
-// holds at least one run.
+// holds at least one run, and at most one run per type. A segment cut by a
+// lone AcqRel event holds only a head run; a Release event with nothing
+// before it in its segment, or one that gets a segment of its own, makes a
+// segment of only a tail run.
 type Segment struct {
 	first, end int32 // p.runs[first:end]: head (if any), body runs, tail (if any)
 	head, tail bool
@@ -170,7 +173,8 @@ func (p *Plan[K]) Records(r Run) []int { return p.idx[r.first:r.end:r.end] }
 // Planner builds plans batch after batch, reusing its buffers, for the hot
 // path where every polled batch is planned. The zero value is ready to use.
 //
-// A Planner is not safe for concurrent use; use one per partition pipeline.
+// A Planner keeps buffers as large as the largest batch it has planned. It
+// is not safe for concurrent use; use one per partition pipeline.
 type Planner[K comparable] struct {
 	plan *Plan[K]
 
