@@ -83,9 +83,6 @@ func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxP
 // failures). The default discards everything.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// ErrClosed is returned by operations on a closed Server.
-var ErrClosed = errors.New("iggytest: server closed")
-
 // Server is an in-process broker speaking Iggy server 0.8.0's TCP protocol.
 // Create it with NewServer, point the official Go SDK at Addr, and Close it
 // when done. All methods are safe for concurrent use.

@@ -1,7 +1,6 @@
 package iggytest
 
 import (
-	"encoding/binary"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -335,5 +334,3 @@ func appendClientHeader(e encoder, s *session) encoder {
 	}
 	return e.u32(s.clientID).u32(uid).u8(1).str32(s.addr).u32(uint32(len(s.groups)))
 }
-
-func le32(b []byte, off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
