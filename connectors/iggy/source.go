@@ -147,7 +147,6 @@ func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (strea
 		partition: partition,
 		next:      from,
 		idle:      s.cfg.idleMin,
-		done:      make(chan struct{}),
 		log:       s.log.With("partition", partition),
 	}
 	return r, nil
@@ -164,11 +163,11 @@ type Reader struct {
 	next      uint64 // offset of the next record to deliver; owned by Poll
 	idle      time.Duration
 	closed    atomic.Bool
-	done      chan struct{}
 	log       *slog.Logger
 }
 
-// Next returns the offset of the next record Poll will deliver.
+// Next returns the offset of the next record Poll will deliver. Like Poll,
+// it belongs to the goroutine that polls.
 func (r *Reader) Next() uint64 { return r.next }
 
 // Poll returns the next records of the partition, at most max (at most the
@@ -191,7 +190,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 		count = max
 	}
 	for attempt := 0; ; {
-		if r.closed.Load() {
+		if r.closed.Load() || r.k.closed.Load() {
 			return nil, r.errf("%w", ErrClosed)
 		}
 		var polled *iggcon.PolledMessage
@@ -203,7 +202,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 		})
 		if err != nil {
 			switch {
-			case r.closed.Load() || errors.Is(err, ErrClosed):
+			case r.closed.Load() || r.k.closed.Load() || errors.Is(err, ErrClosed):
 				return nil, r.errf("%w", ErrClosed)
 			case ctx.Err() != nil:
 				return nil, r.errf("offset %d: %w", offset, ctx.Err())
@@ -215,7 +214,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 			} else {
 				r.log.Debug("iggy: poll failed; retrying", "offset", offset, "attempt", attempt+1, "err", err)
 			}
-			if !sleep(ctx, s.cl.cfg.backoff.delay(attempt), r.done) {
+			if !sleep(ctx, s.cl.cfg.backoff.delay(attempt), r.k.life.Done()) {
 				continue // the checks above report why
 			}
 			attempt++
@@ -226,7 +225,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 			if polled.MessageCount > 0 {
 				return nil, r.errf("offset %d: %w: the broker sent %d messages and the SDK decoded none", offset, ErrProtocol, polled.MessageCount)
 			}
-			if !sleep(ctx, r.idle, r.done) {
+			if !sleep(ctx, r.idle, r.k.life.Done()) {
 				continue
 			}
 			r.idle = min(r.idle*2, s.cfg.idleMax)
@@ -308,7 +307,6 @@ func (r *Reader) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
-	close(r.done)
 	r.src.cl.closeConn(r.k)
 	return nil
 }
