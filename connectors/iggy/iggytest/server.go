@@ -73,9 +73,12 @@ func WithSyncWrites() Option { return func(c *config) { c.syncWrites = true } }
 func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMsgSize = n } }
 
 // WithMaxMessagesPerPartition keeps at most n messages per partition (the
-// newest), in memory and on disk; older ones are dropped as the server drops
-// expired segments, and First/Next polls start at the oldest kept message.
-// The default (n ≤ 0) keeps everything.
+// newest); older ones are dropped as the server drops expired segments, and
+// First/Next polls start at the oldest kept message. On disk (WithDataDir)
+// messages live in segment files of 128 MiB, each deleted once all of its
+// messages are dropped, so the files hold at most one segment more than n
+// messages. The default (n ≤ 0) keeps everything, as server 0.8.0 does with
+// its default configuration (no size limit, no expiry).
 func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxPerPart = n } }
 
 // WithLogger sets the logger for connection and storage events (debug level
