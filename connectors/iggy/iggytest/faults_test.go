@@ -209,3 +209,66 @@ func TestGroupPollOfAnUnownedPartitionIsEmpty(t *testing.T) {
 		t.Fatalf("poll of owned partition = %+v", pm)
 	}
 }
+
+// TestGarbageNeverHurtsTheBroker sends malformed frames over TCP: each is
+// answered with the server's status or its connection is closed, and the
+// broker keeps serving the SDK with its data intact.
+func TestGarbageNeverHurtsTheBroker(t *testing.T) {
+	tg := embeddedTarget(t)
+	cli := tg.login(t)
+	sid, tid := tg.newTopic(t, cli, 1)
+	must(t, cli.SendMessages(sid, tid, iggcon.PartitionId(0), msgs(t, "kept", 2)))
+	frame := func(length uint32, code Command, payload []byte) []byte {
+		b := binary.LittleEndian.AppendUint32(nil, length)
+		b = binary.LittleEndian.AppendUint32(b, uint32(code))
+		return append(b, payload...)
+	}
+	for _, tc := range []struct {
+		name   string
+		bytes  []byte
+		status uint32 // expected first reply; 0 = none expected, connection closed
+		closed bool
+	}{
+		{"unknown code", frame(4+3, 9999, []byte{1, 2, 3}), StatusInvalidCommand, false},
+		{"length below 4", frame(2, CmdPing, nil), StatusInvalidCommand, false},
+		{"oversized control frame", frame(0xFFFFFFF0, CmdGetStreams, nil), StatusInvalidCommand, true},
+		{"oversized send frame", frame(0xFFFFFFF0, CmdSendMessages, nil), StatusInvalidCommand, true},
+		{"truncated identifier", frame(4+2, CmdGetStream, []byte{1, 4}), StatusInvalidCommand, false},
+		{"bad identifier kind", frame(4+6, CmdGetStream, []byte{7, 4, 0, 0, 0, 0}), StatusInvalidCommand, false},
+		{"numeric identifier of 3 bytes", frame(4+5, CmdGetStream, []byte{1, 3, 0, 0, 0}), StatusInvalidFormat, false},
+		{"send before login", frame(4+4, CmdSendMessages, []byte{0, 0, 0, 0}), StatusUnauthenticated, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, err := net.Dial("tcp", tg.addr)
+			must(t, err)
+			defer nc.Close()
+			_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+			_, err = nc.Write(tc.bytes)
+			must(t, err)
+			var hdr [8]byte
+			_, err = io.ReadFull(nc, hdr[:])
+			must(t, err)
+			if st := binary.LittleEndian.Uint32(hdr[:]); st != tc.status || binary.LittleEndian.Uint32(hdr[4:]) != 0 {
+				t.Fatalf("reply %x, want status %d", hdr, tc.status)
+			}
+			if tc.closed {
+				if _, err := nc.Read(hdr[:1]); err != io.EOF {
+					t.Fatalf("connection not closed after an oversized frame: %v", err)
+				}
+				return
+			}
+			_, err = nc.Write(frame(4, CmdPing, nil)) // still in step
+			must(t, err)
+			_, err = io.ReadFull(nc, hdr[:])
+			must(t, err)
+			if binary.LittleEndian.Uint32(hdr[:]) != 0 {
+				t.Fatalf("ping after bad frame: %x", hdr)
+			}
+		})
+	}
+	pm, err := cli.PollMessages(sid, tid, iggcon.DefaultConsumer(), iggcon.FirstPollingStrategy(), 10, false, u32p(0))
+	must(t, err)
+	if len(pm.Messages) != 2 {
+		t.Fatalf("stored data changed: %v", payloads(pm))
+	}
+}
