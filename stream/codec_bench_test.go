@@ -77,15 +77,24 @@ func BenchmarkJSONEncode(b *testing.B) {
 		}
 	}
 	b.Run("encoding-json", func(b *testing.B) {
-		run(b, func(dst []byte, e benchEvent) ([]byte, error) { out, err := stdjson.Marshal(e); return append(dst, out...), err })
+		run(b, func(dst []byte, e benchEvent) ([]byte, error) {
+			out, err := stdjson.Marshal(e)
+			return append(dst, out...), err
+		})
 	})
 	b.Run("goccy-go-json", func(b *testing.B) {
-		run(b, func(dst []byte, e benchEvent) ([]byte, error) { out, err := gojson.Marshal(e); return append(dst, out...), err })
+		run(b, func(dst []byte, e benchEvent) ([]byte, error) {
+			out, err := gojson.Marshal(e)
+			return append(dst, out...), err
+		})
 	})
 	b.Run("segmentio-encoding", func(b *testing.B) {
 		run(b, func(dst []byte, e benchEvent) ([]byte, error) { return segjson.Append(dst, e, 0) })
 	})
 	b.Run("sonic", func(b *testing.B) {
-		run(b, func(dst []byte, e benchEvent) ([]byte, error) { out, err := sonic.Marshal(e); return append(dst, out...), err })
+		run(b, func(dst []byte, e benchEvent) ([]byte, error) {
+			out, err := sonic.Marshal(e)
+			return append(dst, out...), err
+		})
 	})
 }

@@ -189,8 +189,8 @@ func (int32Key[K]) Decode(data []byte) (K, error) {
 // agree.
 type keyEncoder interface{ keyEncoding() string }
 
-func (anyKey[K, U]) keyEncoding() string {
-	if e, ok := any(anyKey[K, U]{}.c).(keyEncoder); ok {
+func (a anyKey[K, U]) keyEncoding() string {
+	if e, ok := a.c.(keyEncoder); ok {
 		return e.keyEncoding()
 	}
 	return ""

@@ -269,21 +269,23 @@ func NewProgram(spec Spec) (*Program, error) {
 				fail("source %q: %w", src.Name, err)
 				continue
 			}
-			fence, _ := g.d.StaticOrdering()
-			if _, static := g.d.StaticOrdering(); !static {
-				fence = 0
+			fence, static := g.d.StaticOrdering()
+			if !static {
+				fence = 0 // plan by each record's header
 			}
 			ps.routes[tag] = &route{tag: tag, name: g.d.Name(), fence: fence, kind: g.d.algebraKind(), runner: r}
-			fp.add("type", fmt.Sprint(tag), g.d.eventType().String(), fence.String(), g.d.algebraKind().String())
+			typeLine := false
 			for _, h := range g.handlers {
-				if hi := h.info(); hi.kind == "project" {
-					fp.add("project", fmt.Sprint(tag), hi.table)
+				hi := h.info()
+				if hi.kind != "project" {
+					continue
 				}
+				if !typeLine {
+					fp.add("type", fmt.Sprint(tag), g.d.eventType().String(), fence.String(), g.d.algebraKind().String())
+					typeLine = true
+				}
+				fp.add("project", fmt.Sprint(tag), hi.table)
 			}
-		}
-		skips := slices.Sorted(mapsKeys(ps.skip))
-		for _, tag := range skips {
-			fp.add("skip", fmt.Sprint(tag))
 		}
 	}
 	names := slices.Clone(p.tableNames)
@@ -296,16 +298,6 @@ func NewProgram(spec Spec) (*Program, error) {
 	}
 	p.fingerprint = fp.sum()
 	return p, nil
-}
-
-func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // tableName returns the name of a table known only as an Attacher.

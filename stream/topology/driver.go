@@ -30,7 +30,7 @@ import (
 // A Driver is not safe for concurrent use. Keys still run concurrently
 // inside each Step, as in production.
 type Driver struct {
-	tb         testing.TB
+	tb         TB
 	prog       *stream.Program
 	dir        string
 	partitions uint32
@@ -44,6 +44,19 @@ type Driver struct {
 	tasks   map[string][]*stream.Task // source → partition → task
 	results []stream.Result
 }
+
+// TB is the part of testing.TB the driver uses: any *testing.T or
+// *testing.B, or a small adapter outside tests (an Example, a child
+// process of a crash test).
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
+var _ TB = testing.TB(nil)
 
 // DriverOption configures NewDriver.
 type DriverOption func(*Driver)
@@ -81,7 +94,7 @@ func TaskOptions(opts ...stream.TaskOption) DriverOption {
 // NewDriver builds topo (failing tb if Build refuses it), opens its store
 // and makes one task per source partition. The driver closes itself when
 // the test ends.
-func NewDriver(tb testing.TB, topo *Topology, opts ...DriverOption) *Driver {
+func NewDriver(tb TB, topo *Topology, opts ...DriverOption) *Driver {
 	tb.Helper()
 	prog, err := topo.Build()
 	if err != nil {
@@ -218,7 +231,7 @@ func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
 func (d *Driver) Step() bool {
 	d.tb.Helper()
 	if d.db == nil {
-		d.tb.Fatal("topology.Driver: Step after Close")
+		d.tb.Fatalf("topology.Driver: Step after Close")
 	}
 	progress := false
 	for _, s := range d.prog.Sources() {
