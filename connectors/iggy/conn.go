@@ -30,7 +30,8 @@ type conn struct {
 
 	// Guarded by lock.
 	sdk      *tcp.IggyTcpClient
-	failures int // consecutive failed connects or calls, for logging
+	failures int       // consecutive failed connects
+	failedAt time.Time // when the last connect failed
 
 	mu     sync.Mutex // guards raw against Close from another goroutine
 	raw    net.Conn   // the SDK's socket, for deadlines and aborts
@@ -93,6 +94,9 @@ func (k *conn) do(ctx context.Context, repeat bool, fn func(*tcp.IggyTcpClient) 
 		}
 		reused := k.sdk != nil
 		if !reused {
+			if err := k.gate(ctx); err != nil {
+				return err
+			}
 			if err := k.connect(ctx); err != nil {
 				return err
 			}
@@ -109,6 +113,27 @@ func (k *conn) do(ctx context.Context, repeat bool, fn func(*tcp.IggyTcpClient) 
 		k.cl.cfg.log.Debug("iggy: connection was lost while idle; reconnecting", "addr", k.cl.addr, "conn", k.role, "err", err)
 		repeat = false
 	}
+}
+
+// gate keeps a connection that keeps failing to connect from being retried
+// in a tight loop by its callers: after n consecutive failures, the next
+// attempt waits until at least half of the n-th backoff step has passed
+// since the last one (callers that back off themselves do not wait twice).
+func (k *conn) gate(ctx context.Context) error {
+	if k.failures == 0 {
+		return nil
+	}
+	d := time.Until(k.failedAt.Add(k.cl.cfg.backoff.floor(k.failures - 1)))
+	if d <= 0 {
+		return nil
+	}
+	if !sleep(ctx, d, k.life.Done()) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return ErrClosed
+	}
+	return nil
 }
 
 // transportError turns the raw failure of a call into this package's error.
@@ -160,6 +185,7 @@ func (k *conn) connect(ctx context.Context) error {
 
 	fail := func(err error) error {
 		k.failures++
+		k.failedAt = time.Now()
 		switch {
 		case k.closed.Load():
 			return ErrClosed

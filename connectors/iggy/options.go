@@ -137,18 +137,26 @@ func WithLogger(l *slog.Logger) Option {
 
 type backoff struct{ min, max time.Duration }
 
-// delay returns the wait before retry number attempt (0-based): equal jitter
-// over min·2^attempt, capped at max.
-func (b backoff) delay(attempt int) time.Duration {
-	d := b.max
+// step returns min·2^attempt, capped at max.
+func (b backoff) step(attempt int) time.Duration {
 	if attempt < 32 {
 		if e := b.min << uint(attempt); e > 0 && e < b.max {
-			d = e
+			return e
 		}
 	}
+	return b.max
+}
+
+// delay returns the wait before retry number attempt (0-based): equal jitter
+// over step(attempt), so between its half and all of it.
+func (b backoff) delay(attempt int) time.Duration {
+	d := b.step(attempt)
 	half := d / 2
 	return half + rand.N(d-half+1)
 }
+
+// floor is the shortest delay(attempt) can be.
+func (b backoff) floor(attempt int) time.Duration { return b.step(attempt) / 2 }
 
 // sleep waits d, or until ctx is done or stop is closed; it reports whether
 // the whole wait elapsed.

@@ -902,19 +902,34 @@ func (s *sender) landed(q *pqueue, msgs []iggcon.IggyMessage, from string) (bool
 	if err := s.k.awaitSessionGone(s.ctx, from); err != nil {
 		return false, err
 	}
-	want := msgs[len(msgs)-1].Header.Id
 	tail, err := tailMessages(s.ctx, s.k, s.p.t, q.part, len(msgs)+s.p.cfg.resendWindow)
 	if err != nil {
 		return false, err
 	}
-	for i := len(tail) - 1; i >= 0; i-- {
-		if tail[i].Header.Id == want {
-			s.p.log.Info("iggy: a batch whose send had no reply was found in the log; not sending it again",
-				"partition", q.part, "offset", tail[i].Header.Offset)
-			return true, nil
-		}
+	if at := findRun(tail, msgs); at >= 0 {
+		s.p.log.Info("iggy: a batch whose send had no reply was found in the log; not sending it again",
+			"partition", q.part, "offset", tail[at].Header.Offset, "messages", len(msgs))
+		return true, nil
 	}
 	return false, nil
+}
+
+// findRun returns the index in log of the last occurrence of msgs as a
+// contiguous run with the same ids in the same order, or -1. Matching the
+// whole run, not one id, keeps a repeated deterministic id (an event a
+// previous run published) from passing for a batch that is not there.
+func findRun(log, msgs []iggcon.IggyMessage) int {
+	n := len(msgs)
+outer:
+	for i := len(log) - n; i >= 0; i-- {
+		for j := range n {
+			if log[i+j].Header.Id != msgs[j].Header.Id {
+				continue outer
+			}
+		}
+		return i
+	}
+	return -1
 }
 
 // finish resolves the batch in s.bslots with err and frees its budget.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
@@ -309,4 +310,30 @@ func TestManyGoroutinesPublishingOneKeyEachKeepOrder(t *testing.T) {
 	wg.Wait()
 	src, _ := NewSource(c, s, topic)
 	consumeAll(t, src, 4, goroutines*each, nil).check(t, goroutines, goroutines*each)
+}
+
+func TestFindRunMatchesWholeBatchesOnly(t *testing.T) {
+	msg := func(id byte) iggcon.IggyMessage {
+		return iggcon.IggyMessage{Header: iggcon.MessageHeader{Id: iggcon.MessageID{id}}}
+	}
+	log := []iggcon.IggyMessage{msg(1), msg(2), msg(3), msg(9), msg(4), msg(5)}
+	for _, tc := range []struct {
+		batch []byte
+		want  int
+	}{
+		{[]byte{4, 5}, 4},
+		{[]byte{1, 2, 3}, 0},
+		{[]byte{5}, 5},
+		{[]byte{8, 5}, -1}, // the last id is there, the batch is not
+		{[]byte{3, 4}, -1},
+		{[]byte{1, 2, 3, 9, 4, 5, 6}, -1},
+	} {
+		batch := make([]iggcon.IggyMessage, len(tc.batch))
+		for i, id := range tc.batch {
+			batch[i] = msg(id)
+		}
+		if got := findRun(log, batch); got != tc.want {
+			t.Errorf("findRun(%v) = %d, want %d", tc.batch, got, tc.want)
+		}
+	}
 }
