@@ -37,10 +37,11 @@ type cacheBudget struct {
 }
 
 type cacheEntry[V any] struct {
-	key     string
+	key     string // immutable; Txns use it as their map key too
 	v       V
 	present bool
 	ref     bool
+	live    bool // in the shard (false once removed)
 	size    int64
 	idx     int
 }
@@ -65,54 +66,53 @@ func newValueCache[V any](b *cacheBudget) *valueCache[V] {
 
 func (c *valueCache[V]) enabled() bool { return c.budget.limit > 0 }
 
-// lookup returns the cached value of key. On a miss it returns the shard's
-// generation, to be passed to fill.
-func (c *valueCache[V]) lookup(h uint64, key []byte) (e cacheHit[V], gen uint64) {
+// lookup returns the cached entry of key with its value, or, on a miss, a
+// nil entry and the shard's generation, to be passed to fill.
+func (c *valueCache[V]) lookup(h uint64, key []byte) (ce *cacheEntry[V], v V, present bool, gen uint64) {
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
-	if ce, ok := s.m[string(key)]; ok {
+	if ce = s.m[string(key)]; ce != nil {
 		ce.ref = true
-		e = cacheHit[V]{key: ce.key, v: ce.v, present: ce.present, hit: true}
-		s.mu.Unlock()
-		return e, 0
+		v, present = ce.v, ce.present
 	}
 	gen = s.gen
 	s.mu.Unlock()
-	return e, gen
-}
-
-type cacheHit[V any] struct {
-	key     string
-	v       V
-	present bool
-	hit     bool
+	return ce, v, present, gen
 }
 
 // fill adds a value read from Pebble, unless the shard changed since the
-// lookup that missed (gen) or the key is already cached.
-func (c *valueCache[V]) fill(h uint64, key string, v V, present bool, encLen int, gen uint64) {
+// lookup that missed (gen) or the key is already cached. It returns the new
+// entry, or nil.
+func (c *valueCache[V]) fill(h uint64, key string, v V, present bool, encLen int, gen uint64) *cacheEntry[V] {
 	if !c.enabled() {
-		return
+		return nil
 	}
+	var ce *cacheEntry[V]
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
 	if s.gen == gen {
 		if _, ok := s.m[key]; !ok {
-			c.insert(s, key, v, present, encLen)
+			ce = c.insert(s, key, v, present, encLen)
 		}
 	}
 	s.mu.Unlock()
+	return ce
 }
 
-// put writes a committed value through.
-func (c *valueCache[V]) put(h uint64, key string, v V, present bool, encLen int) {
+// put writes a committed value through. ce, if not nil, is the entry the
+// Txn read the key from: if it is still cached it is updated without a
+// lookup.
+func (c *valueCache[V]) put(h uint64, key string, ce *cacheEntry[V], v V, present bool, encLen int) {
 	if !c.enabled() {
 		return
 	}
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
 	s.gen++
-	if ce, ok := s.m[key]; ok {
+	if ce == nil || !ce.live {
+		ce = s.m[key]
+	}
+	if ce != nil {
 		size := int64(len(key) + encLen + entryOverhead)
 		c.budget.used.Add(size - ce.size)
 		ce.v, ce.present, ce.size, ce.ref = v, present, size, true
@@ -145,6 +145,7 @@ func (c *valueCache[V]) purge() {
 		s.gen++
 		for _, ce := range s.m {
 			c.budget.used.Add(-ce.size)
+			ce.live = false
 		}
 		s.m, s.ring, s.hand = nil, nil, 0
 		s.mu.Unlock()
@@ -163,15 +164,16 @@ func (c *valueCache[V]) len() int {
 	return n
 }
 
-func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, encLen int) {
+func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, encLen int) *cacheEntry[V] {
 	if s.m == nil {
 		s.m = make(map[string]*cacheEntry[V])
 	}
-	ce := &cacheEntry[V]{key: key, v: v, present: present, ref: true, size: int64(len(key) + encLen + entryOverhead), idx: len(s.ring)}
+	ce := &cacheEntry[V]{key: key, v: v, present: present, ref: true, live: true, size: int64(len(key) + encLen + entryOverhead), idx: len(s.ring)}
 	s.m[key] = ce
 	s.ring = append(s.ring, ce)
 	c.budget.used.Add(ce.size)
 	c.evict(s, ce)
+	return ce
 }
 
 // evict removes entries of s other than keep until the DB is within budget
@@ -202,5 +204,5 @@ func (c *valueCache[V]) remove(s *cacheShard[V], ce *cacheEntry[V]) {
 	s.ring = s.ring[:last]
 	c.budget.used.Add(-ce.size)
 	var zero V
-	ce.v = zero
+	ce.v, ce.live = zero, false
 }

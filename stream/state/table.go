@@ -33,6 +33,7 @@ type binding[V any] struct {
 	db    *DB
 	id    uint32
 	cache *valueCache[V]
+	keys  atomic.Int64 // keys in the table's part of the last finished Txn: sizes the next
 }
 
 // NewTable declares a table. keys encodes the keys that [Table.Get] and
@@ -150,34 +151,34 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	}
 	s.mu.Unlock()
 
-	hit, gen := b.cache.lookup(h, k)
-	if hit.hit && !t.shared {
-		// The handler gets a copy and the cache keeps serving this key's
-		// committed value, so the Txn need not remember the read.
-		return hit.v, hit.present, nil
-	}
-	if !hit.hit {
+	ce, v, present, gen := b.cache.lookup(h, k)
+	var ks string
+	if ce != nil {
+		ks = ce.key
+	} else {
 		kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
-		v, present, encLen, err := t.load(b.db, kc, partition, key)
+		var encLen int
+		v, present, encLen, err = t.load(b.db, kc, partition, key)
 		if err != nil {
 			return zero, false, err
 		}
-		hit = cacheHit[V]{key: unsafe.String(unsafe.SliceData(kc), len(kc)), v: v, present: present}
-		b.cache.fill(h, hit.key, v, present, encLen, gen)
+		ks = unsafe.String(unsafe.SliceData(kc), len(kc))
+		ce = b.cache.fill(h, ks, v, present, encLen, gen)
 	}
 
+	// Remember the read: later Reads and the Write of this key find it, and
+	// Commit updates the cache entry it came from without a lookup.
 	s.mu.Lock()
-	if s.m == nil {
-		s.m = make(map[string]*txnEntry[V])
-	}
-	if e, ok := s.m[hit.key]; ok { // the same key from another goroutine: keep its entry
-		v, present := e.v, e.present
+	if e, ok := s.m[ks]; ok { // the same key from another goroutine: keep its entry
+		v, present = e.v, e.present
 		s.mu.Unlock()
 		return v, present, nil
 	}
-	s.m[hit.key] = &txnEntry[V]{v: hit.v, h: h, present: hit.present}
+	e := tt.newEntry(s)
+	e.v, e.h, e.present, e.ce = v, h, present, ce
+	s.m[ks] = e
 	s.mu.Unlock()
-	return hit.v, hit.present, nil
+	return v, present, nil
 }
 
 // load reads and decodes the committed value of Pebble key k.
@@ -241,10 +242,8 @@ func (t *Table[K, V]) set(b *binding[V], tt *txnTable[V], partition uint32, key 
 	s.mu.Lock()
 	e, ok := s.m[string(k)]
 	if !ok {
-		if s.m == nil {
-			s.m = make(map[string]*txnEntry[V])
-		}
-		e = &txnEntry[V]{h: h}
+		e = tt.newEntry(s)
+		e.h = h
 		s.m[string(k)] = e
 	}
 	e.v, e.enc, e.present, e.dirty = v, enc, present, true

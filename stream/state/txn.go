@@ -242,7 +242,8 @@ func tableOf[V any](tx *Txn, b *binding[V], name string, shared bool) (*txnTable
 	if existing != nil {
 		return castTxnTable[V](existing, name)
 	}
-	tt := &txnTable[V]{name: name, cache: b.cache, shared: shared}
+	tt := &txnTable[V]{name: name, cache: b.cache, shared: shared, last: &b.keys}
+	tt.hint = int(b.keys.Load()/txnShards) + 4
 	if int(b.id) < len(tx.tabs) {
 		tx.tabs[b.id].Store(&txnSlot{tab: tt})
 	} else {
@@ -272,23 +273,39 @@ const (
 type txnTable[V any] struct {
 	name   string
 	cache  *valueCache[V]
-	shared bool // values may share memory with the cache's (see aliasFree)
+	shared bool          // values may share memory with the cache's (see aliasFree)
+	hint   int           // expected keys per shard
+	last   *atomic.Int64 // where to leave this Txn's key count for the next
 	shards [txnShards]txnShard[V]
 }
 
 type txnShard[V any] struct {
-	mu sync.Mutex
-	m  map[string]*txnEntry[V] // Pebble key → entry
-	_  [48]byte
+	mu   sync.Mutex
+	m    map[string]*txnEntry[V] // Pebble key → entry
+	slab []txnEntry[V]           // entries are carved from here; a full slab is replaced, never grown
+	_    [24]byte
 }
 
 // txnEntry is one key's value in a Txn: written (dirty) or read (clean).
 type txnEntry[V any] struct {
 	v       V
-	enc     []byte // encoded v, for dirty entries that are present
-	h       uint64 // hash of the Pebble key
+	enc     []byte         // encoded v, for dirty entries that are present
+	h       uint64         // hash of the Pebble key
+	ce      *cacheEntry[V] // the cache entry the value was read from, if any
 	present bool
 	dirty   bool
+}
+
+// newEntry returns a zeroed entry for shard s, whose lock is held.
+func (tt *txnTable[V]) newEntry(s *txnShard[V]) *txnEntry[V] {
+	if s.m == nil {
+		s.m = make(map[string]*txnEntry[V], tt.hint)
+	}
+	if len(s.slab) == cap(s.slab) {
+		s.slab = make([]txnEntry[V], 0, max(tt.hint, 2*cap(s.slab)))
+	}
+	s.slab = s.slab[:len(s.slab)+1]
+	return &s.slab[len(s.slab)-1]
 }
 
 func (tt *txnTable[V]) shard(h uint64) *txnShard[V] {
@@ -320,21 +337,24 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch) error {
 }
 
 func (tt *txnTable[V]) published() {
+	n := 0
 	for i := range tt.shards {
 		s := &tt.shards[i]
 		s.mu.Lock()
+		n += len(s.m)
 		for k, e := range s.m {
 			if e.dirty {
-				tt.cache.put(e.h, k, e.v, e.present, len(e.enc))
+				tt.cache.put(e.h, k, e.ce, e.v, e.present, len(e.enc))
 			} else if tt.shared {
 				// A read value may have been mutated in place without
 				// being written back: it no longer matches Pebble.
 				tt.cache.invalidate(e.h, k)
 			}
 		}
-		s.m = nil
+		s.m, s.slab = nil, nil
 		s.mu.Unlock()
 	}
+	tt.last.Store(int64(n))
 }
 
 func (tt *txnTable[V]) rollback() {
@@ -348,7 +368,7 @@ func (tt *txnTable[V]) rollback() {
 				tt.cache.invalidate(e.h, k)
 			}
 		}
-		s.m = nil
+		s.m, s.slab = nil, nil
 		s.mu.Unlock()
 	}
 }
