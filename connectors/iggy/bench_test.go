@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +65,30 @@ func BenchmarkPublish(b *testing.B) {
 	b.Run("enqueue", func(b *testing.B) { benchPublish(b, 1, false) })
 	b.Run("enqueue-2conns", func(b *testing.B) { benchPublish(b, 2, false) })
 	b.Run("batch-1000", func(b *testing.B) { benchPublish(b, 1, true) })
+	b.Run("sync-64-goroutines", func(b *testing.B) {
+		// Publish returns when its event is accepted; 64 callers at once
+		// share batches.
+		tg := newTarget(b)
+		c := tg.connect(b)
+		s, topic := tg.topic(b, c, benchParts)
+		p := newPublisher(b, c, s, topic)
+		envs := benchEnvelopes(b, 100_000)
+		ctx := context.Background()
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(32) // × GOMAXPROCS 2
+		b.ResetTimer()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := p.Send(ctx, envs[next.Add(1)%int64(len(envs))]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+	})
 	b.Run("enqueue-json", func(b *testing.B) {
 		tg := newTarget(b)
 		c := tg.connect(b)
