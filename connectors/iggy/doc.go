@@ -2,7 +2,7 @@
 // official Go SDK, github.com/apache/iggy/foreign/go v0.8.0.
 //
 // In the data flow of DESIGN.md §3 this package is both ends: a Source whose
-// PartitionReaders poll one partition each from the processor's checkpoint
+// Readers poll one partition each from the processor's checkpoint
 // (Offset strategy, auto-commit off) and hand over records with their strand
 // headers already parsed, and a Publisher / Sink that writes events with the
 // strand headers of DESIGN.md §5 into the partition that Iggy's
@@ -22,11 +22,19 @@
 //   - Every call runs under a deadline (WithCallTimeout) set on the SDK's own
 //     socket, and under the caller's context: a call that exceeds either
 //     fails with ErrTimeout (or the context's error), and the connection is
-//     discarded because its byte stream is no longer in step. No goroutine is
-//     left behind.
+//     discarded because its byte stream is no longer in step. The SDK's
+//     Close cannot do this (it waits for the stalled call), so the socket is
+//     reached inside the SDK client by reflection (the SDK version is pinned
+//     and a test checks its layout). No goroutine is left
+//     behind, except in one race: if the server vanishes between the probe
+//     and the SDK's own dial, the SDK retries that dial every 2s until the
+//     server is back, and a goroutine waits for it to close the client.
 //   - A connection that failed is rebuilt on its next use: probe, dial, login
 //     again. Readers and publishers retry transient failures with capped
-//     exponential backoff and jitter (WithBackoff); admin calls return them.
+//     exponential backoff and jitter (WithBackoff); administrative calls
+//     repeat once when the connection died while idle and otherwise return
+//     the failure. A publisher never repeats a send whose outcome is unknown
+//     without first checking the log for it (see Publisher).
 //   - A panic inside the SDK's decoders is recovered and reported as
 //     ErrProtocol, and the connection is discarded.
 //   - Errors wrap both a strand sentinel of this package (ErrUnreachable,

@@ -176,12 +176,15 @@ func MessageID(parts ...[]byte) [16]byte {
 // Failures: a batch that fails for a transient reason (lost connection,
 // timeout) is retried on a fresh connection after a backoff, ahead of
 // everything queued behind it. If its outcome is unknown (the request was
-// written but no reply came), the publisher first searches the end of the
-// partition for the batch's last message id and sends the batch again only
-// if it is not there; the batch is appended atomically, so this gives
-// exactly-once delivery of the batch except in one case: a server that
-// applies a request after tearing down its connection and after the search.
-// Every message carries a unique id (or the WithMessageIDs one), so such a
+// written but no reply came), the publisher first waits until the server no
+// longer lists the session that carried it (GetClients; the server finishes
+// a request before it notices a closed connection), then searches the end
+// of the partition for the batch's ids, in order, and sends the batch again
+// only if it is not there. A batch is appended atomically, so this delivers
+// it exactly once. A repeat remains possible only when that wait cannot
+// work: the user may not list clients, a proxy hides the client address, or
+// the server still holds the session after max(4 × call timeout, 30s).
+// Every message carries a unique id (or the WithMessageIDs one), so a
 // repeat is recognisable. A batch that fails for good (the topic was
 // deleted, the server refuses a message) fails its events with the error,
 // and so do the events of that partition queued behind it. Nothing is
