@@ -1,0 +1,311 @@
+// Package scenario runs the measurements of strand's benchmarks: the
+// broker-free core (issue 5), the end-to-end run through the embedded broker,
+// publish-to-queryable latency and restart time (issue 6), each next to the
+// naive baseline it is compared with. Every function measures one thing in
+// the calling process and returns a Result; the runner (package main of
+// benchmarks/) runs each in its own process to read its peak memory.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"github.com/strand-io/strand/benchmarks/internal/naive"
+	"github.com/strand-io/strand/benchmarks/internal/sysstat"
+	"github.com/strand-io/strand/benchmarks/internal/workload"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// Result is one measurement.
+type Result struct {
+	Scenario string  `json:"scenario"` // core, e2e, latency, restart
+	Variant  string  `json:"variant"`  // strand, naive, naive-8, ...
+	Codec    string  `json:"codec"`
+	Events   int     `json:"events"`
+	Seconds  float64 `json:"seconds"`
+	// Rate is events per second (0 where it does not apply).
+	Rate float64 `json:"rate"`
+	// PeakRSS is the process's peak resident set in bytes (VmHWM), read by
+	// the process itself at the end; the runner replaces it with the
+	// child's rusage maxrss when it ran the scenario in a subprocess.
+	PeakRSS int64 `json:"peak_rss"`
+	// InputBytes is the memory the pre-encoded input takes (part of PeakRSS).
+	InputBytes int64 `json:"input_bytes"`
+	// Commits counts store commits.
+	Commits int `json:"commits"`
+	// Verified is true when the store was read back and equals the
+	// sequential reference.
+	Verified bool `json:"verified"`
+	// Latency percentiles in milliseconds (latency scenario).
+	P50, P99, P999, Max float64 `json:",omitempty"`
+	// Extra figures, by name.
+	Extra map[string]float64 `json:"extra,omitempty"`
+	Note  string             `json:"note,omitempty"`
+}
+
+// CoreOptions configure the broker-free scenario.
+type CoreOptions struct {
+	Workload workload.Config
+	Codec    workload.Codec
+	// Batch is the records per partition per Task.Process call.
+	Batch int
+	// Dir is where the store goes (a fresh subdirectory is made).
+	Dir string
+	// CPUProfile, when set, receives a CPU profile of the timed section.
+	CPUProfile string
+	// Workers bounds keys run at once per partition (0: GOMAXPROCS).
+	Workers int
+	// Log is the pre-encoded log; nil makes one.
+	Log *workload.Log
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// PrepareLog encodes o's workload unless o.Log is set.
+func (o *CoreOptions) PrepareLog() (*workload.Log, error) {
+	if o.Log != nil {
+		return o.Log, nil
+	}
+	l, err := workload.Encode(o.Workload, workload.NewDecls(o.Codec))
+	if err != nil {
+		return nil, err
+	}
+	o.Log = l
+	return l, nil
+}
+
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
+// CoreStrand runs the pre-encoded log through one stream.Task per partition,
+// all partitions concurrently, batches of o.Batch records, sync commits, on
+// a fresh store; then reads the table back and checks it against the
+// sequential reference.
+func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
+	log, err := o.PrepareLog()
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Scenario: "core", Variant: "strand", Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
+	dir, err := os.MkdirTemp(o.Dir, "core-strand-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+
+	var topts []topology.Option
+	if o.Workers > 0 {
+		topts = append(topts, topology.WithWorkers(o.Workers))
+	}
+	topo := workload.NewTopology(log.Decls, topts...)
+	prog, err := topo.Topology.Build()
+	if err != nil {
+		return res, err
+	}
+	n := log.Partitions()
+	db, err := state.Open(dir, state.WithDurability(state.Sync), workload.Locator(n), state.WithLogger(quietLogger()))
+	if err != nil {
+		return res, err
+	}
+	defer db.Close()
+	if err := prog.Attach(db); err != nil {
+		return res, err
+	}
+	tasks := make([]*stream.Task, n)
+	for p := range n {
+		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, stream.WithLogger(quietLogger())); err != nil {
+			return res, err
+		}
+	}
+
+	stop, err := startProfile(o.CPUProfile)
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	commits, err := runTasks(ctx, log, tasks, o.Batch)
+	res.Seconds = time.Since(start).Seconds()
+	stop()
+	if err != nil {
+		return res, err
+	}
+	res.Commits = commits
+	res.Rate = float64(res.Events) / res.Seconds
+
+	got, err := workload.ReadBalances(ctx, topo.Balances)
+	if err != nil {
+		return res, err
+	}
+	if err := log.Verify(got); err != nil {
+		return res, err
+	}
+	res.Verified = true
+	res.PeakRSS = sysstat.PeakRSS()
+	return res, nil
+}
+
+// runTasks feeds every partition's records to its task, batch by batch,
+// partitions concurrently, and returns the number of commits.
+func runTasks(ctx context.Context, log *workload.Log, tasks []*stream.Task, batch int) (int, error) {
+	var wg sync.WaitGroup
+	errs := make([]error, len(tasks))
+	commits := make([]int, len(tasks))
+	for p, task := range tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pp := uint32(p)
+			recs := make([]stream.Record, 0, batch)
+			for off := int(task.Next()); off < log.PartitionLen(pp); {
+				recs = log.Records(recs[:0], pp, off, batch)
+				r, err := task.Process(ctx, recs)
+				if err == nil {
+					err = checkResult(r)
+				}
+				if err != nil {
+					errs[p] = fmt.Errorf("partition %d offset %d: %w", p, off, err)
+					return
+				}
+				commits[p]++
+				off = int(r.Next)
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for p := range tasks {
+		if errs[p] != nil {
+			return 0, errs[p]
+		}
+		total += commits[p]
+	}
+	return total, nil
+}
+
+func checkResult(r stream.Result) error {
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if len(r.DeadLetters) > 0 {
+		d := r.DeadLetters[0]
+		return fmt.Errorf("%d dead letters, the first at offset %d: %s: %v", len(r.DeadLetters), d.Offset, d.Reason, d.Err)
+	}
+	if len(r.Held) > 0 {
+		return fmt.Errorf("%d records held", len(r.Held))
+	}
+	return nil
+}
+
+// CoreNaive runs the same log through the naive consumer: with workers ==
+// 1 sequentially (partition after partition, batch after batch), else one
+// goroutine per partition, at most workers at once.
+func CoreNaive(ctx context.Context, o CoreOptions, workers int) (Result, error) {
+	log, err := o.PrepareLog()
+	if err != nil {
+		return Result{}, err
+	}
+	variant := "naive"
+	if workers > 1 {
+		variant = fmt.Sprintf("naive-%d", workers)
+	}
+	res := Result{Scenario: "core", Variant: variant, Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
+	dir, err := os.MkdirTemp(o.Dir, "core-naive-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	st, err := naive.Open(dir, log.Decls, true)
+	if err != nil {
+		return res, err
+	}
+	defer st.Close()
+
+	stop, err := startProfile(o.CPUProfile)
+	if err != nil {
+		return res, err
+	}
+	n := log.Partitions()
+	start := time.Now()
+	var commits int
+	if workers <= 1 {
+		recs := make([]stream.Record, 0, o.Batch)
+		for p := range n {
+			for off := 0; off < log.PartitionLen(p); off += o.Batch {
+				if err := ctx.Err(); err != nil {
+					return res, err
+				}
+				recs = log.Records(recs[:0], p, off, o.Batch)
+				if err := st.ApplyBatch(p, recs); err != nil {
+					return res, err
+				}
+				commits++
+			}
+		}
+	} else {
+		var mu sync.Mutex
+		var firstErr error
+		sem := make(chan struct{}, workers)
+		var wg sync.WaitGroup
+		for p := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				recs := make([]stream.Record, 0, o.Batch)
+				c := 0
+				var err error
+				for off := 0; off < log.PartitionLen(p) && err == nil; off += o.Batch {
+					recs = log.Records(recs[:0], p, off, o.Batch)
+					err = st.ApplyBatch(p, recs)
+					c++
+				}
+				mu.Lock()
+				commits += c
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return res, firstErr
+		}
+	}
+	res.Seconds = time.Since(start).Seconds()
+	stop()
+	res.Commits = commits
+	res.Rate = float64(res.Events) / res.Seconds
+
+	got, err := st.Balances()
+	if err != nil {
+		return res, err
+	}
+	if err := log.Verify(got); err != nil {
+		return res, err
+	}
+	res.Verified = true
+	res.PeakRSS = sysstat.PeakRSS()
+	return res, nil
+}

@@ -1,0 +1,304 @@
+package workload
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+)
+
+// Kind says which of the four events a generated event is.
+type Kind uint8
+
+// The event kinds.
+const (
+	KindOpened Kind = iota + 1
+	KindDeposited
+	KindWithdrawn
+	KindClosed
+)
+
+// Event is one generated event, before encoding.
+type Event struct {
+	Kind    Kind
+	Account AccountID
+	Amount  int64
+}
+
+// Config describes a workload.
+type Config struct {
+	// Events is how many events to generate.
+	Events int
+	// Accounts is how many accounts exist (ids 1..Accounts).
+	Accounts int
+	// Skew is the Zipf exponent s (> 1) of the account chosen per event;
+	// account ranks are shuffled over ids, so hot accounts spread over
+	// partitions.
+	Skew float64
+	// Lifecycle is the share of events that open or close an account (the
+	// rest are deposits and withdrawals, half each).
+	Lifecycle float64
+	// Partitions is the topic's partition count; keys go to XXH32(key) % n.
+	Partitions uint32
+	// Seed makes the workload reproducible.
+	Seed uint64
+}
+
+// Default is the workload of issues 5 and 6: 1,000,000 events over 10,000
+// accounts with Zipf skew 1.1, 10% opens and closes, 8 partitions.
+func Default() Config {
+	return Config{Events: 1_000_000, Accounts: 10_000, Skew: 1.1, Lifecycle: 0.1, Partitions: 8, Seed: 1}
+}
+
+// Generator produces the workload's events in log (publish) order and folds
+// them into the sequential reference as it goes. The first event of an
+// account always opens it; a lifecycle event closes an open account and
+// re-opens a closed one.
+type Generator struct {
+	cfg     Config
+	rng     *rand.Rand
+	zipf    *rand.Zipf
+	perm    []AccountID
+	state   map[AccountID]*Account
+	counts  [5]int
+	emitted int
+}
+
+// NewGenerator returns a generator for cfg.
+func NewGenerator(cfg Config) (*Generator, error) {
+	if cfg.Accounts < 1 || cfg.Events < 0 || cfg.Skew <= 1 || cfg.Partitions < 1 || cfg.Lifecycle < 0 || cfg.Lifecycle > 1 {
+		return nil, fmt.Errorf("workload: bad config %+v (need accounts ≥ 1, skew > 1, partitions ≥ 1, 0 ≤ lifecycle ≤ 1)", cfg)
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	g := &Generator{
+		cfg:   cfg,
+		rng:   rng,
+		zipf:  rand.NewZipf(rng, cfg.Skew, 1, uint64(cfg.Accounts-1)),
+		perm:  make([]AccountID, cfg.Accounts),
+		state: make(map[AccountID]*Account, cfg.Accounts),
+	}
+	for i, p := range rng.Perm(cfg.Accounts) {
+		g.perm[i] = AccountID(p + 1)
+	}
+	return g, nil
+}
+
+// Next returns the next event and folds it into the reference.
+func (g *Generator) Next() Event {
+	id := g.perm[g.zipf.Uint64()]
+	a, seen := g.state[id]
+	if !seen {
+		a = &Account{}
+		g.state[id] = a
+	}
+	var e Event
+	u := g.rng.Float64()
+	switch {
+	case !seen:
+		e = Event{Kind: KindOpened, Account: id}
+	case u < g.cfg.Lifecycle:
+		if a.Open {
+			e = Event{Kind: KindClosed, Account: id}
+		} else {
+			e = Event{Kind: KindOpened, Account: id}
+		}
+	case u < g.cfg.Lifecycle+(1-g.cfg.Lifecycle)/2:
+		e = Event{Kind: KindDeposited, Account: id, Amount: 1 + g.rng.Int64N(1000)}
+	default:
+		e = Event{Kind: KindWithdrawn, Account: id, Amount: 1 + g.rng.Int64N(100)}
+	}
+	switch e.Kind {
+	case KindOpened:
+		_ = FoldOpened(a, Opened{})
+	case KindDeposited:
+		_ = FoldDeposited(a, Deposited{Amount: e.Amount})
+	case KindWithdrawn:
+		_ = FoldWithdrawn(a, Withdrawn{Amount: e.Amount})
+	case KindClosed:
+		_ = FoldClosed(a, Closed{})
+	}
+	g.counts[e.Kind]++
+	g.emitted++
+	return e
+}
+
+// Reference returns the balances after every event generated so far,
+// folded sequentially in log order. The map is the generator's own.
+func (g *Generator) Reference() map[AccountID]Account {
+	out := make(map[AccountID]Account, len(g.state))
+	for id, a := range g.state {
+		out[id] = *a
+	}
+	return out
+}
+
+// Mix returns how many events of each kind were generated.
+func (g *Generator) Mix() Mix {
+	return Mix{Opened: g.counts[KindOpened], Deposited: g.counts[KindDeposited],
+		Withdrawn: g.counts[KindWithdrawn], Closed: g.counts[KindClosed]}
+}
+
+// Mix counts events per kind.
+type Mix struct{ Opened, Deposited, Withdrawn, Closed int }
+
+// String gives the shares in percent.
+func (m Mix) String() string {
+	n := float64(m.Opened + m.Deposited + m.Withdrawn + m.Closed)
+	if n == 0 {
+		return "empty"
+	}
+	return fmt.Sprintf("%.1f%% deposits, %.1f%% withdrawals, %.1f%% opens, %.1f%% closes",
+		100*float64(m.Deposited)/n, 100*float64(m.Withdrawn)/n, 100*float64(m.Opened)/n, 100*float64(m.Closed)/n)
+}
+
+// entry locates one encoded event in a Log's arena.
+type entry struct {
+	off       uint32 // key bytes start here, the payload follows
+	payLen    uint16
+	keyLen    uint8
+	tag       uint8
+	ordering  planner.Ordering
+	kind      algebra.Kind
+	partition uint16
+}
+
+// Log is a workload encoded once, in publish order, in one arena: what a
+// broker would hold. Per partition it keeps the indexes of its events, so a
+// partition's batches can be cut without copying.
+type Log struct {
+	Config     Config
+	Decls      Decls
+	arena      []byte
+	entries    []entry
+	partitions [][]uint32 // partition → indexes into entries, in offset order
+	reference  map[AccountID]Account
+	mix        Mix
+}
+
+// Encode generates cfg's events and encodes them with decls.
+func Encode(cfg Config, decls Decls) (*Log, error) {
+	g, err := NewGenerator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{
+		Config:     cfg,
+		Decls:      decls,
+		arena:      make([]byte, 0, cfg.Events*32),
+		entries:    make([]entry, 0, cfg.Events),
+		partitions: make([][]uint32, cfg.Partitions),
+	}
+	for i := range cfg.Events {
+		e := g.Next()
+		env, err := decls.Envelope(e)
+		if err != nil {
+			return nil, fmt.Errorf("workload: event %d: %w", i, err)
+		}
+		if len(l.arena)+len(env.Headers.Key)+len(env.Payload) > 1<<32-1 {
+			return nil, fmt.Errorf("workload: %d events do not fit a 4 GiB arena", cfg.Events)
+		}
+		p := xxh32.Partition(env.Headers.Key, cfg.Partitions)
+		l.entries = append(l.entries, entry{
+			off: uint32(len(l.arena)), payLen: uint16(len(env.Payload)), keyLen: uint8(len(env.Headers.Key)),
+			tag: uint8(env.Headers.Tag), ordering: env.Headers.Ordering, kind: env.Headers.Algebra, partition: uint16(p),
+		})
+		l.arena = append(l.arena, env.Headers.Key...)
+		l.arena = append(l.arena, env.Payload...)
+		l.partitions[p] = append(l.partitions[p], uint32(i))
+	}
+	l.reference = g.Reference()
+	l.mix = g.Mix()
+	return l, nil
+}
+
+// Len returns the number of events.
+func (l *Log) Len() int { return len(l.entries) }
+
+// Bytes returns the size of the encoded keys and payloads plus the index.
+func (l *Log) Bytes() int { return len(l.arena) + len(l.entries)*16 + len(l.entries)*4 }
+
+// PayloadBytes returns the average payload size.
+func (l *Log) PayloadBytes() float64 {
+	if len(l.entries) == 0 {
+		return 0
+	}
+	n := 0
+	for _, e := range l.entries {
+		n += int(e.payLen)
+	}
+	return float64(n) / float64(len(l.entries))
+}
+
+// Mix returns the event mix.
+func (l *Log) Mix() Mix { return l.mix }
+
+// Reference returns the sequential fold of the whole log.
+func (l *Log) Reference() map[AccountID]Account { return l.reference }
+
+// PartitionLen returns how many events partition p holds.
+func (l *Log) PartitionLen(p uint32) int { return len(l.partitions[p]) }
+
+// Partitions returns the partition count.
+func (l *Log) Partitions() uint32 { return uint32(len(l.partitions)) }
+
+func (l *Log) envelope(e *entry) stream.Envelope {
+	k := l.arena[e.off : e.off+uint32(e.keyLen) : e.off+uint32(e.keyLen)]
+	pEnd := e.off + uint32(e.keyLen) + uint32(e.payLen)
+	return stream.Envelope{
+		Headers: stream.Headers{Key: k, Tag: planner.Tag(e.tag), Ordering: e.ordering, Algebra: e.kind},
+		Payload: l.arena[e.off+uint32(e.keyLen) : pEnd : pEnd],
+	}
+}
+
+// Envelope returns event i (in publish order) ready to publish; its bytes
+// alias the log.
+func (l *Log) Envelope(i int) stream.Envelope { return l.envelope(&l.entries[i]) }
+
+// Records appends to dst the records of partition p at offsets
+// [from, from+n) (fewer at the end of the partition), as a source would
+// deliver them; their bytes alias the log.
+func (l *Log) Records(dst []stream.Record, p uint32, from, n int) []stream.Record {
+	idx := l.partitions[p]
+	end := min(from+n, len(idx))
+	for off := from; off < end; off++ {
+		env := l.envelope(&l.entries[idx[off]])
+		dst = append(dst, stream.Record{Partition: p, Offset: uint64(off), Headers: env.Headers, Payload: env.Payload})
+	}
+	return dst
+}
+
+// Verify compares got (account → value, as read back from a store) with
+// the reference and names the first differences.
+func (l *Log) Verify(got map[AccountID]Account) error {
+	return Compare(l.reference, got)
+}
+
+// Compare compares want and got and names up to five differences.
+func Compare(want, got map[AccountID]Account) error {
+	var diffs []string
+	for id, w := range want {
+		if g, ok := got[id]; !ok {
+			diffs = append(diffs, fmt.Sprintf("account %d missing (want %+v)", id, w))
+		} else if g != w {
+			diffs = append(diffs, fmt.Sprintf("account %d: got %+v, want %+v", id, g, w))
+		}
+		if len(diffs) >= 5 {
+			break
+		}
+	}
+	for id, g := range got {
+		if len(diffs) >= 5 {
+			break
+		}
+		if _, ok := want[id]; !ok {
+			diffs = append(diffs, fmt.Sprintf("account %d not in the reference (got %+v)", id, g))
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("workload: %d accounts in the store, %d in the reference; differences: %v", len(got), len(want), diffs)
+	}
+	return nil
+}

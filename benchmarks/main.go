@@ -1,0 +1,387 @@
+// Command benchmarks runs strand's benchmark scenarios and prints each
+// figure next to the naive baseline measured in the same run:
+//
+//	go run ./benchmarks -scenario core|e2e|latency|restart|all [-events N] [-quick]
+//
+// core runs the accounts workload (issue 5) through stream.Task per
+// partition without a broker, and through a naive consumer (per-event
+// Pebble Get+Set, commit per batch), with the binary and the JSON codec. e2e
+// runs it through the embedded Iggy broker with producer and processor in
+// one process, against a naive consumer polling the broker (issue 6).
+// latency paces the producer at a share of the measured e2e peak and
+// reports publish-to-queryable percentiles. restart reopens a store holding
+// 1,000,000 keys and times the first committed batch.
+//
+// Each measurement runs in its own child process (this binary, re-executed),
+// so its peak resident memory (rusage maxrss) is its own. benchmarks/run.sh
+// runs everything at the issues' sizes; RESULTS.md holds the figures.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strand-io/strand/benchmarks/internal/scenario"
+	"github.com/strand-io/strand/benchmarks/internal/sysstat"
+	"github.com/strand-io/strand/benchmarks/internal/workload"
+)
+
+// config is the command line.
+type config struct {
+	scenario     string
+	events       int
+	accounts     int
+	skew         float64
+	partitions   int
+	batch        int
+	codecs       string
+	quick        bool
+	dir          string
+	cpuprofile   string
+	inProcess    bool
+	child        string
+	broker       string
+	latencyShare float64
+	latencyRate  float64
+	latencyFor   time.Duration
+	restartKeys  int
+	naiveWorkers int
+	jsonOut      string
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.scenario, "scenario", "all", "core, e2e, latency, restart or all (comma-separated list allowed)")
+	fs.IntVar(&c.events, "events", 1_000_000, "events per run")
+	fs.IntVar(&c.accounts, "accounts", 10_000, "accounts (keys)")
+	fs.Float64Var(&c.skew, "skew", 1.1, "Zipf exponent of the account chosen per event (> 1)")
+	fs.IntVar(&c.partitions, "partitions", 8, "partitions")
+	fs.IntVar(&c.batch, "batch", 5000, "records per partition batch (core) and per poll (e2e)")
+	fs.StringVar(&c.codecs, "codecs", "binary,json", "payload codecs for the core scenario (e2e and latency use the first)")
+	fs.BoolVar(&c.quick, "quick", false, "small sizes (100,000 events, 100,000 restart keys, 5 s latency run) for a smoke run")
+	fs.StringVar(&c.dir, "dir", "", "parent directory for stores and broker data (default: the system temp dir)")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each measured section to PREFIX-<scenario>-<variant>-<codec>.pprof")
+	fs.BoolVar(&c.inProcess, "inprocess", false, "run every measurement in this process (peak RSS is then cumulative)")
+	fs.StringVar(&c.child, "child", "", "internal: run one measurement (scenario/variant/codec) and print it as JSON")
+	fs.StringVar(&c.broker, "broker", "memory", "embedded broker storage for e2e and latency: memory or disk")
+	fs.Float64Var(&c.latencyShare, "latency-share", 0.5, "latency scenario: producer rate as a share of the e2e peak")
+	fs.Float64Var(&c.latencyRate, "latency-rate", 0, "latency scenario: producer rate in events/s (default: latency-share × the e2e peak, measured first if needed)")
+	fs.DurationVar(&c.latencyFor, "latency-duration", 20*time.Second, "latency scenario: how long the paced producer runs")
+	fs.IntVar(&c.restartKeys, "restart-keys", 1_000_000, "restart scenario: keys of state in the reopened store")
+	fs.IntVar(&c.naiveWorkers, "naive-workers", 8, "core scenario: also run the naive consumer with this many partition goroutines (0 or 1: only the sequential one)")
+	fs.StringVar(&c.jsonOut, "json", "", "also write all results as JSON lines to this file")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["events"] {
+			c.events = 100_000
+		}
+		if !set["restart-keys"] {
+			c.restartKeys = 100_000
+		}
+		if !set["latency-duration"] {
+			c.latencyFor = 5 * time.Second
+		}
+	}
+	if c.events < 1 || c.accounts < 1 || c.partitions < 1 || c.batch < 1 || c.skew <= 1 {
+		return c, errors.New("benchmarks: -events, -accounts, -partitions and -batch must be positive and -skew > 1")
+	}
+	for _, s := range strings.Split(c.codecs, ",") {
+		if _, err := workload.ParseCodec(s); err != nil {
+			return c, err
+		}
+	}
+	if c.broker != "memory" && c.broker != "disk" {
+		return c, fmt.Errorf("benchmarks: -broker %q: want memory or disk", c.broker)
+	}
+	return c, nil
+}
+
+func (c config) workload() workload.Config {
+	w := workload.Default()
+	w.Events, w.Accounts, w.Skew, w.Partitions = c.events, c.accounts, c.skew, uint32(c.partitions)
+	return w
+}
+
+func (c config) codecList() []workload.Codec {
+	var out []workload.Codec
+	for _, s := range strings.Split(c.codecs, ",") {
+		cd, _ := workload.ParseCodec(s)
+		out = append(out, cd)
+	}
+	return out
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if cfg.child != "" {
+		if err := runChild(ctx, cfg, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// job is one measurement: scenario/variant/codec.
+type job struct{ scenario, variant, codec string }
+
+func (j job) String() string { return j.scenario + "/" + j.variant + "/" + j.codec }
+
+func parseJob(s string) (job, error) {
+	p := strings.Split(s, "/")
+	if len(p) != 3 {
+		return job{}, fmt.Errorf("benchmarks: -child %q: want scenario/variant/codec", s)
+	}
+	return job{p[0], p[1], p[2]}, nil
+}
+
+func scenarios(s string) ([]string, error) {
+	if s == "all" {
+		return []string{"core", "e2e", "latency", "restart"}, nil
+	}
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		switch x {
+		case "core", "e2e", "latency", "restart":
+			out = append(out, x)
+		default:
+			return nil, fmt.Errorf("benchmarks: unknown scenario %q (want core, e2e, latency, restart or all)", x)
+		}
+	}
+	return out, nil
+}
+
+// run runs the selected scenarios, each measurement in a child process
+// unless -inprocess, and prints the table.
+func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+	scs, err := scenarios(cfg.scenario)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "strand benchmarks — %s\n", sysstat.Machine())
+	fmt.Fprintf(stdout, "workload: %d events, %d accounts, Zipf s=%.2f, %d partitions, batch %d, sync commits; load average at start: %s\n\n",
+		cfg.events, cfg.accounts, cfg.skew, cfg.partitions, cfg.batch, sysstat.Load())
+	codecs := cfg.codecList()
+	var results []scenario.Result
+	var jsonOut io.Writer
+	if cfg.jsonOut != "" {
+		f, err := os.Create(cfg.jsonOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jsonOut = f
+	}
+	measure := func(j job, extra ...string) (scenario.Result, error) {
+		fmt.Fprintf(stderr, "running %s (load %s)...\n", j, sysstat.Load())
+		r, err := runJob(ctx, cfg, j, extra)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", j, err)
+		}
+		if r.Note == "" {
+			r.Note = "load " + sysstat.Load()
+		} else {
+			r.Note += "; load " + sysstat.Load()
+		}
+		results = append(results, r)
+		if jsonOut != nil {
+			b, _ := json.Marshal(r)
+			fmt.Fprintf(jsonOut, "%s\n", b)
+		}
+		return r, nil
+	}
+	var peak float64
+	for _, sc := range scs {
+		switch sc {
+		case "core":
+			for _, cd := range codecs {
+				if _, err := measure(job{"core", "naive", string(cd)}); err != nil {
+					return err
+				}
+				if cfg.naiveWorkers > 1 {
+					if _, err := measure(job{"core", "naive-par", string(cd)}); err != nil {
+						return err
+					}
+				}
+				if _, err := measure(job{"core", "strand", string(cd)}); err != nil {
+					return err
+				}
+			}
+		case "e2e":
+			cd := string(codecs[0])
+			if _, err := measure(job{"e2e", "naive", cd}); err != nil {
+				return err
+			}
+			r, err := measure(job{"e2e", "strand", cd})
+			if err != nil {
+				return err
+			}
+			peak = r.Rate
+			if _, err := measure(job{"e2e", "strand-drain", cd}); err != nil {
+				return err
+			}
+		case "latency":
+			cd := string(codecs[0])
+			rate := cfg.latencyRate
+			if rate <= 0 {
+				if peak == 0 {
+					r, err := measure(job{"e2e", "strand", cd})
+					if err != nil {
+						return err
+					}
+					peak = r.Rate
+				}
+				rate = cfg.latencyShare * peak
+			}
+			if _, err := measure(job{"latency", "strand", cd}, "-latency-rate", fmt.Sprint(rate)); err != nil {
+				return err
+			}
+		case "restart":
+			cd := string(codecs[0])
+			if _, err := measure(job{"restart", "strand", cd}); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintln(stdout)
+	printTable(stdout, results)
+	fmt.Fprintf(stdout, "\nload average at end: %s\n", sysstat.Load())
+	return nil
+}
+
+// runJob runs one measurement, in a child process unless -inprocess.
+func runJob(ctx context.Context, cfg config, j job, extra []string) (scenario.Result, error) {
+	if cfg.inProcess {
+		c := cfg
+		c.child = j.String()
+		for i := 0; i+1 < len(extra); i += 2 {
+			if extra[i] == "-latency-rate" {
+				fmt.Sscan(extra[i+1], &c.latencyRate)
+			}
+		}
+		return measureOne(ctx, c, j)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return scenario.Result{}, err
+	}
+	args := append(childArgs(cfg), "-child", j.String())
+	args = append(args, extra...)
+	cmd := exec.CommandContext(ctx, exe, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return scenario.Result{}, fmt.Errorf("child %s: %w", j, err)
+	}
+	var r scenario.Result
+	sc := bufio.NewScanner(&out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	found := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		if bytes.HasPrefix(line, []byte("RESULT ")) {
+			if err := json.Unmarshal(line[len("RESULT "):], &r); err != nil {
+				return r, fmt.Errorf("child %s: bad result line: %w", j, err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		return r, fmt.Errorf("child %s printed no result", j)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > 0 {
+		r.PeakRSS = ru.Maxrss * 1024 // KiB on Linux
+	}
+	return r, nil
+}
+
+// childArgs repeats the command line's settings for a child.
+func childArgs(c config) []string {
+	return []string{
+		"-events", fmt.Sprint(c.events), "-accounts", fmt.Sprint(c.accounts), "-skew", fmt.Sprint(c.skew),
+		"-partitions", fmt.Sprint(c.partitions), "-batch", fmt.Sprint(c.batch), "-codecs", c.codecs,
+		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
+		"-latency-share", fmt.Sprint(c.latencyShare), "-latency-rate", fmt.Sprint(c.latencyRate),
+		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers),
+	}
+}
+
+// runChild runs the measurement named by -child and prints it as a RESULT
+// line.
+func runChild(ctx context.Context, cfg config, stdout io.Writer) error {
+	j, err := parseJob(cfg.child)
+	if err != nil {
+		return err
+	}
+	r, err := measureOne(ctx, cfg, j)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "RESULT %s\n", b)
+	return nil
+}
+
+func (c config) profilePath(j job) string {
+	if c.cpuprofile == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s-%s-%s-%s.pprof", c.cpuprofile, j.scenario, j.variant, j.codec)
+}
+
+// measureOne runs one measurement in this process.
+func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error) {
+	cd, err := workload.ParseCodec(j.codec)
+	if err != nil {
+		return scenario.Result{}, err
+	}
+	switch j.scenario {
+	case "core":
+		o := scenario.CoreOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(j)}
+		switch j.variant {
+		case "strand":
+			return scenario.CoreStrand(ctx, o)
+		case "naive":
+			return scenario.CoreNaive(ctx, o, 1)
+		case "naive-par":
+			return scenario.CoreNaive(ctx, o, max(cfg.naiveWorkers, 2))
+		}
+	}
+	return scenario.Result{}, fmt.Errorf("benchmarks: unknown measurement %s", j)
+}

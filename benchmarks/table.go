@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/strand-io/strand/benchmarks/internal/scenario"
+)
+
+// printTable prints the throughput results with their ratios to the naive
+// baselines of the same run, then latency and restart results.
+func printTable(w io.Writer, rs []scenario.Result) {
+	find := func(sc, variant, codec string) (scenario.Result, bool) {
+		for _, r := range rs {
+			if r.Scenario == sc && r.Codec == codec && r.Variant == variant {
+				return r, true
+			}
+		}
+		return scenario.Result{}, false
+	}
+	findPar := func(sc, codec string) (scenario.Result, bool) {
+		for _, r := range rs {
+			if r.Scenario == sc && r.Codec == codec && strings.HasPrefix(r.Variant, "naive-") {
+				return r, true
+			}
+		}
+		return scenario.Result{}, false
+	}
+	ratio := func(a, b float64) string {
+		if b <= 0 || a <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f×", a/b)
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\t× naive\t× naive-par\tpeak RSS\tcommits\tverified\t")
+	for _, r := range rs {
+		if r.Rate == 0 {
+			continue
+		}
+		vsNaive, vsPar := "—", "—"
+		if b, ok := find(r.Scenario, "naive", r.Codec); ok && r.Variant != "naive" {
+			vsNaive = ratio(r.Rate, b.Rate)
+		}
+		if !strings.HasPrefix(r.Variant, "naive") {
+			if b, ok := findPar(r.Scenario, r.Codec); ok {
+				vsPar = ratio(r.Rate, b.Rate)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%d\t%v\t\n",
+			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), vsNaive, vsPar, mib(r.PeakRSS), r.Commits, r.Verified)
+	}
+	_ = tw.Flush()
+
+	var lat, rest []scenario.Result
+	for _, r := range rs {
+		switch r.Scenario {
+		case "latency":
+			lat = append(lat, r)
+		case "restart":
+			rest = append(rest, r)
+		}
+	}
+	if len(lat) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "latency\tcodec\ttarget events/s\tachieved events/s\tevents\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tverified\t")
+		for _, r := range lat {
+			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%v\t\n",
+				r.Codec, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.P50, r.P99, r.P999, r.Max, r.Verified)
+		}
+		_ = tw.Flush()
+	}
+	if len(rest) > 0 {
+		fmt.Fprintln(w)
+		for _, r := range rest {
+			fmt.Fprintf(w, "restart (%s, %d keys of state, %s): %.3f s from open to the first committed batch", r.Codec, int(r.Extra["keys"]), r.Variant, r.Seconds)
+			keys := make([]string, 0, len(r.Extra))
+			for k := range r.Extra {
+				if strings.HasSuffix(k, "_s") {
+					keys = append(keys, k)
+				}
+			}
+			slices.Sort(keys)
+			var parts []string
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%s %.3f s", strings.TrimSuffix(k, "_s"), r.Extra[k]))
+			}
+			if len(parts) > 0 {
+				fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	for _, r := range rs {
+		if r.Note != "" {
+			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, r.Variant, r.Codec, r.Note)
+		}
+	}
+}
+
+func count(x float64) string {
+	switch {
+	case x >= 1e6:
+		return fmt.Sprintf("%.2fM", x/1e6)
+	case x >= 1e3:
+		return fmt.Sprintf("%.0fk", x/1e3)
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+func mib(b int64) string {
+	if b <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}
