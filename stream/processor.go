@@ -1,0 +1,480 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strand-io/strand/stream/state"
+)
+
+// Processor is the production runtime of one source of a Program: it drives
+// one Task per source partition over a Source (an Iggy topic through
+// connectors/iggy), and publishes dead letters to a Sink.
+//
+// # Data flow (DESIGN.md §3)
+//
+// Each partition has its own pipeline of three goroutines. A reader polls the
+// partition from the Task's checkpoint (read from the store at Run, never from
+// the broker) into a bounded queue; the pipeline hands each polled batch to
+// Task.Process, which plans, executes and commits it (table writes, the
+// checkpoint, parked events and dead letters in one state transaction); an
+// advisor then tells the broker the committed offset (PartitionReader.Advise,
+// for monitoring only). The reader polls the next batch while the pipeline
+// executes and commits the current one; it never runs more than WithPrefetch
+// batches ahead, so memory stays bounded (by about (prefetch+1) × poll size
+// records per partition) however far the processor lags: that is the
+// backpressure. Parked keys are retried on their schedule (Task.NextRetry)
+// when no batch is flowing, and ahead of every batch.
+//
+// One more goroutine publishes dead letters (see WithDeadLetterSink).
+//
+// # Guarantees
+//
+// Tables get exactly-once: after any crash or restart every table equals the
+// fold of exactly the events up to the committed checkpoints (DESIGN.md §2).
+// A batch is committed whole or not at all; Run never leaves half a batch
+// applied.
+//
+// Dead letters are written by the Task as rows of the same commit as the
+// batch that refused them (an outbox), so a crash never loses one. After the
+// commit the processor publishes them to the sink, in offset order per
+// source partition, each with a message ID derived from source, partition
+// and offset (DeadLetter.ID), and then deletes their rows in a later commit.
+// A crash between publishing and deleting leaves rows that may already be
+// published: on restart (and after any failed Send, which may have sent a
+// prefix), before sending such rows again the processor asks the sink which
+// IDs it already holds, if the sink implements SentChecker, and sends only
+// the others. So with a SentChecker sink every dead letter is published
+// exactly once (as far as the checker sees: connectors/iggy's Sink looks at
+// the end of the destination partition); with a plain Sink, at least once,
+// a repeat always carrying the same message ID. A sink that is down does not
+// stop processing: dead letters wait in the store, durably, and are retried
+// with backoff.
+//
+// # Shutdown and failures
+//
+// When Run's context is done, each pipeline finishes and commits the batch
+// it is executing (within WithDrainTimeout; past it the batch is abandoned
+// atomically), polled batches not yet started are dropped (they are read
+// again from the checkpoint next time), pending dead letters get one last
+// publication attempt, readers are closed, every goroutine has returned, and
+// Run returns nil.
+//
+// If a pipeline fails for good (the store cannot commit, the source reports a
+// permanent error, a hook returns an error), Run stops the other pipelines
+// the same graceful way and returns a *PartitionError naming the source,
+// partition and offset. Transient source failures never reach Run: the
+// PartitionReader retries them. Handler failures never stop Run either: the
+// Task parks or dead-letters them (DESIGN.md §8).
+//
+// # Concurrency
+//
+// Run may be called again after it returned (it resumes from the committed
+// checkpoints) but not concurrently. Stats and Release are safe to call from
+// any goroutine, also while Run is running. Several Processors (one per
+// source of a Program) may share one database.
+type Processor struct {
+	prog   *Program
+	db     *state.DB
+	src    Source
+	name   string
+	opts   processorOptions
+	log    *slog.Logger
+	checks SentChecker // opts.sink as a SentChecker, or nil
+
+	running atomic.Bool
+
+	mu    sync.Mutex
+	stats map[uint32]*PartitionStats // by partition; guarded by mu
+	live  map[uint32]*pipeline       // pipelines of the current Run; guarded by mu
+}
+
+// ProcessorOption configures NewProcessor.
+type ProcessorOption func(*processorOptions)
+
+type processorOptions struct {
+	sink         Sink
+	pollSize     int
+	prefetch     int
+	partitions   []uint32
+	log          *slog.Logger
+	taskOpts     []TaskOption
+	hooks        Hooks
+	drainTimeout time.Duration
+	dlqBackoff   [2]time.Duration
+}
+
+// DefaultPollSize is the most records one poll asks for, unless
+// WithPollSize says otherwise.
+const DefaultPollSize = 4096
+
+// WithDeadLetterSink makes the processor publish dead letters to s (for
+// example an Iggy "<topic>.dlq" topic through connectors/iggy.NewSink). If s
+// also implements SentChecker, publication is exactly-once across crashes;
+// otherwise at-least-once. Without a sink dead letters stay in the store as
+// rows (see Processor.PendingDeadLetters) and are counted, never dropped.
+func WithDeadLetterSink(s Sink) ProcessorOption {
+	return func(o *processorOptions) { o.sink = s }
+}
+
+// WithPollSize sets the most records one poll of a partition returns
+// (default DefaultPollSize). Bigger polls make bigger batches: fewer commits
+// and more reduction per key, at the cost of latency and memory.
+func WithPollSize(n int) ProcessorOption {
+	return func(o *processorOptions) { o.pollSize = n }
+}
+
+// WithPrefetch sets how many polled batches a partition's reader may hold
+// ahead of the batch being processed (default 1: the next poll overlaps the
+// current execution and commit). 0 polls only after the previous batch
+// committed. Memory per partition is bounded by about (n+1) × poll size
+// records.
+func WithPrefetch(n int) ProcessorOption {
+	return func(o *processorOptions) { o.prefetch = n }
+}
+
+// WithPartitions restricts the processor to the given partitions of the
+// source (default: all of them, 0..Partitions-1). Run refuses a partition
+// the source does not have.
+func WithPartitions(ps ...uint32) ProcessorOption {
+	return func(o *processorOptions) { o.partitions = slices.Clone(ps) }
+}
+
+// WithProcessorLogger sets the processor's logger (default slog.Default()).
+// Tasks log to it too unless WithTaskOptions sets their own.
+func WithProcessorLogger(l *slog.Logger) ProcessorOption {
+	return func(o *processorOptions) { o.log = l }
+}
+
+// WithTaskOptions adds options for every partition's Task (OnDeadLetter,
+// WithLogger, WithClock).
+func WithTaskOptions(opts ...TaskOption) ProcessorOption {
+	return func(o *processorOptions) { o.taskOpts = append(o.taskOpts, opts...) }
+}
+
+// WithHooks installs test and measurement hooks (see Hooks).
+func WithHooks(h Hooks) ProcessorOption {
+	return func(o *processorOptions) { o.hooks = h }
+}
+
+// WithDrainTimeout bounds how long Run, once its context is done, waits for
+// in-flight batches to commit and for the last publication of pending dead
+// letters (default 30s). A batch still executing then is abandoned as a
+// whole: nothing of it is committed.
+func WithDrainTimeout(d time.Duration) ProcessorOption {
+	return func(o *processorOptions) { o.drainTimeout = d }
+}
+
+// WithDeadLetterBackoff sets the bounds of the backoff between failed
+// attempts to publish dead letters (default 100ms doubling up to 10s).
+func WithDeadLetterBackoff(minWait, maxWait time.Duration) ProcessorOption {
+	return func(o *processorOptions) { o.dlqBackoff = [2]time.Duration{minWait, maxWait} }
+}
+
+// Hooks are called at the points of a pipeline where tests kill the process
+// (crash tests) or take measurements. Every hook is optional. Hooks of
+// different partitions run concurrently, on the goroutines named below; a
+// hook must not call Run.
+//
+// A hook that returns an error stops the work it was called from at once,
+// as a crash would there (nothing more of that step happens: no commit, no
+// send, no delete), and Run then stops as after any pipeline failure and
+// returns a *PartitionError wrapping the hook's error.
+type Hooks struct {
+	// AfterPoll is called on a partition's reader goroutine with every
+	// polled batch, before it is queued for the pipeline.
+	AfterPoll func(partition uint32, records []Record) error
+	// BeforeProcess is called on the pipeline goroutine before Task.Process
+	// (records is the batch) or Task.Retry (records is nil).
+	BeforeProcess func(partition uint32, records []Record) error
+	// AfterCommit is called on the pipeline goroutine after Task.Process or
+	// Task.Retry committed, with its result (res.Next is the new
+	// checkpoint), before the offset is advised and dead letters are
+	// published.
+	AfterCommit func(partition uint32, res Result) error
+	// BeforeDeadLetterSend is called on the dead-letter goroutine with the
+	// dead letters of one source partition about to be sent (those a
+	// SentChecker found already published are not in it), after their
+	// commit is durable.
+	BeforeDeadLetterSend func(partition uint32, letters []DeadLetter) error
+	// AfterDeadLetterSend is called after the sink accepted them, before
+	// their rows are deleted.
+	AfterDeadLetterSend func(partition uint32, letters []DeadLetter) error
+	// AfterDeadLetterDelete is called after the rows of published dead
+	// letters were deleted (committed); letters includes those a
+	// SentChecker found already published.
+	AfterDeadLetterDelete func(partition uint32, letters []DeadLetter) error
+}
+
+// SentChecker is implemented by sinks that can tell which messages are
+// already published, by their Message.ID. The processor uses it before
+// sending dead letters that an earlier run or a failed Send may have
+// published, so that a crash never duplicates a dead letter.
+// connectors/iggy's Sink implements it.
+type SentChecker interface {
+	// Sent reports, for each message of msgs (all with a non-zero ID), whether
+	// a message with its ID is already in the destination. It must not
+	// report true for a message that is not there; a false for a message
+	// that is there leads to a duplicate.
+	Sent(ctx context.Context, msgs []Message) ([]bool, error)
+}
+
+// ErrRunning is returned by Run when the processor is already running.
+var ErrRunning = errors.New("stream: processor already running")
+
+// ErrNotRunning is returned by Release when Run is not running or does not
+// own the partition.
+var ErrNotRunning = errors.New("stream: processor not running")
+
+// PartitionError is the error Run returns when one partition's pipeline
+// failed: it names the source, the partition and the offset where it
+// stopped (the first record of the failed batch, or the checkpoint).
+type PartitionError struct {
+	Source    string
+	Partition uint32
+	Offset    uint64
+	// Op says what failed: "open", "poll", "process", "retry", "release",
+	// "hook", "publish dead letters".
+	Op  string
+	Err error
+}
+
+// Error describes the failure with source, partition, offset and cause.
+func (e *PartitionError) Error() string {
+	return fmt.Sprintf("stream: processor: source %q partition %d offset %d: %s: %v", e.Source, e.Partition, e.Offset, e.Op, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *PartitionError) Unwrap() error { return e.Err }
+
+// Counters are running totals since NewProcessor (they survive restarts of
+// Run, not of the process).
+type Counters struct {
+	// Polled counts the records the readers returned.
+	Polled uint64
+	// Records counts the records the Tasks looked at (Result.Records).
+	Records uint64
+	// Applied counts the records applied by every handler of their type.
+	Applied uint64
+	// Skipped counts the records of skipped type tags.
+	Skipped uint64
+	// DeadLettered counts the dead letters committed.
+	DeadLettered uint64
+	// Published counts the dead letters the sink accepted (or held
+	// already) and whose rows were deleted.
+	Published uint64
+	// PublishErrors counts failed attempts to publish dead letters.
+	PublishErrors uint64
+	// Failures counts key failures (Result.Failures: parked, held or
+	// dead-lettered runs).
+	Failures uint64
+	// Batches counts Process commits and Retries counts Retry commits.
+	Batches, Retries uint64
+}
+
+func (c *Counters) add(o Counters) {
+	c.Polled += o.Polled
+	c.Records += o.Records
+	c.Applied += o.Applied
+	c.Skipped += o.Skipped
+	c.DeadLettered += o.DeadLettered
+	c.Published += o.Published
+	c.PublishErrors += o.PublishErrors
+	c.Failures += o.Failures
+	c.Batches += o.Batches
+	c.Retries += o.Retries
+}
+
+// PartitionStats describes one partition's pipeline.
+type PartitionStats struct {
+	Partition uint32
+	// Next is the committed checkpoint: the next offset to process.
+	Next uint64
+	// ParkedKeys and ParkedRecords say how many keys wait for a retry
+	// (or a Release) and how many records they hold.
+	ParkedKeys, ParkedRecords int
+	// LastCommit is when the pipeline last committed (zero if never).
+	LastCommit time.Time
+	Counters
+}
+
+// Stats is a snapshot of a processor's progress.
+type Stats struct {
+	// Source is the source's name.
+	Source string
+	// Partitions holds one entry per partition the processor has run, in
+	// partition order.
+	Partitions []PartitionStats
+	// Total sums the counters of all partitions.
+	Total Counters
+	// ParkedKeys and ParkedRecords sum those of all partitions.
+	ParkedKeys, ParkedRecords int
+}
+
+// NewProcessor returns a processor of src for prog on db. It attaches the
+// program's tables to db and checks the program's fingerprint against the
+// one stored there (an error wrapping state.ErrIncompatibleTopology refuses
+// a store written by another topology), and refuses a source whose name the
+// program does not know or invalid options. It does no I/O on src: Run does.
+//
+// The store should be opened with state.WithLocator(func(key []byte) uint32
+// { return xxh32.Partition(key, n) }) for a source of n partitions, so that
+// table rows are filed under the partition that owns their key.
+func NewProcessor(prog *Program, db *state.DB, src Source, opts ...ProcessorOption) (*Processor, error) {
+	if prog == nil || db == nil || src == nil {
+		return nil, errors.New("stream: NewProcessor: nil program, database or source")
+	}
+	o := processorOptions{
+		pollSize:     DefaultPollSize,
+		prefetch:     1,
+		drainTimeout: 30 * time.Second,
+		dlqBackoff:   [2]time.Duration{100 * time.Millisecond, 10 * time.Second},
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	name := src.Name()
+	if _, ok := prog.sources[name]; !ok {
+		return nil, fmt.Errorf("stream: NewProcessor: topology %q has no source %q (it has %q)", prog.name, name, prog.sourceNames)
+	}
+	switch {
+	case o.pollSize < 1:
+		return nil, fmt.Errorf("stream: NewProcessor: source %q: poll size %d, want at least 1", name, o.pollSize)
+	case o.prefetch < 0:
+		return nil, fmt.Errorf("stream: NewProcessor: source %q: prefetch %d, want at least 0", name, o.prefetch)
+	case o.drainTimeout <= 0:
+		return nil, fmt.Errorf("stream: NewProcessor: source %q: drain timeout %v, want more than 0", name, o.drainTimeout)
+	case o.dlqBackoff[0] <= 0 || o.dlqBackoff[1] < o.dlqBackoff[0]:
+		return nil, fmt.Errorf("stream: NewProcessor: source %q: dead-letter backoff %v..%v, want 0 < min <= max", name, o.dlqBackoff[0], o.dlqBackoff[1])
+	}
+	seen := map[uint32]bool{}
+	for _, pt := range o.partitions {
+		if seen[pt] {
+			return nil, fmt.Errorf("stream: NewProcessor: source %q: partition %d given twice", name, pt)
+		}
+		seen[pt] = true
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	if err := prog.Attach(db); err != nil {
+		return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
+	}
+	p := &Processor{
+		prog: prog, db: db, src: src, name: name, opts: o,
+		log:   o.log.With(slog.String("component", "strand/processor"), slog.String("source", name)),
+		stats: map[uint32]*PartitionStats{},
+		live:  map[uint32]*pipeline{},
+	}
+	if c, ok := o.sink.(SentChecker); ok {
+		p.checks = c
+	}
+	return p, nil
+}
+
+// Source returns the name of the processor's source.
+func (p *Processor) Source() string { return p.name }
+
+// Stats returns a snapshot of the processor's progress per partition and
+// in total. It is cheap and safe to call at any time.
+func (p *Processor) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{Source: p.name}
+	for _, ps := range p.stats {
+		s.Partitions = append(s.Partitions, *ps)
+		s.Total.add(ps.Counters)
+		s.ParkedKeys += ps.ParkedKeys
+		s.ParkedRecords += ps.ParkedRecords
+	}
+	slices.SortFunc(s.Partitions, func(a, b PartitionStats) int { return cmpU64(uint64(a.Partition), uint64(b.Partition)) })
+	return s
+}
+
+// update applies fn to one partition's stats under the lock.
+func (p *Processor) update(partition uint32, fn func(ps *PartitionStats)) {
+	p.mu.Lock()
+	ps, ok := p.stats[partition]
+	if !ok {
+		ps = &PartitionStats{Partition: partition}
+		p.stats[partition] = ps
+	}
+	fn(ps)
+	p.mu.Unlock()
+}
+
+// Release makes a parked key of a partition due now and clears its
+// attempts (Task.Release): how a key held behind a poison event
+// (HoldPoisonedKey) goes on. It is executed by the partition's pipeline
+// between two batches and committed before Release returns. It returns an
+// error wrapping ErrNotRunning when Run is not running that partition.
+func (p *Processor) Release(ctx context.Context, partition uint32, key []byte) error {
+	p.mu.Lock()
+	pl := p.live[partition]
+	p.mu.Unlock()
+	if pl == nil {
+		return fmt.Errorf("stream: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
+	}
+	req := releaseReq{key: key, done: make(chan error, 1)}
+	select {
+	case pl.release <- req:
+	case <-pl.stopped:
+		return fmt.Errorf("stream: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PendingDeadLetters returns the committed dead letters of the processor's
+// source whose rows are not yet deleted (not yet published, or published
+// and not yet confirmed), ordered by partition and offset. Without a sink
+// they accumulate here.
+func (p *Processor) PendingDeadLetters(ctx context.Context) ([]DeadLetter, error) {
+	parts, err := p.pendingPartitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []DeadLetter
+	for _, pt := range parts {
+		rows, err := p.deadLetterRows(ctx, pt, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			out = append(out, r.letter)
+		}
+	}
+	return out, nil
+}
+
+// pendingPartitions returns the partitions to look at for dead-letter rows
+// outside Run: the configured ones, or those seen by stats, or 0..n-1 of the
+// source.
+func (p *Processor) pendingPartitions(ctx context.Context) ([]uint32, error) {
+	if len(p.opts.partitions) > 0 {
+		return slices.Sorted(slices.Values(p.opts.partitions)), nil
+	}
+	n, err := p.src.Partitions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stream: source %q: partitions: %w", p.name, err)
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(i)
+	}
+	return out, nil
+}

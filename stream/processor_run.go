@@ -1,0 +1,447 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrNotContiguous is wrapped by the error Run returns when a
+// PartitionReader returned records that do not continue exactly where the
+// previous poll ended (or, for the first poll, at the checkpoint): the
+// processor refuses to skip or repeat records silently.
+var ErrNotContiguous = errors.New("stream: source records not contiguous")
+
+// adviseTimeout bounds the last Advise of a partition at shutdown.
+const adviseTimeout = 2 * time.Second
+
+// idleRetryFloor is the least wait between two Retry calls that found
+// nothing due (a Task clock that lags the wall clock would spin otherwise).
+const idleRetryFloor = 100 * time.Millisecond
+
+// Run processes the source until ctx is done or a pipeline fails; see
+// Processor for the data flow, the guarantees and the shutdown. It reads
+// the partition count, makes one Task per partition (from the committed
+// checkpoints and parked events in the store) and opens one PartitionReader
+// per partition at its checkpoint; a failure there is returned at once.
+//
+// Run returns nil after a graceful stop caused by ctx, a *PartitionError
+// when a pipeline failed, and ErrRunning when called while running. Every
+// goroutine it started has returned and every reader is closed when it
+// returns. PartitionReader.Advise is called from its own goroutine, possibly
+// while Poll is in progress on the reader.
+func (p *Processor) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("stream: run source %q: %w", p.name, ErrRunning)
+	}
+	defer p.running.Store(false)
+
+	parts, err := p.runPartitions(ctx)
+	if err != nil {
+		return err
+	}
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// drainCtx outlives runCtx by the drain timeout: in-flight batches and
+	// the last dead-letter publication use it.
+	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelDrain()
+	var timerMu sync.Mutex
+	var drainTimer *time.Timer
+	stopAfter := context.AfterFunc(runCtx, func() {
+		timerMu.Lock()
+		drainTimer = time.AfterFunc(p.opts.drainTimeout, cancelDrain)
+		timerMu.Unlock()
+	})
+	defer func() {
+		stopAfter()
+		timerMu.Lock()
+		if drainTimer != nil {
+			drainTimer.Stop()
+		}
+		timerMu.Unlock()
+	}()
+
+	var outbox *deadLetterOutbox
+	if p.opts.sink != nil {
+		outbox = newDeadLetterOutbox(p)
+	} else {
+		p.log.Warn("strand: processor has no dead-letter sink; dead letters stay in the store")
+	}
+	pls, err := p.openPipelines(runCtx, parts, outbox)
+	if err != nil {
+		return err
+	}
+
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+			p.log.Error("strand: processor stopping after a failure", "err", err)
+		}
+		errMu.Unlock()
+		cancel(err)
+	}
+	pipelinesDone := make(chan struct{})
+	outboxDone := make(chan struct{})
+	if outbox != nil {
+		go func() {
+			defer close(outboxDone)
+			if err := outbox.run(runCtx, drainCtx, pipelinesDone); err != nil {
+				fail(err)
+			}
+		}()
+	} else {
+		close(outboxDone)
+	}
+	for _, pl := range pls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pl.run(runCtx, drainCtx); err != nil {
+				fail(err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(pipelinesDone)
+	<-outboxDone
+
+	p.mu.Lock()
+	for _, pl := range pls {
+		delete(p.live, pl.part)
+	}
+	p.mu.Unlock()
+	errMu.Lock()
+	defer errMu.Unlock()
+	if firstErr == nil {
+		p.log.Info("strand: processor stopped")
+	}
+	return firstErr
+}
+
+// runPartitions returns the partitions to run, checked against the source.
+func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
+	n, err := p.src.Partitions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+	}
+	if len(p.opts.partitions) == 0 {
+		if n == 0 {
+			return nil, fmt.Errorf("stream: run source %q: the source has no partitions", p.name)
+		}
+		out := make([]uint32, n)
+		for i := range out {
+			out[i] = uint32(i)
+		}
+		return out, nil
+	}
+	out := slices.Sorted(slices.Values(p.opts.partitions))
+	for _, pt := range out {
+		if pt >= n {
+			return nil, fmt.Errorf("stream: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
+		}
+	}
+	return out, nil
+}
+
+// openPipelines makes the Task and opens the reader of every partition. On
+// failure it closes what it opened.
+func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *deadLetterOutbox) ([]*pipeline, error) {
+	topts := append([]TaskOption{WithLogger(p.log)}, p.opts.taskOpts...)
+	var pls []*pipeline
+	closeAll := func() {
+		for _, pl := range pls {
+			_ = pl.reader.Close()
+		}
+	}
+	for _, pt := range parts {
+		task, err := p.prog.NewTask(ctx, p.db, p.name, pt, topts...)
+		if err != nil {
+			closeAll()
+			return nil, &PartitionError{Source: p.name, Partition: pt, Op: "open", Err: err}
+		}
+		rd, err := p.src.Open(ctx, pt, task.Next())
+		if err != nil {
+			closeAll()
+			return nil, &PartitionError{Source: p.name, Partition: pt, Offset: task.Next(), Op: "open", Err: err}
+		}
+		pl := &pipeline{
+			p: p, part: pt, task: task, reader: rd, outbox: outbox,
+			batches:  make(chan []Record, p.opts.prefetch+1),
+			slots:    make(chan struct{}, p.opts.prefetch+1),
+			advise:   make(chan uint64, 1),
+			release:  make(chan releaseReq),
+			stopped:  make(chan struct{}),
+			log:      p.log.With(slog.Uint64("partition", uint64(pt))),
+			advised:  task.Next(),
+			readFrom: task.Next(),
+		}
+		pls = append(pls, pl)
+		keys, recs := task.Parked()
+		p.update(pt, func(ps *PartitionStats) {
+			ps.Next, ps.ParkedKeys, ps.ParkedRecords = task.Next(), keys, recs
+		})
+		if outbox != nil {
+			outbox.start(pt, task.Next())
+		}
+	}
+	p.mu.Lock()
+	for _, pl := range pls {
+		p.live[pl.part] = pl
+	}
+	p.mu.Unlock()
+	return pls, nil
+}
+
+// pipeline is one partition's reader, executor and advisor.
+type pipeline struct {
+	p      *Processor
+	part   uint32
+	task   *Task
+	reader PartitionReader
+	outbox *deadLetterOutbox
+	log    *slog.Logger
+
+	batches chan []Record   // polled batches, in offset order
+	slots   chan struct{}   // one token per batch polled and not yet processed
+	advise  chan uint64     // latest committed checkpoint to advise
+	release chan releaseReq // Release requests
+	stopped chan struct{}   // closed when the pipeline loop has returned
+
+	advised  uint64 // last offset advised (advisor goroutine, then run)
+	readFrom uint64 // next offset the reader expects (reader goroutine)
+}
+
+type releaseReq struct {
+	key  []byte
+	done chan error
+}
+
+func (pl *pipeline) errorf(op string, offset uint64, err error) *PartitionError {
+	return &PartitionError{Source: pl.p.name, Partition: pl.part, Offset: offset, Op: op, Err: err}
+}
+
+// run runs the partition until ctx is done or it fails, then stops its
+// goroutines, advises the last checkpoint and closes the reader.
+func (pl *pipeline) run(runCtx, drainCtx context.Context) error {
+	ctx, cancel := context.WithCancel(runCtx)
+	readErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { readErr <- pl.read(ctx) })
+	wg.Go(func() { pl.adviseLoop(ctx) })
+	err := pl.loop(ctx, drainCtx, readErr)
+	cancel()
+	wg.Wait()
+	close(pl.stopped)
+
+	if next := pl.task.Next(); next != pl.advised {
+		actx, cancelAdvise := context.WithTimeout(context.WithoutCancel(runCtx), adviseTimeout)
+		if aerr := pl.reader.Advise(actx, next); aerr != nil {
+			pl.log.Debug("strand: advise failed", "next", next, "err", aerr)
+		}
+		cancelAdvise()
+	}
+	if cerr := pl.reader.Close(); cerr != nil {
+		pl.log.Warn("strand: close reader", "err", cerr)
+	}
+	return err
+}
+
+// loop is the pipeline goroutine: it processes polled batches, retries
+// parked keys when they are due and serves Release requests.
+func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) error {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	floor := time.Duration(0)
+	for {
+		var retryC <-chan time.Time
+		if at, ok := pl.task.NextRetry(); ok {
+			timer.Reset(max(time.Until(at), floor))
+			retryC = timer.C
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-readErr:
+			if err != nil {
+				return err
+			}
+			return nil // the reader stops only when ctx is done
+		case recs := <-pl.batches:
+			if ctx.Err() != nil {
+				return nil // not started: read again next time
+			}
+			err := pl.process(drainCtx, recs)
+			<-pl.slots
+			if err != nil {
+				return err
+			}
+		case <-retryC:
+			did, err := pl.retry(drainCtx)
+			if err != nil {
+				return err
+			}
+			floor = 0
+			if !did {
+				floor = idleRetryFloor
+			}
+		case req := <-pl.release:
+			err := pl.task.Release(drainCtx, req.key)
+			keys, recs := pl.task.Parked()
+			pl.p.update(pl.part, func(ps *PartitionStats) { ps.ParkedKeys, ps.ParkedRecords = keys, recs })
+			req.done <- err
+		}
+	}
+}
+
+// process runs one polled batch through the Task.
+func (pl *pipeline) process(ctx context.Context, recs []Record) error {
+	h := &pl.p.opts.hooks
+	first := recs[0].Offset
+	if h.BeforeProcess != nil {
+		if err := h.BeforeProcess(pl.part, recs); err != nil {
+			return pl.errorf("hook BeforeProcess", first, err)
+		}
+	}
+	res, err := pl.task.Process(ctx, recs)
+	if err != nil {
+		if ctx.Err() != nil {
+			pl.log.Warn("strand: shutdown timed out; batch abandoned, nothing of it committed",
+				"first", first, "last", recs[len(recs)-1].Offset)
+			return nil
+		}
+		return pl.errorf("process", first, err)
+	}
+	return pl.committed(res, true)
+}
+
+// retry retries due parked keys; did reports whether anything was tried.
+func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
+	h := &pl.p.opts.hooks
+	if h.BeforeProcess != nil {
+		if err := h.BeforeProcess(pl.part, nil); err != nil {
+			return false, pl.errorf("hook BeforeProcess", pl.task.Next(), err)
+		}
+	}
+	res, err := pl.task.Retry(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, pl.errorf("retry", pl.task.Next(), err)
+	}
+	if res.Records == 0 {
+		return false, nil
+	}
+	return true, pl.committed(res, false)
+}
+
+// committed accounts for a commit, calls AfterCommit, advises the new
+// checkpoint and wakes the dead-letter publisher.
+func (pl *pipeline) committed(res Result, batch bool) error {
+	keys, recs := pl.task.Parked()
+	now := time.Now()
+	pl.p.update(pl.part, func(ps *PartitionStats) {
+		ps.Next, ps.ParkedKeys, ps.ParkedRecords, ps.LastCommit = res.Next, keys, recs, now
+		ps.Records += uint64(res.Records)
+		ps.Applied += uint64(len(res.Applied))
+		ps.Skipped += uint64(len(res.Skipped))
+		ps.DeadLettered += uint64(len(res.DeadLetters))
+		ps.Failures += uint64(len(res.Failures))
+		if batch {
+			ps.Batches++
+		} else {
+			ps.Retries++
+		}
+	})
+	if h := pl.p.opts.hooks.AfterCommit; h != nil {
+		if err := h(pl.part, res); err != nil {
+			return pl.errorf("hook AfterCommit", res.Next, err)
+		}
+	}
+	if batch {
+		select {
+		case <-pl.advise:
+		default:
+		}
+		pl.advise <- res.Next
+	}
+	if len(res.DeadLetters) > 0 && pl.outbox != nil {
+		pl.outbox.notify(pl.part)
+	}
+	return nil
+}
+
+// read is the reader goroutine: it polls while a slot is free and queues
+// the batches. It returns nil when ctx is done.
+func (pl *pipeline) read(ctx context.Context) error {
+	for {
+		select {
+		case pl.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		recs, err := pl.reader.Poll(ctx, pl.p.opts.pollSize)
+		if err != nil {
+			<-pl.slots
+			if ctx.Err() != nil {
+				return nil
+			}
+			return pl.errorf("poll", pl.readFrom, err)
+		}
+		if len(recs) == 0 {
+			<-pl.slots
+			continue
+		}
+		for i := range recs {
+			if want := pl.readFrom + uint64(i); recs[i].Offset != want {
+				return pl.errorf("poll", want, fmt.Errorf("%w: record %d of the batch has offset %d, want %d", ErrNotContiguous, i, recs[i].Offset, want))
+			}
+			recs[i].Partition = pl.part
+		}
+		pl.readFrom += uint64(len(recs))
+		pl.p.update(pl.part, func(ps *PartitionStats) { ps.Polled += uint64(len(recs)) })
+		if h := pl.p.opts.hooks.AfterPoll; h != nil {
+			if err := h(pl.part, recs); err != nil {
+				return pl.errorf("hook AfterPoll", recs[0].Offset, err)
+			}
+		}
+		pl.batches <- recs // never blocks: slots bound the queue
+	}
+}
+
+// adviseLoop is the advisor goroutine: it tells the broker the latest
+// committed checkpoint, skipping values superseded meanwhile.
+func (pl *pipeline) adviseLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case next := <-pl.advise:
+			if next == pl.advised {
+				continue
+			}
+			if err := pl.reader.Advise(ctx, next); err != nil {
+				if ctx.Err() == nil {
+					pl.log.Debug("strand: advise failed", "next", next, "err", err)
+				}
+				continue
+			}
+			pl.advised = next
+		}
+	}
+}
