@@ -39,7 +39,7 @@ type Driver struct {
 	taskOpts   []stream.TaskOption
 	now        time.Time
 
-	logs    map[string][][]stream.Record // source → partition → records (offset = index)
+	logs    map[string][]*partitionLog // source → partition → records
 	db      *state.DB
 	tasks   map[string][]*stream.Task // source → partition → task
 	results []stream.Result
@@ -104,7 +104,7 @@ func NewDriver(tb TB, topo *Topology, opts ...DriverOption) *Driver {
 		tb: tb, prog: prog, partitions: 1,
 		batchSize: func() int { return 100 },
 		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		logs:      map[string][][]stream.Record{},
+		logs:      map[string][]*partitionLog{},
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -115,7 +115,9 @@ func NewDriver(tb TB, topo *Topology, opts ...DriverOption) *Driver {
 		d.dir = tb.TempDir()
 	}
 	for _, s := range prog.Sources() {
-		d.logs[s] = make([][]stream.Record, d.partitions)
+		for range d.partitions {
+			d.logs[s] = append(d.logs[s], &partitionLog{})
+		}
 	}
 	d.open()
 	tb.Cleanup(d.Close)
@@ -219,9 +221,10 @@ func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
 	if r.Partition >= d.partitions {
 		d.tb.Fatalf("topology.Driver: source %q has no partition %d", source, r.Partition)
 	}
-	r.Offset = uint64(len(parts[r.Partition]))
+	l := parts[r.Partition]
+	r.Offset = l.end()
 	r.Timestamp = uint64(d.now.UnixMicro())
-	parts[r.Partition] = append(parts[r.Partition], r)
+	l.recs = append(l.recs, r)
 	return r.Offset
 }
 
@@ -236,15 +239,15 @@ func (d *Driver) Step() bool {
 	progress := false
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
-			log := d.logs[s][p]
-			next := task.Next()
+			l := d.logs[s][p]
+			next := max(task.Next(), l.base)
 			var res stream.Result
 			var err error
 			switch {
-			case next < uint64(len(log)):
+			case next < l.end():
 				n := max(d.batchSize(), 1)
-				end := min(next+uint64(n), uint64(len(log)))
-				res, err = task.Process(context.Background(), cloneRecords(log[next:end]))
+				end := min(next+uint64(n), l.end())
+				res, err = task.Process(context.Background(), cloneRecords(l.recs[next-l.base:end-l.base]))
 			default:
 				if at, ok := task.NextRetry(); !ok || at.After(d.now) {
 					continue
@@ -261,6 +264,32 @@ func (d *Driver) Step() bool {
 		}
 	}
 	return progress
+}
+
+// partitionLog is the in-memory log of one source partition; records
+// below base were dropped by DropCommitted.
+type partitionLog struct {
+	base uint64
+	recs []stream.Record
+}
+
+func (l *partitionLog) end() uint64 { return l.base + uint64(len(l.recs)) }
+
+// DropCommitted forgets the piped records that every partition's task has
+// committed, like a broker's retention, so that long runs (benchmarks,
+// soaks) keep bounded memory. Offsets are unchanged.
+func (d *Driver) DropCommitted() {
+	for _, s := range d.prog.Sources() {
+		for p, task := range d.tasks[s] {
+			l := d.logs[s][p]
+			next := min(task.Next(), l.end())
+			if next <= l.base {
+				continue
+			}
+			l.recs = slices.Clone(l.recs[next-l.base:])
+			l.base = next
+		}
+	}
 }
 
 // cloneRecords copies the record structs (not their bytes) so that a task
@@ -289,8 +318,8 @@ func (d *Driver) Lag() int {
 	lag := 0
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
-			if n := uint64(len(d.logs[s][p])); n > task.Next() {
-				lag += int(n - task.Next())
+			if n := d.logs[s][p].end(); n > task.Next() {
+				lag += int(n - max(task.Next(), d.logs[s][p].base))
 			}
 		}
 	}

@@ -1,0 +1,453 @@
+package topology_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// The accounts workload of issue 5: events over accounts with a Zipf skew,
+// 90% deposits and withdrawals, the rest opens (Acquire) and closes
+// (Release), processed with sync commits.
+
+// bankEvent is the binary form shared by the benchmark's four event types:
+// account (8 bytes) and amount (8 bytes), little-endian.
+type bankEvent struct {
+	Account uint64 `json:"account"`
+	Amount  int64  `json:"amount"`
+}
+
+func (e bankEvent) AppendBinary(dst []byte) ([]byte, error) {
+	dst = binary.LittleEndian.AppendUint64(dst, e.Account)
+	return binary.LittleEndian.AppendUint64(dst, uint64(e.Amount)), nil
+}
+
+func (e *bankEvent) UnmarshalBinary(b []byte) error {
+	if len(b) != 16 {
+		return errors.New("bank event: want 16 bytes")
+	}
+	e.Account = binary.LittleEndian.Uint64(b)
+	e.Amount = int64(binary.LittleEndian.Uint64(b[8:]))
+	return nil
+}
+
+type (
+	bOpened    struct{ bankEvent }
+	bDeposited struct{ bankEvent }
+	bWithdrawn struct{ bankEvent }
+	bClosed    struct{ bankEvent }
+)
+
+// balance is the table value: 8-byte balance, open flag, open count.
+type balance struct {
+	Balance int64  `json:"balance"`
+	Open    bool   `json:"open"`
+	Opens   uint32 `json:"opens"`
+}
+
+func (v balance) AppendBinary(dst []byte) ([]byte, error) {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Balance))
+	o := byte(0)
+	if v.Open {
+		o = 1
+	}
+	dst = append(dst, o)
+	return binary.LittleEndian.AppendUint32(dst, v.Opens), nil
+}
+
+func (v *balance) UnmarshalBinary(b []byte) error {
+	if len(b) != 13 {
+		return errors.New("balance: want 13 bytes")
+	}
+	v.Balance = int64(binary.LittleEndian.Uint64(b))
+	v.Open = b[8] == 1
+	v.Opens = binary.LittleEndian.Uint32(b[9:])
+	return nil
+}
+
+// binCodec adapts the embedded bankEvent's binary form to a wrapper type.
+func binCodec[E any](wrap func(bankEvent) E, unwrap func(E) bankEvent) stream.Codec[E] {
+	return stream.CodecFunc(
+		func(dst []byte, e E) ([]byte, error) { return unwrap(e).AppendBinary(dst) },
+		func(b []byte) (E, error) {
+			var be bankEvent
+			err := be.UnmarshalBinary(b)
+			return wrap(be), err
+		})
+}
+
+type bankDecls struct {
+	opened    *stream.Event[uint64, bOpened]
+	deposited *stream.Event[uint64, bDeposited]
+	withdrawn *stream.Event[uint64, bWithdrawn]
+	closed    *stream.Event[uint64, bClosed]
+}
+
+func newBankDecls(binaryPayload bool) bankDecls {
+	payload := func(c any) stream.Option {
+		switch c := c.(type) {
+		case stream.Codec[bOpened]:
+			return stream.Payload(c)
+		case stream.Codec[bDeposited]:
+			return stream.Payload(c)
+		case stream.Codec[bWithdrawn]:
+			return stream.Payload(c)
+		case stream.Codec[bClosed]:
+			return stream.Payload(c)
+		}
+		panic("codec")
+	}
+	var po, pd, pw, pc stream.Option
+	if binaryPayload {
+		po = payload(binCodec(func(b bankEvent) bOpened { return bOpened{b} }, func(e bOpened) bankEvent { return e.bankEvent }))
+		pd = payload(binCodec(func(b bankEvent) bDeposited { return bDeposited{b} }, func(e bDeposited) bankEvent { return e.bankEvent }))
+		pw = payload(binCodec(func(b bankEvent) bWithdrawn { return bWithdrawn{b} }, func(e bWithdrawn) bankEvent { return e.bankEvent }))
+		pc = payload(binCodec(func(b bankEvent) bClosed { return bClosed{b} }, func(e bClosed) bankEvent { return e.bankEvent }))
+	} else {
+		po, pd = stream.Payload(stream.JSON[bOpened]()), stream.Payload(stream.JSON[bDeposited]())
+		pw, pc = stream.Payload(stream.JSON[bWithdrawn]()), stream.Payload(stream.JSON[bClosed]())
+	}
+	return bankDecls{
+		opened: stream.DeclareFunc(1, func(e bOpened) uint64 { return e.Account }, stream.Fence(planner.Acquire), po),
+		deposited: stream.DeclareFunc(2, func(e bDeposited) uint64 { return e.Account }, pd,
+			stream.Reduce(algebra.Sum(func(e bDeposited) int64 { return e.Amount }, func(e bDeposited, n int64) bDeposited { e.Amount = n; return e }))),
+		withdrawn: stream.DeclareFunc(3, func(e bWithdrawn) uint64 { return e.Account }, pw,
+			stream.Reduce(algebra.Sum(func(e bWithdrawn) int64 { return e.Amount }, func(e bWithdrawn, n int64) bWithdrawn { e.Amount = n; return e }))),
+		closed: stream.DeclareFunc(4, func(e bClosed) uint64 { return e.Account }, stream.Fence(planner.Release), pc),
+	}
+}
+
+func bankTopology(d bankDecls) (*topology.Topology, *state.Table[uint64, balance]) {
+	t := topology.New("bank-bench")
+	src := topology.Source[uint64](t, "bank/accounts")
+	tab := topology.Table[uint64, balance](t, "balances", stream.Binary[balance]())
+	topology.Project(topology.On(src, d.opened), tab, func(v *balance, e bOpened) error {
+		v.Open = true
+		v.Opens++
+		return nil
+	})
+	topology.Project(topology.On(src, d.deposited), tab, func(v *balance, e bDeposited) error {
+		v.Balance += e.Amount
+		return nil
+	})
+	topology.Project(topology.On(src, d.withdrawn), tab, func(v *balance, e bWithdrawn) error {
+		v.Balance -= e.Amount
+		return nil
+	})
+	topology.Project(topology.On(src, d.closed), tab, func(v *balance, e bClosed) error {
+		v.Open = false
+		return nil
+	})
+	return t, tab
+}
+
+// bankOp is one generated event: kind 0 open, 1 deposit, 2 withdraw, 3 close.
+type bankOp struct {
+	kind    uint8
+	account uint64
+	amount  int64
+}
+
+func bankWorkload(n, accounts int, seed uint64) []bankOp {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	zipf := rand.NewZipf(r, 1.1, 1, uint64(accounts-1))
+	ops := make([]bankOp, n)
+	for i := range ops {
+		op := bankOp{account: zipf.Uint64(), amount: int64(r.IntN(1000) + 1)}
+		switch p := r.IntN(100); {
+		case p < 45:
+			op.kind = 1
+		case p < 90:
+			op.kind = 2
+		case p < 95:
+			op.kind = 0
+		default:
+			op.kind = 3
+		}
+		ops[i] = op
+	}
+	return ops
+}
+
+// bankReference folds ops sequentially, in log order.
+func bankReference(ops []bankOp) map[uint64]balance {
+	ref := map[uint64]balance{}
+	for _, op := range ops {
+		v := ref[op.account]
+		switch op.kind {
+		case 0:
+			v.Open = true
+			v.Opens++
+		case 1:
+			v.Balance += op.amount
+		case 2:
+			v.Balance -= op.amount
+		case 3:
+			v.Open = false
+		}
+		ref[op.account] = v
+	}
+	return ref
+}
+
+func pipeBank(d *topology.Driver, decls bankDecls, ops []bankOp) {
+	for _, op := range ops {
+		e := bankEvent{Account: op.account, Amount: op.amount}
+		switch op.kind {
+		case 0:
+			topology.Pipe(d, decls.opened, bOpened{e})
+		case 1:
+			topology.Pipe(d, decls.deposited, bDeposited{e})
+		case 2:
+			topology.Pipe(d, decls.withdrawn, bWithdrawn{e})
+		case 3:
+			topology.Pipe(d, decls.closed, bClosed{e})
+		}
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkAccounts runs the issue-5 accounts workload through the driver
+// (sync commits) with binary and JSON payloads, and the naive baseline, and
+// reports events/s and the peak RSS while processing. Events are piped in
+// chunks of 100,000 (untimed) and committed records are dropped, as a
+// broker's retention would, so memory reflects processing, not the test's
+// copy of the log. STRAND_BENCH_EVENTS, STRAND_BENCH_ACCOUNTS and
+// STRAND_BENCH_BATCH change the workload (default 1,000,000 events, 10,000
+// accounts, batches of 10,000).
+//
+//	go test -run '^$' -bench Accounts -benchtime 1x ./stream/topology/
+func BenchmarkAccounts(b *testing.B) {
+	n := envInt("STRAND_BENCH_EVENTS", 1_000_000)
+	accounts := envInt("STRAND_BENCH_ACCOUNTS", 10_000)
+	batch := envInt("STRAND_BENCH_BATCH", 10_000)
+	const chunk = 100_000
+	ops := bankWorkload(n, accounts, 1)
+	ref := bankReference(ops)
+	for _, codec := range []string{"binary", "json"} {
+		b.Run("strand-"+codec, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				decls := newBankDecls(codec == "binary")
+				topo, tab := bankTopology(decls)
+				d := topology.NewDriver(b, topo, topology.BatchSize(batch),
+					topology.StateOptions(state.WithDurability(state.Sync)))
+				resetPeakRSS()
+				var elapsed time.Duration
+				for start := 0; start < n; start += chunk {
+					pipeBank(d, decls, ops[start:min(start+chunk, n)])
+					t0 := time.Now()
+					b.StartTimer()
+					d.Advance()
+					b.StopTimer()
+					elapsed += time.Since(t0)
+					d.DropCommitted()
+				}
+				b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
+				b.ReportMetric(peakRSS(), "peak-RSS-MB")
+				checkBank(b, tab, ref)
+				d.Close()
+				b.StartTimer()
+			}
+		})
+		b.Run("naive-"+codec, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				nv := openNaive(b, b.TempDir(), codec == "binary")
+				resetPeakRSS()
+				var elapsed time.Duration
+				for start := 0; start < n; start += chunk {
+					recs := naiveRecords(ops[start:min(start+chunk, n)], codec == "binary")
+					t0 := time.Now()
+					b.StartTimer()
+					nv.process(b, recs, batch)
+					b.StopTimer()
+					elapsed += time.Since(t0)
+				}
+				b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
+				b.ReportMetric(peakRSS(), "peak-RSS-MB")
+				nv.close()
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// resetPeakRSS resets the kernel's peak-RSS mark of this process (Linux).
+func resetPeakRSS() {
+	runtime.GC()
+	debug.FreeOSMemory()
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// peakRSS returns the process's peak RSS in MB since resetPeakRSS (VmHWM).
+func peakRSS() float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}
+
+func checkBank(b *testing.B, tab *state.Table[uint64, balance], ref map[uint64]balance) {
+	ctx := context.Background()
+	seen := 0
+	err := tab.Scan(ctx, func(k uint64, v balance) bool {
+		seen++
+		if ref[k] != v {
+			b.Fatalf("account %d: %+v, reference %+v", k, v, ref[k])
+		}
+		return true
+	})
+	if err != nil || seen != len(ref) {
+		b.Fatalf("scan: %v, %d accounts, reference %d", err, seen, len(ref))
+	}
+}
+
+
+// naiveRecord is what the naive consumer reads: key bytes, type tag and
+// payload.
+type naiveRecord struct {
+	key     []byte
+	tag     uint32
+	payload []byte
+}
+
+func naiveRecords(ops []bankOp, binaryPayload bool) []naiveRecord {
+	out := make([]naiveRecord, len(ops))
+	for i, op := range ops {
+		e := bankEvent{Account: op.account, Amount: op.amount}
+		var p []byte
+		if binaryPayload {
+			p, _ = e.AppendBinary(nil)
+		} else {
+			p, _ = stream.JSON[bankEvent]().Append(nil, e)
+		}
+		out[i] = naiveRecord{key: binary.BigEndian.AppendUint64(nil, op.account), tag: uint32(op.kind) + 1, payload: p}
+	}
+	return out
+}
+
+// naive is the baseline consumer: for every event, in log order, decode
+// the payload, Get the account from an indexed batch (reading its own
+// writes), apply, Set; commit the batch with the offset, synced, every
+// batch records.
+type naive struct {
+	cache  *pebble.Cache
+	db     *pebble.DB
+	binary bool
+	offset uint64
+}
+
+func openNaive(b *testing.B, dir string, binaryPayload bool) *naive {
+	cache := pebble.NewCache(64 << 20)
+	db, err := pebble.Open(dir, &pebble.Options{
+		Cache: cache, MemTableSize: 8 << 20, MemTableStopWritesThreshold: 4,
+		FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &naive{cache: cache, db: db, binary: binaryPayload}
+}
+
+func (nv *naive) close() {
+	_ = nv.db.Close()
+	nv.cache.Unref()
+}
+
+func (nv *naive) process(b *testing.B, recs []naiveRecord, batch int) {
+	jsonCodec := stream.JSON[bankEvent]()
+	valueCodec := stream.Binary[balance]()
+	offsetKey := []byte("o/bank/accounts/0")
+	key := make([]byte, 0, 16)
+	var val []byte
+	var err error
+	for start := 0; start < len(recs); start += batch {
+		end := min(start+batch, len(recs))
+		bt := nv.db.NewIndexedBatch()
+		for _, r := range recs[start:end] {
+			var e bankEvent
+			if nv.binary {
+				err = e.UnmarshalBinary(r.payload)
+			} else {
+				e, err = jsonCodec.Decode(r.payload)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			key = append(append(key[:0], 't'), r.key...)
+			var v balance
+			raw, closer, err := bt.Get(key)
+			switch {
+			case err == nil:
+				v, err = valueCodec.Decode(raw)
+				closer.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+			case !errors.Is(err, pebble.ErrNotFound):
+				b.Fatal(err)
+			}
+			switch r.tag {
+			case 1:
+				v.Open = true
+				v.Opens++
+			case 2:
+				v.Balance += e.Amount
+			case 3:
+				v.Balance -= e.Amount
+			case 4:
+				v.Open = false
+			}
+			val, _ = valueCodec.Append(val[:0], v)
+			if err := bt.Set(key, val, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		nv.offset += uint64(end - start)
+		if err := bt.Set(offsetKey, binary.BigEndian.AppendUint64(nil, nv.offset), nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := bt.Commit(pebble.Sync); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
