@@ -333,7 +333,6 @@ func checkBank(b *testing.B, tab *state.Table[uint64, balance], ref map[uint64]b
 	}
 }
 
-
 // naiveRecord is what the naive consumer reads: key bytes, type tag and
 // payload.
 type naiveRecord struct {
