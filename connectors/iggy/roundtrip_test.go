@@ -67,9 +67,10 @@ func publishAll(t testing.TB, p *Publisher, keys, total, g int) {
 type consumed [][]stream.Record
 
 // consumeAll reads every partition from offset 0 until want records in all
-// arrived (then a little longer, to catch duplicates), concurrently. hook,
-// if set, runs once after about half were read.
-func consumeAll(t testing.TB, src *Source, parts uint32, want int, hook func()) consumed {
+// arrived (then a little longer, to catch duplicates), concurrently. hooks,
+// if set, run once: the first when the readers are open, the second after
+// about half the records were read.
+func consumeAll(t testing.TB, src *Source, parts uint32, want int, hooks ...func()) consumed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -105,11 +106,14 @@ func consumeAll(t testing.TB, src *Source, parts uint32, want int, hook func()) 
 			}
 		}()
 	}
-	hooked := hook == nil
+	if len(hooks) > 0 && hooks[0] != nil {
+		hooks[0]()
+	}
+	hooked := len(hooks) < 2
 	deadline := time.Now().Add(90 * time.Second)
 	for total.Load() < int64(want) && time.Now().Before(deadline) {
 		if !hooked && total.Load() >= int64(want/2) {
-			hook()
+			hooks[1]()
 			hooked = true
 		}
 		select {
@@ -187,7 +191,7 @@ func TestRoundTrip100kEventsOver8Partitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumeAll(t, src, parts, total, nil).check(t, keys, total)
+	consumeAll(t, src, parts, total).check(t, keys, total)
 }
 
 func TestPublisherAndReadersSurviveDroppedConnections(t *testing.T) {
@@ -210,7 +214,7 @@ func TestPublisherAndReadersSurviveDroppedConnections(t *testing.T) {
 	var failed atomic.Int64
 	var firstErr atomic.Value
 	pubDone := make(chan struct{})
-	go func() {
+	publish := func() {
 		defer close(pubDone)
 		ctx := context.Background()
 		for j := range total {
@@ -229,10 +233,8 @@ func TestPublisherAndReadersSurviveDroppedConnections(t *testing.T) {
 				firstErr.CompareAndSwap(nil, err)
 			}
 		}
-	}()
-	got := consumeAll(t, src, parts, total, func() {
-		srv.DropConnections()
-	})
+	}
+	got := consumeAll(t, src, parts, total, func() { go publish() }, srv.DropConnections)
 	<-pubDone
 	if err := p.Close(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatalf("close publisher: %v", err)

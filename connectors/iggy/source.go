@@ -122,8 +122,9 @@ func (s *Source) Partitions(ctx context.Context) (uint32, error) {
 }
 
 // Open returns a Reader of one partition whose first record has offset from.
-// It checks that the partition exists and connects the reader, so an
-// unreachable server or a missing partition fails here.
+// It checks that the partition exists (one round trip on the client's
+// connection), so a missing topic or partition fails here; the reader's own
+// connection is made by its first Poll, which retries until it succeeds.
 func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (stream.PartitionReader, error) {
 	d, err := topicDetails(ctx, s.cl.admin, s.t)
 	if err != nil {
@@ -135,10 +136,6 @@ func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (strea
 	}
 	k, err := s.cl.openConn(fmt.Sprintf("reader %s partition %d", s.t, partition))
 	if err != nil {
-		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
-	}
-	if err := k.call(ctx, func(*tcp.IggyTcpClient) error { return nil }); err != nil {
-		s.cl.closeConn(k)
 		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
 	}
 	r := &Reader{
