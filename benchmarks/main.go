@@ -322,7 +322,7 @@ func runJob(ctx context.Context, cfg config, j job, extra []string) (scenario.Re
 		return r, fmt.Errorf("child %s printed no result", j)
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > 0 {
-		r.PeakRSS = ru.Maxrss * 1024 // KiB on Linux
+		r.ProcessPeakRSS = ru.Maxrss * 1024 // KiB on Linux
 	}
 	return r, nil
 }

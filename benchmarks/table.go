@@ -37,7 +37,7 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\t× naive\t× naive-par\tpeak RSS\tcommits\tverified\t")
+	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tprocess peak\tcommits\tverified\t")
 	for _, r := range rs {
 		if r.Rate == 0 {
 			continue
@@ -51,8 +51,13 @@ func printTable(w io.Writer, rs []scenario.Result) {
 				vsPar = ratio(r.Rate, b.Rate)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%d\t%v\t\n",
-			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), vsNaive, vsPar, mib(r.PeakRSS), r.Commits, r.Verified)
+		perCPU := "—"
+		if r.CPUSeconds > 0 {
+			perCPU = count(float64(r.Events) / r.CPUSeconds)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%d\t%v\t\n",
+			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), vsNaive, vsPar, r.CPUSeconds, perCPU,
+			mib(r.PeakRSS), mib(r.ProcessPeakRSS), r.Commits, r.Verified)
 	}
 	_ = tw.Flush()
 

@@ -12,6 +12,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sync"
 	"time"
@@ -37,6 +39,13 @@ type Result struct {
 	// the process itself at the end; the runner replaces it with the
 	// child's rusage maxrss when it ran the scenario in a subprocess.
 	PeakRSS int64 `json:"peak_rss"`
+	// ProcessPeakRSS is the peak resident set of the whole process, setup
+	// (encoding the input) included: the child's rusage maxrss.
+	ProcessPeakRSS int64 `json:"process_peak_rss"`
+	// CPUSeconds is the CPU time (user + system, all threads) the process
+	// used in the measured section; Rate × Seconds / CPUSeconds is the
+	// rate per fully used core, less sensitive to other load.
+	CPUSeconds float64 `json:"cpu_seconds"`
 	// InputBytes is the memory the pre-encoded input takes (part of PeakRSS).
 	InputBytes int64 `json:"input_bytes"`
 	// Commits counts store commits.
@@ -97,6 +106,37 @@ func startProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
 
+// measure times a section: wall clock, CPU time, peak RSS (reset at the
+// start after a GC, so setup garbage does not count) and an optional CPU
+// profile.
+type measure struct {
+	start   time.Time
+	cpu     time.Duration
+	profile func()
+}
+
+func startMeasure(profile string) (*measure, error) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	sysstat.ResetPeakRSS()
+	stop, err := startProfile(profile)
+	if err != nil {
+		return nil, err
+	}
+	return &measure{start: time.Now(), cpu: sysstat.CPUTime(), profile: stop}, nil
+}
+
+// stop fills res's Seconds, CPUSeconds, PeakRSS and Rate (from Events).
+func (m *measure) stop(res *Result) {
+	res.Seconds = time.Since(m.start).Seconds()
+	res.CPUSeconds = (sysstat.CPUTime() - m.cpu).Seconds()
+	m.profile()
+	res.PeakRSS = sysstat.PeakRSS()
+	if res.Seconds > 0 {
+		res.Rate = float64(res.Events) / res.Seconds
+	}
+}
+
 // CoreStrand runs the pre-encoded log through one stream.Task per partition,
 // all partitions concurrently, batches of o.Batch records, sync commits, on
 // a fresh store; then reads the table back and checks it against the
@@ -138,19 +178,16 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 		}
 	}
 
-	stop, err := startProfile(o.CPUProfile)
+	m, err := startMeasure(o.CPUProfile)
 	if err != nil {
 		return res, err
 	}
-	start := time.Now()
 	commits, err := runTasks(ctx, log, tasks, o.Batch)
-	res.Seconds = time.Since(start).Seconds()
-	stop()
+	m.stop(&res)
 	if err != nil {
 		return res, err
 	}
 	res.Commits = commits
-	res.Rate = float64(res.Events) / res.Seconds
 
 	got, err := workload.ReadBalances(ctx, topo.Balances)
 	if err != nil {
@@ -160,7 +197,6 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 		return res, err
 	}
 	res.Verified = true
-	res.PeakRSS = sysstat.PeakRSS()
 	return res, nil
 }
 
@@ -240,12 +276,11 @@ func CoreNaive(ctx context.Context, o CoreOptions, workers int) (Result, error) 
 	}
 	defer st.Close()
 
-	stop, err := startProfile(o.CPUProfile)
+	m, err := startMeasure(o.CPUProfile)
 	if err != nil {
 		return res, err
 	}
 	n := log.Partitions()
-	start := time.Now()
 	var commits int
 	if workers <= 1 {
 		recs := make([]stream.Record, 0, o.Batch)
@@ -293,10 +328,8 @@ func CoreNaive(ctx context.Context, o CoreOptions, workers int) (Result, error) 
 			return res, firstErr
 		}
 	}
-	res.Seconds = time.Since(start).Seconds()
-	stop()
+	m.stop(&res)
 	res.Commits = commits
-	res.Rate = float64(res.Events) / res.Seconds
 
 	got, err := st.Balances()
 	if err != nil {
@@ -306,6 +339,5 @@ func CoreNaive(ctx context.Context, o CoreOptions, workers int) (Result, error) 
 		return res, err
 	}
 	res.Verified = true
-	res.PeakRSS = sysstat.PeakRSS()
 	return res, nil
 }

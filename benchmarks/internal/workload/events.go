@@ -241,6 +241,49 @@ func (d Decls) Envelope(e Event) (stream.Envelope, error) {
 	return stream.Envelope{}, fmt.Errorf("workload: unknown event kind %d", e.Kind)
 }
 
+// appendEvent appends e's key bytes and then its payload to dst, without
+// allocating, and returns the headers it would carry (Key left nil) and
+// the key's length.
+func (d Decls) appendEvent(dst []byte, e Event) ([]byte, stream.Headers, int, error) {
+	start := len(dst)
+	var h stream.Headers
+	var err error
+	appendKey := func(c stream.Codec[AccountID]) {
+		dst, err = c.Append(dst, e.Account)
+	}
+	switch e.Kind {
+	case KindOpened:
+		appendKey(d.Opened.KeyCodec())
+		h = stream.Headers{Tag: TagOpened, Ordering: d.Opened.Ordering(Opened{}), Algebra: d.Opened.Algebra().Kind()}
+	case KindDeposited:
+		appendKey(d.Deposited.KeyCodec())
+		h = stream.Headers{Tag: TagDeposited, Ordering: d.Deposited.Ordering(Deposited{}), Algebra: d.Deposited.Algebra().Kind()}
+	case KindWithdrawn:
+		appendKey(d.Withdrawn.KeyCodec())
+		h = stream.Headers{Tag: TagWithdrawn, Ordering: d.Withdrawn.Ordering(Withdrawn{}), Algebra: d.Withdrawn.Algebra().Kind()}
+	case KindClosed:
+		appendKey(d.Closed.KeyCodec())
+		h = stream.Headers{Tag: TagClosed, Ordering: d.Closed.Ordering(Closed{}), Algebra: d.Closed.Algebra().Kind()}
+	default:
+		return dst, h, 0, fmt.Errorf("workload: unknown event kind %d", e.Kind)
+	}
+	if err != nil {
+		return dst, h, 0, err
+	}
+	keyLen := len(dst) - start
+	switch e.Kind {
+	case KindOpened:
+		dst, err = d.Opened.PayloadCodec().Append(dst, Opened{Account: e.Account})
+	case KindDeposited:
+		dst, err = d.Deposited.PayloadCodec().Append(dst, Deposited{Account: e.Account, Amount: e.Amount})
+	case KindWithdrawn:
+		dst, err = d.Withdrawn.PayloadCodec().Append(dst, Withdrawn{Account: e.Account, Amount: e.Amount})
+	case KindClosed:
+		dst, err = d.Closed.PayloadCodec().Append(dst, Closed{Account: e.Account})
+	}
+	return dst, h, keyLen, err
+}
+
 // Apply decodes one payload of type tag tag with the declarations' codec and
 // folds it into a: what a naive consumer does per event.
 func (d Decls) Apply(a *Account, tag planner.Tag, payload []byte) error {

@@ -187,31 +187,44 @@ func Encode(cfg Config, decls Decls) (*Log, error) {
 	l := &Log{
 		Config:     cfg,
 		Decls:      decls,
-		arena:      make([]byte, 0, cfg.Events*32),
+		arena:      make([]byte, 0, cfg.Events*bytesPerEvent(decls.Codec)),
 		entries:    make([]entry, 0, cfg.Events),
 		partitions: make([][]uint32, cfg.Partitions),
 	}
+	for p := range l.partitions {
+		l.partitions[p] = make([]uint32, 0, cfg.Events/int(cfg.Partitions)*5/4+16)
+	}
 	for i := range cfg.Events {
 		e := g.Next()
-		env, err := decls.Envelope(e)
-		if err != nil {
+		off := len(l.arena)
+		var h stream.Headers
+		var keyLen int
+		if l.arena, h, keyLen, err = decls.appendEvent(l.arena, e); err != nil {
 			return nil, fmt.Errorf("workload: event %d: %w", i, err)
 		}
-		if len(l.arena)+len(env.Headers.Key)+len(env.Payload) > 1<<32-1 {
-			return nil, fmt.Errorf("workload: %d events do not fit a 4 GiB arena", cfg.Events)
+		payLen := len(l.arena) - off - keyLen
+		if len(l.arena) > 1<<32-1 || keyLen > stream.MaxKeyLen || keyLen == 0 || payLen > 1<<16-1 {
+			return nil, fmt.Errorf("workload: event %d does not fit the log (key %d bytes, payload %d, arena %d)", i, keyLen, payLen, len(l.arena))
 		}
-		p := xxh32.Partition(env.Headers.Key, cfg.Partitions)
+		p := xxh32.Partition(l.arena[off:off+keyLen], cfg.Partitions)
 		l.entries = append(l.entries, entry{
-			off: uint32(len(l.arena)), payLen: uint16(len(env.Payload)), keyLen: uint8(len(env.Headers.Key)),
-			tag: uint8(env.Headers.Tag), ordering: env.Headers.Ordering, kind: env.Headers.Algebra, partition: uint16(p),
+			off: uint32(off), payLen: uint16(payLen), keyLen: uint8(keyLen),
+			tag: uint8(h.Tag), ordering: h.Ordering, kind: h.Algebra, partition: uint16(p),
 		})
-		l.arena = append(l.arena, env.Headers.Key...)
-		l.arena = append(l.arena, env.Payload...)
 		l.partitions[p] = append(l.partitions[p], uint32(i))
 	}
 	l.reference = g.Reference()
 	l.mix = g.Mix()
 	return l, nil
+}
+
+// bytesPerEvent estimates key plus payload bytes of an average event, so
+// the arena is allocated once.
+func bytesPerEvent(c Codec) int {
+	if c == JSON {
+		return 8 + 40
+	}
+	return 8 + 16
 }
 
 // Len returns the number of events.
