@@ -871,15 +871,11 @@ func (s *sender) deliver(q *pqueue) {
 			return
 		}
 		if !transient(err) {
-			err = fmt.Errorf("%s: %w", where, err)
-			s.finish(q, err)
-			s.failQueue(q, fmt.Errorf("%w (an earlier batch of this partition failed)", err))
+			s.fail(q, fmt.Errorf("%s: %w", where, err))
 			return
 		}
 		if d := p.cfg.deliveryTimeout; d > 0 && time.Since(start) >= d {
-			err = fmt.Errorf("%s: gave up after %v of retries: %w", where, d, err)
-			s.finish(q, err)
-			s.failQueue(q, fmt.Errorf("%w (an earlier batch of this partition failed)", err))
+			s.fail(q, fmt.Errorf("%s: gave up after %v of retries: %w", where, d, err))
 			return
 		}
 		lvl := "iggy: send failed; retrying"
@@ -949,14 +945,34 @@ func (s *sender) finish(q *pqueue, err error) {
 	s.mu.Unlock()
 }
 
+// fail fails the batch in flight for good, and with it every event queued
+// behind it when the failure happened (not those published after its
+// publisher learned of it), so that no later event of a key lands after a
+// lost one without its publisher being told.
+func (s *sender) fail(q *pqueue, err error) {
+	rest := s.detach(q)
+	s.finish(q, err)
+	s.resolveAll(q, rest, fmt.Errorf("%w (an earlier batch of this partition failed)", err))
+}
+
 // failQueue fails everything queued for q with err.
 func (s *sender) failQueue(q *pqueue, err error) {
+	s.resolveAll(q, s.detach(q), err)
+}
+
+// detach empties q and returns what it held.
+func (s *sender) detach(q *pqueue) []slot {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	slots := append([]slot(nil), q.slots[q.head:]...)
 	clear(q.msgs)
 	clear(q.slots)
 	q.msgs, q.slots, q.head, q.bytes = q.msgs[:0], q.slots[:0], 0, 0
-	s.mu.Unlock()
+	return slots
+}
+
+// resolveAll resolves slots detached from q with err.
+func (s *sender) resolveAll(q *pqueue, slots []slot, err error) {
 	var freed int64
 	for _, sl := range slots {
 		sl.resolve(err)

@@ -141,10 +141,23 @@ func TestCancelledSendIsWithdrawnIfNotYetSent(t *testing.T) {
 	c := tg.connect(t)
 	s, topic := tg.topic(t, c, 1)
 	p := newPublisher(t, c, s, topic)
-	srv.DelayNext(iggytest.CmdSendMessages, 1, 600*time.Millisecond)
+	held := make(chan struct{})
+	var once sync.Once
+	remove := srv.Control(func(r *iggytest.Request) iggytest.Reply {
+		if r.Command != iggytest.CmdSendMessages {
+			return iggytest.Reply{}
+		}
+		first := false
+		once.Do(func() { first = true; close(held) })
+		if first {
+			return iggytest.Reply{Delay: 600 * time.Millisecond}
+		}
+		return iggytest.Reply{}
+	})
+	defer remove()
 	first := make(chan error, 1)
 	go func() { first <- Publish(ctxT(t, 10*time.Second), p, eventEncoder{}, event{Key: "k", Seq: 0}) }()
-	time.Sleep(100 * time.Millisecond) // the first is in flight, held by the broker
+	<-held // the first is in flight, held by the broker
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err := Publish(ctx, p, eventEncoder{}, event{Key: "k", Seq: 1})
@@ -244,7 +257,7 @@ func TestBufferLimitMakesPublishersWait(t *testing.T) {
 	c := tg.connect(t)
 	s, topic := tg.topic(t, c, 1)
 	p := newPublisher(t, c, s, topic, WithBufferBytes(1000))
-	srv.DelayNext(iggytest.CmdSendMessages, 1, 500*time.Millisecond)
+	srv.DelayNext(iggytest.CmdSendMessages, 1, 2*time.Second)
 	env, _ := eventEncoder{}.Envelope(event{Key: "k", Body: strings.Repeat("x", 900)})
 	if err := p.Enqueue(context.Background(), env, nil); err != nil {
 		t.Fatal(err)

@@ -252,14 +252,14 @@ func TestUnansweredSendIsNotDuplicated(t *testing.T) {
 	// again.
 	tg := newTarget(t)
 	srv := tg.faults(t)
-	c := tg.connect(t, WithCallTimeout(150*time.Millisecond))
+	c := tg.connect(t, WithCallTimeout(300*time.Millisecond))
 	s, topic := tg.topic(t, c, 1)
 	p, err := NewPublisher(ctxT(t, 10*time.Second), c, s, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.DelayNext(iggytest.CmdSendMessages, 1, 500*time.Millisecond)
-	applied := time.Now().Add(700 * time.Millisecond) // the held send is applied by then
+	srv.DelayNext(iggytest.CmdSendMessages, 1, time.Second)
+	applied := time.Now().Add(1500 * time.Millisecond) // the held send is applied by then
 	evs := make([]event, 50)
 	for i := range evs {
 		evs[i] = event{Key: "k", Seq: uint64(i)}

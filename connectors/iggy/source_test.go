@@ -102,11 +102,11 @@ func TestPollWaitsForNewEventsAndStopsOnCancelOrClose(t *testing.T) {
 func TestPollRecoversFromTimeoutsAndDrops(t *testing.T) {
 	tg := newTarget(t)
 	srv := tg.faults(t)
-	c := tg.connect(t, WithCallTimeout(100*time.Millisecond))
+	c := tg.connect(t, WithCallTimeout(300*time.Millisecond))
 	src, _, _ := onePartition(t, tg, c, 10)
 	r := open(t, src, 0, 0)
 	ctx := ctxT(t, 10*time.Second)
-	srv.DelayNext(iggytest.CmdPollMessages, 2, time.Second)
+	srv.DelayNext(iggytest.CmdPollMessages, 2, 1500*time.Millisecond)
 	recs, err := r.Poll(ctx, 3)
 	if err != nil || len(recs) != 3 || recs[0].Offset != 0 {
 		t.Fatalf("poll through timeouts: %d records, %v", len(recs), err)
