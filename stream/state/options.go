@@ -35,14 +35,22 @@ func (d Durability) String() string {
 	return "durability(" + strconv.Itoa(int(d)) + ")"
 }
 
-// Default sizes. The block cache must stay at least 4x the memtable size:
-// Pebble charges the live, the recycled and any queued memtables against the
-// cache, and a cache smaller than that silently holds no blocks at all.
 const (
-	DefaultCacheSize      int64 = 64 << 20
+	// DefaultCacheSize is Pebble's block cache budget unless [WithCacheSize]
+	// sets another: 64 MiB, which holds 8 MiB memtables with room for blocks.
+	DefaultCacheSize int64 = 64 << 20
+
+	// DefaultValueCacheSize is the budget of the decoded-value cache unless
+	// [WithValueCacheSize] sets another: 32 MiB.
 	DefaultValueCacheSize int64 = 32 << 20
-	maxMemTableSize       int64 = 8 << 20
-	minCacheSize          int64 = 4 << 20
+)
+
+// The block cache must stay at least 4x the memtable size: Pebble charges
+// the live, the recycled and any queued memtables against the cache, and a
+// cache smaller than that silently holds no blocks at all (measured).
+const (
+	maxMemTableSize int64 = 8 << 20
+	minCacheSize    int64 = 4 << 20
 )
 
 // Option configures [Open].

@@ -154,6 +154,11 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	ce, v, present, gen := b.cache.lookup(h, k)
 	var ks string
 	if ce != nil {
+		if !t.shared {
+			// The handler got a copy and the cache keeps serving this
+			// key's committed value: the Txn need not remember the read.
+			return v, present, nil
+		}
 		ks = ce.key
 	} else {
 		kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
@@ -166,8 +171,10 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 		ce = b.cache.fill(h, ks, v, present, encLen, gen)
 	}
 
-	// Remember the read: later Reads and the Write of this key find it, and
-	// Commit updates the cache entry it came from without a lookup.
+	// Remember the read: later Reads and the Write of this key find it
+	// without decoding again, Commit updates the cache entry it came from
+	// without a lookup, and a value that may be changed in place can be
+	// dropped from the cache when the Txn ends.
 	s.mu.Lock()
 	if e, ok := s.m[ks]; ok { // the same key from another goroutine: keep its entry
 		v, present = e.v, e.present

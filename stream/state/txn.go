@@ -243,7 +243,7 @@ func tableOf[V any](tx *Txn, b *binding[V], name string, shared bool) (*txnTable
 		return castTxnTable[V](existing, name)
 	}
 	tt := &txnTable[V]{name: name, cache: b.cache, shared: shared, last: &b.keys}
-	tt.hint = int(b.keys.Load()/txnShards) + 4
+	tt.hint = int(min(max(b.keys.Load()/txnShards, 4), 128))
 	if int(b.id) < len(tx.tabs) {
 		tx.tabs[b.id].Store(&txnSlot{tab: tt})
 	} else {
@@ -358,9 +358,11 @@ func (tt *txnTable[V]) published() {
 }
 
 func (tt *txnTable[V]) rollback() {
+	n := 0
 	for i := range tt.shards {
 		s := &tt.shards[i]
 		s.mu.Lock()
+		n += len(s.m)
 		// Written values never reached the cache; read values reached the
 		// handler as copies unless they may share memory.
 		if tt.shared {
@@ -371,6 +373,7 @@ func (tt *txnTable[V]) rollback() {
 		s.m, s.slab = nil, nil
 		s.mu.Unlock()
 	}
+	tt.last.Store(int64(n))
 }
 
 // bytesOf returns the bytes of s without copying. The result must not be
