@@ -1,0 +1,736 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/examples/accounts/bank"
+	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+)
+
+// run parses args and runs the program until it is done or ctx ends. extra
+// options go to the processor (the crash test installs hooks with them).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...stream.ProcessorOption) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	a := newApp(cfg, stdout, stderr)
+	a.procOpts = extra
+	_, err = a.run(ctx)
+	return err
+}
+
+// app is one run of the program in one role.
+type app struct {
+	cfg      config
+	out      io.Writer
+	log      *slog.Logger
+	ev       *bank.Events
+	procOpts []stream.ProcessorOption
+	// caughtUp, when set, is called once a bounded run has caught up, before
+	// the check, while HTTP is still served (tests query it there).
+	caughtUp func(a *app)
+
+	dir      string
+	srv      *iggytest.Server
+	addr     string
+	cl       *iggy.Client
+	db       *state.DB
+	balances *state.Table[bank.AccountID, bank.Account]
+	proc     *stream.Processor
+	httpAddr string
+}
+
+// report is what a bounded run measured and checked.
+type report struct {
+	Published, Poison int64
+	PublishTime       time.Duration
+	Records           uint64 // records committed by this run
+	ProcessTime       time.Duration
+	MaxLag            int64
+	DeadLetters       int
+	Check             bank.Check
+	DLQErr            error
+}
+
+func newApp(cfg config, stdout, stderr io.Writer) *app {
+	level := slog.LevelInfo
+	if cfg.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return &app{cfg: cfg, out: stdout, log: log, ev: bank.Declarations(cfg.codec)}
+}
+
+func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.out, format+"\n", args...) }
+
+// run runs the configured role.
+func (a *app) run(ctx context.Context) (rep report, err error) {
+	if err := a.openDir(); err != nil {
+		return rep, err
+	}
+	defer a.closeAll()
+	// The SDK prints through the standard logger on every login: make
+	// those lines debug records of ours.
+	defer iggy.RouteStdLog(a.log)()
+	switch a.cfg.role {
+	case "broker":
+		return rep, a.runBroker(ctx)
+	case "producer":
+		return rep, a.runProducer(ctx)
+	case "processor":
+		return rep, a.runProcessor(ctx)
+	case "check":
+		return a.runCheck(ctx)
+	}
+	return a.runAll(ctx)
+}
+
+// openDir picks the data directory: -data, or a fresh one removed at the
+// end unless -keep.
+func (a *app) openDir() error {
+	if a.cfg.data != "" {
+		a.dir = a.cfg.data
+		return os.MkdirAll(a.dir, 0o755)
+	}
+	dir, err := os.MkdirTemp("", "strand-accounts-")
+	if err != nil {
+		return fmt.Errorf("create a data directory: %w", err)
+	}
+	a.dir = dir
+	return nil
+}
+
+// closeAll releases what run opened, in reverse order.
+func (a *app) closeAll() {
+	if a.db != nil {
+		if err := a.db.Close(); err != nil {
+			a.log.Error("close store", "err", err)
+		}
+	}
+	if a.cl != nil {
+		_ = a.cl.Close()
+	}
+	if a.srv != nil {
+		if err := a.srv.Close(); err != nil {
+			a.log.Error("close embedded broker", "err", err)
+		}
+	}
+	if a.cfg.data == "" {
+		if a.cfg.keep {
+			a.printf("data kept in %s", a.dir)
+		} else {
+			_ = os.RemoveAll(a.dir)
+		}
+	}
+}
+
+// startBroker starts the embedded broker on addr with its log under the
+// data directory.
+func (a *app) startBroker(addr string) error {
+	dir := filepath.Join(a.dir, "broker")
+	srv, err := iggytest.NewServer(iggytest.WithAddr(addr), iggytest.WithDataDir(dir),
+		iggytest.WithCredentials(a.cfg.user, a.cfg.password))
+	if err != nil {
+		return fmt.Errorf("start the embedded broker: %w", err)
+	}
+	a.srv, a.addr = srv, srv.Addr()
+	a.log.Info("embedded Iggy broker started", "addr", a.addr, "data", dir)
+	return nil
+}
+
+func (a *app) runBroker(ctx context.Context) error {
+	if err := a.startBroker(a.cfg.listen); err != nil {
+		return err
+	}
+	a.printf("embedded Iggy broker listening on %s (data in %s); interrupt to stop", a.addr, filepath.Join(a.dir, "broker"))
+	<-ctx.Done()
+	return nil
+}
+
+// connect connects to the broker (-iggy, or the embedded one) and makes
+// sure both topics exist.
+func (a *app) connect(ctx context.Context) error {
+	if a.addr == "" {
+		a.addr = a.cfg.iggy
+	}
+	cl, err := iggy.Connect(ctx, a.addr, iggy.WithCredentials(a.cfg.user, a.cfg.password), iggy.WithLogger(a.log))
+	if err != nil {
+		return err
+	}
+	a.cl = cl
+	if err := cl.EnsureTopic(ctx, a.cfg.stream, a.cfg.topic, a.cfg.partitions); err != nil {
+		return err
+	}
+	return cl.EnsureTopic(ctx, a.cfg.stream, a.cfg.dlq, a.cfg.dlqPartitions)
+}
+
+// openStore opens the Pebble store under the data directory, with table
+// rows filed under the partition that owns their key.
+func (a *app) openStore() (*stream.Program, error) {
+	n := a.cfg.partitions
+	dur := state.Sync
+	if a.cfg.nosync {
+		dur = state.NoSync
+	}
+	dir := filepath.Join(a.dir, "state")
+	db, err := state.Open(dir,
+		state.WithDurability(dur),
+		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, n) }),
+		state.WithLogger(a.log))
+	if err != nil {
+		return nil, fmt.Errorf("open the store in %s: %w", dir, err)
+	}
+	a.db = db
+	topo, balances := bank.NewTopology(a.ev, a.cfg.source())
+	a.balances = balances
+	prog, err := topo.Build()
+	if err != nil {
+		return nil, err
+	}
+	return prog, nil
+}
+
+// newProcessor makes the processor of the events topic, publishing dead
+// letters to the dead-letter topic.
+func (a *app) newProcessor(ctx context.Context, prog *stream.Program) error {
+	src, err := iggy.NewSource(a.cl, a.cfg.stream, a.cfg.topic, iggy.WithConsumer("strand-"+prog.Name()))
+	if err != nil {
+		return err
+	}
+	dlq, err := iggy.NewSink(ctx, a.cl, a.cfg.stream, a.cfg.dlq)
+	if err != nil {
+		return err
+	}
+	opts := append([]stream.ProcessorOption{
+		stream.WithDeadLetterSink(dlq),
+		stream.WithProcessorLogger(a.log),
+	}, a.procOpts...)
+	proc, err := stream.NewProcessor(prog, a.db, src, opts...)
+	if err != nil {
+		return err
+	}
+	a.proc = proc
+	return nil
+}
+
+// startProcessor runs the processor until stop is called; done yields
+// Run's result.
+func (a *app) startProcessor(ctx context.Context) (stop func() error, done <-chan error) {
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ch := make(chan error, 1)
+	go func() { ch <- a.proc.Run(pctx) }()
+	var result error
+	stopped := false
+	return func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			result = <-ch
+		}
+		return result
+	}, ch
+}
+
+// startHTTP serves the query endpoint; a busy port falls back to a free
+// one, so that the example runs next to anything.
+func (a *app) startHTTP() (stop func(), err error) {
+	if a.cfg.http == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.http)
+	if err != nil {
+		host, _, _ := net.SplitHostPort(a.cfg.http)
+		a.log.Warn("HTTP address busy; using a free port", "addr", a.cfg.http, "err", err)
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+			return nil, fmt.Errorf("listen for HTTP: %w", err)
+		}
+	}
+	a.httpAddr = ln.Addr().String()
+	var stats func() stream.Stats
+	if a.proc != nil {
+		stats = a.proc.Stats
+	}
+	hs := &http.Server{Handler: queryHandler(a.balances, stats), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	a.printf("query the read model: curl http://%s/accounts/1   (or /accounts?limit=10, /stats)", a.httpAddr)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}, nil
+}
+
+// endOffsets returns, per partition of the events topic, the offset after
+// its last record.
+func (a *app) endOffsets(ctx context.Context) ([]uint64, error) {
+	ends := make([]uint64, a.cfg.partitions)
+	for p := range ends {
+		msgs, err := a.cl.Tail(ctx, a.cfg.stream, a.cfg.topic, uint32(p), 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) > 0 {
+			ends[p] = msgs[len(msgs)-1].Offset + 1
+		}
+	}
+	return ends, nil
+}
+
+// committed returns the committed checkpoints of all partitions, and their
+// sum.
+func (a *app) committed() ([]uint64, uint64, error) {
+	next := make([]uint64, a.cfg.partitions)
+	var sum uint64
+	for p := range next {
+		n, _, err := a.db.Checkpoint(a.cfg.source(), uint32(p))
+		if err != nil {
+			return nil, 0, err
+		}
+		next[p] = n
+		sum += n
+	}
+	return next, sum, nil
+}
+
+// isCaughtUp reports whether every partition is committed up to ends and
+// no dead letter waits for publication.
+func (a *app) isCaughtUp(ctx context.Context, ends []uint64) (bool, error) {
+	next, _, err := a.committed()
+	if err != nil {
+		return false, err
+	}
+	for p := range ends {
+		if next[p] < ends[p] {
+			return false, nil
+		}
+	}
+	pending, err := a.proc.PendingDeadLetters(ctx)
+	return len(pending) == 0, err
+}
+
+// waitCaughtUp waits until isCaughtUp, the processor fails, or ctx ends.
+func (a *app) waitCaughtUp(ctx context.Context, ends []uint64, procDone <-chan error) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ok, err := a.isCaughtUp(ctx, ends)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-procDone:
+			return fmt.Errorf("processor stopped before it caught up: %w", err)
+		case <-t.C:
+		}
+	}
+}
+
+// progress reports published, processed, lag and rate every interval until
+// ctx ends. published returns the records accepted by the broker, or -1
+// when this process does not publish (then the lag is asked of the
+// broker). It tracks the largest lag seen.
+type progress struct {
+	maxLag int64
+}
+
+func (a *app) reportProgress(ctx context.Context, pr *progress, published func() int64) {
+	if a.cfg.progress <= 0 {
+		return
+	}
+	t := time.NewTicker(a.cfg.progress)
+	defer t.Stop()
+	_, last, _ := a.committed()
+	lastAt := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, sum, err := a.committed()
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		rate := float64(sum-last) / now.Sub(lastAt).Seconds()
+		last, lastAt = sum, now
+		pub := published()
+		if pub < 0 {
+			ends, err := a.endOffsets(ctx)
+			if err != nil {
+				continue
+			}
+			pub = 0
+			for _, e := range ends {
+				pub += int64(e)
+			}
+		}
+		lag := max(pub-int64(sum), 0)
+		pr.maxLag = max(pr.maxLag, lag)
+		st := a.proc.Stats()
+		a.log.Info("progress",
+			"published", pub, "processed", sum, "lag", lag, "rate", fmt.Sprintf("%.0f/s", rate),
+			"dead_letters", st.Total.DeadLettered, "parked_keys", st.ParkedKeys)
+	}
+}
+
+func (a *app) newProducer(ctx context.Context) (*producer, error) {
+	pub, err := iggy.NewPublisher(ctx, a.cl, a.cfg.stream, a.cfg.topic)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := iggy.NewSink(ctx, a.cl, a.cfg.stream, a.cfg.topic)
+	if err != nil {
+		_ = pub.Close(ctx)
+		return nil, err
+	}
+	return &producer{pub: pub, raw: raw, ev: a.ev, w: a.cfg.workload(), poison: a.cfg.poison, rate: a.cfg.rate}, nil
+}
+
+func (p *producer) close(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = p.pub.Close(cctx)
+	_ = p.raw.Close(cctx)
+}
+
+func (a *app) runProducer(ctx context.Context) error {
+	if err := a.connect(ctx); err != nil {
+		return err
+	}
+	p, err := a.newProducer(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.close(ctx)
+	start := time.Now()
+	err = p.run(ctx)
+	d := time.Since(start)
+	a.printf("published %s events and %s poison records to %s in %v (%s events/s)",
+		commas(p.published.Load()), commas(p.poisoned.Load()), a.cfg.source(), d.Round(time.Millisecond), commas(int64(perSecond(p.published.Load(), d))))
+	return err
+}
+
+func (a *app) runProcessor(ctx context.Context) error {
+	if err := a.connect(ctx); err != nil {
+		return err
+	}
+	prog, err := a.openStore()
+	if err != nil {
+		return err
+	}
+	if err := a.newProcessor(ctx, prog); err != nil {
+		return err
+	}
+	var ends []uint64
+	if a.cfg.drain {
+		if ends, err = a.endOffsets(ctx); err != nil {
+			return err
+		}
+	}
+	stopHTTP, err := a.startHTTP()
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
+	stop, done := a.startProcessor(ctx)
+	a.log.Info("processor running", "source", a.cfg.source(), "store", filepath.Join(a.dir, "state"))
+	pctx, cancelProgress := context.WithCancel(ctx)
+	go a.reportProgress(pctx, &progress{}, func() int64 { return -1 })
+	defer cancelProgress()
+	if a.cfg.drain {
+		if err := a.waitCaughtUp(ctx, ends, done); err != nil {
+			_ = stop()
+			return err
+		}
+		a.log.Info("caught up", "records", sum(ends))
+		return stop()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-done:
+		return err
+	}
+	return stop()
+}
+
+func (a *app) runCheck(ctx context.Context) (report, error) {
+	var rep report
+	if err := a.connect(ctx); err != nil {
+		return rep, err
+	}
+	prog, err := a.openStore()
+	if err != nil {
+		return rep, err
+	}
+	if err := prog.Attach(a.db); err != nil {
+		return rep, err
+	}
+	ends, err := a.endOffsets(ctx)
+	if err != nil {
+		return rep, err
+	}
+	next, _, err := a.committed()
+	if err != nil {
+		return rep, err
+	}
+	for p := range ends {
+		if next[p] != ends[p] {
+			return rep, fmt.Errorf("the store is not caught up: partition %d is committed up to offset %d, the log ends at %d; run the processor with -drain first", p, next[p], ends[p])
+		}
+	}
+	if err := a.check(ctx, ends, &rep); err != nil {
+		return rep, err
+	}
+	a.printCheck(rep)
+	return rep, a.verdict(rep)
+}
+
+func (a *app) runAll(ctx context.Context) (report, error) {
+	var rep report
+	if a.cfg.iggy == "" {
+		if err := a.startBroker("127.0.0.1:0"); err != nil {
+			return rep, err
+		}
+	}
+	if err := a.connect(ctx); err != nil {
+		return rep, err
+	}
+	prog, err := a.openStore()
+	if err != nil {
+		return rep, err
+	}
+	if err := a.newProcessor(ctx, prog); err != nil {
+		return rep, err
+	}
+	ends0, err := a.endOffsets(ctx)
+	if err != nil {
+		return rep, err
+	}
+	base := int64(sum(ends0)) // records already in the topic (a reused -data)
+	_, committed0, err := a.committed()
+	if err != nil {
+		return rep, err
+	}
+	prod, err := a.newProducer(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer prod.close(ctx)
+	stopHTTP, err := a.startHTTP()
+	if err != nil {
+		return rep, err
+	}
+	defer stopHTTP()
+
+	if a.cfg.events > 0 {
+		def := ""
+		if a.cfg.events == bank.DefaultWorkload.Events {
+			def = " (the default; -events N for more or fewer)"
+		}
+		a.printf("publishing %s events%s of %s accounts (Zipf skew %g, seed %d, %s codec) and %d poison records to %s on %s, %d partitions",
+			commas(int64(a.cfg.events)), def, commas(int64(a.cfg.accounts)), a.cfg.skew, a.cfg.seed, a.cfg.codec, a.cfg.poison, a.cfg.source(), a.addr, a.cfg.partitions)
+	} else {
+		a.printf("publishing events until interrupted to %s on %s", a.cfg.source(), a.addr)
+	}
+	start := time.Now()
+	stop, procDone := a.startProcessor(ctx)
+	defer func() {
+		if serr := stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	pctx, cancelProgress := context.WithCancel(ctx)
+	defer cancelProgress()
+	pr := &progress{}
+	go a.reportProgress(pctx, pr, func() int64 { return base + prod.sent() })
+
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- prod.run(ctx) }()
+	select {
+	case err := <-prodDone:
+		if err != nil {
+			return rep, err
+		}
+	case err := <-procDone:
+		return rep, fmt.Errorf("processor stopped: %w", err)
+	}
+	rep.Published, rep.Poison, rep.PublishTime = prod.published.Load(), prod.poisoned.Load(), time.Since(start)
+	if ctx.Err() != nil {
+		return rep, nil // interrupted: the processor stops gracefully
+	}
+	ends, err := a.endOffsets(ctx)
+	if err != nil {
+		return rep, err
+	}
+	if err := a.waitCaughtUp(ctx, ends, procDone); err != nil {
+		return rep, err
+	}
+	rep.ProcessTime = time.Since(start)
+	rep.Records = sum(ends) - committed0
+	cancelProgress()
+	rep.MaxLag = pr.maxLag
+	if a.caughtUp != nil {
+		a.caughtUp(a)
+	}
+	if err := a.check(ctx, ends, &rep); err != nil {
+		return rep, err
+	}
+	a.summary(rep)
+	if err := a.verdict(rep); err != nil {
+		return rep, err
+	}
+	if a.cfg.serve && a.httpAddr != "" {
+		a.printf("serving http://%s until interrupted", a.httpAddr)
+		<-ctx.Done()
+	}
+	return rep, nil
+}
+
+// check reads the events topic back from the broker, folds it
+// sequentially, compares every balance, and compares the dead-letter topic
+// with the poison records found in the log.
+func (a *app) check(ctx context.Context, ends []uint64, rep *report) error {
+	src, err := iggy.NewSource(a.cl, a.cfg.stream, a.cfg.topic, iggy.WithConsumer("strand-accounts-check"))
+	if err != nil {
+		return err
+	}
+	ref := bank.NewReference(a.ev)
+	for p, end := range ends {
+		err := bank.ReadLog(ctx, src, uint32(p), end, func(rec stream.Record) error {
+			_ = ref.ApplyRecord(rec)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("check: read the log back: %w", err)
+		}
+	}
+	if rep.Check, err = ref.Compare(ctx, a.balances); err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	got, err := a.deadLetterOrigins(ctx)
+	if err != nil {
+		return fmt.Errorf("check: read the dead-letter topic back: %w", err)
+	}
+	rep.DeadLetters = len(got)
+	rep.DLQErr = bank.CheckDeadLetters(ref.Poison(), got)
+	return nil
+}
+
+// deadLetterOrigins reads the whole dead-letter topic and returns the
+// origins of the dead letters of this program's source.
+func (a *app) deadLetterOrigins(ctx context.Context) ([]bank.Origin, error) {
+	var out []bank.Origin
+	for p := range a.cfg.dlqPartitions {
+		msgs, err := a.cl.Tail(ctx, a.cfg.stream, a.cfg.dlq, p, math.MaxInt32)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			var src, part, off string
+			for _, h := range m.Headers {
+				switch h.Name {
+				case stream.HeaderDLQSource:
+					src = string(h.Value)
+				case stream.HeaderDLQPartition:
+					part = string(h.Value)
+				case stream.HeaderDLQOffset:
+					off = string(h.Value)
+				}
+			}
+			if src != a.cfg.source() {
+				continue
+			}
+			pn, err1 := strconv.ParseUint(part, 10, 32)
+			on, err2 := strconv.ParseUint(off, 10, 64)
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, fmt.Errorf("dead letter at %s/%s partition %d offset %d has bad origin headers: %w", a.cfg.stream, a.cfg.dlq, p, m.Offset, err)
+			}
+			out = append(out, bank.Origin{Partition: uint32(pn), Offset: on})
+		}
+	}
+	return out, nil
+}
+
+func (a *app) summary(rep report) {
+	a.printf("published %s events and %s poison records in %v: %s events/s",
+		commas(rep.Published), commas(rep.Poison), rep.PublishTime.Round(time.Millisecond), commas(int64(perSecond(rep.Published, rep.PublishTime))))
+	a.printf("processed %s records in %v, end to end: %s records/s (exactly-once, %s commits, %s codec, %d partitions); lag now 0, at most %s",
+		commas(int64(rep.Records)), rep.ProcessTime.Round(time.Millisecond), commas(int64(perSecond(int64(rep.Records), rep.ProcessTime))),
+		map[bool]string{true: "unsynced", false: "synced"}[a.cfg.nosync], a.cfg.codec, a.cfg.partitions, commas(rep.MaxLag))
+	a.printCheck(rep)
+}
+
+func (a *app) printCheck(rep report) {
+	if rep.DLQErr == nil {
+		a.printf("dead letters: %d in %s/%s, every poison record exactly once: ok", rep.DeadLetters, a.cfg.stream, a.cfg.dlq)
+	} else {
+		a.printf("dead letters: %d in %s/%s: WRONG: %v", rep.DeadLetters, a.cfg.stream, a.cfg.dlq, rep.DLQErr)
+	}
+	if rep.Check.OK() {
+		a.printf("check: %s accounts, %s events read back from the log: every balance equals the sequential reference: ok",
+			commas(int64(rep.Check.Accounts)), commas(int64(rep.Check.Events)))
+	} else {
+		a.printf("check: WRONG: %v", rep.Check.Err())
+	}
+}
+
+// verdict returns an error when the check or the dead letters are wrong.
+func (a *app) verdict(rep report) error {
+	return errors.Join(rep.Check.Err(), rep.DLQErr)
+}
+
+func sum(xs []uint64) uint64 {
+	var s uint64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// commas formats n with thousands separators.
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

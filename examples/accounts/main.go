@@ -1,0 +1,180 @@
+// Command accounts is strand's bank-account example: a read model of
+// account balances kept exactly once in a local Pebble store from an Apache
+// Iggy log, queryable over HTTP. With no flags it needs nothing installed:
+//
+//	go run ./examples/accounts
+//
+// starts an embedded Iggy broker (connectors/iggy/iggytest) on a fresh data
+// directory under os.TempDir (removed at the end; -data DIR keeps and reuses
+// one), creates the topic bank/accounts (8 partitions) and its dead-letter
+// topic bank/accounts.dlq, publishes 200,000 events of 10,000 accounts with
+// Zipf skew 1.1 plus 8 poison records, processes them with a
+// stream.Processor, serves GET /accounts/{id} and GET /accounts?limit=N on
+// 127.0.0.1:8080, shows progress once a second, and when the processor has
+// caught up prints throughput, lag, dead letters and a check of every
+// balance against a sequential fold of the log read back from the broker.
+// It exits with status 1 if any balance or dead letter is wrong.
+//
+// The bank domain (events, declarations, topology, workload, reference
+// fold) lives in package bank, next to this file.
+//
+// Roles (-role) split the same program over processes, as the crash test
+// does:
+//
+//	all        broker (unless -iggy), producer, processor, HTTP, check (default)
+//	broker     the embedded broker alone on -listen, until interrupted
+//	producer   publish the workload to -iggy, then exit
+//	processor  process -iggy into the store under -data and serve HTTP until
+//	           interrupted; with -drain, exit once caught up
+//	check      compare the store under -data with the log of -iggy
+//
+// With -iggy host:port (and -user, -password) every role uses a real Iggy
+// 0.8 server instead of the embedded one.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/strand-io/strand/examples/accounts/bank"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "accounts:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the program's flags.
+type config struct {
+	role string
+
+	events   int
+	accounts int
+	skew     float64
+	rate     float64
+	seed     uint64
+	poison   int
+
+	partitions    uint32
+	dlqPartitions uint32
+	codec         bank.Codec
+	stream        string
+	topic         string
+	dlq           string
+
+	data   string
+	keep   bool
+	nosync bool
+
+	iggy     string
+	user     string
+	password string
+	listen   string
+
+	http     string
+	drain    bool
+	serve    bool
+	progress time.Duration
+	verbose  bool
+}
+
+const usageText = `accounts: strand's bank-account example.
+
+Usage: go run ./examples/accounts [flags]
+
+With no flags it runs everything in one process on an embedded Iggy broker,
+publishes 200,000 events, processes them, checks every balance against a
+sequential fold of the log, prints throughput and exits.
+
+Flags:
+`
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("accounts", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageText)
+		fs.PrintDefaults()
+	}
+	w := bank.DefaultWorkload
+	fs.StringVar(&c.role, "role", "all", "what to run: all, broker, producer, processor or check (see the package doc)")
+	fs.IntVar(&c.events, "events", w.Events, "events to publish (0: publish until interrupted)")
+	fs.IntVar(&c.accounts, "accounts", w.Accounts, "number of accounts")
+	fs.Float64Var(&c.skew, "skew", w.Skew, "Zipf exponent s of the account popularity (<= 1: uniform)")
+	fs.Float64Var(&c.rate, "rate", 0, "events per second to publish (0: as fast as the broker takes them)")
+	fs.Uint64Var(&c.seed, "seed", w.Seed, "workload seed: equal seeds publish equal events")
+	fs.IntVar(&c.poison, "poison", 8, "poison records (bad headers, undecodable, unknown type) to publish among the events; each must reach the dead-letter topic exactly once")
+	parts := fs.Uint("partitions", 8, "partitions of the events topic")
+	dlqParts := fs.Uint("dlq-partitions", 1, "partitions of the dead-letter topic")
+	codec := fs.String("codec", string(bank.JSON), "payload codec: json or binary")
+	fs.StringVar(&c.stream, "stream", bank.Stream, "Iggy stream")
+	fs.StringVar(&c.topic, "topic", bank.Topic, "Iggy topic of the events")
+	fs.StringVar(&c.dlq, "dlq", bank.DLQTopic, "Iggy topic of the dead letters (in the same stream)")
+	fs.StringVar(&c.data, "data", "", "data directory: broker/ holds the embedded broker's log, state/ the Pebble store (default: a fresh directory under "+os.TempDir()+", removed at exit)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the default data directory at exit")
+	fs.BoolVar(&c.nosync, "nosync", false, "commit without fsync (faster; a machine crash may lose the last commits, a process crash loses nothing)")
+	fs.StringVar(&c.iggy, "iggy", "", "address of an Iggy 0.8 server (host:port); empty: start the embedded broker")
+	fs.StringVar(&c.user, "user", "iggy", "Iggy user")
+	fs.StringVar(&c.password, "password", "iggy", "Iggy password")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8090", "address of the embedded broker in -role broker")
+	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the HTTP query endpoint (empty: none; a busy port falls back to a free one)")
+	fs.BoolVar(&c.drain, "drain", false, "-role processor: exit once everything in the topic at start is processed and its dead letters are published")
+	fs.BoolVar(&c.serve, "serve", false, "-role all: keep serving HTTP after the check, until interrupted")
+	fs.DurationVar(&c.progress, "progress", time.Second, "progress report interval (0: none)")
+	fs.BoolVar(&c.verbose, "v", false, "verbose logs")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q (flags only; see -help)", fs.Args())
+	}
+	var err error
+	if c.codec, err = bank.ParseCodec(*codec); err != nil {
+		return c, err
+	}
+	switch c.role {
+	case "all", "broker", "producer", "processor", "check":
+	default:
+		return c, fmt.Errorf("unknown -role %q: want all, broker, producer, processor or check", c.role)
+	}
+	if *parts < 1 || *parts > 1000 || *dlqParts < 1 || *dlqParts > 1000 {
+		return c, fmt.Errorf("-partitions %d, -dlq-partitions %d: want 1..1000", *parts, *dlqParts)
+	}
+	c.partitions, c.dlqPartitions = uint32(*parts), uint32(*dlqParts)
+	if c.events < 0 || c.poison < 0 || c.rate < 0 {
+		return c, fmt.Errorf("-events %d, -poison %d, -rate %g: want >= 0", c.events, c.poison, c.rate)
+	}
+	if err := c.workload().Validate(); err != nil {
+		return c, err
+	}
+	if (c.role == "producer" || c.role == "processor" || c.role == "check") && c.iggy == "" {
+		return c, fmt.Errorf("-role %s needs -iggy host:port (start a broker with -role broker)", c.role)
+	}
+	if c.role == "check" && c.data == "" {
+		return c, errors.New("-role check needs -data: the directory of the processor's store")
+	}
+	return c, nil
+}
+
+func (c config) workload() bank.Workload {
+	return bank.Workload{Events: c.events, Accounts: c.accounts, Skew: c.skew, Seed: c.seed}
+}
+
+func (c config) source() string { return c.stream + "/" + c.topic }

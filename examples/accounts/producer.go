@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/examples/accounts/bank"
+	"github.com/strand-io/strand/stream"
+)
+
+// producer publishes a workload through an iggy.Publisher, with poison
+// records sent as raw messages through an iggy.Sink among the events.
+// Its counters may be read while it runs.
+type producer struct {
+	pub    *iggy.Publisher
+	raw    *iggy.Sink
+	ev     *bank.Events
+	w      bank.Workload
+	poison int
+	rate   float64
+	// poisonSpacing is the spacing in events of poison records in an
+	// unbounded workload (default poisonEvery).
+	poisonSpacing int
+
+	published atomic.Int64 // events the broker accepted
+	poisoned  atomic.Int64 // poison records the broker accepted
+
+	mu  sync.Mutex
+	err error // first delivery failure
+}
+
+// poisonEvery is the spacing of poison records in an unbounded workload.
+const poisonEvery = 10_000
+
+// run publishes until the workload ends or ctx is done, then waits until
+// everything queued is accepted. It returns the first failure.
+func (p *producer) run(ctx context.Context) error {
+	g, err := bank.NewGenerator(p.w)
+	if err != nil {
+		return err
+	}
+	done := func(err error) {
+		if err != nil {
+			p.mu.Lock()
+			if p.err == nil {
+				p.err = err
+			}
+			p.mu.Unlock()
+			return
+		}
+		p.published.Add(1)
+	}
+	start := time.Now()
+	sentPoison := 0
+	for ctx.Err() == nil {
+		e, ok := g.Next()
+		if !ok {
+			break
+		}
+		n := g.Generated()
+		if p.rate > 0 && n%32 == 0 {
+			due := start.Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+			}
+		}
+		env, err := p.ev.Envelope(e)
+		if err != nil {
+			return fmt.Errorf("producer: event %d: %w", n, err)
+		}
+		if err := p.pub.Enqueue(ctx, env, done); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return fmt.Errorf("producer: event %d: %w", n, err)
+		}
+		if sentPoison < p.poison && n == p.poisonAfter(sentPoison) {
+			if err := p.raw.Send(ctx, []stream.Message{bank.Poison(sentPoison, p.w.Accounts)}); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				return fmt.Errorf("producer: poison record %d: %w", sentPoison, err)
+			}
+			sentPoison++
+			p.poisoned.Add(1)
+		}
+	}
+	// Whatever was queued is delivered even when ctx ended: a stopped
+	// producer leaves no event in doubt.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := p.pub.Flush(fctx); err != nil {
+		return fmt.Errorf("producer: flush: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return fmt.Errorf("producer: %w", p.err)
+	}
+	return nil
+}
+
+// poisonAfter returns after which event (1-based) the i-th poison record is
+// published: spread evenly over a bounded workload, every poisonEvery
+// events otherwise.
+func (p *producer) poisonAfter(i int) int {
+	if p.w.Events == 0 {
+		every := p.poisonSpacing
+		if every <= 0 {
+			every = poisonEvery
+		}
+		return (i + 1) * every
+	}
+	return max(1, (i+1)*p.w.Events/(p.poison+1))
+}
+
+// sent returns how many records (events and poison) the broker accepted.
+func (p *producer) sent() int64 { return p.published.Load() + p.poisoned.Load() }
