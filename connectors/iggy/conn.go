@@ -190,9 +190,9 @@ func (k *conn) connect(ctx context.Context) error {
 		case k.closed.Load():
 			return ErrClosed
 		case ctx.Err() != nil:
-			return fmt.Errorf("%w (connecting to %s: %v)", ctx.Err(), k.cl.addr, err)
+			return &connectError{fmt.Errorf("%w (connecting to %s: %v)", ctx.Err(), k.cl.addr, err)}
 		}
-		return err
+		return &connectError{err}
 	}
 	if err := probe(dctx, k.cl.addr, cfg.tls); err != nil {
 		return fail(fmt.Errorf("%w: %s: %w", ErrUnreachable, k.cl.addr, err))

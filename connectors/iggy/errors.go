@@ -90,8 +90,16 @@ func transient(err error) bool {
 // server: it failed before or while writing the request. A write that fails
 // leaves the server a truncated frame, which it never applies. Any other
 // failure (no reply, broken reply) leaves the outcome unknown.
+//
+// An error status from the server (an Iggy error code) also means it did
+// not apply the request.
 func notSent(err error) bool {
-	if errors.Is(err, ErrUnreachable) || errors.Is(err, ErrAuth) || errors.Is(err, errNotConnected) {
+	var ce *connectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var ie ierror.IggyError
+	if errors.As(err, &ie) && !errors.Is(err, ierror.EmptyResponse{}) {
 		return true
 	}
 	var oe *net.OpError
@@ -107,6 +115,9 @@ func isDeadline(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// errNotConnected marks a failure to (re)build a connection before a call was
-// sent.
-var errNotConnected = errors.New("iggy: not connected")
+// connectError marks a failure to (re)build a connection before a call was
+// sent. It reads as the error it wraps.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
