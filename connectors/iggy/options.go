@@ -33,7 +33,7 @@ func defaultConfig() config {
 		user:        "iggy",
 		password:    "iggy",
 		dialTimeout: 5 * time.Second,
-		callTimeout: 30 * time.Second,
+		callTimeout: 10 * time.Second,
 		backoff:     backoff{min: 50 * time.Millisecond, max: 5 * time.Second},
 		log:         slog.Default(),
 	}
@@ -96,7 +96,7 @@ func WithDialTimeout(d time.Duration) Option {
 	}
 }
 
-// WithCallTimeout bounds every request/reply round trip (default 30s). A call
+// WithCallTimeout bounds every request/reply round trip (default 10s). A call
 // that exceeds it fails with ErrTimeout and its connection is discarded,
 // because a reply that arrives later would be read as the answer to the
 // next request.

@@ -105,8 +105,10 @@ func (s *Sink) Tail(ctx context.Context, partition uint32, n int) ([]StoredMessa
 	return tail(ctx, s.p.cl.admin, s.p.t, partition, n)
 }
 
-// StoredMessage is a message as stored in an Iggy partition.
+// StoredMessage is a message as stored in an Iggy partition. Its byte
+// slices alias the reply they were read from and belong to the caller.
 type StoredMessage struct {
+	// Partition and Offset say where the message is.
 	Partition uint32
 	Offset    uint64
 	// ID is the message id (set by the publisher, or random by the server).
@@ -119,7 +121,8 @@ type StoredMessage struct {
 	Headers []stream.Field
 	// HeaderErr is set when the user headers are malformed.
 	HeaderErr error
-	Payload   []byte
+	// Payload is the message body.
+	Payload []byte
 }
 
 // Tail returns the last n messages of partition of stream/topic in offset
