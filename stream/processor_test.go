@@ -1,0 +1,1065 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream/state"
+)
+
+// ---- the topology under test ----
+
+// procDeposit adds Amount to its account's balance (Relaxed, folded by sum).
+type procDeposit struct {
+	Acct   string `json:"a"`
+	Amount int64  `json:"n"`
+}
+
+func (e procDeposit) Key() string { return e.Acct }
+
+// procReset sets its account's balance to zero (Acquire: deposits before it
+// and after it never mix).
+type procReset struct {
+	Acct string `json:"a"`
+}
+
+func (e procReset) Key() string { return e.Acct }
+
+const (
+	procSource     = "mem/accounts"
+	procTagDeposit = planner.Tag(1)
+	procTagReset   = planner.Tag(2)
+	procTagPoison  = planner.Tag(99) // no handler: dead-lettered
+)
+
+// procFixture is a program over one in-memory source with a balance table,
+// plus the knobs tests turn: a handler that can fail or be slow.
+type procFixture struct {
+	deposit *Event[string, procDeposit]
+	reset   *Event[string, procReset]
+	bal     *state.Table[string, int64]
+	prog    *Program
+	src     *memSource
+	dir     string
+
+	fail func(key string) error // called per deposit run by a Handle handler
+	slow atomic.Int64           // nanoseconds each deposit run sleeps
+}
+
+func newProcFixture(t *testing.T, partitions uint32, mod func(*Spec)) *procFixture {
+	t.Helper()
+	fx := &procFixture{
+		deposit: Declare[string, procDeposit](procTagDeposit,
+			Reduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e }))),
+		reset: Declare[string, procReset](procTagReset, Fence(planner.Acquire)),
+		bal:   state.NewTable[string, int64]("balances", StringKey[string](), state.JSON[int64]()),
+		src:   newMemSource(procSource, partitions),
+		dir:   t.TempDir(),
+	}
+	spec := Spec{
+		Name: "proc-test",
+		Sources: []SourceSpec{{Name: procSource, Handlers: []Handler{
+			Project(fx.deposit, fx.bal, func(v *int64, e procDeposit) error { *v += e.Amount; return nil }),
+			Project(fx.reset, fx.bal, func(v *int64, e procReset) error { *v = 0; return nil }),
+			Handle(fx.deposit, "gate", 0, func(ctx context.Context, key string, es []procDeposit) error {
+				if d := fx.slow.Load(); d > 0 {
+					time.Sleep(time.Duration(d))
+				}
+				if fx.fail != nil {
+					return fx.fail(key)
+				}
+				return nil
+			}),
+		}}},
+		Workers:     4,
+		MaxAttempts: 4,
+		Backoff:     5 * time.Millisecond,
+		MaxBackoff:  20 * time.Millisecond,
+	}
+	if mod != nil {
+		mod(&spec)
+	}
+	prog, err := NewProgram(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.prog = prog
+	return fx
+}
+
+func (fx *procFixture) openDB(t *testing.T) *state.DB {
+	t.Helper()
+	n := uint32(len(fx.src.logs))
+	db, err := state.Open(fx.dir,
+		state.WithDurability(state.NoSync),
+		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, n) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// pipeDeposit appends a deposit to its key's partition.
+func (fx *procFixture) pipeDeposit(t *testing.T, acct string, amount int64) {
+	t.Helper()
+	env, err := fx.deposit.Envelope(procDeposit{Acct: acct, Amount: amount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.src.appendEnv(env)
+}
+
+func (fx *procFixture) pipeReset(t *testing.T, acct string) {
+	t.Helper()
+	env, err := fx.reset.Envelope(procReset{Acct: acct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.src.appendEnv(env)
+}
+
+// pipePoison appends a record with a type tag no handler takes; it returns
+// its partition and offset.
+func (fx *procFixture) pipePoison(acct string) (uint32, uint64) {
+	env := Envelope{
+		Headers: Headers{Key: []byte(acct), Tag: procTagPoison, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative},
+		Payload: []byte(`{"poison":true}`),
+	}
+	return fx.src.appendEnv(env)
+}
+
+// reference folds every partition's log up to its committed checkpoint,
+// sequentially, as the one-event-at-a-time definition of the table.
+func (fx *procFixture) reference(t *testing.T, db *state.DB) map[string]int64 {
+	t.Helper()
+	want := map[string]int64{}
+	for pt := range fx.src.partitions() {
+		next, _, err := db.Checkpoint(procSource, pt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range fx.src.log(pt)[:next] {
+			if r.HeaderErr != nil {
+				continue
+			}
+			key := string(r.Headers.Key)
+			switch r.Headers.Tag {
+			case procTagDeposit:
+				e, err := fx.deposit.Decode(r.Payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[key] += e.Amount
+			case procTagReset:
+				want[key] = 0
+			}
+		}
+	}
+	return want
+}
+
+func (fx *procFixture) table(t *testing.T) map[string]int64 {
+	t.Helper()
+	got := map[string]int64{}
+	if err := fx.bal.Scan(context.Background(), func(k string, v int64) bool { got[k] = v; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// checkExact asserts that the table equals the sequential fold of the
+// committed prefix of every partition.
+func (fx *procFixture) checkExact(t *testing.T, db *state.DB) {
+	t.Helper()
+	want, got := fx.reference(t, db), fx.table(t)
+	if len(want) != len(got) {
+		t.Errorf("table has %d keys, the reference %d", len(got), len(want))
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("key %q: table %d (present %v), reference %d", k, g, ok, w)
+		}
+	}
+}
+
+// ---- in-memory source ----
+
+// memSource is a Source over in-memory logs that tests append to while a
+// processor runs. Its readers copy records out, wait for new ones, count
+// what the processor does to them and can fail on demand.
+type memSource struct {
+	name string
+
+	mu      sync.Mutex
+	grew    chan struct{} // closed and replaced on every append
+	logs    [][]Record
+	advised []uint64
+	opened  int
+	closed  int
+	pollErr func(pt uint32, from uint64) error // under mu
+	onPoll  func(pt uint32, from uint64)       // called outside mu
+	gapAt   map[uint32]uint64                  // a reader skips this offset
+}
+
+func newMemSource(name string, partitions uint32) *memSource {
+	return &memSource{name: name, grew: make(chan struct{}), logs: make([][]Record, partitions), advised: make([]uint64, partitions)}
+}
+
+func (s *memSource) Name() string { return s.name }
+
+func (s *memSource) Partitions(ctx context.Context) (uint32, error) {
+	return uint32(len(s.logs)), nil
+}
+
+func (s *memSource) partitions() func(func(uint32) bool) {
+	return func(yield func(uint32) bool) {
+		for i := range len(s.logs) {
+			if !yield(uint32(i)) {
+				return
+			}
+		}
+	}
+}
+
+func (s *memSource) appendEnv(env Envelope) (uint32, uint64) {
+	pt := xxh32.Partition(env.Headers.Key, uint32(len(s.logs)))
+	return pt, s.append(pt, Record{Headers: env.Headers, Payload: env.Payload})
+}
+
+func (s *memSource) append(pt uint32, r Record) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.Partition, r.Offset = pt, uint64(len(s.logs[pt]))
+	r.Timestamp = uint64(time.Now().UnixMicro())
+	s.logs[pt] = append(s.logs[pt], r)
+	close(s.grew)
+	s.grew = make(chan struct{})
+	return r.Offset
+}
+
+func (s *memSource) log(pt uint32) []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.logs[pt])
+}
+
+func (s *memSource) total() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.logs {
+		n += len(l)
+	}
+	return uint64(n)
+}
+
+func (s *memSource) Open(ctx context.Context, pt uint32, from uint64) (PartitionReader, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(pt) >= len(s.logs) {
+		return nil, fmt.Errorf("memSource: no partition %d", pt)
+	}
+	s.opened++
+	return &memReader{s: s, pt: pt, next: from}, nil
+}
+
+type memReader struct {
+	s      *memSource
+	pt     uint32
+	next   uint64
+	closed atomic.Bool
+}
+
+func (r *memReader) Poll(ctx context.Context, max int) ([]Record, error) {
+	s := r.s
+	if s.onPoll != nil {
+		s.onPoll(r.pt, r.next)
+	}
+	for {
+		if r.closed.Load() {
+			return nil, errors.New("memReader: closed")
+		}
+		s.mu.Lock()
+		if s.pollErr != nil {
+			if err := s.pollErr(r.pt, r.next); err != nil {
+				s.mu.Unlock()
+				return nil, err
+			}
+		}
+		log := s.logs[r.pt]
+		if r.next < uint64(len(log)) {
+			end := min(r.next+uint64(max), uint64(len(log)))
+			out := make([]Record, 0, end-r.next)
+			for _, rec := range log[r.next:end] {
+				if gap, ok := s.gapAt[r.pt]; ok && rec.Offset == gap {
+					continue
+				}
+				rec.Headers.Key = slices.Clone(rec.Headers.Key)
+				rec.Payload = slices.Clone(rec.Payload)
+				out = append(out, rec)
+			}
+			r.next = end
+			s.mu.Unlock()
+			return out, nil
+		}
+		grew := s.grew
+		s.mu.Unlock()
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("memReader: poll partition %d: %w", r.pt, ctx.Err())
+		}
+	}
+}
+
+func (r *memReader) Advise(ctx context.Context, next uint64) error {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.advised[r.pt] = next
+	return nil
+}
+
+func (r *memReader) Close() error {
+	if !r.closed.Swap(true) {
+		r.s.mu.Lock()
+		r.s.closed++
+		r.s.mu.Unlock()
+	}
+	return nil
+}
+
+// ---- in-memory sink ----
+
+// memSink keeps what it is sent; it can fail sends (after sending a prefix)
+// and answers Sent by message id.
+type memSink struct {
+	mu        sync.Mutex
+	msgs      []Message
+	failSends int // fail this many more Sends
+	prefix    int // ... after accepting this many of their messages
+	sends     int
+	checks    int
+}
+
+func (s *memSink) Send(ctx context.Context, msgs []Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sends++
+	if s.failSends > 0 {
+		s.failSends--
+		n := min(s.prefix, len(msgs))
+		s.msgs = append(s.msgs, msgs[:n]...)
+		return fmt.Errorf("memSink: injected failure after %d of %d messages", n, len(msgs))
+	}
+	s.msgs = append(s.msgs, msgs...)
+	return nil
+}
+
+func (s *memSink) Sent(ctx context.Context, msgs []Message) ([]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checks++
+	have := map[[16]byte]bool{}
+	for _, m := range s.msgs {
+		have[m.ID] = true
+	}
+	out := make([]bool, len(msgs))
+	for i, m := range msgs {
+		out[i] = have[m.ID]
+	}
+	return out, nil
+}
+
+// byID counts the messages per id.
+func (s *memSink) byID() map[[16]byte]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[[16]byte]int{}
+	for _, m := range s.msgs {
+		out[m.ID]++
+	}
+	return out
+}
+
+func (s *memSink) all() []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.msgs)
+}
+
+// plainSink hides memSink's Sent: a sink without SentChecker.
+type plainSink struct{ s *memSink }
+
+func (p plainSink) Send(ctx context.Context, msgs []Message) error { return p.s.Send(ctx, msgs) }
+
+// ---- helpers ----
+
+// running is a processor's Run in a goroutine.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startProcessor(p *Processor) *running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(ctx) }()
+	return r
+}
+
+// stop cancels Run and returns its error.
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return within 20s of cancel")
+		return nil
+	}
+}
+
+// wait returns Run's error once it stopped by itself.
+func (r *running) wait(t *testing.T) error {
+	t.Helper()
+	defer r.cancel()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not stop by itself within 20s")
+		return nil
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// caughtUp reports whether every partition's checkpoint is at the end of
+// its log.
+func caughtUp(p *Processor, src *memSource) bool {
+	st := p.Stats()
+	if len(st.Partitions) != len(src.logs) {
+		return false
+	}
+	for _, ps := range st.Partitions {
+		if ps.Next != uint64(len(src.log(ps.Partition))) {
+			return false
+		}
+	}
+	return true
+}
+
+func quiet() ProcessorOption { return WithProcessorLogger(slog.New(slog.DiscardHandler)) }
+
+func newProc(t *testing.T, fx *procFixture, db *state.DB, opts ...ProcessorOption) *Processor {
+	t.Helper()
+	p, err := NewProcessor(fx.prog, db, fx.src, append([]ProcessorOption{quiet()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func closeDB(t *testing.T, db *state.DB) {
+	t.Helper()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ---- tests ----
+
+func TestProcessorProcessesManyPartitionsExactlyOnce(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 8, nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	pipe := func(n int) {
+		for range n {
+			acct := "acct-" + strconv.Itoa(rng.IntN(64))
+			if rng.IntN(20) == 0 {
+				fx.pipeReset(t, acct)
+			} else {
+				fx.pipeDeposit(t, acct, int64(rng.IntN(100)+1))
+			}
+		}
+	}
+	pipe(4000)
+	db := fx.openDB(t)
+	defer closeDB(t, db)
+	p := newProc(t, fx, db, WithPollSize(97))
+	r := startProcessor(p)
+	pipe(4000) // while it runs
+	waitFor(t, "all records committed", func() bool { return caughtUp(p, fx.src) })
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fx.checkExact(t, db)
+
+	st := p.Stats()
+	if st.Total.Records != fx.src.total() || st.Total.Applied != fx.src.total() || st.Total.Polled != fx.src.total() {
+		t.Errorf("stats: polled %d, records %d, applied %d; want %d each", st.Total.Polled, st.Total.Records, st.Total.Applied, fx.src.total())
+	}
+	if st.Total.Batches == 0 || st.Total.DeadLettered != 0 {
+		t.Errorf("stats: %+v", st.Total)
+	}
+	for pt := range fx.src.partitions() {
+		if got, want := fx.src.advised[pt], uint64(len(fx.src.log(pt))); got != want {
+			t.Errorf("partition %d: advised %d, want %d", pt, got, want)
+		}
+	}
+	if fx.src.opened != 8 || fx.src.closed != 8 {
+		t.Errorf("readers opened %d, closed %d; want 8 and 8", fx.src.opened, fx.src.closed)
+	}
+
+	// A restart resumes from the checkpoints: nothing is applied twice.
+	pipe(500)
+	r = startProcessor(p)
+	waitFor(t, "restart caught up", func() bool { return caughtUp(p, fx.src) })
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run again: %v", err)
+	}
+	fx.checkExact(t, db)
+}
+
+func TestProcessorOverlapsPollsAndBoundsReadAhead(t *testing.T) {
+	for _, prefetch := range []int{0, 1, 3} {
+		t.Run(fmt.Sprintf("prefetch %d", prefetch), func(t *testing.T) {
+			defer goleak.VerifyNone(t)
+			const pollSize = 10
+			fx := newProcFixture(t, 1, func(s *Spec) { s.Workers = 1 })
+			for i := range 300 {
+				fx.pipeDeposit(t, "k"+strconv.Itoa(i%7), 1)
+			}
+			fx.slow.Store(int64(time.Millisecond))
+			var (
+				committed  atomic.Uint64
+				processing atomic.Bool
+				overlapped atomic.Int64
+				maxAhead   atomic.Uint64
+			)
+			fx.src.onPoll = func(pt uint32, from uint64) {
+				if processing.Load() {
+					overlapped.Add(1)
+				}
+				ahead := from - committed.Load()
+				for {
+					m := maxAhead.Load()
+					if ahead <= m || maxAhead.CompareAndSwap(m, ahead) {
+						break
+					}
+				}
+			}
+			db := fx.openDB(t)
+			defer closeDB(t, db)
+			p := newProc(t, fx, db, WithPollSize(pollSize), WithPrefetch(prefetch), WithHooks(Hooks{
+				BeforeProcess: func(pt uint32, recs []Record) error { processing.Store(true); return nil },
+				AfterCommit: func(pt uint32, res Result) error {
+					committed.Store(res.Next)
+					processing.Store(false)
+					return nil
+				},
+			}))
+			r := startProcessor(p)
+			waitFor(t, "caught up", func() bool { return caughtUp(p, fx.src) })
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			fx.checkExact(t, db)
+			// Before each poll, the records polled and not yet committed
+			// are at most prefetch batches.
+			if got, limit := maxAhead.Load(), uint64(prefetch*pollSize); got > limit {
+				t.Errorf("reader ran %d records ahead of the checkpoint, limit %d", got, limit)
+			}
+			if prefetch > 0 && overlapped.Load() == 0 {
+				t.Error("no poll overlapped a batch being processed")
+			}
+			if prefetch == 0 && overlapped.Load() != 0 {
+				t.Errorf("%d polls overlapped processing with prefetch 0", overlapped.Load())
+			}
+		})
+	}
+}
+
+func TestProcessorStopsGracefullyOnCancel(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 4, nil)
+	for i := range 2000 {
+		fx.pipeDeposit(t, "k"+strconv.Itoa(i%50), int64(i))
+	}
+	fx.slow.Store(int64(200 * time.Microsecond))
+	var started, finished atomic.Int64
+	db := fx.openDB(t)
+	defer func() { closeDB(t, db) }()
+	p := newProc(t, fx, db, WithPollSize(50), WithHooks(Hooks{
+		BeforeProcess: func(uint32, []Record) error { started.Add(1); return nil },
+		AfterCommit:   func(uint32, Result) error { finished.Add(1); return nil },
+	}))
+	r := startProcessor(p)
+	waitFor(t, "some commits", func() bool { return finished.Load() >= 8 })
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if s, f := started.Load(), finished.Load(); s != f {
+		t.Errorf("%d batches started, %d committed: an in-flight batch was not finished", s, f)
+	}
+	if caughtUp(p, fx.src) {
+		t.Log("processor finished everything before the cancel; the test proves less")
+	}
+	fx.checkExact(t, db) // no half-applied batch
+
+	// Reopen as after a restart and finish.
+	closeDB(t, db)
+	db = fx.openDB(t)
+	fx.slow.Store(0)
+	p = newProc(t, fx, db)
+	r = startProcessor(p)
+	waitFor(t, "caught up after restart", func() bool { return caughtUp(p, fx.src) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	fx.checkExact(t, db)
+}
+
+func TestProcessorStoreFailureStopsRun(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	// One worker per batch: with several, Task.execute reads batch.fatal
+	// without its lock while another worker sets it (a race reported to
+	// the owner of task.go).
+	fx := newProcFixture(t, 3, func(s *Spec) { s.Workers = 1 })
+	db := fx.openDB(t)
+	p := newProc(t, fx, db, WithPollSize(20))
+	r := startProcessor(p)
+	for i := range 200 {
+		fx.pipeDeposit(t, "k"+strconv.Itoa(i%9), 1)
+	}
+	waitFor(t, "first commits", func() bool { return p.Stats().Total.Batches > 0 })
+	closeDB(t, db) // every later commit fails
+	for i := range 50 {
+		fx.pipeDeposit(t, "k"+strconv.Itoa(i%9), 1)
+	}
+	err := r.wait(t)
+	var pe *PartitionError
+	if !errors.As(err, &pe) || !errors.Is(err, state.ErrClosed) {
+		t.Fatalf("Run = %v, want a *PartitionError wrapping state.ErrClosed", err)
+	}
+	if pe.Source != procSource || !strings.Contains(err.Error(), "partition") || !strings.Contains(err.Error(), "offset") {
+		t.Errorf("error does not name source, partition and offset: %v", err)
+	}
+}
+
+func TestProcessorSourceFailures(t *testing.T) {
+	t.Run("permanent poll error", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		fx := newProcFixture(t, 2, nil)
+		boom := errors.New("topic deleted")
+		fx.src.pollErr = func(pt uint32, from uint64) error {
+			if pt == 1 && from >= 5 {
+				return boom
+			}
+			return nil
+		}
+		for i := range 40 {
+			fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
+		}
+		db := fx.openDB(t)
+		defer closeDB(t, db)
+		err := startProcessor(newProc(t, fx, db, WithPollSize(5))).wait(t)
+		var pe *PartitionError
+		if !errors.Is(err, boom) || !errors.As(err, &pe) || pe.Partition != 1 || pe.Offset != 5 || pe.Op != "poll" {
+			t.Fatalf("Run = %v (%+v), want poll error of partition 1 at offset 5", err, pe)
+		}
+		fx.checkExact(t, db)
+	})
+	t.Run("records not contiguous", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		fx := newProcFixture(t, 1, nil)
+		for i := range 10 {
+			fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
+		}
+		fx.src.gapAt = map[uint32]uint64{0: 4}
+		db := fx.openDB(t)
+		defer closeDB(t, db)
+		err := startProcessor(newProc(t, fx, db, WithPollSize(3))).wait(t)
+		if !errors.Is(err, ErrNotContiguous) {
+			t.Fatalf("Run = %v, want ErrNotContiguous", err)
+		}
+		if next, _, _ := db.Checkpoint(procSource, 0); next != 3 {
+			t.Errorf("checkpoint %d, want 3 (the batch with the gap is refused)", next)
+		}
+	})
+}
+
+func TestProcessorRetriesParkedKeys(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 2, nil)
+	var mu sync.Mutex
+	tries := map[string]int{}
+	fx.fail = func(key string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tries[key]++
+		switch {
+		case key == "flaky" && tries[key] <= 2:
+			return errors.New("flaky: try again")
+		case key == "broken":
+			return errors.New("broken for good")
+		}
+		return nil
+	}
+	fx.pipeDeposit(t, "flaky", 5)
+	fx.pipeDeposit(t, "flaky", 7)
+	fx.pipeDeposit(t, "steady", 1)
+	fx.pipeDeposit(t, "broken", 3)
+	sink := &memSink{}
+	db := fx.openDB(t)
+	defer closeDB(t, db)
+	p := newProc(t, fx, db, WithDeadLetterSink(sink))
+	r := startProcessor(p)
+	// No more records arrive: only the retry schedule can finish the job.
+	waitFor(t, "parked keys retried", func() bool {
+		st := p.Stats()
+		return st.ParkedKeys == 0 && st.Total.Published == 1
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	got := fx.table(t)
+	if got["flaky"] != 12 || got["steady"] != 1 {
+		t.Errorf("balances %v; want flaky 12, steady 1", got)
+	}
+	if _, ok := got["broken"]; ok {
+		t.Errorf("broken key was applied: %v", got)
+	}
+	st := p.Stats()
+	if st.Total.Retries == 0 || st.Total.DeadLettered != 1 {
+		t.Errorf("stats %+v: want retries and 1 dead letter (broken after %d attempts)", st.Total, fx.prog.maxAttempts)
+	}
+	for _, m := range sink.all() {
+		if h := header(m, HeaderDLQReason); h != ReasonExhausted.String() {
+			t.Errorf("dead letter reason %q, want %q", h, ReasonExhausted)
+		}
+	}
+}
+
+func header(m Message, name string) string {
+	for _, f := range m.Headers {
+		if f.Name == name {
+			return string(f.Value)
+		}
+	}
+	return ""
+}
+
+// errCrash is returned by a hook to stop Run as a crash would at that point.
+var errCrash = errors.New("simulated crash")
+
+func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
+	crashAt := map[string]func(h *Hooks, crash func() error){
+		"after commit, before publish": func(h *Hooks, crash func() error) {
+			h.AfterCommit = func(_ uint32, res Result) error {
+				if len(res.DeadLetters) > 0 {
+					return crash()
+				}
+				return nil
+			}
+		},
+		"before send": func(h *Hooks, crash func() error) {
+			h.BeforeDeadLetterSend = func(uint32, []DeadLetter) error { return crash() }
+		},
+		"after send, before row deletion": func(h *Hooks, crash func() error) {
+			h.AfterDeadLetterSend = func(uint32, []DeadLetter) error { return crash() }
+		},
+		"after row deletion": func(h *Hooks, crash func() error) {
+			h.AfterDeadLetterDelete = func(uint32, []DeadLetter) error { return crash() }
+		},
+	}
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for k := range crashAt {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		for _, checked := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, sink with SentChecker %v", name, checked), func(t *testing.T) {
+				defer goleak.VerifyNone(t)
+				fx := newProcFixture(t, 4, nil)
+				type origin struct {
+					pt  uint32
+					off uint64
+				}
+				var poison []origin
+				for i := range 400 {
+					acct := "a" + strconv.Itoa(i%40)
+					if i%13 == 0 {
+						pt, off := fx.pipePoison(acct)
+						poison = append(poison, origin{pt, off})
+					} else {
+						fx.pipeDeposit(t, acct, 1)
+					}
+				}
+				mem := &memSink{}
+				var sink Sink = mem
+				if !checked {
+					sink = plainSink{mem}
+				}
+				var crashed atomic.Bool
+				crash := func() error {
+					if crashed.CompareAndSwap(false, true) {
+						return errCrash
+					}
+					return nil
+				}
+				var hooks Hooks
+				crashAt[name](&hooks, crash)
+
+				db := fx.openDB(t)
+				p := newProc(t, fx, db, WithPollSize(25), WithDeadLetterSink(sink), WithHooks(hooks))
+				err := startProcessor(p).wait(t)
+				if !errors.Is(err, errCrash) {
+					t.Fatalf("first Run = %v, want the simulated crash", err)
+				}
+				closeDB(t, db)
+
+				// Restart: everything gets processed and every dead letter
+				// published.
+				db = fx.openDB(t)
+				defer closeDB(t, db)
+				p = newProc(t, fx, db, WithPollSize(25), WithDeadLetterSink(sink))
+				r := startProcessor(p)
+				waitFor(t, "caught up and dead letters published", func() bool {
+					if !caughtUp(p, fx.src) {
+						return false
+					}
+					pending, err := p.PendingDeadLetters(context.Background())
+					return err == nil && len(pending) == 0
+				})
+				if err := r.stop(t); err != nil {
+					t.Fatal(err)
+				}
+				fx.checkExact(t, db)
+
+				counts := mem.byID()
+				for _, o := range poison {
+					id := DeadLetter{Source: procSource, Partition: o.pt, Offset: o.off}.ID()
+					switch n := counts[id]; {
+					case n == 1:
+					case n > 1 && !checked:
+						// A plain sink gives at least once.
+					default:
+						t.Errorf("dead letter of partition %d offset %d published %d times", o.pt, o.off, n)
+					}
+				}
+				if checked && len(mem.all()) != len(poison) {
+					t.Errorf("sink holds %d messages, want %d", len(mem.all()), len(poison))
+				}
+				m := mem.all()[0]
+				if header(m, HeaderDLQReason) != ReasonUnknownType.String() || header(m, HeaderDLQSource) != procSource ||
+					header(m, HeaderDLQOffset) == "" || header(m, HeaderDLQPartition) == "" || string(m.Payload) != `{"poison":true}` ||
+					header(m, HeaderKey) == "" {
+					t.Errorf("dead-letter message lacks its origin: %+v", m)
+				}
+			})
+		}
+	}
+}
+
+func TestProcessorRetriesFailedDeadLetterSends(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 2, nil)
+	var poison int
+	for i := range 200 {
+		if i%10 == 0 {
+			fx.pipePoison("p" + strconv.Itoa(i))
+			poison++
+		} else {
+			fx.pipeDeposit(t, "d"+strconv.Itoa(i%17), 2)
+		}
+	}
+	// Two failed sends, each after half their messages went through.
+	sink := &memSink{failSends: 2, prefix: 3}
+	db := fx.openDB(t)
+	defer closeDB(t, db)
+	p := newProc(t, fx, db, WithDeadLetterSink(sink), WithDeadLetterBackoff(time.Millisecond, 5*time.Millisecond))
+	r := startProcessor(p)
+	waitFor(t, "dead letters published", func() bool { return p.Stats().Total.Published == uint64(poison) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range sink.byID() {
+		if n != 1 {
+			t.Errorf("message %x published %d times", id, n)
+		}
+	}
+	if len(sink.all()) != poison {
+		t.Errorf("sink holds %d messages, want %d", len(sink.all()), poison)
+	}
+	if st := p.Stats(); st.Total.PublishErrors != 2 || sink.checks == 0 {
+		t.Errorf("publish errors %d (want 2), Sent checks %d (want > 0)", st.Total.PublishErrors, sink.checks)
+	}
+}
+
+func TestProcessorWithoutSinkKeepsDeadLetters(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 1, nil)
+	fx.pipeDeposit(t, "a", 1)
+	_, off := fx.pipePoison("a")
+	fx.src.append(0, Record{HeaderErr: errors.New("garbled headers"), Payload: []byte("x")})
+	db := fx.openDB(t)
+	defer closeDB(t, db)
+	p := newProc(t, fx, db)
+	r := startProcessor(p)
+	waitFor(t, "caught up", func() bool { return caughtUp(p, fx.src) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := p.PendingDeadLetters(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 2 || pending[0].Offset != off || pending[0].Reason != ReasonUnknownType || pending[1].Reason != ReasonBadHeaders {
+		t.Fatalf("pending dead letters %v", pending)
+	}
+	if st := p.Stats(); st.Total.DeadLettered != 2 || st.Total.Published != 0 {
+		t.Errorf("stats %+v", st.Total)
+	}
+}
+
+func TestProcessorReleasesHeldKey(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 1, func(s *Spec) { s.Poison = HoldPoisonedKey })
+	fx.pipeDeposit(t, "held", 1)
+	fx.pipePoison("held")
+	fx.pipeDeposit(t, "held", 10)
+	fx.pipeDeposit(t, "free", 4)
+	db := fx.openDB(t)
+	defer closeDB(t, db)
+	p := newProc(t, fx, db, WithDeadLetterSink(&memSink{}))
+	if err := p.Release(context.Background(), 0, []byte("held")); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Release before Run = %v, want ErrNotRunning", err)
+	}
+	r := startProcessor(p)
+	waitFor(t, "caught up", func() bool { return caughtUp(p, fx.src) && p.Stats().ParkedKeys == 1 })
+	if got := fx.table(t); got["held"] != 1 || got["free"] != 4 {
+		t.Fatalf("balances %v before Release", got)
+	}
+	if err := p.Release(context.Background(), 0, []byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "released key applied", func() bool { return p.Stats().ParkedKeys == 0 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := fx.table(t); got["held"] != 11 {
+		t.Errorf("balances %v after Release, want held 11", got)
+	}
+}
+
+func TestNewProcessorRefuses(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 2, nil)
+	db := fx.openDB(t)
+	defer closeDB(t, db)
+	cases := []struct {
+		name string
+		src  Source
+		opts []ProcessorOption
+		is   error
+	}{
+		{"a source the topology does not read", newMemSource("mem/other", 1), nil, nil},
+		{"a poll size below 1", fx.src, []ProcessorOption{WithPollSize(0)}, nil},
+		{"a negative prefetch", fx.src, []ProcessorOption{WithPrefetch(-1)}, nil},
+		{"a partition given twice", fx.src, []ProcessorOption{WithPartitions(1, 1)}, nil},
+		{"a zero drain timeout", fx.src, []ProcessorOption{WithDrainTimeout(0)}, nil},
+		{"an inverted dead-letter backoff", fx.src, []ProcessorOption{WithDeadLetterBackoff(time.Second, time.Millisecond)}, nil},
+	}
+	for _, c := range cases {
+		if _, err := NewProcessor(fx.prog, db, c.src, c.opts...); err == nil {
+			t.Errorf("NewProcessor accepted %s", c.name)
+		}
+	}
+	if _, err := NewProcessor(nil, db, fx.src); err == nil {
+		t.Error("NewProcessor accepted a nil program")
+	}
+
+	// A store written by another topology is refused.
+	if _, err := NewProcessor(fx.prog, db, fx.src); err != nil {
+		t.Fatal(err)
+	}
+	other := newProcFixture(t, 2, func(s *Spec) { s.Name = "another" })
+	if _, err := NewProcessor(other.prog, db, fx.src); !errors.Is(err, state.ErrIncompatibleTopology) {
+		t.Errorf("NewProcessor on another topology's store = %v, want ErrIncompatibleTopology", err)
+	}
+
+	// A partition the source lacks is refused by Run.
+	p := newProc(t, fx, db, WithPartitions(0, 5))
+	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "partition 5") {
+		t.Errorf("Run with partition 5 of 2 = %v", err)
+	}
+
+	// Run is not reentrant.
+	p = newProc(t, fx, db, WithPartitions(1))
+	r := startProcessor(p)
+	waitFor(t, "running", func() bool { return len(p.Stats().Partitions) == 1 })
+	if err := p.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Errorf("second Run = %v, want ErrRunning", err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeadLetterMessageFitsBrokerLimits(t *testing.T) {
+	d := DeadLetter{
+		Source: procSource, Partition: 3, Offset: 9, Reason: ReasonPermanent,
+		Err:     errors.New(strings.Repeat("é", 200)), // 400 bytes
+		Headers: Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed},
+	}
+	m := deadLetterMessage(d)
+	for _, f := range m.Headers {
+		if len(f.Value) == 0 || len(f.Value) > MaxKeyLen {
+			t.Errorf("header %q has %d bytes", f.Name, len(f.Value))
+		}
+	}
+	if e := header(m, HeaderDLQError); !strings.HasPrefix(e, "permanent") && !strings.HasPrefix(e, "é") || !utf8Valid(e) {
+		t.Errorf("error header %q", e)
+	}
+	if header(m, HeaderDLQEmptyPayload) != "1" || len(m.Payload) != 1 {
+		t.Errorf("empty payload not marked: %+v", m)
+	}
+	if m.ID != d.ID() || m.ID == ([16]byte{}) {
+		t.Error("message id is not the dead letter's id")
+	}
+	d.Err, d.Payload = nil, []byte("body")
+	m = deadLetterMessage(d)
+	if header(m, HeaderDLQError) != "" || header(m, HeaderDLQEmptyPayload) != "" {
+		t.Errorf("message of a dead letter without error: %+v", m)
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
