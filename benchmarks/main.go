@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -36,6 +37,7 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/scenario"
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
+	"github.com/strand-io/strand/connectors/iggy"
 )
 
 // config is the command line.
@@ -129,28 +131,32 @@ func (c config) codecList() []workload.Codec {
 	return out
 }
 
-func main() {
+func main() { os.Exit(realMain()) }
+
+func realMain() int {
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return
+			return 0
 		}
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The Iggy SDK prints through the standard logger on every login.
+	restore := iggy.RouteStdLog(slog.New(slog.DiscardHandler))
+	defer restore()
 	if cfg.child != "" {
-		if err := runChild(ctx, cfg, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		return
+		err = runChild(ctx, cfg, os.Stdout)
+	} else {
+		err = run(ctx, cfg, os.Stdout, os.Stderr)
 	}
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // job is one measurement: scenario/variant/codec.
@@ -190,8 +196,9 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "strand benchmarks — %s\n", sysstat.Machine())
-	fmt.Fprintf(stdout, "workload: %d events, %d accounts, Zipf s=%.2f, %d partitions, batch %d, sync commits; load average at start: %s\n\n",
+	fmt.Fprintf(stdout, "workload: %d events, %d accounts, Zipf s=%.2f, %d partitions, batch %d, sync commits; load average at start: %s\n",
 		cfg.events, cfg.accounts, cfg.skew, cfg.partitions, cfg.batch, sysstat.Load())
+	fmt.Fprintf(stdout, "embedded broker (e2e, latency): %s\n\n", map[string]string{"memory": "in memory", "disk": "with a data directory"}[cfg.broker])
 	codecs := cfg.codecList()
 	var results []scenario.Result
 	var jsonOut io.Writer
@@ -204,16 +211,13 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		jsonOut = f
 	}
 	measure := func(j job, extra ...string) (scenario.Result, error) {
-		fmt.Fprintf(stderr, "running %s (load %s)...\n", j, sysstat.Load())
+		load := sysstat.Load()
+		fmt.Fprintf(stderr, "running %s (load %s)...\n", j, load)
 		r, err := runJob(ctx, cfg, j, extra)
 		if err != nil {
 			return r, fmt.Errorf("%s: %w", j, err)
 		}
-		if r.Note == "" {
-			r.Note = "load " + sysstat.Load()
-		} else {
-			r.Note += "; load " + sysstat.Load()
-		}
+		r.Load = load
 		results = append(results, r)
 		if jsonOut != nil {
 			b, _ := json.Marshal(r)
@@ -269,7 +273,10 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			}
 		case "restart":
 			cd := string(codecs[0])
-			if _, err := measure(job{"restart", "strand", cd}); err != nil {
+			if _, err := measure(job{"restart", "task", cd}); err != nil {
+				return err
+			}
+			if _, err := measure(job{"restart", "processor", cd}); err != nil {
 				return err
 			}
 		}
@@ -299,6 +306,7 @@ func runJob(ctx context.Context, cfg config, j job, extra []string) (scenario.Re
 	args := append(childArgs(cfg), "-child", j.String())
 	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1") // lets a test binary act as the runner
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
@@ -326,6 +334,10 @@ func runJob(ctx context.Context, cfg config, j job, extra []string) (scenario.Re
 	}
 	return r, nil
 }
+
+// childEnv is set in the environment of every child process; a test binary
+// (whose os.Executable is not this command) checks it in TestMain.
+const childEnv = "STRAND_BENCHMARKS_CHILD"
 
 // childArgs repeats the command line's settings for a child.
 func childArgs(c config) []string {
@@ -381,6 +393,30 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 			return scenario.CoreNaive(ctx, o, 1)
 		case "naive-par":
 			return scenario.CoreNaive(ctx, o, max(cfg.naiveWorkers, 2))
+		}
+	case "e2e":
+		o := scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j)}
+		switch j.variant {
+		case "strand":
+			return scenario.E2EStrand(ctx, o, false)
+		case "strand-drain":
+			return scenario.E2EStrand(ctx, o, true)
+		case "naive":
+			return scenario.E2ENaive(ctx, o)
+		}
+	case "latency":
+		o := scenario.LatencyOptions{
+			E2EOptions: scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j)},
+			Rate:       cfg.latencyRate, Duration: cfg.latencyFor,
+		}
+		return scenario.Latency(ctx, o)
+	case "restart":
+		o := scenario.RestartOptions{Keys: cfg.restartKeys, Partitions: uint32(cfg.partitions), Codec: cd, Batch: min(cfg.batch, 1000), Dir: cfg.dir}
+		switch j.variant {
+		case "task":
+			return scenario.Restart(ctx, o)
+		case "processor":
+			return scenario.RestartProcessor(ctx, o)
 		}
 	}
 	return scenario.Result{}, fmt.Errorf("benchmarks: unknown measurement %s", j)

@@ -37,7 +37,7 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tprocess peak\tcommits\tverified\t")
+	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tprocess peak\tcommits\tverified\tload\t")
 	for _, r := range rs {
 		if r.Rate == 0 {
 			continue
@@ -55,9 +55,9 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		if r.CPUSeconds > 0 {
 			perCPU = count(float64(r.Events) / r.CPUSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%d\t%v\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
 			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), vsNaive, vsPar, r.CPUSeconds, perCPU,
-			mib(r.PeakRSS), mib(r.ProcessPeakRSS), r.Commits, r.Verified)
+			mib(r.PeakRSS), mib(r.ProcessPeakRSS), r.Commits, r.Verified, load1(r.Load))
 	}
 	_ = tw.Flush()
 
@@ -73,17 +73,17 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	if len(lat) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "latency\tcodec\ttarget events/s\tachieved events/s\tevents\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tverified\t")
+		fmt.Fprintln(tw, "latency\tcodec\ttarget events/s\tachieved events/s\tevents\tcommits\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tverified\tload\t")
 		for _, r := range lat {
-			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%v\t\n",
-				r.Codec, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.P50, r.P99, r.P999, r.Max, r.Verified)
+			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%v\t%s\t\n",
+				r.Codec, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99, r.P999, r.Max, r.Verified, load1(r.Load))
 		}
 		_ = tw.Flush()
 	}
 	if len(rest) > 0 {
 		fmt.Fprintln(w)
 		for _, r := range rest {
-			fmt.Fprintf(w, "restart (%s, %d keys of state, %s): %.3f s from open to the first committed batch", r.Codec, int(r.Extra["keys"]), r.Variant, r.Seconds)
+			fmt.Fprintf(w, "restart (%s, %d keys of state, %s, load %s): %.3f s from open to the first committed batch", r.Codec, int(r.Extra["keys"]), r.Variant, load1(r.Load), r.Seconds)
 			keys := make([]string, 0, len(r.Extra))
 			for k := range r.Extra {
 				if strings.HasSuffix(k, "_s") {
@@ -106,6 +106,14 @@ func printTable(w io.Writer, rs []scenario.Result) {
 			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, r.Variant, r.Codec, r.Note)
 		}
 	}
+}
+
+// load1 returns the 1-minute figure of a load average.
+func load1(l string) string {
+	if f := strings.Fields(l); len(f) > 0 {
+		return f[0]
+	}
+	return "—"
 }
 
 func count(x float64) string {

@@ -58,6 +58,9 @@ type Result struct {
 	// Extra figures, by name.
 	Extra map[string]float64 `json:"extra,omitempty"`
 	Note  string             `json:"note,omitempty"`
+	// Load is the machine's load average (1, 5, 15 minutes) when the
+	// measurement started, filled in by the runner.
+	Load string `json:"load,omitempty"`
 }
 
 // CoreOptions configure the broker-free scenario.

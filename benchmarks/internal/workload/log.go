@@ -184,18 +184,30 @@ func Encode(cfg Config, decls Decls) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	return EncodeEvents(cfg, decls, func(int) Event { return g.Next() })
+}
+
+// EncodeEvents encodes cfg.Events events, event i being next(i), with
+// decls, partitioned over cfg.Partitions, and folds them into the
+// sequential reference.
+func EncodeEvents(cfg Config, decls Decls, next func(i int) Event) (*Log, error) {
+	if cfg.Partitions < 1 || cfg.Events < 0 {
+		return nil, fmt.Errorf("workload: bad config %+v", cfg)
+	}
 	l := &Log{
 		Config:     cfg,
 		Decls:      decls,
 		arena:      make([]byte, 0, cfg.Events*bytesPerEvent(decls.Codec)),
 		entries:    make([]entry, 0, cfg.Events),
 		partitions: make([][]uint32, cfg.Partitions),
+		reference:  map[AccountID]Account{},
 	}
 	for p := range l.partitions {
 		l.partitions[p] = make([]uint32, 0, cfg.Events/int(cfg.Partitions)*5/4+16)
 	}
+	var err error
 	for i := range cfg.Events {
-		e := g.Next()
+		e := next(i)
 		off := len(l.arena)
 		var h stream.Headers
 		var keyLen int
@@ -212,9 +224,23 @@ func Encode(cfg Config, decls Decls) (*Log, error) {
 			tag: uint8(h.Tag), ordering: h.Ordering, kind: h.Algebra, partition: uint16(p),
 		})
 		l.partitions[p] = append(l.partitions[p], uint32(i))
+		a := l.reference[e.Account]
+		switch e.Kind {
+		case KindOpened:
+			_ = FoldOpened(&a, Opened{})
+			l.mix.Opened++
+		case KindDeposited:
+			_ = FoldDeposited(&a, Deposited{Amount: e.Amount})
+			l.mix.Deposited++
+		case KindWithdrawn:
+			_ = FoldWithdrawn(&a, Withdrawn{Amount: e.Amount})
+			l.mix.Withdrawn++
+		case KindClosed:
+			_ = FoldClosed(&a, Closed{})
+			l.mix.Closed++
+		}
+		l.reference[e.Account] = a
 	}
-	l.reference = g.Reference()
-	l.mix = g.Mix()
 	return l, nil
 }
 
@@ -225,6 +251,16 @@ func bytesPerEvent(c Codec) int {
 		return 8 + 40
 	}
 	return 8 + 16
+}
+
+// Index returns the publish-order index of the event at offset off of
+// partition p.
+func (l *Log) Index(p uint32, off int) int { return int(l.partitions[p][off]) }
+
+// Key returns the key bytes of event i (publish order); they alias the log.
+func (l *Log) Key(i int) []byte {
+	e := &l.entries[i]
+	return l.arena[e.off : e.off+uint32(e.keyLen) : e.off+uint32(e.keyLen)]
 }
 
 // Len returns the number of events.

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/benchmarks/internal/scenario"
+	"github.com/strand-io/strand/benchmarks/internal/workload"
+)
+
+// The tests here are smoke tests at tiny sizes, so that `go test ./...`
+// stays fast; the measurements are made by the runner (run.sh) and by the
+// benchmarks in bench_test.go.
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		// Re-executed by runJob: act as the runner's child.
+		os.Exit(realMain())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func tiny(codec workload.Codec) workload.Config {
+	w := workload.Default()
+	w.Events, w.Accounts = 4000, 300
+	return w
+}
+
+func TestCoreSmoke(t *testing.T) {
+	ctx := context.Background()
+	for _, cd := range []workload.Codec{workload.Binary, workload.JSON} {
+		o := scenario.CoreOptions{Workload: tiny(cd), Codec: cd, Batch: 300, Dir: t.TempDir()}
+		for name, fn := range map[string]func() (scenario.Result, error){
+			"strand":  func() (scenario.Result, error) { return scenario.CoreStrand(ctx, o) },
+			"naive":   func() (scenario.Result, error) { return scenario.CoreNaive(ctx, o, 1) },
+			"naive-8": func() (scenario.Result, error) { return scenario.CoreNaive(ctx, o, 8) },
+		} {
+			r, err := fn()
+			if err != nil {
+				t.Fatalf("%s/%s: %v", name, cd, err)
+			}
+			if !r.Verified || r.Events != 4000 || r.Rate <= 0 || r.Commits == 0 {
+				t.Errorf("%s/%s: %+v", name, cd, r)
+			}
+		}
+	}
+}
+
+func TestE2ESmoke(t *testing.T) {
+	ctx := context.Background()
+	o := scenario.E2EOptions{Workload: tiny(workload.Binary), Codec: workload.Binary, Batch: 500, Dir: t.TempDir(), Broker: "memory"}
+	for _, drain := range []bool{false, true} {
+		r, err := scenario.E2EStrand(ctx, o, drain)
+		if err != nil {
+			t.Fatalf("strand (drain %v): %v", drain, err)
+		}
+		if !r.Verified || r.Rate <= 0 {
+			t.Errorf("strand (drain %v): %+v", drain, r)
+		}
+	}
+	o.Broker = "disk"
+	r, err := scenario.E2ENaive(ctx, o)
+	if err != nil {
+		t.Fatalf("naive: %v", err)
+	}
+	if !r.Verified || r.Rate <= 0 {
+		t.Errorf("naive: %+v", r)
+	}
+}
+
+func TestLatencySmoke(t *testing.T) {
+	o := scenario.LatencyOptions{
+		E2EOptions: scenario.E2EOptions{Workload: tiny(workload.Binary), Codec: workload.Binary, Batch: 500, Dir: t.TempDir()},
+		Rate:       10_000, Duration: 300 * time.Millisecond,
+	}
+	r, err := scenario.Latency(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Verified || r.Events != 3000 || r.P50 <= 0 || r.P99 < r.P50 || r.Max < r.P99 {
+		t.Errorf("%+v", r)
+	}
+}
+
+func TestRestartSmoke(t *testing.T) {
+	ctx := context.Background()
+	o := scenario.RestartOptions{Keys: 3000, Partitions: 4, Codec: workload.Binary, Batch: 50, Dir: t.TempDir()}
+	s, err := scenario.NewRestartStore(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Remove()
+	for range 3 {
+		tm, err := s.Resume(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tm.Total <= 0 || tm.FirstBatch <= 0 || tm.Total < tm.FirstBatch {
+			t.Errorf("timing %+v", tm)
+		}
+	}
+	r, err := scenario.RestartProcessor(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Verified || r.Seconds <= 0 {
+		t.Errorf("processor restart: %+v", r)
+	}
+}
+
+// TestRunner runs the runner itself, with every measurement in a child
+// process (this test binary, re-executed), and checks the table.
+func TestRunner(t *testing.T) {
+	var out, errOut bytes.Buffer
+	cfg, err := parseFlags([]string{"-scenario", "all", "-events", "3000", "-accounts", "200", "-batch", "300",
+		"-restart-keys", "2000", "-latency-duration", "200ms", "-dir", t.TempDir()}, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), cfg, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	s := out.String()
+	t.Log("\n" + s)
+	for _, want := range []string{"core", "naive-8", "e2e", "strand-drain", "publish→queryable", "restart (binary", "× naive"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "false") {
+		t.Errorf("a measurement was not verified:\n%s", s)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var errOut bytes.Buffer
+	for _, bad := range [][]string{
+		{"-events", "0"}, {"-skew", "1"}, {"-codecs", "xml"}, {"-broker", "cloud"}, {"-scenario", "nope", "-quick"},
+	} {
+		cfg, err := parseFlags(bad, &errOut)
+		if err == nil {
+			_, err = scenarios(cfg.scenario)
+		}
+		if err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	cfg, err := parseFlags([]string{"-quick"}, &errOut)
+	if err != nil || cfg.events != 100_000 || cfg.restartKeys != 100_000 {
+		t.Errorf("-quick: %+v, %v", cfg, err)
+	}
+	cfg, err = parseFlags([]string{"-quick", "-events", "7"}, &errOut)
+	if err != nil || cfg.events != 7 {
+		t.Errorf("-quick -events 7: %+v, %v", cfg, err)
+	}
+}
