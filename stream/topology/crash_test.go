@@ -1,0 +1,258 @@
+package topology_test
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// The crash test of issue 5: a child process runs the driver over a long
+// log with sync commits and random batch sizes, and is killed with SIGKILL
+// at random moments; each restart resumes from the committed checkpoints.
+// At the end the table must equal the sequential fold of the log (no event
+// applied twice, none lost) and every poison record must be dead-lettered
+// exactly once. 20 kills by default; STRAND_SOAK=1 makes it 200.
+
+const crashSeed = 7
+
+// crashEvents is the log's length: long enough that a run takes a good
+// fraction of a second.
+var crashEvents = map[bool]int{false: 60_000, true: 12_000}[raceEnabled]
+
+// crashLog is the deterministic log both processes build: property events
+// over a few hundred keys, every type and fence, and some poison.
+type crashEntry struct {
+	ty     int // index into pTypes, or -1 for poison
+	ev     PEv
+	poison string
+}
+
+func crashLog() []crashEntry {
+	r := rand.New(rand.NewPCG(crashSeed, 1))
+	log := make([]crashEntry, crashEvents)
+	for i := range log {
+		k := fmt.Sprintf("acct-%d", r.IntN(300))
+		if r.IntN(500) == 0 {
+			log[i] = crashEntry{ty: -1, poison: k}
+			continue
+		}
+		ty := r.IntN(len(pTypes))
+		ev := PEv{K: k, N: i, Amt: int64(r.IntN(7) - 3), Count: 1, Fence: planner.Relaxed}
+		if pTypes[ty].decl == pFenceBy {
+			ev.Fence = []planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}[r.IntN(4)]
+		}
+		log[i] = crashEntry{ty: ty, ev: ev}
+	}
+	return log
+}
+
+func crashDriver(tb topology.TB, dir string, batch func() int) (*topology.Driver, func() map[string]PState) {
+	fl := &flaky{failOn: map[int]bool{}, failed: map[int]bool{}}
+	topo, all, _ := propertyTopology(fl)
+	d := topology.NewDriver(tb, topo, topology.Dir(dir), topology.Partitions(2), topology.BatchSizes(batch),
+		topology.StateOptions(state.WithDurability(state.Sync)))
+	for _, e := range crashLog() {
+		if e.ty < 0 {
+			h := stream.Headers{Key: []byte(e.poison), Tag: pPlain.Tag(), Ordering: planner.Relaxed}
+			d.PipeRecord("log", stream.Record{Partition: partitionOf(e.poison, 2), Headers: h, Payload: []byte("not json")})
+			continue
+		}
+		topology.Pipe(d, pTypes[e.ty].decl, e.ev)
+	}
+	return d, all
+}
+
+// TestCrashChild is the child process's body; it does nothing unless run by
+// TestCrashResumesExactly.
+const crashReady = "strand-crash-child: piped"
+
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv("STRAND_CRASH_DIR")
+	if dir == "" {
+		t.Skip("run by TestCrashResumesExactly")
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
+	r := rand.New(rand.NewPCG(seed, 2))
+	d, _ := crashDriver(t, dir, func() int { return 1 + r.IntN(400) })
+	fmt.Println(crashReady) // the parent starts its kill timer now
+	d.Advance()
+	if d.Lag() != 0 {
+		t.Fatalf("lag %d after Advance", d.Lag())
+	}
+}
+
+func TestCrashResumesExactly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test in -short mode")
+	}
+	kills := 20
+	if os.Getenv("STRAND_SOAK") != "" {
+		kills = 200
+	}
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	run := func(i int, killAfter time.Duration) (finished bool) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "STRAND_CRASH_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
+		out := &limitedBuffer{ready: make(chan struct{})}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		if killAfter <= 0 {
+			if err := <-done; err != nil {
+				t.Fatalf("final child run: %v\n%s", err, out.bytes())
+			}
+			return true
+		}
+		select {
+		case <-out.ready:
+		case err := <-done:
+			t.Fatalf("child run %d ended before piping: %v\n%s", i, err, out.bytes())
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("child run %d: %v\n%s", i, err, out.bytes())
+			}
+			return true
+		case <-time.After(killAfter):
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-done
+			return false
+		}
+	}
+	killed, midRun, restarts := 0, 0, 0
+	window := 300 // ms after the child has piped its log; shrinks when runs finish first
+	last := uint64(0)
+	for i := 0; killed < kills; i++ {
+		// Kills land in start-up, in batch processing and in commits.
+		if !run(i, time.Duration(1+r.IntN(window))*time.Millisecond) {
+			killed++
+			p := committed(t, dir)
+			switch {
+			case p >= uint64(crashEvents):
+				// Killed after its last commit: as good as finished.
+			case p > last:
+				midRun++
+				last = p
+				continue
+			default:
+				window = window * 3 / 2 // no progress: give the next run longer
+				continue
+			}
+		}
+		// The child finished (or all but): start over with a fresh store
+		// so that kills keep landing mid-run.
+		restarts++
+		last = 0
+		window = max(window*2/3, 20)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(-1, 0)
+
+	// Reopen in this process and compare with the sequential fold.
+	d, all := crashDriver(t, dir, func() int { return 100 })
+	if d.Lag() != 0 {
+		t.Fatalf("lag %d after the final run", d.Lag())
+	}
+	want := map[string]PState{}
+	poison := 0
+	for _, e := range crashLog() {
+		if e.ty < 0 {
+			poison++
+			continue
+		}
+		s := want[e.ev.K]
+		pTypes[e.ty].fold(&s, e.ev)
+		want[e.ev.K] = s
+	}
+	got := all()
+	if len(got) != len(want) {
+		t.Fatalf("table has %d keys, reference %d", len(got), len(want))
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Fatalf("key %s after %d kills: table %+v, reference %+v", k, killed, got[k], w)
+		}
+	}
+	seen := map[uint64]int{}
+	for _, dl := range d.DeadLetters() {
+		seen[uint64(dl.Partition)<<32|dl.Offset]++
+	}
+	if len(seen) != poison {
+		t.Fatalf("%d distinct dead letters, %d poison records", len(seen), poison)
+	}
+	t.Logf("%d kills (%d advanced the checkpoint mid-run, %d fresh starts); %d keys and %d dead letters exact",
+		killed, midRun, restarts, len(got), poison)
+	if midRun < kills/4 {
+		t.Errorf("only %d of %d kills landed while the checkpoint was advancing", midRun, kills)
+	}
+}
+
+// committed returns how many records the store has committed, over both
+// partitions.
+func committed(t *testing.T, dir string) uint64 {
+	db, err := state.Open(dir)
+	if err != nil {
+		t.Fatalf("reopen after kill: %v", err)
+	}
+	defer db.Close()
+	total := uint64(0)
+	for p := range uint32(2) {
+		next, _, err := db.Checkpoint("log", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += next
+	}
+	return total
+}
+
+// limitedBuffer keeps the first 64 KiB of a child's output and closes
+// ready when the child says it has piped its log.
+type limitedBuffer struct {
+	mu    sync.Mutex
+	b     []byte
+	ready chan struct{}
+	seen  bool
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := 64<<10 - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	if !l.seen && bytes.Contains(l.b, []byte(crashReady)) {
+		l.seen = true
+		close(l.ready)
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.b)
+}
