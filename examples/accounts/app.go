@@ -46,6 +46,9 @@ type app struct {
 	// caughtUp, when set, is called once a bounded run has caught up, before
 	// the check, while HTTP is still served (tests query it there).
 	caughtUp func(a *app)
+	// wrapDLQ, when set, wraps the dead-letter sink (a test hides its
+	// SentChecker to show that the crash test catches duplicates).
+	wrapDLQ func(stream.Sink) stream.Sink
 
 	dir      string
 	srv      *iggytest.Server
@@ -54,6 +57,7 @@ type app struct {
 	db       *state.DB
 	balances *state.Table[bank.AccountID, bank.Account]
 	proc     *stream.Processor
+	dlqSink  *iggy.Sink
 	httpAddr string
 }
 
@@ -119,6 +123,11 @@ func (a *app) openDir() error {
 
 // closeAll releases what run opened, in reverse order.
 func (a *app) closeAll() {
+	if a.dlqSink != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = a.dlqSink.Close(ctx)
+		cancel()
+	}
 	if a.db != nil {
 		if err := a.db.Close(); err != nil {
 			a.log.Error("close store", "err", err)
@@ -218,8 +227,13 @@ func (a *app) newProcessor(ctx context.Context, prog *stream.Program) error {
 	if err != nil {
 		return err
 	}
+	a.dlqSink = dlq
+	var sink stream.Sink = dlq
+	if a.wrapDLQ != nil {
+		sink = a.wrapDLQ(dlq)
+	}
 	opts := append([]stream.ProcessorOption{
-		stream.WithDeadLetterSink(dlq),
+		stream.WithDeadLetterSink(sink),
 		stream.WithProcessorLogger(a.log),
 	}, a.procOpts...)
 	proc, err := stream.NewProcessor(prog, a.db, src, opts...)
@@ -677,9 +691,13 @@ func (a *app) deadLetterOrigins(ctx context.Context) ([]bank.Origin, error) {
 func (a *app) summary(rep report) {
 	a.printf("published %s events and %s poison records in %v: %s events/s",
 		commas(rep.Published), commas(rep.Poison), rep.PublishTime.Round(time.Millisecond), commas(int64(perSecond(rep.Published, rep.PublishTime))))
-	a.printf("processed %s records in %v, end to end: %s records/s (exactly-once, %s commits, %s codec, %d partitions); lag now 0, at most %s",
+	lag := "lag now 0"
+	if a.cfg.progress > 0 {
+		lag += fmt.Sprintf(", at most %s when sampled every %v", commas(rep.MaxLag), a.cfg.progress)
+	}
+	a.printf("processed %s records in %v, end to end: %s records/s (exactly-once, %s commits, %s codec, %d partitions); %s",
 		commas(int64(rep.Records)), rep.ProcessTime.Round(time.Millisecond), commas(int64(perSecond(int64(rep.Records), rep.ProcessTime))),
-		map[bool]string{true: "unsynced", false: "synced"}[a.cfg.nosync], a.cfg.codec, a.cfg.partitions, commas(rep.MaxLag))
+		map[bool]string{true: "unsynced", false: "synced"}[a.cfg.nosync], a.cfg.codec, a.cfg.partitions, lag)
 	a.printCheck(rep)
 }
 

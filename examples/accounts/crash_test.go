@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/examples/accounts/bank"
+	"github.com/strand-io/strand/stream"
+)
+
+// The crash test re-executes this test binary as the processor: with
+// childEnv set, TestMain runs the program with the arguments in
+// childArgsEnv (JSON) instead of the tests, with hooks that SIGKILL the
+// process at the point named by childKillEnv.
+const (
+	childEnv      = "STRAND_ACCOUNTS_CHILD"
+	childArgsEnv  = "STRAND_ACCOUNTS_ARGS"
+	childKillEnv  = "STRAND_ACCOUNTS_KILL"
+	childPlainDLQ = "STRAND_ACCOUNTS_PLAIN_DLQ"
+	readyLine     = "processor running"
+	selfKillLine  = "SELF-KILL"
+)
+
+func childMain() int {
+	var args []string
+	if err := json.Unmarshal([]byte(os.Getenv(childArgsEnv)), &args); err != nil {
+		fmt.Fprintln(os.Stderr, "child: bad", childArgsEnv, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	hooks, err := killHooks(os.Getenv(childKillEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	cfg, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	a := newApp(cfg, os.Stdout, os.Stderr)
+	a.procOpts = []stream.ProcessorOption{stream.WithHooks(hooks)}
+	if os.Getenv(childPlainDLQ) != "" {
+		a.wrapDLQ = func(s stream.Sink) stream.Sink { return plainSink{s} }
+	}
+	if _, err := a.run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+// plainSink hides the SentChecker of a sink: dead letters are then
+// published at least once, not exactly once.
+type plainSink struct{ s stream.Sink }
+
+func (p plainSink) Send(ctx context.Context, msgs []stream.Message) error { return p.s.Send(ctx, msgs) }
+
+// die reports where it is and SIGKILLs this process: no deferred function,
+// no flush, no graceful anything.
+func die(where string) {
+	fmt.Fprintf(os.Stderr, "%s %s\n", selfKillLine, where)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// killHooks returns hooks that kill the process, for mode "point:p" (p the
+// probability per call), or none for "", "random" and "early" (the parent
+// kills at a random moment):
+//
+//	commit            during Task.Process: a timer set when a batch starts
+//	                  fires 0-3 ms later, while it executes or commits
+//	after-commit      right after a commit, before the offset is advised
+//	                  and dead letters are published
+//	dlq-before-send   dead letters committed, about to be sent
+//	dlq-after-send    dead letters accepted by the broker, rows not deleted
+//	dlq-after-delete  rows of published dead letters deleted
+func killHooks(mode string) (stream.Hooks, error) {
+	var h stream.Hooks
+	if mode == "" || mode == "random" || mode == "early" {
+		return h, nil
+	}
+	point, ps, ok := strings.Cut(mode, ":")
+	p, err := strconv.ParseFloat(ps, 64)
+	if !ok || err != nil {
+		return h, fmt.Errorf("bad kill mode %q, want point:probability", mode)
+	}
+	hit := func() bool { return rand.Float64() < p }
+	switch point {
+	case "commit":
+		var once sync.Once
+		h.BeforeProcess = func(_ uint32, records []stream.Record) error {
+			if len(records) > 0 && hit() {
+				once.Do(func() {
+					d := time.Duration(rand.Int64N(int64(3 * time.Millisecond)))
+					time.AfterFunc(d, func() { die(point) })
+				})
+			}
+			return nil
+		}
+	case "after-commit":
+		h.AfterCommit = func(uint32, stream.Result) error {
+			if hit() {
+				die(point)
+			}
+			return nil
+		}
+	case "dlq-before-send":
+		h.BeforeDeadLetterSend = func(uint32, []stream.DeadLetter) error {
+			if hit() {
+				die(point)
+			}
+			return nil
+		}
+	case "dlq-after-send":
+		h.AfterDeadLetterSend = func(uint32, []stream.DeadLetter) error {
+			if hit() {
+				die(point)
+			}
+			return nil
+		}
+	case "dlq-after-delete":
+		h.AfterDeadLetterDelete = func(uint32, []stream.DeadLetter) error {
+			if hit() {
+				die(point)
+			}
+			return nil
+		}
+	default:
+		return h, fmt.Errorf("bad kill point %q", point)
+	}
+	return h, nil
+}
+
+// child is one processor process.
+type child struct {
+	cmd    *exec.Cmd
+	out    syncBuffer
+	ready  chan struct{}
+	exited chan struct{}
+	err    error
+}
+
+func startChild(t *testing.T, args []string, kill string, plainDLQ bool) *child {
+	t.Helper()
+	js, _ := json.Marshal(args)
+	c := &child{ready: make(chan struct{}), exited: make(chan struct{})}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(), childEnv+"=1", childArgsEnv+"="+string(js), childKillEnv+"="+kill)
+	if plainDLQ {
+		c.cmd.Env = append(c.cmd.Env, childPlainDLQ+"=1")
+	}
+	stderr, err := c.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stdout = &c.out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		var once sync.Once
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = c.out.Write([]byte(line + "\n"))
+			if strings.Contains(line, readyLine) {
+				once.Do(func() { close(c.ready) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		c.err = c.cmd.Wait()
+		close(c.exited)
+	}()
+	return c
+}
+
+// killed reports whether the child died of SIGKILL.
+func (c *child) killed() bool {
+	ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// crashConfig describes one crash run.
+type crashConfig struct {
+	kills         int
+	modes         []string // kill modes, used in turn (see killHooks; "early", "random")
+	rate          float64  // events per second
+	poisonSpacing int      // events between poison records
+	plainDLQ      bool     // children publish dead letters without a SentChecker
+}
+
+// crashResult is what a crash run did and what the final check found.
+type crashResult struct {
+	rep                 report
+	err                 error // of the final check
+	selfKills           map[string]int
+	parentKills         int
+	published, poisoned int64
+}
+
+// crashRun runs the processor as child processes killed as cc says while
+// this process hosts the broker (with a data directory) and the producer,
+// then lets a last child drain the topic and checks the store and the
+// dead-letter topic with -role check.
+func crashRun(t *testing.T, cc crashConfig) crashResult {
+	defer iggy.RouteStdLog(slog.New(slog.DiscardHandler))()
+	res := crashResult{selfKills: map[string]int{}}
+	root := t.TempDir()
+	srv, err := iggytest.NewServer(iggytest.WithDataDir(filepath.Join(root, "broker")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+
+	// The producer: unbounded and paced, with poison records among the
+	// events.
+	var logs syncBuffer
+	pcfg, err := parseFlags([]string{"-role", "producer", "-iggy", srv.Addr(), "-events", "0", "-rate", fmt.Sprint(cc.rate),
+		"-poison", "1000000", "-data", filepath.Join(root, "producer")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa := newApp(pcfg, io.Discard, &logs)
+	if err := pa.openDir(); err != nil {
+		t.Fatal(err)
+	}
+	defer pa.closeAll()
+	if err := pa.connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := pa.newProducer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.close(ctx)
+	prod.poisonSpacing = cc.poisonSpacing
+	pctx, stopProducer := context.WithCancel(ctx)
+	defer stopProducer()
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- prod.run(pctx) }()
+
+	procData := filepath.Join(root, "processor")
+	args := []string{"-role", "processor", "-iggy", srv.Addr(), "-data", procData, "-http", "", "-progress", "0"}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	start := time.Now()
+	for i := range cc.kills {
+		mode := cc.modes[i%len(cc.modes)]
+		c := startChild(t, args, mode, cc.plainDLQ)
+		var ready <-chan struct{} = c.ready
+		if mode == "early" {
+			ready = closed
+		}
+		select {
+		case <-ready:
+		case <-c.exited:
+		case <-time.After(time.Minute):
+			_ = c.cmd.Process.Kill()
+			<-c.exited
+			t.Fatalf("child %d (%s) did not start within a minute:\n%s", i, mode, tail(c.out.String(), 40))
+		}
+		var window time.Duration
+		switch mode {
+		case "early":
+			window = time.Duration(rng.Int64N(int64(300 * time.Millisecond)))
+		case "random":
+			window = time.Duration(rng.Int64N(int64(800 * time.Millisecond)))
+		default:
+			window = time.Second + time.Duration(rng.Int64N(int64(800*time.Millisecond)))
+		}
+		select {
+		case <-c.exited:
+		case <-time.After(window):
+			_ = c.cmd.Process.Signal(syscall.SIGKILL)
+			<-c.exited
+		}
+		if !c.killed() {
+			t.Fatalf("child %d (%s) ended without being killed (%v):\n%s", i, mode, c.err, tail(c.out.String(), 40))
+		}
+		out := c.out.String()
+		if j := strings.Index(out, selfKillLine+" "); j >= 0 {
+			where, _, _ := strings.Cut(out[j+len(selfKillLine)+1:], "\n")
+			res.selfKills[where]++
+		} else {
+			res.parentKills++
+		}
+		// Stay down a little: the next child starts with a backlog.
+		time.Sleep(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+	}
+	stopProducer()
+	if err := <-prodDone; err != nil {
+		t.Fatalf("producer: %v", err)
+	}
+	res.published, res.poisoned = prod.published.Load(), prod.poisoned.Load()
+	t.Logf("%d kills in %v: %d at random moments by the parent, self-kills %v; published %d events and %d poison records",
+		cc.kills, time.Since(start).Round(time.Millisecond), res.parentKills, res.selfKills, res.published, res.poisoned)
+
+	// A last processor catches up with everything and exits by itself.
+	c := startChild(t, append(args, "-drain"), "", cc.plainDLQ)
+	select {
+	case <-c.exited:
+	case <-time.After(3 * time.Minute):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		t.Fatalf("the draining processor did not finish:\n%s", tail(c.out.String(), 40))
+	}
+	if c.err != nil {
+		t.Fatalf("the draining processor failed: %v\n%s", c.err, tail(c.out.String(), 40))
+	}
+
+	// The check reads the log back from the broker and compares.
+	var out string
+	res.rep, out, res.err = testRun(t, ctx, []string{"-role", "check", "-iggy", srv.Addr(), "-data", procData, "-progress", "0"}, nil)
+	t.Logf("check:\n%s", out)
+	return res
+}
+
+// TestCrashKill runs the processor as a child process and SIGKILLs it again
+// and again, at random moments and at chosen points (while a batch executes
+// and commits, right after a commit, around the publication of dead
+// letters), while the producer in this process keeps publishing events and
+// poison records to the broker, which lives in this process with a data
+// directory. Then a last child catches up and exits, and the store must
+// equal the sequential fold of the log exactly, with every poison record in
+// the dead-letter topic exactly once.
+//
+// CI runs 20 kills; STRAND_SOAK=1 runs 300 (STRAND_SOAK_KILLS=n sets the
+// number), see benchmarks/soak-accounts.sh.
+func TestCrashKill(t *testing.T) {
+	kills := 20
+	if os.Getenv("STRAND_SOAK") != "" {
+		kills = 300
+		if n, err := strconv.Atoi(os.Getenv("STRAND_SOAK_KILLS")); err == nil && n > 0 {
+			kills = n
+		}
+	}
+	res := crashRun(t, crashConfig{
+		kills: kills, rate: 5000, poisonSpacing: 300,
+		// "early" kills 0-300 ms after the start, ready or not (opening
+		// the store, connecting, the first polls); "random" 0-800 ms after
+		// the processor said it runs; the others at a hook, within about
+		// a second.
+		modes: []string{"random", "commit:0.3", "dlq-after-send:1", "after-commit:0.05", "early", "dlq-before-send:1", "random", "dlq-after-delete:1"},
+	})
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if res.selfKills["commit"]+res.selfKills["after-commit"] == 0 || res.selfKills["dlq-after-send"]+res.selfKills["dlq-before-send"] == 0 {
+		t.Errorf("no kill inside a commit or no kill around a dead-letter send happened: %v", res.selfKills)
+	}
+	if res.rep.Check.Events < int(res.published) || res.rep.DeadLetters < int(res.poisoned) || res.rep.DeadLetters == 0 {
+		t.Fatalf("checked %d events and %d dead letters; the producer published %d events and %d poison records",
+			res.rep.Check.Events, res.rep.DeadLetters, res.published, res.poisoned)
+	}
+}
+
+// TestCrashKillCatchesDuplicateDeadLetters is the crash test's negative
+// control: with the dead-letter sink's SentChecker hidden, a processor
+// killed after a send and before deleting the rows sends those dead
+// letters again on restart, and the check must say so.
+func TestCrashKillCatchesDuplicateDeadLetters(t *testing.T) {
+	res := crashRun(t, crashConfig{kills: 3, rate: 3000, poisonSpacing: 100, plainDLQ: true, modes: []string{"dlq-after-send:1"}})
+	if res.selfKills["dlq-after-send"] == 0 {
+		t.Skipf("no child was killed after a dead-letter send (%v); nothing to catch", res.selfKills)
+	}
+	if !errors.Is(res.err, bank.ErrDeadLetters) || !strings.Contains(res.err.Error(), "more than once") {
+		t.Fatalf("check after duplicate dead letters: %v; want bank.ErrDeadLetters naming repeats", res.err)
+	}
+}

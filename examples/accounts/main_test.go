@@ -1,0 +1,298 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/examples/accounts/bank"
+	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/stream/state"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testRun runs the program in this process with args and returns its
+// report and output.
+func testRun(t *testing.T, ctx context.Context, args []string, caughtUp func(*app)) (report, string, error) {
+	t.Helper()
+	var out, logs syncBuffer
+	cfg, err := parseFlags(args, &logs)
+	if err != nil {
+		t.Fatalf("flags %q: %v", args, err)
+	}
+	a := newApp(cfg, &out, &logs)
+	a.caughtUp = caughtUp
+	rep, err := a.run(ctx)
+	if err != nil || t.Failed() {
+		t.Logf("logs of %q:\n%s", args, tail(logs.String(), 60))
+	}
+	return rep, out.String(), err
+}
+
+// TestEndToEnd is the example's main proof: 200,000 events over 8
+// partitions through the embedded broker (started by the program itself,
+// as `go run ./examples/accounts` does), with poison records among them;
+// every balance equals the sequential fold of the log read back from the
+// broker, and every poison record is in the dead-letter topic exactly once.
+// The HTTP endpoint is queried while the store is live.
+func TestEndToEnd(t *testing.T) {
+	const events, poison = 200_000, 24
+	var queried atomic.Bool
+	rep, out, err := testRun(t, context.Background(), []string{
+		"-events", fmt.Sprint(events), "-partitions", "8", "-poison", fmt.Sprint(poison),
+		"-data", t.TempDir(), "-http", "127.0.0.1:0", "-progress", "200ms",
+	}, func(a *app) {
+		queryHTTP(t, a)
+		queried.Store(true)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("output:\n%s", out)
+	if err := rep.Check.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rep.DLQErr != nil {
+		t.Fatal(rep.DLQErr)
+	}
+	if rep.Check.Events != events || rep.Published != events || rep.Poison != poison || rep.DeadLetters != poison {
+		t.Fatalf("checked %d events, published %d and %d poison, %d dead letters; want %d, %d, %d",
+			rep.Check.Events, rep.Published, rep.Poison, rep.DeadLetters, events, events, poison)
+	}
+	if rep.Records != events+poison {
+		t.Fatalf("processed %d records, want %d", rep.Records, events+poison)
+	}
+	if !queried.Load() {
+		t.Fatal("the HTTP endpoint was not queried")
+	}
+	for _, want := range []string{"every balance equals the sequential reference: ok", "exactly once: ok", "records/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// queryHTTP checks the query endpoint against the store.
+func queryHTTP(t *testing.T, a *app) {
+	t.Helper()
+	ctx := context.Background()
+	base := "http://" + a.httpAddr
+	var first []bank.Account
+	getJSON(t, base+"/accounts?limit=5", http.StatusOK, &first)
+	if len(first) != 5 {
+		t.Fatalf("GET /accounts?limit=5 returned %d accounts", len(first))
+	}
+	for i := 1; i < len(first); i++ {
+		if first[i].ID <= first[i-1].ID {
+			t.Fatalf("GET /accounts is not ordered by id: %d after %d", first[i].ID, first[i-1].ID)
+		}
+	}
+	var one bank.Account
+	getJSON(t, fmt.Sprintf("%s/accounts/%d", base, first[0].ID), http.StatusOK, &one)
+	want, ok, err := a.balances.Get(ctx, first[0].ID)
+	if err != nil || !ok || one != want || one != first[0] {
+		t.Fatalf("GET /accounts/%d = %+v; store has %+v (%v, %v)", first[0].ID, one, want, ok, err)
+	}
+	var e map[string]string
+	getJSON(t, base+"/accounts/999999999", http.StatusNotFound, &e)
+	if !strings.Contains(e["error"], "not found") {
+		t.Fatalf("unknown account: %v", e)
+	}
+	getJSON(t, base+"/accounts/abc", http.StatusBadRequest, &e)
+	getJSON(t, base+"/accounts?limit=0", http.StatusBadRequest, &e)
+	var st map[string]any
+	getJSON(t, base+"/stats", http.StatusOK, &st)
+}
+
+func getJSON(t *testing.T, url string, status int, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		t.Fatalf("GET %s: status %d, want %d: %s", url, resp.StatusCode, status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("GET %s: content type %q", url, ct)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, body)
+	}
+}
+
+// TestBinaryCodec runs a smaller workload with the binary codec.
+func TestBinaryCodec(t *testing.T) {
+	rep, _, err := testRun(t, context.Background(), []string{
+		"-events", "30000", "-codec", "binary", "-poison", "8", "-data", t.TempDir(), "-http", "", "-progress", "0",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Check.Events != 30000 || rep.DeadLetters != 8 {
+		t.Fatalf("checked %d events, %d dead letters", rep.Check.Events, rep.DeadLetters)
+	}
+}
+
+// TestBrokerDropsConnections drops every connection of the broker again
+// and again while the producer publishes and the processor processes:
+// readers, publisher and dead-letter sink reconnect, and the result is
+// still exact. Then the store is tampered with, and -role check must see
+// it.
+func TestBrokerDropsConnections(t *testing.T) {
+	srv, err := iggytest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	data := t.TempDir()
+	stop := make(chan struct{})
+	var drops atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			srv.DropConnections()
+			drops.Add(1)
+		}
+	}()
+	// Paced over about 4 s, so that the drops hit every phase.
+	args := []string{"-iggy", srv.Addr(), "-events", "60000", "-rate", "15000", "-poison", "12", "-data", data, "-http", "", "-progress", "0"}
+	rep, out, err := testRun(t, context.Background(), args, nil)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d connection drops; output:\n%s", drops.Load(), out)
+	if drops.Load() < 15 {
+		t.Fatalf("only %d drops happened during the run; the test proves little", drops.Load())
+	}
+	if rep.Check.Events != 60000 || rep.DeadLetters != 12 {
+		t.Fatalf("checked %d events, %d dead letters", rep.Check.Events, rep.DeadLetters)
+	}
+
+	// -role check agrees on the intact store...
+	check := []string{"-role", "check", "-iggy", srv.Addr(), "-data", data, "-progress", "0"}
+	if _, _, err := testRun(t, context.Background(), check, nil); err != nil {
+		t.Fatalf("check of the intact store: %v", err)
+	}
+	// ...and refuses a store with one balance off by a cent.
+	tamper(t, data, 8)
+	_, out, err = testRun(t, context.Background(), check, nil)
+	if !errors.Is(err, bank.ErrMismatch) {
+		t.Fatalf("check of a tampered store: %v, want bank.ErrMismatch; output:\n%s", err, out)
+	}
+}
+
+// tamper adds one cent to the balance of account 1 in the store under dir.
+func tamper(t *testing.T, dir string, partitions uint32) {
+	t.Helper()
+	db, err := state.Open(filepath.Join(dir, "state"), state.WithLocator(func(k []byte) uint32 { return xxh32.Partition(k, partitions) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	topo, balances := bank.NewTopology(bank.Declarations(bank.JSON), bank.Stream+"/"+bank.Topic)
+	prog, err := topo.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prog.Attach(db); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, ok, err := balances.Get(ctx, 1)
+	if err != nil || !ok {
+		t.Fatalf("account 1: %v %v", ok, err)
+	}
+	a.Balance++
+	key := []byte{0, 0, 0, 0, 0, 0, 0, 1}
+	tx := db.NewTxn()
+	if err := balances.Write(tx, xxh32.Partition(key, partitions), key, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFlags checks that bad flags are refused with a message naming them.
+func TestFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-codec", "xml"}, "unknown codec"},
+		{[]string{"-role", "dancer"}, "unknown -role"},
+		{[]string{"-partitions", "0"}, "-partitions 0"},
+		{[]string{"-role", "processor"}, "needs -iggy"},
+		{[]string{"-role", "check", "-iggy", "x:1"}, "needs -data"},
+		{[]string{"-accounts", "0"}, "0 accounts"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		_, err := parseFlags(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	c, err := parseFlags(nil, io.Discard)
+	if err != nil || c.events != 200_000 || c.partitions != 8 || c.role != "all" || c.codec != bank.JSON {
+		t.Fatalf("defaults: %+v, %v", c, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
