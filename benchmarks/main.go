@@ -198,6 +198,12 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "strand benchmarks — %s\n", sysstat.Machine())
 	fmt.Fprintf(stdout, "workload: %d events, %d accounts, Zipf s=%.2f, %d partitions, batch %d, sync commits; load average at start: %s\n",
 		cfg.events, cfg.accounts, cfg.skew, cfg.partitions, cfg.batch, sysstat.Load())
+	if g, err := workload.NewGenerator(cfg.workload()); err == nil {
+		for range cfg.events {
+			g.Next()
+		}
+		fmt.Fprintf(stdout, "mix: %s; %d accounts touched\n", g.Mix(), len(g.Reference()))
+	}
 	fmt.Fprintf(stdout, "embedded broker (e2e, latency): %s\n\n", map[string]string{"memory": "in memory", "disk": "with a data directory"}[cfg.broker])
 	codecs := cfg.codecList()
 	var results []scenario.Result

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/connectors/iggy"
 
 	"github.com/strand-io/strand/benchmarks/internal/scenario"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
@@ -23,6 +26,8 @@ func TestMain(m *testing.M) {
 		// Re-executed by runJob: act as the runner's child.
 		os.Exit(realMain())
 	}
+	// The Iggy SDK logs every login through the standard logger.
+	iggy.RouteStdLog(slog.New(slog.DiscardHandler))
 	goleak.VerifyTestMain(m)
 }
 

@@ -56,7 +56,8 @@ func Default() Config {
 // Generator produces the workload's events in log (publish) order and folds
 // them into the sequential reference as it goes. The first event of an
 // account always opens it; a lifecycle event closes an open account and
-// re-opens a closed one.
+// re-opens a closed one. First opens count towards the lifecycle share, so
+// deposits and withdrawals stay at 1 - Lifecycle of the events.
 type Generator struct {
 	cfg     Config
 	rng     *rand.Rand
@@ -96,16 +97,22 @@ func (g *Generator) Next() Event {
 	}
 	var e Event
 	u := g.rng.Float64()
+	// First opens are lifecycle events too: draw lifecycle events only
+	// while their share is below cfg.Lifecycle, so the mix stays there.
+	life := g.cfg.Lifecycle
+	if float64(g.counts[KindOpened]+g.counts[KindClosed]) >= g.cfg.Lifecycle*float64(g.emitted+1) {
+		life = 0
+	}
 	switch {
 	case !seen:
 		e = Event{Kind: KindOpened, Account: id}
-	case u < g.cfg.Lifecycle:
+	case u < life:
 		if a.Open {
 			e = Event{Kind: KindClosed, Account: id}
 		} else {
 			e = Event{Kind: KindOpened, Account: id}
 		}
-	case u < g.cfg.Lifecycle+(1-g.cfg.Lifecycle)/2:
+	case u < life+(1-life)/2:
 		e = Event{Kind: KindDeposited, Account: id, Amount: 1 + g.rng.Int64N(1000)}
 	default:
 		e = Event{Kind: KindWithdrawn, Account: id, Amount: 1 + g.rng.Int64N(100)}
