@@ -43,9 +43,10 @@ import (
 //
 // Dead letters are written by the Task as rows of the same commit as the
 // batch that refused them (an outbox), so a crash never loses one. After the
-// commit the processor publishes them to the sink, in offset order per
-// source partition, each with a message ID derived from source, partition
-// and offset (DeadLetter.ID), and then deletes their rows in a later commit.
+// commit the processor publishes them to the sink (the rows of one source
+// partition in offset order, up to 512 per Send), each with a message ID
+// derived from source, partition and offset (DeadLetter.ID), and then
+// deletes their rows in a later commit.
 // A crash between publishing and deleting leaves rows that may already be
 // published: on restart (and after any failed Send, which may have sent a
 // prefix), before sending such rows again the processor asks the sink which
@@ -239,8 +240,8 @@ type PartitionError struct {
 	Source    string
 	Partition uint32
 	Offset    uint64
-	// Op says what failed: "open", "poll", "process", "retry", "release",
-	// "hook", "publish dead letters".
+	// Op says what failed: "open", "poll", "process", "retry", "read
+	// dead letters", "delete published dead letters", or "hook <name>".
 	Op  string
 	Err error
 }

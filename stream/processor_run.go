@@ -19,6 +19,10 @@ var ErrNotContiguous = errors.New("stream: source records not contiguous")
 // adviseTimeout bounds the last Advise of a partition at shutdown.
 const adviseTimeout = 2 * time.Second
 
+// adviseInterval is the least time between two Advise calls of one
+// partition: they are for monitoring and share the reader's connection.
+const adviseInterval = 200 * time.Millisecond
+
 // idleRetryFloor is the least wait between two Retry calls that found
 // nothing due (a Task clock that lags the wall clock would spin otherwise).
 const idleRetryFloor = 100 * time.Millisecond
@@ -51,16 +55,22 @@ func (p *Processor) Run(ctx context.Context) error {
 	// the last dead-letter publication use it.
 	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelDrain()
-	var timerMu sync.Mutex
-	var drainTimer *time.Timer
+	var (
+		timerMu    sync.Mutex
+		drainTimer *time.Timer
+		finished   bool
+	)
 	stopAfter := context.AfterFunc(runCtx, func() {
 		timerMu.Lock()
-		drainTimer = time.AfterFunc(p.opts.drainTimeout, cancelDrain)
+		if !finished {
+			drainTimer = time.AfterFunc(p.opts.drainTimeout, cancelDrain)
+		}
 		timerMu.Unlock()
 	})
 	defer func() {
 		stopAfter()
 		timerMu.Lock()
+		finished = true
 		if drainTimer != nil {
 			drainTimer.Stop()
 		}
@@ -75,8 +85,12 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	pls, err := p.openPipelines(runCtx, parts, outbox)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
+	p.log.Info("strand: processor started", "partitions", len(pls))
 
 	var (
 		wg       sync.WaitGroup
@@ -442,6 +456,11 @@ func (pl *pipeline) adviseLoop(ctx context.Context) {
 				continue
 			}
 			pl.advised = next
+			select { // later values wait in the mailbox, the latest wins
+			case <-ctx.Done():
+				return
+			case <-time.After(adviseInterval):
+			}
 		}
 	}
 }
