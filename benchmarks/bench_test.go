@@ -59,8 +59,12 @@ func BenchmarkCore(b *testing.B) {
 func BenchmarkE2E(b *testing.B) {
 	ctx := context.Background()
 	o := scenario.E2EOptions{Workload: benchWorkload(), Codec: workload.Binary, Batch: 5000, Dir: b.TempDir(), Broker: "memory"}
-	b.Run("strand", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2EStrand(ctx, o, false) }) })
-	b.Run("strand-drain", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2EStrand(ctx, o, true) }) })
+	b.Run("strand", func(b *testing.B) {
+		report(b, func() (scenario.Result, error) { return scenario.E2EStrand(ctx, o, false) })
+	})
+	b.Run("strand-drain", func(b *testing.B) {
+		report(b, func() (scenario.Result, error) { return scenario.E2EStrand(ctx, o, true) })
+	})
 	b.Run("naive", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o) }) })
 }
 
