@@ -87,9 +87,15 @@ func WithClock(now func() time.Time) TaskOption {
 	return func(o *taskOptions) { o.clock = now }
 }
 
-// WithLogger sets the logger; the default is slog.Default().
+// WithLogger sets the logger for key failures and dead letters (Warn
+// level); the default is slog.Default(), nil discards.
 func WithLogger(l *slog.Logger) TaskOption {
-	return func(o *taskOptions) { o.log = l }
+	return func(o *taskOptions) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		o.log = l
+	}
 }
 
 // OnDeadLetter sets a function called, after each successful commit, with
@@ -226,7 +232,8 @@ type batch struct {
 	mu       sync.Mutex
 	dead     []deadEntry
 	failures []failureEntry
-	fatal    error
+	fatal    error       // guarded by mu
+	stop     atomic.Bool // set with fatal: workers stop taking keys
 }
 
 type deadEntry struct {
@@ -262,6 +269,7 @@ func (b *batch) setFatal(err error) {
 		b.fatal = err
 	}
 	b.mu.Unlock()
+	b.stop.Store(true)
 }
 
 // runCtx is what a run needs: one key of one batch.
@@ -434,8 +442,18 @@ func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
 			t.parked[k] = pk
 		}
 	}
-	if t.onDeadLetter != nil {
-		for _, d := range res.DeadLetters {
+	for _, f := range res.Failures {
+		t.log.Warn("stream: key stopped at a failing run",
+			slog.String("source", t.src.name), slog.Uint64("partition", uint64(t.partition)),
+			slog.String("key", fmt.Sprintf("%q", f.Key)), slog.Uint64("tag", uint64(f.Tag)),
+			slog.Any("offsets", f.Offsets), slog.Int("attempt", f.Attempt), slog.String("action", f.Action),
+			slog.Any("error", f.Err))
+	}
+	for _, d := range res.DeadLetters {
+		t.log.Warn("stream: dead letter",
+			slog.String("source", d.Source), slog.Uint64("partition", uint64(d.Partition)),
+			slog.Uint64("offset", d.Offset), slog.String("reason", d.Reason.String()), slog.Any("error", d.Err))
+		if t.onDeadLetter != nil {
 			t.onDeadLetter(d)
 		}
 	}
@@ -534,7 +552,7 @@ func (t *Task) execute(b *batch) {
 					return
 				}
 				scratch = t.runKey(b, plan, keys[n], scratch)
-				if b.fatal != nil {
+				if b.stop.Load() {
 					return
 				}
 			}
@@ -544,48 +562,44 @@ func (t *Task) execute(b *batch) {
 }
 
 // runKey runs one key's segments in order and, inside a segment, the head
-// run, the body runs one after another, then the tail run.
+// run, the body runs one after another (in plan order: a key's projections
+// never race), then the tail run. When a run stops the key, every record of
+// the key not yet applied or dead-lettered is held.
 func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[string], scratch []int) []int {
 	segs := plan.Segments(k)
-	var rc *runCtx
+	var rc runCtx
+	run := func(r planner.Run) bool {
+		recs := scratch[:0]
+		for _, pi := range plan.Records(r) {
+			recs = append(recs, t.planIdx[pi])
+		}
+		scratch = recs
+		if rc.b == nil {
+			rc = runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: b.records[recs[0]].Headers.Key, b: b}
+		}
+		return t.runOne(b, &rc, r.Tag(), recs)
+	}
 	stopped := false
+segments:
 	for _, seg := range segs {
-		var runs [3][]planner.Run
-		if h, ok := plan.Head(seg); ok {
-			runs[0] = []planner.Run{h}
+		if h, ok := plan.Head(seg); ok && !run(h) {
+			stopped = true
+			break
 		}
-		runs[1] = plan.Body(seg)
-		if tl, ok := plan.Tail(seg); ok {
-			runs[2] = []planner.Run{tl}
-		}
-		for _, stage := range runs {
-			for _, run := range stage {
-				recs := scratch[:0]
-				for _, pi := range plan.Records(run) {
-					recs = append(recs, t.planIdx[pi])
-				}
-				scratch = recs
-				if rc == nil {
-					first := &b.records[recs[0]]
-					rc = &runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: first.Headers.Key, b: b}
-				}
-				if !t.runOne(b, rc, run.Tag(), recs) {
-					stopped = true
-					break
-				}
-			}
-			if stopped {
-				break
+		for _, r := range plan.Body(seg) {
+			if !run(r) {
+				stopped = true
+				break segments
 			}
 		}
-		if stopped {
+		if tl, ok := plan.Tail(seg); ok && !run(tl) {
+			stopped = true
 			break
 		}
 	}
 	if stopped {
-		// Everything of the key not applied or dead-lettered waits.
-		hold := func(run planner.Run) {
-			for _, pi := range plan.Records(run) {
+		hold := func(r planner.Run) {
+			for _, pi := range plan.Records(r) {
 				if i := t.planIdx[pi]; b.status[i] == statusPending {
 					b.status[i] = statusHeld
 				}
@@ -595,8 +609,8 @@ func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[st
 			if h, ok := plan.Head(seg); ok {
 				hold(h)
 			}
-			for _, run := range plan.Body(seg) {
-				hold(run)
+			for _, r := range plan.Body(seg) {
+				hold(r)
 			}
 			if tl, ok := plan.Tail(seg); ok {
 				hold(tl)

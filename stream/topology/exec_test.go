@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -486,5 +487,61 @@ func TestIncompatibleTopologyIsRefused(t *testing.T) {
 	defer db.Close()
 	if err := prog.Attach(db); !errors.Is(err, state.ErrIncompatibleTopology) {
 		t.Fatalf("Attach = %v, want ErrIncompatibleTopology", err)
+	}
+}
+
+func TestStoreFailureAbandonsTheBatch(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	refuse := true
+	values := stream.CodecFunc(
+		func(dst []byte, v int) ([]byte, error) {
+			if refuse {
+				return dst, errors.New("disk says no")
+			}
+			return stream.JSON[int]().Append(dst, v)
+		},
+		stream.JSON[int]().Decode)
+	topo := topology.New("storefail")
+	src := topology.Source[string](topo, "log")
+	table := topology.Table[string, int](topo, "count", values)
+	topology.Project(topology.On(src, decl), table, func(v *int, e Ev) error { *v++; return nil })
+	d := topology.NewDriver(t, topo)
+	topology.Pipe(d, decl, Ev{K: "a"}, Ev{K: "b"})
+	task := d.Task("log", 0)
+	r0, _ := decl.Record(0, 0, Ev{K: "a"})
+	r1, _ := decl.Record(0, 1, Ev{K: "b"})
+	if _, err := task.Process(context.Background(), []stream.Record{r0, r1}); err == nil {
+		t.Fatal("Process succeeded although the table refused to encode")
+	}
+	if task.Next() != 0 {
+		t.Fatalf("checkpoint moved to %d after an abandoned batch", task.Next())
+	}
+	refuse = false
+	d.Advance()
+	for _, k := range []string{"a", "b"} {
+		if n, _, _ := table.Get(context.Background(), k); n != 1 {
+			t.Fatalf("count[%s] = %d, want 1", k, n)
+		}
+	}
+}
+
+func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
+	decl := stream.DeclareFunc(1, evKey)
+	topo := topology.New("panic")
+	src := topology.Source[string](topo, "log")
+	var got []string
+	topology.On(src, decl).Sink("p", func(ctx context.Context, key string, events []Ev) error {
+		if key == "bad" {
+			panic("kaboom")
+		}
+		got = append(got, key)
+		return nil
+	})
+	d := topology.NewDriver(t, topo, topology.TaskOptions(stream.WithLogger(nil)))
+	topology.Pipe(d, decl, Ev{K: "bad"}, Ev{K: "good"})
+	d.Advance()
+	res := d.Results()[0]
+	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "kaboom") || !slices.Equal(got, []string{"good"}) {
+		t.Fatalf("failures %+v, handled %v", res.Failures, got)
 	}
 }
