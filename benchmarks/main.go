@@ -202,7 +202,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		for range cfg.events {
 			g.Next()
 		}
-		fmt.Fprintf(stdout, "mix: %s; %d accounts touched\n", g.Mix(), len(g.Reference()))
+		fmt.Fprintf(stdout, "mix: %s; %d accounts touched\n", g.Mix(), g.Accounts())
 	}
 	fmt.Fprintf(stdout, "embedded broker (e2e, latency): %s\n\n", map[string]string{"memory": "in memory", "disk": "with a data directory"}[cfg.broker])
 	codecs := cfg.codecList()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
 )
@@ -168,7 +169,7 @@ func (s *RestartStore) Resume(ctx context.Context) (Timing, error) {
 				break
 			}
 			a := s.pick(p, i)
-			r, err := d.Deposited.Record(p, s.next[p]+uint64(len(batches[p])), workload.Deposited{Account: a, Amount: 1})
+			r, err := d.Events.Deposits.Record(p, s.next[p]+uint64(len(batches[p])), bank.Deposited{Account: a, Amount: 1})
 			if err != nil {
 				return Timing{}, err
 			}
@@ -216,7 +217,7 @@ func (s *RestartStore) Resume(ctx context.Context) (Timing, error) {
 	for p := range s.o.Partitions {
 		s.next[p] += uint64(len(batches[p]))
 		for _, r := range batches[p] {
-			e, _ := d.Deposited.Decode(r.Payload)
+			e, _ := d.Events.Deposits.Decode(r.Payload)
 			s.expects[e.Account] += e.Amount
 		}
 	}
@@ -224,9 +225,9 @@ func (s *RestartStore) Resume(ctx context.Context) (Timing, error) {
 	// accounts) through the committed state.
 	for p := range s.o.Partitions {
 		for _, r := range batches[p] {
-			e, _ := d.Deposited.Decode(r.Payload)
+			e, _ := d.Events.Deposits.Decode(r.Payload)
 			a, ok, err := sess.topo.Balances.Get(ctx, e.Account)
-			if err != nil || !ok || !a.Open || a.Balance != s.expects[e.Account] {
+			if err != nil || !ok || a.Status != bank.StatusOpen || a.Balance != s.expects[e.Account] {
 				_ = sess.db.Close()
 				return tm, fmt.Errorf("account %d after restart %d: got %+v (found %v, err %v), want open with balance %d",
 					e.Account, s.round, a, ok, err, s.expects[e.Account])
@@ -303,7 +304,7 @@ func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
 		}
 		for i := range o.Batch {
 			a := s.pick(p, i)
-			env, err := d.Deposited.Envelope(workload.Deposited{Account: a, Amount: 1})
+			env, err := d.Events.Deposits.Envelope(bank.Deposited{Account: a, Amount: 1})
 			if err != nil {
 				return res, err
 			}
@@ -397,7 +398,7 @@ func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
 	// ones that are committed, by checkpoint, against what was sent.
 	for a, n := range deposits {
 		got, ok, err := topo.Balances.Get(ctx, a)
-		if err != nil || !ok || !got.Open || got.Balance > n || got.Balance < 0 {
+		if err != nil || !ok || got.Status != bank.StatusOpen || got.Balance > n || got.Balance < 0 {
 			return res, fmt.Errorf("account %d after the restart: got %+v (found %v, err %v), want open with a balance of at most %d", a, got, ok, err, n)
 		}
 	}

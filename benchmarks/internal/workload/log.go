@@ -5,28 +5,11 @@ import (
 	"math/rand/v2"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 )
-
-// Kind says which of the four events a generated event is.
-type Kind uint8
-
-// The event kinds.
-const (
-	KindOpened Kind = iota + 1
-	KindDeposited
-	KindWithdrawn
-	KindClosed
-)
-
-// Event is one generated event, before encoding.
-type Event struct {
-	Kind    Kind
-	Account AccountID
-	Amount  int64
-}
 
 // Config describes a workload.
 type Config struct {
@@ -53,8 +36,7 @@ func Default() Config {
 	return Config{Events: 1_000_000, Accounts: 10_000, Skew: 1.1, Lifecycle: 0.1, Partitions: 8, Seed: 1}
 }
 
-// Generator produces the workload's events in log (publish) order and folds
-// them into the sequential reference as it goes. The first event of an
+// Generator produces the workload's events in log (publish) order. The first event of an
 // account always opens it; a lifecycle event closes an open account and
 // re-opens a closed one. First opens count towards the lifecycle share, so
 // deposits and withdrawals stay at 1 - Lifecycle of the events.
@@ -63,7 +45,7 @@ type Generator struct {
 	rng     *rand.Rand
 	zipf    *rand.Zipf
 	perm    []AccountID
-	state   map[AccountID]*Account
+	open    map[AccountID]bool // accounts seen, and whether they are open
 	counts  [5]int
 	emitted int
 }
@@ -75,11 +57,11 @@ func NewGenerator(cfg Config) (*Generator, error) {
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	g := &Generator{
-		cfg:   cfg,
-		rng:   rng,
-		zipf:  rand.NewZipf(rng, cfg.Skew, 1, uint64(cfg.Accounts-1)),
-		perm:  make([]AccountID, cfg.Accounts),
-		state: make(map[AccountID]*Account, cfg.Accounts),
+		cfg:  cfg,
+		rng:  rng,
+		zipf: rand.NewZipf(rng, cfg.Skew, 1, uint64(cfg.Accounts-1)),
+		perm: make([]AccountID, cfg.Accounts),
+		open: make(map[AccountID]bool, cfg.Accounts),
 	}
 	for i, p := range rng.Perm(cfg.Accounts) {
 		g.perm[i] = AccountID(p + 1)
@@ -90,11 +72,7 @@ func NewGenerator(cfg Config) (*Generator, error) {
 // Next returns the next event and folds it into the reference.
 func (g *Generator) Next() Event {
 	id := g.perm[g.zipf.Uint64()]
-	a, seen := g.state[id]
-	if !seen {
-		a = &Account{}
-		g.state[id] = a
-	}
+	isOpen, seen := g.open[id]
 	var e Event
 	u := g.rng.Float64()
 	// First opens are lifecycle events too: draw lifecycle events only
@@ -107,7 +85,7 @@ func (g *Generator) Next() Event {
 	case !seen:
 		e = Event{Kind: KindOpened, Account: id}
 	case u < life:
-		if a.Open {
+		if isOpen {
 			e = Event{Kind: KindClosed, Account: id}
 		} else {
 			e = Event{Kind: KindOpened, Account: id}
@@ -119,28 +97,17 @@ func (g *Generator) Next() Event {
 	}
 	switch e.Kind {
 	case KindOpened:
-		_ = FoldOpened(a, Opened{})
-	case KindDeposited:
-		_ = FoldDeposited(a, Deposited{Amount: e.Amount})
-	case KindWithdrawn:
-		_ = FoldWithdrawn(a, Withdrawn{Amount: e.Amount})
+		g.open[id] = true
 	case KindClosed:
-		_ = FoldClosed(a, Closed{})
+		g.open[id] = false
 	}
 	g.counts[e.Kind]++
 	g.emitted++
 	return e
 }
 
-// Reference returns the balances after every event generated so far,
-// folded sequentially in log order. The map is the generator's own.
-func (g *Generator) Reference() map[AccountID]Account {
-	out := make(map[AccountID]Account, len(g.state))
-	for id, a := range g.state {
-		out[id] = *a
-	}
-	return out
-}
+// Accounts returns how many accounts the events so far touched.
+func (g *Generator) Accounts() int { return len(g.open) }
 
 // Mix returns how many events of each kind were generated.
 func (g *Generator) Mix() Mix {
@@ -150,6 +117,19 @@ func (g *Generator) Mix() Mix {
 
 // Mix counts events per kind.
 type Mix struct{ Opened, Deposited, Withdrawn, Closed int }
+
+func (m *Mix) add(k Kind) {
+	switch k {
+	case KindOpened:
+		m.Opened++
+	case KindDeposited:
+		m.Deposited++
+	case KindWithdrawn:
+		m.Withdrawn++
+	case KindClosed:
+		m.Closed++
+	}
+}
 
 // String gives the shares in percent.
 func (m Mix) String() string {
@@ -231,21 +211,15 @@ func EncodeEvents(cfg Config, decls Decls, next func(i int) Event) (*Log, error)
 			tag: uint8(h.Tag), ordering: h.Ordering, kind: h.Algebra, partition: uint16(p),
 		})
 		l.partitions[p] = append(l.partitions[p], uint32(i))
-		a := l.reference[e.Account]
-		switch e.Kind {
-		case KindOpened:
-			_ = FoldOpened(&a, Opened{})
-			l.mix.Opened++
-		case KindDeposited:
-			_ = FoldDeposited(&a, Deposited{Amount: e.Amount})
-			l.mix.Deposited++
-		case KindWithdrawn:
-			_ = FoldWithdrawn(&a, Withdrawn{Amount: e.Amount})
-			l.mix.Withdrawn++
-		case KindClosed:
-			_ = FoldClosed(&a, Closed{})
-			l.mix.Closed++
+		be, err := e.Bank()
+		if err != nil {
+			return nil, err
 		}
+		a := l.reference[e.Account]
+		if err := bank.Apply(&a, be); err != nil {
+			return nil, fmt.Errorf("workload: event %d: reference: %w", i, err)
+		}
+		l.mix.add(e.Kind)
 		l.reference[e.Account] = a
 	}
 	return l, nil

@@ -4,32 +4,26 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 
-// Source is the name of the accounts log ("stream/topic").
-const Source = "bank/accounts"
+// Source is the name of the accounts log ("stream/topic"), as
+// connectors/iggy names the example's topic.
+const Source = bank.Stream + "/" + bank.Topic
 
-// Topo is the balances topology for one codec.
+// Topo is the example's balances topology for one codec.
 type Topo struct {
 	Topology *topology.Topology
 	Balances *state.Table[AccountID, Account]
 	Decls    Decls
 }
 
-// NewTopology declares the balances read model: every event type projects
-// into one table, as in DESIGN.md §11.
+// NewTopology returns bank.NewTopology for d's codec, reading Source.
 func NewTopology(d Decls, opts ...topology.Option) *Topo {
-	t := topology.New("accounts-bench", opts...)
-	src := topology.Source[AccountID](t, Source)
-	bal := topology.Table[AccountID, Account](t, "balances", d.Values)
-	topology.Project(topology.On(src, d.Opened), bal, FoldOpened)
-	topology.Project(topology.On(src, d.Deposited), bal, FoldDeposited)
-	topology.Project(topology.On(src, d.Withdrawn), bal, FoldWithdrawn)
-	topology.Project(topology.On(src, d.Closed), bal, FoldClosed)
+	t, bal := bank.NewTopology(d.Events, Source, opts...)
 	return &Topo{Topology: t, Balances: bal, Decls: d}
 }
 
@@ -51,6 +45,3 @@ func ReadBalances(ctx context.Context, t *state.Table[AccountID, Account]) (map[
 	}
 	return got, nil
 }
-
-// Ensure the declarations encode as stream.Encoder.
-var _ stream.Encoder[Opened] = (*stream.Event[AccountID, Opened])(nil)

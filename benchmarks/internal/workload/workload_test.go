@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/xxh32"
 )
 
@@ -26,8 +27,8 @@ func TestGeneratorMix(t *testing.T) {
 	if s := share(m.Opened + m.Closed); math.Abs(s-0.1) > 0.02 {
 		t.Errorf("opens+closes %.3f, want about 0.1 (%v)", s, m)
 	}
-	if len(g.Reference()) > cfg.Accounts {
-		t.Errorf("%d accounts, more than %d", len(g.Reference()), cfg.Accounts)
+	if g.Accounts() > cfg.Accounts {
+		t.Errorf("%d accounts, more than %d", g.Accounts(), cfg.Accounts)
 	}
 }
 
@@ -70,7 +71,7 @@ func TestLogRoundTrip(t *testing.T) {
 				if err := r.Headers.Validate(); err != nil {
 					t.Fatal(err)
 				}
-				id, err := l.Decls.Opened.KeyCodec().Decode(r.Headers.Key)
+				id, err := l.Decls.Events.Opened.KeyCodec().Decode(r.Headers.Key)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -88,21 +89,21 @@ func TestLogRoundTrip(t *testing.T) {
 			t.Errorf("%s: %v", cd, err)
 		}
 		env := l.Envelope(0)
-		if env.Headers.Tag != TagOpened || env.Headers.Ordering.String() != "Acquire" {
+		if env.Headers.Tag != bank.TagOpened || env.Headers.Ordering.String() != "Acquire" {
 			t.Errorf("%s: first event %+v, want an Acquire Opened", cd, env.Headers)
 		}
 	}
 }
 
 func TestCompare(t *testing.T) {
-	want := map[AccountID]Account{1: {Balance: 5, Open: true, Opens: 1}}
-	if err := Compare(want, map[AccountID]Account{1: {Balance: 5, Open: true, Opens: 1}}); err != nil {
+	want := map[AccountID]Account{1: {ID: 1, Balance: 5, Status: bank.StatusOpen, Openings: 1}}
+	if err := Compare(want, map[AccountID]Account{1: {ID: 1, Balance: 5, Status: bank.StatusOpen, Openings: 1}}); err != nil {
 		t.Error(err)
 	}
 	for _, got := range []map[AccountID]Account{
 		{},
-		{1: {Balance: 4, Open: true, Opens: 1}},
-		{1: {Balance: 5, Open: true, Opens: 1}, 2: {}},
+		{1: {ID: 1, Balance: 4, Status: bank.StatusOpen, Openings: 1}},
+		{1: {ID: 1, Balance: 5, Status: bank.StatusOpen, Openings: 1}, 2: {}},
 	} {
 		if err := Compare(want, got); err == nil {
 			t.Errorf("%v accepted", got)
@@ -112,7 +113,7 @@ func TestCompare(t *testing.T) {
 
 func TestBinaryCodecsRefuseShortInput(t *testing.T) {
 	d := NewDecls(Binary)
-	for tag := TagOpened; tag <= TagClosed; tag++ {
+	for tag := bank.TagOpened; tag <= bank.TagClosed; tag++ {
 		var a Account
 		if err := d.Apply(&a, tag, []byte{1, 2, 3}); err == nil {
 			t.Errorf("tag %d: short payload accepted", tag)
