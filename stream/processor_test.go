@@ -61,7 +61,7 @@ type procFixture struct {
 	slow atomic.Int64           // nanoseconds each deposit run sleeps
 }
 
-func newProcFixture(t *testing.T, partitions uint32, mod func(*Spec)) *procFixture {
+func newProcFixture(t testing.TB, partitions uint32, mod func(*Spec)) *procFixture {
 	t.Helper()
 	fx := &procFixture{
 		deposit: Declare[string, procDeposit](procTagDeposit,
