@@ -42,6 +42,18 @@ import (
 // key) are never applied and always dead-lettered; what happens to their
 // key's later events is the program's PoisonPolicy.
 //
+// # Headers versus declarations
+//
+// The planner works from headers alone, but the consumer's declaration of
+// a type wins where the two disagree: a type with a static fence is planned
+// with that fence whatever the record's strand-props say, and every run is
+// reduced with the declaration's algebra, not the header's kind. Only types
+// declared with FenceBy are planned by each record's header ordering (the
+// consumer cannot know it without decoding). Disagreements are counted in
+// Result.Mismatches, not dead-lettered: during a rolling upgrade of the
+// declarations the new consumer applies its own, consistent semantics to
+// old and new records alike.
+//
 // # Concurrency
 //
 // A Task is not safe for concurrent use: one goroutine (the partition's
@@ -165,6 +177,12 @@ type Result struct {
 	// Stale counts batch records below the checkpoint, ignored as already
 	// committed.
 	Stale int
+	// Mismatches counts records whose strand-props header disagreed with
+	// the consumer's declaration of their type (another static fence, or
+	// another algebra kind). They were planned and reduced by the
+	// declaration, as documented on Task; the count shows producers that
+	// run another version of the declarations.
+	Mismatches int
 	// DeadLetters lists the records dead-lettered by this commit.
 	DeadLetters []DeadLetter
 	// Failures lists the keys whose processing stopped at a failing run.
@@ -228,6 +246,8 @@ type batch struct {
 	fromRow []bool
 	due     map[string]bool // parked keys retried by this batch
 	poison  PoisonPolicy
+
+	mismatches int // written by prepare only
 
 	mu       sync.Mutex
 	dead     []deadEntry
@@ -424,6 +444,7 @@ func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
 	// Write parked rows, dead letters and the checkpoint, and work out the
 	// new parked state; apply it to memory only after the commit.
 	changes := t.settle(b, now, &res)
+	res.Mismatches = b.mismatches
 	if hasLast && (!t.hasNext || last+1 > t.next) {
 		res.Next = last + 1
 		b.tx.SetCheckpoint(t.src.name, t.partition, res.Next)
@@ -513,6 +534,9 @@ func (t *Task) prepare(b *batch, nParked int) {
 		o := rt.fence
 		if o == 0 {
 			o = r.Headers.Ordering
+		}
+		if o != r.Headers.Ordering || rt.kind != r.Headers.Algebra {
+			b.mismatches++
 		}
 		planRec = append(planRec, planner.Record[string]{Key: key, Tag: r.Headers.Tag, Ordering: o})
 		planIdx = append(planIdx, i)

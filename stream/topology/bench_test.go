@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -256,17 +257,19 @@ func BenchmarkAccounts(b *testing.B) {
 				d := topology.NewDriver(b, topo, topology.BatchSize(batch),
 					topology.StateOptions(state.WithDurability(state.Sync)))
 				resetPeakRSS()
-				var elapsed time.Duration
+				var elapsed, cpu time.Duration
 				for start := 0; start < n; start += chunk {
 					pipeBank(d, decls, ops[start:min(start+chunk, n)])
-					t0 := time.Now()
+					t0, c0 := time.Now(), cpuTime()
 					b.StartTimer()
 					d.Advance()
 					b.StopTimer()
 					elapsed += time.Since(t0)
+					cpu += cpuTime() - c0
 					d.DropCommitted()
 				}
 				b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
 				b.ReportMetric(peakRSS(), "peak-RSS-MB")
 				checkBank(b, tab, ref)
 				d.Close()
@@ -278,22 +281,33 @@ func BenchmarkAccounts(b *testing.B) {
 				b.StopTimer()
 				nv := openNaive(b, b.TempDir(), codec == "binary")
 				resetPeakRSS()
-				var elapsed time.Duration
+				var elapsed, cpu time.Duration
 				for start := 0; start < n; start += chunk {
 					recs := naiveRecords(ops[start:min(start+chunk, n)], codec == "binary")
-					t0 := time.Now()
+					t0, c0 := time.Now(), cpuTime()
 					b.StartTimer()
 					nv.process(b, recs, batch)
 					b.StopTimer()
 					elapsed += time.Since(t0)
+					cpu += cpuTime() - c0
 				}
 				b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
 				b.ReportMetric(peakRSS(), "peak-RSS-MB")
 				nv.close()
 				b.StartTimer()
 			}
 		})
 	}
+}
+
+// cpuTime returns the process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // resetPeakRSS resets the kernel's peak-RSS mark of this process (Linux).

@@ -545,3 +545,33 @@ func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
 		t.Fatalf("failures %+v, handled %v", res.Failures, got)
 	}
 }
+
+func TestDeclarationWinsOverHeaders(t *testing.T) {
+	// The consumer declares A as Acquire; a producer with an older
+	// declaration sent it Relaxed. The consumer plans A as Acquire.
+	a := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	bDecl := stream.DeclareFunc(2, evKey)
+	rec := &recorder{}
+	topo := topology.New("mismatch")
+	src := topology.Source[string](topo, "log")
+	topology.On(src, a).Sink("rec", rec.sink(1))
+	topology.On(src, bDecl).Sink("rec", rec.sink(2))
+	d := topology.NewDriver(t, topo)
+	topology.Pipe(d, bDecl, Ev{K: "k", N: 0})
+	old := stream.DeclareFunc(1, evKey) // Relaxed
+	topology.Pipe(d, old, Ev{K: "k", N: 1})
+	topology.Pipe(d, bDecl, Ev{K: "k", N: 2})
+	d.Advance()
+	var got []string
+	for _, c := range rec.forKey("k") {
+		got = append(got, fmt.Sprintf("%d:%v", c.tag, c.ns))
+	}
+	// As Acquire: [b0] then head a1, body b2. As Relaxed it would be one
+	// segment with body runs b[0 2] and a[1].
+	if want := []string{"2:[0]", "1:[1]", "2:[2]"}; !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+	if res := d.Results()[0]; res.Mismatches != 1 {
+		t.Fatalf("mismatches %d, want 1", res.Mismatches)
+	}
+}
