@@ -20,6 +20,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -61,6 +63,7 @@ type config struct {
 	restartKeys  int
 	naiveWorkers int
 	jsonOut      string
+	reps         int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -86,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.restartKeys, "restart-keys", 1_000_000, "restart scenario: keys of state in the reopened store")
 	fs.IntVar(&c.naiveWorkers, "naive-workers", 8, "core scenario: also run the naive consumer with this many partition goroutines (0 or 1: only the sequential one)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write all results as JSON lines to this file")
+	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -102,8 +106,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			c.latencyFor = 5 * time.Second
 		}
 	}
-	if c.events < 1 || c.accounts < 1 || c.partitions < 1 || c.batch < 1 || c.skew <= 1 {
-		return c, errors.New("benchmarks: -events, -accounts, -partitions and -batch must be positive and -skew > 1")
+	if c.events < 1 || c.accounts < 1 || c.partitions < 1 || c.batch < 1 || c.skew <= 1 || c.reps < 1 {
+		return c, errors.New("benchmarks: -events, -accounts, -partitions, -batch and -reps must be positive and -skew > 1")
 	}
 	for _, s := range strings.Split(c.codecs, ",") {
 		if _, err := workload.ParseCodec(s); err != nil {
@@ -206,7 +210,6 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "embedded broker (e2e, latency): %s\n\n", map[string]string{"memory": "in memory", "disk": "with a data directory"}[cfg.broker])
 	codecs := cfg.codecList()
-	var results []scenario.Result
 	var jsonOut io.Writer
 	if cfg.jsonOut != "" {
 		f, err := os.Create(cfg.jsonOut)
@@ -216,6 +219,8 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		defer f.Close()
 		jsonOut = f
 	}
+	runs := map[job][]scenario.Result{}
+	var order []job
 	measure := func(j job, extra ...string) (scenario.Result, error) {
 		load := sysstat.Load()
 		fmt.Fprintf(stderr, "running %s (load %s)...\n", j, load)
@@ -224,73 +229,115 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			return r, fmt.Errorf("%s: %w", j, err)
 		}
 		r.Load = load
-		results = append(results, r)
+		if _, seen := runs[j]; !seen {
+			order = append(order, j)
+		}
+		runs[j] = append(runs[j], r)
 		if jsonOut != nil {
 			b, _ := json.Marshal(r)
 			fmt.Fprintf(jsonOut, "%s\n", b)
 		}
 		return r, nil
 	}
+	// rounds runs the jobs -reps times, interleaved, so that a baseline and
+	// what is compared with it see the same load.
+	rounds := func(jobs ...job) error {
+		for range cfg.reps {
+			for _, j := range jobs {
+				if _, err := measure(j); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	var peak float64
 	for _, sc := range scs {
 		switch sc {
 		case "core":
+			var jobs []job
 			for _, cd := range codecs {
-				if _, err := measure(job{"core", "naive", string(cd)}); err != nil {
-					return err
-				}
+				jobs = append(jobs, job{"core", "naive", string(cd)})
 				if cfg.naiveWorkers > 1 {
-					if _, err := measure(job{"core", "naive-par", string(cd)}); err != nil {
-						return err
-					}
+					jobs = append(jobs, job{"core", "naive-par", string(cd)})
 				}
-				if _, err := measure(job{"core", "strand", string(cd)}); err != nil {
-					return err
-				}
+				jobs = append(jobs, job{"core", "strand", string(cd)})
+			}
+			if err := rounds(jobs...); err != nil {
+				return err
 			}
 		case "e2e":
 			cd := string(codecs[0])
-			if _, err := measure(job{"e2e", "naive", cd}); err != nil {
+			e2e := job{"e2e", "strand", cd}
+			if err := rounds(job{"e2e", "naive", cd}, e2e, job{"e2e", "strand-drain", cd}); err != nil {
 				return err
 			}
-			r, err := measure(job{"e2e", "strand", cd})
-			if err != nil {
-				return err
-			}
-			peak = r.Rate
-			if _, err := measure(job{"e2e", "strand-drain", cd}); err != nil {
-				return err
-			}
+			peak = median(runs[e2e]).Rate
 		case "latency":
 			cd := string(codecs[0])
 			rate := cfg.latencyRate
 			if rate <= 0 {
 				if peak == 0 {
-					r, err := measure(job{"e2e", "strand", cd})
-					if err != nil {
+					e2e := job{"e2e", "strand", cd}
+					if err := rounds(e2e); err != nil {
 						return err
 					}
-					peak = r.Rate
+					peak = median(runs[e2e]).Rate
 				}
 				rate = cfg.latencyShare * peak
 			}
-			if _, err := measure(job{"latency", "strand", cd}, "-latency-rate", fmt.Sprint(rate)); err != nil {
-				return err
+			for range cfg.reps {
+				if _, err := measure(job{"latency", "strand", cd}, "-latency-rate", fmt.Sprint(rate)); err != nil {
+					return err
+				}
 			}
 		case "restart":
 			cd := string(codecs[0])
-			if _, err := measure(job{"restart", "task", cd}); err != nil {
-				return err
-			}
-			if _, err := measure(job{"restart", "processor", cd}); err != nil {
+			if err := rounds(job{"restart", "task", cd}, job{"restart", "processor", cd}); err != nil {
 				return err
 			}
 		}
+	}
+	var results []scenario.Result
+	for _, j := range order {
+		results = append(results, median(runs[j]))
 	}
 	fmt.Fprintln(stdout)
 	printTable(stdout, results)
 	fmt.Fprintf(stdout, "\nload average at end: %s\n", sysstat.Load())
 	return nil
+}
+
+// median returns the median of several runs of one measurement (by rate,
+// by p99 for latency, by time for restarts), with the range of all runs in
+// its Extra figures.
+func median(rs []scenario.Result) scenario.Result {
+	if len(rs) == 0 {
+		return scenario.Result{}
+	}
+	key := func(r scenario.Result) float64 {
+		switch r.Scenario {
+		case "latency":
+			return r.P99
+		case "restart":
+			return r.Seconds
+		}
+		return r.Rate
+	}
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b scenario.Result) int { return cmp.Compare(key(a), key(b)) })
+	m := sorted[len(sorted)/2]
+	extra := map[string]float64{}
+	for k, v := range m.Extra {
+		extra[k] = v
+	}
+	extra["runs"] = float64(len(rs))
+	extra["min"], extra["max"] = key(sorted[0]), key(sorted[len(sorted)-1])
+	m.Extra = extra
+	for _, r := range rs {
+		m.Verified = m.Verified && r.Verified
+	}
+	return m
 }
 
 // runJob runs one measurement, in a child process unless -inprocess.
@@ -353,7 +400,7 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
 		"-latency-share", fmt.Sprint(c.latencyShare), "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1",
 	}
 }
 

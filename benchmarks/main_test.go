@@ -165,3 +165,26 @@ func TestFlags(t *testing.T) {
 		t.Errorf("-quick -events 7: %+v, %v", cfg, err)
 	}
 }
+
+func TestMedian(t *testing.T) {
+	rs := []scenario.Result{
+		{Scenario: "core", Rate: 3, Verified: true},
+		{Scenario: "core", Rate: 1, Verified: true},
+		{Scenario: "core", Rate: 2, Verified: true, Extra: map[string]float64{"x": 1}},
+	}
+	m := median(rs)
+	if m.Rate != 2 || m.Extra["min"] != 1 || m.Extra["max"] != 3 || m.Extra["runs"] != 3 || m.Extra["x"] != 1 || !m.Verified {
+		t.Errorf("median %+v", m)
+	}
+	if rs[2].Extra["runs"] != 0 {
+		t.Error("median changed its input")
+	}
+	rs[0].Verified = false
+	if median(rs).Verified {
+		t.Error("median of an unverified run set is verified")
+	}
+	lat := median([]scenario.Result{{Scenario: "latency", P99: 9}, {Scenario: "latency", P99: 5}})
+	if lat.P99 != 9 { // upper median of two
+		t.Errorf("latency median p99 %v", lat.P99)
+	}
+}

@@ -37,7 +37,7 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tprocess peak\tcommits\tverified\tload\t")
+	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\trange (runs)\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tprocess peak\tcommits\tverified\tload\t")
 	for _, r := range rs {
 		if r.Rate == 0 {
 			continue
@@ -55,8 +55,8 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		if r.CPUSeconds > 0 {
 			perCPU = count(float64(r.Events) / r.CPUSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
-			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), vsNaive, vsPar, r.CPUSeconds, perCPU,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
+			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), spread(r, count), vsNaive, vsPar, r.CPUSeconds, perCPU,
 			mib(r.PeakRSS), mib(r.ProcessPeakRSS), r.Commits, r.Verified, load1(r.Load))
 	}
 	_ = tw.Flush()
@@ -73,20 +73,22 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	if len(lat) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "latency\tcodec\ttarget events/s\tachieved events/s\tevents\tcommits\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tverified\tload\t")
+		fmt.Fprintln(tw, "latency\tcodec\ttarget events/s\tachieved events/s\tevents\tcommits\tp50 ms\tp99 ms\tp99 range (runs)\tp99.9 ms\tmax ms\tverified\tload\t")
 		for _, r := range lat {
-			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%v\t%s\t\n",
-				r.Codec, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99, r.P999, r.Max, r.Verified, load1(r.Load))
+			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%v\t%s\t\n",
+				r.Codec, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99,
+				spread(r, func(x float64) string { return fmt.Sprintf("%.1f", x) }), r.P999, r.Max, r.Verified, load1(r.Load))
 		}
 		_ = tw.Flush()
 	}
 	if len(rest) > 0 {
 		fmt.Fprintln(w)
 		for _, r := range rest {
-			fmt.Fprintf(w, "restart (%s, %d keys of state, %s, load %s): %.3f s from open to the first committed batch", r.Codec, int(r.Extra["keys"]), r.Variant, load1(r.Load), r.Seconds)
+			fmt.Fprintf(w, "restart (%s, %d keys of state, %s, load %s): %.3f s from open to the first committed batch, range %s", r.Codec, int(r.Extra["keys"]), r.Variant, load1(r.Load), r.Seconds,
+				spread(r, func(x float64) string { return fmt.Sprintf("%.3f", x) }))
 			keys := make([]string, 0, len(r.Extra))
 			for k := range r.Extra {
-				if strings.HasSuffix(k, "_s") {
+				if strings.HasSuffix(k, "_s") && k != "duration_s" {
 					keys = append(keys, k)
 				}
 			}
@@ -106,6 +108,15 @@ func printTable(w io.Writer, rs []scenario.Result) {
 			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, r.Variant, r.Codec, r.Note)
 		}
 	}
+}
+
+// spread formats the range of a median's runs.
+func spread(r scenario.Result, f func(float64) string) string {
+	n := int(r.Extra["runs"])
+	if n <= 1 {
+		return "(1)"
+	}
+	return fmt.Sprintf("%s–%s (%d)", f(r.Extra["min"]), f(r.Extra["max"]), n)
 }
 
 // load1 returns the 1-minute figure of a load average.
