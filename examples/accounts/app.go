@@ -522,8 +522,7 @@ func (a *app) runCheck(ctx context.Context) (report, error) {
 	return rep, a.verdict(rep)
 }
 
-func (a *app) runAll(ctx context.Context) (report, error) {
-	var rep report
+func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	if a.cfg.iggy == "" {
 		if err := a.startBroker("127.0.0.1:0"); err != nil {
 			return rep, err
@@ -570,21 +569,36 @@ func (a *app) runAll(ctx context.Context) (report, error) {
 		a.printf("publishing events until interrupted to %s on %s", a.cfg.source(), a.addr)
 	}
 	start := time.Now()
-	stop, procDone := a.startProcessor(ctx)
+	pctx, cancelProgress := context.WithCancel(ctx)
+	defer cancelProgress()
+	pr := &progress{}
+	go a.reportProgress(pctx, pr, func() int64 { return base + prod.sent() })
+	prodCtx, cancelProd := context.WithCancel(ctx)
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- prod.run(prodCtx) }()
+	prodRunning := true
+	defer func() {
+		cancelProd()
+		if prodRunning {
+			<-prodDone
+		}
+	}()
+
+	// The processor runs while the producer publishes, or, with -backlog,
+	// starts once everything is published (to measure it alone).
+	procStart := start
+	stop, procDone := func() error { return nil }, (<-chan error)(nil)
+	if !a.cfg.backlog {
+		stop, procDone = a.startProcessor(ctx)
+	}
 	defer func() {
 		if serr := stop(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
-	pctx, cancelProgress := context.WithCancel(ctx)
-	defer cancelProgress()
-	pr := &progress{}
-	go a.reportProgress(pctx, pr, func() int64 { return base + prod.sent() })
-
-	prodDone := make(chan error, 1)
-	go func() { prodDone <- prod.run(ctx) }()
 	select {
 	case err := <-prodDone:
+		prodRunning = false
 		if err != nil {
 			return rep, err
 		}
@@ -595,6 +609,11 @@ func (a *app) runAll(ctx context.Context) (report, error) {
 	if ctx.Err() != nil {
 		return rep, nil // interrupted: the processor stops gracefully
 	}
+	if a.cfg.backlog {
+		a.printf("published %s events; now processing the backlog", commas(rep.Published))
+		procStart = time.Now()
+		stop, procDone = a.startProcessor(ctx)
+	}
 	ends, err := a.endOffsets(ctx)
 	if err != nil {
 		return rep, err
@@ -602,7 +621,7 @@ func (a *app) runAll(ctx context.Context) (report, error) {
 	if err := a.waitCaughtUp(ctx, ends, procDone); err != nil {
 		return rep, err
 	}
-	rep.ProcessTime = time.Since(start)
+	rep.ProcessTime = time.Since(procStart)
 	rep.Records = sum(ends) - committed0
 	cancelProgress()
 	rep.MaxLag = pr.maxLag
@@ -695,8 +714,12 @@ func (a *app) summary(rep report) {
 	if a.cfg.progress > 0 {
 		lag += fmt.Sprintf(", at most %s when sampled every %v", commas(rep.MaxLag), a.cfg.progress)
 	}
-	a.printf("processed %s records in %v, end to end: %s records/s (exactly-once, %s commits, %s codec, %d partitions); %s",
-		commas(int64(rep.Records)), rep.ProcessTime.Round(time.Millisecond), commas(int64(perSecond(int64(rep.Records), rep.ProcessTime))),
+	how := "end to end, publishing and processing at once"
+	if a.cfg.backlog {
+		how = "the processor alone, on a backlog"
+	}
+	a.printf("processed %s records in %v, %s: %s records/s (exactly-once, %s commits, %s codec, %d partitions); %s",
+		commas(int64(rep.Records)), rep.ProcessTime.Round(time.Millisecond), how, commas(int64(perSecond(int64(rep.Records), rep.ProcessTime))),
 		map[bool]string{true: "unsynced", false: "synced"}[a.cfg.nosync], a.cfg.codec, a.cfg.partitions, lag)
 	a.printCheck(rep)
 }

@@ -89,6 +89,7 @@ type config struct {
 
 	http     string
 	drain    bool
+	backlog  bool
 	serve    bool
 	progress time.Duration
 	verbose  bool
@@ -136,6 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8090", "address of the embedded broker in -role broker")
 	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the HTTP query endpoint (empty: none; a busy port falls back to a free one)")
 	fs.BoolVar(&c.drain, "drain", false, "-role processor: exit once everything in the topic at start is processed and its dead letters are published")
+	fs.BoolVar(&c.backlog, "backlog", false, "-role all: start the processor only once everything is published, to measure it alone on a backlog")
 	fs.BoolVar(&c.serve, "serve", false, "-role all: keep serving HTTP after the check, until interrupted")
 	fs.DurationVar(&c.progress, "progress", time.Second, "progress report interval (0: none)")
 	fs.BoolVar(&c.verbose, "v", false, "verbose logs")

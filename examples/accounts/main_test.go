@@ -296,3 +296,16 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestBacklog publishes everything first, then processes the backlog.
+func TestBacklog(t *testing.T) {
+	rep, out, err := testRun(t, context.Background(), []string{
+		"-events", "20000", "-backlog", "-poison", "2", "-data", t.TempDir(), "-http", "", "-progress", "0",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Check.Events != 20000 || rep.DeadLetters != 2 || !strings.Contains(out, "on a backlog") {
+		t.Fatalf("checked %d events, %d dead letters; output:\n%s", rep.Check.Events, rep.DeadLetters, out)
+	}
+}
