@@ -146,10 +146,27 @@ type projector[E any] interface {
 	// prepare reads the key's value and folds events into it; the returned
 	// function writes the result.
 	prepare(rc *runCtx, events []E) (write func() error, err error)
+	// apply reads, folds and writes in one go, for a type with a single
+	// projection.
+	apply(rc *runCtx, events []E) error
 	tableName() string
 }
 
 func (h *projectHandler[K, E, V]) tableName() string { return h.table.Name() }
+
+func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) error {
+	v, _, err := h.table.Read(rc.tx, rc.partition, rc.key)
+	if err != nil {
+		return errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
+	}
+	if err := foldAll(h.fold, &v, events); err != nil {
+		return err
+	}
+	if err := h.table.Write(rc.tx, rc.partition, rc.key, v); err != nil {
+		return errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
+	}
+	return nil
+}
 
 func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func() error, error) {
 	v, _, err := h.table.Read(rc.tx, rc.partition, rc.key)
@@ -272,11 +289,7 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (int, error) {
 		return accepted, errs
 	}
 	if len(r.projects) == 1 {
-		write, err := r.projects[0].prepare(rc, reduced[:accepted])
-		if err == nil {
-			err = write()
-		}
-		if err != nil {
+		if err := r.projects[0].apply(rc, reduced[:accepted]); err != nil {
 			return 0, joinErr(errs, r.projectErr(r.projects[0], err))
 		}
 		return accepted, errs

@@ -737,6 +737,7 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 		}
 	}
 	var parkedApplied, parkedHeld []uint64
+	res.Applied = make([]uint64, 0, len(b.records))
 	for i := range b.records {
 		r := &b.records[i]
 		switch b.status[i] {
