@@ -64,6 +64,7 @@ type config struct {
 	naiveWorkers int
 	jsonOut      string
 	reps         int
+	workers      int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.restartKeys, "restart-keys", 1_000_000, "restart scenario: keys of state in the reopened store")
 	fs.IntVar(&c.naiveWorkers, "naive-workers", 8, "core scenario: also run the naive consumer with this many partition goroutines (0 or 1: only the sequential one)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write all results as JSON lines to this file")
+	fs.IntVar(&c.workers, "workers", 0, "keys run at once per partition (topology.WithWorkers; 0: GOMAXPROCS)")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -400,7 +402,7 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
 		"-latency-share", fmt.Sprint(c.latencyShare), "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1",
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-workers", fmt.Sprint(c.workers),
 	}
 }
 
@@ -438,7 +440,7 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 	}
 	switch j.scenario {
 	case "core":
-		o := scenario.CoreOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(j)}
+		o := scenario.CoreOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(j), Workers: cfg.workers}
 		switch j.variant {
 		case "strand":
 			return scenario.CoreStrand(ctx, o)
