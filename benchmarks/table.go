@@ -37,7 +37,7 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\trange (runs)\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tprocess peak\tcommits\tverified\tload\t")
+	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\trange (runs)\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tinput\tprocess peak\tcommits\tverified\tload\t")
 	for _, r := range rs {
 		if r.Rate == 0 {
 			continue
@@ -55,9 +55,9 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		if r.CPUSeconds > 0 {
 			perCPU = count(float64(r.Events) / r.CPUSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
 			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), spread(r, count), vsNaive, vsPar, r.CPUSeconds, perCPU,
-			mib(r.PeakRSS), mib(r.ProcessPeakRSS), r.Commits, r.Verified, load1(r.Load))
+			mib(r.PeakRSS), mib(r.InputBytes), mib(r.ProcessPeakRSS), r.Commits, r.Verified, load1(r.Load))
 	}
 	_ = tw.Flush()
 

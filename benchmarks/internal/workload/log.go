@@ -3,6 +3,7 @@ package workload
 import (
 	"fmt"
 	"math/rand/v2"
+	"unsafe"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/examples/accounts/bank"
@@ -247,8 +248,15 @@ func (l *Log) Key(i int) []byte {
 // Len returns the number of events.
 func (l *Log) Len() int { return len(l.entries) }
 
-// Bytes returns the size of the encoded keys and payloads plus the index.
-func (l *Log) Bytes() int { return len(l.arena) + len(l.entries)*16 + len(l.entries)*4 }
+// Bytes returns the memory the log holds: the arena of keys and payloads
+// and its indexes.
+func (l *Log) Bytes() int {
+	n := cap(l.arena) + cap(l.entries)*int(unsafe.Sizeof(entry{}))
+	for _, p := range l.partitions {
+		n += cap(p) * 4
+	}
+	return n
+}
 
 // PayloadBytes returns the average payload size.
 func (l *Log) PayloadBytes() float64 {
