@@ -104,6 +104,9 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		}
 	}
 	for _, r := range rs {
+		if pr := r.Extra["producer_rate"]; pr > 0 {
+			fmt.Fprintf(w, "note %s/%s/%s: the producer published all %d events at %s events/s\n", r.Scenario, r.Variant, r.Codec, r.Events, count(pr))
+		}
 		if r.Note != "" {
 			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, r.Variant, r.Codec, r.Note)
 		}

@@ -365,10 +365,13 @@ func E2ENaive(ctx context.Context, o E2EOptions) (Result, error) {
 	var wg sync.WaitGroup
 	errs := make([]error, log.Partitions()+1)
 	var commits atomic.Int64
+	var prodDone time.Duration
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		t := time.Now()
 		errs[len(errs)-1] = publish(ctx, pub, log, 0, log.Len())
+		prodDone = time.Since(t)
 	}()
 	for p := range log.Partitions() {
 		wg.Add(1)
@@ -395,6 +398,9 @@ func E2ENaive(ctx context.Context, o E2EOptions) (Result, error) {
 		return res, err
 	}
 	res.Commits = int(commits.Load())
+	if prodDone > 0 {
+		res.Extra = map[string]float64{"producer_rate": float64(log.Len()) / prodDone.Seconds()}
+	}
 	got, err := st.Balances()
 	if err != nil {
 		return res, err
