@@ -102,7 +102,7 @@ func newProcFixture(t testing.TB, partitions uint32, mod func(*Spec)) *procFixtu
 	return fx
 }
 
-func (fx *procFixture) openDB(t *testing.T) *state.DB {
+func (fx *procFixture) openDB(t testing.TB) *state.DB {
 	t.Helper()
 	n := uint32(len(fx.src.logs))
 	db, err := state.Open(fx.dir,
@@ -115,7 +115,7 @@ func (fx *procFixture) openDB(t *testing.T) *state.DB {
 }
 
 // pipeDeposit appends a deposit to its key's partition.
-func (fx *procFixture) pipeDeposit(t *testing.T, acct string, amount int64) {
+func (fx *procFixture) pipeDeposit(t testing.TB, acct string, amount int64) {
 	t.Helper()
 	env, err := fx.deposit.Envelope(procDeposit{Acct: acct, Amount: amount})
 	if err != nil {
@@ -124,7 +124,7 @@ func (fx *procFixture) pipeDeposit(t *testing.T, acct string, amount int64) {
 	fx.src.appendEnv(env)
 }
 
-func (fx *procFixture) pipeReset(t *testing.T, acct string) {
+func (fx *procFixture) pipeReset(t testing.TB, acct string) {
 	t.Helper()
 	env, err := fx.reset.Envelope(procReset{Acct: acct})
 	if err != nil {
@@ -145,7 +145,7 @@ func (fx *procFixture) pipePoison(acct string) (uint32, uint64) {
 
 // reference folds every partition's log up to its committed checkpoint,
 // sequentially, as the one-event-at-a-time definition of the table.
-func (fx *procFixture) reference(t *testing.T, db *state.DB) map[string]int64 {
+func (fx *procFixture) reference(t testing.TB, db *state.DB) map[string]int64 {
 	t.Helper()
 	want := map[string]int64{}
 	for pt := range fx.src.partitions() {
@@ -173,7 +173,7 @@ func (fx *procFixture) reference(t *testing.T, db *state.DB) map[string]int64 {
 	return want
 }
 
-func (fx *procFixture) table(t *testing.T) map[string]int64 {
+func (fx *procFixture) table(t testing.TB) map[string]int64 {
 	t.Helper()
 	got := map[string]int64{}
 	if err := fx.bal.Scan(context.Background(), func(k string, v int64) bool { got[k] = v; return true }); err != nil {
@@ -184,7 +184,7 @@ func (fx *procFixture) table(t *testing.T) map[string]int64 {
 
 // checkExact asserts that the table equals the sequential fold of the
 // committed prefix of every partition.
-func (fx *procFixture) checkExact(t *testing.T, db *state.DB) {
+func (fx *procFixture) checkExact(t testing.TB, db *state.DB) {
 	t.Helper()
 	want, got := fx.reference(t, db), fx.table(t)
 	if len(want) != len(got) {

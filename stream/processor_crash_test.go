@@ -1,0 +1,340 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The SIGKILL test runs the processor in a child process (this test binary,
+// re-executed) over a deterministic 4-partition log with poison records,
+// publishing dead letters to a file-backed sink, and kills it again and
+// again: at random moments, and from inside hooks (before a batch, right
+// after a commit, before a dead-letter send, between the send and the rows'
+// deletion, after the deletion). After every kill the store must hold
+// exactly the fold of the log up to its checkpoints; at the end every
+// record is processed and every dead letter is in the sink exactly once.
+
+const (
+	crashEnvDir  = "STRAND_PROCESSOR_CRASH_DIR"
+	crashEnvKill = "STRAND_PROCESSOR_CRASH_KILL" // "hook:n": SIGKILL at the n-th call of hook
+	crashEnvLen  = "STRAND_PROCESSOR_CRASH_RECORDS"
+	crashParts   = 4
+)
+
+// crashLength is how long the log is in the given life: it grows while the
+// kills go on, so that no life can finish everything before the last kill.
+func crashLength(life int) int { return 4000 + 1000*life }
+
+// crashFixture is the fixture every process of the test builds alike: the
+// same program and the same log (of n records; a shorter log is a prefix of
+// a longer one).
+func crashFixture(t testing.TB, dir string, n int) *procFixture {
+	fx := newProcFixture(t, crashParts, nil)
+	fx.dir = filepath.Join(dir, "store")
+	rng := rand.New(rand.NewPCG(11, 12))
+	for i := range n {
+		acct := "acct-" + strconv.Itoa(rng.IntN(300))
+		switch {
+		case i%29 == 0:
+			fx.pipePoison(acct)
+		case i%41 == 0:
+			fx.pipeReset(t, acct)
+		default:
+			fx.pipeDeposit(t, acct, int64(rng.IntN(1000)+1))
+		}
+	}
+	return fx
+}
+
+// TestProcessorCrashChild is the child process; it does nothing in a
+// normal run. It processes until everything is committed and published,
+// then exits cleanly, unless a hook kills it first.
+func TestProcessorCrashChild(t *testing.T) {
+	dir := os.Getenv(crashEnvDir)
+	if dir == "" {
+		t.Skip("only runs as the SIGKILL test's child process")
+	}
+	n, err := strconv.Atoi(os.Getenv(crashEnvLen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := crashFixture(t, dir, n)
+	sink, err := openFileSink(filepath.Join(dir, "dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := Hooks{}
+	if spec := os.Getenv(crashEnvKill); spec != "" {
+		name, nth, _ := strings.Cut(spec, ":")
+		n, _ := strconv.Atoi(nth)
+		calls := 0
+		kill := func() error {
+			if calls++; calls == n {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			return nil
+		}
+		switch name {
+		case "BeforeProcess":
+			hooks.BeforeProcess = func(uint32, []Record) error { return kill() }
+		case "AfterCommit":
+			hooks.AfterCommit = func(uint32, Result) error { return kill() }
+		case "BeforeDeadLetterSend":
+			hooks.BeforeDeadLetterSend = func(uint32, []DeadLetter) error { return kill() }
+		case "AfterDeadLetterSend":
+			hooks.AfterDeadLetterSend = func(uint32, []DeadLetter) error { return kill() }
+		case "AfterDeadLetterDelete":
+			hooks.AfterDeadLetterDelete = func(uint32, []DeadLetter) error { return kill() }
+		default:
+			t.Fatalf("unknown hook %q", name)
+		}
+	}
+	db := fx.openDB(t)
+	p := newProc(t, fx, db, WithPollSize(64), WithDeadLetterSink(sink), WithHooks(hooks))
+	r := startProcessor(p)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pending, err := p.PendingDeadLetters(context.Background())
+		if err == nil && len(pending) == 0 && caughtUp(p, fx.src) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("child did not finish in 2 minutes")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	closeDB(t, db)
+	fmt.Println("crash-child: done")
+}
+
+func TestProcessorSurvivesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns child processes")
+	}
+	kills := 24
+	if os.Getenv("STRAND_SOAK") != "" {
+		kills = 300
+	}
+	dir := t.TempDir()
+	fx := crashFixture(t, dir, crashLength(kills+20)) // the longest log: the reference
+	length := 0
+	modes := []string{"", "BeforeProcess", "", "AfterCommit", "", "BeforeDeadLetterSend", "", "AfterDeadLetterSend", "", "AfterDeadLetterDelete"}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	killed, finished := 0, false
+	for life := 0; !finished; life++ {
+		if life > kills+20 {
+			t.Fatalf("no clean finish after %d lives", life)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestProcessorCrashChild$", "-test.v")
+		mode := ""
+		if killed < kills {
+			length = crashLength(life)
+		}
+		cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvLen+"="+strconv.Itoa(length))
+		if killed < kills {
+			mode = modes[life%len(modes)]
+			if mode != "" {
+				mode += ":" + strconv.Itoa(1+rng.IntN(4))
+				cmd.Env = append(cmd.Env, crashEnvKill+"="+mode)
+			}
+		}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		var err error
+		if killed < kills && mode == "" {
+			select {
+			case err = <-waited:
+			case <-time.After(time.Duration(30+rng.IntN(220)) * time.Millisecond):
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				err = <-waited
+			}
+		} else {
+			select {
+			case err = <-waited:
+			case <-time.After(3 * time.Minute):
+				_ = cmd.Process.Kill()
+				<-waited
+				t.Fatalf("child hung (kill mode %q):\n%s", mode, out.String())
+			}
+		}
+		switch {
+		case err == nil && strings.Contains(out.String(), "crash-child: done"):
+			finished = true
+		case isKilled(err):
+			killed++
+		default:
+			t.Fatalf("child (kill mode %q) failed: %v\n%s", mode, err, out.String())
+		}
+		// After every life, the store is exactly the fold of the log up
+		// to its checkpoints.
+		db := fx.openDB(t)
+		if err := fx.prog.Attach(db); err != nil {
+			t.Fatal(err)
+		}
+		fx.checkExact(t, db)
+		if testing.Verbose() {
+			var done uint64
+			for pt := range fx.src.partitions() {
+				next, _, _ := db.Checkpoint(procSource, pt)
+				done += next
+			}
+			rows := 0
+			for pt := range fx.src.partitions() {
+				_ = db.Rows(context.Background(), 0x11, pt, func(_, _ []byte) error { rows++; return nil })
+			}
+			t.Logf("life %d (kill %q): %v; %d of %d records committed, %d dead letters pending", life, mode, err, done, length, rows)
+		}
+		closeDB(t, db)
+		if t.Failed() {
+			t.Fatalf("inconsistent after life %d (kill mode %q)", life, mode)
+		}
+	}
+	t.Logf("%d kills before a clean finish", killed)
+	if killed < kills {
+		t.Errorf("only %d kills happened, want %d", killed, kills)
+	}
+
+	// Everything is processed; every dead letter is in the sink once.
+	fx = crashFixture(t, dir, length)
+	db := fx.openDB(t)
+	defer closeDB(t, db)
+	if err := fx.prog.Attach(db); err != nil {
+		t.Fatal(err)
+	}
+	for pt := range fx.src.partitions() {
+		if next, _, _ := db.Checkpoint(procSource, pt); next != uint64(len(fx.src.log(pt))) {
+			t.Errorf("partition %d: checkpoint %d, log has %d", pt, next, len(fx.src.log(pt)))
+		}
+	}
+	fx.checkExact(t, db)
+	sink, err := openFileSink(filepath.Join(dir, "dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.f.Close()
+	want := 0
+	for pt := range fx.src.partitions() {
+		for _, r := range fx.src.log(pt) {
+			if r.Headers.Tag != procTagPoison {
+				continue
+			}
+			want++
+			id := DeadLetter{Source: procSource, Partition: pt, Offset: r.Offset}.ID()
+			if n := sink.count[id]; n != 1 {
+				t.Errorf("dead letter of partition %d offset %d is in the sink %d times", pt, r.Offset, n)
+			}
+		}
+	}
+	if sink.total != want {
+		t.Errorf("sink holds %d messages, want %d", sink.total, want)
+	}
+}
+
+func isKilled(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// fileSink is a Sink and SentChecker appending messages to a file, one
+// write per message, so that a kill can leave any prefix of a Send. Each
+// record is magic, id, payload length, payload and a CRC; opening cuts a
+// torn tail.
+type fileSink struct {
+	f     *os.File
+	count map[[16]byte]int
+	total int
+}
+
+const fileSinkMagic = 0x53444c51 // "SDLQ"
+
+func openFileSink(path string) (*fileSink, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s := &fileSink{f: f, count: map[[16]byte]int{}}
+	pos := 0
+	for {
+		rest := data[pos:]
+		if len(rest) < 24 || binary.BigEndian.Uint32(rest) != fileSinkMagic {
+			break
+		}
+		n := int(binary.BigEndian.Uint32(rest[20:]))
+		if len(rest) < 24+n+4 {
+			break
+		}
+		if crc32.ChecksumIEEE(rest[4:24+n]) != binary.BigEndian.Uint32(rest[24+n:]) {
+			break
+		}
+		var id [16]byte
+		copy(id[:], rest[4:20])
+		s.count[id]++
+		s.total++
+		pos += 24 + n + 4
+	}
+	if err := f.Truncate(int64(pos)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(int64(pos), io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *fileSink) Send(ctx context.Context, msgs []Message) error {
+	for _, m := range msgs {
+		b := binary.BigEndian.AppendUint32(nil, fileSinkMagic)
+		b = append(b, m.ID[:]...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Payload)))
+		b = append(b, m.Payload...)
+		b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[4:]))
+		if _, err := s.f.Write(b); err != nil {
+			return err
+		}
+		s.count[m.ID]++
+		s.total++
+	}
+	return nil
+}
+
+func (s *fileSink) Sent(ctx context.Context, msgs []Message) ([]bool, error) {
+	out := make([]bool, len(msgs))
+	for i, m := range msgs {
+		out[i] = s.count[m.ID] > 0
+	}
+	return out, nil
+}
