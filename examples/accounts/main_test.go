@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/xxh32"
@@ -54,14 +55,17 @@ func testRun(t *testing.T, ctx context.Context, args []string, caughtUp func(*ap
 // as `go run ./examples/accounts` does), with poison records among them;
 // every balance equals the sequential fold of the log read back from the
 // broker, and every poison record is in the dead-letter topic exactly once.
-// The HTTP endpoint is queried while the store is live.
+// The HTTP endpoint is queried while the store is live. With
+// STRAND_IGGY_ADDR set it runs against that real Iggy 0.8 server instead.
 func TestEndToEnd(t *testing.T) {
 	const events, poison = 200_000, 24
 	var queried atomic.Bool
-	rep, out, err := testRun(t, context.Background(), []string{
+	args := []string{
 		"-events", fmt.Sprint(events), "-partitions", "8", "-poison", fmt.Sprint(poison),
 		"-data", t.TempDir(), "-http", "127.0.0.1:0", "-progress", "200ms",
-	}, func(a *app) {
+	}
+	args = append(args, realServer(t)...)
+	rep, out, err := testRun(t, context.Background(), args, func(a *app) {
 		queryHTTP(t, a)
 		queried.Store(true)
 	})
@@ -90,6 +94,35 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
+}
+
+// realServer returns the flags that point a run at the real Iggy 0.8
+// server named by STRAND_IGGY_ADDR (user STRAND_IGGY_USER, password
+// STRAND_IGGY_PASSWORD), in a stream of its own that is deleted after the
+// test; without that variable, none (the embedded broker).
+func realServer(t *testing.T) []string {
+	addr := os.Getenv("STRAND_IGGY_ADDR")
+	if addr == "" {
+		return nil
+	}
+	user, pass := os.Getenv("STRAND_IGGY_USER"), os.Getenv("STRAND_IGGY_PASSWORD")
+	if user == "" {
+		user, pass = "iggy", "iggy"
+	}
+	name := fmt.Sprintf("strand-accounts-test-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		cl, err := iggy.Connect(ctx, addr, iggy.WithCredentials(user, pass))
+		if err != nil {
+			t.Logf("delete stream %s: %v", name, err)
+			return
+		}
+		defer cl.Close()
+		if err := cl.DeleteStream(ctx, name); err != nil {
+			t.Logf("delete stream %s: %v", name, err)
+		}
+	})
+	return []string{"-iggy", addr, "-user", user, "-password", pass, "-stream", name}
 }
 
 // queryHTTP checks the query endpoint against the store.
