@@ -607,7 +607,11 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	}
 	rep.Published, rep.Poison, rep.PublishTime = prod.published.Load(), prod.poisoned.Load(), time.Since(start)
 	if ctx.Err() != nil {
-		return rep, nil // interrupted: the processor stops gracefully
+		// Interrupted: the processor stops gracefully (deferred stop).
+		_, done, _ := a.committed()
+		a.printf("interrupted: published %s events and %s poison records; %s records committed (no check: the run was not finished)",
+			commas(rep.Published), commas(rep.Poison), commas(int64(done-committed0)))
+		return rep, nil
 	}
 	if a.cfg.backlog {
 		a.printf("published %s events; now processing the backlog", commas(rep.Published))

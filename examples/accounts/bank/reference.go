@@ -17,6 +17,7 @@ type Origin struct {
 	Offset    uint64
 }
 
+// String returns "partition@offset".
 func (o Origin) String() string { return fmt.Sprintf("%d@%d", o.Partition, o.Offset) }
 
 // Reference is the sequential reference fold: it applies events one at a
@@ -114,6 +115,7 @@ type Mismatch struct {
 	Missing, Extra bool // absent from the table / absent from the reference
 }
 
+// String describes the mismatch with both values.
 func (m Mismatch) String() string {
 	switch {
 	case m.Missing:
