@@ -647,10 +647,7 @@ func TestProcessorStopsGracefullyOnCancel(t *testing.T) {
 
 func TestProcessorStoreFailureStopsRun(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	// One worker per batch: with several, Task.execute reads batch.fatal
-	// without its lock while another worker sets it (a race reported to
-	// the owner of task.go).
-	fx := newProcFixture(t, 3, func(s *Spec) { s.Workers = 1 })
+	fx := newProcFixture(t, 3, nil)
 	db := fx.openDB(t)
 	p := newProc(t, fx, db, WithPollSize(20))
 	r := startProcessor(p)
