@@ -25,7 +25,8 @@ import (
 // Task.Process, which plans, executes and commits it (table writes, the
 // checkpoint, parked events and dead letters in one state transaction); an
 // advisor then tells the broker the committed offset (PartitionReader.Advise,
-// for monitoring only). The reader polls the next batch while the pipeline
+// for monitoring only; at most every 200ms per partition, and once more at
+// shutdown). The reader polls the next batch while the pipeline
 // executes and commits the current one; it never runs more than WithPrefetch
 // batches ahead, so memory stays bounded (by about (prefetch+1) × poll size
 // records per partition) however far the processor lags: that is the
@@ -46,8 +47,11 @@ import (
 // commit the processor publishes them to the sink (the rows of one source
 // partition in offset order, up to 512 per Send), each with a message ID
 // derived from source, partition and offset (DeadLetter.ID), and then
-// deletes their rows in a later commit.
-// A crash between publishing and deleting leaves rows that may already be
+// deletes their rows in a later commit. Before a Send it makes the store's
+// write-ahead log durable (state.DB.SyncWAL), so that with NoSync
+// durability too no dead letter becomes visible for a batch that a crash
+// could still undo. A crash between publishing and deleting leaves rows
+// that may already be
 // published: on restart (and after any failed Send, which may have sent a
 // prefix), before sending such rows again the processor asks the sink which
 // IDs it already holds, if the sink implements SentChecker, and sends only
