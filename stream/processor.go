@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/state"
 )
 
@@ -328,9 +329,9 @@ type Stats struct {
 // a store written by another topology), and refuses a source whose name the
 // program does not know or invalid options. It does no I/O on src: Run does.
 //
-// The store should be opened with state.WithLocator(func(key []byte) uint32
-// { return xxh32.Partition(key, n) }) for a source of n partitions, so that
-// table rows are filed under the partition that owns their key.
+// Open the store with Locator(n) for a source of n partitions, so that
+// table rows are filed under the partition that owns their key and
+// Table.Get finds them.
 func NewProcessor(prog *Program, db *state.DB, src Source, opts ...ProcessorOption) (*Processor, error) {
 	if prog == nil || db == nil || src == nil {
 		return nil, errors.New("stream: NewProcessor: nil program, database or source")
@@ -383,6 +384,19 @@ func NewProcessor(prog *Program, db *state.DB, src Source, opts ...ProcessorOpti
 		p.checks = c
 	}
 	return p, nil
+}
+
+// KeyPartition returns the partition, of a source with n partitions, that
+// holds the events of key: XXH32(key, seed 0) % n, where Iggy's
+// messages-key partitioning and connectors/iggy's publisher put them. It
+// returns 0 when n is 0.
+func KeyPartition(key []byte, n uint32) uint32 { return xxh32.Partition(key, n) }
+
+// Locator returns the state option that files table rows under the
+// partition owning their key (KeyPartition) for a source of n partitions.
+// Open a processor's store with it: state.Open(dir, stream.Locator(n)).
+func Locator(n uint32) state.Option {
+	return state.WithLocator(func(key []byte) uint32 { return KeyPartition(key, n) })
 }
 
 // Source returns the name of the processor's source.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/state"
 )
 
@@ -42,7 +41,7 @@ func ExampleProcessor() {
 
 	dir, _ := os.MkdirTemp("", "strand-example")
 	defer os.RemoveAll(dir)
-	db, err := state.Open(dir, state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, 2) }))
+	db, err := state.Open(dir, Locator(2))
 	if err != nil {
 		fmt.Println(err)
 		return

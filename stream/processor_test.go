@@ -105,9 +105,7 @@ func newProcFixture(t testing.TB, partitions uint32, mod func(*Spec)) *procFixtu
 func (fx *procFixture) openDB(t testing.TB) *state.DB {
 	t.Helper()
 	n := uint32(len(fx.src.logs))
-	db, err := state.Open(fx.dir,
-		state.WithDurability(state.NoSync),
-		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, n) }))
+	db, err := state.Open(fx.dir, state.WithDurability(state.NoSync), Locator(n))
 	if err != nil {
 		t.Fatal(err)
 	}
