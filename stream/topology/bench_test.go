@@ -238,13 +238,16 @@ func envInt(name string, def int) int {
 // broker's retention would, so memory reflects processing, not the test's
 // copy of the log. STRAND_BENCH_EVENTS, STRAND_BENCH_ACCOUNTS and
 // STRAND_BENCH_BATCH change the workload (default 1,000,000 events, 10,000
-// accounts, batches of 10,000).
+// accounts, batches of 10,000); STRAND_BENCH_PARTITIONS spreads the accounts
+// over that many partitions, processed concurrently (default 1). The naive
+// baseline is one sequential consumer whatever the partitions.
 //
 //	go test -run '^$' -bench Accounts -benchtime 1x ./stream/topology/
 func BenchmarkAccounts(b *testing.B) {
 	n := envInt("STRAND_BENCH_EVENTS", 1_000_000)
 	accounts := envInt("STRAND_BENCH_ACCOUNTS", 10_000)
 	batch := envInt("STRAND_BENCH_BATCH", 10_000)
+	partitions := uint32(envInt("STRAND_BENCH_PARTITIONS", 1))
 	const chunk = 100_000
 	ops := bankWorkload(n, accounts, 1)
 	ref := bankReference(ops)
@@ -254,7 +257,7 @@ func BenchmarkAccounts(b *testing.B) {
 				b.StopTimer()
 				decls := newBankDecls(codec == "binary")
 				topo, tab := bankTopology(decls)
-				d := topology.NewDriver(b, topo, topology.BatchSize(batch),
+				d := topology.NewDriver(b, topo, topology.BatchSize(batch), topology.Partitions(partitions),
 					topology.StateOptions(state.WithDurability(state.Sync)))
 				resetPeakRSS()
 				var elapsed, cpu time.Duration

@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,39 +230,65 @@ func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
 }
 
 // Step gives every partition of every source with unprocessed records, or
-// with parked keys due for a retry, one batch, and commits it. It returns
+// with parked keys due for a retry, one batch, and commits it. Partitions
+// run concurrently, each on its own goroutine, as a processor runs its
+// partition pipelines; so with several partitions, sinks and OnDeadLetter
+// callbacks of different partitions run at the same time. Step returns
 // whether anything was processed. A store failure fails the test.
 func (d *Driver) Step() bool {
 	d.tb.Helper()
 	if d.db == nil {
 		d.tb.Fatalf("topology.Driver: Step after Close")
 	}
-	progress := false
+	type job struct {
+		source    string
+		partition int
+		task      *stream.Task
+		records   []stream.Record // nil: retry parked keys
+		res       stream.Result
+		err       error
+	}
+	var jobs []*job
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
 			l := d.logs[s][p]
 			next := max(task.Next(), l.base)
-			var res stream.Result
-			var err error
-			switch {
-			case next < l.end():
+			j := &job{source: s, partition: p, task: task}
+			if next < l.end() {
 				n := max(d.batchSize(), 1)
 				end := min(next+uint64(n), l.end())
-				res, err = task.Process(context.Background(), cloneRecords(l.recs[next-l.base:end-l.base]))
-			default:
-				if at, ok := task.NextRetry(); !ok || at.After(d.now) {
-					continue
-				}
-				res, err = task.Retry(context.Background())
+				j.records = cloneRecords(l.recs[next-l.base : end-l.base])
+			} else if at, ok := task.NextRetry(); !ok || at.After(d.now) {
+				continue
 			}
-			if err != nil {
-				d.tb.Fatalf("topology.Driver: source %q partition %d: %v", s, p, err)
-			}
-			if res.Records > 0 {
-				progress = true
-			}
-			d.results = append(d.results, res)
+			jobs = append(jobs, j)
 		}
+	}
+	run := func(j *job) {
+		if j.records != nil {
+			j.res, j.err = j.task.Process(context.Background(), j.records)
+		} else {
+			j.res, j.err = j.task.Retry(context.Background())
+		}
+	}
+	if len(jobs) == 1 {
+		run(jobs[0])
+	} else {
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Go(func() { run(j) })
+		}
+		wg.Wait()
+	}
+	progress := false
+	for _, j := range jobs {
+		if j.err != nil {
+			d.tb.Fatalf("topology.Driver: source %q partition %d: %v", j.source, j.partition, j.err)
+		}
+		if j.res.Records > 0 {
+			progress = true
+		}
+		d.results = append(d.results, j.res)
 	}
 	return progress
 }
