@@ -54,8 +54,8 @@ func BenchmarkCore(b *testing.B) {
 }
 
 // BenchmarkE2E runs the workload (binary codec) through the embedded broker
-// in memory: producer and stream.Processor concurrently, the processor on
-// a pre-published log (drain), and the naive consumer.
+// in memory: producer and consumer concurrently, or the consumer alone on a
+// pre-published log (drain), for stream.Processor and the naive consumer.
 func BenchmarkE2E(b *testing.B) {
 	ctx := context.Background()
 	o := scenario.E2EOptions{Workload: benchWorkload(), Codec: workload.Binary, Batch: 5000, Dir: b.TempDir(), Broker: "memory"}
@@ -65,7 +65,8 @@ func BenchmarkE2E(b *testing.B) {
 	b.Run("strand-drain", func(b *testing.B) {
 		report(b, func() (scenario.Result, error) { return scenario.E2EStrand(ctx, o, true) })
 	})
-	b.Run("naive", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o) }) })
+	b.Run("naive", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o, false) }) })
+	b.Run("naive-drain", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o, true) }) })
 }
 
 // report runs fn b.N times and reports the mean rate of its measured

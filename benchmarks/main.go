@@ -57,7 +57,7 @@ type config struct {
 	inProcess    bool
 	child        string
 	broker       string
-	latencyShare float64
+	latencyShares string
 	latencyRate  float64
 	latencyFor   time.Duration
 	restartKeys  int
@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.inProcess, "inprocess", false, "run every measurement in this process (peak RSS is then cumulative)")
 	fs.StringVar(&c.child, "child", "", "internal: run one measurement (scenario/variant/codec) and print it as JSON")
 	fs.StringVar(&c.broker, "broker", "memory", "embedded broker storage for e2e and latency: memory or disk")
-	fs.Float64Var(&c.latencyShare, "latency-share", 0.5, "latency scenario: producer rate as a share of the e2e peak")
+	fs.StringVar(&c.latencyShares, "latency-share", "0.5", "latency scenario: producer rate(s) as share(s) of the e2e peak, comma-separated (e.g. 0.25,0.5)")
 	fs.Float64Var(&c.latencyRate, "latency-rate", 0, "latency scenario: producer rate in events/s (default: latency-share × the e2e peak, measured first if needed)")
 	fs.DurationVar(&c.latencyFor, "latency-duration", 20*time.Second, "latency scenario: how long the paced producer runs")
 	fs.IntVar(&c.restartKeys, "restart-keys", 1_000_000, "restart scenario: keys of state in the reopened store")
@@ -116,6 +116,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return c, err
 		}
 	}
+	if _, err := c.shares(); err != nil {
+		return c, err
+	}
 	if c.broker != "memory" && c.broker != "disk" {
 		return c, fmt.Errorf("benchmarks: -broker %q: want memory or disk", c.broker)
 	}
@@ -126,6 +129,18 @@ func (c config) workload() workload.Config {
 	w := workload.Default()
 	w.Events, w.Accounts, w.Skew, w.Partitions = c.events, c.accounts, c.skew, uint32(c.partitions)
 	return w
+}
+
+func (c config) shares() ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(c.latencyShares, ",") {
+		var x float64
+		if _, err := fmt.Sscan(f, &x); err != nil || x <= 0 {
+			return nil, fmt.Errorf("benchmarks: -latency-share %q: want positive numbers", c.latencyShares)
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }
 
 func (c config) codecList() []workload.Codec {
@@ -212,6 +227,10 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "embedded broker (e2e, latency): %s\n\n", map[string]string{"memory": "in memory", "disk": "with a data directory"}[cfg.broker])
 	codecs := cfg.codecList()
+	shares, err := cfg.shares()
+	if err != nil {
+		return err
+	}
 	var jsonOut io.Writer
 	if cfg.jsonOut != "" {
 		f, err := os.Create(cfg.jsonOut)
@@ -271,14 +290,16 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		case "e2e":
 			cd := string(codecs[0])
 			e2e := job{"e2e", "strand", cd}
-			if err := rounds(job{"e2e", "naive", cd}, e2e, job{"e2e", "strand-drain", cd}); err != nil {
+			if err := rounds(job{"e2e", "naive", cd}, e2e, job{"e2e", "naive-drain", cd}, job{"e2e", "strand-drain", cd}); err != nil {
 				return err
 			}
 			peak = median(runs[e2e]).Rate
 		case "latency":
 			cd := string(codecs[0])
-			rate := cfg.latencyRate
-			if rate <= 0 {
+			var rates []float64
+			if cfg.latencyRate > 0 {
+				rates = []float64{cfg.latencyRate}
+			} else {
 				if peak == 0 {
 					e2e := job{"e2e", "strand", cd}
 					if err := rounds(e2e); err != nil {
@@ -286,11 +307,16 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 					}
 					peak = median(runs[e2e]).Rate
 				}
-				rate = cfg.latencyShare * peak
+				for _, share := range shares {
+					rates = append(rates, share*peak)
+				}
 			}
-			for range cfg.reps {
-				if _, err := measure(job{"latency", "strand", cd}, "-latency-rate", fmt.Sprint(rate)); err != nil {
-					return err
+			for _, rate := range rates {
+				j := job{"latency", fmt.Sprintf("%.0f", rate), cd}
+				for range cfg.reps {
+					if _, err := measure(j, "-latency-rate", fmt.Sprint(rate)); err != nil {
+						return err
+					}
 				}
 			}
 		case "restart":
@@ -400,7 +426,7 @@ func childArgs(c config) []string {
 		"-events", fmt.Sprint(c.events), "-accounts", fmt.Sprint(c.accounts), "-skew", fmt.Sprint(c.skew),
 		"-partitions", fmt.Sprint(c.partitions), "-batch", fmt.Sprint(c.batch), "-codecs", c.codecs,
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
-		"-latency-share", fmt.Sprint(c.latencyShare), "-latency-rate", fmt.Sprint(c.latencyRate),
+		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
 		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-workers", fmt.Sprint(c.workers),
 	}
@@ -457,7 +483,9 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 		case "strand-drain":
 			return scenario.E2EStrand(ctx, o, true)
 		case "naive":
-			return scenario.E2ENaive(ctx, o)
+			return scenario.E2ENaive(ctx, o, false)
+		case "naive-drain":
+			return scenario.E2ENaive(ctx, o, true)
 		}
 	case "latency":
 		o := scenario.LatencyOptions{

@@ -70,12 +70,14 @@ func TestE2ESmoke(t *testing.T) {
 		}
 	}
 	o.Broker = "disk"
-	r, err := scenario.E2ENaive(ctx, o)
-	if err != nil {
-		t.Fatalf("naive: %v", err)
-	}
-	if !r.Verified || r.Rate <= 0 {
-		t.Errorf("naive: %+v", r)
+	for _, drain := range []bool{false, true} {
+		r, err := scenario.E2ENaive(ctx, o, drain)
+		if err != nil {
+			t.Fatalf("naive (drain %v): %v", drain, err)
+		}
+		if !r.Verified || r.Rate <= 0 {
+			t.Errorf("naive (drain %v): %+v", drain, r)
+		}
 	}
 }
 
@@ -124,7 +126,7 @@ func TestRestartSmoke(t *testing.T) {
 func TestRunner(t *testing.T) {
 	var out, errOut bytes.Buffer
 	cfg, err := parseFlags([]string{"-scenario", "all", "-events", "3000", "-accounts", "200", "-batch", "300",
-		"-restart-keys", "2000", "-latency-duration", "200ms", "-dir", t.TempDir()}, &errOut)
+		"-restart-keys", "2000", "-latency-duration", "200ms", "-latency-share", "0.25,0.5", "-dir", t.TempDir()}, &errOut)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,7 @@ func TestRunner(t *testing.T) {
 	}
 	s := out.String()
 	t.Log("\n" + s)
-	for _, want := range []string{"core", "naive-8", "e2e", "strand-drain", "publish→queryable", "restart (binary", "× naive"} {
+	for _, want := range []string{"core", "naive-8", "e2e", "strand-drain", "naive-drain", "publish→queryable", "restart (binary", "× naive"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
@@ -147,6 +149,7 @@ func TestFlags(t *testing.T) {
 	var errOut bytes.Buffer
 	for _, bad := range [][]string{
 		{"-events", "0"}, {"-skew", "1"}, {"-codecs", "xml"}, {"-broker", "cloud"}, {"-scenario", "nope", "-quick"},
+		{"-latency-share", "0.5,x"}, {"-reps", "0"},
 	} {
 		cfg, err := parseFlags(bad, &errOut)
 		if err == nil {

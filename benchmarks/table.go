@@ -21,13 +21,24 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		}
 		return scenario.Result{}, false
 	}
-	findPar := func(sc, codec string) (scenario.Result, bool) {
-		for _, r := range rs {
-			if r.Scenario == sc && r.Codec == codec && strings.HasPrefix(r.Variant, "naive-") {
-				return r, true
+	// The baselines a result is compared with: the naive consumer of the
+	// same scenario and mode, and (core) the naive consumer with one
+	// goroutine per partition.
+	baseline := func(r scenario.Result) (naive, par string) {
+		switch {
+		case strings.HasPrefix(r.Variant, "naive"):
+			return "", ""
+		case r.Scenario == "core":
+			for _, x := range rs {
+				if x.Scenario == "core" && strings.HasPrefix(x.Variant, "naive-") {
+					par = x.Variant
+				}
 			}
+			return "naive", par
+		case strings.HasSuffix(r.Variant, "-drain"):
+			return "naive-drain", ""
 		}
-		return scenario.Result{}, false
+		return "naive", ""
 	}
 	ratio := func(a, b float64) string {
 		if b <= 0 || a <= 0 {
@@ -37,19 +48,18 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\trange (runs)\t× naive\t× naive-par\tCPU s\tevents/CPU-s\tpeak RSS\tinput\tprocess peak\tcommits\tverified\tload\t")
+	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\trange (runs)\t× naive\t× naive-8\tCPU s\tevents/CPU-s\tpeak RSS\tinput\tprocess peak\tcommits\tverified\tload\t")
 	for _, r := range rs {
 		if r.Rate == 0 {
 			continue
 		}
 		vsNaive, vsPar := "—", "—"
-		if b, ok := find(r.Scenario, "naive", r.Codec); ok && r.Variant != "naive" {
+		naive, par := baseline(r)
+		if b, ok := find(r.Scenario, naive, r.Codec); ok && naive != "" {
 			vsNaive = ratio(r.Rate, b.Rate)
 		}
-		if !strings.HasPrefix(r.Variant, "naive") {
-			if b, ok := findPar(r.Scenario, r.Codec); ok {
-				vsPar = ratio(r.Rate, b.Rate)
-			}
+		if b, ok := find(r.Scenario, par, r.Codec); ok && par != "" {
+			vsPar = ratio(r.Rate, b.Rate)
 		}
 		perCPU := "—"
 		if r.CPUSeconds > 0 {
@@ -73,10 +83,14 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	if len(lat) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "latency\tcodec\ttarget events/s\tachieved events/s\tevents\tcommits\tp50 ms\tp99 ms\tp99 range (runs)\tp99.9 ms\tmax ms\tverified\tload\t")
+		fmt.Fprintln(tw, "latency\tcodec\tshare of e2e peak\ttarget events/s\tachieved events/s\tevents\tcommits\tp50 ms\tp99 ms\tp99 range (runs)\tp99.9 ms\tmax ms\tverified\tload\t")
 		for _, r := range lat {
-			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%v\t%s\t\n",
-				r.Codec, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99,
+			share := "—"
+			if b, ok := find("e2e", "strand", r.Codec); ok && b.Rate > 0 {
+				share = fmt.Sprintf("%.0f%%", 100*r.Extra["target_rate"]/b.Rate)
+			}
+			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%v\t%s\t\n",
+				r.Codec, share, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99,
 				spread(r, func(x float64) string { return fmt.Sprintf("%.1f", x) }), r.P999, r.Max, r.Verified, load1(r.Load))
 		}
 		_ = tw.Flush()
@@ -108,7 +122,11 @@ func printTable(w io.Writer, rs []scenario.Result) {
 			fmt.Fprintf(w, "note %s/%s/%s: the producer published all %d events at %s events/s\n", r.Scenario, r.Variant, r.Codec, r.Events, count(pr))
 		}
 		if r.Note != "" {
-			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, r.Variant, r.Codec, r.Note)
+			v := r.Variant
+			if r.Scenario == "latency" {
+				v = count(r.Extra["target_rate"]) + " events/s"
+			}
+			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, v, r.Codec, r.Note)
 		}
 	}
 }

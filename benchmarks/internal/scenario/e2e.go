@@ -318,14 +318,19 @@ func brokerKind(k string) string {
 
 // E2ENaive runs the workload through the embedded broker into the naive
 // consumer: one goroutine per partition polling through connectors/iggy,
-// per-event Pebble Get+Set, one sync commit per poll; the producer publishes
-// concurrently and the clock covers both.
-func E2ENaive(ctx context.Context, o E2EOptions) (Result, error) {
+// per-event Pebble Get+Set, one sync commit per poll. With drain false the
+// producer publishes concurrently and the clock covers both; with drain
+// true the log is published first and the clock covers the consumer alone.
+func E2ENaive(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 	log, err := o.prepareLog()
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Scenario: "e2e", Variant: "naive", Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
+	variant := "naive"
+	if drain {
+		variant = "naive-drain"
+	}
+	res := Result{Scenario: "e2e", Variant: variant, Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
 	dir, err := os.MkdirTemp(o.Dir, "e2e-naive-")
 	if err != nil {
 		return res, err
@@ -358,6 +363,11 @@ func E2ENaive(ctx context.Context, o E2EOptions) (Result, error) {
 		defer readers[p].Close()
 	}
 
+	if drain {
+		if err := publish(ctx, pub, log, 0, log.Len()); err != nil {
+			return res, err
+		}
+	}
 	m, err := startMeasure(o.CPUProfile)
 	if err != nil {
 		return res, err
@@ -366,13 +376,15 @@ func E2ENaive(ctx context.Context, o E2EOptions) (Result, error) {
 	errs := make([]error, log.Partitions()+1)
 	var commits atomic.Int64
 	var prodDone time.Duration
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.Now()
-		errs[len(errs)-1] = publish(ctx, pub, log, 0, log.Len())
-		prodDone = time.Since(t)
-	}()
+	if !drain {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
+			errs[len(errs)-1] = publish(ctx, pub, log, 0, log.Len())
+			prodDone = time.Since(t)
+		}()
+	}
 	for p := range log.Partitions() {
 		wg.Add(1)
 		go func() {
