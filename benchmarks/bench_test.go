@@ -65,8 +65,12 @@ func BenchmarkE2E(b *testing.B) {
 	b.Run("strand-drain", func(b *testing.B) {
 		report(b, func() (scenario.Result, error) { return scenario.E2EStrand(ctx, o, true) })
 	})
-	b.Run("naive", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o, false) }) })
-	b.Run("naive-drain", func(b *testing.B) { report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o, true) }) })
+	b.Run("naive", func(b *testing.B) {
+		report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o, false) })
+	})
+	b.Run("naive-drain", func(b *testing.B) {
+		report(b, func() (scenario.Result, error) { return scenario.E2ENaive(ctx, o, true) })
+	})
 }
 
 // report runs fn b.N times and reports the mean rate of its measured

@@ -44,27 +44,27 @@ import (
 
 // config is the command line.
 type config struct {
-	scenario     string
-	events       int
-	accounts     int
-	skew         float64
-	partitions   int
-	batch        int
-	codecs       string
-	quick        bool
-	dir          string
-	cpuprofile   string
-	inProcess    bool
-	child        string
-	broker       string
+	scenario      string
+	events        int
+	accounts      int
+	skew          float64
+	partitions    int
+	batch         int
+	codecs        string
+	quick         bool
+	dir           string
+	cpuprofile    string
+	inProcess     bool
+	child         string
+	broker        string
 	latencyShares string
-	latencyRate  float64
-	latencyFor   time.Duration
-	restartKeys  int
-	naiveWorkers int
-	jsonOut      string
-	reps         int
-	workers      int
+	latencyRate   float64
+	latencyFor    time.Duration
+	restartKeys   int
+	naiveWorkers  int
+	jsonOut       string
+	reps          int
+	workers       int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
