@@ -65,6 +65,7 @@ type config struct {
 	jsonOut       string
 	reps          int
 	workers       int
+	pubConns      int
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -91,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.naiveWorkers, "naive-workers", 8, "core scenario: also run the naive consumer with this many partition goroutines (0 or 1: only the sequential one)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write all results as JSON lines to this file")
 	fs.IntVar(&c.workers, "workers", 0, "keys run at once per partition (topology.WithWorkers; 0: GOMAXPROCS)")
+	fs.IntVar(&c.pubConns, "pub-conns", 1, "e2e and latency: the producer's connections to the broker")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -428,7 +430,7 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-workers", fmt.Sprint(c.workers),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns),
 	}
 }
 
@@ -476,7 +478,7 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 			return scenario.CoreNaive(ctx, o, max(cfg.naiveWorkers, 2))
 		}
 	case "e2e":
-		o := scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j)}
+		o := scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns}
 		switch j.variant {
 		case "strand":
 			return scenario.E2EStrand(ctx, o, false)
@@ -489,7 +491,7 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 		}
 	case "latency":
 		o := scenario.LatencyOptions{
-			E2EOptions: scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j)},
+			E2EOptions: scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns},
 			Rate:       cfg.latencyRate, Duration: cfg.latencyFor,
 		}
 		return scenario.Latency(ctx, o)

@@ -37,8 +37,15 @@ type E2EOptions struct {
 	Broker string
 	// CPUProfile, when set, receives a CPU profile of the timed section.
 	CPUProfile string
+	// PublisherConnections is the producer's connection count
+	// (iggy.WithConnections; 0 means 1).
+	PublisherConnections int
 	// Log is the pre-encoded log; nil makes one.
 	Log *workload.Log
+}
+
+func (o *E2EOptions) publisher(ctx context.Context, b *broker) (*iggy.Publisher, error) {
+	return iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic, iggy.WithConnections(max(1, o.PublisherConnections)))
 }
 
 func (o *E2EOptions) prepareLog() (*workload.Log, error) {
@@ -240,7 +247,7 @@ func E2EStrand(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
+	pub, err := o.publisher(ctx, b)
 	if err != nil {
 		return res, err
 	}
@@ -341,7 +348,7 @@ func E2ENaive(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
+	pub, err := o.publisher(ctx, b)
 	if err != nil {
 		return res, err
 	}

@@ -54,7 +54,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
+	pub, err := o.publisher(ctx, b)
 	if err != nil {
 		return res, err
 	}
