@@ -263,13 +263,15 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (int, error) {
 	accepted := len(reduced)
 	var errs error
+	// The key bytes must be a key of this type whatever the handlers are:
+	// a projection files its row under these bytes, and a row whose key
+	// does not decode would poison every later Scan of the table. Nothing
+	// of the run can be applied; the caller dead-letters it.
+	key, err := r.ev.keys.Decode(rc.key)
+	if err != nil {
+		return 0, errKeyDecode{err}
+	}
 	if len(r.handles) > 0 {
-		key, err := r.ev.keys.Decode(rc.key)
-		if err != nil {
-			// The key bytes are not a key of this type: nothing of the run
-			// can be applied. A poison, found late; the caller dead-letters.
-			return 0, errKeyDecode{err}
-		}
 		for _, h := range r.handles {
 			max := h.max
 			if max <= 0 {

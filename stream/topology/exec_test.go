@@ -419,6 +419,30 @@ func TestBadKeyBytesAreDeadLettered(t *testing.T) {
 	}
 }
 
+func TestBadKeyBytesAreDeadLetteredForProjections(t *testing.T) {
+	type U struct{ ID uint64 }
+	decl := stream.DeclareFunc(1, func(u U) uint64 { return u.ID })
+	topo := topology.New("badkey-project")
+	src := topology.Source[uint64](topo, "log")
+	table := topology.Table[uint64, int](topo, "count", stream.JSON[int]())
+	topology.Project(topology.On(src, decl), table, func(v *int, e U) error { *v++; return nil })
+	d := topology.NewDriver(t, topo)
+	d.PipeRecord("log", stream.Record{Headers: stream.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
+	topology.Pipe(d, decl, U{ID: 2})
+	d.Advance()
+	dls := d.DeadLetters()
+	if len(dls) != 1 || dls[0].Reason != stream.ReasonBadKey {
+		t.Fatalf("dead letters %+v, want one bad-key", dls)
+	}
+	rows := map[uint64]int{}
+	if err := table.Scan(context.Background(), func(k uint64, v int) bool { rows[k] = v; return true }); err != nil {
+		t.Fatalf("Scan after a bad key: %v", err)
+	}
+	if len(rows) != 1 || rows[2] != 1 {
+		t.Fatalf("table rows %v, want only key 2 counted once", rows)
+	}
+}
+
 func TestStaleRecordsAreIgnored(t *testing.T) {
 	decl := stream.DeclareFunc(1, evKey)
 	topo := topology.New("stale")
