@@ -332,6 +332,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	for _, j := range order {
 		results = append(results, median(runs[j]))
 	}
+	roundRatios(results, runs)
 	fmt.Fprintln(stdout)
 	printTable(stdout, results)
 	fmt.Fprintf(stdout, "\nload average at end: %s\n", sysstat.Load())
@@ -368,6 +369,44 @@ func median(rs []scenario.Result) scenario.Result {
 		m.Verified = m.Verified && r.Verified
 	}
 	return m
+}
+
+// roundRatios adds to every median result with a baseline the median and
+// range of its per-round ratios: round i of a measurement against round i
+// of its baseline, which ran right before it under about the same load.
+func roundRatios(results []scenario.Result, runs map[job][]scenario.Result) {
+	byVariant := map[string][]scenario.Result{}
+	var variants []string
+	for _, rs := range runs {
+		if len(rs) > 0 {
+			k := rs[0].Scenario + "/" + rs[0].Variant + "/" + rs[0].Codec
+			byVariant[k] = rs
+			variants = append(variants, rs[0].Scenario+"/"+rs[0].Variant)
+		}
+	}
+	for i := range results {
+		r := &results[i]
+		naive, par := baselines(*r, variants)
+		own := byVariant[r.Scenario+"/"+r.Variant+"/"+r.Codec]
+		for name, base := range map[string]string{"x_naive": naive, "x_par": par} {
+			bs := byVariant[r.Scenario+"/"+base+"/"+r.Codec]
+			n := min(len(own), len(bs))
+			if base == "" || n < 2 {
+				continue
+			}
+			var xs []float64
+			for k := range n {
+				if bs[k].Rate > 0 {
+					xs = append(xs, own[k].Rate/bs[k].Rate)
+				}
+			}
+			if len(xs) < 2 {
+				continue
+			}
+			slices.Sort(xs)
+			r.Extra[name], r.Extra[name+"_min"], r.Extra[name+"_max"] = xs[len(xs)/2], xs[0], xs[len(xs)-1]
+		}
+	}
 }
 
 // runJob runs one measurement, in a child process unless -inprocess.

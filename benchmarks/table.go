@@ -21,25 +21,11 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		}
 		return scenario.Result{}, false
 	}
-	// The baselines a result is compared with: the naive consumer of the
-	// same scenario and mode, and (core) the naive consumer with one
-	// goroutine per partition.
-	baseline := func(r scenario.Result) (naive, par string) {
-		switch {
-		case strings.HasPrefix(r.Variant, "naive"):
-			return "", ""
-		case r.Scenario == "core":
-			for _, x := range rs {
-				if x.Scenario == "core" && strings.HasPrefix(x.Variant, "naive-") {
-					par = x.Variant
-				}
-			}
-			return "naive", par
-		case strings.HasSuffix(r.Variant, "-drain"):
-			return "naive-drain", ""
-		}
-		return "naive", ""
+	var variants []string
+	for _, x := range rs {
+		variants = append(variants, x.Scenario+"/"+x.Variant)
 	}
+	baseline := func(r scenario.Result) (naive, par string) { return baselines(r, variants) }
 	ratio := func(a, b float64) string {
 		if b <= 0 || a <= 0 {
 			return "—"
@@ -60,6 +46,14 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		}
 		if b, ok := find(r.Scenario, par, r.Codec); ok && par != "" {
 			vsPar = ratio(r.Rate, b.Rate)
+		}
+		// With several rounds, the median of the per-round ratios (each
+		// against the baseline run next to it) is steadier.
+		if x, ok := r.Extra["x_naive"]; ok {
+			vsNaive = fmt.Sprintf("%.2f× (%.2f–%.2f)", x, r.Extra["x_naive_min"], r.Extra["x_naive_max"])
+		}
+		if x, ok := r.Extra["x_par"]; ok {
+			vsPar = fmt.Sprintf("%.2f× (%.2f–%.2f)", x, r.Extra["x_par_min"], r.Extra["x_par_max"])
 		}
 		perCPU := "—"
 		if r.CPUSeconds > 0 {
@@ -129,6 +123,26 @@ func printTable(w io.Writer, rs []scenario.Result) {
 			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, v, r.Codec, r.Note)
 		}
 	}
+}
+
+// baselines names the variants a result is compared with: the naive
+// consumer of the same scenario and mode, and (core) the naive consumer with
+// one goroutine per partition. variants lists "scenario/variant" of the run.
+func baselines(r scenario.Result, variants []string) (naive, par string) {
+	switch {
+	case strings.HasPrefix(r.Variant, "naive"):
+		return "", ""
+	case r.Scenario == "core":
+		for _, v := range variants {
+			if strings.HasPrefix(v, "core/naive-") {
+				par = strings.TrimPrefix(v, "core/")
+			}
+		}
+		return "naive", par
+	case strings.HasSuffix(r.Variant, "-drain"):
+		return "naive-drain", ""
+	}
+	return "naive", ""
 }
 
 // spread formats the range of a median's runs.
