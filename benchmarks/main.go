@@ -66,6 +66,8 @@ type config struct {
 	reps          int
 	workers       int
 	pubConns      int
+	latencyTrace  string
+	latencyTick   time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -93,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.jsonOut, "json", "", "also write all results as JSON lines to this file")
 	fs.IntVar(&c.workers, "workers", 0, "keys run at once per partition (topology.WithWorkers; 0: GOMAXPROCS)")
 	fs.IntVar(&c.pubConns, "pub-conns", 1, "e2e and latency: the producer's connections to the broker")
+	fs.StringVar(&c.latencyTrace, "latency-trace", "", "latency scenario: write one CSV line per commit (time, partition, events, worst latency) to PREFIX-<rate>.csv")
+	fs.DurationVar(&c.latencyTick, "latency-tick", 5*time.Millisecond, "latency scenario: the producer sends what came due at most once per tick (its linger time)")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -469,7 +473,7 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(),
 	}
 }
 
@@ -531,7 +535,10 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 	case "latency":
 		o := scenario.LatencyOptions{
 			E2EOptions: scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns},
-			Rate:       cfg.latencyRate, Duration: cfg.latencyFor,
+			Rate:       cfg.latencyRate, Duration: cfg.latencyFor, Tick: cfg.latencyTick,
+		}
+		if cfg.latencyTrace != "" {
+			o.Trace = fmt.Sprintf("%s-%.0f.csv", cfg.latencyTrace, cfg.latencyRate)
 		}
 		return scenario.Latency(ctx, o)
 	case "restart":

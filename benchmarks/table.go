@@ -77,15 +77,16 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	if len(lat) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "latency\tcodec\tshare of e2e peak\ttarget events/s\tachieved events/s\tevents\tcommits\tp50 ms\tp99 ms\tp99 range (runs)\tp99.9 ms\tmax ms\tverified\tload\t")
+		fmt.Fprintln(tw, "latency\tcodec\tshare of e2e peak\ttarget events/s\tachieved events/s\tevents\tcommits\tp50 ms\tp99 ms\tp99 range (runs)\tp99.9 ms\tmax ms\tfrom Send: p50/p99/max ms\tverified\tload\t")
 		for _, r := range lat {
 			share := "—"
 			if b, ok := find("e2e", "strand", r.Codec); ok && b.Rate > 0 {
 				share = fmt.Sprintf("%.0f%%", 100*r.Extra["target_rate"]/b.Rate)
 			}
-			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%v\t%s\t\n",
+			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%.1f / %.1f / %.1f\t%v\t%s\t\n",
 				r.Codec, share, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99,
-				spread(r, func(x float64) string { return fmt.Sprintf("%.1f", x) }), r.P999, r.Max, r.Verified, load1(r.Load))
+				spread(r, func(x float64) string { return fmt.Sprintf("%.1f", x) }), r.P999, r.Max,
+				r.Extra["sent_p50"], r.Extra["sent_p99"], r.Extra["sent_max"], r.Verified, load1(r.Load))
 		}
 		_ = tw.Flush()
 	}

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +26,16 @@ type LatencyOptions struct {
 	// Duration is how long the producer publishes; the workload has
 	// Rate × Duration events.
 	Duration time.Duration
+	// Tick is the producer's batching interval: it sends what has come
+	// due at most once per Tick (0: as soon as the previous send returned),
+	// like a publisher's linger time.
+	Tick time.Duration
+	// Trace, when set, names a CSV file that receives one line per
+	// commit: milliseconds since the start, partition, events committed,
+	// their largest latency from the schedule, how long the batch waited
+	// between its poll and the start of its processing, and how long
+	// processing and commit took (all in milliseconds).
+	Trace string
 }
 
 // Latency runs a paced producer and a stream.Processor through the
@@ -32,7 +44,10 @@ type LatencyOptions struct {
 // producer that falls behind counts against the latency rather than
 // hiding it) to the end of the commit that made it queryable (the
 // processor's AfterCommit hook: the table and checkpoint are committed and
-// Table.Get returns the new state). It reports percentiles over all events.
+// Table.Get returns the new state). It reports percentiles over all events
+// (P50, P99, ...), and in Extra the same from the moment the event was
+// handed to Publisher.Send (sent_p50, sent_p99, sent_max), which leaves out
+// how far the producer fell behind its schedule.
 func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	if o.Rate <= 0 || o.Duration <= 0 {
 		return Result{}, fmt.Errorf("latency: rate %v and duration %v must be positive", o.Rate, o.Duration)
@@ -68,9 +83,52 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		return time.Unix(0, startNanos.Load()+int64(float64(i)*interval))
 	}
 	pr := newProgress(log)
-	lat := make([][]float64, log.Partitions()) // per partition, milliseconds
+	sent := &sendLog{}
+	lat := make([][]float64, log.Partitions())     // per partition, ms from the schedule
+	latSent := make([][]float64, log.Partitions()) // per partition, ms from the Send call
+	var trace *bufio.Writer
+	var traceMu sync.Mutex
+	if o.Trace != "" {
+		f, err := os.Create(o.Trace)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		trace = bufio.NewWriter(f)
+		defer trace.Flush()
+		fmt.Fprintln(trace, "ms,partition,events,max_latency_ms,queued_ms,process_commit_ms")
+	}
 	var hookErr atomic.Pointer[error]
-	hooks := stream.Hooks{AfterCommit: func(p uint32, r stream.Result) error {
+	// Per partition, when the batch being processed was polled and when
+	// its processing began (for the trace).
+	polledAt := make([]atomic.Int64, log.Partitions())
+	pollQueue := make([]chan int64, log.Partitions())
+	for p := range pollQueue {
+		pollQueue[p] = make(chan int64, 64)
+	}
+	beganAt := make([]int64, log.Partitions())
+	hooks := stream.Hooks{}
+	if trace != nil {
+		hooks.AfterPoll = func(p uint32, _ []stream.Record) error {
+			select {
+			case pollQueue[p] <- time.Now().UnixNano():
+			default:
+			}
+			return nil
+		}
+		hooks.BeforeProcess = func(p uint32, recs []stream.Record) error {
+			if recs != nil {
+				select {
+				case t := <-pollQueue[p]:
+					polledAt[p].Store(t)
+				default:
+				}
+			}
+			beganAt[p] = time.Now().UnixNano()
+			return nil
+		}
+	}
+	hooks.AfterCommit = func(p uint32, r stream.Result) error {
 		now := time.Now()
 		if err := checkCommit(r); err != nil {
 			err = fmt.Errorf("partition %d: %w", p, err)
@@ -78,11 +136,22 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 			return err
 		}
 		prev := pr.committed(p, r.Next)
+		worst := 0.0
 		for off := prev; off < r.Next; off++ {
-			lat[p] = append(lat[p], float64(now.Sub(due(log.Index(p, int(off)))))/float64(time.Millisecond))
+			i := log.Index(p, int(off))
+			l := float64(now.Sub(due(i))) / float64(time.Millisecond)
+			worst = max(worst, l)
+			lat[p] = append(lat[p], l)
+			latSent[p] = append(latSent[p], float64(now.Sub(sent.at(i)))/float64(time.Millisecond))
+		}
+		if trace != nil {
+			traceMu.Lock()
+			fmt.Fprintf(trace, "%.1f,%d,%d,%.1f,%.2f,%.2f\n", float64(now.UnixNano()-startNanos.Load())/1e6, p, r.Next-prev, worst,
+				float64(beganAt[p]-polledAt[p].Load())/1e6, float64(now.UnixNano()-beganAt[p])/1e6)
+			traceMu.Unlock()
 		}
 		return nil
-	}}
+	}
 	proc, err := newProcessor(ctx, filepath.Join(dir, "store"), b, log, o.Batch, hooks)
 	if err != nil {
 		return res, err
@@ -98,7 +167,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	}
 	start := time.Now()
 	startNanos.Store(start.UnixNano())
-	prodErr := pace(ctx, pub, log, due)
+	prodErr := pace(ctx, pub, log, due, sent, o.Tick)
 	published := time.Since(start)
 	var runErr error
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second+o.Duration)
@@ -117,11 +186,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		return res, err
 	}
 	res.Commits = int(pr.commits.Load())
-	var all []float64
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	slices.Sort(all)
+	all, allSent := flatten(lat), flatten(latSent)
 	res.P50, res.P99, res.P999 = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 0.999)
 	if len(all) > 0 {
 		res.Max = all[len(all)-1]
@@ -131,6 +196,9 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		"target_rate":   o.Rate,
 		"achieved_rate": float64(log.Len()) / published.Seconds(),
 		"duration_s":    published.Seconds(),
+		"sent_p50":      percentile(allSent, 0.50),
+		"sent_p99":      percentile(allSent, 0.99),
+		"sent_max":      percentile(allSent, 1),
 	}
 	got, err := workload.ReadBalances(ctx, proc.topo.Balances)
 	if err != nil {
@@ -144,30 +212,77 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	return res, nil
 }
 
-// pace publishes the log in order, each event not before due(i): every
-// millisecond or so it sends, in one call, every event that has come due.
-func pace(ctx context.Context, pub *iggy.Publisher, log *workload.Log, due func(int) time.Time) error {
+// sendLog records when each chunk of events was handed to Send.
+type sendLog struct {
+	mu     sync.Mutex
+	starts []int   // first event index of each chunk, ascending
+	times  []int64 // when its Send began, Unix nanoseconds
+}
+
+func (s *sendLog) add(first int, t time.Time) {
+	s.mu.Lock()
+	s.starts = append(s.starts, first)
+	s.times = append(s.times, t.UnixNano())
+	s.mu.Unlock()
+}
+
+// at returns when event i was handed to Send.
+func (s *sendLog) at(i int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, found := slices.BinarySearch(s.starts, i)
+	if !found {
+		k--
+	}
+	if k < 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, s.times[k])
+}
+
+func flatten(xss [][]float64) []float64 {
+	var all []float64
+	for _, xs := range xss {
+		all = append(all, xs...)
+	}
+	slices.Sort(all)
+	return all
+}
+
+// pace publishes the log in order, each event not before due(i): at most
+// once per tick it sends, in one call, every event that has come due.
+func pace(ctx context.Context, pub *iggy.Publisher, log *workload.Log, due func(int) time.Time, sent *sendLog, tick time.Duration) error {
 	envs := make([]stream.Envelope, 0, publishChunk)
+	var last time.Time
 	for i := 0; i < log.Len(); {
-		now := time.Now()
-		envs = envs[:0]
-		for i < log.Len() && len(envs) < publishChunk && !due(i).After(now) {
-			envs = append(envs, log.Envelope(i))
-			i++
+		if wait := tick - time.Since(last); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		if len(envs) == 0 {
-			wait := time.Until(due(i))
-			if wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-ctx.Done():
-					return ctx.Err()
-				}
+		now := time.Now()
+		if due(i).After(now) {
+			select {
+			case <-time.After(due(i).Sub(now)):
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 			continue
 		}
-		if err := pub.Send(ctx, envs...); err != nil {
-			return fmt.Errorf("publish events up to %d: %w", i, err)
+		last = now
+		// Everything due now, in chunks of at most publishChunk.
+		for i < log.Len() && !due(i).After(now) {
+			envs = envs[:0]
+			for i < log.Len() && len(envs) < publishChunk && !due(i).After(now) {
+				envs = append(envs, log.Envelope(i))
+				i++
+			}
+			sent.add(i-len(envs), time.Now())
+			if err := pub.Send(ctx, envs...); err != nil {
+				return fmt.Errorf("publish events up to %d: %w", i, err)
+			}
 		}
 	}
 	return nil
