@@ -77,6 +77,11 @@ type Task struct {
 	planner planner.Planner[string]
 	parked  map[string]*parkedKey
 
+	// pipelining (Submit): the batch whose commit may be in flight, and the
+	// error that broke the Task when a commit failed.
+	pending *Pending
+	broken  error
+
 	// scratch reused by Process
 	in      []Record
 	fromRow []bool
@@ -153,7 +158,9 @@ func (t *Task) Source() string { return t.src.name }
 func (t *Task) Partition() uint32 { return t.partition }
 
 // Next returns the offset of the first record not yet committed: where to
-// read from. It is 0 for a partition never committed.
+// read from. It is 0 for a partition never committed. After Submit it
+// counts the submitted batch as if committed (the next batch to submit
+// starts there), whether or not its commit has finished.
 func (t *Task) Next() uint64 { return t.next }
 
 // Result is what one Process or Retry call did. Offsets are record offsets
@@ -316,7 +323,143 @@ type runCtx struct {
 // Cancelling ctx abandons the batch; to finish an in-flight batch on
 // shutdown, pass a context that stays alive until Process returns.
 func (t *Task) Process(ctx context.Context, records []Record) (Result, error) {
+	if err := t.settlePending(); err != nil {
+		return Result{Next: t.next}, err
+	}
 	return t.process(ctx, records)
+}
+
+// ErrTaskBroken is wrapped by every call to a Task after a commit of a
+// batch given to Submit failed: later batches may have been executed on top
+// of the failed one, so none of them is committed and the Task cannot go
+// on. Make a new Task with NewTask, which resumes from the committed
+// checkpoint.
+var ErrTaskBroken = errors.New("stream: task stopped after a failed commit")
+
+// Pending is a batch given to Task.Submit: executed, with its commit
+// possibly still in flight.
+type Pending struct {
+	t        *Task
+	done     chan struct{}
+	res      Result
+	err      error
+	reported bool
+	txn      *state.Txn
+}
+
+// Wait waits for the batch's commit and returns its Result, as Process
+// would have; after a failed commit it returns an error wrapping
+// ErrTaskBroken. It runs the batch's OnDeadLetter callbacks and failure
+// logs (once, on the first call that finds it committed; a later Submit or
+// Process that waits for the commit runs them if Wait has not). Call it
+// from the Task's goroutine.
+func (p *Pending) Wait() (Result, error) {
+	<-p.done
+	if p.err != nil {
+		return Result{Next: p.res.Next}, p.err
+	}
+	p.report()
+	return p.res, nil
+}
+
+func (p *Pending) report() {
+	if p.reported {
+		return
+	}
+	p.reported = true
+	p.t.report(&p.res)
+}
+
+// settlePending waits for the pending commit of Submit, if any, and breaks
+// the Task if it failed.
+func (t *Task) settlePending() error {
+	if t.broken != nil {
+		return t.broken
+	}
+	p := t.pending
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	t.pending = nil
+	if p.err != nil {
+		t.broken = p.err
+		return p.err
+	}
+	p.report()
+	return nil
+}
+
+// Submit processes one batch like Process, but returns once the batch is
+// executed and its commit has started, so that the caller can submit the
+// next batch while this one commits (DESIGN.md §3: the commit of one batch
+// overlaps the work of the next). Pending.Wait returns the batch's Result.
+//
+// Batches commit in submission order, each in its own atomic commit with
+// its checkpoint, exactly as with Process. A batch reads the table writes
+// of the batch before it, whose commit may still be in flight, and its own
+// commit waits for that one: if a commit fails, no later batch commits, and
+// the Task is broken (every later call returns an error wrapping
+// ErrTaskBroken; make a new Task). Submit itself waits for the previous
+// batch's commit after executing its batch and before starting its commit,
+// so at most one commit is in flight.
+//
+// Next, NextRetry and Parked count submitted batches as committed. Process,
+// Retry and Release wait for the pending commit first. If Submit returns
+// an error, nothing of its batch was committed; the pending commit of the
+// previous batch, if any, goes on (its Wait says how it ended).
+func (t *Task) Submit(ctx context.Context, records []Record) (*Pending, error) {
+	if t.broken != nil {
+		return nil, t.broken
+	}
+	prev := t.pending
+	var prevTx *state.Txn
+	if prev != nil {
+		prevTx = prev.tx()
+	}
+	st, err := t.stage(ctx, records, prevTx)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pending{t: t, done: make(chan struct{})}
+	if st == nil { // nothing to do
+		if err := t.settlePending(); err != nil {
+			return nil, err
+		}
+		p.res = Result{Next: t.next}
+		close(p.done)
+		return p, nil
+	}
+	// The previous commit must have succeeded before this one starts:
+	// this batch was built on it.
+	if err := t.settlePending(); err != nil {
+		st.b.tx.Discard()
+		return nil, err
+	}
+	t.applyStaged(st)
+	p.res = st.res
+	tx := st.b.tx
+	p.txn = tx
+	t.pending = p
+	go func() {
+		if err := tx.Commit(ctx); err != nil {
+			p.err = fmt.Errorf("%w: source %q partition %d: commit of the batch ending at offset %d: %w",
+				ErrTaskBroken, t.src.name, t.partition, st.res.Next, err)
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// tx returns the transaction of a pending batch while its commit may be
+// in flight, or nil once it is done.
+func (p *Pending) tx() *state.Txn {
+	select {
+	case <-p.done:
+		return nil
+	default:
+		return p.txn
+	}
 }
 
 // Retry retries every parked key whose backoff has passed and commits the
@@ -324,6 +467,9 @@ func (t *Task) Process(ctx context.Context, records []Record) (Result, error) {
 // nothing when no key is due. Call it when NextRetry comes and no batch is
 // flowing.
 func (t *Task) Retry(ctx context.Context) (Result, error) {
+	if err := t.settlePending(); err != nil {
+		return Result{Next: t.next}, err
+	}
 	return t.process(ctx, nil)
 }
 
@@ -358,6 +504,9 @@ func (t *Task) Parked() (keys, records int) {
 // poison event (HoldPoisonedKey) goes on. It commits at once; releasing a
 // key that is not parked does nothing.
 func (t *Task) Release(ctx context.Context, key []byte) error {
+	if err := t.settlePending(); err != nil {
+		return err
+	}
 	pk, ok := t.parked[string(key)]
 	if !ok {
 		return nil
@@ -374,8 +523,36 @@ func (t *Task) Release(ctx context.Context, key []byte) error {
 }
 
 func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
+	st, err := t.stage(ctx, records, nil)
+	if err != nil {
+		return Result{Next: t.next}, err
+	}
+	if st == nil {
+		return Result{Next: t.next}, nil
+	}
+	if err := st.b.tx.Commit(ctx); err != nil {
+		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: commit: %w", t.src.name, t.partition, err)
+	}
+	t.applyStaged(st)
+	t.report(&st.res)
+	return st.res, nil
+}
+
+// staged is a batch executed and settled into its transaction, not yet
+// committed.
+type staged struct {
+	b       *batch
+	res     Result
+	changes map[string]*parkedKey
+	hasLast bool
+}
+
+// stage runs a batch up to its commit: input, plan, execute, settle, with
+// the transaction following prev (nil: none). It returns nil when there is
+// nothing to do. On error the transaction is discarded.
+func (t *Task) stage(ctx context.Context, records []Record, prev *state.Txn) (st *staged, err error) {
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	now := t.clock()
 	res := Result{Next: t.next}
@@ -390,7 +567,7 @@ func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
 	}
 	slices.SortFunc(due, func(a, b *parkedKey) int { return bytes.Compare(a.key, b.key) })
 	if len(due) == 0 && len(records) == 0 {
-		return res, nil
+		return nil, nil
 	}
 	in := t.in[:0]
 	fromRow := t.fromRow[:0]
@@ -418,15 +595,14 @@ func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
 	}
 	t.status = status
 	b := &batch{
-		t: t, ctx: ctx, tx: t.db.NewTxn(), records: in, status: status,
+		t: t, ctx: ctx, tx: t.db.NewTxnAfter(prev), records: in, status: status,
 		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
 	}
 	for _, pk := range due {
 		b.due[string(pk.key)] = true
 	}
-	committed := false
 	defer func() {
-		if !committed {
+		if err != nil {
 			b.tx.Discard()
 		}
 	}()
@@ -435,10 +611,10 @@ func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
 	t.execute(b)
 
 	if b.fatal != nil {
-		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, b.fatal)
+		return nil, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, b.fatal)
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, err)
+		return nil, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, err)
 	}
 
 	// Write parked rows, dead letters and the checkpoint, and work out the
@@ -449,20 +625,28 @@ func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
 		res.Next = last + 1
 		b.tx.SetCheckpoint(t.src.name, t.partition, res.Next)
 	}
-	if err := b.tx.Commit(ctx); err != nil {
-		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: commit: %w", t.src.name, t.partition, err)
+	clear(t.in) // drop payload references
+	return &staged{b: b, res: res, changes: changes, hasLast: hasLast}, nil
+}
+
+// applyStaged applies a committed (or, with Submit, committing) batch to
+// the Task's memory: checkpoint and parked keys.
+func (t *Task) applyStaged(st *staged) {
+	if st.hasLast && st.res.Next != t.next {
+		t.next, t.hasNext = st.res.Next, true
 	}
-	committed = true
-	if hasLast && res.Next != t.next {
-		t.next, t.hasNext = res.Next, true
-	}
-	for k, pk := range changes {
+	for k, pk := range st.changes {
 		if pk == nil {
 			delete(t.parked, k)
 		} else {
 			t.parked[k] = pk
 		}
 	}
+}
+
+// report logs a committed batch's failures and dead letters and calls
+// OnDeadLetter.
+func (t *Task) report(res *Result) {
 	for _, f := range res.Failures {
 		t.log.Warn("stream: key stopped at a failing run",
 			slog.String("source", t.src.name), slog.Uint64("partition", uint64(t.partition)),
@@ -478,8 +662,6 @@ func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
 			t.onDeadLetter(d)
 		}
 	}
-	clear(t.in) // drop payload references
-	return res, nil
 }
 
 // prepare routes every input record: stale, poison, skipped, held behind a

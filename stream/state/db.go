@@ -455,6 +455,31 @@ func (db *DB) NewTxn() *Txn {
 	return newTxn(db)
 }
 
+// NewTxnAfter starts the transaction of a partition pipeline's next batch
+// while prev, the pipeline's previous one, may still be committing: it is
+// how a pipeline overlaps one batch's commit with the next batch's work.
+//
+// The new Txn reads prev's writes as if they were committed: [Table.Read]
+// looks at its own writes, then prev's, then committed state. Its Commit
+// first waits for prev to finish, and if prev did not commit (its Commit
+// failed, or it was discarded), the new Txn is discarded too and Commit
+// returns an error wrapping [ErrPredecessorFailed]; so nothing built on a
+// failed commit ever becomes state, and commits stay in pipeline order.
+// [Table.Get], [Table.Scan] and other transactions never see either
+// transaction's writes before their commits.
+//
+// prev must be of the same DB and must be committed or discarded by its
+// owner, or the new Txn's Commit waits for it until its context ends. A
+// table whose values may share memory (see [Table.Read]) does not read
+// through: its Reads wait for prev to finish. NewTxnAfter(nil) is NewTxn.
+func (db *DB) NewTxnAfter(prev *Txn) *Txn {
+	tx := newTxn(db)
+	if prev != nil && prev.db == db {
+		tx.prev = prev
+	}
+	return tx
+}
+
 func (db *DB) hash(key []byte) uint64 { return maphash.Bytes(db.seed, key) }
 
 var _ io.Closer = (*DB)(nil)

@@ -28,6 +28,12 @@ var (
 	// that this package manages itself (metadata, checkpoints, table rows).
 	ErrReservedFamily = errors.New("state: reserved row family")
 
+	// ErrPredecessorFailed is wrapped by [Txn.Commit] of a transaction
+	// started with [DB.NewTxnAfter] whose predecessor did not commit (its
+	// commit failed or it was discarded): the transaction may have read the
+	// predecessor's writes, so it is discarded and commits nothing.
+	ErrPredecessorFailed = errors.New("state: preceding transaction did not commit")
+
 	// ErrTxnDone is returned by a [Txn] used after Commit or Discard.
 	ErrTxnDone = errors.New("state: transaction already committed or discarded")
 )

@@ -151,6 +151,17 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	}
 	s.mu.Unlock()
 
+	// A predecessor still committing (NewTxnAfter): its writes come first.
+	if tx.prev != nil && !tx.prevSettled() {
+		if t.shared {
+			// Its values may be changed in place by this Txn's handlers
+			// while it publishes them: wait until it is done.
+			<-tx.prev.finished
+		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
+			return v, present, nil
+		}
+	}
+
 	ce, v, present, gen := b.cache.lookup(h, k)
 	var ks string
 	if ce != nil {
@@ -186,6 +197,34 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	s.m[ks] = e
 	s.mu.Unlock()
 	return v, present, nil
+}
+
+// prevValue returns the value prev wrote for Pebble key k of table id, if
+// prev wrote it and has not published it yet. Once prev publishes (or
+// rolls back), its entries are gone and the value cache or Pebble has the
+// committed state.
+func prevValue[V any](prev *Txn, id uint32, h uint64, k []byte) (v V, present, ok bool) {
+	if int(id) >= len(prev.tabs) {
+		// A table attached after prev started: prev may hold it only in
+		// its extra map, which its Commit holds locked. Wait instead.
+		<-prev.finished
+		return v, false, false
+	}
+	slot := prev.tabs[id].Load()
+	if slot == nil {
+		return v, false, false
+	}
+	tt, typed := slot.tab.(*txnTable[V])
+	if !typed {
+		return v, false, false
+	}
+	s := tt.shard(h)
+	s.mu.Lock()
+	if e, found := s.m[string(k)]; found && e.dirty {
+		v, present, ok = e.v, e.present, true
+	}
+	s.mu.Unlock()
+	return v, present, ok
 }
 
 // load reads and decodes the committed value of Pebble key k.

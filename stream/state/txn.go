@@ -35,6 +35,13 @@ type Txn struct {
 	done atomic.Bool
 	tabs []atomic.Pointer[txnSlot] // by table id
 
+	// prev is the transaction this one follows (NewTxnAfter), until this
+	// one ends; finished is closed when this one has committed (ok set) or
+	// been discarded or failed.
+	prev     *Txn
+	finished chan struct{}
+	ok       atomic.Bool
+
 	mu          sync.Mutex
 	extra       map[uint32]txnTab // tables attached after the Txn started
 	order       []txnTab
@@ -58,7 +65,47 @@ type txnTab interface {
 }
 
 func newTxn(db *DB) *Txn {
-	return &Txn{db: db, tabs: make([]atomic.Pointer[txnSlot], db.nextID.Load())}
+	return &Txn{db: db, tabs: make([]atomic.Pointer[txnSlot], db.nextID.Load()), finished: make(chan struct{})}
+}
+
+// finish records the outcome of the Txn and wakes its successor.
+func (tx *Txn) finish(ok bool) {
+	tx.ok.Store(ok)
+	close(tx.finished)
+}
+
+// settled reports whether the Txn this one follows, if any, has finished
+// (committed, failed or discarded); its values are then in the value cache
+// or Pebble, or it did not commit and this Txn cannot commit either.
+func (tx *Txn) prevSettled() bool {
+	p := tx.prev
+	if p == nil {
+		return true
+	}
+	select {
+	case <-p.finished:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitPrev waits until the preceding Txn, if any, has finished, and
+// returns an error wrapping ErrPredecessorFailed if it did not commit.
+func (tx *Txn) awaitPrev(ctx context.Context) error {
+	p := tx.prev
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.finished:
+	case <-ctx.Done():
+		return fmt.Errorf("state: commit: waiting for the preceding transaction: %w", ctx.Err())
+	}
+	if !p.ok.Load() {
+		return fmt.Errorf("state: commit: %w", ErrPredecessorFailed)
+	}
+	return nil
 }
 
 // SetCheckpoint records that, once this Txn commits, processing of the
@@ -138,12 +185,23 @@ func (tx *Txn) fail(err error) {
 // commits nothing. If ctx is already done, or the Txn recorded a misuse (see
 // SetCheckpoint, PutRow), Commit discards the Txn and returns the error. After
 // Commit, the Txn cannot be used again.
+//
+// A Txn started with [DB.NewTxnAfter] first waits for its predecessor to
+// finish; if the predecessor did not commit, Commit discards this Txn too
+// and returns an error wrapping [ErrPredecessorFailed], since this Txn may
+// have read writes that never became state.
 func (tx *Txn) Commit(ctx context.Context) error {
 	if !tx.done.CompareAndSwap(false, true) {
 		return ErrTxnDone
 	}
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
+	ok := false
+	defer func() { tx.finish(ok) }()
+	if err := tx.awaitPrev(ctx); err != nil {
+		tx.rollback()
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		tx.rollback()
 		return fmt.Errorf("state: commit: %w", err)
@@ -165,6 +223,8 @@ func (tx *Txn) Commit(ctx context.Context) error {
 	for _, t := range tx.order {
 		t.published()
 	}
+	tx.prev = nil
+	ok = true
 	return nil
 }
 
@@ -208,13 +268,19 @@ func (tx *Txn) write() error {
 // key the Txn touched, since a handler may have changed a value it read in
 // place. Discard after Commit or Discard does nothing, so `defer tx.Discard()`
 // is safe.
+//
+// Discard of a Txn started with [DB.NewTxnAfter] waits for its predecessor
+// to finish first (so that the predecessor's cache updates never land after
+// this Txn's invalidations).
 func (tx *Txn) Discard() {
 	if !tx.done.CompareAndSwap(false, true) {
 		return
 	}
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
+	_ = tx.awaitPrev(context.Background())
 	tx.rollback()
+	tx.finish(false)
 }
 
 func (tx *Txn) rollback() {
@@ -222,6 +288,7 @@ func (tx *Txn) rollback() {
 		t.rollback()
 	}
 	tx.checkpoints, tx.rows = nil, nil
+	tx.prev = nil
 }
 
 // tableOf returns the Txn's part for table b, creating it on first use.

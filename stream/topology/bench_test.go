@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -285,6 +286,15 @@ func BenchmarkAccounts(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+		if partitions == 1 {
+			b.Run("strand-pipelined-"+codec, func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					benchPipelined(b, ops, ref, codec == "binary", batch, durability)
+					b.StartTimer()
+				}
+			})
+		}
 		b.Run("naive-"+codec, func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
@@ -308,6 +318,96 @@ func BenchmarkAccounts(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchPipelined runs the workload through the same Task as the driver,
+// one partition, but with Task.Submit: each batch executes while the one
+// before it commits (the driver calls Process, which returns only after its
+// commit). Records are built in chunks of 100,000 (untimed), like the
+// driver's piping.
+func benchPipelined(b *testing.B, ops []bankOp, ref map[uint64]balance, binaryPayload bool, batch int, durability state.Durability) {
+	ctx := context.Background()
+	decls := newBankDecls(binaryPayload)
+	topo, tab := bankTopology(decls)
+	prog, err := topo.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := state.Open(b.TempDir(), state.WithDurability(durability), state.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	if err := prog.Attach(db); err != nil {
+		b.Fatal(err)
+	}
+	task, err := prog.NewTask(ctx, db, prog.Sources()[0], 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resetPeakRSS()
+	const chunk = 100_000
+	var elapsed, cpu time.Duration
+	var pend *stream.Pending
+	for start := 0; start < len(ops); start += chunk {
+		recs := bankRecords(b, decls, ops[start:min(start+chunk, len(ops))], uint64(start))
+		t0, c0 := time.Now(), cpuTime()
+		b.StartTimer()
+		for i := 0; i < len(recs); i += batch {
+			p, err := task.Submit(ctx, recs[i:min(i+batch, len(recs))])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if pend != nil {
+				if _, err := pend.Wait(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pend = p
+		}
+		if start+chunk >= len(ops) { // the last commit is part of the work
+			if _, err := pend.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		elapsed += time.Since(t0)
+		cpu += cpuTime() - c0
+	}
+	n := len(ops)
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+	b.ReportMetric(peakRSS(), "peak-RSS-MB")
+	if next := task.Next(); next != uint64(n) {
+		b.Fatalf("task next %d, want %d", next, n)
+	}
+	checkBank(b, tab, ref)
+}
+
+// bankRecords encodes ops as the records of one partition from offset
+// first on.
+func bankRecords(tb testing.TB, decls bankDecls, ops []bankOp, first uint64) []stream.Record {
+	recs := make([]stream.Record, len(ops))
+	for i, op := range ops {
+		e := bankEvent{Account: op.account, Amount: op.amount}
+		var env stream.Envelope
+		var err error
+		switch op.kind {
+		case 0:
+			env, err = decls.opened.Envelope(bOpened{e})
+		case 1:
+			env, err = decls.deposited.Envelope(bDeposited{e})
+		case 2:
+			env, err = decls.withdrawn.Envelope(bWithdrawn{e})
+		case 3:
+			env, err = decls.closed.Envelope(bClosed{e})
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		recs[i] = stream.Record{Offset: first + uint64(i), Headers: env.Headers, Payload: env.Payload}
+	}
+	return recs
 }
 
 // cpuTime returns the process's user plus system CPU time so far.
