@@ -383,9 +383,39 @@ func (tt *txnTable[V]) shard(h uint64) *txnShard[V] {
 
 // dirtyKey is one written key of a txnTable, for sorting before commit.
 type dirtyKey struct {
+	part    uint32 // partition
+	p       uint64 // the 8 key bytes after the table prefix, big-endian: sorts most keys without a string compare
 	k       string
 	enc     []byte
 	present bool
+}
+
+// sortPrefix returns the partition and the 8 bytes of k after the table
+// row prefix (family, partition, table id), big-endian and zero-padded, so
+// that comparing prefixes orders keys of one table as comparing the keys
+// does, up to ties.
+func sortPrefix(k string) (uint32, uint64) {
+	var b [8]byte
+	if len(k) > rowKeyExtra {
+		copy(b[:], k[rowKeyExtra:])
+	}
+	return binary.BigEndian.Uint32([]byte(k[1:5])), binary.BigEndian.Uint64(b[:])
+}
+
+func compareDirty(a, b dirtyKey) int {
+	if a.part != b.part {
+		if a.part < b.part {
+			return -1
+		}
+		return 1
+	}
+	if a.p != b.p {
+		if a.p < b.p {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.k, b.k)
 }
 
 // dirtyKeys pools the sort buffers of appendTo.
@@ -409,12 +439,13 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch) error {
 		s.mu.Lock()
 		for k, e := range s.m {
 			if e.dirty {
-				keys = append(keys, dirtyKey{k: k, enc: e.enc, present: e.present})
+				part, p := sortPrefix(k)
+				keys = append(keys, dirtyKey{part: part, p: p, k: k, enc: e.enc, present: e.present})
 			}
 		}
 		s.mu.Unlock()
 	}
-	slices.SortFunc(keys, func(a, b dirtyKey) int { return strings.Compare(a.k, b.k) })
+	slices.SortFunc(keys, compareDirty)
 	for _, d := range keys {
 		var err error
 		if d.present {
