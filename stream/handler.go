@@ -155,15 +155,16 @@ type projector[E any] interface {
 func (h *projectHandler[K, E, V]) tableName() string { return h.table.Name() }
 
 func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) error {
-	v, _, err := h.table.Read(rc.tx, rc.partition, rc.key)
+	var foldErr error
+	err := h.table.Update(rc.tx, rc.partition, rc.key, func(v *V, _ bool) error {
+		foldErr = foldAll(h.fold, v, events)
+		return foldErr
+	})
+	if foldErr != nil {
+		return foldErr
+	}
 	if err != nil {
-		return errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
-	}
-	if err := foldAll(h.fold, &v, events); err != nil {
-		return err
-	}
-	if err := h.table.Write(rc.tx, rc.partition, rc.key, v); err != nil {
-		return errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
+		return errFatal{fmt.Errorf("update table %q: %w", h.table.Name(), err)}
 	}
 	return nil
 }

@@ -199,6 +199,91 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	return v, present, nil
 }
 
+// Update reads the value of key (encoded key bytes) in the partition as
+// [Table.Read] does, calls fn with it (ok is false when the key has no
+// value; *v is then the zero value), and if fn returns nil writes the result
+// as [Table.Write] does. If fn returns an error, Update returns it unchanged
+// and writes nothing (the Txn keeps the value it read, as after a Read).
+//
+// It costs what a Read and a Write of the key cost, minus one key lookup in
+// the Txn: the read-fold-write of a projection. fn must not use the same key
+// of the Txn; the same concurrency rules as Read and Write apply.
+func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V, ok bool) error) error {
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return err
+	}
+	var buf [keyBuf]byte
+	k := appendTableKey(buf[:0], b.id, partition, key)
+	h := b.db.hash(k)
+	s := tt.shard(h)
+	s.mu.Lock()
+	e := s.m[string(k)]
+	var v V
+	var present bool
+	if e != nil {
+		v, present = e.v, e.present
+	}
+	s.mu.Unlock()
+	if e == nil {
+		var ce *cacheEntry[V]
+		var ks string
+		v, present, ce, ks, err = t.resolve(tx, b, h, k, partition, key)
+		if err != nil {
+			return err
+		}
+		if ks == "" {
+			ks = string(k)
+		}
+		s.mu.Lock()
+		if e = s.m[ks]; e != nil { // the same key from another goroutine: keep its entry
+			v, present = e.v, e.present
+		} else {
+			e = tt.newEntry(s)
+			e.v, e.h, e.present, e.ce = v, h, present, ce
+			s.m[ks] = e
+		}
+		s.mu.Unlock()
+	}
+	if err := fn(&v, present); err != nil {
+		return err
+	}
+	enc, err := t.values.Append(nil, v)
+	if err != nil {
+		return fmt.Errorf("state: table %q: encode value of key %q partition %d: %w", t.name, key, partition, err)
+	}
+	s.mu.Lock()
+	e.v, e.enc, e.present, e.dirty = v, enc, true, true
+	s.mu.Unlock()
+	return nil
+}
+
+// resolve returns the value of Pebble key k for a Txn that has no entry for
+// it: the predecessor's write, or the committed value (value cache, else
+// Pebble, filling the cache). It also returns the cache entry the value
+// came from and a key string that the cache owns (empty if none).
+func (t *Table[K, V]) resolve(tx *Txn, b *binding[V], h uint64, k []byte, partition uint32, key []byte) (v V, present bool, ce *cacheEntry[V], ks string, err error) {
+	if tx.prev != nil && !tx.prevSettled() {
+		if t.shared {
+			<-tx.prev.finished
+		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
+			return v, present, nil, "", nil
+		}
+	}
+	ce, v, present, gen := b.cache.lookup(h, k)
+	if ce != nil {
+		return v, present, ce, ce.key, nil
+	}
+	kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
+	var encLen int
+	v, present, encLen, err = t.load(b.db, kc, partition, key)
+	if err != nil {
+		return v, false, nil, "", err
+	}
+	ks = unsafe.String(unsafe.SliceData(kc), len(kc))
+	return v, present, b.cache.fill(h, ks, v, present, encLen, gen), ks, nil
+}
+
 // prevValue returns the value prev wrote for Pebble key k of table id, if
 // prev wrote it and has not published it yet. Once prev publishes (or
 // rolls back), its entries are gone and the value cache or Pebble has the

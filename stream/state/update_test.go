@@ -1,0 +1,86 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// Update reads like Read, writes like Write, and writes nothing when fn
+// fails; for alias-free and shared values, inside one Txn and after a
+// predecessor.
+func TestUpdate(t *testing.T) {
+	ctx := context.Background()
+	db := openMem(t, nil)
+	defer mustClose(t, db)
+	counters := NewTable("counters", String(), JSON[counter]())
+	accounts := NewTable("accounts", String(), JSON[account]())
+	if err := db.Attach(counters, accounts); err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("k")
+	inc := func(v *counter, ok bool) error { v.N++; return nil }
+	boom := errors.New("boom")
+
+	tx := db.NewTxn()
+	if err := counters.Update(tx, 0, key, func(v *counter, ok bool) error {
+		if ok || v.N != 0 {
+			t.Fatalf("absent key: %+v, %v", *v, ok)
+		}
+		v.N = 5
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := counters.Update(tx, 0, key, func(v *counter, ok bool) error { v.N = 99; return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Update with a failing fn = %v, want its error", err)
+	}
+	if v, ok, _ := counters.Read(tx, 0, key); !ok || v.N != 5 {
+		t.Fatalf("after a failed Update: %+v %v, want 5", v, ok)
+	}
+	if err := accounts.Update(tx, 0, key, func(v *account, ok bool) error {
+		v.Owner, v.History = "o", append(v.History, 1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tx.SetCheckpoint("src", 0, 1)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A failed Update of a committed key changes nothing, even if fn
+	// changed a shared value in place before failing.
+	tx = db.NewTxn()
+	if err := accounts.Update(tx, 0, key, func(v *account, ok bool) error {
+		v.History[0] = 42
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if err := counters.Update(tx, 0, key, inc); err != nil {
+		t.Fatal(err)
+	}
+	tx2 := db.NewTxnAfter(tx)
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit(ctx) }()
+	if err := counters.Update(tx2, 0, key, inc); err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := accounts.Read(tx2, 0, key)
+	if err != nil || len(a.History) != 1 || a.History[0] != 1 {
+		t.Fatalf("shared value after a failed in-place Update: %+v, %v", a, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := tx2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := counters.Get(ctx, "k"); v.N != 7 {
+		t.Fatalf("counter = %+v, want 7", v)
+	}
+	if a, _, _ := accounts.Get(ctx, "k"); len(a.History) != 1 || a.History[0] != 1 {
+		t.Fatalf("account = %+v, want history [1]", a)
+	}
+}
