@@ -519,6 +519,9 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 			return scenario.CoreNaive(ctx, o, 1)
 		case "naive-par":
 			return scenario.CoreNaive(ctx, o, max(cfg.naiveWorkers, 2))
+		case "strand-serial":
+			o.Serial = true
+			return scenario.CoreStrand(ctx, o)
 		}
 	case "e2e":
 		o := scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns}

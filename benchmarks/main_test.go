@@ -42,7 +42,12 @@ func TestCoreSmoke(t *testing.T) {
 	for _, cd := range []workload.Codec{workload.Binary, workload.JSON} {
 		o := scenario.CoreOptions{Workload: tiny(cd), Codec: cd, Batch: 300, Dir: t.TempDir()}
 		for name, fn := range map[string]func() (scenario.Result, error){
-			"strand":  func() (scenario.Result, error) { return scenario.CoreStrand(ctx, o) },
+			"strand": func() (scenario.Result, error) { return scenario.CoreStrand(ctx, o) },
+			"serial": func() (scenario.Result, error) {
+				s := o
+				s.Serial = true
+				return scenario.CoreStrand(ctx, s)
+			},
 			"naive":   func() (scenario.Result, error) { return scenario.CoreNaive(ctx, o, 1) },
 			"naive-8": func() (scenario.Result, error) { return scenario.CoreNaive(ctx, o, 8) },
 		} {

@@ -77,6 +77,10 @@ type CoreOptions struct {
 	Workers int
 	// Log is the pre-encoded log; nil makes one.
 	Log *workload.Log
+	// Serial makes each partition call Task.Process, batch after batch,
+	// instead of Task.Submit, which lets a batch's commit overlap the
+	// execution of the next one.
+	Serial bool
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -185,7 +189,7 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	commits, err := runTasks(ctx, log, tasks, o.Batch)
+	commits, err := runTasks(ctx, log, tasks, o.Batch, !o.Serial)
 	m.stop(&res)
 	if err != nil {
 		return res, err
@@ -200,12 +204,17 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 		return res, err
 	}
 	res.Verified = true
+	if o.Serial {
+		res.Variant = "strand-serial"
+	}
 	return res, nil
 }
 
 // runTasks feeds every partition's records to its task, batch by batch,
-// partitions concurrently, and returns the number of commits.
-func runTasks(ctx context.Context, log *workload.Log, tasks []*stream.Task, batch int) (int, error) {
+// partitions concurrently, and returns the number of commits. With
+// pipelined, batches go through Task.Submit, so that a batch's commit
+// overlaps the execution of the next; else through Task.Process.
+func runTasks(ctx context.Context, log *workload.Log, tasks []*stream.Task, batch int, pipelined bool) (int, error) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(tasks))
 	commits := make([]int, len(tasks))
@@ -213,20 +222,10 @@ func runTasks(ctx context.Context, log *workload.Log, tasks []*stream.Task, batc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pp := uint32(p)
-			recs := make([]stream.Record, 0, batch)
-			for off := int(task.Next()); off < log.PartitionLen(pp); {
-				recs = log.Records(recs[:0], pp, off, batch)
-				r, err := task.Process(ctx, recs)
-				if err == nil {
-					err = checkResult(r)
-				}
-				if err != nil {
-					errs[p] = fmt.Errorf("partition %d offset %d: %w", p, off, err)
-					return
-				}
-				commits[p]++
-				off = int(r.Next)
+			if pipelined {
+				commits[p], errs[p] = submitAll(ctx, log, task, uint32(p), batch)
+			} else {
+				commits[p], errs[p] = processAll(ctx, log, task, uint32(p), batch)
 			}
 		}()
 	}
@@ -239,6 +238,61 @@ func runTasks(ctx context.Context, log *workload.Log, tasks []*stream.Task, batc
 		total += commits[p]
 	}
 	return total, nil
+}
+
+func processAll(ctx context.Context, log *workload.Log, task *stream.Task, p uint32, batch int) (int, error) {
+	commits := 0
+	recs := make([]stream.Record, 0, batch)
+	for off := int(task.Next()); off < log.PartitionLen(p); {
+		recs = log.Records(recs[:0], p, off, batch)
+		r, err := task.Process(ctx, recs)
+		if err == nil {
+			err = checkResult(r)
+		}
+		if err != nil {
+			return commits, fmt.Errorf("partition %d offset %d: %w", p, off, err)
+		}
+		commits++
+		off = int(r.Next)
+	}
+	return commits, nil
+}
+
+func submitAll(ctx context.Context, log *workload.Log, task *stream.Task, p uint32, batch int) (int, error) {
+	commits := 0
+	// Two record buffers: a batch's records stay untouched while its
+	// commit may be in flight.
+	bufs := [2][]stream.Record{make([]stream.Record, 0, batch), make([]stream.Record, 0, batch)}
+	var pending *stream.Pending
+	wait := func(off int) error {
+		if pending == nil {
+			return nil
+		}
+		r, err := pending.Wait()
+		pending = nil
+		if err == nil {
+			err = checkResult(r)
+		}
+		if err != nil {
+			return fmt.Errorf("partition %d batch before offset %d: %w", p, off, err)
+		}
+		commits++
+		return nil
+	}
+	for k, off := 0, int(task.Next()); off < log.PartitionLen(p); k ^= 1 {
+		bufs[k] = log.Records(bufs[k][:0], p, off, batch)
+		next, err := task.Submit(ctx, bufs[k])
+		if err != nil {
+			_ = wait(off)
+			return commits, fmt.Errorf("partition %d offset %d: %w", p, off, err)
+		}
+		if err := wait(off); err != nil {
+			return commits, err
+		}
+		pending = next
+		off += len(bufs[k])
+	}
+	return commits, wait(log.PartitionLen(p))
 }
 
 func checkResult(r stream.Result) error {

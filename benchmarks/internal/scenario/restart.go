@@ -77,7 +77,7 @@ func NewRestartStore(ctx context.Context, o RestartOptions) (*RestartStore, erro
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	_, err = runTasks(ctx, log, sess.tasks, 50_000)
+	_, err = runTasks(ctx, log, sess.tasks, 50_000, true)
 	err = errors.Join(err, sess.db.Close())
 	if err != nil {
 		_ = os.RemoveAll(dir)
