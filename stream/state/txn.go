@@ -402,6 +402,60 @@ func sortPrefix(k string) (uint32, uint64) {
 	return binary.BigEndian.Uint32([]byte(k[1:5])), binary.BigEndian.Uint64(b[:])
 }
 
+// radixSortDirty sorts keys by (part, p) with a least-significant-digit
+// radix sort that skips the byte positions all keys share (for small
+// integer keys of one partition, all but one or two), then orders runs of
+// equal (part, p) by the whole key. It returns the sorted slice and the
+// other buffer, for reuse; tmp may be of any length.
+func radixSortDirty(keys, tmp []dirtyKey) (sorted, other []dirtyKey) {
+	n := len(keys)
+	if n < 2 {
+		return keys, tmp
+	}
+	if cap(tmp) < n {
+		tmp = make([]dirtyKey, n)
+	}
+	tmp = tmp[:n]
+	digit := func(d *dirtyKey, pass int) byte {
+		if pass < 8 {
+			return byte(d.p >> (8 * pass))
+		}
+		return byte(d.part >> (8 * (pass - 8)))
+	}
+	for pass := range 12 {
+		var count [256]int
+		for i := range keys {
+			count[digit(&keys[i], pass)]++
+		}
+		if count[digit(&keys[0], pass)] == n {
+			continue // every key has this byte
+		}
+		pos := 0
+		for b := range count {
+			c := count[b]
+			count[b] = pos
+			pos += c
+		}
+		for i := range keys {
+			d := digit(&keys[i], pass)
+			tmp[count[d]] = keys[i]
+			count[d]++
+		}
+		keys, tmp = tmp, keys
+	}
+	for i := 0; i < n; {
+		j := i + 1
+		for j < n && keys[j].part == keys[i].part && keys[j].p == keys[i].p {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(keys[i:j], compareDirty)
+		}
+		i = j
+	}
+	return keys, tmp
+}
+
 func compareDirty(a, b dirtyKey) int {
 	if a.part != b.part {
 		if a.part < b.part {
@@ -445,7 +499,11 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch) error {
 		}
 		s.mu.Unlock()
 	}
-	slices.SortFunc(keys, compareDirty)
+	tmpp := dirtyKeys.Get().(*[]dirtyKey)
+	keys, tmp := radixSortDirty(keys, (*tmpp)[:0])
+	clear(tmp)
+	*tmpp = tmp[:0]
+	dirtyKeys.Put(tmpp)
 	for _, d := range keys {
 		var err error
 		if d.present {
