@@ -3,9 +3,15 @@ package topology_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
@@ -174,4 +180,168 @@ func TestSubmitStopsAfterFailedCommit(t *testing.T) {
 		}
 		_ = db.Close()
 	}
+}
+
+// The SIGKILL test of Task.Submit: a child process submits the accounts
+// workload in random batches with sync commits, each batch executing while
+// the one before it commits, and is killed at random moments. After every
+// kill the store must hold exactly the fold of the events up to its
+// checkpoint; at the end, the fold of the whole log. 15 kills (100 with
+// STRAND_SOAK=1).
+
+var submitCrashOps = map[bool]int{false: 200_000, true: 20_000}[raceEnabled]
+
+func submitCrashWorkload() (bankDecls, []bankOp) {
+	return newBankDecls(true), bankWorkload(submitCrashOps, 400, 11)
+}
+
+func TestSubmitCrashChild(t *testing.T) {
+	dir := os.Getenv("STRAND_SUBMIT_CRASH_DIR")
+	if dir == "" {
+		t.Skip("run by TestSubmitCrashResumesExactly")
+	}
+	ctx := context.Background()
+	decls, ops := submitCrashWorkload()
+	topo, _ := bankTopology(decls)
+	prog, err := topo.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := state.Open(dir, state.WithDurability(state.Sync), state.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := prog.Attach(db); err != nil {
+		t.Fatal(err)
+	}
+	task, err := prog.NewTask(ctx, db, prog.Sources()[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := bankRecords(t, decls, ops, 0)
+	seed, _ := strconv.ParseUint(os.Getenv("STRAND_SUBMIT_CRASH_RUN"), 10, 64)
+	r := rand.New(rand.NewPCG(seed, 5))
+	fmt.Println(crashReady)
+	var pend *stream.Pending
+	for next := int(task.Next()); next < len(recs); {
+		n := min(1+r.IntN(800), len(recs)-next)
+		p, err := task.Submit(ctx, recs[next:next+n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pend != nil {
+			if _, err := pend.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pend, next = p, next+n
+	}
+	if pend != nil {
+		if _, err := pend.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSubmitCrashResumesExactly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test in -short mode")
+	}
+	kills := 15
+	if os.Getenv("STRAND_SOAK") != "" {
+		kills = 100
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	decls, ops := submitCrashWorkload()
+	topo, tab := bankTopology(decls)
+	prog, err := topo.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// check opens the store and compares the table with the fold of the
+	// events up to the stored checkpoint.
+	check := func(what string) uint64 {
+		db, err := state.Open(dir, state.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := prog.Attach(db); err != nil {
+			t.Fatal(err)
+		}
+		next, _, err := db.Checkpoint(prog.Sources()[0], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := bankReference(ops[:next])
+		seen := 0
+		err = tab.Scan(ctx, func(k uint64, v balance) bool {
+			seen++
+			if ref[k] != v {
+				t.Fatalf("%s: account %d: %+v, fold up to checkpoint %d: %+v", what, k, v, next, ref[k])
+			}
+			return true
+		})
+		if err != nil || seen != len(ref) {
+			t.Fatalf("%s: scan: %v, %d accounts, fold up to checkpoint %d has %d", what, err, seen, next, len(ref))
+		}
+		return next
+	}
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
+	run := func(i int, killAfter time.Duration) (finished bool) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSubmitCrashChild$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "STRAND_SUBMIT_CRASH_DIR="+dir, "STRAND_SUBMIT_CRASH_RUN="+strconv.Itoa(i))
+		out := &limitedBuffer{ready: make(chan struct{})}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		if killAfter <= 0 {
+			if err := <-done; err != nil {
+				t.Fatalf("final child run: %v\n%s", err, out.bytes())
+			}
+			return true
+		}
+		select {
+		case <-out.ready:
+		case err := <-done:
+			t.Fatalf("child run %d ended before starting: %v\n%s", i, err, out.bytes())
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("child run %d: %v\n%s", i, err, out.bytes())
+			}
+			return true
+		case <-time.After(killAfter):
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-done
+			return false
+		}
+	}
+	killed, advanced := 0, 0
+	last := uint64(0)
+	for i := 0; killed < kills; i++ {
+		if run(i, time.Duration(1+r.IntN(20))*time.Millisecond) {
+			break // finished before the kill
+		}
+		killed++
+		next := check(fmt.Sprintf("after kill %d", killed))
+		if next > last {
+			advanced++
+		}
+		last = next
+		if next == uint64(len(ops)) {
+			break
+		}
+	}
+	run(-1, 0)
+	if next := check("final"); next != uint64(len(ops)) {
+		t.Fatalf("final checkpoint %d, want %d", next, len(ops))
+	}
+	t.Logf("%d kills, %d of them after the checkpoint advanced", killed, advanced)
 }
