@@ -740,8 +740,9 @@ func (t *Task) execute(b *batch) {
 	workers := min(t.prog.workers, len(keys))
 	if workers <= 1 {
 		var scratch []int
+		rc := new(runCtx)
 		for _, k := range keys {
-			scratch = t.runKey(b, plan, k, scratch)
+			scratch = t.runKey(b, plan, k, scratch, rc)
 		}
 		return
 	}
@@ -752,12 +753,13 @@ func (t *Task) execute(b *batch) {
 		go func() {
 			defer wg.Done()
 			var scratch []int
+			rc := new(runCtx) // one per worker: the handlers' interface calls make it escape
 			for {
 				n := int(next.Add(1) - 1)
 				if n >= len(keys) || b.ctx.Err() != nil {
 					return
 				}
-				scratch = t.runKey(b, plan, keys[n], scratch)
+				scratch = t.runKey(b, plan, keys[n], scratch, rc)
 				if b.stop.Load() {
 					return
 				}
@@ -770,10 +772,11 @@ func (t *Task) execute(b *batch) {
 // runKey runs one key's segments in order and, inside a segment, the head
 // run, the body runs one after another (in plan order: a key's projections
 // never race), then the tail run. When a run stops the key, every record of
-// the key not yet applied or dead-lettered is held.
-func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[string], scratch []int) []int {
+// the key not yet applied or dead-lettered is held. rc is the worker's
+// run context, reset for the key.
+func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[string], scratch []int, rc *runCtx) []int {
 	segs := plan.Segments(k)
-	var rc runCtx
+	*rc = runCtx{}
 	run := func(r planner.Run) bool {
 		recs := scratch[:0]
 		for _, pi := range plan.Records(r) {
@@ -781,9 +784,9 @@ func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[st
 		}
 		scratch = recs
 		if rc.b == nil {
-			rc = runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: b.records[recs[0]].Headers.Key, b: b}
+			*rc = runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: b.records[recs[0]].Headers.Key, b: b}
 		}
-		return t.runOne(b, &rc, r.Tag(), recs)
+		return t.runOne(b, rc, r.Tag(), recs)
 	}
 	stopped := false
 segments:

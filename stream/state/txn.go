@@ -312,7 +312,9 @@ func tableOf[V any](tx *Txn, b *binding[V], name string, shared bool) (*txnTable
 		return castTxnTable[V](existing, name)
 	}
 	tt := &txnTable[V]{name: name, cache: b.cache, shared: shared, last: &b.keys}
-	tt.hint = int(min(max(b.keys.Load()/txnShards, 4), 128))
+	// Size each shard for the keys the table's last Txn had (plus a
+	// quarter), so that one slab and one map allocation usually suffice.
+	tt.hint = int(min(max(b.keys.Load()*5/4/txnShards, 4), 4096))
 	if int(b.id) < len(tx.tabs) {
 		tx.tabs[b.id].Store(&txnSlot{tab: tt})
 	} else {
