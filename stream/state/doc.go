@@ -19,8 +19,12 @@
 // In DESIGN.md §3 this package is the "commit" step and the read side of the
 // "execute" step: handlers read their key's value with [Table.Read] (their own
 // pending writes first, then committed state) and write it back with
-// [Table.Write]; queries call [Table.Get] and [Table.Scan], which only ever
-// see committed state and are safe while processing goes on.
+// [Table.Write] (or both at once with [Table.Update]); queries call
+// [Table.Get] and [Table.Scan], which only ever see committed state and are
+// safe while processing goes on. To overlap one batch's commit with the
+// next batch's work, a pipeline starts the next transaction with
+// [DB.NewTxnAfter]: it reads the committing transaction's writes, commits
+// after it, and commits nothing if it failed.
 //
 // # Key layout
 //

@@ -29,7 +29,10 @@ import (
 // A Txn reads committed state as of each Read's first access to a key; it
 // does not isolate itself from other transactions' commits. The processor
 // keeps each key in one partition pipeline, whose batches commit in order,
-// so no two transactions touch the same key at once.
+// so no two transactions touch the same key at once. A pipeline that
+// overlaps a batch's commit with the next batch starts the next Txn with
+// [DB.NewTxnAfter], which reads the committing one's writes first and
+// never commits if it does not.
 type Txn struct {
 	db   *DB
 	done atomic.Bool
