@@ -322,6 +322,10 @@ type runCtx struct {
 //
 // Cancelling ctx abandons the batch; to finish an in-flight batch on
 // shutdown, pass a context that stays alive until Process returns.
+//
+// If a batch was given to Submit before, Process first waits for its
+// commit; if that commit failed, Process returns an error wrapping
+// ErrTaskBroken and does nothing.
 func (t *Task) Process(ctx context.Context, records []Record) (Result, error) {
 	if err := t.settlePending(); err != nil {
 		return Result{Next: t.next}, err
