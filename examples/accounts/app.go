@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
@@ -365,8 +366,10 @@ func (a *app) waitCaughtUp(ctx context.Context, ends []uint64, procDone <-chan e
 // ctx ends. published returns the records accepted by the broker, or -1
 // when this process does not publish (then the lag is asked of the
 // broker). It tracks the largest lag seen.
+// maxLag is written by the reporting goroutine and read by the run after
+// it cancelled that goroutine, possibly before it returned: hence atomic.
 type progress struct {
-	maxLag int64
+	maxLag atomic.Int64
 }
 
 func (a *app) reportProgress(ctx context.Context, pr *progress, published func() int64) {
@@ -402,7 +405,9 @@ func (a *app) reportProgress(ctx context.Context, pr *progress, published func()
 			}
 		}
 		lag := max(pub-int64(sum), 0)
-		pr.maxLag = max(pr.maxLag, lag)
+		if lag > pr.maxLag.Load() {
+			pr.maxLag.Store(lag)
+		}
 		st := a.proc.Stats()
 		a.log.Info("progress",
 			"published", pub, "processed", sum, "lag", lag, "rate", fmt.Sprintf("%.0f/s", rate),
@@ -628,7 +633,7 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	rep.ProcessTime = time.Since(procStart)
 	rep.Records = sum(ends) - committed0
 	cancelProgress()
-	rep.MaxLag = pr.maxLag
+	rep.MaxLag = pr.maxLag.Load()
 	if a.caughtUp != nil {
 		a.caughtUp(a)
 	}
