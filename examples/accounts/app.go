@@ -19,7 +19,6 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
 )
@@ -202,7 +201,7 @@ func (a *app) openStore() (*stream.Program, error) {
 	dir := filepath.Join(a.dir, "state")
 	db, err := state.Open(dir,
 		state.WithDurability(dur),
-		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, n) }),
+		stream.Locator(n),
 		state.WithLogger(a.log))
 	if err != nil {
 		return nil, fmt.Errorf("open the store in %s: %w", dir, err)
