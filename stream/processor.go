@@ -23,13 +23,17 @@ import (
 // Each partition has its own pipeline of three goroutines. A reader polls the
 // partition from the Task's checkpoint (read from the store at Run, never from
 // the broker) into a bounded queue; the pipeline hands each polled batch to
-// Task.Process, which plans, executes and commits it (table writes, the
-// checkpoint, parked events and dead letters in one state transaction); an
+// Task.Submit, which plans, executes and starts the commit of it (table
+// writes, the checkpoint, parked events and dead letters in one state
+// transaction); the commit runs while the next batch executes (that batch
+// reads the committing one's writes, and commits only after it; a failed
+// commit stops the partition before anything built on it commits). An
 // advisor then tells the broker the committed offset (PartitionReader.Advise,
 // for monitoring only; at most every 200ms per partition, and once more at
-// shutdown). The reader polls the next batch while the pipeline
-// executes and commits the current one; it never runs more than WithPrefetch
-// batches ahead, so memory stays bounded (by about (prefetch+1) × poll size
+// shutdown). The reader polls the next batch while the pipeline executes
+// and commits the current one; a batch counts against WithPrefetch until its
+// commit is done, so the reader never holds more than prefetch+1 uncommitted
+// batches and memory stays bounded (by about (prefetch+1) × poll size
 // records per partition) however far the processor lags: that is the
 // backpressure. Parked keys are retried on their schedule (Task.NextRetry)
 // when no batch is flowing, and ahead of every batch.
@@ -138,8 +142,9 @@ func WithPollSize(n int) ProcessorOption {
 
 // WithPrefetch sets how many polled batches a partition's reader may hold
 // ahead of the batch being processed (default 1: the next poll overlaps the
-// current execution and commit). 0 polls only after the previous batch
-// committed. Memory per partition is bounded by about (n+1) × poll size
+// current execution, and the next batch's execution overlaps the current
+// commit). 0 polls only after the previous batch committed, so nothing
+// overlaps. Memory per partition is bounded by about (n+1) × poll size
 // records.
 func WithPrefetch(n int) ProcessorOption {
 	return func(o *processorOptions) { o.prefetch = n }

@@ -235,6 +235,12 @@ type pipeline struct {
 
 	advised  uint64 // last offset advised (advisor goroutine, then run)
 	readFrom uint64 // next offset the reader expects (reader goroutine)
+
+	// pend is the last batch given to Task.Submit whose commit has not
+	// been accounted for yet (pipeline goroutine only). Its commit runs
+	// while the next batch executes.
+	pend      *Pending
+	pendFirst uint64
 }
 
 type releaseReq struct {
@@ -287,24 +293,40 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 		} else {
 			timer.Stop()
 		}
+		var pendDone <-chan struct{}
+		if pl.pend != nil {
+			pendDone = pl.pend.done
+		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return pl.settle()
 		case err := <-readErr:
+			if serr := pl.settle(); serr != nil {
+				return serr
+			}
 			if err != nil {
 				return err
 			}
 			return nil // the reader stops only when ctx is done
+		case <-pendDone:
+			if err := pl.settle(); err != nil {
+				return err
+			}
+			continue
 		case recs := <-pl.batches:
 			if ctx.Err() != nil {
 				return nil // not started: read again next time
 			}
-			err := pl.process(drainCtx, recs)
-			<-pl.slots
-			if err != nil {
+			// process keeps the batch's slot while its commit is in
+			// flight (settle frees it), so the read-ahead bound counts
+			// every batch not yet committed.
+			if err := pl.process(drainCtx, recs); err != nil {
 				return err
 			}
 		case <-retryC:
+			if err := pl.settle(); err != nil {
+				return err
+			}
 			did, err := pl.retry(drainCtx)
 			if err != nil {
 				return err
@@ -314,6 +336,10 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 				floor = idleRetryFloor
 			}
 		case req := <-pl.release:
+			if err := pl.settle(); err != nil {
+				req.done <- err
+				return err
+			}
 			err := pl.task.Release(drainCtx, req.key)
 			keys, recs := pl.task.Parked()
 			pl.p.update(pl.part, func(ps *PartitionStats) { ps.ParkedKeys, ps.ParkedRecords = keys, recs })
@@ -331,7 +357,16 @@ func (pl *pipeline) process(ctx context.Context, recs []Record) error {
 			return pl.errorf("hook BeforeProcess", first, err)
 		}
 	}
-	res, err := pl.task.Process(ctx, recs)
+	// Submit executes the batch, waits for the previous batch's commit
+	// and starts this one's: the commit overlaps the next batch's work.
+	pend, err := pl.task.Submit(ctx, recs)
+	serr := pl.settle()
+	if err != nil || serr != nil {
+		<-pl.slots // this batch is not pending
+	}
+	if serr != nil {
+		return serr
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			pl.log.Warn("strand: shutdown timed out; batch abandoned, nothing of it committed",
@@ -340,7 +375,26 @@ func (pl *pipeline) process(ctx context.Context, recs []Record) error {
 		}
 		return pl.errorf("process", first, err)
 	}
-	return pl.committed(res, true)
+	pl.pend, pl.pendFirst = pend, first
+	return nil
+}
+
+// settle waits for the commit of the batch last given to Submit, if any,
+// and accounts for it (stats, AfterCommit, advice, dead letters).
+func (pl *pipeline) settle() error {
+	pend := pl.pend
+	if pend == nil {
+		return nil
+	}
+	pl.pend = nil
+	res, err := pend.Wait()
+	if err != nil {
+		<-pl.slots
+		return pl.errorf("commit", pl.pendFirst, err)
+	}
+	err = pl.committed(res, true)
+	<-pl.slots // only now may the reader poll in the batch's place
+	return err
 }
 
 // retry retries due parked keys; did reports whether anything was tried.
