@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
 )
@@ -27,11 +27,9 @@ func NewTopology(d Decls, opts ...topology.Option) *Topo {
 	return &Topo{Topology: t, Balances: bal, Decls: d}
 }
 
-// Locator returns the state locator for n partitions: the partition of a
-// key's bytes, as the publisher and Iggy choose it.
-func Locator(n uint32) state.Option {
-	return state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, n) })
-}
+// Locator returns the state locator for n partitions (stream.Locator):
+// the partition of a key's bytes, as the publisher and Iggy choose it.
+func Locator(n uint32) state.Option { return stream.Locator(n) }
 
 // ReadBalances scans the committed balances table.
 func ReadBalances(ctx context.Context, t *state.Table[AccountID, Account]) (map[AccountID]Account, error) {
