@@ -106,6 +106,9 @@ func printTable(w io.Writer, rs []scenario.Result) {
 			for _, k := range keys {
 				parts = append(parts, fmt.Sprintf("%s %.3f s", strings.TrimSuffix(k, "_s"), r.Extra[k]))
 			}
+			if wal, ok := r.Extra["wal_mib"]; ok {
+				parts = append(parts, fmt.Sprintf("WAL replayed %.1f MiB", wal))
+			}
 			if len(parts) > 0 {
 				fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
 			}
