@@ -172,7 +172,8 @@ func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 // openPipelines makes the Task and opens the reader of every partition. On
 // failure it closes what it opened.
 func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *deadLetterOutbox) ([]*pipeline, error) {
-	topts := append([]TaskOption{WithLogger(p.log)}, p.opts.taskOpts...)
+	// Tasks name their source and partition in their own log lines.
+	topts := append([]TaskOption{WithLogger(p.opts.log.With(slog.String("component", "strand/processor")))}, p.opts.taskOpts...)
 	var pls []*pipeline
 	closeAll := func() {
 		for _, pl := range pls {
