@@ -262,6 +262,11 @@ func (pl *pipeline) run(runCtx, drainCtx context.Context) error {
 	wg.Go(func() { readErr <- pl.read(ctx) })
 	wg.Go(func() { pl.adviseLoop(ctx) })
 	err := pl.loop(ctx, drainCtx, readErr)
+	// A commit still in flight (the loop stopped on an error) finishes
+	// before the pipeline is gone; it never outlives Run.
+	if serr := pl.settle(); err == nil {
+		err = serr
+	}
 	cancel()
 	wg.Wait()
 	close(pl.stopped)
@@ -316,7 +321,7 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			continue
 		case recs := <-pl.batches:
 			if ctx.Err() != nil {
-				return nil // not started: read again next time
+				return pl.settle() // this batch not started: read again next time
 			}
 			// process keeps the batch's slot while its commit is in
 			// flight (settle frees it), so the read-ahead bound counts
