@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,31 +85,21 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	}
 	pr := newProgress(log)
 	sent := &sendLog{}
-	lat := make([][]float64, log.Partitions())     // per partition, ms from the schedule
-	latSent := make([][]float64, log.Partitions()) // per partition, ms from the Send call
-	var trace *bufio.Writer
-	var traceMu sync.Mutex
-	if o.Trace != "" {
-		f, err := os.Create(o.Trace)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		trace = bufio.NewWriter(f)
-		defer trace.Flush()
-		fmt.Fprintln(trace, "ms,partition,events,max_latency_ms,queued_ms,process_commit_ms")
-	}
+	// The hooks only note each commit (on the partition's pipeline
+	// goroutine, so they cost the pipeline next to nothing); latencies are
+	// worked out from the notes after the run.
+	marks := make([][]commitMark, log.Partitions())
 	var hookErr atomic.Pointer[error]
 	// Per partition, when the batch being processed was polled and when
 	// its processing began (for the trace).
-	polledAt := make([]atomic.Int64, log.Partitions())
 	pollQueue := make([]chan int64, log.Partitions())
 	for p := range pollQueue {
 		pollQueue[p] = make(chan int64, 64)
 	}
+	polledAt := make([]int64, log.Partitions())
 	beganAt := make([]int64, log.Partitions())
 	hooks := stream.Hooks{}
-	if trace != nil {
+	if o.Trace != "" {
 		hooks.AfterPoll = func(p uint32, _ []stream.Record) error {
 			select {
 			case pollQueue[p] <- time.Now().UnixNano():
@@ -120,7 +111,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 			if recs != nil {
 				select {
 				case t := <-pollQueue[p]:
-					polledAt[p].Store(t)
+					polledAt[p] = t
 				default:
 				}
 			}
@@ -129,27 +120,14 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		}
 	}
 	hooks.AfterCommit = func(p uint32, r stream.Result) error {
-		now := time.Now()
+		now := time.Now().UnixNano()
 		if err := checkCommit(r); err != nil {
 			err = fmt.Errorf("partition %d: %w", p, err)
 			hookErr.CompareAndSwap(nil, &err)
 			return err
 		}
 		prev := pr.committed(p, r.Next)
-		worst := 0.0
-		for off := prev; off < r.Next; off++ {
-			i := log.Index(p, int(off))
-			l := float64(now.Sub(due(i))) / float64(time.Millisecond)
-			worst = max(worst, l)
-			lat[p] = append(lat[p], l)
-			latSent[p] = append(latSent[p], float64(now.Sub(sent.at(i)))/float64(time.Millisecond))
-		}
-		if trace != nil {
-			traceMu.Lock()
-			fmt.Fprintf(trace, "%.1f,%d,%d,%.1f,%.2f,%.2f\n", float64(now.UnixNano()-startNanos.Load())/1e6, p, r.Next-prev, worst,
-				float64(beganAt[p]-polledAt[p].Load())/1e6, float64(now.UnixNano()-beganAt[p])/1e6)
-			traceMu.Unlock()
-		}
+		marks[p] = append(marks[p], commitMark{from: prev, to: r.Next, at: now, polled: polledAt[p], began: beganAt[p]})
 		return nil
 	}
 	proc, err := newProcessor(ctx, filepath.Join(dir, "store"), b, log, o.Batch, hooks)
@@ -186,7 +164,23 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		return res, err
 	}
 	res.Commits = int(pr.commits.Load())
-	all, allSent := flatten(lat), flatten(latSent)
+	var all, allSent []float64
+	for p, ms := range marks {
+		for _, m := range ms {
+			for off := m.from; off < m.to; off++ {
+				i := log.Index(uint32(p), int(off))
+				all = append(all, float64(m.at-due(i).UnixNano())/1e6)
+				allSent = append(allSent, float64(m.at-sent.at(i).UnixNano())/1e6)
+			}
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(allSent)
+	if o.Trace != "" {
+		if err := writeTrace(o.Trace, marks, startNanos.Load(), func(p uint32, off uint64) time.Time { return due(log.Index(p, int(off))) }); err != nil {
+			return res, err
+		}
+	}
 	res.P50, res.P99, res.P999 = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 0.999)
 	if len(all) > 0 {
 		res.Max = all[len(all)-1]
@@ -240,13 +234,47 @@ func (s *sendLog) at(i int) time.Time {
 	return time.Unix(0, s.times[k])
 }
 
-func flatten(xss [][]float64) []float64 {
-	var all []float64
-	for _, xs := range xss {
-		all = append(all, xs...)
+// commitMark is one commit of one partition: records [from, to) became
+// queryable at at; polled and began say when the batch was polled and
+// when its processing started (trace only), all in Unix nanoseconds.
+type commitMark struct {
+	from, to          uint64
+	at, polled, began int64
+}
+
+// writeTrace writes one CSV line per commit, in time order.
+func writeTrace(path string, marks [][]commitMark, start int64, due func(p uint32, off uint64) time.Time) error {
+	type line struct {
+		p uint32
+		m commitMark
 	}
-	slices.Sort(all)
-	return all
+	var lines []line
+	for p, ms := range marks {
+		for _, m := range ms {
+			lines = append(lines, line{uint32(p), m})
+		}
+	}
+	slices.SortFunc(lines, func(a, b line) int { return cmp.Compare(a.m.at, b.m.at) })
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "ms,partition,events,max_latency_ms,queued_ms,process_commit_ms")
+	for _, l := range lines {
+		m := l.m
+		worst := 0.0
+		if m.to > m.from {
+			worst = float64(m.at-due(l.p, m.from).UnixNano()) / 1e6 // the oldest record waited longest
+		}
+		fmt.Fprintf(w, "%.1f,%d,%d,%.1f,%.2f,%.2f\n", float64(m.at-start)/1e6, l.p, m.to-m.from, worst,
+			float64(m.began-m.polled)/1e6, float64(m.at-m.began)/1e6)
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // pace publishes the log in order, each event not before due(i): at most
