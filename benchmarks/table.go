@@ -106,8 +106,11 @@ func printTable(w io.Writer, rs []scenario.Result) {
 			for _, k := range keys {
 				parts = append(parts, fmt.Sprintf("%s %.3f s", strings.TrimSuffix(k, "_s"), r.Extra[k]))
 			}
+			if c, ok := r.Extra["open_cpu_ms"]; ok {
+				parts = append(parts, fmt.Sprintf("CPU during open %.0f ms", c))
+			}
 			if wal, ok := r.Extra["wal_mib"]; ok {
-				parts = append(parts, fmt.Sprintf("WAL replayed %.1f MiB", wal))
+				parts = append(parts, fmt.Sprintf("WAL files %.1f MiB", wal))
 			}
 			if len(parts) > 0 {
 				fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
@@ -114,17 +115,18 @@ type session struct {
 	topo  *workload.Topo
 	tasks []*stream.Task
 	open  time.Duration // state.Open
+	ocpu  time.Duration // CPU time the process spent during state.Open
 	setup time.Duration // Build + Attach + NewTask ×n
 }
 
 func (s *RestartStore) open(ctx context.Context) (*session, error) {
-	t0 := time.Now()
+	t0, c0 := time.Now(), sysstat.CPUTime()
 	db, err := state.Open(filepath.Join(s.dir, "store"), state.WithDurability(state.Sync),
 		workload.Locator(s.o.Partitions), state.WithLogger(quietLogger()))
 	if err != nil {
 		return nil, err
 	}
-	t1 := time.Now()
+	t1, c1 := time.Now(), sysstat.CPUTime()
 	topo := workload.NewTopology(s.log.Decls)
 	prog, err := topo.Topology.Build()
 	if err == nil {
@@ -141,7 +143,7 @@ func (s *RestartStore) open(ctx context.Context) (*session, error) {
 			return nil, err
 		}
 	}
-	return &session{db: db, topo: topo, tasks: tasks, open: t1.Sub(t0), setup: time.Since(t1)}, nil
+	return &session{db: db, topo: topo, tasks: tasks, open: t1.Sub(t0), ocpu: c1 - c0, setup: time.Since(t1)}, nil
 }
 
 // Timing is what one Resume measured.
@@ -151,6 +153,8 @@ type Timing struct {
 	Total time.Duration
 	// Open is state.Open (Pebble opening its files and replaying its WAL).
 	Open time.Duration
+	// OpenCPU is the CPU time the process used meanwhile.
+	OpenCPU time.Duration
 	// Setup is building the program, attaching it and making the tasks
 	// (each reads its checkpoint and parked events).
 	Setup time.Duration
@@ -199,7 +203,7 @@ func (s *RestartStore) Resume(ctx context.Context) (Timing, error) {
 	if err != nil {
 		return tm, err
 	}
-	tm.Open, tm.Setup = sess.open, sess.setup
+	tm.Open, tm.OpenCPU, tm.Setup = sess.open, sess.ocpu, sess.setup
 	t1 := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, s.o.Partitions)
@@ -280,6 +284,7 @@ func Restart(ctx context.Context, o RestartOptions) (Result, error) {
 	res.Extra = map[string]float64{
 		"keys": float64(o.Keys), "1_open_s": tm.Open.Seconds(), "2_attach_s": tm.Setup.Seconds(),
 		"3_first_batch_s": tm.FirstBatch.Seconds(), "build_s": s.Build.Seconds(), "wal_mib": float64(tm.WAL) / (1 << 20),
+		"open_cpu_ms": float64(tm.OpenCPU) / 1e6,
 	}
 	res.Note = fmt.Sprintf("state.Open + Attach + NewTask per partition + one batch of %d new records per partition from the checkpoints (none replayed)", o.Batch)
 	return res, nil
