@@ -106,6 +106,15 @@ func (c *conn) authed() error {
 	return nil
 }
 
+// admit ends a request's prologue once its payload is decoded: a payload
+// that did not decode is rejected before the login check, as the server does.
+func (c *conn) admit(d *decoder) error {
+	if err := decodeErr(d); err != nil {
+		return err
+	}
+	return c.authed()
+}
+
 // ok returns the response buffer with the header space reserved.
 func (c *conn) ok() encoder { return encoder(c.wbuf[:8]) }
 
@@ -192,10 +201,7 @@ func (c *conn) getMe() ([]byte, error) {
 func (c *conn) getClient(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	id := d.u32()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	if id == 0 {
@@ -275,15 +281,64 @@ func (s *Server) resolveGroup(sid, tid, gid ident) (*stream, *topic, *group, err
 	return st, t, g, nil
 }
 
+// withStream, withTopic and withGroup serve the requests whose payload is
+// just the entity's identifiers: decode them, admit the request, then resolve
+// the entity under the write lock (not found is an error) and run fn there.
+
+func (c *conn) withStream(p []byte, fn func(s *Server, st *stream) ([]byte, error)) ([]byte, error) {
+	d := decoder{b: p}
+	sid := d.ident()
+	if err := c.admit(&d); err != nil {
+		return nil, err
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.findStream(sid)
+	if st == nil {
+		return nil, errStreamNF
+	}
+	return fn(s, st)
+}
+
+func (c *conn) withTopic(p []byte, fn func(s *Server, st *stream, t *topic) ([]byte, error)) ([]byte, error) {
+	d := decoder{b: p}
+	sid, tid := d.ident(), d.ident()
+	if err := c.admit(&d); err != nil {
+		return nil, err
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, t, err := s.resolveTopic(sid, tid)
+	if err != nil {
+		return nil, err
+	}
+	return fn(s, st, t)
+}
+
+func (c *conn) withGroup(p []byte, fn func(s *Server, st *stream, t *topic, g *group) ([]byte, error)) ([]byte, error) {
+	d := decoder{b: p}
+	sid, tid, gid := d.ident(), d.ident(), d.ident()
+	if err := c.admit(&d); err != nil {
+		return nil, err
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, t, g, err := s.resolveGroup(sid, tid, gid)
+	if err != nil {
+		return nil, err
+	}
+	return fn(s, st, t, g)
+}
+
 // --- streams ------------------------------------------------------------------
 
 func (c *conn) createStream(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	name := d.name()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	s := c.s
@@ -310,10 +365,7 @@ func (s *Server) nextStreamID() uint32 {
 func (c *conn) getStream(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	sid := d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	c.s.mu.RLock()
@@ -339,37 +391,21 @@ func (c *conn) getStreams() ([]byte, error) {
 }
 
 func (c *conn) deleteStream(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	sid := d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.findStream(sid)
-	if st == nil {
-		return nil, errStreamNF
-	}
-	op := metaOp{kind: opDeleteStream, stream: st.id}
-	if err := s.logOp(&op); err != nil {
-		return nil, err
-	}
-	s.applyDeleteStream(&op)
-	return c.ok(), nil
+	return c.withStream(p, func(s *Server, st *stream) ([]byte, error) {
+		op := metaOp{kind: opDeleteStream, stream: st.id}
+		if err := s.logOp(&op); err != nil {
+			return nil, err
+		}
+		s.applyDeleteStream(&op)
+		return c.ok(), nil
+	})
 }
 
 func (c *conn) updateStream(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	sid := d.ident()
 	name := d.name()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	s := c.s
@@ -394,31 +430,18 @@ func (c *conn) updateStream(p []byte) ([]byte, error) {
 }
 
 func (c *conn) purgeStream(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	sid := d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.findStream(sid)
-	if st == nil {
-		return nil, errStreamNF
-	}
-	var err error
-	st.topics.each(func(_ uint32, t *topic) {
-		if e := s.purgeTopicLocked(t); e != nil && err == nil {
-			err = e
+	return c.withStream(p, func(s *Server, st *stream) ([]byte, error) {
+		var err error
+		st.topics.each(func(_ uint32, t *topic) {
+			if e := s.purgeTopicLocked(t); e != nil && err == nil {
+				err = e
+			}
+		})
+		if err != nil {
+			return nil, err
 		}
+		return c.ok(), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return c.ok(), nil
 }
 
 // --- topics -------------------------------------------------------------------
@@ -432,10 +455,7 @@ func (c *conn) createTopic(p []byte) ([]byte, error) {
 	maxSize := d.u64()
 	replication := d.u8()
 	name := d.name()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	if nparts > maxPartitionsPerReq {
@@ -489,10 +509,7 @@ func (c *conn) createTopic(p []byte) ([]byte, error) {
 func (c *conn) getTopic(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid := d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	c.s.mu.RLock()
@@ -511,10 +528,7 @@ func (c *conn) getTopic(p []byte) ([]byte, error) {
 func (c *conn) getTopics(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	sid := d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	c.s.mu.RLock()
@@ -527,27 +541,14 @@ func (c *conn) getTopics(p []byte) ([]byte, error) {
 }
 
 func (c *conn) deleteTopic(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	sid, tid := d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, t, err := s.resolveTopic(sid, tid)
-	if err != nil {
-		return nil, err
-	}
-	op := metaOp{kind: opDeleteTopic, stream: st.id, topic: t.id}
-	if err := s.logOp(&op); err != nil {
-		return nil, err
-	}
-	s.applyDeleteTopic(&op)
-	return c.ok(), nil
+	return c.withTopic(p, func(s *Server, st *stream, t *topic) ([]byte, error) {
+		op := metaOp{kind: opDeleteTopic, stream: st.id, topic: t.id}
+		if err := s.logOp(&op); err != nil {
+			return nil, err
+		}
+		s.applyDeleteTopic(&op)
+		return c.ok(), nil
+	})
 }
 
 func (c *conn) updateTopic(p []byte) ([]byte, error) {
@@ -558,10 +559,7 @@ func (c *conn) updateTopic(p []byte) ([]byte, error) {
 	maxSize := d.u64()
 	replication := d.u8()
 	name := d.name()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	if compression != 1 && compression != 2 {
@@ -592,25 +590,12 @@ func (c *conn) updateTopic(p []byte) ([]byte, error) {
 }
 
 func (c *conn) purgeTopic(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	sid, tid := d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, t, err := s.resolveTopic(sid, tid)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.purgeTopicLocked(t); err != nil {
-		return nil, err
-	}
-	return c.ok(), nil
+	return c.withTopic(p, func(s *Server, _ *stream, t *topic) ([]byte, error) {
+		if err := s.purgeTopicLocked(t); err != nil {
+			return nil, err
+		}
+		return c.ok(), nil
+	})
 }
 
 func (s *Server) purgeTopicLocked(t *topic) error {
@@ -643,10 +628,7 @@ func (c *conn) changePartitions(p []byte, create bool) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid := d.ident(), d.ident()
 	n := d.u32()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	if n == 0 || (create && n > maxPartitionsPerReq) {
@@ -685,10 +667,7 @@ func (c *conn) createGroup(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid := d.ident(), d.ident()
 	name := d.name()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	s := c.s
@@ -716,10 +695,7 @@ func (c *conn) createGroup(p []byte) ([]byte, error) {
 func (c *conn) getGroup(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid, gid := d.ident(), d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	c.s.mu.RLock()
@@ -741,10 +717,7 @@ func (c *conn) getGroup(p []byte) ([]byte, error) {
 func (c *conn) getGroups(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid := d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	c.s.mu.RLock()
@@ -757,95 +730,56 @@ func (c *conn) getGroups(p []byte) ([]byte, error) {
 }
 
 func (c *conn) deleteGroup(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	sid, tid, gid := d.ident(), d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, t, g, err := s.resolveGroup(sid, tid, gid)
-	if err != nil {
-		return nil, err
-	}
-	op := metaOp{kind: opDeleteGroup, stream: st.id, topic: t.id, group: g.id}
-	if err := s.logOp(&op); err != nil {
-		return nil, err
-	}
-	if err := s.applyDeleteGroup(&op); err != nil {
-		return nil, err
-	}
-	return c.ok(), nil
+	return c.withGroup(p, func(s *Server, st *stream, t *topic, g *group) ([]byte, error) {
+		op := metaOp{kind: opDeleteGroup, stream: st.id, topic: t.id, group: g.id}
+		if err := s.logOp(&op); err != nil {
+			return nil, err
+		}
+		if err := s.applyDeleteGroup(&op); err != nil {
+			return nil, err
+		}
+		return c.ok(), nil
+	})
 }
 
 func (c *conn) joinGroup(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	sid, tid, gid := d.ident(), d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, t, g, err := s.resolveGroup(sid, tid, gid)
-	if err != nil {
-		return nil, err
-	}
-	if g.memberOf(c.sess.clientID) == nil {
-		next := uint32(0)
-		g.members.each(func(_ uint32, m *member) {
-			if m.id+1 > next {
-				next = m.id + 1
-			}
-		})
-		g.members.insert(&member{id: next, clientID: c.sess.clientID})
-		g.rebalance()
-	}
-	ref := groupRef{st.id, t.id, g.id}
-	for _, r := range c.sess.groups {
-		if r == ref {
-			return c.ok(), nil
+	return c.withGroup(p, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
+		if g.memberOf(c.sess.clientID) == nil {
+			next := uint32(0)
+			g.members.each(func(_ uint32, m *member) {
+				if m.id+1 > next {
+					next = m.id + 1
+				}
+			})
+			g.members.insert(&member{id: next, clientID: c.sess.clientID})
+			g.rebalance()
 		}
-	}
-	c.sess.groups = append(c.sess.groups, ref)
-	return c.ok(), nil
+		ref := groupRef{st.id, t.id, g.id}
+		for _, r := range c.sess.groups {
+			if r == ref {
+				return c.ok(), nil
+			}
+		}
+		c.sess.groups = append(c.sess.groups, ref)
+		return c.ok(), nil
+	})
 }
 
 func (c *conn) leaveGroup(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	sid, tid, gid := d.ident(), d.ident(), d.ident()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, t, g, err := s.resolveGroup(sid, tid, gid)
-	if err != nil {
-		return nil, err
-	}
-	if !leaveGroupLocked(g, c.sess.clientID) {
-		return nil, errMemberNF
-	}
-	ref := groupRef{st.id, t.id, g.id}
-	refs := c.sess.groups[:0]
-	for _, r := range c.sess.groups {
-		if r != ref {
-			refs = append(refs, r)
+	return c.withGroup(p, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
+		if !leaveGroupLocked(g, c.sess.clientID) {
+			return nil, errMemberNF
 		}
-	}
-	c.sess.groups = refs
-	return c.ok(), nil
+		ref := groupRef{st.id, t.id, g.id}
+		refs := c.sess.groups[:0]
+		for _, r := range c.sess.groups {
+			if r != ref {
+				refs = append(refs, r)
+			}
+		}
+		c.sess.groups = refs
+		return c.ok(), nil
+	})
 }
 
 func leaveGroupLocked(g *group, clientID uint32) bool {

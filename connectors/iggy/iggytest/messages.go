@@ -298,10 +298,7 @@ func (c *conn) pollMessages(p []byte) error {
 	value := d.u64()
 	count := d.u32()
 	autoCommit := d.u8() != 0
-	if err := decodeErr(&d); err != nil {
-		return c.reply(nil, err)
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return c.reply(nil, err)
 	}
 	s := c.s
@@ -431,40 +428,48 @@ func (c *conn) storeOffsetLocked(part *partition, cons consumerRef, g *group, of
 	return nil
 }
 
+// lockOffsetPartition resolves the topic, the consumer and the partition an
+// offset request (store, delete) works on, and returns that partition locked
+// for the caller to unlock; s.mu is held only while resolving.
+func (c *conn) lockOffsetPartition(cons consumerRef, sid, tid ident, pid uint32, explicit bool) (*partition, *group, error) {
+	s := c.s
+	s.mu.RLock()
+	_, t, err := s.resolveTopic(sid, tid)
+	if err != nil {
+		s.mu.RUnlock()
+		return nil, nil, err
+	}
+	pid, g, ok, err := c.resolveConsumer(t, cons, pid, explicit, false)
+	if err != nil || !ok {
+		s.mu.RUnlock()
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, statusError(StatusNotResolvedConsumer)
+	}
+	if int(pid) >= len(t.partitions) {
+		s.mu.RUnlock()
+		return nil, nil, errPartitionNF
+	}
+	part := t.partitions[pid]
+	part.mu.Lock()
+	s.mu.RUnlock()
+	return part, g, nil
+}
+
 func (c *conn) storeOffset(p []byte) ([]byte, error) {
 	d := decoder{b: p}
 	cons := d.consumer()
 	sid, tid := d.ident(), d.ident()
 	pid, explicit := d.optPartition()
 	off := d.u64()
-	if err := decodeErr(&d); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.RLock()
-	_, t, err := s.resolveTopic(sid, tid)
+	part, g, err := c.lockOffsetPartition(cons, sid, tid, pid, explicit)
 	if err != nil {
-		s.mu.RUnlock()
 		return nil, err
 	}
-	pid, g, ok, err := c.resolveConsumer(t, cons, pid, explicit, false)
-	if err != nil || !ok {
-		s.mu.RUnlock()
-		if err != nil {
-			return nil, err
-		}
-		return nil, statusError(StatusNotResolvedConsumer)
-	}
-	if int(pid) >= len(t.partitions) {
-		s.mu.RUnlock()
-		return nil, errPartitionNF
-	}
-	part := t.partitions[pid]
-	part.mu.Lock()
-	s.mu.RUnlock()
 	defer part.mu.Unlock()
 	if part.deleted {
 		return nil, errPartitionNF
@@ -483,10 +488,7 @@ func (c *conn) getOffset(p []byte) ([]byte, error) {
 	cons := d.consumer()
 	sid, tid := d.ident(), d.ident()
 	pid, explicit := d.optPartition()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if err := c.authed(); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
 	if !explicit {
@@ -529,34 +531,13 @@ func (c *conn) deleteOffset(p []byte) ([]byte, error) {
 	cons := d.consumer()
 	sid, tid := d.ident(), d.ident()
 	pid, explicit := d.optPartition()
-	if err := decodeErr(&d); err != nil {
+	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	s := c.s
-	s.mu.RLock()
-	_, t, err := s.resolveTopic(sid, tid)
+	part, g, err := c.lockOffsetPartition(cons, sid, tid, pid, explicit)
 	if err != nil {
-		s.mu.RUnlock()
 		return nil, err
 	}
-	pid, g, ok, err := c.resolveConsumer(t, cons, pid, explicit, false)
-	if err != nil || !ok {
-		s.mu.RUnlock()
-		if err != nil {
-			return nil, err
-		}
-		return nil, statusError(StatusNotResolvedConsumer)
-	}
-	if int(pid) >= len(t.partitions) {
-		s.mu.RUnlock()
-		return nil, errPartitionNF
-	}
-	part := t.partitions[pid]
-	part.mu.Lock()
-	s.mu.RUnlock()
 	defer part.mu.Unlock()
 	if g != nil {
 		if _, has := part.groupOffsets[g.id]; !has {

@@ -110,12 +110,21 @@ func (s *Server) applyCreateTopic(op *metaOp) (*topic, error) {
 	return t, nil
 }
 
-func (s *Server) applyUpdateTopic(op *metaOp) {
+// opTopic finds the stream and topic a logged operation names, by number.
+func (s *Server) opTopic(op *metaOp) (*stream, *topic, error) {
 	st := s.streams.get(op.stream)
 	if st == nil {
-		return
+		return nil, nil, errStreamNF
 	}
 	t := st.topics.get(op.topic)
+	if t == nil {
+		return st, nil, errTopicNF
+	}
+	return st, t, nil
+}
+
+func (s *Server) applyUpdateTopic(op *metaOp) {
+	st, t, _ := s.opTopic(op)
 	if t == nil {
 		return
 	}
@@ -125,11 +134,7 @@ func (s *Server) applyUpdateTopic(op *metaOp) {
 }
 
 func (s *Server) applyDeleteTopic(op *metaOp) {
-	st := s.streams.get(op.stream)
-	if st == nil {
-		return
-	}
-	t := st.topics.get(op.topic)
+	st, t, _ := s.opTopic(op)
 	if t == nil {
 		return
 	}
@@ -173,23 +178,15 @@ func (s *Server) addPartitions(t *topic, n uint32, createdAt uint64) error {
 }
 
 func (s *Server) applyCreatePartitions(op *metaOp) error {
-	st := s.streams.get(op.stream)
-	if st == nil {
-		return errStreamNF
-	}
-	t := st.topics.get(op.topic)
-	if t == nil {
-		return errTopicNF
+	_, t, err := s.opTopic(op)
+	if err != nil {
+		return err
 	}
 	return s.addPartitions(t, op.count, op.createdAt)
 }
 
 func (s *Server) applyDeletePartitions(op *metaOp) {
-	st := s.streams.get(op.stream)
-	if st == nil {
-		return
-	}
-	t := st.topics.get(op.topic)
+	_, t, _ := s.opTopic(op)
 	if t == nil {
 		return
 	}
@@ -214,11 +211,7 @@ func (s *Server) applyDeletePartitions(op *metaOp) {
 }
 
 func (s *Server) applyCreateGroup(op *metaOp) *group {
-	st := s.streams.get(op.stream)
-	if st == nil {
-		return nil
-	}
-	t := st.topics.get(op.topic)
+	_, t, _ := s.opTopic(op)
 	if t == nil {
 		return nil
 	}
@@ -229,11 +222,7 @@ func (s *Server) applyCreateGroup(op *metaOp) *group {
 }
 
 func (s *Server) applyDeleteGroup(op *metaOp) error {
-	st := s.streams.get(op.stream)
-	if st == nil {
-		return nil
-	}
-	t := st.topics.get(op.topic)
+	_, t, _ := s.opTopic(op)
 	if t == nil {
 		return nil
 	}
