@@ -105,37 +105,8 @@ func TestCrashResumesExactly(t *testing.T) {
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	run := func(i int, killAfter time.Duration) (finished bool) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), "STRAND_CRASH_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
-		out := &limitedBuffer{ready: make(chan struct{})}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		if killAfter <= 0 {
-			if err := <-done; err != nil {
-				t.Fatalf("final child run: %v\n%s", err, out.bytes())
-			}
-			return true
-		}
-		select {
-		case <-out.ready:
-		case err := <-done:
-			t.Fatalf("child run %d ended before piping: %v\n%s", i, err, out.bytes())
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("child run %d: %v\n%s", i, err, out.bytes())
-			}
-			return true
-		case <-time.After(killAfter):
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			<-done
-			return false
-		}
+		return runCrashChild(t, "TestCrashChild", "piping", i, killAfter,
+			"STRAND_CRASH_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
 	}
 	killed, midRun, restarts := 0, 0, 0
 	window := 300 // ms after the child has piped its log; shrinks when runs finish first
@@ -227,6 +198,47 @@ func committed(t *testing.T, dir string) uint64 {
 		total += next
 	}
 	return total
+}
+
+// runCrashChild runs child run i: the test named child in a child process
+// of this test binary, with env added to its environment. With killAfter <= 0
+// it waits for the child to finish; otherwise it kills the child with SIGKILL
+// killAfter after the child printed crashReady, unless it finishes first.
+// readyWhat names that moment in the failure message. It reports whether the
+// child finished, and fails t if the child failed.
+func runCrashChild(t *testing.T, child, readyWhat string, i int, killAfter time.Duration, env ...string) (finished bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	out := &limitedBuffer{ready: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if killAfter <= 0 {
+		if err := <-done; err != nil {
+			t.Fatalf("final child run: %v\n%s", err, out.bytes())
+		}
+		return true
+	}
+	select {
+	case <-out.ready:
+	case err := <-done:
+		t.Fatalf("child run %d ended before %s: %v\n%s", i, readyWhat, err, out.bytes())
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("child run %d: %v\n%s", i, err, out.bytes())
+		}
+		return true
+	case <-time.After(killAfter):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		return false
+	}
 }
 
 // limitedBuffer keeps the first 64 KiB of a child's output and closes

@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -291,37 +289,8 @@ func TestSubmitCrashResumesExactly(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
 	run := func(i int, killAfter time.Duration) (finished bool) {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestSubmitCrashChild$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), "STRAND_SUBMIT_CRASH_DIR="+dir, "STRAND_SUBMIT_CRASH_RUN="+strconv.Itoa(i))
-		out := &limitedBuffer{ready: make(chan struct{})}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		if killAfter <= 0 {
-			if err := <-done; err != nil {
-				t.Fatalf("final child run: %v\n%s", err, out.bytes())
-			}
-			return true
-		}
-		select {
-		case <-out.ready:
-		case err := <-done:
-			t.Fatalf("child run %d ended before starting: %v\n%s", i, err, out.bytes())
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("child run %d: %v\n%s", i, err, out.bytes())
-			}
-			return true
-		case <-time.After(killAfter):
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			<-done
-			return false
-		}
+		return runCrashChild(t, "TestSubmitCrashChild", "starting", i, killAfter,
+			"STRAND_SUBMIT_CRASH_DIR="+dir, "STRAND_SUBMIT_CRASH_RUN="+strconv.Itoa(i))
 	}
 	killed, advanced := 0, 0
 	last := uint64(0)
