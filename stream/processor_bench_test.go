@@ -30,9 +30,14 @@ func BenchmarkProcessor(b *testing.B) {
 	}
 }
 
-func benchProcessor(b *testing.B, d state.Durability, poll int) {
-	const parts = 8
-	fx := newProcFixture(b, parts, nil)
+// benchParts is the partition count of the benchmarks' log.
+const benchParts = 8
+
+// newDepositBench is the setup of BenchmarkProcessor: a fixture of
+// benchParts partitions holding b.N deposits over 10,000 accounts, and a
+// fresh store of durability d, closed when the benchmark ends.
+func newDepositBench(b *testing.B, d state.Durability) (*procFixture, *state.DB) {
+	fx := newProcFixture(b, benchParts, nil)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range b.N {
 		env, err := fx.deposit.Envelope(procDeposit{Acct: "acct-" + strconv.Itoa(rng.IntN(10_000)), Amount: 1})
@@ -42,11 +47,16 @@ func benchProcessor(b *testing.B, d state.Durability, poll int) {
 		fx.src.appendEnv(env)
 	}
 	db, err := state.Open(b.TempDir(), state.WithDurability(d),
-		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, parts) }))
+		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, benchParts) }))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer db.Close()
+	b.Cleanup(func() { _ = db.Close() })
+	return fx, db
+}
+
+func benchProcessor(b *testing.B, d state.Durability, poll int) {
+	fx, db := newDepositBench(b, d)
 	p, err := NewProcessor(fx.prog, db, fx.src, quiet(), WithPollSize(poll))
 	if err != nil {
 		b.Fatal(err)
@@ -75,29 +85,14 @@ func benchProcessor(b *testing.B, d state.Durability, poll int) {
 // goroutine, with no reader, no overlap and no concurrency across
 // partitions.
 func benchTasks(b *testing.B, d state.Durability, poll int) {
-	const parts = 8
-	fx := newProcFixture(b, parts, nil)
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range b.N {
-		env, err := fx.deposit.Envelope(procDeposit{Acct: "acct-" + strconv.Itoa(rng.IntN(10_000)), Amount: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		fx.src.appendEnv(env)
-	}
-	db, err := state.Open(b.TempDir(), state.WithDurability(d),
-		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, parts) }))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	fx, db := newDepositBench(b, d)
 	if err := fx.prog.Attach(db); err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
 	b.ResetTimer()
 	start := time.Now()
-	for pt := range uint32(parts) {
+	for pt := range uint32(benchParts) {
 		task, err := fx.prog.NewTask(ctx, db, procSource, pt, WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			b.Fatal(err)

@@ -87,15 +87,31 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 // PrepareLog encodes o's workload unless o.Log is set.
 func (o *CoreOptions) PrepareLog() (*workload.Log, error) {
-	if o.Log != nil {
-		return o.Log, nil
+	return encodeLog(&o.Log, o.Workload, o.Codec)
+}
+
+// encodeLog returns *cached, first encoding cfg with codec into it if it
+// is nil.
+func encodeLog(cached **workload.Log, cfg workload.Config, codec workload.Codec) (*workload.Log, error) {
+	if *cached != nil {
+		return *cached, nil
 	}
-	l, err := workload.Encode(o.Workload, workload.NewDecls(o.Codec))
+	l, err := workload.Encode(cfg, workload.NewDecls(codec))
 	if err != nil {
 		return nil, err
 	}
-	o.Log = l
+	*cached = l
 	return l, nil
+}
+
+// newRun makes the Result of scenario/variant over log and a fresh
+// temporary directory under parent named after pattern; the caller removes
+// the directory. The Result is returned even if the directory could not be
+// made.
+func newRun(scenario, variant string, codec workload.Codec, log *workload.Log, parent, pattern string) (Result, string, error) {
+	res := Result{Scenario: scenario, Variant: variant, Codec: string(codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
+	dir, err := os.MkdirTemp(parent, pattern)
+	return res, dir, err
 }
 
 func startProfile(path string) (stop func(), err error) {
@@ -153,8 +169,7 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Scenario: "core", Variant: "strand", Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
-	dir, err := os.MkdirTemp(o.Dir, "core-strand-")
+	res, dir, err := newRun("core", "strand", o.Codec, log, o.Dir, "core-strand-")
 	if err != nil {
 		return res, err
 	}
@@ -321,8 +336,7 @@ func CoreNaive(ctx context.Context, o CoreOptions, workers int) (Result, error) 
 	if workers > 1 {
 		variant = fmt.Sprintf("naive-%d", workers)
 	}
-	res := Result{Scenario: "core", Variant: variant, Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
-	dir, err := os.MkdirTemp(o.Dir, "core-naive-")
+	res, dir, err := newRun("core", variant, o.Codec, log, o.Dir, "core-naive-")
 	if err != nil {
 		return res, err
 	}

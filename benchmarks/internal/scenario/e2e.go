@@ -49,15 +49,59 @@ func (o *E2EOptions) publisher(ctx context.Context, b *broker) (*iggy.Publisher,
 }
 
 func (o *E2EOptions) prepareLog() (*workload.Log, error) {
-	if o.Log != nil {
-		return o.Log, nil
-	}
-	l, err := workload.Encode(o.Workload, workload.NewDecls(o.Codec))
+	return encodeLog(&o.Log, o.Workload, o.Codec)
+}
+
+// e2eEnv is what a scenario through the embedded broker starts from: the
+// log, a fresh temporary directory, the broker with the accounts topic and
+// a publisher.
+type e2eEnv struct {
+	log *workload.Log
+	dir string
+	b   *broker
+	pub *iggy.Publisher
+}
+
+// newEnv prepares the log, makes the Result of scenario/variant, a
+// temporary directory under o.Dir named after pattern, the broker and the
+// publisher. The Result is returned even on error (the zero Result if the
+// log could not be prepared); on error nothing is left to close.
+func (o *E2EOptions) newEnv(ctx context.Context, scenario, variant, pattern string) (*e2eEnv, Result, error) {
+	log, err := o.prepareLog()
 	if err != nil {
-		return nil, err
+		return nil, Result{}, err
 	}
-	o.Log = l
-	return l, nil
+	res, dir, err := newRun(scenario, variant, o.Codec, log, o.Dir, pattern)
+	if err != nil {
+		return nil, res, err
+	}
+	b, err := startBroker(ctx, dir, o.Broker, log.Partitions())
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, res, err
+	}
+	pub, err := o.publisher(ctx, b)
+	if err != nil {
+		b.close()
+		_ = os.RemoveAll(dir)
+		return nil, res, err
+	}
+	return &e2eEnv{log: log, dir: dir, b: b, pub: pub}, res, nil
+}
+
+// close closes the publisher and the broker and removes the directory.
+func (e *e2eEnv) close() {
+	_ = e.pub.Close(context.Background())
+	e.b.close()
+	_ = os.RemoveAll(e.dir)
+}
+
+// drainVariant is base, with "-drain" appended when drain is set.
+func drainVariant(base string, drain bool) string {
+	if drain {
+		return base + "-drain"
+	}
+	return base
 }
 
 // broker is an embedded Iggy broker with the accounts topic, and a client.
@@ -228,30 +272,12 @@ func checkCommit(res stream.Result) error {
 // last commit); with drain true the log is published first and the clock
 // covers the processor alone. Tables are checked against the reference.
 func E2EStrand(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
-	log, err := o.prepareLog()
-	if err != nil {
-		return Result{}, err
-	}
-	variant := "strand"
-	if drain {
-		variant = "strand-drain"
-	}
-	res := Result{Scenario: "e2e", Variant: variant, Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
-	dir, err := os.MkdirTemp(o.Dir, "e2e-strand-")
+	env, res, err := o.newEnv(ctx, "e2e", drainVariant("strand", drain), "e2e-strand-")
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	b, err := startBroker(ctx, dir, o.Broker, log.Partitions())
-	if err != nil {
-		return res, err
-	}
-	defer b.close()
-	pub, err := o.publisher(ctx, b)
-	if err != nil {
-		return res, err
-	}
-	defer pub.Close(context.Background())
+	defer env.close()
+	log, dir, b, pub := env.log, env.dir, env.b, env.pub
 
 	pr := newProgress(log)
 	var hookErr atomic.Pointer[error]
@@ -329,30 +355,12 @@ func brokerKind(k string) string {
 // producer publishes concurrently and the clock covers both; with drain
 // true the log is published first and the clock covers the consumer alone.
 func E2ENaive(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
-	log, err := o.prepareLog()
-	if err != nil {
-		return Result{}, err
-	}
-	variant := "naive"
-	if drain {
-		variant = "naive-drain"
-	}
-	res := Result{Scenario: "e2e", Variant: variant, Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
-	dir, err := os.MkdirTemp(o.Dir, "e2e-naive-")
+	env, res, err := o.newEnv(ctx, "e2e", drainVariant("naive", drain), "e2e-naive-")
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	b, err := startBroker(ctx, dir, o.Broker, log.Partitions())
-	if err != nil {
-		return res, err
-	}
-	defer b.close()
-	pub, err := o.publisher(ctx, b)
-	if err != nil {
-		return res, err
-	}
-	defer pub.Close(context.Background())
+	defer env.close()
+	log, dir, b, pub := env.log, env.dir, env.b, env.pub
 	st, err := naive.Open(filepath.Join(dir, "store"), log.Decls, true)
 	if err != nil {
 		return res, err

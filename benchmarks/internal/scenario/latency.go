@@ -55,26 +55,12 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	}
 	o.Workload.Events = max(1, int(o.Rate*o.Duration.Seconds()))
 	o.Log = nil
-	log, err := o.prepareLog()
-	if err != nil {
-		return Result{}, err
-	}
-	res := Result{Scenario: "latency", Variant: "strand", Codec: string(o.Codec), Events: log.Len(), InputBytes: int64(log.Bytes())}
-	dir, err := os.MkdirTemp(o.Dir, "latency-")
+	env, res, err := o.newEnv(ctx, "latency", "strand", "latency-")
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	b, err := startBroker(ctx, dir, o.Broker, log.Partitions())
-	if err != nil {
-		return res, err
-	}
-	defer b.close()
-	pub, err := o.publisher(ctx, b)
-	if err != nil {
-		return res, err
-	}
-	defer pub.Close(context.Background())
+	defer env.close()
+	log, dir, b, pub := env.log, env.dir, env.b, env.pub
 
 	// due(i) is start + i/rate; start is set just before the producer
 	// begins, after the processor is running.
