@@ -366,23 +366,23 @@ func (pl *pipeline) process(ctx context.Context, recs []Record) error {
 	// Submit executes the batch, waits for the previous batch's commit
 	// and starts this one's: the commit overlaps the next batch's work.
 	pend, err := pl.task.Submit(ctx, recs)
-	serr := pl.settle()
-	if err != nil || serr != nil {
-		<-pl.slots // this batch is not pending
+	serr := pl.settle() // the previous batch: Submit waited for its commit
+	if err == nil {
+		// Tracked even when accounting for the previous batch failed, so
+		// that this commit is settled before the pipeline is gone.
+		pl.pend, pl.pendFirst = pend, first
+		return serr
 	}
+	<-pl.slots // this batch is not pending
 	if serr != nil {
 		return serr
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			pl.log.Warn("strand: shutdown timed out; batch abandoned, nothing of it committed",
-				"first", first, "last", recs[len(recs)-1].Offset)
-			return nil
-		}
-		return pl.errorf("process", first, err)
+	if ctx.Err() != nil {
+		pl.log.Warn("strand: shutdown timed out; batch abandoned, nothing of it committed",
+			"first", first, "last", recs[len(recs)-1].Offset)
+		return nil
 	}
-	pl.pend, pl.pendFirst = pend, first
-	return nil
+	return pl.errorf("process", first, err)
 }
 
 // settle waits for the commit of the batch last given to Submit, if any,

@@ -667,6 +667,44 @@ func TestProcessorStoreFailureStopsRun(t *testing.T) {
 	}
 }
 
+func TestProcessorHookFailureSettlesTheCommitInFlight(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 1, nil)
+	for i := range 400 {
+		fx.pipeDeposit(t, "k"+strconv.Itoa(i%13), 1)
+	}
+	db := fx.openDB(t)
+	defer func() { closeDB(t, db) }()
+	boom := errors.New("boom")
+	var commits atomic.Int64
+	// The hook of a batch runs after the next batch's commit started; when
+	// it fails, that commit must still be settled before Run returns.
+	p := newProc(t, fx, db, WithPollSize(10), WithHooks(Hooks{
+		AfterCommit: func(uint32, Result) error {
+			if commits.Add(1) == 5 {
+				return boom
+			}
+			return nil
+		},
+	}))
+	err := startProcessor(p).wait(t)
+	if !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want the hook's error", err)
+	}
+	next, _, err := db.Checkpoint(procSource, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if again, _, _ := db.Checkpoint(procSource, 0); again != next {
+		t.Fatalf("checkpoint moved from %d to %d after Run returned: a commit outlived Run", next, again)
+	}
+	if next < 50 {
+		t.Fatalf("checkpoint %d: want the failing hook's batch and the one in flight behind it committed (>= 50)", next)
+	}
+	fx.checkExact(t, db)
+}
+
 func TestProcessorSourceFailures(t *testing.T) {
 	t.Run("permanent poll error", func(t *testing.T) {
 		defer goleak.VerifyNone(t)
