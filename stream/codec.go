@@ -46,7 +46,7 @@ func (jsonCodec[T]) Append(dst []byte, v T) ([]byte, error) {
 
 func (jsonCodec[T]) Decode(data []byte) (T, error) {
 	var v T
-	if err := gojson.UnmarshalNoEscape(data, &v); err != nil {
+	if err := gojson.Unmarshal(data, &v); err != nil {
 		return v, fmt.Errorf("%w: json decode %T: %w", ErrCodec, v, err)
 	}
 	return v, nil

@@ -42,7 +42,7 @@ func BenchmarkJSONDecode(b *testing.B) {
 		benchDecode(b, func(d []byte, e *benchEvent) error { return stdjson.Unmarshal(d, e) })
 	})
 	b.Run("goccy-go-json", func(b *testing.B) {
-		benchDecode(b, func(d []byte, e *benchEvent) error { return gojson.UnmarshalNoEscape(d, e) })
+		benchDecode(b, func(d []byte, e *benchEvent) error { return gojson.Unmarshal(d, e) })
 	})
 	b.Run("segmentio-encoding", func(b *testing.B) {
 		benchDecode(b, func(d []byte, e *benchEvent) error { return segjson.Unmarshal(d, e) })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/strand-io/strand/stream/state"
@@ -123,10 +122,4 @@ func (t *Task) loadParked(ctx context.Context) error {
 		}
 		return nil
 	})
-}
-
-// sortParked keeps a key's records in offset order (rows come sorted; this
-// guards against hand-made input).
-func sortParked(rs []Record) {
-	slices.SortFunc(rs, func(a, b Record) int { return cmpU64(a.Offset, b.Offset) })
 }

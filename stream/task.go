@@ -1048,8 +1048,6 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 	return changes
 }
 
-func (b *batch) fromRowAt(i int) bool { return b.fromRow[i] }
-
 func (t *Task) backoff(attempts int) time.Duration {
 	d := t.prog.backoff
 	for i := 1; i < attempts && d < t.prog.maxBackoff; i++ {

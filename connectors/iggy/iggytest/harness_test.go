@@ -15,7 +15,6 @@ import (
 	"github.com/apache/iggy/foreign/go/client"
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-	ierror "github.com/apache/iggy/foreign/go/errors"
 	"go.uber.org/goleak"
 )
 
@@ -112,26 +111,10 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// codeOf returns the Iggy status code an SDK error carries (0 if none).
-func codeOf(err error) uint32 {
-	var c ierror.IggyError
-	if errors.As(err, &c) {
-		return uint32(c.Code())
-	}
-	return 0
-}
-
 func wantErr(t testing.TB, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) {
 		t.Fatalf("got error %v, want %v", err, want)
-	}
-}
-
-func wantCode(t testing.TB, err error, code uint32) {
-	t.Helper()
-	if got := codeOf(err); got != code {
-		t.Fatalf("got error %v (code %d), want code %d", err, got, code)
 	}
 }
 
