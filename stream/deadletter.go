@@ -82,8 +82,11 @@ type DeadLetter struct {
 	// Err is the error; after a round trip through a row only its text
 	// is kept.
 	Err error
-	// Attempts is how many times the record was tried (0 when it was
-	// refused before any handler saw it).
+	// Attempts is how many times the failing run the record was in was
+	// tried in a row (for ReasonExhausted, MaxAttempts; for
+	// ReasonPermanent, the try that failed), counted for the run's first
+	// unapplied record as MaxAttempts counts; 0 when the record was refused
+	// before any handler saw it (bad headers, unknown type, decode).
 	Attempts int
 	// Headers are the record's strand headers; zero when HeaderErr was set.
 	Headers Headers

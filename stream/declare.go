@@ -267,8 +267,14 @@ func (d *Event[K, E]) StaticOrdering() (planner.Ordering, bool) {
 
 // Decode decodes one payload with the declaration's payload codec. The
 // error wraps ErrCodec when the codec's does, and names the type tag.
-func (d *Event[K, E]) Decode(payload []byte) (E, error) {
-	e, err := d.payload.Decode(payload)
+func (d *Event[K, E]) Decode(payload []byte) (e E, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero E
+			e, err = zero, fmt.Errorf("type tag %d (%s): %w: codec panicked: %v", d.tag, d.name, ErrCodec, p)
+		}
+	}()
+	e, err = d.payload.Decode(payload)
 	if err != nil {
 		return e, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
 	}

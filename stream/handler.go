@@ -142,47 +142,69 @@ type eventRunner[K, E any] struct {
 }
 
 // projector is the part of a projection the runner needs without knowing V.
+//
+// A failed fold leaves no trace: whatever it did to the value it was
+// handed (in place or not), the key's value in the Txn is put back as it
+// was before the run, so a retry, a later run of the key and the commit
+// all see the value of the events applied so far, and nothing else.
 type projector[E any] interface {
-	// prepare reads the key's value and folds events into it; the returned
-	// function writes the result.
-	prepare(rc *runCtx, events []E) (write func() error, err error)
 	// apply reads, folds and writes in one go, for a type with a single
-	// projection.
-	apply(rc *runCtx, events []E) error
+	// projection. On failure, at is the index of the event that failed.
+	apply(rc *runCtx, events []E) (at int, err error)
+	// prepare reads the key's value, folds events into it and encodes the
+	// result; the returned function writes it. On failure the key's value
+	// is as before the call and at is the index of the event that failed.
+	prepare(rc *runCtx, events []E) (write func(), at int, err error)
+	// revert puts the key's value back as it was before a prepare whose
+	// write will not be called.
+	revert(rc *runCtx) error
 	tableName() string
 }
 
 func (h *projectHandler[K, E, V]) tableName() string { return h.table.Name() }
 
-func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) error {
+func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) (int, error) {
 	var foldErr error
+	at := 0
 	err := h.table.Update(rc.tx, rc.partition, rc.key, func(v *V, _ bool) error {
-		foldErr = foldAll(h.fold, v, events)
+		at, foldErr = foldAll(h.fold, v, events)
 		return foldErr
 	})
-	if foldErr != nil {
-		return foldErr
+	switch {
+	case foldErr != nil && (err == nil || errors.Is(err, foldErr)):
+		return at, foldErr
+	case err == nil:
+		return 0, nil
 	}
-	if err != nil {
-		return errFatal{fmt.Errorf("update table %q: %w", h.table.Name(), err)}
-	}
-	return nil
+	// The store refused (a value that does not encode counts as that):
+	// the batch cannot be trusted and is abandoned.
+	return 0, errFatal{fmt.Errorf("update table %q: %w", h.table.Name(), err)}
 }
 
-func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func() error, error) {
+func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, error) {
 	v, _, err := h.table.Read(rc.tx, rc.partition, rc.key)
 	if err != nil {
-		return nil, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
+		return nil, 0, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
 	}
-	if err := foldAll(h.fold, &v, events); err != nil {
-		return nil, err
-	}
-	return func() error {
-		if err := h.table.Write(rc.tx, rc.partition, rc.key, v); err != nil {
-			return errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
+	at, err := foldAll(h.fold, &v, events)
+	if err != nil {
+		if rerr := h.revert(rc); rerr != nil {
+			return nil, 0, rerr
 		}
-		return nil
-	}, nil
+		return nil, at, err
+	}
+	write, err := h.table.Stage(rc.tx, rc.partition, rc.key, v)
+	if err != nil {
+		return nil, 0, errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
+	}
+	return write, 0, nil
+}
+
+func (h *projectHandler[K, E, V]) revert(rc *runCtx) error {
+	if err := h.table.Revert(rc.tx, rc.partition, rc.key); err != nil {
+		return errFatal{fmt.Errorf("revert table %q: %w", h.table.Name(), err)}
+	}
+	return nil
 }
 
 type runBuf[E any] struct {
@@ -243,34 +265,44 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 		buf.owner = make([]int, len(buf.events))
 	}
 	buf.owner = buf.owner[:len(buf.events)]
-	reduced := r.ev.alg.Reduce(buf.events, buf.owner)
-	applied, err := r.apply(rc, reduced)
+	reduced, err := reduce(r.ev, buf.events, buf.owner)
+	if err != nil {
+		return err // nothing was applied: the run fails as a handler would
+	}
+	applied, failed, err := r.apply(rc, reduced)
 	for j, i := range buf.idx {
 		if buf.owner[j] < applied {
 			b.status[i] = statusApplied
 		}
 	}
 	if err == nil {
-		err = hold
+		return hold
+	}
+	// The failing record: the first of those the failing reduced event
+	// stands for. Retries are counted for it.
+	for j, i := range buf.idx {
+		if buf.owner[j] == failed {
+			return errRun{rec: i, err: err}
+		}
 	}
 	return err
 }
 
 // apply hands reduced to every handler and returns how many of its events
-// (a prefix) every handler accepted. Handle handlers go first, chunk by
+// (a prefix) every handler accepted and, on failure, the index of the
+// event that failed. Handle handlers go first, chunk by
 // chunk; projections then fold the accepted prefix and write it only if
 // every projection succeeded, so a projection never stores part of a run
 // that was not applied.
-func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (int, error) {
-	accepted := len(reduced)
-	var errs error
+func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (accepted, failed int, errs error) {
+	accepted = len(reduced)
 	// The key bytes must be a key of this type whatever the handlers are:
 	// a projection files its row under these bytes, and a row whose key
 	// does not decode would poison every later Scan of the table. Nothing
 	// of the run can be applied; the caller dead-letters it.
 	key, err := r.ev.keys.Decode(rc.key)
 	if err != nil {
-		return 0, errKeyDecode{err}
+		return 0, 0, errKeyDecode{err}
 	}
 	if len(r.handles) > 0 {
 		for _, h := range r.handles {
@@ -282,35 +314,40 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (int, error) {
 				end := min(off+max, accepted)
 				if err := callHandle(rc.ctx, h, key, reduced[off:end]); err != nil {
 					errs = fmt.Errorf("handler %q: %w", h.name, err)
-					accepted = off
+					accepted, failed = off, off
 					break
 				}
 			}
 		}
 	}
 	if accepted == 0 || len(r.projects) == 0 {
-		return accepted, errs
+		return accepted, failed, errs
 	}
 	if len(r.projects) == 1 {
-		if err := r.projects[0].apply(rc, reduced[:accepted]); err != nil {
-			return 0, joinErr(errs, r.projectErr(r.projects[0], err))
+		if at, err := r.projects[0].apply(rc, reduced[:accepted]); err != nil {
+			return 0, at, joinErr(errs, r.projectErr(r.projects[0], err))
 		}
-		return accepted, errs
+		return accepted, failed, errs
 	}
-	writes := make([]func() error, 0, len(r.projects))
-	for _, p := range r.projects {
-		write, err := p.prepare(rc, reduced[:accepted])
+	// Several projections: fold and encode every one first, write only if
+	// all succeeded, and put back the ones already folded if one fails.
+	writes := make([]func(), 0, len(r.projects))
+	for i, p := range r.projects {
+		write, at, err := p.prepare(rc, reduced[:accepted])
 		if err != nil {
-			return 0, joinErr(errs, r.projectErr(p, err))
+			for _, q := range r.projects[:i] {
+				if rerr := q.revert(rc); rerr != nil {
+					return 0, 0, rerr
+				}
+			}
+			return 0, at, joinErr(errs, r.projectErr(p, err))
 		}
 		writes = append(writes, write)
 	}
-	for i, w := range writes {
-		if err := w(); err != nil {
-			return 0, joinErr(errs, r.projectErr(r.projects[i], err))
-		}
+	for _, w := range writes {
+		w()
 	}
-	return accepted, errs
+	return accepted, failed, errs
 }
 
 func (r *eventRunner[K, E]) projectErr(p projector[E], err error) error {
@@ -332,19 +369,32 @@ func callHandle[K, E any](ctx context.Context, h *handleHandler[K, E], key K, ev
 	return h.fn(ctx, key, events)
 }
 
-// foldAll folds events into v and turns a panic of fold into an error.
-func foldAll[V, E any](fold func(*V, E) error, v *V, events []E) (err error) {
+// reduce reduces a run with the type's algebra and turns a panic of the
+// user's functions inside it (a Sum's getter, a Fold's combine) into an
+// error, so a bad reduction fails its key instead of the process.
+func reduce[K, E any](ev *Event[K, E], events []E, owner []int) (reduced []E, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			reduced, err = nil, fmt.Errorf("reduce run of type tag %d: panic: %v", ev.tag, p)
+		}
+	}()
+	return ev.alg.Reduce(events, owner), nil
+}
+
+// foldAll folds events into v and turns a panic of fold into an error. On
+// failure, at is the index of the event that failed.
+func foldAll[V, E any](fold func(*V, E) error, v *V, events []E) (at int, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	for i := range events {
-		if err := fold(v, events[i]); err != nil {
-			return err
+	for at = range events {
+		if err := fold(v, events[at]); err != nil {
+			return at, err
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 func joinErr(a, b error) error {
@@ -358,6 +408,16 @@ type errPoisonHold struct{ err error }
 
 func (e errPoisonHold) Error() string { return "held behind a poison event: " + e.err.Error() }
 func (e errPoisonHold) Unwrap() error { return e.err }
+
+// errRun is a run's handler error with the record it failed at (an index
+// into the batch's records).
+type errRun struct {
+	rec int
+	err error
+}
+
+func (e errRun) Error() string { return e.err.Error() }
+func (e errRun) Unwrap() error { return e.err }
 
 type errKeyDecode struct{ err error }
 

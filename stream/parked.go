@@ -13,7 +13,8 @@ import (
 // after next) or behind a poison event (manual, until Release).
 type parkedKey struct {
 	key      []byte
-	attempts int // failed tries so far
+	attempts int    // failed tries of the record at failedAt, in a row
+	failedAt uint64 // offset of the first unapplied record of the failing run
 	next     time.Time
 	manual   bool
 	lastErr  string
@@ -30,7 +31,20 @@ const (
 	parkedMeta   = 'k'
 	parkedRecord = 'r'
 	parkedFormat = 1
+	// parkedMetaFormat 2 adds the failing record's offset; format 1 rows
+	// (written before it) are read with the key's first parked record as
+	// the failing one, which is what it was.
+	parkedMetaFormat = 2
 )
+
+// attemptOf returns the try that processing the parked record at offset
+// will be: one more than the failed tries if the key stopped there, else 1.
+func (pk *parkedKey) attemptOf(offset uint64) int {
+	if pk.attempts > 0 && offset == pk.failedAt {
+		return pk.attempts + 1
+	}
+	return 1
+}
 
 func (t *Task) parkedKeyRow(key []byte) []byte {
 	b := appendString(nil, t.src.name)
@@ -46,7 +60,7 @@ func (t *Task) parkedRecordRow(key []byte, offset uint64) []byte {
 }
 
 func (pk *parkedKey) metaValue() []byte {
-	b := []byte{parkedFormat}
+	b := []byte{parkedMetaFormat}
 	if pk.manual {
 		b = append(b, 1)
 	} else {
@@ -54,7 +68,8 @@ func (pk *parkedKey) metaValue() []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(pk.attempts))
 	b = binary.BigEndian.AppendUint64(b, uint64(pk.next.UnixNano()))
-	return appendString(b, pk.lastErr)
+	b = appendString(b, pk.lastErr)
+	return binary.BigEndian.AppendUint64(b, pk.failedAt)
 }
 
 func encodeParkedRecord(r Record) []byte {
@@ -83,7 +98,8 @@ func decodeParkedRecord(partition uint32, data []byte) (Record, error) {
 
 // loadParked reads the task's parked keys and records from the database.
 func (t *Task) loadParked(ctx context.Context) error {
-	return t.db.Rows(ctx, state.FamilyParked, t.partition, func(key, value []byte) error {
+	legacy := map[string]bool{} // keys whose meta row predates failedAt
+	err := t.db.Rows(ctx, state.FamilyParked, t.partition, func(key, value []byte) error {
 		rd := reader{b: key}
 		if rd.string() != t.src.name {
 			return nil
@@ -101,13 +117,19 @@ func (t *Task) loadParked(ctx context.Context) error {
 		switch kind {
 		case parkedMeta:
 			vr := reader{b: value}
-			if v := vr.byte(); v != parkedFormat {
-				return fmt.Errorf("%w: parked key %q: format %d unknown", ErrCodec, k, v)
+			format := vr.byte()
+			if format != parkedFormat && format != parkedMetaFormat {
+				return fmt.Errorf("%w: parked key %q: format %d unknown", ErrCodec, k, format)
 			}
 			pk.manual = vr.byte() == 1
 			pk.attempts = int(vr.uvarint())
 			pk.next = time.Unix(0, int64(vr.u64()))
 			pk.lastErr = vr.string()
+			if format == parkedMetaFormat {
+				pk.failedAt = vr.u64()
+			} else {
+				legacy[string(k)] = true
+			}
 			if vr.err != nil {
 				return fmt.Errorf("%w: parked key %q: %w", ErrCodec, k, vr.err)
 			}
@@ -122,4 +144,10 @@ func (t *Task) loadParked(ctx context.Context) error {
 		}
 		return nil
 	})
+	for k := range legacy {
+		if pk := t.parked[k]; len(pk.records) > 0 {
+			pk.failedAt = pk.records[0].Offset
+		}
+	}
+	return err
 }

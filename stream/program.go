@@ -62,12 +62,15 @@ type Spec struct {
 	// Workers bounds how many keys of one batch run at once; 0 means
 	// runtime.GOMAXPROCS(0).
 	Workers int
-	// MaxAttempts is how many times a failing key's events are tried
-	// (the first try included) before the failing run is dead-lettered
-	// and the key goes on; 0 means 10.
+	// MaxAttempts is how many tries a failing record gets (the first
+	// included) before its run is dead-lettered and the key goes on; 0
+	// means 10. Tries are counted per failing record: the count is of the
+	// consecutive tries that stopped the key at the same record (the first
+	// unapplied record of the failing run), and it starts again at 1 when
+	// a retry gets past that record and the key fails further on.
 	MaxAttempts int
 	// Backoff is the wait before the first retry of a parked key; it
-	// doubles per attempt up to MaxBackoff. 0 means 100ms and 1 minute.
+	// doubles with each failed try of the same record up to MaxBackoff. 0 means 100ms and 1 minute.
 	Backoff, MaxBackoff time.Duration
 }
 

@@ -32,9 +32,15 @@ import (
 // (written to state.FamilyParked in the same commit) and other keys go on.
 // Later batches park the key's new events behind them. A parked key is
 // retried, in log order, by the first Process or Retry call after its
-// backoff (Spec.Backoff, doubling up to Spec.MaxBackoff); when the retry
-// that would exceed Spec.MaxAttempts fails too, the failing run is
-// dead-lettered (ReasonExhausted) and the key goes on. A handler error
+// backoff (Spec.Backoff, doubling up to Spec.MaxBackoff); when the
+// Spec.MaxAttempts-th try of the same failing record fails too, its run is
+// dead-lettered (ReasonExhausted) and the key goes on. Tries are counted
+// per failing record: a retry that gets past it starts the count again.
+//
+// A failing run leaves no trace in state: whatever its folds did to the
+// values they were handed (in place or not), every table value of the key
+// is put back as it was before the run, so retries, later runs and the
+// commit see exactly the events applied. A handler error
 // wrapped with Permanent dead-letters the run at once and the key goes on.
 // Parked events and attempts survive restarts: NewTask reloads them.
 //
@@ -273,6 +279,7 @@ type failureEntry struct {
 	key    string
 	tag    planner.Tag
 	recs   []int
+	at     int // the record that failed (parked failures)
 	err    error
 	action string
 }
@@ -580,7 +587,7 @@ func (t *Task) stage(ctx context.Context, records []Record, prev *state.Txn) (st
 		for _, r := range pk.records {
 			in = append(in, r)
 			fromRow = append(fromRow, true)
-			attempt = append(attempt, pk.attempts+1)
+			attempt = append(attempt, pk.attemptOf(r.Offset))
 		}
 	}
 	nParked := len(in)
@@ -693,13 +700,10 @@ func (t *Task) prepare(b *batch, nParked int) {
 			b.status[i] = statusSkipped
 			continue
 		}
-		if i >= nParked {
-			if pk, ok := t.parked[key]; ok {
-				if !b.due[key] {
-					b.status[i] = statusHeld
-					continue
-				}
-				b.attempt[i] = pk.attempts + 1
+		if i >= nParked && !b.due[key] {
+			if _, ok := t.parked[key]; ok {
+				b.status[i] = statusHeld
+				continue
 			}
 		}
 		if poisoned[key] {
@@ -873,25 +877,40 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
 		return false
 	}
+	// The run's try: how many times in a row the key has stopped at the
+	// record that failed, this time included.
+	at := -1
+	if len(pending) > 0 {
+		at = pending[0]
+	}
+	var er errRun
+	if errors.As(err, &er) {
+		at = er.rec
+	}
 	attempt := 1
-	if len(recs) > 0 {
-		attempt = b.attempt[recs[0]]
+	if at >= 0 {
+		attempt = b.attempt[at]
 	}
 	switch {
 	case errors.Is(err, ErrPermanent):
 		for _, i := range pending {
+			b.attempt[i] = attempt
 			b.deadLetter(i, ReasonPermanent, err)
 		}
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
 		return true
 	case attempt >= t.prog.maxAttempts:
 		for _, i := range pending {
+			b.attempt[i] = attempt
 			b.deadLetter(i, ReasonExhausted, err)
 		}
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
 		return true
 	}
-	b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "parked"})
+	for _, i := range pending {
+		b.attempt[i] = attempt
+	}
+	b.fail(failureEntry{key: key, tag: tag, recs: pending, at: at, err: err, action: "parked"})
 	return false
 }
 
@@ -1000,7 +1019,19 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 			pk.manual = true
 			pk.lastErr = f.err.Error()
 		case failedNow:
-			pk.attempts++
+			// Attempts count the tries of the failing record: another
+			// failure at the same record is one more, a failure further on
+			// is the first try of that record.
+			at := pk.failedAt
+			if f.at >= 0 && f.at < len(b.records) {
+				at = b.records[f.at].Offset
+			}
+			if wasParked && pk.attempts > 0 && at == pk.failedAt {
+				pk.attempts++
+			} else {
+				pk.attempts = 1
+			}
+			pk.failedAt = at
 			pk.next = now.Add(t.backoff(pk.attempts))
 			pk.lastErr = f.err.Error()
 		case wasParked && !b.due[k]:
@@ -1040,7 +1071,7 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 		fl := Failure{Key: []byte(f.key), Tag: f.tag, Err: f.err, Action: f.action, Attempt: 1}
 		for _, i := range f.recs {
 			fl.Offsets = append(fl.Offsets, b.records[i].Offset)
-			fl.Attempt = b.attempt[i]
+			fl.Attempt = max(fl.Attempt, b.attempt[i])
 		}
 		res.Failures = append(res.Failures, fl)
 	}

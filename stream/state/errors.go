@@ -34,6 +34,11 @@ var (
 	// predecessor's writes, so it is discarded and commits nothing.
 	ErrPredecessorFailed = errors.New("state: preceding transaction did not commit")
 
+	// ErrEncode is wrapped when a table value cannot be encoded by the
+	// table's codec ([Table.Write], [Table.Update], [Table.Stage]); nothing
+	// is written then.
+	ErrEncode = errors.New("state: cannot encode value")
+
 	// ErrTxnDone is returned by a [Txn] used after Commit or Discard.
 	ErrTxnDone = errors.New("state: transaction already committed or discarded")
 )

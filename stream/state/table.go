@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -246,16 +247,96 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 		s.mu.Unlock()
 	}
 	if err := fn(&v, present); err != nil {
+		if rerr := t.revert(tt, s, k); rerr != nil {
+			return rerr
+		}
 		return err
 	}
 	enc, err := t.values.Append(nil, v)
 	if err != nil {
-		return fmt.Errorf("state: table %q: encode value of key %q partition %d: %w", t.name, key, partition, err)
+		if rerr := t.revert(tt, s, k); rerr != nil {
+			return rerr
+		}
+		return fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
 	}
 	s.mu.Lock()
 	e.v, e.enc, e.present, e.dirty = v, enc, true, true
 	s.mu.Unlock()
 	return nil
+}
+
+// Revert puts key (encoded key bytes) of the partition back as the
+// transaction had it before a fold that failed: the value of the Txn's last
+// Write of the key (decoded again from the bytes that Write encoded), or else
+// the committed value. Call it after changing, in place, a value that Read
+// handed out and that will not be written back: maps, slices and pointers in
+// it share memory with the Txn's entry and the value cache, so without Revert
+// the Txn (and, once it commits, the value cache) would keep the change that
+// Pebble never gets.
+//
+// For a value type with no pointers, maps, slices or interfaces, Read hands
+// out copies and Revert does nothing. Otherwise it costs one decode of the
+// key's last written value, or one dropped cache entry; it is meant for the
+// failure path only. Update reverts by itself when its fn fails.
+func (t *Table[K, V]) Revert(tx *Txn, partition uint32, key []byte) error {
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return err
+	}
+	var buf [keyBuf]byte
+	k := appendTableKey(buf[:0], b.id, partition, key)
+	return t.revert(tt, tt.shard(b.db.hash(k)), k)
+}
+
+// revert is Revert for Pebble key k, whose shard is s.
+func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], k []byte) error {
+	if !t.shared {
+		return nil // handlers got copies: nothing of the Txn's was changed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[string(k)]
+	if !ok {
+		return nil
+	}
+	if !e.dirty {
+		// Read from the cache or Pebble and maybe changed in place: forget
+		// it here and in the cache, so the next Read decodes it afresh.
+		tt.cache.invalidate(e.h, string(k))
+		delete(s.m, string(k))
+		return nil
+	}
+	var zero V
+	if !e.present {
+		e.v = zero
+		return nil
+	}
+	// The last Write's encoding is the value before the failed fold; decode
+	// a copy, so the value cannot share memory with the bytes Pebble gets.
+	v, err := t.values.Decode(bytes.Clone(e.enc))
+	if err != nil {
+		return fmt.Errorf("state: table %q: revert key %q: decode the last written value: %w", t.name, k[rowKeyExtra:], err)
+	}
+	e.v = v
+	return nil
+}
+
+// Stage encodes v as the value of key (encoded key bytes) in the partition
+// and returns a function that writes it into the Txn as [Table.Write] does.
+// It lets a caller that writes several tables for one event encode every
+// value first and write none of them if one fails to encode. The encoding
+// error wraps [ErrEncode]. write must be called at most once, and before the
+// Txn ends.
+func (t *Table[K, V]) Stage(tx *Txn, partition uint32, key []byte, v V) (write func(), err error) {
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := t.values.Append(nil, v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
+	}
+	return func() { t.set(b, tt, partition, key, v, enc, true) }, nil
 }
 
 // resolve returns the value of Pebble key k for a Txn that has no entry for
@@ -346,7 +427,7 @@ func (t *Table[K, V]) Write(tx *Txn, partition uint32, key []byte, v V) error {
 	}
 	enc, err := t.values.Append(nil, v)
 	if err != nil {
-		return fmt.Errorf("state: table %q: encode value of key %q partition %d: %w", t.name, key, partition, err)
+		return fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
 	}
 	t.set(b, tt, partition, key, v, enc, true)
 	return nil

@@ -113,22 +113,58 @@ func (f *flaky) check(e PEv) error {
 	return nil
 }
 
-func propertyTopology(fl *flaky) (*topology.Topology, func() map[string]PState, *stateTable) {
+// propertyTopology projects every type into two tables: "state", whose
+// alias-free value fails before folding, and "rows", whose value (pointer,
+// map, slices) is changed in place and fails after folding, the failures
+// chosen by fl (each event fails once per table, at most).
+func propertyTopology(fl *flaky) (*topology.Topology, func() map[string]PState, func() map[string]MState) {
 	topo := topology.New("property", topology.WithWorkers(3), topology.WithRetry(1000, time.Second, time.Second))
 	src := topology.Source[string](topo, "log")
 	table := topology.Table[string, PState](topo, "state", stream.JSON[PState]())
-	for _, pt := range pTypes {
+	rows := topology.Table[string, MState](topo, "rows", stream.JSON[MState]())
+	after := &flaky{failOn: fl.failOn, failed: map[int]bool{}}
+	for ty, pt := range pTypes {
 		fold := pt.fold
-		topology.Project(topology.On(src, pt.decl), table, func(s *PState, e PEv) error {
+		s := topology.On(src, pt.decl)
+		topology.Project(s, table, func(s *PState, e PEv) error {
 			if err := fl.check(e); err != nil {
 				return err
 			}
 			fold(s, e)
 			return nil
 		})
+		topology.Project(s, rows, func(m *MState, e PEv) error {
+			m.fold(ty, e)
+			return after.check(e)
+		})
 	}
 	st := &stateTable{table: table}
-	return topo, st.all, st
+	return topo, st.all, func() map[string]MState {
+		out := map[string]MState{}
+		if err := rows.Scan(context.Background(), func(k string, v MState) bool { out[k] = v; return true }); err != nil {
+			panic(err)
+		}
+		return out
+	}
+}
+
+// foldRows is the sequential reference of the "rows" table.
+func foldRows(want map[string]MState, ty int, e PEv) {
+	m := want[e.K]
+	m.fold(ty, e)
+	want[e.K] = m
+}
+
+// checkRows compares the "rows" table with its reference.
+func checkRows(tb interface{ Fatalf(string, ...any) }, got, want map[string]MState) {
+	if len(got) != len(want) {
+		tb.Fatalf("rows has %d keys, the fold %d", len(got), len(want))
+	}
+	for k, w := range want {
+		if g := got[k]; !equalMState(g, w) {
+			tb.Fatalf("rows key %s:\n got  %s\n want %s", k, show(g), show(w))
+		}
+	}
 }
 
 type stateTable struct {
@@ -186,7 +222,7 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 		restartEvery := rapid.IntRange(0, 6).Draw(rt, "restart every")
 
 		// Reference: a naive sequential fold in log order.
-		want := map[string]PState{}
+		want, wantRows := map[string]PState{}, map[string]MState{}
 		for _, e := range log {
 			if e.ty < 0 {
 				continue
@@ -194,6 +230,7 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 			s := want[e.ev.K]
 			pTypes[e.ty].fold(&s, e.ev)
 			want[e.ev.K] = s
+			foldRows(wantRows, e.ty, e.ev)
 		}
 
 		dir, err := os.MkdirTemp("", "strand-property-")
@@ -201,7 +238,7 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer os.RemoveAll(dir)
-		topo, all, _ := propertyTopology(fl)
+		topo, all, rows := propertyTopology(fl)
 		next := 0
 		d := topology.NewDriver(t, topo, topology.Dir(dir), topology.Partitions(partitions),
 			topology.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
@@ -237,6 +274,7 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 		if len(got) != len(want) {
 			rt.Fatalf("table has %d keys, fold %d", len(got), len(want))
 		}
+		checkRows(rt, rows(), wantRows)
 		poison := 0
 		for _, e := range log {
 			if e.ty < 0 {

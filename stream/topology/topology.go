@@ -69,9 +69,11 @@ func WithPoisonPolicy(p stream.PoisonPolicy) Option {
 // the default is GOMAXPROCS.
 func WithWorkers(n int) Option { return func(t *Topology) { t.spec.Workers = n } }
 
-// WithRetry sets how many tries a failing key gets before its failing run
-// is dead-lettered (default 10), and the backoff before the first retry,
-// doubling up to max (defaults 100ms and 1 minute).
+// WithRetry sets how many tries a failing record gets before its run is
+// dead-lettered (default 10; tries are counted per failing record, see
+// stream.Spec.MaxAttempts), and the backoff before the first retry,
+// doubling with each failed try of that record up to max (defaults 100ms
+// and 1 minute).
 func WithRetry(attempts int, backoff, max time.Duration) Option {
 	return func(t *Topology) {
 		t.spec.MaxAttempts, t.spec.Backoff, t.spec.MaxBackoff = attempts, backoff, max

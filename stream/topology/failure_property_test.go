@@ -1,0 +1,306 @@
+package topology_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// MState is a row that real projections keep: a pointer, a map and
+// slices, all changed in place by the folds below.
+type MState struct {
+	P   *PState          // the order-sensitive fold of every event (see PState)
+	Log map[int][]int    // per unreduced type: the events' numbers, in the order applied
+	Sum map[string]int64 // per type: amounts (sums are what reduction keeps)
+}
+
+func (s *MState) fold(ty int, e PEv) {
+	if s.P == nil {
+		s.P = &PState{}
+	}
+	if s.Log == nil {
+		s.Log = map[int][]int{}
+	}
+	if s.Sum == nil {
+		s.Sum = map[string]int64{}
+	}
+	pTypes[ty].fold(s.P, e)
+	if d := pTypes[ty].decl; d != pSum && d != pFlag { // reduced types see fewer events
+		s.Log[ty] = append(s.Log[ty], e.N)
+	}
+	if pTypes[ty].decl != pFlag { // deduplicated: fewer events, same flag
+		s.Sum[fmt.Sprint(ty)] += e.Amt
+	}
+}
+
+func equalMState(a, b MState) bool {
+	var pa, pb PState
+	if a.P != nil {
+		pa = *a.P
+	}
+	if b.P != nil {
+		pb = *b.P
+	}
+	return pa == pb &&
+		maps.EqualFunc(nonNil(a.Log), nonNil(b.Log), slices.Equal) &&
+		maps.Equal(nonNil(a.Sum), nonNil(b.Sum))
+}
+
+func nonNil[M ~map[K]V, K comparable, V any](m M) M {
+	if m == nil {
+		return M{}
+	}
+	return m
+}
+
+// faults says, per event number, how the folds fail: transient failures
+// (an error or a panic, after the fold changed the value in place) the
+// first times they see the event, or a permanent one every time. It counts
+// what really happened.
+type faults struct {
+	mu        sync.Mutex
+	transient map[int]int // failures to inject for the event
+	panics    map[int]bool
+	permanent map[int]bool
+	seen      map[int]int // failures injected so far
+	sinkFail  map[int]bool
+}
+
+func (f *faults) after(e PEv) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.permanent[e.N] {
+		f.seen[e.N]++
+		return stream.Permanent(fmt.Errorf("event %d is invalid", e.N))
+	}
+	if f.seen[e.N] < f.transient[e.N] {
+		f.seen[e.N]++
+		if f.panics[e.N] {
+			panic(fmt.Sprintf("fold of event %d", e.N))
+		}
+		return fmt.Errorf("event %d: %w", e.N, errFlaky)
+	}
+	return nil
+}
+
+func (f *faults) sink(e PEv) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sinkFail[e.N] {
+		delete(f.sinkFail, e.N)
+		return errors.New("sink down")
+	}
+	return nil
+}
+
+const failMaxAttempts = 3
+
+// TestPropertyFailuresLeaveNoTrace: random logs as in
+// TestPropertyTablesEqualSequentialFold, with folds that change their row
+// in place (pointer, map, slices) and then fail — by error or panic,
+// transiently or permanently, some more often than MaxAttempts allows —, a
+// second in-place projection of the same types into another table, and a
+// failing sink in the same run as a projection. Across random batchings
+// and restarts, every table equals the sequential fold of exactly the
+// events that were not dead-lettered, and every dead letter is justified:
+// a permanent failure, or a record that failed MaxAttempts times in a row.
+func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		nkeys := rapid.IntRange(1, 4).Draw(rt, "keys")
+		n := rapid.IntRange(0, 100).Draw(rt, "events")
+		fl := &faults{transient: map[int]int{}, panics: map[int]bool{}, permanent: map[int]bool{},
+			seen: map[int]int{}, sinkFail: map[int]bool{}}
+		type entry struct {
+			ty int
+			ev PEv
+		}
+		var log []entry
+		for i := range n {
+			k := fmt.Sprintf("k%d", rapid.IntRange(0, nkeys-1).Draw(rt, "key"))
+			ty := rapid.IntRange(0, len(pTypes)-1).Draw(rt, "type")
+			ev := PEv{K: k, N: i, Amt: int64(rapid.IntRange(-3, 3).Draw(rt, "amt")), Count: 1, Fence: planner.Relaxed}
+			if pTypes[ty].decl == pFenceBy {
+				ev.Fence = rapid.SampledFrom([]planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}).Draw(rt, "fence")
+			}
+			switch rapid.IntRange(0, 12).Draw(rt, "fault") {
+			case 0:
+				fl.transient[i] = 1
+			case 1:
+				fl.transient[i] = 2
+				fl.panics[i] = true
+			case 2:
+				fl.transient[i] = failMaxAttempts // exhausts its tries
+			case 3:
+				fl.permanent[i] = true
+			case 4:
+				fl.sinkFail[i] = true
+			}
+			log = append(log, entry{ty: ty, ev: ev})
+		}
+		sizes := rapid.SliceOfN(rapid.IntRange(1, 30), 1, 20).Draw(rt, "batch sizes")
+		partitions := uint32(rapid.IntRange(1, 3).Draw(rt, "partitions"))
+		restartEvery := rapid.IntRange(0, 5).Draw(rt, "restart every")
+
+		topo := topology.New("failures", topology.WithWorkers(3), topology.WithRetry(failMaxAttempts, time.Second, time.Second))
+		src := topology.Source[string](topo, "log")
+		mirror := topology.Table[string, MState](topo, "mirror", stream.JSON[MState]())
+		rows := topology.Table[string, MState](topo, "rows", stream.JSON[MState]())
+		for ty, pt := range pTypes {
+			s := topology.On(src, pt.decl)
+			if pt.decl == pPlain || pt.decl == pRelease {
+				// Folded first, never failing itself: it must be put back
+				// when the projection after it fails.
+				topology.Project(s, mirror, func(m *MState, e PEv) error { m.fold(ty, e); return nil })
+			}
+			if pt.decl == pFlag {
+				s.Sink("side effect", func(_ context.Context, _ string, events []PEv) error {
+					for _, e := range events {
+						if err := fl.sink(e); err != nil {
+							return err
+						}
+					}
+					return nil
+				}, topology.MaxBatch(1))
+			}
+			topology.Project(s, rows, func(m *MState, e PEv) error {
+				m.fold(ty, e) // change the row in place first, then fail
+				return fl.after(e)
+			})
+		}
+
+		dir, err := os.MkdirTemp("", "strand-failures-")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		next := 0
+		d := topology.NewDriver(t, topo, topology.Dir(dir), topology.Partitions(partitions),
+			topology.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		defer d.Close()
+		for _, e := range log {
+			topology.Pipe(d, pTypes[e.ty].decl, e.ev)
+		}
+		steps := 0
+		for round := 0; d.Lag() > 0 || parked(d, partitions) > 0; round++ {
+			if round > 10000 {
+				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), parked(d, partitions))
+			}
+			if !d.Step() {
+				d.AdvanceClock(time.Second)
+			}
+			steps++
+			if restartEvery > 0 && steps%restartEvery == 0 {
+				d.Restart()
+			}
+		}
+
+		// Which events were dead-lettered, and why.
+		dead := map[int]stream.DeadLetter{}
+		for _, dl := range d.DeadLetters() {
+			var e PEv
+			if err := json.Unmarshal(dl.Payload, &e); err != nil {
+				rt.Fatalf("dead letter payload %q: %v", dl.Payload, err)
+			}
+			if _, dup := dead[e.N]; dup {
+				rt.Fatalf("event %d dead-lettered twice", e.N)
+			}
+			dead[e.N] = dl
+		}
+		byN := map[int]entry{}
+		for _, e := range log {
+			byN[e.ev.N] = e
+		}
+		for nn, dl := range dead {
+			e := byN[nn]
+			// Justified: a record of the same key and type, dead-lettered
+			// for the same reason, that really failed that way.
+			justified := false
+			for mm, other := range dead {
+				o := byN[mm]
+				if o.ev.K != e.ev.K || o.ty != e.ty || other.Reason != dl.Reason {
+					continue
+				}
+				switch dl.Reason {
+				case stream.ReasonPermanent:
+					justified = justified || fl.permanent[mm]
+				case stream.ReasonExhausted:
+					justified = justified || fl.seen[mm] >= failMaxAttempts
+				}
+			}
+			if !justified {
+				rt.Fatalf("event %d (key %s, type %d) dead-lettered (%s, %d attempts) with no record that failed so: faults transient %d, seen %d",
+					nn, e.ev.K, e.ty, dl.Reason, dl.Attempts, fl.transient[nn], fl.seen[nn])
+			}
+			if dl.Reason == stream.ReasonExhausted && dl.Attempts != failMaxAttempts {
+				rt.Fatalf("event %d exhausted after %d attempts, want %d", nn, dl.Attempts, failMaxAttempts)
+			}
+		}
+		for nn := range fl.seen {
+			if fl.seen[nn] > fl.transient[nn] && !fl.permanent[nn] {
+				rt.Fatalf("event %d failed %d times, %d injected", nn, fl.seen[nn], fl.transient[nn])
+			}
+		}
+
+		// Reference: the sequential fold of every event not dead-lettered.
+		wantRows, wantMirror := map[string]MState{}, map[string]MState{}
+		for _, e := range log {
+			if _, gone := dead[e.ev.N]; gone {
+				continue
+			}
+			s := wantRows[e.ev.K]
+			s.fold(e.ty, e.ev)
+			wantRows[e.ev.K] = s
+			if d := pTypes[e.ty].decl; d == pPlain || d == pRelease {
+				m := wantMirror[e.ev.K]
+				m.fold(e.ty, e.ev)
+				wantMirror[e.ev.K] = m
+			}
+		}
+		for name, pair := range map[string]struct {
+			table *stateScan
+			want  map[string]MState
+		}{"rows": {&stateScan{rows}, wantRows}, "mirror": {&stateScan{mirror}, wantMirror}} {
+			got := pair.table.all(rt)
+			for k, w := range pair.want {
+				if g := got[k]; !equalMState(g, w) {
+					rt.Fatalf("table %s key %s:\n got  %s\n want %s", name, k, show(g), show(w))
+				}
+			}
+			if len(got) != len(pair.want) {
+				rt.Fatalf("table %s has %d keys, the fold %d", name, len(got), len(pair.want))
+			}
+		}
+	})
+}
+
+type stateScan struct {
+	table interface {
+		Scan(ctx context.Context, fn func(k string, v MState) bool) error
+	}
+}
+
+func (s *stateScan) all(rt *rapid.T) map[string]MState {
+	out := map[string]MState{}
+	if err := s.table.Scan(context.Background(), func(k string, v MState) bool { out[k] = v; return true }); err != nil {
+		rt.Fatal(err)
+	}
+	return out
+}
+
+func show(m MState) string {
+	b, _ := json.Marshal(m)
+	return string(b)
+}

@@ -1,0 +1,91 @@
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// A projection that folds in place (appending to the row's slice) and fails
+// once, after an earlier record of the same key was folded in the same
+// batch: the retry must build on the row as it was before the failing run.
+func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
+	open := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	add := stream.DeclareFunc(2, evKey)
+	topo := topology.New("inplace")
+	src := topology.Source[string](topo, "log")
+	table := topology.Table[string, []int64](topo, "sums", stream.JSON[[]int64]())
+	failed := false
+	topology.Project(topology.On(src, open), table, func(v *[]int64, e Ev) error {
+		*v = append((*v)[:0], 0)
+		return nil
+	})
+	topology.Project(topology.On(src, add), table, func(v *[]int64, e Ev) error {
+		(*v)[0] += e.Amount // in place: the backing array is the Txn's
+		if e.Amount == 3 && !failed {
+			failed = true
+			return errors.New("flaky")
+		}
+		return nil
+	})
+	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	topology.Pipe(d, open, Ev{K: "a"})
+	topology.Pipe(d, add, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
+	d.Advance()
+	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int64{0}) {
+		t.Fatalf("after the failure the row is %v, want [0] (the open alone)", v)
+	}
+	d.AdvanceClock(time.Hour)
+	d.Advance()
+	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int64{5}) {
+		t.Fatalf("after the retry the row is %v, want [5]", v)
+	}
+	// A later batch builds on the committed value, not on a cached one.
+	topology.Pipe(d, add, Ev{K: "a", Amount: 10})
+	d.Advance()
+	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int64{15}) {
+		t.Fatalf("after a later batch the row is %v, want [15]", v)
+	}
+}
+
+// Attempts are counted per failing record: four fenced events of one key
+// that each fail exactly once are each tried twice and none is dead-lettered.
+func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
+	step := stream.DeclareFunc(1, evKey, stream.Fence(planner.AcqRel))
+	tries := map[int]int{}
+	topo := topology.New("attempts", topology.WithRetry(3, time.Second, time.Minute))
+	src := topology.Source[string](topo, "log")
+	table := topology.Table[string, []int](topo, "steps", stream.JSON[[]int]())
+	topology.Project(topology.On(src, step), table, func(v *[]int, e Ev) error {
+		tries[e.N]++
+		if tries[e.N] == 1 {
+			return errors.New("once")
+		}
+		*v = append(*v, e.N)
+		return nil
+	})
+	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	topology.Pipe(d, step, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3}, Ev{K: "a", N: 4})
+	for range 8 {
+		d.Advance()
+		d.AdvanceClock(time.Hour)
+	}
+	d.Advance()
+	if dls := d.DeadLetters(); len(dls) != 0 {
+		t.Fatalf("dead letters %+v, want none: every record failed only once", dls)
+	}
+	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int{1, 2, 3, 4}) {
+		t.Fatalf("row %v, want [1 2 3 4]", v)
+	}
+	for n := 1; n <= 4; n++ {
+		if tries[n] != 2 {
+			t.Fatalf("record %d tried %d times, want 2", n, tries[n])
+		}
+	}
+}
