@@ -7,18 +7,18 @@ import (
 
 	gojson "github.com/goccy/go-json"
 	segjson "github.com/segmentio/encoding/json"
-
-	"github.com/strand-io/strand/stream/state"
 )
 
-// Codec turns values of one Go type into bytes and back. It is the same
-// interface as state.Codec, so one codec serves event payloads, keys and
-// table values.
+// Codec turns values of one Go type into bytes and back. One codec
+// interface serves event payloads, keys and table values.
 //
 // Append must append the encoding of v to dst and return the extended
 // slice; Decode must not keep data after it returns. Both must be safe for
 // concurrent use: the executor decodes runs of different keys at once.
-type Codec[T any] = state.Codec[T]
+type Codec[T any] interface {
+	Append(dst []byte, v T) ([]byte, error)
+	Decode(data []byte) (T, error)
+}
 
 // ErrCodec is wrapped by the errors of the codecs in this package, so
 // callers can tell encoding problems from other failures with errors.Is.

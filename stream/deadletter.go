@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/rowenc"
 	"strconv"
 
 	"github.com/zeebo/xxh3"
@@ -66,10 +67,71 @@ const (
 	HeaderDLQAttempts  = "strand-dlq-attempts"
 )
 
+// HeaderDLQEmptyPayload is set (to "1") on a dead-letter message whose
+// original payload was empty: brokers such as Iggy refuse empty payloads, so
+// the message carries a single zero byte instead.
+const HeaderDLQEmptyPayload = "strand-dlq-empty-payload"
+
+// ParseReason returns the Reason whose String is s.
+func ParseReason(s string) (Reason, error) {
+	for r := ReasonBadHeaders; r <= ReasonExhausted; r++ {
+		if r.String() == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown dead-letter reason %q", ErrBadHeaders, s)
+}
+
+// ParseDeadLetter reads back a dead-letter message as Message wrote it and
+// the runtime published it (header values cut to 255 bytes, an empty
+// payload sent as one zero byte): what a consumer of a dead-letter topic
+// sees. Err holds the error text. A message without the dead-letter
+// headers is refused with an error wrapping ErrBadHeaders.
+func ParseDeadLetter(m Message) (DeadLetter, error) {
+	hv := map[string][]byte{}
+	for _, f := range m.Headers {
+		hv[f.Name] = f.Value
+	}
+	var d DeadLetter
+	for _, name := range []string{HeaderDLQReason, HeaderDLQSource, HeaderDLQPartition, HeaderDLQOffset} {
+		if hv[name] == nil {
+			return d, fmt.Errorf("%w: dead-letter message without %s", ErrBadHeaders, name)
+		}
+	}
+	r, err := ParseReason(string(hv[HeaderDLQReason]))
+	if err != nil {
+		return d, err
+	}
+	d.Reason, d.Source = r, string(hv[HeaderDLQSource])
+	part, perr := strconv.ParseUint(string(hv[HeaderDLQPartition]), 10, 32)
+	off, oerr := strconv.ParseUint(string(hv[HeaderDLQOffset]), 10, 64)
+	att, aerr := 0, error(nil)
+	if a := hv[HeaderDLQAttempts]; a != nil {
+		att, aerr = strconv.Atoi(string(a))
+	}
+	if err := errors.Join(perr, oerr, aerr); err != nil {
+		return d, fmt.Errorf("%w: dead-letter message: %w", ErrBadHeaders, err)
+	}
+	d.Partition, d.Offset, d.Attempts = uint32(part), off, att
+	if text := hv[HeaderDLQError]; len(text) > 0 {
+		d.Err = errors.New(string(text))
+	}
+	if hv[HeaderKey] != nil {
+		if h, err := ParseHeaders(hv[HeaderKey], hv[HeaderType], hv[HeaderProps], hv[HeaderSeq]); err == nil {
+			h.Key = append([]byte(nil), h.Key...)
+			d.Headers = h
+		}
+	}
+	d.Payload = append([]byte(nil), m.Payload...)
+	if string(hv[HeaderDLQEmptyPayload]) == "1" {
+		d.Payload = nil
+	}
+	return d, nil
+}
+
 // DeadLetter is an event strand refused or gave up on, with why and where
-// it came from. A Task writes every dead letter into its commit (family
-// state.FamilyDeadLetters) so that a runtime can publish it exactly once,
-// and reports it in Result and to the OnDeadLetter callback.
+// it came from. The runtime writes every dead letter into the commit of its
+// batch and publishes it from there to the dead-letter topic, exactly once.
 type DeadLetter struct {
 	// Source, Partition and Offset say where the record was read.
 	Source    string
@@ -149,7 +211,7 @@ const deadLetterVersion = 1
 // AppendBinary appends the row encoding of d (version 1) to dst.
 func (d DeadLetter) AppendBinary(dst []byte) ([]byte, error) {
 	dst = append(dst, deadLetterVersion, byte(d.Reason))
-	dst = appendString(dst, d.Source)
+	dst = rowenc.AppendString(dst, d.Source)
 	dst = binary.BigEndian.AppendUint32(dst, d.Partition)
 	dst = binary.BigEndian.AppendUint64(dst, d.Offset)
 	dst = binary.BigEndian.AppendUint64(dst, d.Timestamp)
@@ -158,45 +220,40 @@ func (d DeadLetter) AppendBinary(dst []byte) ([]byte, error) {
 	if d.Err != nil {
 		errText = d.Err.Error()
 	}
-	dst = appendString(dst, errText)
+	dst = rowenc.AppendString(dst, errText)
 	dst = appendHeaders(dst, d.Headers)
-	dst = appendString(dst, string(d.Payload))
+	dst = rowenc.AppendString(dst, string(d.Payload))
 	return dst, nil
 }
 
 // UnmarshalBinary decodes a row written by AppendBinary. The payload and
 // key are copied.
 func (d *DeadLetter) UnmarshalBinary(data []byte) error {
-	r := reader{b: data}
-	if v := r.byte(); v != deadLetterVersion {
+	r := rowenc.Reader{B: data}
+	if v := r.Byte(); v != deadLetterVersion {
 		return fmt.Errorf("%w: dead letter row version %d unknown", ErrCodec, v)
 	}
-	d.Reason = Reason(r.byte())
-	d.Source = r.string()
-	d.Partition = r.u32()
-	d.Offset = r.u64()
-	d.Timestamp = r.u64()
-	d.Attempts = int(r.uvarint())
-	if text := r.string(); text != "" {
+	d.Reason = Reason(r.Byte())
+	d.Source = r.String()
+	d.Partition = r.U32()
+	d.Offset = r.U64()
+	d.Timestamp = r.U64()
+	d.Attempts = int(r.Uvarint())
+	if text := r.String(); text != "" {
 		d.Err = errors.New(text)
 	} else {
 		d.Err = nil
 	}
-	d.Headers = r.headers()
-	d.Payload = r.bytes()
-	if r.err != nil {
-		return fmt.Errorf("%w: dead letter row: %w", ErrCodec, r.err)
+	d.Headers = readHeaders(&r)
+	d.Payload = r.Bytes()
+	if r.Err != nil {
+		return fmt.Errorf("%w: dead letter row: %w", ErrCodec, r.Err)
 	}
 	return nil
 }
 
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
 func appendHeaders(dst []byte, h Headers) []byte {
-	dst = appendString(dst, string(h.Key))
+	dst = rowenc.AppendString(dst, string(h.Key))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(h.Tag))
 	dst = append(dst, byte(h.Ordering), byte(h.Algebra))
 	if h.HasSeq {
@@ -208,91 +265,48 @@ func appendHeaders(dst []byte, h Headers) []byte {
 	return dst
 }
 
-// reader decodes the row encodings of this package; the first problem
-// sticks in err and later reads return zero values.
-type reader struct {
-	b   []byte
-	err error
-}
-
-var errShort = errors.New("row too short")
-
-func (r *reader) take(n int) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n < 0 || len(r.b) < n {
-		r.err = errShort
-		return nil
-	}
-	out := r.b[:n]
-	r.b = r.b[n:]
-	return out
-}
-
-func (r *reader) byte() byte {
-	b := r.take(1)
-	if b == nil {
-		return 0
-	}
-	return b[0]
-}
-
-func (r *reader) u32() uint32 {
-	b := r.take(4)
-	if b == nil {
-		return 0
-	}
-	return binary.BigEndian.Uint32(b)
-}
-
-func (r *reader) u64() uint64 {
-	b := r.take(8)
-	if b == nil {
-		return 0
-	}
-	return binary.BigEndian.Uint64(b)
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errShort
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.err = errShort
-		return nil
-	}
-	b := r.take(int(n))
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
-}
-
-func (r *reader) string() string { return string(r.bytes()) }
-
-func (r *reader) headers() Headers {
+func readHeaders(r *rowenc.Reader) Headers {
 	var h Headers
-	h.Key = r.bytes()
+	h.Key = r.Bytes()
 	if len(h.Key) == 0 {
 		h.Key = nil
 	}
-	h.Tag = planner.Tag(r.u32())
-	h.Ordering = planner.Ordering(r.byte())
-	h.Algebra = algebra.Kind(r.byte())
-	if r.byte() == 1 {
-		h.Seq, h.HasSeq = r.u64(), true
+	h.Tag = planner.Tag(r.U32())
+	h.Ordering = planner.Ordering(r.Byte())
+	h.Algebra = algebra.Kind(r.Byte())
+	if r.Byte() == 1 {
+		h.Seq, h.HasSeq = r.U64(), true
 	}
 	return h
+}
+
+const recordVersion = 1
+
+// AppendBinary appends the row encoding of r (offset, timestamp, headers
+// and payload; not the partition, which the row's place gives) to dst, as
+// the runtime stores records that wait (parked behind a failure).
+func (r Record) AppendBinary(dst []byte) ([]byte, error) {
+	dst = append(dst, recordVersion)
+	dst = binary.BigEndian.AppendUint64(dst, r.Offset)
+	dst = binary.BigEndian.AppendUint64(dst, r.Timestamp)
+	dst = appendHeaders(dst, r.Headers)
+	return rowenc.AppendString(dst, string(r.Payload)), nil
+}
+
+// UnmarshalBinary decodes a row written by AppendBinary; it leaves
+// r.Partition alone. The key and payload are copied.
+func (r *Record) UnmarshalBinary(data []byte) error {
+	rd := rowenc.Reader{B: data}
+	if v := rd.Byte(); v != recordVersion {
+		return fmt.Errorf("%w: record row version %d unknown", ErrCodec, v)
+	}
+	r.Offset = rd.U64()
+	r.Timestamp = rd.U64()
+	r.Headers = readHeaders(&rd)
+	r.Payload = rd.Bytes()
+	r.HeaderErr = nil
+	if rd.Err != nil {
+		return fmt.Errorf("%w: record row: %w", ErrCodec, rd.Err)
+	}
+	return nil
 }

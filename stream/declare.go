@@ -317,23 +317,4 @@ func (d *Event[K, E]) Record(partition uint32, offset uint64, e E) (Record, erro
 	return Record{Partition: partition, Offset: offset, Headers: env.Headers, Payload: env.Payload}, nil
 }
 
-// declaration is what the executor and NewProgram need of an Event without
-// knowing its types.
-type declaration interface {
-	Tag() planner.Tag
-	Name() string
-	Err() error
-	StaticOrdering() (planner.Ordering, bool)
-	algebraKind() algebra.Kind
-	keyCodec() any
-	keyType() reflect.Type
-	eventType() reflect.Type
-	newRunner(handlers []Handler) (runner, error)
-}
-
-func (d *Event[K, E]) algebraKind() algebra.Kind { return d.alg.Kind() }
-func (d *Event[K, E]) keyCodec() any             { return d.keys }
-func (d *Event[K, E]) keyType() reflect.Type     { return reflect.TypeFor[K]() }
-func (d *Event[K, E]) eventType() reflect.Type   { return reflect.TypeFor[E]() }
-
 var _ Encoder[struct{}] = (*Event[string, struct{}])(nil)

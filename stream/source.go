@@ -88,3 +88,30 @@ type Envelope struct {
 type Encoder[E any] interface {
 	Envelope(e E) (Envelope, error)
 }
+
+// SentChecker is implemented by sinks that can tell which messages are
+// already published, by their Message.ID. The runtime uses it before
+// sending dead letters that an earlier run or a failed Send may have
+// published, so that a crash never duplicates a dead letter.
+// connectors/iggy's Sink implements it.
+type SentChecker interface {
+	// Sent reports, for each message of msgs (all with a non-zero ID), whether
+	// a message with its ID is already in the destination. It must not
+	// report true for a message that is not there; a false for a message
+	// that is there leads to a duplicate.
+	Sent(ctx context.Context, msgs []Message) ([]bool, error)
+}
+
+// Connector opens the topics a topology reads and the ones it writes (its
+// dead-letter topic), by name ("stream/topic" for Iggy). The front door
+// (package topology) takes one; connectors/iggy's Client is one, and
+// package topologytest has one in memory.
+type Connector interface {
+	// OpenSource returns the source named topic, which must exist.
+	OpenSource(ctx context.Context, topic string) (Source, error)
+	// OpenSink returns a sink publishing to topic, creating the topic with
+	// the given partition count if it does not exist. The returned sink
+	// should also implement SentChecker, or dead letters may be published
+	// twice after a crash.
+	OpenSink(ctx context.Context, topic string, partitions uint32) (Sink, error)
+}

@@ -12,7 +12,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 func TestSinkSentFindsPublishedIDs(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // run parses args and runs the program until it is done or ctx ends. extra

@@ -22,7 +22,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 func TestMain(m *testing.M) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/engine"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -19,9 +20,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -136,10 +137,10 @@ func newBankDecls(binaryPayload bool) bankDecls {
 	}
 }
 
-func bankTopology(d bankDecls) (*topology.Topology, *state.Table[uint64, balance]) {
+func bankTopology(d bankDecls) (*topology.Topology, *topology.Table[uint64, balance]) {
 	t := topology.New("bank-bench")
 	src := topology.Source[uint64](t, "bank/accounts")
-	tab := topology.Table[uint64, balance](t, "balances", stream.Binary[balance]())
+	tab := topology.NewTable[uint64, balance](t, "balances", stream.Binary[balance]())
 	topology.Project(topology.On(src, d.opened), tab, func(v *balance, e bOpened) error {
 		v.Open = true
 		v.Opens++
@@ -209,18 +210,18 @@ func bankReference(ops []bankOp) map[uint64]balance {
 	return ref
 }
 
-func pipeBank(d *topology.Driver, decls bankDecls, ops []bankOp) {
+func pipeBank(d *taskDriver, decls bankDecls, ops []bankOp) {
 	for _, op := range ops {
 		e := bankEvent{Account: op.account, Amount: op.amount}
 		switch op.kind {
 		case 0:
-			topology.Pipe(d, decls.opened, bOpened{e})
+			tdPipe(d, decls.opened, bOpened{e})
 		case 1:
-			topology.Pipe(d, decls.deposited, bDeposited{e})
+			tdPipe(d, decls.deposited, bDeposited{e})
 		case 2:
-			topology.Pipe(d, decls.withdrawn, bWithdrawn{e})
+			tdPipe(d, decls.withdrawn, bWithdrawn{e})
 		case 3:
-			topology.Pipe(d, decls.closed, bClosed{e})
+			tdPipe(d, decls.closed, bClosed{e})
 		}
 	}
 }
@@ -264,8 +265,8 @@ func BenchmarkAccounts(b *testing.B) {
 				b.StopTimer()
 				decls := newBankDecls(codec == "binary")
 				topo, tab := bankTopology(decls)
-				d := topology.NewDriver(b, topo, topology.BatchSize(batch), topology.Partitions(partitions),
-					topology.StateOptions(state.WithDurability(durability)))
+				d := newTaskDriver(b, topo, tdBatchSize(batch), tdPartitions(partitions),
+					tdStateOptions(state.WithDurability(durability)))
 				resetPeakRSS()
 				var elapsed, cpu time.Duration
 				for start := 0; start < n; start += chunk {
@@ -348,7 +349,7 @@ func benchPipelined(b *testing.B, ops []bankOp, ref map[uint64]balance, binaryPa
 	resetPeakRSS()
 	const chunk = 100_000
 	var elapsed, cpu time.Duration
-	var pend *stream.Pending
+	var pend *engine.Pending
 	for start := 0; start < len(ops); start += chunk {
 		recs := bankRecords(b, decls, ops[start:min(start+chunk, len(ops))], uint64(start))
 		t0, c0 := time.Now(), cpuTime()
@@ -441,7 +442,7 @@ func peakRSS() float64 {
 	return 0
 }
 
-func checkBank(b *testing.B, tab *state.Table[uint64, balance], ref map[uint64]balance) {
+func checkBank(b *testing.B, tab *topology.Table[uint64, balance], ref map[uint64]balance) {
 	ctx := context.Background()
 	seen := 0
 	err := tab.Scan(ctx, func(k uint64, v balance) bool {

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -25,9 +25,9 @@ func TestBuildRefuses(t *testing.T) {
 			name: "duplicate type tags",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On(src, stream.DeclareFunc(1, evKey)).Sink("a", nop)
+				topology.On(src, stream.DeclareFunc(1, evKey)).ForEach("a", nop)
 				topology.On(src, stream.DeclareFunc(1, func(e AccountOpened) string { return e.Owner })).
-					Sink("b", func(context.Context, string, []AccountOpened) error { return nil })
+					ForEach("b", func(context.Context, string, []AccountOpened) error { return nil })
 			},
 			want: []string{`duplicate type tag 1`, "topology_test.Ev", "topology_test.AccountOpened"},
 		},
@@ -35,15 +35,15 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a handler for an undeclared type",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On[string, Ev](src, nil).Sink("orphan", nop)
+				topology.On[string, Ev](src, nil).ForEach("orphan", nop)
 			},
-			want: []string{`sink "orphan" for an undeclared type`},
+			want: []string{`ForEach "orphan" for an undeclared type`},
 		},
 		{
 			name: "a bad declaration",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On(src, stream.DeclareFunc(3, evKey, stream.Fence(9))).Sink("a", nop)
+				topology.On(src, stream.DeclareFunc(3, evKey, stream.Fence(9))).ForEach("a", nop)
 			},
 			want: []string{"type tag 3", "Fence(9)"},
 		},
@@ -59,7 +59,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a table with no codec",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				tab := topology.Table[string, int](t, "counts", nil)
+				tab := topology.NewTable[string, int](t, "counts", nil)
 				topology.Project(topology.On(src, stream.DeclareFunc(1, evKey)), tab, fold)
 			},
 			want: []string{`table "counts" has no value codec`},
@@ -68,7 +68,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a table whose key codec differs from its events'",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				tab := topology.Table[string, int](t, "counts", stream.JSON[int](), topology.TableKeys(stream.CodecFunc(
+				tab := topology.NewTable[string, int](t, "counts", stream.JSON[int](), topology.TableKeys(stream.CodecFunc(
 					func(dst []byte, k string) ([]byte, error) { return append(dst, k...), nil },
 					func(b []byte) (string, error) { return string(b), nil })))
 				topology.Project(topology.On(src, stream.DeclareFunc(1, evKey)), tab, fold)
@@ -79,9 +79,9 @@ func TestBuildRefuses(t *testing.T) {
 			name: "two sources with conflicting key types",
 			build: func(t *topology.Topology) {
 				a := topology.Source[string](t, "log")
-				topology.On(a, stream.DeclareFunc(1, evKey)).Sink("a", nop)
+				topology.On(a, stream.DeclareFunc(1, evKey)).ForEach("a", nop)
 				b := topology.Source[AccountID](t, "log")
-				topology.On(b, Deposits).Sink("b", func(context.Context, AccountID, []Deposited) error { return nil })
+				topology.On(b, Deposits).ForEach("b", func(context.Context, AccountID, []Deposited) error { return nil })
 			},
 			want: []string{`source "log" declared with conflicting key types string and topology_test.AccountID`},
 		},
@@ -89,8 +89,8 @@ func TestBuildRefuses(t *testing.T) {
 			name: "duplicate table names",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				a := topology.Table[string, int](t, "counts", stream.JSON[int]())
-				topology.Table[string, int](t, "counts", stream.JSON[int]())
+				a := topology.NewTable[string, int](t, "counts", stream.JSON[int]())
+				topology.NewTable[string, int](t, "counts", stream.JSON[int]())
 				topology.Project(topology.On(src, stream.DeclareFunc(1, evKey)), a, fold)
 			},
 			want: []string{`table "counts" declared twice`},
@@ -104,7 +104,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a type projected twice into one table",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				tab := topology.Table[string, int](t, "counts", stream.JSON[int]())
+				tab := topology.NewTable[string, int](t, "counts", stream.JSON[int]())
 				on := topology.On(src, stream.DeclareFunc(1, evKey))
 				topology.Project(on, tab, fold)
 				topology.Project(on, tab, fold)
@@ -115,7 +115,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a tag both handled and skipped",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log").Skip(1)
-				topology.On(src, stream.DeclareFunc(1, evKey)).Sink("a", nop)
+				topology.On(src, stream.DeclareFunc(1, evKey)).ForEach("a", nop)
 			},
 			want: []string{"type tag 1 is both handled and skipped"},
 		},
@@ -123,9 +123,9 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a sink with a nil function",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On(src, stream.DeclareFunc(1, evKey)).Sink("a", nil)
+				topology.On(src, stream.DeclareFunc(1, evKey)).ForEach("a", nil)
 			},
-			want: []string{`sink "a" has a nil function`},
+			want: []string{`ForEach "a" has a nil function`},
 		},
 	}
 	for _, c := range cases {
@@ -136,8 +136,8 @@ func TestBuildRefuses(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Build succeeded: %v", prog.Name())
 			}
-			if !errors.Is(err, topology.ErrBuild) || !errors.Is(err, stream.ErrBadTopology) {
-				t.Fatalf("error %v does not wrap ErrBuild and stream.ErrBadTopology", err)
+			if !errors.Is(err, topology.ErrBuild) || !errors.Is(err, topology.ErrBuild) {
+				t.Fatalf("error %v does not wrap ErrBuild and topology.ErrBuild", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
@@ -152,7 +152,7 @@ func TestFingerprint(t *testing.T) {
 	build := func(mod func(*topology.Topology, *topology.SourceNode[AccountID])) []byte {
 		topo := topology.New("accounts")
 		src := topology.Source[AccountID](topo, "bank/accounts")
-		balances := topology.Table[AccountID, Account](topo, "balances", stream.JSON[Account]())
+		balances := topology.NewTable[AccountID, Account](topo, "balances", stream.JSON[Account]())
 		topology.Project(topology.On(src, Deposits), balances, func(a *Account, e Deposited) error { return nil })
 		if mod != nil {
 			mod(topo, src)
@@ -168,13 +168,13 @@ func TestFingerprint(t *testing.T) {
 		t.Fatal("fingerprint is not deterministic")
 	}
 	withSink := build(func(_ *topology.Topology, src *topology.SourceNode[AccountID]) {
-		topology.On(src, Closed).Sink("notify", func(context.Context, AccountID, []AccountClosed) error { return nil })
+		topology.On(src, Closed).ForEach("notify", func(context.Context, AccountID, []AccountClosed) error { return nil })
 	})
 	if !bytes.Equal(base, withSink) {
 		t.Fatal("adding a sink changed the fingerprint")
 	}
 	withProjection := build(func(topo *topology.Topology, src *topology.SourceNode[AccountID]) {
-		other := topology.Table[AccountID, int](topo, "opened", stream.JSON[int]())
+		other := topology.NewTable[AccountID, int](topo, "opened", stream.JSON[int]())
 		topology.Project(topology.On(src, Opened), other, func(v *int, e AccountOpened) error { return nil })
 	})
 	if bytes.Equal(base, withProjection) {
@@ -183,7 +183,7 @@ func TestFingerprint(t *testing.T) {
 	refenced := stream.Declare[AccountID, Deposited](2, stream.Fence(planner.Acquire))
 	topo := topology.New("accounts")
 	src := topology.Source[AccountID](topo, "bank/accounts")
-	balances := topology.Table[AccountID, Account](topo, "balances", stream.JSON[Account]())
+	balances := topology.NewTable[AccountID, Account](topo, "balances", stream.JSON[Account]())
 	topology.Project(topology.On(src, refenced), balances, func(a *Account, e Deposited) error { return nil })
 	p, err := topo.Build()
 	if err != nil {

@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
-	"github.com/strand-io/strand/stream/topology"
 )
 
 // The crash test of issue 5: a child process runs the driver over a long
@@ -59,7 +58,7 @@ func crashLog() []crashEntry {
 	return log
 }
 
-func crashDriver(tb topology.TB, dir string, batch func() int) (*topology.Driver, func() map[string]PState, func() map[string]MState) {
+func crashDriver(tb testing.TB, dir string, batch func() int) (*taskDriver, func() map[string]PState, func() map[string]MState) {
 	// Handlers fail too: one event in 23 fails once in each table (once
 	// per process), so kills land among parked keys and retries.
 	fl := &flaky{failOn: map[int]bool{}, failed: map[int]bool{}}
@@ -67,15 +66,15 @@ func crashDriver(tb topology.TB, dir string, batch func() int) (*topology.Driver
 		fl.failOn[n] = true
 	}
 	topo, all, rows := propertyTopology(fl)
-	d := topology.NewDriver(tb, topo, topology.Dir(dir), topology.Partitions(2), topology.BatchSizes(batch),
-		topology.StateOptions(state.WithDurability(state.Sync)))
+	d := newTaskDriver(tb, topo, tdDir(dir), tdPartitions(2), tdBatchSizes(batch),
+		tdStateOptions(state.WithDurability(state.Sync)))
 	for _, e := range crashLog() {
 		if e.ty < 0 {
 			h := stream.Headers{Key: []byte(e.poison), Tag: pPlain.Tag(), Ordering: planner.Relaxed}
 			d.PipeRecord("log", stream.Record{Partition: partitionOf(e.poison, 2), Headers: h, Payload: []byte("not json")})
 			continue
 		}
-		topology.Pipe(d, pTypes[e.ty].decl, e.ev)
+		tdPipe(d, pTypes[e.ty].decl, e.ev)
 	}
 	return d, all, rows
 }
@@ -94,9 +93,9 @@ func TestCrashChild(t *testing.T) {
 	d, _, _ := crashDriver(t, dir, func() int { return 1 + r.IntN(400) })
 	fmt.Println(crashReady) // the parent starts its kill timer now
 	d.Advance()
-	for round := 0; parked(d, 2) > 0; round++ {
+	for round := 0; tdParked(d, 2) > 0; round++ {
 		if round > 1000 {
-			t.Fatalf("%d records still parked", parked(d, 2))
+			t.Fatalf("%d records still parked", tdParked(d, 2))
 		}
 		d.AdvanceClock(time.Hour) // retries are due
 		d.Advance()
@@ -156,8 +155,8 @@ func TestCrashResumesExactly(t *testing.T) {
 
 	// Reopen in this process and compare with the sequential fold.
 	d, all, rows := crashDriver(t, dir, func() int { return 100 })
-	if d.Lag() != 0 || parked(d, 2) != 0 {
-		t.Fatalf("lag %d, %d records parked after the final run", d.Lag(), parked(d, 2))
+	if d.Lag() != 0 || tdParked(d, 2) != 0 {
+		t.Fatalf("lag %d, %d records parked after the final run", d.Lag(), tdParked(d, 2))
 	}
 	want, wantRows := map[string]PState{}, map[string]MState{}
 	poison := 0
@@ -281,4 +280,13 @@ func (l *limitedBuffer) bytes() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.b)
+}
+
+func tdParked(d *taskDriver, partitions uint32) int {
+	total := 0
+	for p := range partitions {
+		_, n := d.Task("log", p).Parked()
+		total += n
+	}
+	return total
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -56,10 +56,10 @@ var (
 	Closed    = stream.Declare[AccountID, AccountClosed](4, stream.Fence(planner.Release))
 )
 
-func accounts() (*topology.Topology, *state.Table[AccountID, Account]) {
+func accounts() (*topology.Topology, *topology.Table[AccountID, Account]) {
 	t := topology.New("accounts")
 	src := topology.Source[AccountID](t, "bank/accounts")
-	balances := topology.Table[AccountID, Account](t, "balances", stream.JSON[Account]())
+	balances := topology.NewTable[AccountID, Account](t, "balances", stream.JSON[Account]())
 	topology.Project(topology.On(src, Opened), balances, func(a *Account, e AccountOpened) error {
 		a.Owner, a.Open = e.Owner, true
 		a.Opens++
@@ -85,11 +85,11 @@ func accounts() (*topology.Topology, *state.Table[AccountID, Account]) {
 
 func TestDriverAccounts(t *testing.T) {
 	topo, balances := accounts()
-	d := topology.NewDriver(t, topo, topology.Partitions(2), topology.BatchSize(3))
-	topology.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"}, AccountOpened{Account: 7, Owner: "bob"})
-	topology.Pipe(d, Deposits, Deposited{42, 100}, Deposited{7, 5}, Deposited{42, 20})
-	topology.Pipe(d, Withdraws, Withdrawn{42, 30})
-	topology.Pipe(d, Closed, AccountClosed{42})
+	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.BatchSize(3))
+	topologytest.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"}, AccountOpened{Account: 7, Owner: "bob"})
+	topologytest.Pipe(d, Deposits, Deposited{42, 100}, Deposited{7, 5}, Deposited{42, 20})
+	topologytest.Pipe(d, Withdraws, Withdrawn{42, 30})
+	topologytest.Pipe(d, Closed, AccountClosed{42})
 	d.Advance()
 	ctx := context.Background()
 	a, ok, err := balances.Get(ctx, 42)
@@ -100,7 +100,7 @@ func TestDriverAccounts(t *testing.T) {
 		t.Fatalf("account 42 = %+v", a)
 	}
 	d.Restart()
-	topology.Pipe(d, Deposits, Deposited{7, 1})
+	topologytest.Pipe(d, Deposits, Deposited{7, 1})
 	d.Advance()
 	b, _, _ := balances.Get(ctx, 7)
 	if b.Balance != 6 || !b.Open {

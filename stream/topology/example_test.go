@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 // exampleTB lets an Example use the driver; in a test, pass the *testing.T.
@@ -34,15 +34,15 @@ func Example() {
 	tb := &exampleTB{}
 	defer tb.done()
 	topo, balances := accounts()
-	d := topology.NewDriver(tb, topo, topology.Partitions(2))
+	d := topologytest.NewDriver(tb, topo, topologytest.Partitions(2))
 
-	topology.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"})
-	topology.Pipe(d, Deposits, Deposited{42, 100}, Deposited{42, 20})
-	topology.Pipe(d, Withdraws, Withdrawn{42, 30})
+	topologytest.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"})
+	topologytest.Pipe(d, Deposits, Deposited{42, 100}, Deposited{42, 20})
+	topologytest.Pipe(d, Withdraws, Withdrawn{42, 30})
 	d.Advance()
 
 	d.Restart() // close the store and resume from its checkpoints
-	topology.Pipe(d, Closed, AccountClosed{42})
+	topologytest.Pipe(d, Closed, AccountClosed{42})
 	d.Advance()
 
 	a, _, err := balances.Get(context.Background(), 42)

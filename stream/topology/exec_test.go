@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/engine"
 	"slices"
 	"strings"
 	"sync"
@@ -13,9 +14,9 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -83,10 +84,10 @@ func TestSinkChunksByMaxBatch(t *testing.T) {
 	rec := &recorder{}
 	topo := topology.New("chunks")
 	src := topology.Source[string](topo, "log")
-	topology.On(src, decl).Sink("rec", rec.sink(1), topology.MaxBatch(3))
-	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.MaxBatch(3))
+	d := newTaskDriver(t, topo, tdBatchSize(100))
 	for i := range 10 {
-		topology.Pipe(d, decl, Ev{K: "a", N: i})
+		tdPipe(d, decl, Ev{K: "a", N: i})
 	}
 	d.Advance()
 	calls := rec.forKey("a")
@@ -109,10 +110,10 @@ func TestRunIsReducedBeforeHandlers(t *testing.T) {
 	rec := &recorder{}
 	topo := topology.New("reduce")
 	src := topology.Source[string](topo, "log")
-	topology.On(src, decl).Sink("rec", rec.sink(1))
-	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	topology.On(src, decl).ForEach("rec", rec.sink(1))
+	d := newTaskDriver(t, topo, tdBatchSize(100))
 	for i := range 5 {
-		topology.Pipe(d, decl, Ev{K: "a", N: i, Amount: int64(i + 1)})
+		tdPipe(d, decl, Ev{K: "a", N: i, Amount: int64(i + 1)})
 	}
 	d.Advance()
 	calls := rec.forKey("a")
@@ -136,17 +137,17 @@ func TestStagesRunInPlanOrder(t *testing.T) {
 	topo := topology.New("stages")
 	src := topology.Source[string](topo, "log")
 	for _, decl := range []*stream.Event[string, Ev]{open, dep, wd, cls} {
-		topology.On(src, decl).Sink("rec", rec.sink(decl.Tag()))
+		topology.On(src, decl).ForEach("rec", rec.sink(decl.Tag()))
 	}
-	d := topology.NewDriver(t, topo, topology.BatchSize(100))
-	topology.Pipe(d, open, Ev{K: "42", N: 0})
-	topology.Pipe(d, dep, Ev{K: "42", N: 1})
-	topology.Pipe(d, dep, Ev{K: "7", N: 2})
-	topology.Pipe(d, wd, Ev{K: "42", N: 3})
-	topology.Pipe(d, dep, Ev{K: "42", N: 4})
-	topology.Pipe(d, cls, Ev{K: "42", N: 5})
-	topology.Pipe(d, open, Ev{K: "42", N: 6})
-	topology.Pipe(d, dep, Ev{K: "42", N: 7})
+	d := newTaskDriver(t, topo, tdBatchSize(100))
+	tdPipe(d, open, Ev{K: "42", N: 0})
+	tdPipe(d, dep, Ev{K: "42", N: 1})
+	tdPipe(d, dep, Ev{K: "7", N: 2})
+	tdPipe(d, wd, Ev{K: "42", N: 3})
+	tdPipe(d, dep, Ev{K: "42", N: 4})
+	tdPipe(d, cls, Ev{K: "42", N: 5})
+	tdPipe(d, open, Ev{K: "42", N: 6})
+	tdPipe(d, dep, Ev{K: "42", N: 7})
 	d.Advance()
 	var got []string
 	for _, c := range rec.forKey("42") {
@@ -173,14 +174,14 @@ func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
 	topo := topology.New("failures", topology.WithWorkers(4))
 	src := topology.Source[string](topo, "log")
 	for _, decl := range []*stream.Event[string, Ev]{a, b, c} {
-		topology.On(src, decl).Sink("rec", rec.sink(decl.Tag()))
+		topology.On(src, decl).ForEach("rec", rec.sink(decl.Tag()))
 	}
-	d := topology.NewDriver(t, topo, topology.BatchSize(100))
+	d := newTaskDriver(t, topo, tdBatchSize(100))
 	for _, k := range []string{"x", "y", "z"} {
-		topology.Pipe(d, a, Ev{K: k, N: 0})
-		topology.Pipe(d, b, Ev{K: k, N: 1})
-		topology.Pipe(d, c, Ev{K: k, N: 2})
-		topology.Pipe(d, b, Ev{K: k, N: 3})
+		tdPipe(d, a, Ev{K: k, N: 0})
+		tdPipe(d, b, Ev{K: k, N: 1})
+		tdPipe(d, c, Ev{K: k, N: 2})
+		tdPipe(d, b, Ev{K: k, N: 3})
 	}
 	d.Step()
 	res := d.Results()[0]
@@ -209,7 +210,7 @@ func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
 
 	// New events of a parked key wait behind it; the retry after the
 	// backoff applies everything in order.
-	topology.Pipe(d, b, Ev{K: "x", N: 4})
+	tdPipe(d, b, Ev{K: "x", N: 4})
 	d.Advance()
 	if last := d.Results()[len(d.Results())-1]; !slices.Equal(last.Held, []uint64{12}) {
 		t.Fatalf("new event of parked key: held %v, want [12]", last.Held)
@@ -244,9 +245,9 @@ func TestRetriesSurviveRestart(t *testing.T) {
 	}
 	topo := topology.New("restart")
 	src := topology.Source[string](topo, "log")
-	topology.On(src, decl).Sink("rec", rec.sink(1))
-	d := topology.NewDriver(t, topo)
-	topology.Pipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1})
+	topology.On(src, decl).ForEach("rec", rec.sink(1))
+	d := newTaskDriver(t, topo)
+	tdPipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1})
 	d.Advance()
 	d.Restart()
 	if keys, recs := d.Task("log", 0).Parked(); keys != 1 || recs != 2 {
@@ -272,11 +273,11 @@ func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
 	}
 	topo := topology.New("exhaust", topology.WithRetry(3, time.Second, time.Minute))
 	src := topology.Source[string](topo, "log")
-	topology.On(src, decl).Sink("rec", rec.sink(1))
-	topology.On(src, other).Sink("rec", rec.sink(2))
-	d := topology.NewDriver(t, topo)
-	topology.Pipe(d, decl, Ev{K: "a", N: 0})
-	topology.Pipe(d, other, Ev{K: "a", N: 1})
+	topology.On(src, decl).ForEach("rec", rec.sink(1))
+	topology.On(src, other).ForEach("rec", rec.sink(2))
+	d := newTaskDriver(t, topo)
+	tdPipe(d, decl, Ev{K: "a", N: 0})
+	tdPipe(d, other, Ev{K: "a", N: 1})
 	for range 3 {
 		d.Advance()
 		d.AdvanceClock(time.Hour)
@@ -302,9 +303,9 @@ func TestPermanentErrorDeadLettersTheRun(t *testing.T) {
 	}
 	topo := topology.New("permanent")
 	src := topology.Source[string](topo, "log")
-	topology.On(src, decl).Sink("rec", rec.sink(1), topology.MaxBatch(1))
-	d := topology.NewDriver(t, topo)
-	topology.Pipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1}, Ev{K: "a", N: 2})
+	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.MaxBatch(1))
+	d := newTaskDriver(t, topo)
+	tdPipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1}, Ev{K: "a", N: 2})
 	d.Advance()
 	dls := d.DeadLetters()
 	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != stream.ReasonPermanent {
@@ -322,13 +323,13 @@ func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 			rec := &recorder{}
 			topo := topology.New("poison", topology.WithPoisonPolicy(policy))
 			src := topology.Source[string](topo, "log").Skip(9)
-			topology.On(src, decl).Sink("rec", rec.sink(1))
+			topology.On(src, decl).ForEach("rec", rec.sink(1))
 			var seen []stream.DeadLetter
-			d := topology.NewDriver(t, topo, topology.TaskOptions(stream.OnDeadLetter(func(dl stream.DeadLetter) {
+			d := newTaskDriver(t, topo, tdTaskOptions(engine.OnDeadLetter(func(dl stream.DeadLetter) {
 				seen = append(seen, dl)
 			})))
 			h := stream.Headers{Key: []byte("a"), Tag: 1, Ordering: planner.Relaxed}
-			topology.Pipe(d, decl, Ev{K: "a", N: 0})                                     // 0
+			tdPipe(d, decl, Ev{K: "a", N: 0})                                            // 0
 			d.PipeRecord("log", stream.Record{HeaderErr: stream.ErrBadHeaders})          // 1
 			d.PipeRecord("log", stream.Record{Headers: h, Payload: []byte("{not json")}) // 2
 			unknown := h
@@ -337,8 +338,8 @@ func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 			skipped := h
 			skipped.Tag = 9
 			d.PipeRecord("log", stream.Record{Headers: skipped, Payload: []byte("{}")}) // 4
-			topology.Pipe(d, decl, Ev{K: "a", N: 5})                                    // 5
-			topology.Pipe(d, decl, Ev{K: "b", N: 6})                                    // 6
+			tdPipe(d, decl, Ev{K: "a", N: 5})                                           // 5
+			tdPipe(d, decl, Ev{K: "b", N: 6})                                           // 6
 			d.Advance()
 
 			dls := d.DeadLetters()
@@ -403,13 +404,13 @@ func TestBadKeyBytesAreDeadLettered(t *testing.T) {
 	var got []uint64
 	topo := topology.New("badkey")
 	src := topology.Source[uint64](topo, "log")
-	topology.On(src, decl).Sink("rec", func(ctx context.Context, key uint64, events []U) error {
+	topology.On(src, decl).ForEach("rec", func(ctx context.Context, key uint64, events []U) error {
 		got = append(got, key)
 		return nil
 	})
-	d := topology.NewDriver(t, topo)
+	d := newTaskDriver(t, topo)
 	d.PipeRecord("log", stream.Record{Headers: stream.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
-	topology.Pipe(d, decl, U{ID: 2})
+	tdPipe(d, decl, U{ID: 2})
 	d.Advance()
 	dls := d.DeadLetters()
 	if len(dls) != 1 || dls[0].Reason != stream.ReasonBadKey || !slices.Equal(got, []uint64{2}) {
@@ -422,11 +423,11 @@ func TestBadKeyBytesAreDeadLetteredForProjections(t *testing.T) {
 	decl := stream.DeclareFunc(1, func(u U) uint64 { return u.ID })
 	topo := topology.New("badkey-project")
 	src := topology.Source[uint64](topo, "log")
-	table := topology.Table[uint64, int](topo, "count", stream.JSON[int]())
+	table := topology.NewTable[uint64, int](topo, "count", stream.JSON[int]())
 	topology.Project(topology.On(src, decl), table, func(v *int, e U) error { *v++; return nil })
-	d := topology.NewDriver(t, topo)
+	d := newTaskDriver(t, topo)
 	d.PipeRecord("log", stream.Record{Headers: stream.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
-	topology.Pipe(d, decl, U{ID: 2})
+	tdPipe(d, decl, U{ID: 2})
 	d.Advance()
 	dls := d.DeadLetters()
 	if len(dls) != 1 || dls[0].Reason != stream.ReasonBadKey {
@@ -445,10 +446,10 @@ func TestStaleRecordsAreIgnored(t *testing.T) {
 	decl := stream.DeclareFunc(1, evKey)
 	topo := topology.New("stale")
 	src := topology.Source[string](topo, "log")
-	table := topology.Table[string, int](topo, "count", stream.JSON[int]())
+	table := topology.NewTable[string, int](topo, "count", stream.JSON[int]())
 	topology.Project(topology.On(src, decl), table, func(v *int, e Ev) error { *v++; return nil })
-	d := topology.NewDriver(t, topo)
-	topology.Pipe(d, decl, Ev{K: "a"}, Ev{K: "a"})
+	d := newTaskDriver(t, topo)
+	tdPipe(d, decl, Ev{K: "a"}, Ev{K: "a"})
 	d.Advance()
 	task := d.Task("log", 0)
 	r0, _ := decl.Record(0, 0, Ev{K: "a"})
@@ -466,7 +467,7 @@ func TestProjectionFailureWritesNothingOfTheRun(t *testing.T) {
 	decl := stream.DeclareFunc(1, evKey)
 	topo := topology.New("projfail")
 	src := topology.Source[string](topo, "log")
-	table := topology.Table[string, []int](topo, "seen", stream.JSON[[]int]())
+	table := topology.NewTable[string, []int](topo, "seen", stream.JSON[[]int]())
 	failAt := 2
 	topology.Project(topology.On(src, decl), table, func(v *[]int, e Ev) error {
 		if e.N == failAt {
@@ -475,8 +476,8 @@ func TestProjectionFailureWritesNothingOfTheRun(t *testing.T) {
 		*v = append(*v, e.N)
 		return nil
 	})
-	d := topology.NewDriver(t, topo)
-	topology.Pipe(d, decl, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3})
+	d := newTaskDriver(t, topo)
+	tdPipe(d, decl, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3})
 	d.Advance()
 	if v, ok, _ := table.Get(context.Background(), "a"); ok {
 		t.Fatalf("table holds %v after a failed run", v)
@@ -491,12 +492,12 @@ func TestProjectionFailureWritesNothingOfTheRun(t *testing.T) {
 
 func TestIncompatibleTopologyIsRefused(t *testing.T) {
 	topo1, _ := accounts()
-	d := topology.NewDriver(t, topo1)
+	d := newTaskDriver(t, topo1)
 	dir := d.Dir()
 	d.Close()
 	topo2 := topology.New("accounts")
 	src := topology.Source[AccountID](topo2, "bank/accounts")
-	other := topology.Table[AccountID, int](topo2, "other", stream.JSON[int]())
+	other := topology.NewTable[AccountID, int](topo2, "other", stream.JSON[int]())
 	topology.Project(topology.On(src, Deposits), other, func(v *int, e Deposited) error { return nil })
 	prog, err := topo2.Build()
 	if err != nil {
@@ -525,10 +526,10 @@ func TestStoreFailureAbandonsTheBatch(t *testing.T) {
 		stream.JSON[int]().Decode)
 	topo := topology.New("storefail")
 	src := topology.Source[string](topo, "log")
-	table := topology.Table[string, int](topo, "count", values)
+	table := topology.NewTable[string, int](topo, "count", values)
 	topology.Project(topology.On(src, decl), table, func(v *int, e Ev) error { *v++; return nil })
-	d := topology.NewDriver(t, topo)
-	topology.Pipe(d, decl, Ev{K: "a"}, Ev{K: "b"})
+	d := newTaskDriver(t, topo)
+	tdPipe(d, decl, Ev{K: "a"}, Ev{K: "b"})
 	task := d.Task("log", 0)
 	r0, _ := decl.Record(0, 0, Ev{K: "a"})
 	r1, _ := decl.Record(0, 1, Ev{K: "b"})
@@ -552,15 +553,15 @@ func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
 	topo := topology.New("panic")
 	src := topology.Source[string](topo, "log")
 	var got []string
-	topology.On(src, decl).Sink("p", func(ctx context.Context, key string, events []Ev) error {
+	topology.On(src, decl).ForEach("p", func(ctx context.Context, key string, events []Ev) error {
 		if key == "bad" {
 			panic("kaboom")
 		}
 		got = append(got, key)
 		return nil
 	})
-	d := topology.NewDriver(t, topo, topology.TaskOptions(stream.WithLogger(nil)))
-	topology.Pipe(d, decl, Ev{K: "bad"}, Ev{K: "good"})
+	d := newTaskDriver(t, topo, tdTaskOptions(engine.WithLogger(nil)))
+	tdPipe(d, decl, Ev{K: "bad"}, Ev{K: "good"})
 	d.Advance()
 	res := d.Results()[0]
 	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "kaboom") || !slices.Equal(got, []string{"good"}) {
@@ -576,13 +577,13 @@ func TestDeclarationWinsOverHeaders(t *testing.T) {
 	rec := &recorder{}
 	topo := topology.New("mismatch")
 	src := topology.Source[string](topo, "log")
-	topology.On(src, a).Sink("rec", rec.sink(1))
-	topology.On(src, bDecl).Sink("rec", rec.sink(2))
-	d := topology.NewDriver(t, topo)
-	topology.Pipe(d, bDecl, Ev{K: "k", N: 0})
+	topology.On(src, a).ForEach("rec", rec.sink(1))
+	topology.On(src, bDecl).ForEach("rec", rec.sink(2))
+	d := newTaskDriver(t, topo)
+	tdPipe(d, bDecl, Ev{K: "k", N: 0})
 	old := stream.DeclareFunc(1, evKey) // Relaxed
-	topology.Pipe(d, old, Ev{K: "k", N: 1})
-	topology.Pipe(d, bDecl, Ev{K: "k", N: 2})
+	tdPipe(d, old, Ev{K: "k", N: 1})
+	tdPipe(d, bDecl, Ev{K: "k", N: 2})
 	d.Advance()
 	var got []string
 	for _, c := range rec.forKey("k") {

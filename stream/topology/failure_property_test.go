@@ -17,6 +17,7 @@ import (
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 // MState is a row that real projections keep: a pointer, a map and
@@ -156,8 +157,8 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 
 		topo := topology.New("failures", topology.WithWorkers(3), topology.WithRetry(failMaxAttempts, time.Second, time.Second))
 		src := topology.Source[string](topo, "log")
-		mirror := topology.Table[string, MState](topo, "mirror", stream.JSON[MState]())
-		rows := topology.Table[string, MState](topo, "rows", stream.JSON[MState]())
+		mirror := topology.NewTable[string, MState](topo, "mirror", stream.JSON[MState]())
+		rows := topology.NewTable[string, MState](topo, "rows", stream.JSON[MState]())
 		for ty, pt := range pTypes {
 			s := topology.On(src, pt.decl)
 			if pt.decl == pPlain || pt.decl == pRelease {
@@ -166,7 +167,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 				topology.Project(s, mirror, func(m *MState, e PEv) error { m.fold(ty, e); return nil })
 			}
 			if pt.decl == pFlag {
-				s.Sink("side effect", func(_ context.Context, _ string, events []PEv) error {
+				s.ForEach("side effect", func(_ context.Context, _ string, events []PEv) error {
 					for _, e := range events {
 						if err := fl.sink(e); err != nil {
 							return err
@@ -187,11 +188,11 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 		}
 		defer os.RemoveAll(dir)
 		next := 0
-		d := topology.NewDriver(t, topo, topology.Dir(dir), topology.Partitions(partitions),
-			topology.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(partitions),
+			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, e := range log {
-			topology.Pipe(d, pTypes[e.ty].decl, e.ev)
+			topologytest.Pipe(d, pTypes[e.ty].decl, e.ev)
 		}
 		steps := 0
 		for round := 0; d.Lag() > 0 || parked(d, partitions) > 0; round++ {

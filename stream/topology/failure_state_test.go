@@ -10,6 +10,7 @@ import (
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 // A projection that folds in place (appending to the row's slice) and fails
@@ -20,7 +21,7 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 	add := stream.DeclareFunc(2, evKey)
 	topo := topology.New("inplace")
 	src := topology.Source[string](topo, "log")
-	table := topology.Table[string, []int64](topo, "sums", stream.JSON[[]int64]())
+	table := topology.NewTable[string, []int64](topo, "sums", stream.JSON[[]int64]())
 	failed := false
 	topology.Project(topology.On(src, open), table, func(v *[]int64, e Ev) error {
 		*v = append((*v)[:0], 0)
@@ -34,9 +35,9 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 		}
 		return nil
 	})
-	d := topology.NewDriver(t, topo, topology.BatchSize(100))
-	topology.Pipe(d, open, Ev{K: "a"})
-	topology.Pipe(d, add, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
+	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(100))
+	topologytest.Pipe(d, open, Ev{K: "a"})
+	topologytest.Pipe(d, add, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
 	d.Advance()
 	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int64{0}) {
 		t.Fatalf("after the failure the row is %v, want [0] (the open alone)", v)
@@ -47,7 +48,7 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 		t.Fatalf("after the retry the row is %v, want [5]", v)
 	}
 	// A later batch builds on the committed value, not on a cached one.
-	topology.Pipe(d, add, Ev{K: "a", Amount: 10})
+	topologytest.Pipe(d, add, Ev{K: "a", Amount: 10})
 	d.Advance()
 	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int64{15}) {
 		t.Fatalf("after a later batch the row is %v, want [15]", v)
@@ -61,7 +62,7 @@ func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
 	tries := map[int]int{}
 	topo := topology.New("attempts", topology.WithRetry(3, time.Second, time.Minute))
 	src := topology.Source[string](topo, "log")
-	table := topology.Table[string, []int](topo, "steps", stream.JSON[[]int]())
+	table := topology.NewTable[string, []int](topo, "steps", stream.JSON[[]int]())
 	topology.Project(topology.On(src, step), table, func(v *[]int, e Ev) error {
 		tries[e.N]++
 		if tries[e.N] == 1 {
@@ -70,8 +71,8 @@ func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
 		*v = append(*v, e.N)
 		return nil
 	})
-	d := topology.NewDriver(t, topo, topology.BatchSize(100))
-	topology.Pipe(d, step, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3}, Ev{K: "a", N: 4})
+	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(100))
+	topologytest.Pipe(d, step, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3}, Ev{K: "a", N: 4})
 	for range 8 {
 		d.Advance()
 		d.AdvanceClock(time.Hour)

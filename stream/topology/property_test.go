@@ -17,6 +17,7 @@ import (
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 // PEv is the property test's event. Count is how many log events a
@@ -120,8 +121,8 @@ func (f *flaky) check(e PEv) error {
 func propertyTopology(fl *flaky) (*topology.Topology, func() map[string]PState, func() map[string]MState) {
 	topo := topology.New("property", topology.WithWorkers(3), topology.WithRetry(1000, time.Second, time.Second))
 	src := topology.Source[string](topo, "log")
-	table := topology.Table[string, PState](topo, "state", stream.JSON[PState]())
-	rows := topology.Table[string, MState](topo, "rows", stream.JSON[MState]())
+	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
+	rows := topology.NewTable[string, MState](topo, "rows", stream.JSON[MState]())
 	after := &flaky{failOn: fl.failOn, failed: map[int]bool{}}
 	for ty, pt := range pTypes {
 		fold := pt.fold
@@ -240,8 +241,8 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 		defer os.RemoveAll(dir)
 		topo, all, rows := propertyTopology(fl)
 		next := 0
-		d := topology.NewDriver(t, topo, topology.Dir(dir), topology.Partitions(partitions),
-			topology.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(partitions),
+			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, e := range log {
 			if e.ty < 0 {
@@ -250,7 +251,7 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 				d.PipeRecord("log", stream.Record{Partition: p, Headers: h, Payload: []byte("not json")})
 				continue
 			}
-			topology.Pipe(d, pTypes[e.ty].decl, e.ev)
+			topologytest.Pipe(d, pTypes[e.ty].decl, e.ev)
 		}
 		steps := 0
 		for round := 0; d.Lag() > 0 || parked(d, partitions) > 0; round++ {
@@ -287,13 +288,9 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 	})
 }
 
-func parked(d *topology.Driver, partitions uint32) int {
-	total := 0
-	for p := range partitions {
-		_, n := d.Task("log", p).Parked()
-		total += n
-	}
-	return total
+func parked(d *topologytest.Driver, _ uint32) int {
+	_, n := d.Parked()
+	return n
 }
 
 func partitionOf(k string, n uint32) uint32 { return xxh32.Partition([]byte(k), n) }

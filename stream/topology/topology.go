@@ -38,11 +38,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
 )
 
 // Topology is a processor under construction: its sources, handlers and
@@ -50,7 +52,7 @@ import (
 // concurrent use while it is being built; build it once at start-up.
 type Topology struct {
 	name    string
-	spec    stream.Spec
+	spec    engine.Spec
 	sources []sourceNode
 	tables  []tableNode
 	errs    []error
@@ -60,22 +62,45 @@ type Topology struct {
 type Option func(*Topology)
 
 // WithPoisonPolicy sets what happens to a key's later events after one of
-// its events turned out to be poison; the default is stream.PassPoison.
+// its events turned out to be poison; the default is stream.PassPoison. An
+// unknown policy is refused by Build.
 func WithPoisonPolicy(p stream.PoisonPolicy) Option {
-	return func(t *Topology) { t.spec.Poison = p }
+	return func(t *Topology) {
+		if p != stream.PassPoison && p != stream.HoldPoisonedKey {
+			t.errs = append(t.errs, fmt.Errorf("topology.WithPoisonPolicy: unknown policy %d", uint8(p)))
+			return
+		}
+		t.spec.Poison = p
+	}
 }
 
 // WithWorkers bounds how many keys of one batch run at once (per partition);
-// the default is GOMAXPROCS.
-func WithWorkers(n int) Option { return func(t *Topology) { t.spec.Workers = n } }
+// the default is GOMAXPROCS. A count below 1 is refused by Build.
+func WithWorkers(n int) Option {
+	return func(t *Topology) {
+		if n < 1 {
+			t.errs = append(t.errs, fmt.Errorf("topology.WithWorkers: %d workers, want at least 1", n))
+			return
+		}
+		t.spec.Workers = n
+	}
+}
 
 // WithRetry sets how many tries a failing record gets before its run is
-// dead-lettered (default 10; tries are counted per failing record, see
-// stream.Spec.MaxAttempts), and the backoff before the first retry,
+// dead-lettered (default 10), and the backoff before the first retry,
 // doubling with each failed try of that record up to max (defaults 100ms
-// and 1 minute).
+// and 1 minute). Tries are counted per failing record: the count is of the
+// consecutive tries that stopped the key at the same record (the first
+// unapplied record of the run that failed), and it starts again at 1 when a
+// retry gets past that record and the key fails further on. Attempts below
+// 1, a backoff of 0 or less, or max below backoff are refused by Build.
 func WithRetry(attempts int, backoff, max time.Duration) Option {
 	return func(t *Topology) {
+		if attempts < 1 || backoff <= 0 || max < backoff {
+			t.errs = append(t.errs, fmt.Errorf("topology.WithRetry: %d attempts, backoff %v up to %v; want attempts >= 1 and 0 < backoff <= max",
+				attempts, backoff, max))
+			return
+		}
 		t.spec.MaxAttempts, t.spec.Backoff, t.spec.MaxBackoff = attempts, backoff, max
 	}
 }
@@ -98,7 +123,7 @@ func (t *Topology) Name() string { return t.name }
 type sourceNode struct {
 	name     string
 	keyType  reflect.Type
-	handlers []stream.Handler
+	handlers []engine.Handler
 	skip     []planner.Tag
 	checks   []func() error // per-handler checks run at Build
 }
@@ -111,6 +136,10 @@ type tableNode struct {
 	hasValues bool
 	attacher  state.Attacher
 	keyErr    error
+	// sources lists the sources whose events are projected into the
+	// table; Open gives the table their partition count.
+	sources     []string
+	partitioner interface{ SetPartitions(uint32) }
 }
 
 // SourceNode is one source of a topology: a partitioned log whose events
@@ -151,7 +180,7 @@ func (s *SourceNode[K]) Skip(tags ...planner.Tag) *SourceNode[K] {
 }
 
 // Stream is the events of one declared type read from one source: the
-// place to attach projections (Project) and sinks (Sink).
+// place to attach projections (Project) and side effects (ForEach).
 type Stream[K, E any] struct {
 	src  *SourceNode[K]
 	decl *stream.Event[K, E]
@@ -175,40 +204,55 @@ func (s *Stream[K, E]) check(what string) bool {
 	return true
 }
 
-// SinkOption configures a Sink.
-type SinkOption func(*sinkOptions)
+// ForEachOption configures a ForEach step.
+type ForEachOption func(*forEachOptions) error
 
-type sinkOptions struct{ maxBatch int }
+type forEachOptions struct{ maxBatch int }
 
-// MaxBatch sets the most events a sink function gets in one call; runs
+// MaxBatch sets the most events a ForEach function gets in one call; runs
 // longer than that are handed over in chunks, one after another. The
-// default (0) hands each reduced run over whole.
-func MaxBatch(n int) SinkOption { return func(o *sinkOptions) { o.maxBatch = n } }
+// default (0) hands each reduced run over whole. A negative n is refused by
+// Build.
+func MaxBatch(n int) ForEachOption {
+	return func(o *forEachOptions) error {
+		if n < 0 {
+			return fmt.Errorf("topology.MaxBatch: %d, want 0 (whole runs) or more", n)
+		}
+		o.maxBatch = n
+		return nil
+	}
+}
 
-// Sink attaches fn, named name, to the stream: fn gets the events of one
-// key and one run at a time, reduced by the type's algebra, in chunks of
-// at most MaxBatch events. Delivery is at-least-once: after a crash, or
+// ForEach attaches fn, named name, to the stream: a side effect (Kafka
+// Streams' foreach) such as a call to a web service. fn gets the events of
+// one key and one run at a time, reduced by the type's algebra, in chunks
+// of at most MaxBatch events. Delivery is at-least-once: after a crash, or
 // when another handler of the same run fails and the run is retried, fn may
 // see events again; keep exactly-once state in tables. fn runs concurrently
 // for different keys. A panic in fn is turned into an error of its key.
-// Sink returns s for chaining.
-func (s *Stream[K, E]) Sink(name string, fn func(ctx context.Context, key K, events []E) error, opts ...SinkOption) *Stream[K, E] {
-	if !s.check("sink " + fmt.Sprintf("%q", name)) {
+// ForEach returns s for chaining.
+func (s *Stream[K, E]) ForEach(name string, fn func(ctx context.Context, key K, events []E) error, opts ...ForEachOption) *Stream[K, E] {
+	if !s.check("ForEach " + fmt.Sprintf("%q", name)) {
 		return s
 	}
-	var o sinkOptions
+	var o forEachOptions
+	n := s.node()
 	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			s.src.t.errs = append(s.src.t.errs, fmt.Errorf("source %q: type tag %d (%s): ForEach %q: %w",
+				n.name, s.decl.Tag(), s.decl.Name(), name, err))
+			return s
 		}
 	}
-	n := s.node()
 	if fn == nil {
-		s.src.t.errs = append(s.src.t.errs, fmt.Errorf("source %q: type tag %d (%s): sink %q has a nil function",
+		s.src.t.errs = append(s.src.t.errs, fmt.Errorf("source %q: type tag %d (%s): ForEach %q has a nil function",
 			n.name, s.decl.Tag(), s.decl.Name(), name))
 		return s
 	}
-	n.handlers = append(n.handlers, stream.Handle(s.decl, name, o.maxBatch, fn))
+	n.handlers = append(n.handlers, engine.Handle(s.decl, name, o.maxBatch, fn))
 	return s
 }
 
@@ -218,7 +262,7 @@ func (s *Stream[K, E]) Sink(name string, fn func(ctx context.Context, key K, eve
 // fails, nothing of the run is written and the key stops (see stream.Task).
 // Exactly-once: the write commits atomically with the source checkpoint.
 // Project returns s for chaining.
-func Project[K, E, V any](s *Stream[K, E], table *state.Table[K, V], fold func(v *V, e E) error) *Stream[K, E] {
+func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e E) error) *Stream[K, E] {
 	if !s.check("projection") {
 		return s
 	}
@@ -234,10 +278,14 @@ func Project[K, E, V any](s *Stream[K, E], table *state.Table[K, V], fold func(v
 		return s
 	}
 	decl := s.decl
+	srcName := n.name
 	n.checks = append(n.checks, func() error {
-		tn := t.table(table)
+		tn := t.table(table.t)
 		if tn == nil {
-			return fmt.Errorf("%s: table %q was not made with topology.Table on this topology", where, table.Name())
+			return fmt.Errorf("%s: table %q was not made with topology.NewTable on this topology", where, table.Name())
+		}
+		if !slices.Contains(tn.sources, srcName) {
+			tn.sources = append(tn.sources, srcName)
 		}
 		if tn.hasKeys && decl.Err() == nil && !stream.SameKeyCodec(tn.keyCodec, decl.KeyCodec()) {
 			return fmt.Errorf("%s: table %q encodes keys with %T, the events with %T; use one key codec",
@@ -245,7 +293,7 @@ func Project[K, E, V any](s *Stream[K, E], table *state.Table[K, V], fold func(v
 		}
 		return nil
 	})
-	n.handlers = append(n.handlers, stream.Project(s.decl, table, fold))
+	n.handlers = append(n.handlers, engine.Project(s.decl, table.t, fold))
 	return s
 }
 
@@ -258,7 +306,7 @@ func (t *Topology) table(a state.Attacher) *tableNode {
 	return nil
 }
 
-// TableOption configures a Table.
+// TableOption configures a table (NewTable).
 type TableOption func(*tableOptions)
 
 type tableOptions struct {
@@ -272,13 +320,12 @@ func TableKeys[K any](c stream.Codec[K]) TableOption {
 	return func(o *tableOptions) { o.keys = c }
 }
 
-// Table adds a table named name, with values of type V encoded by values
-// and keys of type K (DefaultKeyCodec[K], or TableKeys). It returns the
-// state table itself: after the processor (or the test driver) attached it
-// to its database, Get and Scan read it, consistent with the last commit. A
-// nil values codec, a key type without a ready-made codec, or a name used
-// twice is refused by Build.
-func Table[K, V any](t *Topology, name string, values stream.Codec[V], opts ...TableOption) *state.Table[K, V] {
+// NewTable adds a table named name, with values of type V encoded by values
+// and keys of type K (stream.DefaultKeyCodec[K], or TableKeys). Once an App
+// of the topology is open, Get and Scan read it, consistent with the last
+// commit. A nil values codec, a key type without a ready-made codec, or a
+// name used twice is refused by Build.
+func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts ...TableOption) *Table[K, V] {
 	var o tableOptions
 	for _, opt := range opts {
 		if opt != nil {
@@ -301,14 +348,21 @@ func Table[K, V any](t *Topology, name string, values stream.Codec[V], opts ...T
 		keys = c
 	}
 	tn.keyCodec, tn.hasKeys = keys, keys != nil
-	tab := state.NewTable[K, V](name, keys, values)
-	tn.attacher = tab
+	var vc state.Codec[V]
+	if values != nil {
+		vc = values
+	}
+	var kc state.Codec[K]
+	if keys != nil {
+		kc = keys
+	}
+	tab := state.NewTable[K, V](name, kc, vc)
+	tn.attacher, tn.partitioner = tab, tab
 	t.tables = append(t.tables, tn)
-	return tab
+	return &Table[K, V]{t: tab}
 }
 
-// ErrBuild is wrapped by every error Build returns, together with
-// stream.ErrBadTopology.
+// ErrBuild is wrapped by every error Build returns.
 var ErrBuild = errors.New("topology: build refused")
 
 // Build checks the topology and compiles it into a stream.Program. It
@@ -324,7 +378,7 @@ var ErrBuild = errors.New("topology: build refused")
 // their fences and algebras, projections and tables (not sinks); the
 // runtime stores it in the database and refuses a database written by an
 // incompatible topology.
-func (t *Topology) Build() (*stream.Program, error) {
+func (t *Topology) Build() (*Program, error) {
 	errs := append([]error(nil), t.errs...)
 	seen := map[string]bool{}
 	var attach []state.Attacher
@@ -358,19 +412,46 @@ func (t *Topology) Build() (*stream.Program, error) {
 		if len(n.handlers) == 0 {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
-		spec.Sources = append(spec.Sources, stream.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip})
+		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip})
 	}
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
 		// problem; only table errors above would be duplicated.
-		if _, err := stream.NewProgram(spec); err != nil {
+		if _, err := engine.NewProgram(spec); err != nil {
 			errs = append(errs, err)
 		}
-		return nil, fmt.Errorf("%w: %w: topology %q: %w", ErrBuild, stream.ErrBadTopology, t.name, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: topology %q: %w", ErrBuild, t.name, errors.Join(errs...))
 	}
-	p, err := stream.NewProgram(spec)
+	p, err := engine.NewProgram(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBuild, err)
 	}
-	return p, nil
+	prog := &Program{p: p, tables: map[string]tableNode{}}
+	for _, tn := range t.tables {
+		prog.tables[tn.name] = tn
+	}
+	return prog, nil
 }
+
+// Program is a built topology: checked, compiled, ready to Open. It can be
+// opened any number of times, one App at a time per state directory.
+type Program struct {
+	p      *engine.Program
+	tables map[string]tableNode
+}
+
+// Name returns the topology's name.
+func (p *Program) Name() string { return p.p.Name() }
+
+// Sources returns the names of the sources the topology reads, in the
+// order they were declared.
+func (p *Program) Sources() []string { return p.p.Sources() }
+
+// Tables returns the names of the topology's tables.
+func (p *Program) Tables() []string { return p.p.Tables() }
+
+// Fingerprint returns a hash of what gives the topology's stored state its
+// meaning (sources, key types, event types with their fences and algebras,
+// projections, tables and their types). Open stores it in a new state
+// directory and refuses one written by a topology with another.
+func (p *Program) Fingerprint() []byte { return p.p.Fingerprint() }

@@ -22,7 +22,7 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 

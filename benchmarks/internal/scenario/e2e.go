@@ -15,7 +15,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // The Iggy names of the accounts log: workload.Source is "bank/accounts".

@@ -15,7 +15,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // RestartOptions configure the restart scenario.

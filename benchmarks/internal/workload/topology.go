@@ -6,7 +6,7 @@ import (
 
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 

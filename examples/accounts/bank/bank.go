@@ -28,7 +28,7 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 

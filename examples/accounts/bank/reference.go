@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // Origin is where a record sits in the events topic.

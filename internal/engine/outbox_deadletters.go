@@ -1,22 +1,19 @@
-package stream
+package engine
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/stream"
 	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
-
-// HeaderDLQEmptyPayload is set (to "1") on a dead-letter message whose
-// original payload was empty: brokers such as Iggy refuse empty payloads, so
-// the message carries a single zero byte instead.
-const HeaderDLQEmptyPayload = "strand-dlq-empty-payload"
 
 // Limits of one publication round of dead letters.
 const (
@@ -27,7 +24,7 @@ const (
 // pendingDeadLetter is one committed dead-letter row of the processor's source.
 type pendingDeadLetter struct {
 	key    []byte
-	letter DeadLetter
+	letter stream.DeadLetter
 }
 
 var errStopRows = errors.New("stop")
@@ -36,7 +33,7 @@ var errStopRows = errors.New("stop")
 // source in partition pt, in offset order: at most limit rows and about
 // deadLetterRoundBytes of payload (limit 0: all).
 func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([]pendingDeadLetter, error) {
-	prefix := appendString(nil, p.name)
+	prefix := rowenc.AppendString(nil, p.name)
 	var out []pendingDeadLetter
 	size := 0
 	err := p.db.Rows(ctx, state.FamilyDeadLetters, pt, func(key, value []byte) error {
@@ -46,7 +43,7 @@ func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([
 			}
 			return nil
 		}
-		var d DeadLetter
+		var d stream.DeadLetter
 		if err := d.UnmarshalBinary(value); err != nil {
 			return fmt.Errorf("stream: source %q partition %d: dead-letter row %x: %w", p.name, pt, key, err)
 		}
@@ -67,21 +64,21 @@ func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([
 // publishes to: header values of 1..255 bytes (an empty one, such as the
 // error text of a dead letter without error, is left out; a longer one is
 // cut at a UTF-8 boundary) and a non-empty payload (see
-// HeaderDLQEmptyPayload).
-func deadLetterMessage(d DeadLetter) Message {
+// stream.HeaderDLQEmptyPayload).
+func deadLetterMessage(d stream.DeadLetter) stream.Message {
 	m := d.Message()
 	hs := m.Headers[:0]
 	for _, f := range m.Headers {
 		if len(f.Value) == 0 {
 			continue
 		}
-		if len(f.Value) > MaxKeyLen {
-			v := f.Value[:MaxKeyLen]
-			for !utf8.Valid(v) && len(v) > MaxKeyLen-utf8.UTFMax {
+		if len(f.Value) > stream.MaxKeyLen {
+			v := f.Value[:stream.MaxKeyLen]
+			for !utf8.Valid(v) && len(v) > stream.MaxKeyLen-utf8.UTFMax {
 				v = v[:len(v)-1] // drop a cut rune
 			}
 			if !utf8.Valid(v) {
-				v = f.Value[:MaxKeyLen] // not text: cut anywhere
+				v = f.Value[:stream.MaxKeyLen] // not text: cut anywhere
 			}
 			f.Value = v
 		}
@@ -89,7 +86,7 @@ func deadLetterMessage(d DeadLetter) Message {
 	}
 	m.Headers = hs
 	if len(m.Payload) == 0 {
-		m.Headers = append(m.Headers, Field{Name: HeaderDLQEmptyPayload, Value: []byte("1")})
+		m.Headers = append(m.Headers, stream.Field{Name: stream.HeaderDLQEmptyPayload, Value: []byte("1")})
 		m.Payload = []byte{0}
 	}
 	return m
@@ -99,14 +96,14 @@ func deadLetterMessage(d DeadLetter) Message {
 // to its sink and deletes them once published (see Processor).
 type deadLetterOutbox struct {
 	p    *Processor
-	sink Sink
+	sink stream.Sink
 	wake chan struct{}
 
 	mu    sync.Mutex
 	dirty map[uint32]bool // partitions that may have rows to publish
 	// unsure[pt]: rows of pt with offsets below it may have been published
 	// already (by an earlier run, or by a failed Send), so they are checked
-	// with the SentChecker before being sent.
+	// with the stream.SentChecker before being sent.
 	unsure map[uint32]uint64
 }
 
@@ -249,8 +246,8 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 			return nil
 		}
 		first, last := rows[0].letter.Offset, rows[0].letter.Offset
-		letters := make([]DeadLetter, len(rows))
-		msgs := make([]Message, len(rows))
+		letters := make([]stream.DeadLetter, len(rows))
+		msgs := make([]stream.Message, len(rows))
 		for i, r := range rows {
 			letters[i] = r.letter
 			msgs[i] = deadLetterMessage(r.letter)
@@ -267,7 +264,7 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 		o.mu.Unlock()
 		if p.checks != nil {
 			var idx []int
-			var check []Message
+			var check []stream.Message
 			for i, r := range rows {
 				if r.letter.Offset < unsure {
 					idx = append(idx, i)
@@ -277,10 +274,10 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 			if len(check) > 0 {
 				sent, err := p.checks.Sent(ctx, check)
 				if err == nil && len(sent) != len(check) {
-					err = fmt.Errorf("SentChecker returned %d answers for %d messages", len(sent), len(check))
+					err = fmt.Errorf("stream.SentChecker returned %d answers for %d messages", len(sent), len(check))
 				}
 				if err != nil {
-					p.update(pt, func(ps *PartitionStats) { ps.PublishErrors++ })
+					p.update(pt, func(ps *stream.PartitionStats) { ps.PublishErrors++ })
 					return fmt.Errorf("stream: source %q partition %d: check dead letters %d..%d already published: %w", p.name, pt, first, last, err)
 				}
 				for j, i := range idx {
@@ -288,8 +285,8 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 				}
 			}
 		}
-		var outMsgs []Message
-		var outLetters []DeadLetter
+		var outMsgs []stream.Message
+		var outLetters []stream.DeadLetter
 		for i := range rows {
 			if send[i] {
 				outMsgs = append(outMsgs, msgs[i])
@@ -310,7 +307,7 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 			}
 			if err := o.sink.Send(ctx, outMsgs); err != nil {
 				o.raiseUnsure(pt, last+1)
-				p.update(pt, func(ps *PartitionStats) { ps.PublishErrors++ })
+				p.update(pt, func(ps *stream.PartitionStats) { ps.PublishErrors++ })
 				return fmt.Errorf("stream: source %q partition %d: publish %d dead letters (offsets %d..%d): %w", p.name, pt, len(outMsgs), first, last, err)
 			}
 			if h.AfterDeadLetterSend != nil {
@@ -329,7 +326,7 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 			o.raiseUnsure(pt, last+1)
 			return storeErr("delete published dead letters", first, err)
 		}
-		p.update(pt, func(ps *PartitionStats) { ps.Published += uint64(len(rows)) })
+		p.update(pt, func(ps *stream.PartitionStats) { ps.Published += uint64(len(rows)) })
 		if h.AfterDeadLetterDelete != nil {
 			if err := h.AfterDeadLetterDelete(pt, letters); err != nil {
 				return fatal("hook AfterDeadLetterDelete", first, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/strand-io/strand/internal/xxh32"
 	"math"
 	"reflect"
 	"sync/atomic"
@@ -27,7 +28,13 @@ type Table[K, V any] struct {
 	values Codec[V]
 	shared bool // values of V may share memory with their copies (see aliasFree)
 	b      atomic.Pointer[binding[V]]
+	parts  atomic.Uint32 // partitions of the sources that write it (SetPartitions)
 }
+
+// SetPartitions says how many partitions the sources writing the table
+// have: rows of a key are filed under the partition that processed it,
+// which for strand's publishers is XXH32(key) % n. Get looks there first.
+func (t *Table[K, V]) SetPartitions(n uint32) { t.parts.Store(n) }
 
 // binding is a table's attachment to one DB.
 type binding[V any] struct {
@@ -463,11 +470,14 @@ func (t *Table[K, V]) set(b *binding[V], tt *txnTable[V], partition uint32, key 
 }
 
 // Get returns the committed value of k: the state as of the last commit,
-// never a pending Txn's writes. It locates k's partition with the DB's
-// locator (see [WithLocator]) over k's encoded bytes. It costs one Pebble
-// point read and one decode (it does not use the value cache, whose values a
-// running handler may be changing), and is safe to call while transactions
-// commit.
+// never a pending Txn's writes. It looks in the partition that owns k's
+// encoded bytes (XXH32 % the count given to SetPartitions) and, if the row
+// is not there, in every other partition, so a row written under another
+// partition (a producer that partitions otherwise) is never reported
+// missing. A hit costs one Pebble point read and one decode (it does not
+// use the value cache, whose values a running handler may be changing); a
+// miss costs one point read per partition, cheap with Pebble's bloom
+// filters. It is safe to call while transactions commit.
 func (t *Table[K, V]) Get(ctx context.Context, k K) (V, bool, error) {
 	var zero V
 	b, err := t.binding()
@@ -481,8 +491,18 @@ func (t *Table[K, V]) Get(ctx context.Context, k K) (V, bool, error) {
 	if err != nil {
 		return zero, false, fmt.Errorf("state: table %q: encode key %v: %w", t.name, k, err)
 	}
-	partition := b.db.locate(key)
-	v, present, _, err := t.load(b.db, appendTableKey(make([]byte, 0, rowKeyExtra+len(key)), b.id, partition, key), partition, key)
+	n := t.parts.Load()
+	home := uint32(0)
+	if n > 0 {
+		home = xxh32.Partition(key, n)
+	}
+	buf := make([]byte, 0, rowKeyExtra+len(key))
+	v, present, _, err := t.load(b.db, appendTableKey(buf, b.id, home, key), home, key)
+	for p := uint32(0); err == nil && !present && p < n; p++ {
+		if p != home {
+			v, present, _, err = t.load(b.db, appendTableKey(buf[:0], b.id, p, key), p, key)
+		}
+	}
 	return v, present, err
 }
 

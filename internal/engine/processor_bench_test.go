@@ -1,16 +1,16 @@
-package stream
+package engine
 
 import (
 	"context"
 	"fmt"
+
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // BenchmarkProcessor measures the runtime end to end without a broker: b.N
@@ -46,8 +46,7 @@ func newDepositBench(b *testing.B, d state.Durability) (*procFixture, *state.DB)
 		}
 		fx.src.appendEnv(env)
 	}
-	db, err := state.Open(b.TempDir(), state.WithDurability(d),
-		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, benchParts) }))
+	db, err := state.Open(b.TempDir(), state.WithDurability(d))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -74,9 +74,10 @@ const (
 
 // Metadata names (after the FamilyMeta|0 prefix).
 const (
-	metaLayout      = "layout"
-	metaFingerprint = "fingerprint"
-	metaTablePrefix = "table/"
+	metaLayout       = "layout"
+	metaFingerprint  = "fingerprint"
+	metaTablePrefix  = "table/"
+	metaSourcePrefix = "source/"
 )
 
 func appendPrefix(dst []byte, f Family, partition uint32) []byte {

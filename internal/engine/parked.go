@@ -1,12 +1,14 @@
-package stream
+package engine
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/stream"
 	"time"
 
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // parkedKey is one key whose events wait: behind a failing run (retried
@@ -18,7 +20,7 @@ type parkedKey struct {
 	next     time.Time
 	manual   bool
 	lastErr  string
-	records  []Record // in offset order; they own their bytes
+	records  []stream.Record // in offset order; they own their bytes
 }
 
 // Row layout in state.FamilyParked, under the task's partition:
@@ -47,15 +49,15 @@ func (pk *parkedKey) attemptOf(offset uint64) int {
 }
 
 func (t *Task) parkedKeyRow(key []byte) []byte {
-	b := appendString(nil, t.src.name)
+	b := rowenc.AppendString(nil, t.src.name)
 	b = append(b, parkedMeta)
-	return appendString(b, string(key))
+	return rowenc.AppendString(b, string(key))
 }
 
 func (t *Task) parkedRecordRow(key []byte, offset uint64) []byte {
-	b := appendString(nil, t.src.name)
+	b := rowenc.AppendString(nil, t.src.name)
 	b = append(b, parkedRecord)
-	b = appendString(b, string(key))
+	b = rowenc.AppendString(b, string(key))
 	return binary.BigEndian.AppendUint64(b, offset)
 }
 
@@ -68,30 +70,21 @@ func (pk *parkedKey) metaValue() []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(pk.attempts))
 	b = binary.BigEndian.AppendUint64(b, uint64(pk.next.UnixNano()))
-	b = appendString(b, pk.lastErr)
+	b = rowenc.AppendString(b, pk.lastErr)
 	return binary.BigEndian.AppendUint64(b, pk.failedAt)
 }
 
-func encodeParkedRecord(r Record) []byte {
-	b := []byte{parkedFormat}
-	b = binary.BigEndian.AppendUint64(b, r.Offset)
-	b = binary.BigEndian.AppendUint64(b, r.Timestamp)
-	b = appendHeaders(b, r.Headers)
-	return appendString(b, string(r.Payload))
+// Parked records are rows in stream.Record's binary encoding (version 1,
+// parkedFormat), under their partition.
+func encodeParkedRecord(r stream.Record) []byte {
+	b, _ := r.AppendBinary(nil)
+	return b
 }
 
-func decodeParkedRecord(partition uint32, data []byte) (Record, error) {
-	rd := reader{b: data}
-	if v := rd.byte(); v != parkedFormat {
-		return Record{}, fmt.Errorf("%w: parked record format %d unknown", ErrCodec, v)
-	}
-	r := Record{Partition: partition}
-	r.Offset = rd.u64()
-	r.Timestamp = rd.u64()
-	r.Headers = rd.headers()
-	r.Payload = rd.bytes()
-	if rd.err != nil {
-		return Record{}, fmt.Errorf("%w: parked record: %w", ErrCodec, rd.err)
+func decodeParkedRecord(partition uint32, data []byte) (stream.Record, error) {
+	r := stream.Record{Partition: partition}
+	if err := r.UnmarshalBinary(data); err != nil {
+		return stream.Record{}, fmt.Errorf("parked record: %w", err)
 	}
 	return r, nil
 }
@@ -100,14 +93,14 @@ func decodeParkedRecord(partition uint32, data []byte) (Record, error) {
 func (t *Task) loadParked(ctx context.Context) error {
 	legacy := map[string]bool{} // keys whose meta row predates failedAt
 	err := t.db.Rows(ctx, state.FamilyParked, t.partition, func(key, value []byte) error {
-		rd := reader{b: key}
-		if rd.string() != t.src.name {
+		rd := rowenc.Reader{B: key}
+		if rd.String() != t.src.name {
 			return nil
 		}
-		kind := rd.byte()
-		k := rd.bytes()
-		if rd.err != nil {
-			return fmt.Errorf("%w: parked row key %x: %w", ErrCodec, key, rd.err)
+		kind := rd.Byte()
+		k := rd.Bytes()
+		if rd.Err != nil {
+			return fmt.Errorf("%w: parked row key %x: %w", stream.ErrCodec, key, rd.Err)
 		}
 		pk, ok := t.parked[string(k)]
 		if !ok {
@@ -116,22 +109,22 @@ func (t *Task) loadParked(ctx context.Context) error {
 		}
 		switch kind {
 		case parkedMeta:
-			vr := reader{b: value}
-			format := vr.byte()
+			vr := rowenc.Reader{B: value}
+			format := vr.Byte()
 			if format != parkedFormat && format != parkedMetaFormat {
-				return fmt.Errorf("%w: parked key %q: format %d unknown", ErrCodec, k, format)
+				return fmt.Errorf("%w: parked key %q: format %d unknown", stream.ErrCodec, k, format)
 			}
-			pk.manual = vr.byte() == 1
-			pk.attempts = int(vr.uvarint())
-			pk.next = time.Unix(0, int64(vr.u64()))
-			pk.lastErr = vr.string()
+			pk.manual = vr.Byte() == 1
+			pk.attempts = int(vr.Uvarint())
+			pk.next = time.Unix(0, int64(vr.U64()))
+			pk.lastErr = vr.String()
 			if format == parkedMetaFormat {
-				pk.failedAt = vr.u64()
+				pk.failedAt = vr.U64()
 			} else {
 				legacy[string(k)] = true
 			}
-			if vr.err != nil {
-				return fmt.Errorf("%w: parked key %q: %w", ErrCodec, k, vr.err)
+			if vr.Err != nil {
+				return fmt.Errorf("%w: parked key %q: %w", stream.ErrCodec, k, vr.Err)
 			}
 		case parkedRecord:
 			r, err := decodeParkedRecord(t.partition, value)
@@ -140,7 +133,7 @@ func (t *Task) loadParked(ctx context.Context) error {
 			}
 			pk.records = append(pk.records, r)
 		default:
-			return fmt.Errorf("%w: parked row key %x: kind %q unknown", ErrCodec, key, kind)
+			return fmt.Errorf("%w: parked row key %x: kind %q unknown", stream.ErrCodec, key, kind)
 		}
 		return nil
 	})

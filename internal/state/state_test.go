@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/xxh32"
 	"log/slog"
 	"slices"
 	"strings"
@@ -451,23 +452,41 @@ func TestRows(t *testing.T) {
 	}
 }
 
-func TestGetUsesLocator(t *testing.T) {
+// Get looks in the key's home partition first (XXH32 % partitions) and then
+// in every other one: a row is never reported missing because a producer
+// partitioned it otherwise.
+func TestGetFindsRowsInEveryPartition(t *testing.T) {
 	ctx := context.Background()
-	// Keys live in the partition named by their first byte.
-	db := openMem(t, nil, WithLocator(func(key []byte) uint32 { return uint32(key[0] - '0') }))
+	db := openMem(t, nil)
 	defer mustClose(t, db)
 	tab := NewTable("t", String(), String())
+	tab.SetPartitions(4)
 	if err := db.Attach(tab); err != nil {
 		t.Fatal(err)
 	}
+	home := xxh32.Partition([]byte("k"), 4)
 	tx := db.NewTxn()
-	_ = tab.Write(tx, 3, []byte("3abc"), "in three")
-	_ = tab.Write(tx, 0, []byte("3abc"), "misplaced")
+	_ = tab.Write(tx, (home+1)%4, []byte("k"), "elsewhere")
+	_ = tab.Write(tx, (home+2)%4, []byte("j"), "only elsewhere")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if v, ok, err := tab.Get(ctx, "3abc"); err != nil || !ok || v != "in three" {
-		t.Fatalf("Get = %q %v %v; want the row of partition 3", v, ok, err)
+	if v, ok, err := tab.Get(ctx, "k"); err != nil || !ok || v != "elsewhere" {
+		t.Fatalf("Get(k) = %q %v %v; want the row of partition %d", v, ok, err, (home+1)%4)
+	}
+	tx = db.NewTxn()
+	_ = tab.Write(tx, home, []byte("k"), "at home")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := tab.Get(ctx, "k"); err != nil || !ok || v != "at home" {
+		t.Fatalf("Get(k) = %q %v %v; want the row of its home partition %d", v, ok, err, home)
+	}
+	if v, ok, err := tab.Get(ctx, "j"); err != nil || !ok || v != "only elsewhere" {
+		t.Fatalf("Get(j) = %q %v %v", v, ok, err)
+	}
+	if _, ok, err := tab.Get(ctx, "absent"); err != nil || ok {
+		t.Fatalf("Get(absent) = %v %v", ok, err)
 	}
 }
 

@@ -1,9 +1,10 @@
-package stream
+package engine
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"slices"
 	"sync"
@@ -174,6 +175,9 @@ func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *deadLetterOutbox) ([]*pipeline, error) {
 	// Tasks name their source and partition in their own log lines.
 	topts := append([]TaskOption{WithLogger(p.opts.log.With(slog.String("component", "strand/processor")))}, p.opts.taskOpts...)
+	if p.opts.clock != nil {
+		topts = append(topts, WithClock(p.opts.clock.Now))
+	}
 	var pls []*pipeline
 	closeAll := func() {
 		for _, pl := range pls {
@@ -193,7 +197,7 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *d
 		}
 		pl := &pipeline{
 			p: p, part: pt, task: task, reader: rd, outbox: outbox,
-			batches:  make(chan []Record, p.opts.prefetch+1),
+			batches:  make(chan []stream.Record, p.opts.prefetch+1),
 			slots:    make(chan struct{}, p.opts.prefetch+1),
 			advise:   make(chan uint64, 1),
 			release:  make(chan releaseReq),
@@ -203,9 +207,9 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *d
 			readFrom: task.Next(),
 		}
 		pls = append(pls, pl)
-		keys, recs := task.Parked()
-		p.update(pt, func(ps *PartitionStats) {
-			ps.Next, ps.ParkedKeys, ps.ParkedRecords = task.Next(), keys, recs
+		p.update(pt, func(ps *stream.PartitionStats) {
+			ps.Next = task.Next()
+			parkedStats(task, ps)
 		})
 		if outbox != nil {
 			outbox.start(pt, task.Next())
@@ -224,15 +228,15 @@ type pipeline struct {
 	p      *Processor
 	part   uint32
 	task   *Task
-	reader PartitionReader
+	reader stream.PartitionReader
 	outbox *deadLetterOutbox
 	log    *slog.Logger
 
-	batches chan []Record   // polled batches, in offset order
-	slots   chan struct{}   // one token per batch polled and not yet processed
-	advise  chan uint64     // latest committed checkpoint to advise
-	release chan releaseReq // Release requests
-	stopped chan struct{}   // closed when the pipeline loop has returned
+	batches chan []stream.Record // polled batches, in offset order
+	slots   chan struct{}        // one token per batch polled and not yet processed
+	advise  chan uint64          // latest committed checkpoint to advise
+	release chan releaseReq      // Release requests
+	stopped chan struct{}        // closed when the pipeline loop has returned
 
 	advised  uint64 // last offset advised (advisor goroutine, then run)
 	readFrom uint64 // next offset the reader expects (reader goroutine)
@@ -294,8 +298,15 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 	for {
 		var retryC <-chan time.Time
 		if at, ok := pl.task.NextRetry(); ok {
-			timer.Reset(max(time.Until(at), floor))
-			retryC = timer.C
+			if c := pl.p.opts.clock; c != nil {
+				if floor > 0 {
+					at = latest(at, c.Now().Add(floor))
+				}
+				retryC = c.At(at)
+			} else {
+				timer.Reset(max(time.Until(at), floor))
+				retryC = timer.C
+			}
 		} else {
 			timer.Stop()
 		}
@@ -347,15 +358,14 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 				return err
 			}
 			err := pl.task.Release(drainCtx, req.key)
-			keys, recs := pl.task.Parked()
-			pl.p.update(pl.part, func(ps *PartitionStats) { ps.ParkedKeys, ps.ParkedRecords = keys, recs })
+			pl.p.update(pl.part, func(ps *stream.PartitionStats) { parkedStats(pl.task, ps) })
 			req.done <- err
 		}
 	}
 }
 
 // process runs one polled batch through the Task.
-func (pl *pipeline) process(ctx context.Context, recs []Record) error {
+func (pl *pipeline) process(ctx context.Context, recs []stream.Record) error {
 	h := &pl.p.opts.hooks
 	first := recs[0].Offset
 	if h.BeforeProcess != nil {
@@ -427,10 +437,10 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 // committed accounts for a commit, calls AfterCommit, advises the new
 // checkpoint and wakes the dead-letter publisher.
 func (pl *pipeline) committed(res Result, batch bool) error {
-	keys, recs := pl.task.Parked()
 	now := time.Now()
-	pl.p.update(pl.part, func(ps *PartitionStats) {
-		ps.Next, ps.ParkedKeys, ps.ParkedRecords, ps.LastCommit = res.Next, keys, recs, now
+	pl.p.update(pl.part, func(ps *stream.PartitionStats) {
+		ps.Next, ps.LastCommit = res.Next, now
+		parkedStats(pl.task, ps)
 		ps.Records += uint64(res.Records)
 		ps.Applied += uint64(len(res.Applied))
 		ps.Skipped += uint64(len(res.Skipped))
@@ -488,7 +498,7 @@ func (pl *pipeline) read(ctx context.Context) error {
 			recs[i].Partition = pl.part
 		}
 		pl.readFrom += uint64(len(recs))
-		pl.p.update(pl.part, func(ps *PartitionStats) { ps.Polled += uint64(len(recs)) })
+		pl.p.update(pl.part, func(ps *stream.PartitionStats) { ps.Polled += uint64(len(recs)) })
 		if h := pl.p.opts.hooks.AfterPoll; h != nil {
 			if err := h(pl.part, recs); err != nil {
 				return pl.errorf("hook AfterPoll", recs[0].Offset, err)
@@ -523,4 +533,20 @@ func (pl *pipeline) adviseLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// parkedStats copies the Task's parked keys, records and next retry into ps.
+func parkedStats(t *Task, ps *stream.PartitionStats) {
+	ps.ParkedKeys, ps.ParkedRecords = t.Parked()
+	ps.NextRetry = time.Time{}
+	if at, ok := t.NextRetry(); ok {
+		ps.NextRetry = at
+	}
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -118,10 +118,10 @@ func newPropMachine(t *rapid.T) *propMachine {
 	cacheSize := rapid.SampledFrom([]int64{0, 300, DefaultValueCacheSize}).Draw(t, "valueCacheSize")
 	pm := &propMachine{
 		fs:   vfs.NewMem(),
-		opts: []Option{WithLocator(propLocator), WithValueCacheSize(cacheSize)},
+		opts: []Option{WithValueCacheSize(cacheSize)},
 		tables: [2]propTable{
-			sliceTable{NewTable("alpha", String(), JSON[[]int64]())},
-			vecTable{NewTable("beta", String(), JSON[vec]())},
+			sliceTable{withParts(NewTable("alpha", String(), JSON[[]int64]()), 3)},
+			vecTable{withParts(NewTable("beta", String(), JSON[vec]()), 3)},
 		},
 		m: stateModel{
 			tables:      [2]map[string][]int64{{}, {}},
@@ -489,4 +489,10 @@ func TestValueCacheStaysWithinBudget(t *testing.T) {
 	if total != 20*500 {
 		t.Fatalf("sum of counters = %d, want %d", total, 20*500)
 	}
+}
+
+// withParts gives t the partitions of propLocator, so Get finds every row.
+func withParts[K, V any](t *Table[K, V], n uint32) *Table[K, V] {
+	t.SetPartitions(n)
+	return t
 }

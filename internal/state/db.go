@@ -27,7 +27,6 @@ type DB struct {
 	pdb    *pebble.DB
 	wopts  *pebble.WriteOptions
 	log    *slog.Logger
-	locate func([]byte) uint32
 	seed   maphash.Seed
 	budget cacheBudget
 
@@ -77,9 +76,6 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
-	if o.locator == nil {
-		o.locator = func([]byte) uint32 { return 0 }
-	}
 	log := o.logger.With(slog.String("component", "strand/state"), slog.String("dir", dir))
 
 	cache := pebble.NewCache(o.cacheSize)
@@ -93,7 +89,6 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		pdb:      pdb,
 		wopts:    pebble.Sync,
 		log:      log,
-		locate:   o.locator,
 		seed:     maphash.MakeSeed(),
 		registry: make(map[string]uint32),
 		attached: make(map[string]attacher),
@@ -265,6 +260,44 @@ func (db *DB) EnsureFingerprint(fp []byte) error {
 	if !bytes.Equal(stored, fp) {
 		return fmt.Errorf("%w: database at %s was written by topology fingerprint %x, the topology being started has fingerprint %x",
 			ErrIncompatibleTopology, db.dir, stored, fp)
+	}
+	return nil
+}
+
+// EnsureSource compares the partition count of the source named name with
+// the one stored when the database first ran it. A source new to the
+// database has its count stored (durably) and accepted; a source whose
+// count changed is refused with an error wrapping [ErrPartitionsChanged]
+// that shows both: its table rows are filed under partitions of the old
+// count, so reading or writing them with the new one would misplace keys.
+func (db *DB) EnsureSource(name string, partitions uint32) error {
+	if name == "" || partitions == 0 {
+		return fmt.Errorf("state: %s: source %q with %d partitions", db.dir, name, partitions)
+	}
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.exit()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	key := metaKey(metaSourcePrefix + name)
+	stored, ok, err := db.getCopy(key)
+	if err != nil {
+		return fmt.Errorf("state: %s: read the partition count of source %q: %w", db.dir, name, err)
+	}
+	if !ok {
+		if err := db.pdb.Set(key, binary.BigEndian.AppendUint32(nil, partitions), pebble.Sync); err != nil {
+			return fmt.Errorf("state: %s: store the partition count of source %q: %w", db.dir, name, err)
+		}
+		return nil
+	}
+	if len(stored) != 4 {
+		return fmt.Errorf("state: %s: malformed partition count %x of source %q", db.dir, stored, name)
+	}
+	if was := binary.BigEndian.Uint32(stored); was != partitions {
+		return fmt.Errorf("%w: source %q had %d partitions when the state at %s was written and has %d now; "+
+			"repartitioning needs a new state directory (the state is rebuilt from the log)",
+			ErrPartitionsChanged, name, was, db.dir, partitions)
 	}
 	return nil
 }

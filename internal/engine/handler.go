@@ -1,13 +1,16 @@
-package stream
+package engine
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
 	"reflect"
 	"sync"
 
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // Handler is one consumer of one event type inside a Program: a projection
@@ -40,7 +43,7 @@ type handlerInfo struct {
 //
 // Projections get exactly-once: the write commits in the same batch as the
 // source checkpoint.
-func Project[K, E, V any](ev *Event[K, E], table *state.Table[K, V], fold func(v *V, e E) error) Handler {
+func Project[K, E, V any](ev *stream.Event[K, E], table *state.Table[K, V], fold func(v *V, e E) error) Handler {
 	return &projectHandler[K, E, V]{ev: ev, table: table, fold: fold}
 }
 
@@ -55,12 +58,12 @@ func Project[K, E, V any](ev *Event[K, E], table *state.Table[K, V], fold func(v
 // that are idempotent or tolerate repeats; keep state in tables (Project)
 // to get exactly-once. fn is called concurrently for different keys, never
 // for two chunks of one key at once.
-func Handle[K, E any](ev *Event[K, E], name string, maxBatch int, fn func(ctx context.Context, key K, events []E) error) Handler {
+func Handle[K, E any](ev *stream.Event[K, E], name string, maxBatch int, fn func(ctx context.Context, key K, events []E) error) Handler {
 	return &handleHandler[K, E]{ev: ev, name: name, max: maxBatch, fn: fn}
 }
 
 type projectHandler[K, E, V any] struct {
-	ev    *Event[K, E]
+	ev    *stream.Event[K, E]
 	table *state.Table[K, V]
 	fold  func(v *V, e E) error
 }
@@ -69,7 +72,7 @@ func (h *projectHandler[K, E, V]) decl() declaration {
 	if h.ev == nil {
 		return nil
 	}
-	return h.ev
+	return typedDecl[K, E]{h.ev}
 }
 
 func (h *projectHandler[K, E, V]) info() handlerInfo {
@@ -85,7 +88,7 @@ func (h *projectHandler[K, E, V]) info() handlerInfo {
 }
 
 type handleHandler[K, E any] struct {
-	ev   *Event[K, E]
+	ev   *stream.Event[K, E]
 	name string
 	max  int
 	fn   func(ctx context.Context, key K, events []E) error
@@ -95,8 +98,31 @@ func (h *handleHandler[K, E]) decl() declaration {
 	if h.ev == nil {
 		return nil
 	}
-	return h.ev
+	return typedDecl[K, E]{h.ev}
 }
+
+// declaration is what NewProgram and the executor need of a stream.Event
+// without knowing its types.
+type declaration interface {
+	Tag() planner.Tag
+	Name() string
+	Err() error
+	StaticOrdering() (planner.Ordering, bool)
+	algebraKind() algebra.Kind
+	keyCodec() any
+	keyType() reflect.Type
+	eventType() reflect.Type
+	newRunner(handlers []Handler) (runner, error)
+}
+
+// typedDecl is a declaration of known types. Two of the same Event are
+// equal.
+type typedDecl[K, E any] struct{ *stream.Event[K, E] }
+
+func (d typedDecl[K, E]) algebraKind() algebra.Kind { return d.Algebra().Kind() }
+func (d typedDecl[K, E]) keyCodec() any             { return d.KeyCodec() }
+func (d typedDecl[K, E]) keyType() reflect.Type     { return reflect.TypeFor[K]() }
+func (d typedDecl[K, E]) eventType() reflect.Type   { return reflect.TypeFor[E]() }
 
 func (h *handleHandler[K, E]) info() handlerInfo {
 	return handlerInfo{kind: "handle", name: h.name, maxBatch: h.max}
@@ -110,32 +136,12 @@ type errFatal struct{ err error }
 func (e errFatal) Error() string { return e.err.Error() }
 func (e errFatal) Unwrap() error { return e.err }
 
-// ErrPermanent is wrapped by errors a handler marks with Permanent.
-var ErrPermanent = errors.New("stream: permanent failure")
-
-// Permanent marks a handler error as permanent: retrying cannot help (the
-// event is invalid for the business). The executor dead-letters the failing
-// run's unapplied events and goes on with the key's later events, instead
-// of parking the key. errors.Is(Permanent(err), ErrPermanent) is true, and
-// errors.Is(Permanent(err), err) too.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
-
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string { return "permanent: " + e.err.Error() }
-func (e permanentError) Unwrap() []error {
-	return []error{ErrPermanent, e.err}
-}
-
 // eventRunner runs the runs of one event type: decode, reduce, and apply to
 // every handler of the type.
 type eventRunner[K, E any] struct {
-	ev       *Event[K, E]
+	ev       *stream.Event[K, E]
+	alg      algebra.Algebra[E]
+	keys     stream.Codec[K]
 	handles  []*handleHandler[K, E]
 	projects []projector[E]
 	bufs     sync.Pool // *runBuf[E]
@@ -213,20 +219,20 @@ type runBuf[E any] struct {
 	owner  []int
 }
 
-func (d *Event[K, E]) newRunner(hs []Handler) (runner, error) {
-	r := &eventRunner[K, E]{ev: d}
+func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
+	r := &eventRunner[K, E]{ev: d.Event, alg: d.Algebra(), keys: d.KeyCodec()}
 	r.bufs.New = func() any { return new(runBuf[E]) }
 	for _, h := range hs {
 		switch h := h.(type) {
 		case *handleHandler[K, E]:
-			if h.ev != d {
-				return nil, fmt.Errorf("handler %q is for another declaration of type tag %d", h.name, d.tag)
+			if h.ev != d.Event {
+				return nil, fmt.Errorf("handler %q is for another declaration of type tag %d", h.name, d.Tag())
 			}
 			r.handles = append(r.handles, h)
 		case projector[E]:
 			r.projects = append(r.projects, h)
 		default:
-			return nil, fmt.Errorf("handler %T does not take events of type tag %d (%s)", h, d.tag, d.name)
+			return nil, fmt.Errorf("handler %T does not take events of type tag %d (%s)", h, d.Tag(), d.Name())
 		}
 	}
 	return r, nil
@@ -247,8 +253,8 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 	for _, i := range recs {
 		e, err := r.ev.Decode(b.records[i].Payload)
 		if err != nil {
-			b.deadLetter(i, ReasonDecode, err)
-			if b.poison == HoldPoisonedKey {
+			b.deadLetter(i, stream.ReasonDecode, err)
+			if b.poison == stream.HoldPoisonedKey {
 				// Apply what came before the poison event, hold the rest.
 				hold = errPoisonHold{err}
 				break
@@ -265,7 +271,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 		buf.owner = make([]int, len(buf.events))
 	}
 	buf.owner = buf.owner[:len(buf.events)]
-	reduced, err := reduce(r.ev, buf.events, buf.owner)
+	reduced, err := reduce(r.ev, r.alg, buf.events, buf.owner)
 	if err != nil {
 		return err // nothing was applied: the run fails as a handler would
 	}
@@ -300,7 +306,7 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (accepted, failed int
 	// a projection files its row under these bytes, and a row whose key
 	// does not decode would poison every later Scan of the table. Nothing
 	// of the run can be applied; the caller dead-letters it.
-	key, err := r.ev.keys.Decode(rc.key)
+	key, err := r.keys.Decode(rc.key)
 	if err != nil {
 		return 0, 0, errKeyDecode{err}
 	}
@@ -372,13 +378,13 @@ func callHandle[K, E any](ctx context.Context, h *handleHandler[K, E], key K, ev
 // reduce reduces a run with the type's algebra and turns a panic of the
 // user's functions inside it (a Sum's getter, a Fold's combine) into an
 // error, so a bad reduction fails its key instead of the process.
-func reduce[K, E any](ev *Event[K, E], events []E, owner []int) (reduced []E, err error) {
+func reduce[K, E any](ev *stream.Event[K, E], alg algebra.Algebra[E], events []E, owner []int) (reduced []E, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			reduced, err = nil, fmt.Errorf("reduce run of type tag %d: panic: %v", ev.tag, p)
+			reduced, err = nil, fmt.Errorf("reduce run of type tag %d: panic: %v", ev.Tag(), p)
 		}
 	}()
-	return ev.alg.Reduce(events, owner), nil
+	return alg.Reduce(events, owner), nil
 }
 
 // foldAll folds events into v and turns a panic of fold into an error. On

@@ -1,9 +1,10 @@
-package stream
+package engine
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -17,9 +18,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream/state"
 )
 
 // ---- the topology under test ----
@@ -50,8 +51,8 @@ const (
 // procFixture is a program over one in-memory source with a balance table,
 // plus the knobs tests turn: a handler that can fail or be slow.
 type procFixture struct {
-	deposit *Event[string, procDeposit]
-	reset   *Event[string, procReset]
+	deposit *stream.Event[string, procDeposit]
+	reset   *stream.Event[string, procReset]
 	bal     *state.Table[string, int64]
 	prog    *Program
 	src     *memSource
@@ -64,10 +65,10 @@ type procFixture struct {
 func newProcFixture(t testing.TB, partitions uint32, mod func(*Spec)) *procFixture {
 	t.Helper()
 	fx := &procFixture{
-		deposit: Declare[string, procDeposit](procTagDeposit,
-			Reduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e }))),
-		reset: Declare[string, procReset](procTagReset, Fence(planner.Acquire)),
-		bal:   state.NewTable[string, int64]("balances", StringKey[string](), state.JSON[int64]()),
+		deposit: stream.Declare[string, procDeposit](procTagDeposit,
+			stream.Reduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e }))),
+		reset: stream.Declare[string, procReset](procTagReset, stream.Fence(planner.Acquire)),
+		bal:   state.NewTable[string, int64]("balances", stream.StringKey[string](), state.JSON[int64]()),
 		src:   newMemSource(procSource, partitions),
 		dir:   t.TempDir(),
 	}
@@ -104,8 +105,7 @@ func newProcFixture(t testing.TB, partitions uint32, mod func(*Spec)) *procFixtu
 
 func (fx *procFixture) openDB(t testing.TB) *state.DB {
 	t.Helper()
-	n := uint32(len(fx.src.logs))
-	db, err := state.Open(fx.dir, state.WithDurability(state.NoSync), Locator(n))
+	db, err := state.Open(fx.dir, state.WithDurability(state.NoSync))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +134,8 @@ func (fx *procFixture) pipeReset(t testing.TB, acct string) {
 // pipePoison appends a record with a type tag no handler takes; it returns
 // its partition and offset.
 func (fx *procFixture) pipePoison(acct string) (uint32, uint64) {
-	env := Envelope{
-		Headers: Headers{Key: []byte(acct), Tag: procTagPoison, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative},
+	env := stream.Envelope{
+		Headers: stream.Headers{Key: []byte(acct), Tag: procTagPoison, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative},
 		Payload: []byte(`{"poison":true}`),
 	}
 	return fx.src.appendEnv(env)
@@ -205,7 +205,7 @@ type memSource struct {
 
 	mu      sync.Mutex
 	grew    chan struct{} // closed and replaced on every append
-	logs    [][]Record
+	logs    [][]stream.Record
 	advised []uint64
 	opened  int
 	closed  int
@@ -215,7 +215,7 @@ type memSource struct {
 }
 
 func newMemSource(name string, partitions uint32) *memSource {
-	return &memSource{name: name, grew: make(chan struct{}), logs: make([][]Record, partitions), advised: make([]uint64, partitions)}
+	return &memSource{name: name, grew: make(chan struct{}), logs: make([][]stream.Record, partitions), advised: make([]uint64, partitions)}
 }
 
 func (s *memSource) Name() string { return s.name }
@@ -234,12 +234,12 @@ func (s *memSource) partitions() func(func(uint32) bool) {
 	}
 }
 
-func (s *memSource) appendEnv(env Envelope) (uint32, uint64) {
+func (s *memSource) appendEnv(env stream.Envelope) (uint32, uint64) {
 	pt := xxh32.Partition(env.Headers.Key, uint32(len(s.logs)))
-	return pt, s.append(pt, Record{Headers: env.Headers, Payload: env.Payload})
+	return pt, s.append(pt, stream.Record{Headers: env.Headers, Payload: env.Payload})
 }
 
-func (s *memSource) append(pt uint32, r Record) uint64 {
+func (s *memSource) append(pt uint32, r stream.Record) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.Partition, r.Offset = pt, uint64(len(s.logs[pt]))
@@ -250,7 +250,7 @@ func (s *memSource) append(pt uint32, r Record) uint64 {
 	return r.Offset
 }
 
-func (s *memSource) log(pt uint32) []Record {
+func (s *memSource) log(pt uint32) []stream.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.logs[pt])
@@ -266,7 +266,7 @@ func (s *memSource) total() uint64 {
 	return uint64(n)
 }
 
-func (s *memSource) Open(ctx context.Context, pt uint32, from uint64) (PartitionReader, error) {
+func (s *memSource) Open(ctx context.Context, pt uint32, from uint64) (stream.PartitionReader, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if int(pt) >= len(s.logs) {
@@ -283,7 +283,7 @@ type memReader struct {
 	closed atomic.Bool
 }
 
-func (r *memReader) Poll(ctx context.Context, max int) ([]Record, error) {
+func (r *memReader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 	s := r.s
 	if s.onPoll != nil {
 		s.onPoll(r.pt, r.next)
@@ -302,7 +302,7 @@ func (r *memReader) Poll(ctx context.Context, max int) ([]Record, error) {
 		log := s.logs[r.pt]
 		if r.next < uint64(len(log)) {
 			end := min(r.next+uint64(max), uint64(len(log)))
-			out := make([]Record, 0, end-r.next)
+			out := make([]stream.Record, 0, end-r.next)
 			for _, rec := range log[r.next:end] {
 				if gap, ok := s.gapAt[r.pt]; ok && rec.Offset == gap {
 					continue
@@ -347,14 +347,14 @@ func (r *memReader) Close() error {
 // and answers Sent by message id.
 type memSink struct {
 	mu        sync.Mutex
-	msgs      []Message
+	msgs      []stream.Message
 	failSends int // fail this many more Sends
 	prefix    int // ... after accepting this many of their messages
 	sends     int
 	checks    int
 }
 
-func (s *memSink) Send(ctx context.Context, msgs []Message) error {
+func (s *memSink) Send(ctx context.Context, msgs []stream.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sends++
@@ -368,7 +368,7 @@ func (s *memSink) Send(ctx context.Context, msgs []Message) error {
 	return nil
 }
 
-func (s *memSink) Sent(ctx context.Context, msgs []Message) ([]bool, error) {
+func (s *memSink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checks++
@@ -394,7 +394,7 @@ func (s *memSink) byID() map[[16]byte]int {
 	return out
 }
 
-func (s *memSink) all() []Message {
+func (s *memSink) all() []stream.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.msgs)
@@ -403,7 +403,7 @@ func (s *memSink) all() []Message {
 // plainSink hides memSink's Sent: a sink without SentChecker.
 type plainSink struct{ s *memSink }
 
-func (p plainSink) Send(ctx context.Context, msgs []Message) error { return p.s.Send(ctx, msgs) }
+func (p plainSink) Send(ctx context.Context, msgs []stream.Message) error { return p.s.Send(ctx, msgs) }
 
 // ---- helpers ----
 
@@ -575,7 +575,7 @@ func TestProcessorOverlapsPollsAndBoundsReadAhead(t *testing.T) {
 			db := fx.openDB(t)
 			defer closeDB(t, db)
 			p := newProc(t, fx, db, WithPollSize(pollSize), WithPrefetch(prefetch), WithHooks(Hooks{
-				BeforeProcess: func(pt uint32, recs []Record) error { processing.Store(true); return nil },
+				BeforeProcess: func(pt uint32, recs []stream.Record) error { processing.Store(true); return nil },
 				AfterCommit: func(pt uint32, res Result) error {
 					committed.Store(res.Next)
 					processing.Store(false)
@@ -614,7 +614,7 @@ func TestProcessorStopsGracefullyOnCancel(t *testing.T) {
 	db := fx.openDB(t)
 	defer func() { closeDB(t, db) }()
 	p := newProc(t, fx, db, WithPollSize(50), WithHooks(Hooks{
-		BeforeProcess: func(uint32, []Record) error { started.Add(1); return nil },
+		BeforeProcess: func(uint32, []stream.Record) error { started.Add(1); return nil },
 		AfterCommit:   func(uint32, Result) error { finished.Add(1); return nil },
 	}))
 	r := startProcessor(p)
@@ -793,13 +793,13 @@ func TestProcessorRetriesParkedKeys(t *testing.T) {
 		t.Errorf("stats %+v: want retries and 1 dead letter (broken after %d attempts)", st.Total, fx.prog.maxAttempts)
 	}
 	for _, m := range sink.all() {
-		if h := header(m, HeaderDLQReason); h != ReasonExhausted.String() {
-			t.Errorf("dead letter reason %q, want %q", h, ReasonExhausted)
+		if h := header(m, stream.HeaderDLQReason); h != stream.ReasonExhausted.String() {
+			t.Errorf("dead letter reason %q, want %q", h, stream.ReasonExhausted)
 		}
 	}
 }
 
-func header(m Message, name string) string {
+func header(m stream.Message, name string) string {
 	for _, f := range m.Headers {
 		if f.Name == name {
 			return string(f.Value)
@@ -822,13 +822,13 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 			}
 		},
 		"before send": func(h *Hooks, crash func() error) {
-			h.BeforeDeadLetterSend = func(uint32, []DeadLetter) error { return crash() }
+			h.BeforeDeadLetterSend = func(uint32, []stream.DeadLetter) error { return crash() }
 		},
 		"after send, before row deletion": func(h *Hooks, crash func() error) {
-			h.AfterDeadLetterSend = func(uint32, []DeadLetter) error { return crash() }
+			h.AfterDeadLetterSend = func(uint32, []stream.DeadLetter) error { return crash() }
 		},
 		"after row deletion": func(h *Hooks, crash func() error) {
-			h.AfterDeadLetterDelete = func(uint32, []DeadLetter) error { return crash() }
+			h.AfterDeadLetterDelete = func(uint32, []stream.DeadLetter) error { return crash() }
 		},
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
@@ -857,7 +857,7 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 					}
 				}
 				mem := &memSink{}
-				var sink Sink = mem
+				var sink stream.Sink = mem
 				if !checked {
 					sink = plainSink{mem}
 				}
@@ -899,7 +899,7 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 
 				counts := mem.byID()
 				for _, o := range poison {
-					id := DeadLetter{Source: procSource, Partition: o.pt, Offset: o.off}.ID()
+					id := stream.DeadLetter{Source: procSource, Partition: o.pt, Offset: o.off}.ID()
 					switch n := counts[id]; {
 					case n == 1:
 					case n > 1 && !checked:
@@ -912,9 +912,9 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 					t.Errorf("sink holds %d messages, want %d", len(mem.all()), len(poison))
 				}
 				m := mem.all()[0]
-				if header(m, HeaderDLQReason) != ReasonUnknownType.String() || header(m, HeaderDLQSource) != procSource ||
-					header(m, HeaderDLQOffset) == "" || header(m, HeaderDLQPartition) == "" || string(m.Payload) != `{"poison":true}` ||
-					header(m, HeaderKey) == "" {
+				if header(m, stream.HeaderDLQReason) != stream.ReasonUnknownType.String() || header(m, stream.HeaderDLQSource) != procSource ||
+					header(m, stream.HeaderDLQOffset) == "" || header(m, stream.HeaderDLQPartition) == "" || string(m.Payload) != `{"poison":true}` ||
+					header(m, stream.HeaderKey) == "" {
 					t.Errorf("dead-letter message lacks its origin: %+v", m)
 				}
 			})
@@ -962,7 +962,7 @@ func TestProcessorWithoutSinkKeepsDeadLetters(t *testing.T) {
 	fx := newProcFixture(t, 1, nil)
 	fx.pipeDeposit(t, "a", 1)
 	_, off := fx.pipePoison("a")
-	fx.src.append(0, Record{HeaderErr: errors.New("garbled headers"), Payload: []byte("x")})
+	fx.src.append(0, stream.Record{HeaderErr: errors.New("garbled headers"), Payload: []byte("x")})
 	db := fx.openDB(t)
 	defer closeDB(t, db)
 	p := newProc(t, fx, db)
@@ -975,7 +975,7 @@ func TestProcessorWithoutSinkKeepsDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pending) != 2 || pending[0].Offset != off || pending[0].Reason != ReasonUnknownType || pending[1].Reason != ReasonBadHeaders {
+	if len(pending) != 2 || pending[0].Offset != off || pending[0].Reason != stream.ReasonUnknownType || pending[1].Reason != stream.ReasonBadHeaders {
 		t.Fatalf("pending dead letters %v", pending)
 	}
 	if st := p.Stats(); st.Total.DeadLettered != 2 || st.Total.Published != 0 {
@@ -985,7 +985,7 @@ func TestProcessorWithoutSinkKeepsDeadLetters(t *testing.T) {
 
 func TestProcessorReleasesHeldKey(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	fx := newProcFixture(t, 1, func(s *Spec) { s.Poison = HoldPoisonedKey })
+	fx := newProcFixture(t, 1, func(s *Spec) { s.Poison = stream.HoldPoisonedKey })
 	fx.pipeDeposit(t, "held", 1)
 	fx.pipePoison("held")
 	fx.pipeDeposit(t, "held", 10)
@@ -1020,7 +1020,7 @@ func TestNewProcessorRefuses(t *testing.T) {
 	defer closeDB(t, db)
 	cases := []struct {
 		name string
-		src  Source
+		src  stream.Source
 		opts []ProcessorOption
 		is   error
 	}{
@@ -1068,21 +1068,21 @@ func TestNewProcessorRefuses(t *testing.T) {
 }
 
 func TestDeadLetterMessageFitsBrokerLimits(t *testing.T) {
-	d := DeadLetter{
-		Source: procSource, Partition: 3, Offset: 9, Reason: ReasonPermanent,
+	d := stream.DeadLetter{
+		Source: procSource, Partition: 3, Offset: 9, Reason: stream.ReasonPermanent,
 		Err:     errors.New(strings.Repeat("é", 200)), // 400 bytes
-		Headers: Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed},
+		Headers: stream.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed},
 	}
 	m := deadLetterMessage(d)
 	for _, f := range m.Headers {
-		if len(f.Value) == 0 || len(f.Value) > MaxKeyLen {
+		if len(f.Value) == 0 || len(f.Value) > stream.MaxKeyLen {
 			t.Errorf("header %q has %d bytes", f.Name, len(f.Value))
 		}
 	}
-	if e := header(m, HeaderDLQError); !strings.HasPrefix(e, "permanent") && !strings.HasPrefix(e, "é") || !utf8Valid(e) {
+	if e := header(m, stream.HeaderDLQError); !strings.HasPrefix(e, "permanent") && !strings.HasPrefix(e, "é") || !utf8Valid(e) {
 		t.Errorf("error header %q", e)
 	}
-	if header(m, HeaderDLQEmptyPayload) != "1" || len(m.Payload) != 1 {
+	if header(m, stream.HeaderDLQEmptyPayload) != "1" || len(m.Payload) != 1 {
 		t.Errorf("empty payload not marked: %+v", m)
 	}
 	if m.ID != d.ID() || m.ID == ([16]byte{}) {
@@ -1090,7 +1090,7 @@ func TestDeadLetterMessageFitsBrokerLimits(t *testing.T) {
 	}
 	d.Err, d.Payload = nil, []byte("body")
 	m = deadLetterMessage(d)
-	if header(m, HeaderDLQError) != "" || header(m, HeaderDLQEmptyPayload) != "" {
+	if header(m, stream.HeaderDLQError) != "" || header(m, stream.HeaderDLQEmptyPayload) != "" {
 		t.Errorf("message of a dead letter without error: %+v", m)
 	}
 }

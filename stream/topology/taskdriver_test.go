@@ -1,4 +1,4 @@
-package topology
+package topology_test
 
 import (
 	"context"
@@ -7,20 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/stream/topology"
 )
 
-// Driver runs a topology without a broker, for tests: in the spirit of Kafka
+// taskDriver runs a topology without a broker, for tests: in the spirit of Kafka
 // Streams' TopologyTestDriver and Goka's tester. Events piped in are kept in
 // an in-memory log per source partition; Step processes them through the
-// very stream.Task a processor runtime uses, on a real Pebble store in a
+// very engine.Task a processor runtime uses, on a real Pebble store in a
 // temporary directory, so tables, checkpoints, parked events and dead
 // letters behave exactly as in production.
 //
-//	d := topology.NewDriver(t, topo)
-//	topology.Pipe(d, Deposits, Deposited{Account: 42, Amount: 100})
+//	d := newTaskDriver(t, topo)
+//	tdPipe(d, Deposits, Deposited{Account: 42, Amount: 100})
 //	d.Advance()
 //	acct, ok, err := balances.Get(ctx, 42)
 //
@@ -28,22 +30,23 @@ import (
 // the committed checkpoints. The driver's clock starts at a fixed time and
 // moves only with AdvanceClock, so retries are deterministic.
 //
-// A Driver is not safe for concurrent use. Keys still run concurrently
+// A taskDriver is not safe for concurrent use. Keys still run concurrently
 // inside each Step, as in production.
-type Driver struct {
+type taskDriver struct {
 	tb         TB
-	prog       *stream.Program
+	built      *topology.Program
+	prog       *engine.Program
 	dir        string
 	partitions uint32
 	batchSize  func() int
 	stateOpts  []state.Option
-	taskOpts   []stream.TaskOption
+	taskOpts   []engine.TaskOption
 	now        time.Time
 
 	logs    map[string][]*partitionLog // source → partition → records
 	db      *state.DB
-	tasks   map[string][]*stream.Task // source → partition → task
-	results []stream.Result
+	tasks   map[string][]*engine.Task // source → partition → task
+	results []engine.Result
 }
 
 // TB is the part of testing.TB the driver uses: any *testing.T or
@@ -59,50 +62,50 @@ type TB interface {
 
 var _ TB = testing.TB(nil)
 
-// DriverOption configures NewDriver.
-type DriverOption func(*Driver)
+// tdOption configures NewDriver.
+type tdOption func(*taskDriver)
 
 // Dir sets the store's directory (default: tb.TempDir()). Reusing a
 // directory across drivers continues from its checkpoints.
-func Dir(dir string) DriverOption { return func(d *Driver) { d.dir = dir } }
+func tdDir(dir string) tdOption { return func(d *taskDriver) { d.dir = dir } }
 
 // Partitions sets how many partitions every source has (default 1). Piped
 // events go to partition xxh32(key) % n, as Iggy's key partitioning does.
-func Partitions(n uint32) DriverOption { return func(d *Driver) { d.partitions = max(n, 1) } }
+func tdPartitions(n uint32) tdOption { return func(d *taskDriver) { d.partitions = max(n, 1) } }
 
 // BatchSize sets the most records one Step hands to a partition's task
 // (default 100).
-func BatchSize(n int) DriverOption {
-	return func(d *Driver) { d.batchSize = func() int { return n } }
+func tdBatchSize(n int) tdOption {
+	return func(d *taskDriver) { d.batchSize = func() int { return n } }
 }
 
 // BatchSizes sets a function asked for the size of every batch, for tests
 // that vary batch boundaries. Sizes below 1 count as 1.
-func BatchSizes(fn func() int) DriverOption { return func(d *Driver) { d.batchSize = fn } }
+func tdBatchSizes(fn func() int) tdOption { return func(d *taskDriver) { d.batchSize = fn } }
 
 // StateOptions adds options for state.Open. The driver defaults to
 // state.NoSync durability (a test process does not lose power); pass
 // state.WithDurability(state.Sync) to measure or test sync commits.
-func StateOptions(opts ...state.Option) DriverOption {
-	return func(d *Driver) { d.stateOpts = append(d.stateOpts, opts...) }
+func tdStateOptions(opts ...state.Option) tdOption {
+	return func(d *taskDriver) { d.stateOpts = append(d.stateOpts, opts...) }
 }
 
 // TaskOptions adds options for every task (OnDeadLetter, WithLogger).
-func TaskOptions(opts ...stream.TaskOption) DriverOption {
-	return func(d *Driver) { d.taskOpts = append(d.taskOpts, opts...) }
+func tdTaskOptions(opts ...engine.TaskOption) tdOption {
+	return func(d *taskDriver) { d.taskOpts = append(d.taskOpts, opts...) }
 }
 
 // NewDriver builds topo (failing tb if Build refuses it), opens its store
 // and makes one task per source partition. The driver closes itself when
 // the test ends.
-func NewDriver(tb TB, topo *Topology, opts ...DriverOption) *Driver {
+func newTaskDriver(tb TB, topo *topology.Topology, opts ...tdOption) *taskDriver {
 	tb.Helper()
-	prog, err := topo.Build()
+	built, err := topo.Build()
 	if err != nil {
 		tb.Fatalf("topology.NewDriver: %v", err)
 	}
-	d := &Driver{
-		tb: tb, prog: prog, partitions: 1,
+	d := &taskDriver{
+		tb: tb, prog: topology.EngineProgram(built), built: built, partitions: 1,
 		batchSize: func() int { return 100 },
 		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		logs:      map[string][]*partitionLog{},
@@ -115,7 +118,8 @@ func NewDriver(tb TB, topo *Topology, opts ...DriverOption) *Driver {
 	if d.dir == "" {
 		d.dir = tb.TempDir()
 	}
-	for _, s := range prog.Sources() {
+	topology.SetTablePartitions(built, d.partitions)
+	for _, s := range d.prog.Sources() {
 		for range d.partitions {
 			d.logs[s] = append(d.logs[s], &partitionLog{})
 		}
@@ -125,29 +129,26 @@ func NewDriver(tb TB, topo *Topology, opts ...DriverOption) *Driver {
 	return d
 }
 
-func (d *Driver) open() {
+func (d *taskDriver) open() {
 	d.tb.Helper()
 	n := d.partitions
-	opts := append([]state.Option{
-		state.WithDurability(state.NoSync),
-		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, n) }),
-	}, d.stateOpts...)
+	opts := append([]state.Option{state.WithDurability(state.NoSync)}, d.stateOpts...)
 	db, err := state.Open(d.dir, opts...)
 	if err != nil {
-		d.tb.Fatalf("topology.Driver: open store: %v", err)
+		d.tb.Fatalf("topology.taskDriver: open store: %v", err)
 	}
 	if err := d.prog.Attach(db); err != nil {
 		_ = db.Close()
-		d.tb.Fatalf("topology.Driver: %v", err)
+		d.tb.Fatalf("topology.taskDriver: %v", err)
 	}
 	d.db = db
-	d.tasks = map[string][]*stream.Task{}
-	topts := append([]stream.TaskOption{stream.WithClock(func() time.Time { return d.now })}, d.taskOpts...)
+	d.tasks = map[string][]*engine.Task{}
+	topts := append([]engine.TaskOption{engine.WithClock(func() time.Time { return d.now })}, d.taskOpts...)
 	for _, s := range d.prog.Sources() {
 		for p := range n {
 			task, err := d.prog.NewTask(context.Background(), db, s, p, topts...)
 			if err != nil {
-				d.tb.Fatalf("topology.Driver: %v", err)
+				d.tb.Fatalf("topology.taskDriver: %v", err)
 			}
 			d.tasks[s] = append(d.tasks[s], task)
 		}
@@ -155,22 +156,22 @@ func (d *Driver) open() {
 }
 
 // Program returns the compiled topology.
-func (d *Driver) Program() *stream.Program { return d.prog }
+func (d *taskDriver) Program() *engine.Program { return d.prog }
 
 // DB returns the open store.
-func (d *Driver) DB() *state.DB { return d.db }
+func (d *taskDriver) DB() *state.DB { return d.db }
 
 // Dir returns the store's directory.
-func (d *Driver) Dir() string { return d.dir }
+func (d *taskDriver) Dir() string { return d.dir }
 
 // Close closes the store. It is called when the test ends; calling it
 // earlier (to reopen the directory elsewhere) is fine.
-func (d *Driver) Close() {
+func (d *taskDriver) Close() {
 	if d.db == nil {
 		return
 	}
 	if err := d.db.Close(); err != nil {
-		d.tb.Errorf("topology.Driver: close store: %v", err)
+		d.tb.Errorf("topology.taskDriver: close store: %v", err)
 	}
 	d.db = nil
 }
@@ -178,7 +179,7 @@ func (d *Driver) Close() {
 // Restart closes the store and reopens it from its directory, with new
 // tasks that resume from the committed checkpoints and parked events, as a
 // processor does after a restart. Piped records stay in the in-memory log.
-func (d *Driver) Restart() {
+func (d *taskDriver) Restart() {
 	d.tb.Helper()
 	d.Close()
 	d.open()
@@ -187,18 +188,18 @@ func (d *Driver) Restart() {
 // Pipe appends events to the driver's only source, each in the partition
 // of its key. It fails the test if the topology has several sources (use
 // PipeTo) or an event does not encode.
-func Pipe[K, E any](d *Driver, decl *stream.Event[K, E], events ...E) {
+func tdPipe[K, E any](d *taskDriver, decl *stream.Event[K, E], events ...E) {
 	d.tb.Helper()
 	srcs := d.prog.Sources()
 	if len(srcs) != 1 {
 		d.tb.Fatalf("topology.Pipe: topology has %d sources; use PipeTo", len(srcs))
 	}
-	PipeTo(d, srcs[0], decl, events...)
+	tdPipeTo(d, srcs[0], decl, events...)
 }
 
 // PipeTo appends events to the named source, each in the partition of its
 // key, encoded by decl exactly as a publisher would encode them.
-func PipeTo[K, E any](d *Driver, source string, decl *stream.Event[K, E], events ...E) {
+func tdPipeTo[K, E any](d *taskDriver, source string, decl *stream.Event[K, E], events ...E) {
 	d.tb.Helper()
 	for _, e := range events {
 		env, err := decl.Envelope(e)
@@ -213,14 +214,14 @@ func PipeTo[K, E any](d *Driver, source string, decl *stream.Event[K, E], events
 // PipeRecord appends a raw record to partition r.Partition of source, for
 // tests of bad input (set HeaderErr, an unknown tag, a broken payload). The
 // driver assigns the offset, which it returns, and a timestamp.
-func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
+func (d *taskDriver) PipeRecord(source string, r stream.Record) uint64 {
 	d.tb.Helper()
 	parts, ok := d.logs[source]
 	if !ok {
-		d.tb.Fatalf("topology.Driver: no source %q", source)
+		d.tb.Fatalf("topology.taskDriver: no source %q", source)
 	}
 	if r.Partition >= d.partitions {
-		d.tb.Fatalf("topology.Driver: source %q has no partition %d", source, r.Partition)
+		d.tb.Fatalf("topology.taskDriver: source %q has no partition %d", source, r.Partition)
 	}
 	l := parts[r.Partition]
 	r.Offset = l.end()
@@ -235,17 +236,17 @@ func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
 // partition pipelines; so with several partitions, sinks and OnDeadLetter
 // callbacks of different partitions run at the same time. Step returns
 // whether anything was processed. A store failure fails the test.
-func (d *Driver) Step() bool {
+func (d *taskDriver) Step() bool {
 	d.tb.Helper()
 	if d.db == nil {
-		d.tb.Fatalf("topology.Driver: Step after Close")
+		d.tb.Fatalf("topology.taskDriver: Step after Close")
 	}
 	type job struct {
 		source    string
 		partition int
-		task      *stream.Task
+		task      *engine.Task
 		records   []stream.Record // nil: retry parked keys
-		res       stream.Result
+		res       engine.Result
 		err       error
 	}
 	var jobs []*job
@@ -283,7 +284,7 @@ func (d *Driver) Step() bool {
 	progress := false
 	for _, j := range jobs {
 		if j.err != nil {
-			d.tb.Fatalf("topology.Driver: source %q partition %d: %v", j.source, j.partition, j.err)
+			d.tb.Fatalf("topology.taskDriver: source %q partition %d: %v", j.source, j.partition, j.err)
 		}
 		if j.res.Records > 0 {
 			progress = true
@@ -305,7 +306,7 @@ func (l *partitionLog) end() uint64 { return l.base + uint64(len(l.recs)) }
 // DropCommitted forgets the piped records that every partition's task has
 // committed, like a broker's retention, so that long runs (benchmarks,
 // soaks) keep bounded memory. Offsets are unchanged.
-func (d *Driver) DropCommitted() {
+func (d *taskDriver) DropCommitted() {
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
 			l := d.logs[s][p]
@@ -326,7 +327,7 @@ func cloneRecords(rs []stream.Record) []stream.Record { return slices.Clone(rs) 
 // Advance steps until every piped record is processed and no parked key is
 // due at the driver's current time. It does not move the clock: keys parked
 // with a backoff stay parked until AdvanceClock.
-func (d *Driver) Advance() {
+func (d *taskDriver) Advance() {
 	d.tb.Helper()
 	for d.Step() {
 	}
@@ -334,14 +335,14 @@ func (d *Driver) Advance() {
 
 // AdvanceClock moves the driver's clock forward by dt (retry backoffs are
 // measured on it).
-func (d *Driver) AdvanceClock(dt time.Duration) { d.now = d.now.Add(dt) }
+func (d *taskDriver) AdvanceClock(dt time.Duration) { d.now = d.now.Add(dt) }
 
 // Now returns the driver's clock.
-func (d *Driver) Now() time.Time { return d.now }
+func (d *taskDriver) Now() time.Time { return d.now }
 
 // Lag returns how many piped records are not yet committed, over all
 // sources and partitions.
-func (d *Driver) Lag() int {
+func (d *taskDriver) Lag() int {
 	lag := 0
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
@@ -355,11 +356,11 @@ func (d *Driver) Lag() int {
 
 // Results returns the result of every batch processed so far (since the
 // driver was made; restarts keep them).
-func (d *Driver) Results() []stream.Result { return slices.Clone(d.results) }
+func (d *taskDriver) Results() []engine.Result { return slices.Clone(d.results) }
 
 // Task returns the task of one source partition, to inspect parked keys
 // or Release one.
-func (d *Driver) Task(source string, partition uint32) *stream.Task {
+func (d *taskDriver) Task(source string, partition uint32) *engine.Task {
 	ts := d.tasks[source]
 	if int(partition) >= len(ts) {
 		return nil
@@ -370,7 +371,7 @@ func (d *Driver) Task(source string, partition uint32) *stream.Task {
 // DeadLetters returns the dead letters committed to the store and not yet
 // removed, read back from their rows: what a runtime would publish. They
 // are ordered by source, partition and offset.
-func (d *Driver) DeadLetters() []stream.DeadLetter {
+func (d *taskDriver) DeadLetters() []stream.DeadLetter {
 	d.tb.Helper()
 	var out []stream.DeadLetter
 	for p := range d.partitions {
@@ -383,7 +384,7 @@ func (d *Driver) DeadLetters() []stream.DeadLetter {
 			return nil
 		})
 		if err != nil {
-			d.tb.Fatalf("topology.Driver: read dead letters of partition %d: %v", p, err)
+			d.tb.Fatalf("topology.taskDriver: read dead letters of partition %d: %v", p, err)
 		}
 	}
 	slices.SortFunc(out, func(a, b stream.DeadLetter) int {

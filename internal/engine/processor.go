@@ -1,17 +1,17 @@
-package stream
+package engine
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // Processor is the production runtime of one source of a Program: it drives
@@ -59,8 +59,8 @@ import (
 // that may already be
 // published: on restart (and after any failed Send, which may have sent a
 // prefix), before sending such rows again the processor asks the sink which
-// IDs it already holds, if the sink implements SentChecker, and sends only
-// the others. So with a SentChecker sink every dead letter is published
+// IDs it already holds, if the sink implements stream.SentChecker, and sends only
+// the others. So with a stream.SentChecker sink every dead letter is published
 // exactly once (as far as the checker sees: connectors/iggy's Sink looks at
 // the end of the destination partition); with a plain Sink, at least once,
 // a repeat always carrying the same message ID. A sink that is down does not
@@ -92,29 +92,30 @@ import (
 type Processor struct {
 	prog   *Program
 	db     *state.DB
-	src    Source
+	src    stream.Source
 	name   string
 	opts   processorOptions
 	log    *slog.Logger
-	checks SentChecker // opts.sink as a SentChecker, or nil
+	checks stream.SentChecker // opts.sink as a stream.SentChecker, or nil
 
 	running atomic.Bool
 
 	mu    sync.Mutex
-	stats map[uint32]*PartitionStats // by partition; guarded by mu
-	live  map[uint32]*pipeline       // pipelines of the current Run; guarded by mu
+	stats map[uint32]*stream.PartitionStats // by partition; guarded by mu
+	live  map[uint32]*pipeline              // pipelines of the current Run; guarded by mu
 }
 
 // ProcessorOption configures NewProcessor.
 type ProcessorOption func(*processorOptions)
 
 type processorOptions struct {
-	sink         Sink
+	sink         stream.Sink
 	pollSize     int
 	prefetch     int
 	partitions   []uint32
 	log          *slog.Logger
 	taskOpts     []TaskOption
+	clock        Clock
 	hooks        Hooks
 	drainTimeout time.Duration
 	dlqBackoff   [2]time.Duration
@@ -126,10 +127,10 @@ const DefaultPollSize = 4096
 
 // WithDeadLetterSink makes the processor publish dead letters to s (for
 // example an Iggy "<topic>.dlq" topic through connectors/iggy.NewSink). If s
-// also implements SentChecker, publication is exactly-once across crashes;
+// also implements stream.SentChecker, publication is exactly-once across crashes;
 // otherwise at-least-once. Without a sink dead letters stay in the store as
 // rows (see Processor.PendingDeadLetters) and are counted, never dropped.
-func WithDeadLetterSink(s Sink) ProcessorOption {
+func WithDeadLetterSink(s stream.Sink) ProcessorOption {
 	return func(o *processorOptions) { o.sink = s }
 }
 
@@ -169,6 +170,21 @@ func WithTaskOptions(opts ...TaskOption) ProcessorOption {
 	return func(o *processorOptions) { o.taskOpts = append(o.taskOpts, opts...) }
 }
 
+// Clock is the time a processor runs on: the wall clock by default, a
+// test's clock in the broker-free driver. Now gives the time retries are
+// due by; At returns a channel that receives once the clock reads t or
+// later (at once if it already does).
+type Clock interface {
+	Now() time.Time
+	At(t time.Time) <-chan time.Time
+}
+
+// WithProcessorClock runs the processor's retry backoff on c instead of the wall
+// clock.
+func WithProcessorClock(c Clock) ProcessorOption {
+	return func(o *processorOptions) { o.clock = c }
+}
+
 // WithHooks installs test and measurement hooks (see Hooks).
 func WithHooks(h Hooks) ProcessorOption {
 	return func(o *processorOptions) { o.hooks = h }
@@ -200,10 +216,10 @@ func WithDeadLetterBackoff(minWait, maxWait time.Duration) ProcessorOption {
 type Hooks struct {
 	// AfterPoll is called on a partition's reader goroutine with every
 	// polled batch, before it is queued for the pipeline.
-	AfterPoll func(partition uint32, records []Record) error
+	AfterPoll func(partition uint32, records []stream.Record) error
 	// BeforeProcess is called on the pipeline goroutine before Task.Process
 	// (records is the batch) or Task.Retry (records is nil).
-	BeforeProcess func(partition uint32, records []Record) error
+	BeforeProcess func(partition uint32, records []stream.Record) error
 	// AfterCommit is called on the pipeline goroutine after Task.Process or
 	// Task.Retry committed, with its result (res.Next is the new
 	// checkpoint), before the offset is advised and dead letters are
@@ -213,27 +229,14 @@ type Hooks struct {
 	// dead letters of one source partition about to be sent (those a
 	// SentChecker found already published are not in it), after their
 	// commit is durable.
-	BeforeDeadLetterSend func(partition uint32, letters []DeadLetter) error
+	BeforeDeadLetterSend func(partition uint32, letters []stream.DeadLetter) error
 	// AfterDeadLetterSend is called after the sink accepted them, before
 	// their rows are deleted.
-	AfterDeadLetterSend func(partition uint32, letters []DeadLetter) error
+	AfterDeadLetterSend func(partition uint32, letters []stream.DeadLetter) error
 	// AfterDeadLetterDelete is called after the rows of published dead
 	// letters were deleted (committed); letters includes those a
 	// SentChecker found already published.
-	AfterDeadLetterDelete func(partition uint32, letters []DeadLetter) error
-}
-
-// SentChecker is implemented by sinks that can tell which messages are
-// already published, by their Message.ID. The processor uses it before
-// sending dead letters that an earlier run or a failed Send may have
-// published, so that a crash never duplicates a dead letter.
-// connectors/iggy's Sink implements it.
-type SentChecker interface {
-	// Sent reports, for each message of msgs (all with a non-zero ID), whether
-	// a message with its ID is already in the destination. It must not
-	// report true for a message that is not there; a false for a message
-	// that is there leads to a duplicate.
-	Sent(ctx context.Context, msgs []Message) ([]bool, error)
+	AfterDeadLetterDelete func(partition uint32, letters []stream.DeadLetter) error
 }
 
 // ErrRunning is returned by Run when the processor is already running.
@@ -264,32 +267,8 @@ func (e *PartitionError) Error() string {
 // Unwrap returns the cause.
 func (e *PartitionError) Unwrap() error { return e.Err }
 
-// Counters are running totals since NewProcessor (they survive restarts of
-// Run, not of the process).
-type Counters struct {
-	// Polled counts the records the readers returned.
-	Polled uint64
-	// Records counts the records the Tasks looked at (Result.Records).
-	Records uint64
-	// Applied counts the records applied by every handler of their type.
-	Applied uint64
-	// Skipped counts the records of skipped type tags.
-	Skipped uint64
-	// DeadLettered counts the dead letters committed.
-	DeadLettered uint64
-	// Published counts the dead letters the sink accepted (or held
-	// already) and whose rows were deleted.
-	Published uint64
-	// PublishErrors counts failed attempts to publish dead letters.
-	PublishErrors uint64
-	// Failures counts key failures (Result.Failures: parked, held or
-	// dead-lettered runs).
-	Failures uint64
-	// Batches counts Process commits and Retries counts Retry commits.
-	Batches, Retries uint64
-}
-
-func (c *Counters) add(o Counters) {
+// addCounters adds o to c.
+func addCounters(c *stream.Counters, o stream.Counters) {
 	c.Polled += o.Polled
 	c.Records += o.Records
 	c.Applied += o.Applied
@@ -302,42 +281,12 @@ func (c *Counters) add(o Counters) {
 	c.Retries += o.Retries
 }
 
-// PartitionStats describes one partition's pipeline.
-type PartitionStats struct {
-	Partition uint32
-	// Next is the committed checkpoint: the next offset to process.
-	Next uint64
-	// ParkedKeys and ParkedRecords say how many keys wait for a retry
-	// (or a Release) and how many records they hold.
-	ParkedKeys, ParkedRecords int
-	// LastCommit is when the pipeline last committed (zero if never).
-	LastCommit time.Time
-	Counters
-}
-
-// Stats is a snapshot of a processor's progress.
-type Stats struct {
-	// Source is the source's name.
-	Source string
-	// Partitions holds one entry per partition the processor has run, in
-	// partition order.
-	Partitions []PartitionStats
-	// Total sums the counters of all partitions.
-	Total Counters
-	// ParkedKeys and ParkedRecords sum those of all partitions.
-	ParkedKeys, ParkedRecords int
-}
-
 // NewProcessor returns a processor of src for prog on db. It attaches the
 // program's tables to db and checks the program's fingerprint against the
 // one stored there (an error wrapping state.ErrIncompatibleTopology refuses
 // a store written by another topology), and refuses a source whose name the
 // program does not know or invalid options. It does no I/O on src: Run does.
-//
-// Open the store with Locator(n) for a source of n partitions, so that
-// table rows are filed under the partition that owns their key and
-// Table.Get finds them.
-func NewProcessor(prog *Program, db *state.DB, src Source, opts ...ProcessorOption) (*Processor, error) {
+func NewProcessor(prog *Program, db *state.DB, src stream.Source, opts ...ProcessorOption) (*Processor, error) {
 	if prog == nil || db == nil || src == nil {
 		return nil, errors.New("stream: NewProcessor: nil program, database or source")
 	}
@@ -382,26 +331,13 @@ func NewProcessor(prog *Program, db *state.DB, src Source, opts ...ProcessorOpti
 	p := &Processor{
 		prog: prog, db: db, src: src, name: name, opts: o,
 		log:   o.log.With(slog.String("component", "strand/processor"), slog.String("source", name)),
-		stats: map[uint32]*PartitionStats{},
+		stats: map[uint32]*stream.PartitionStats{},
 		live:  map[uint32]*pipeline{},
 	}
-	if c, ok := o.sink.(SentChecker); ok {
+	if c, ok := o.sink.(stream.SentChecker); ok {
 		p.checks = c
 	}
 	return p, nil
-}
-
-// KeyPartition returns the partition, of a source with n partitions, that
-// holds the events of key: XXH32(key, seed 0) % n, where Iggy's
-// messages-key partitioning and connectors/iggy's publisher put them. It
-// returns 0 when n is 0.
-func KeyPartition(key []byte, n uint32) uint32 { return xxh32.Partition(key, n) }
-
-// Locator returns the state option that files table rows under the
-// partition owning their key (KeyPartition) for a source of n partitions.
-// Open a processor's store with it: state.Open(dir, stream.Locator(n)).
-func Locator(n uint32) state.Option {
-	return state.WithLocator(func(key []byte) uint32 { return KeyPartition(key, n) })
 }
 
 // Source returns the name of the processor's source.
@@ -409,26 +345,26 @@ func (p *Processor) Source() string { return p.name }
 
 // Stats returns a snapshot of the processor's progress per partition and
 // in total. It is cheap and safe to call at any time.
-func (p *Processor) Stats() Stats {
+func (p *Processor) Stats() stream.Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{Source: p.name}
+	s := stream.Stats{Source: p.name}
 	for _, ps := range p.stats {
 		s.Partitions = append(s.Partitions, *ps)
-		s.Total.add(ps.Counters)
+		addCounters(&s.Total, ps.Counters)
 		s.ParkedKeys += ps.ParkedKeys
 		s.ParkedRecords += ps.ParkedRecords
 	}
-	slices.SortFunc(s.Partitions, func(a, b PartitionStats) int { return cmpU64(uint64(a.Partition), uint64(b.Partition)) })
+	slices.SortFunc(s.Partitions, func(a, b stream.PartitionStats) int { return cmpU64(uint64(a.Partition), uint64(b.Partition)) })
 	return s
 }
 
 // update applies fn to one partition's stats under the lock.
-func (p *Processor) update(partition uint32, fn func(ps *PartitionStats)) {
+func (p *Processor) update(partition uint32, fn func(ps *stream.PartitionStats)) {
 	p.mu.Lock()
 	ps, ok := p.stats[partition]
 	if !ok {
-		ps = &PartitionStats{Partition: partition}
+		ps = &stream.PartitionStats{Partition: partition}
 		p.stats[partition] = ps
 	}
 	fn(ps)
@@ -467,12 +403,12 @@ func (p *Processor) Release(ctx context.Context, partition uint32, key []byte) e
 // source whose rows are not yet deleted (not yet published, or published
 // and not yet confirmed), ordered by partition and offset. Without a sink
 // they accumulate here.
-func (p *Processor) PendingDeadLetters(ctx context.Context) ([]DeadLetter, error) {
+func (p *Processor) PendingDeadLetters(ctx context.Context) ([]stream.DeadLetter, error) {
 	parts, err := p.pendingPartitions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []DeadLetter
+	var out []stream.DeadLetter
 	for _, pt := range parts {
 		rows, err := p.deadLetterRows(ctx, pt, 0)
 		if err != nil {

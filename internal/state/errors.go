@@ -15,6 +15,10 @@ var (
 	// written with a key layout version this package does not read.
 	ErrIncompatibleLayout = errors.New("state: incompatible key layout")
 
+	// ErrPartitionsChanged is wrapped by [DB.EnsureSource] when a source's
+	// partition count differs from the one its state was written with.
+	ErrPartitionsChanged = errors.New("state: source partition count changed")
+
 	// ErrNotAttached is wrapped when a [Table] is used before [DB.Attach]
 	// bound it to a database.
 	ErrNotAttached = errors.New("state: table not attached")

@@ -61,7 +61,6 @@ type options struct {
 	cacheSize      int64
 	valueCacheSize int64
 	logger         *slog.Logger
-	locator        func(key []byte) uint32
 	fs             vfs.FS // tests only
 }
 
@@ -87,13 +86,6 @@ func WithValueCacheSize(bytes int64) Option { return func(o *options) { o.valueC
 // messages (flushes, WAL recovery) are logged at Debug level, its errors at
 // Error level. The default is [slog.Default].
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
-
-// WithLocator sets the function that says which source partition owns a
-// table key, given the key's encoded bytes; [Table.Get] uses it to find the
-// row. It must be deterministic, must agree with the partitions the
-// processor writes keys under, and must be safe for concurrent use. The
-// default puts every key in partition 0.
-func WithLocator(fn func(key []byte) uint32) Option { return func(o *options) { o.locator = fn } }
 
 // withFS runs Pebble on another file system (tests use an in-memory one).
 func withFS(fs vfs.FS) Option { return func(o *options) { o.fs = fs } }

@@ -1,4 +1,4 @@
-package stream
+package engine
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"slices"
 	"sync"
@@ -15,8 +17,8 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream/state"
 )
 
 // Task processes the batches of one partition of one source of a Program,
@@ -78,7 +80,7 @@ type Task struct {
 
 	clock        func() time.Time
 	log          *slog.Logger
-	onDeadLetter func(DeadLetter)
+	onDeadLetter func(stream.DeadLetter)
 
 	planner planner.Planner[string]
 	parked  map[string]*parkedKey
@@ -89,7 +91,7 @@ type Task struct {
 	broken  error
 
 	// scratch reused by Process
-	in      []Record
+	in      []stream.Record
 	fromRow []bool
 	status  []status
 	planRec []planner.Record[string]
@@ -102,7 +104,7 @@ type TaskOption func(*taskOptions)
 type taskOptions struct {
 	clock        func() time.Time
 	log          *slog.Logger
-	onDeadLetter func(DeadLetter)
+	onDeadLetter func(stream.DeadLetter)
 }
 
 // WithClock sets the clock used for retry backoff (tests).
@@ -125,7 +127,7 @@ func WithLogger(l *slog.Logger) TaskOption {
 // every dead letter that commit wrote. It runs on the Task's goroutine and
 // must not block for long. It is a notification: the durable record is the
 // dead-letter row the commit wrote, which a runtime publishes.
-func OnDeadLetter(fn func(DeadLetter)) TaskOption {
+func OnDeadLetter(fn func(stream.DeadLetter)) TaskOption {
 	return func(o *taskOptions) { o.onDeadLetter = fn }
 }
 
@@ -197,7 +199,7 @@ type Result struct {
 	// run another version of the declarations.
 	Mismatches int
 	// DeadLetters lists the records dead-lettered by this commit.
-	DeadLetters []DeadLetter
+	DeadLetters []stream.DeadLetter
 	// Failures lists the keys whose processing stopped at a failing run.
 	Failures []Failure
 }
@@ -253,12 +255,12 @@ type batch struct {
 	t       *Task
 	ctx     context.Context
 	tx      *state.Txn
-	records []Record
+	records []stream.Record
 	status  []status
 	attempt []int // per record: the try this is (1 + the key's failed tries)
 	fromRow []bool
 	due     map[string]bool // parked keys retried by this batch
-	poison  PoisonPolicy
+	poison  stream.PoisonPolicy
 
 	mismatches int // written by prepare only
 
@@ -271,7 +273,7 @@ type batch struct {
 
 type deadEntry struct {
 	idx    int
-	reason Reason
+	reason stream.Reason
 	err    error
 }
 
@@ -284,7 +286,7 @@ type failureEntry struct {
 	action string
 }
 
-func (b *batch) deadLetter(i int, reason Reason, err error) {
+func (b *batch) deadLetter(i int, reason stream.Reason, err error) {
 	b.status[i] = statusDead
 	b.mu.Lock()
 	b.dead = append(b.dead, deadEntry{i, reason, err})
@@ -333,7 +335,7 @@ type runCtx struct {
 // If a batch was given to Submit before, Process first waits for its
 // commit; if that commit failed, Process returns an error wrapping
 // ErrTaskBroken and does nothing.
-func (t *Task) Process(ctx context.Context, records []Record) (Result, error) {
+func (t *Task) Process(ctx context.Context, records []stream.Record) (Result, error) {
 	if err := t.settlePending(); err != nil {
 		return Result{Next: t.next}, err
 	}
@@ -419,7 +421,7 @@ func (t *Task) settlePending() error {
 // Retry and Release wait for the pending commit first. If Submit returns
 // an error, nothing of its batch was committed; the pending commit of the
 // previous batch, if any, goes on (its Wait says how it ended).
-func (t *Task) Submit(ctx context.Context, records []Record) (*Pending, error) {
+func (t *Task) Submit(ctx context.Context, records []stream.Record) (*Pending, error) {
 	if t.broken != nil {
 		return nil, t.broken
 	}
@@ -533,7 +535,7 @@ func (t *Task) Release(ctx context.Context, key []byte) error {
 	return nil
 }
 
-func (t *Task) process(ctx context.Context, records []Record) (Result, error) {
+func (t *Task) process(ctx context.Context, records []stream.Record) (Result, error) {
 	st, err := t.stage(ctx, records, nil)
 	if err != nil {
 		return Result{Next: t.next}, err
@@ -561,7 +563,7 @@ type staged struct {
 // stage runs a batch up to its commit: input, plan, execute, settle, with
 // the transaction following prev (nil: none). It returns nil when there is
 // nothing to do. On error the transaction is discarded.
-func (t *Task) stage(ctx context.Context, records []Record, prev *state.Txn) (st *staged, err error) {
+func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.Txn) (st *staged, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -687,11 +689,11 @@ func (t *Task) prepare(b *batch, nParked int) {
 			continue
 		}
 		if r.HeaderErr != nil {
-			b.deadLetter(i, ReasonBadHeaders, r.HeaderErr)
+			b.deadLetter(i, stream.ReasonBadHeaders, r.HeaderErr)
 			continue
 		}
 		if err := r.Headers.Validate(); err != nil {
-			b.deadLetter(i, ReasonBadHeaders, err)
+			b.deadLetter(i, stream.ReasonBadHeaders, err)
 			continue
 		}
 		key := unsafe.String(unsafe.SliceData(r.Headers.Key), len(r.Headers.Key))
@@ -711,8 +713,8 @@ func (t *Task) prepare(b *batch, nParked int) {
 			continue
 		}
 		if !known {
-			b.deadLetter(i, ReasonUnknownType, fmt.Errorf("%w: type tag %d", ErrUnknownType, r.Headers.Tag))
-			if b.poison == HoldPoisonedKey {
+			b.deadLetter(i, stream.ReasonUnknownType, fmt.Errorf("%w: type tag %d", ErrUnknownType, r.Headers.Tag))
+			if b.poison == stream.HoldPoisonedKey {
 				if poisoned == nil {
 					poisoned = map[string]bool{}
 				}
@@ -864,9 +866,9 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	var kd errKeyDecode
 	if errors.As(err, &kd) {
 		for _, i := range pending {
-			b.deadLetter(i, ReasonBadKey, kd.err)
+			b.deadLetter(i, stream.ReasonBadKey, kd.err)
 		}
-		if b.poison == HoldPoisonedKey {
+		if b.poison == stream.HoldPoisonedKey {
 			b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
 			return false
 		}
@@ -892,17 +894,17 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 		attempt = b.attempt[at]
 	}
 	switch {
-	case errors.Is(err, ErrPermanent):
+	case errors.Is(err, stream.ErrPermanent):
 		for _, i := range pending {
 			b.attempt[i] = attempt
-			b.deadLetter(i, ReasonPermanent, err)
+			b.deadLetter(i, stream.ReasonPermanent, err)
 		}
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
 		return true
 	case attempt >= t.prog.maxAttempts:
 		for _, i := range pending {
 			b.attempt[i] = attempt
-			b.deadLetter(i, ReasonExhausted, err)
+			b.deadLetter(i, stream.ReasonExhausted, err)
 		}
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
 		return true
@@ -1047,17 +1049,17 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 
 	for _, d := range b.dead {
 		r := &b.records[d.idx]
-		dl := DeadLetter{
+		dl := stream.DeadLetter{
 			Source: t.src.name, Partition: t.partition, Offset: r.Offset, Timestamp: r.Timestamp,
 			Reason: d.reason, Err: d.err, Headers: r.Headers, Payload: r.Payload,
 		}
-		if d.reason == ReasonPermanent || d.reason == ReasonExhausted {
+		if d.reason == stream.ReasonPermanent || d.reason == stream.ReasonExhausted {
 			dl.Attempts = b.attempt[d.idx]
 		} else if b.fromRow[d.idx] {
 			dl.Attempts = b.attempt[d.idx] - 1
 		}
 		if r.HeaderErr != nil {
-			dl.Headers = Headers{}
+			dl.Headers = stream.Headers{}
 		}
 		dl.Headers.Key = bytes.Clone(dl.Headers.Key)
 		dl.Payload = bytes.Clone(dl.Payload)
@@ -1065,7 +1067,7 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 		b.tx.PutRow(state.FamilyDeadLetters, t.partition, deadLetterRow(t.src.name, r.Offset), row)
 		res.DeadLetters = append(res.DeadLetters, dl)
 	}
-	slices.SortFunc(res.DeadLetters, func(a, b DeadLetter) int { return cmpU64(a.Offset, b.Offset) })
+	slices.SortFunc(res.DeadLetters, func(a, b stream.DeadLetter) int { return cmpU64(a.Offset, b.Offset) })
 
 	for _, f := range b.failures {
 		fl := Failure{Key: []byte(f.key), Tag: f.tag, Err: f.err, Action: f.action, Attempt: 1}
@@ -1119,13 +1121,13 @@ func mergeSorted(a, b []uint64) []uint64 {
 }
 
 // ownRecord copies the bytes a record aliases, to keep it past its batch.
-func ownRecord(r Record) Record {
+func ownRecord(r stream.Record) stream.Record {
 	r.Headers.Key = bytes.Clone(r.Headers.Key)
 	r.Payload = bytes.Clone(r.Payload)
 	return r
 }
 
 func deadLetterRow(source string, offset uint64) []byte {
-	b := appendString(nil, source)
+	b := rowenc.AppendString(nil, source)
 	return binary.BigEndian.AppendUint64(b, offset)
 }

@@ -1,14 +1,15 @@
-package stream
+package engine
 
 import (
 	"context"
 	"fmt"
+	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 // A processor runs a program over a partitioned source until its context
@@ -17,9 +18,10 @@ import (
 // in-memory sink (in production: an Iggy "<topic>.dlq" topic through
 // connectors/iggy.NewSink).
 func ExampleProcessor() {
-	deposits := Declare[string, procDeposit](1,
-		Reduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e })))
-	balances := state.NewTable[string, int64]("balances", StringKey[string](), state.JSON[int64]())
+	deposits := stream.Declare[string, procDeposit](1,
+		stream.Reduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e })))
+	balances := state.NewTable[string, int64]("balances", stream.StringKey[string](), state.JSON[int64]())
+	balances.SetPartitions(2)
 	prog, err := NewProgram(Spec{Name: "bank", Sources: []SourceSpec{{
 		Name: "bank/accounts",
 		Handlers: []Handler{Project(deposits, balances, func(v *int64, e procDeposit) error {
@@ -37,11 +39,11 @@ func ExampleProcessor() {
 		env, _ := deposits.Envelope(e)
 		src.appendEnv(env)
 	}
-	src.append(0, Record{HeaderErr: fmt.Errorf("no strand headers"), Payload: []byte("?")})
+	src.append(0, stream.Record{HeaderErr: fmt.Errorf("no strand headers"), Payload: []byte("?")})
 
 	dir, _ := os.MkdirTemp("", "strand-example")
 	defer os.RemoveAll(dir)
-	db, err := state.Open(dir, Locator(2))
+	db, err := state.Open(dir)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -70,7 +72,7 @@ func ExampleProcessor() {
 		fmt.Println(acct, v)
 	}
 	m := dlq.all()[0]
-	fmt.Println("dead letter:", header(m, HeaderDLQReason), "from partition", header(m, HeaderDLQPartition), "offset", header(m, HeaderDLQOffset))
+	fmt.Println("dead letter:", header(m, stream.HeaderDLQReason), "from partition", header(m, stream.HeaderDLQPartition), "offset", header(m, stream.HeaderDLQOffset))
 	// Output:
 	// run: <nil>
 	// alice 42

@@ -1,4 +1,4 @@
-package stream
+package engine
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/stream"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -91,15 +92,15 @@ func TestProcessorCrashChild(t *testing.T) {
 		}
 		switch name {
 		case "BeforeProcess":
-			hooks.BeforeProcess = func(uint32, []Record) error { return kill() }
+			hooks.BeforeProcess = func(uint32, []stream.Record) error { return kill() }
 		case "AfterCommit":
 			hooks.AfterCommit = func(uint32, Result) error { return kill() }
 		case "BeforeDeadLetterSend":
-			hooks.BeforeDeadLetterSend = func(uint32, []DeadLetter) error { return kill() }
+			hooks.BeforeDeadLetterSend = func(uint32, []stream.DeadLetter) error { return kill() }
 		case "AfterDeadLetterSend":
-			hooks.AfterDeadLetterSend = func(uint32, []DeadLetter) error { return kill() }
+			hooks.AfterDeadLetterSend = func(uint32, []stream.DeadLetter) error { return kill() }
 		case "AfterDeadLetterDelete":
-			hooks.AfterDeadLetterDelete = func(uint32, []DeadLetter) error { return kill() }
+			hooks.AfterDeadLetterDelete = func(uint32, []stream.DeadLetter) error { return kill() }
 		default:
 			t.Fatalf("unknown hook %q", name)
 		}
@@ -244,7 +245,7 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 				continue
 			}
 			want++
-			id := DeadLetter{Source: procSource, Partition: pt, Offset: r.Offset}.ID()
+			id := stream.DeadLetter{Source: procSource, Partition: pt, Offset: r.Offset}.ID()
 			if n := sink.count[id]; n != 1 {
 				t.Errorf("dead letter of partition %d offset %d is in the sink %d times", pt, r.Offset, n)
 			}
@@ -317,7 +318,7 @@ func openFileSink(path string) (*fileSink, error) {
 	return s, nil
 }
 
-func (s *fileSink) Send(ctx context.Context, msgs []Message) error {
+func (s *fileSink) Send(ctx context.Context, msgs []stream.Message) error {
 	for _, m := range msgs {
 		b := binary.BigEndian.AppendUint32(nil, fileSinkMagic)
 		b = append(b, m.ID[:]...)
@@ -333,7 +334,7 @@ func (s *fileSink) Send(ctx context.Context, msgs []Message) error {
 	return nil
 }
 
-func (s *fileSink) Sent(ctx context.Context, msgs []Message) ([]bool, error) {
+func (s *fileSink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) {
 	out := make([]bool, len(msgs))
 	for i, m := range msgs {
 		out[i] = s.count[m.ID] > 0

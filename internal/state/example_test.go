@@ -6,7 +6,7 @@ import (
 	"log"
 	"os"
 
-	"github.com/strand-io/strand/stream/state"
+	"github.com/strand-io/strand/internal/state"
 )
 
 type Account struct {

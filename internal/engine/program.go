@@ -1,9 +1,10 @@
-package stream
+package engine
 
 import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/stream"
 	"runtime"
 	"slices"
 	"sort"
@@ -11,41 +12,13 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream/state"
 )
 
 // ErrBadTopology is wrapped by every error NewProgram (and so topology
 // Build) returns: the topology cannot work, and the message names why.
 var ErrBadTopology = errors.New("stream: bad topology")
-
-// PoisonPolicy says what happens to the later events of a key after one of
-// its events turned out to be poison (bad strand headers, an unknown type
-// tag, an undecodable payload or key). The poison event itself is never
-// applied and always dead-lettered.
-type PoisonPolicy uint8
-
-const (
-	// PassPoison lets the key's later events go on as if the poison event
-	// had not been in the log. It is the default: the poison event could
-	// never have applied, so skipping it is what any retry would do too.
-	PassPoison PoisonPolicy = iota
-	// HoldPoisonedKey parks every later event of the key durably, behind
-	// the poison event, and stops the key until Task.Release is called
-	// for it (after the dead letter was dealt with). Other keys go on.
-	HoldPoisonedKey
-)
-
-// String returns "pass" or "hold".
-func (p PoisonPolicy) String() string {
-	switch p {
-	case PassPoison:
-		return "pass"
-	case HoldPoisonedKey:
-		return "hold"
-	}
-	return fmt.Sprintf("PoisonPolicy(%d)", uint8(p))
-}
 
 // Spec describes a program for NewProgram. Package topology fills one from
 // its fluent builder; most users never write one by hand.
@@ -58,7 +31,7 @@ type Spec struct {
 	// them (tables that handlers use are attached anyway).
 	Tables []state.Attacher
 	// Poison says what happens to a key's events after a poison event.
-	Poison PoisonPolicy
+	Poison stream.PoisonPolicy
 	// Workers bounds how many keys of one batch run at once; 0 means
 	// runtime.GOMAXPROCS(0).
 	Workers int
@@ -98,7 +71,7 @@ type Program struct {
 	tables      []state.Attacher
 	tableNames  []string
 	fingerprint []byte
-	poison      PoisonPolicy
+	poison      stream.PoisonPolicy
 	workers     int
 	maxAttempts int
 	backoff     time.Duration
@@ -165,7 +138,7 @@ func NewProgram(spec Spec) (*Program, error) {
 	if p.maxBackoff <= 0 {
 		p.maxBackoff = time.Minute
 	}
-	if p.poison != PassPoison && p.poison != HoldPoisonedKey {
+	if p.poison != stream.PassPoison && p.poison != stream.HoldPoisonedKey {
 		fail("unknown poison policy %d", uint8(p.poison))
 	}
 

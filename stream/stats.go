@@ -1,0 +1,57 @@
+package stream
+
+import "time"
+
+// Counters are running totals of a runtime's work since it was opened (they
+// survive restarts of Run, not of the process).
+type Counters struct {
+	// Polled counts the records the readers returned.
+	Polled uint64
+	// Records counts the records the Tasks looked at .
+	Records uint64
+	// Applied counts the records applied by every handler of their type.
+	Applied uint64
+	// Skipped counts the records of skipped type tags.
+	Skipped uint64
+	// DeadLettered counts the dead letters committed.
+	DeadLettered uint64
+	// Published counts the dead letters the sink accepted (or held
+	// already) and whose rows were deleted.
+	Published uint64
+	// PublishErrors counts failed attempts to publish dead letters.
+	PublishErrors uint64
+	// Failures counts key failures (parked, held or dead-lettered runs).
+	Failures uint64
+	// Batches counts Process commits and Retries counts Retry commits.
+	Batches, Retries uint64
+}
+
+// PartitionStats describes one partition's pipeline.
+type PartitionStats struct {
+	Partition uint32
+	// Next is the committed checkpoint: the next offset to process.
+	Next uint64
+	// ParkedKeys and ParkedRecords say how many keys wait for a retry
+	// (or a Release) and how many records they hold.
+	ParkedKeys, ParkedRecords int
+	// NextRetry is when the earliest parked key is due for a retry; zero
+	// when no key waits for one (keys held behind a poison event wait for
+	// a Release instead).
+	NextRetry time.Time
+	// LastCommit is when the pipeline last committed (zero if never).
+	LastCommit time.Time
+	Counters
+}
+
+// Stats is a snapshot of the progress of one source's partitions.
+type Stats struct {
+	// Source is the source's name.
+	Source string
+	// Partitions holds one entry per partition the processor has run, in
+	// partition order.
+	Partitions []PartitionStats
+	// Total sums the counters of all partitions.
+	Total Counters
+	// ParkedKeys and ParkedRecords sum those of all partitions.
+	ParkedKeys, ParkedRecords int
+}

@@ -1,0 +1,474 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream"
+)
+
+// Errors of the front door. They are the same values the store reports, so
+// errors.Is works on every error Open, Run and the tables return.
+var (
+	// ErrNotOpen is wrapped by Table.Get and Table.Scan before an App of
+	// the table's topology is open, and after it was closed.
+	ErrNotOpen = errors.New("topology: table not open")
+	// ErrIncompatibleTopology is wrapped by Open when the state directory
+	// was written by a topology with another fingerprint (see
+	// Program.Fingerprint).
+	ErrIncompatibleTopology = state.ErrIncompatibleTopology
+	// ErrPartitionsChanged is wrapped by Open when a source's partition
+	// count differs from the one its state was written with.
+	ErrPartitionsChanged = state.ErrPartitionsChanged
+	// ErrClosed is wrapped by the methods of an App after Close.
+	ErrClosed = errors.New("topology: app closed")
+	// ErrRunning is wrapped by Run when the App is already running.
+	ErrRunning = errors.New("topology: app already running")
+)
+
+func wrapNotOpen(err error) error {
+	if errors.Is(err, state.ErrNotAttached) || errors.Is(err, state.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrNotOpen, err)
+	}
+	return err
+}
+
+// Durability says when a commit returns; see WithDurability.
+type Durability uint8
+
+const (
+	// Sync makes a commit return only after it is fsynced: a committed
+	// batch survives a machine crash. The default; concurrent commits of
+	// different partitions share fsyncs.
+	Sync Durability = iota
+	// NoSync makes a commit return once it is in the write-ahead log
+	// buffer: a process crash loses nothing, a machine crash may lose the
+	// last commits, and what survives is always a prefix of the commits,
+	// so tables still match their checkpoints. Dead letters are published
+	// only after their commit is synced.
+	NoSync
+)
+
+// String returns "sync" or "nosync".
+func (d Durability) String() string {
+	switch d {
+	case Sync:
+		return "sync"
+	case NoSync:
+		return "nosync"
+	}
+	return fmt.Sprintf("Durability(%d)", uint8(d))
+}
+
+// OpenOption configures Open. An invalid value makes Open fail with an
+// error naming the option.
+type OpenOption func(*openOptions) error
+
+type openOptions struct {
+	log        *slog.Logger
+	dlq        string
+	pollSize   int
+	prefetch   int
+	partitions []uint32
+	durability Durability
+	cacheSize  int64
+	valueCache int64
+	drain      time.Duration
+	clock      Clock
+}
+
+// Clock is the time an App's retries run on. The default is the wall
+// clock; package topologytest drives an App on a clock of its own.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// At returns a channel that receives once the clock reads t or later
+	// (at once if it already does).
+	At(t time.Time) <-chan time.Time
+}
+
+// WithClock runs the App's retry backoff on c instead of the wall clock
+// (tests: see package topologytest).
+func WithClock(c Clock) OpenOption {
+	return func(o *openOptions) error {
+		if c == nil {
+			return errors.New("topology.WithClock: nil clock")
+		}
+		o.clock = c
+		return nil
+	}
+}
+
+// WithLogger sets the logger of everything the App runs (failures of keys,
+// dead letters, the store's messages); the default is slog.Default(). Log
+// lines never carry payload bytes.
+func WithLogger(l *slog.Logger) OpenOption {
+	return func(o *openOptions) error {
+		if l == nil {
+			return errors.New("topology.WithLogger: nil logger")
+		}
+		o.log = l
+		return nil
+	}
+}
+
+// WithDeadLetterTopic sets the topic dead letters of every source are
+// published to (created by the connector if missing); the default is the
+// first source's name followed by ".dlq".
+func WithDeadLetterTopic(topic string) OpenOption {
+	return func(o *openOptions) error {
+		if topic == "" {
+			return errors.New("topology.WithDeadLetterTopic: empty topic name")
+		}
+		o.dlq = topic
+		return nil
+	}
+}
+
+// WithPollSize sets the most records one poll of a partition returns
+// (default 4096).
+func WithPollSize(n int) OpenOption {
+	return func(o *openOptions) error {
+		if n < 1 {
+			return fmt.Errorf("topology.WithPollSize: %d, want at least 1", n)
+		}
+		o.pollSize = n
+		return nil
+	}
+}
+
+// WithPrefetch sets how many polled batches a partition may read ahead of
+// the one being processed (default 1; 0 polls only when idle).
+func WithPrefetch(n int) OpenOption {
+	return func(o *openOptions) error {
+		if n < 0 {
+			return fmt.Errorf("topology.WithPrefetch: %d, want 0 or more", n)
+		}
+		o.prefetch = n
+		return nil
+	}
+}
+
+// WithPartitions makes the App process only the given partitions of every
+// source (default: all). Several Apps with disjoint partitions and their
+// own state directories can share the work; nothing coordinates them.
+func WithPartitions(ps ...uint32) OpenOption {
+	return func(o *openOptions) error {
+		if len(ps) == 0 {
+			return errors.New("topology.WithPartitions: no partition")
+		}
+		seen := map[uint32]bool{}
+		for _, p := range ps {
+			if seen[p] {
+				return fmt.Errorf("topology.WithPartitions: partition %d given twice", p)
+			}
+			seen[p] = true
+		}
+		o.partitions = append([]uint32(nil), ps...)
+		return nil
+	}
+}
+
+// WithDurability sets when a commit returns (default Sync).
+func WithDurability(d Durability) OpenOption {
+	return func(o *openOptions) error {
+		if d != Sync && d != NoSync {
+			return fmt.Errorf("topology.WithDurability: unknown durability %d", uint8(d))
+		}
+		o.durability = d
+		return nil
+	}
+}
+
+// WithCacheSize sets the store's block cache in bytes (default 64 MiB,
+// at least 4 MiB).
+func WithCacheSize(bytes int64) OpenOption {
+	return func(o *openOptions) error {
+		if bytes < 4<<20 {
+			return fmt.Errorf("topology.WithCacheSize: %d bytes, want at least 4 MiB", bytes)
+		}
+		o.cacheSize = bytes
+		return nil
+	}
+}
+
+// WithValueCacheSize bounds the cache of decoded table values that saves
+// hot keys a read and a decode (default 32 MiB; 0 turns it off).
+func WithValueCacheSize(bytes int64) OpenOption {
+	return func(o *openOptions) error {
+		if bytes < 0 {
+			return fmt.Errorf("topology.WithValueCacheSize: %d bytes, want 0 or more", bytes)
+		}
+		o.valueCache = bytes
+		return nil
+	}
+}
+
+// WithDrainTimeout bounds how long Run, once its context is done, waits for
+// the batches in flight to commit and the dead letters to be published
+// (default 30 seconds).
+func WithDrainTimeout(d time.Duration) OpenOption {
+	return func(o *openOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("topology.WithDrainTimeout: %v, want more than 0", d)
+		}
+		o.drain = d
+		return nil
+	}
+}
+
+// App runs a built topology: every partition of every source, one state
+// directory, one dead-letter topic, one logger. Open one with Open (or
+// Program.Open), run it with Run, query its tables while it runs, and
+// Close it. Its methods are safe for concurrent use.
+type App struct {
+	prog  *Program
+	db    *state.DB
+	dlq   stream.Sink
+	procs []*engine.Processor
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	closed  bool
+	running bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Open builds t (see Build) and opens an App of it; see Program.Open.
+func Open(ctx context.Context, t *Topology, conn stream.Connector, dir string, opts ...OpenOption) (*App, error) {
+	p, err := t.Build()
+	if err != nil {
+		return nil, err
+	}
+	return p.Open(ctx, conn, dir, opts...)
+}
+
+// Open opens an App of the program over the topics of conn, with its state
+// in dir (created if missing; one App at a time may use it). It refuses,
+// with an error that says what changed, a state directory written by an
+// incompatible topology (ErrIncompatibleTopology) or with another partition
+// count of a source (ErrPartitionsChanged), a table fed by sources of
+// different partition counts, a missing source topic, and invalid options.
+// Open reads each source's partition count from the connector, stores it
+// in dir on the first start, and opens the dead-letter topic.
+func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, opts ...OpenOption) (*App, error) {
+	o := openOptions{log: slog.Default(), pollSize: engine.DefaultPollSize, prefetch: 1,
+		cacheSize: state.DefaultCacheSize, valueCache: state.DefaultValueCacheSize, drain: 30 * time.Second}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if conn == nil {
+		return nil, errors.New("topology: Open: nil connector")
+	}
+	name := p.Name()
+	fail := func(err error) error { return fmt.Errorf("topology %q: open: %w", name, err) }
+
+	// Sources first: nothing is created before the topics are known.
+	sources := make([]stream.Source, 0, len(p.Sources()))
+	counts := map[string]uint32{}
+	for _, sn := range p.Sources() {
+		src, err := conn.OpenSource(ctx, sn)
+		if err != nil {
+			return nil, fail(fmt.Errorf("source %q: %w", sn, err))
+		}
+		n, err := src.Partitions(ctx)
+		if err != nil {
+			return nil, fail(fmt.Errorf("source %q: partition count: %w", sn, err))
+		}
+		if n == 0 {
+			return nil, fail(fmt.Errorf("source %q has no partitions", sn))
+		}
+		for _, pt := range o.partitions {
+			if pt >= n {
+				return nil, fail(fmt.Errorf("topology.WithPartitions: source %q has %d partitions, no partition %d", sn, n, pt))
+			}
+		}
+		sources = append(sources, src)
+		counts[sn] = n
+	}
+	for _, tn := range p.tables {
+		var n uint32
+		for _, sn := range tn.sources {
+			switch {
+			case n == 0:
+				n = counts[sn]
+			case counts[sn] != n:
+				return nil, fail(fmt.Errorf("table %q is fed by sources of %d and %d partitions (%q); a table's keys must be partitioned one way",
+					tn.name, n, counts[sn], tn.sources))
+			}
+		}
+		tn.partitioner.SetPartitions(n)
+	}
+
+	db, err := state.Open(dir, state.WithDurability(state.Durability(o.durability)), state.WithCacheSize(o.cacheSize),
+		state.WithValueCacheSize(o.valueCache), state.WithLogger(o.log))
+	if err != nil {
+		return nil, fail(err)
+	}
+	a := &App{prog: p, db: db, log: o.log}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = db.Close()
+		}
+	}()
+	if err := p.p.Attach(db); err != nil {
+		return nil, fail(err)
+	}
+	for _, sn := range p.Sources() {
+		if err := db.EnsureSource(sn, counts[sn]); err != nil {
+			return nil, fail(err)
+		}
+	}
+	dlqTopic := o.dlq
+	if dlqTopic == "" {
+		dlqTopic = p.Sources()[0] + ".dlq"
+	}
+	a.dlq, err = conn.OpenSink(ctx, dlqTopic, counts[p.Sources()[0]])
+	if err != nil {
+		return nil, fail(fmt.Errorf("dead-letter topic %q: %w", dlqTopic, err))
+	}
+	popts := []engine.ProcessorOption{
+		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),
+		engine.WithProcessorLogger(o.log), engine.WithDrainTimeout(o.drain),
+	}
+	if len(o.partitions) > 0 {
+		popts = append(popts, engine.WithPartitions(o.partitions...))
+	}
+	if o.clock != nil {
+		popts = append(popts, engine.WithProcessorClock(o.clock))
+	}
+	for _, src := range sources {
+		proc, err := engine.NewProcessor(p.p, db, src, popts...)
+		if err != nil {
+			return nil, fail(err)
+		}
+		a.procs = append(a.procs, proc)
+	}
+	ok = true
+	return a, nil
+}
+
+// Run processes every source until ctx is done or a partition fails, and
+// returns only when everything it started has stopped: batches in flight
+// committed (within the drain timeout), dead letters published or left
+// durably for the next run. It returns nil after a stop caused by ctx, the
+// error of the first partition that failed (the others are stopped, and
+// their work committed), or an error wrapping ErrRunning or ErrClosed. Run
+// may be called again after it returned; it resumes from the committed
+// checkpoints.
+func (a *App) Run(ctx context.Context) error {
+	a.mu.Lock()
+	switch {
+	case a.closed:
+		a.mu.Unlock()
+		return fmt.Errorf("topology %q: run: %w", a.prog.Name(), ErrClosed)
+	case a.running:
+		a.mu.Unlock()
+		return fmt.Errorf("topology %q: run: %w", a.prog.Name(), ErrRunning)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a.running, a.cancel, a.done = true, cancel, make(chan struct{})
+	done := a.done
+	a.mu.Unlock()
+	defer func() {
+		cancel()
+		a.mu.Lock()
+		a.running, a.cancel = false, nil
+		a.mu.Unlock()
+		close(done)
+	}()
+
+	errs := make([]error, len(a.procs))
+	var wg sync.WaitGroup
+	for i, proc := range a.procs {
+		wg.Go(func() {
+			errs[i] = proc.Run(ctx)
+			if errs[i] != nil {
+				cancel() // one source failed: stop the others, committing their work
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Close stops Run if it is running (as if its context were done) and waits
+// for it to return, then closes the state directory and the dead-letter
+// sink. Tables answer ErrNotOpen afterwards. Close is idempotent and may be
+// called at any time, from any goroutine: there is no wrong order.
+func (a *App) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	cancel, done := a.cancel, a.done
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	var errs []error
+	if c, ok := a.dlq.(interface{ Close(context.Context) error }); ok {
+		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, c.Close(ctx))
+		stop()
+	}
+	errs = append(errs, a.db.Close())
+	return errors.Join(errs...)
+}
+
+// Stats returns a snapshot of every source's progress, in the order the
+// sources were declared. It is cheap and safe to call at any time.
+func (a *App) Stats() []stream.Stats {
+	out := make([]stream.Stats, len(a.procs))
+	for i, p := range a.procs {
+		out[i] = p.Stats()
+	}
+	return out
+}
+
+// Checkpoint returns the committed next offset of a source partition (where
+// processing resumes), and false when nothing was committed for it.
+func (a *App) Checkpoint(source string, partition uint32) (uint64, bool, error) {
+	return a.db.Checkpoint(source, partition)
+}
+
+// Release lets a key held behind a poison event (stream.HoldPoisonedKey) go
+// on: its parked events are retried at once. It needs Run to be running.
+func (a *App) Release(ctx context.Context, source string, partition uint32, key []byte) error {
+	for _, p := range a.procs {
+		if p.Source() == source {
+			return p.Release(ctx, partition, key)
+		}
+	}
+	return fmt.Errorf("topology %q: release: no source %q", a.prog.Name(), source)
+}
+
+// PendingDeadLetters returns the committed dead letters not yet published
+// to the dead-letter topic, of every source.
+func (a *App) PendingDeadLetters(ctx context.Context) ([]stream.DeadLetter, error) {
+	var out []stream.DeadLetter
+	for _, p := range a.procs {
+		d, err := p.PendingDeadLetters(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d...)
+	}
+	return out, nil
+}

@@ -1,0 +1,37 @@
+package topology
+
+import (
+	"context"
+
+	"github.com/strand-io/strand/internal/state"
+)
+
+// Table is a table of a topology's state: typed values under typed keys,
+// folded by the topology's projections and stored in its App's state
+// directory. Make one with NewTable. Get and Scan read the state as of the
+// last commit, from any goroutine, while the App runs and after Run
+// returned, until the App is closed; before an App of the topology is open
+// they return an error wrapping ErrNotOpen.
+type Table[K, V any] struct {
+	t *state.Table[K, V]
+}
+
+// Name returns the table's name.
+func (t *Table[K, V]) Name() string { return t.t.Name() }
+
+// Get returns the committed value of k, and false when k has no row. A row
+// is found whatever partition wrote it: the key's own partition is read
+// first, the others only on a miss (cheap, with Pebble's bloom filters). It
+// costs one Pebble point read and one decode.
+func (t *Table[K, V]) Get(ctx context.Context, k K) (V, bool, error) {
+	v, ok, err := t.t.Get(ctx, k)
+	return v, ok, wrapNotOpen(err)
+}
+
+// Scan calls fn with every committed key and value of the table, partition
+// by partition and in key order within a partition, until fn returns false.
+// It sees one consistent state: commits made during the scan are not seen.
+// A long scan pins old data in the store until it ends.
+func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
+	return wrapNotOpen(t.t.Scan(ctx, fn))
+}

@@ -1,0 +1,469 @@
+// Package topologytest runs a topology without a broker, for tests: the
+// broker-free driver (Kafka Streams' TopologyTestDriver, Goka's tester).
+//
+// A Driver opens the topology's real App — the same pipelines, commits,
+// retries, parking, dead-letter publication and restarts as in production
+// — over an in-memory connector whose logs the test fills with Pipe and
+// hands out batch by batch with Step, on a clock that moves only when the
+// test calls AdvanceClock. Dead letters are published to an in-memory
+// dead-letter topic that DeadLetters reads; the Driver logs nothing unless
+// given a logger.
+//
+//	d := topologytest.NewDriver(t, topo)
+//	topologytest.Pipe(d, Deposits, Deposited{Account: 42, Amount: 100})
+//	d.Advance()
+//	acct, ok, err := balances.Get(ctx, 42)
+package topologytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// TB is the part of testing.TB the Driver uses: a *testing.T or
+// *testing.B, or anything else that can fail and clean up (an Example's
+// stand-in).
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
+var _ TB = testing.TB(nil)
+
+// Driver runs one topology in memory. Its methods must be called from the
+// test's goroutine.
+type Driver struct {
+	tb        TB
+	prog      *topology.Program
+	dir       string
+	parts     uint32
+	batchSize func() int
+	log       *slog.Logger
+	opts      []topology.OpenOption
+	conn      *memConnector
+	clock     *clock
+	timeout   time.Duration
+
+	app    *topology.App
+	cancel context.CancelFunc
+	runErr chan error
+}
+
+// Option configures NewDriver.
+type Option func(*Driver)
+
+// Dir sets the state directory (default: a new temporary directory), so a
+// test can reopen a store another Driver or a child process wrote.
+func Dir(dir string) Option { return func(d *Driver) { d.dir = dir } }
+
+// Partitions sets the partition count of every source (default 1).
+func Partitions(n uint32) Option { return func(d *Driver) { d.parts = max(n, 1) } }
+
+// BatchSize sets how many records of each partition one Step hands out
+// (default 1,000).
+func BatchSize(n int) Option {
+	return func(d *Driver) { d.batchSize = func() int { return max(n, 1) } }
+}
+
+// BatchSizes sets a function that gives each Step's batch size, for tests
+// of random batch boundaries.
+func BatchSizes(fn func() int) Option { return func(d *Driver) { d.batchSize = fn } }
+
+// Logger sets the logger of the App (default: none, so a test's output
+// shows only what the test reports).
+func Logger(l *slog.Logger) Option { return func(d *Driver) { d.log = l } }
+
+// OpenOptions adds options of topology.Open (durability, poll size ...).
+func OpenOptions(opts ...topology.OpenOption) Option {
+	return func(d *Driver) { d.opts = append(d.opts, opts...) }
+}
+
+// NewDriver builds topo, opens its App over in-memory topics and starts
+// it. A topology that does not build, or a store that cannot open, fails
+// the test. The Driver is closed by tb's cleanup.
+func NewDriver(tb TB, topo *topology.Topology, opts ...Option) *Driver {
+	tb.Helper()
+	d := &Driver{tb: tb, parts: 1, batchSize: func() int { return 1000 }, timeout: 20 * time.Second,
+		log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if o != nil {
+			o(d)
+		}
+	}
+	prog, err := topo.Build()
+	if err != nil {
+		tb.Fatalf("topologytest: %v", err)
+	}
+	d.prog = prog
+	if d.dir == "" {
+		d.dir = tb.TempDir()
+	}
+	d.conn = newMemConnector(d.parts, prog.Sources())
+	d.clock = newClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	d.open()
+	tb.Cleanup(d.Close)
+	return d
+}
+
+func (d *Driver) open() {
+	d.tb.Helper()
+	opts := append([]topology.OpenOption{topology.WithLogger(d.log), topology.WithClock(d.clock),
+		topology.WithDurability(topology.NoSync), topology.WithPrefetch(0)}, d.opts...)
+	app, err := d.prog.Open(context.Background(), d.conn, d.dir, opts...)
+	if err != nil {
+		d.tb.Fatalf("topologytest: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.app, d.cancel, d.runErr = app, cancel, make(chan error, 1)
+	go func() { d.runErr <- app.Run(ctx) }()
+	// Wait until every partition's pipeline runs, so that Stats (parked
+	// keys, retries) describe the reopened store.
+	deadline := time.Now().Add(d.timeout)
+	for !d.started() {
+		select {
+		case err := <-d.runErr:
+			d.runErr <- err
+			d.tb.Fatalf("topologytest: the app stopped at start: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.tb.Fatalf("topologytest: the app did not start within %v", d.timeout)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func (d *Driver) started() bool {
+	for _, st := range d.app.Stats() {
+		if len(st.Partitions) < int(d.parts) {
+			return false
+		}
+	}
+	return true
+}
+
+// App returns the running App (for Stats, Checkpoint, Release).
+func (d *Driver) App() *topology.App { return d.app }
+
+// Dir returns the state directory.
+func (d *Driver) Dir() string { return d.dir }
+
+// Now returns the driver's clock.
+func (d *Driver) Now() time.Time { return d.clock.Now() }
+
+// AdvanceClock moves the driver's clock: parked keys whose backoff has
+// passed become due, and the next Step retries them.
+func (d *Driver) AdvanceClock(dt time.Duration) { d.clock.advance(dt) }
+
+// Close stops the App (committing what is in flight) and closes its store.
+// It is safe to call more than once.
+func (d *Driver) Close() {
+	if d.app == nil {
+		return
+	}
+	d.cancel()
+	err := <-d.runErr
+	cerr := d.app.Close()
+	d.app = nil
+	if err = errors.Join(err, cerr); err != nil {
+		d.tb.Errorf("topologytest: closing the app: %v", err)
+	}
+}
+
+// Restart closes the App and opens it again on the same state directory
+// and topics, as a process restart would: it resumes from the committed
+// checkpoints with its parked keys.
+func (d *Driver) Restart() {
+	d.tb.Helper()
+	d.Close()
+	d.open()
+}
+
+// Pipe appends events to the topology's only source, each in the partition
+// of its key, encoded by decl exactly as a publisher encodes them. It fails
+// the test if the topology has several sources (use PipeTo) or an event
+// does not encode.
+func Pipe[K, E any](d *Driver, decl *stream.Event[K, E], events ...E) {
+	d.tb.Helper()
+	srcs := d.prog.Sources()
+	if len(srcs) != 1 {
+		d.tb.Fatalf("topologytest.Pipe: the topology has %d sources; use PipeTo", len(srcs))
+	}
+	PipeTo(d, srcs[0], decl, events...)
+}
+
+// PipeTo appends events to the named source, each in the partition of its
+// key.
+func PipeTo[K, E any](d *Driver, source string, decl *stream.Event[K, E], events ...E) {
+	d.tb.Helper()
+	for _, e := range events {
+		env, err := decl.Envelope(e)
+		if err != nil {
+			d.tb.Fatalf("topologytest.Pipe: %v", err)
+		}
+		p := xxh32.Partition(env.Headers.Key, d.parts)
+		d.PipeRecord(source, stream.Record{Partition: p, Headers: env.Headers, Payload: env.Payload})
+	}
+}
+
+// PipeRecord appends a raw record to partition r.Partition of source, for
+// tests of bad input (set HeaderErr, an unknown tag, a broken payload). The
+// driver assigns the offset, which it returns, and a timestamp.
+func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
+	d.tb.Helper()
+	s, ok := d.conn.sources[source]
+	if !ok {
+		d.tb.Fatalf("topologytest: no source %q", source)
+	}
+	if r.Partition >= d.parts {
+		d.tb.Fatalf("topologytest: source %q has no partition %d", source, r.Partition)
+	}
+	r.Timestamp = uint64(d.clock.Now().UnixMicro())
+	return s.logs[r.Partition].append(r)
+}
+
+// Step hands every partition with records not yet handed out one more
+// batch, and waits until the App has committed everything handed out and
+// retried every parked key that is due. It reports whether there was
+// anything to do. A partition that fails (a store failure) fails the test.
+func (d *Driver) Step() bool {
+	d.tb.Helper()
+	did := false
+	for _, name := range d.prog.Sources() {
+		for _, l := range d.conn.sources[name].logs {
+			if l.grant(d.batchSize()) > 0 {
+				did = true
+			}
+		}
+	}
+	if d.retryDue() {
+		did = true
+	}
+	d.settle()
+	return did
+}
+
+// Advance steps until every record is committed and no parked key is due.
+func (d *Driver) Advance() {
+	d.tb.Helper()
+	for d.Step() {
+	}
+}
+
+// retryDue reports whether a parked key is due on the driver's clock.
+func (d *Driver) retryDue() bool {
+	now := d.clock.Now()
+	for _, st := range d.app.Stats() {
+		for _, ps := range st.Partitions {
+			if ps.ParkedKeys > 0 && !ps.NextRetry.IsZero() && !ps.NextRetry.After(now) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// settle waits until every handed-out record is committed and nothing is
+// due.
+func (d *Driver) settle() {
+	d.tb.Helper()
+	deadline := time.Now().Add(d.timeout)
+	for {
+		select {
+		case err := <-d.runErr:
+			d.runErr <- err // Close reads it again
+			d.tb.Fatalf("topologytest: the app stopped: %v", err)
+		default:
+		}
+		if d.caughtUp() && !d.retryDue() {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.tb.Fatalf("topologytest: the app did not commit what it was given within %v: %s", d.timeout, d.describe())
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func (d *Driver) caughtUp() bool {
+	for _, name := range d.prog.Sources() {
+		for p, l := range d.conn.sources[name].logs {
+			if _, granted := l.state(); d.next(name, uint32(p)) < uint64(granted) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// next returns the checkpoint of a partition as its pipeline last
+// accounted for it: its stats (parked keys, next retry) describe the same
+// commit.
+func (d *Driver) next(source string, partition uint32) uint64 {
+	for _, st := range d.app.Stats() {
+		if st.Source != source {
+			continue
+		}
+		for _, ps := range st.Partitions {
+			if ps.Partition == partition {
+				return ps.Next
+			}
+		}
+	}
+	return 0
+}
+
+// describe tells, for a failure message, what each partition was given and
+// where its pipeline stands.
+func (d *Driver) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "clock %s", d.clock.Now().Format(time.RFC3339Nano))
+	for _, st := range d.app.Stats() {
+		for _, ps := range st.Partitions {
+			end, granted := d.conn.sources[st.Source].logs[ps.Partition].state()
+			fmt.Fprintf(&b, "; %s/%d: %d records, %d handed out, committed up to %d, %d keys parked (next retry %s)",
+				st.Source, ps.Partition, end, granted, ps.Next, ps.ParkedKeys, ps.NextRetry.Format(time.RFC3339Nano))
+		}
+	}
+	if os.Getenv("STRAND_DEBUG_STACKS") != "" {
+		buf := make([]byte, 1<<20)
+		b.Write(buf[:runtime.Stack(buf, true)])
+	}
+	return b.String()
+}
+
+// Lag returns how many records are not committed yet, over every source
+// and partition.
+func (d *Driver) Lag() int {
+	d.tb.Helper()
+	lag := 0
+	for _, name := range d.prog.Sources() {
+		for p, l := range d.conn.sources[name].logs {
+			end, _ := l.state()
+			lag += end - int(d.next(name, uint32(p)))
+		}
+	}
+	return lag
+}
+
+// Parked returns how many keys wait for a retry (or a Release) and how many
+// records they hold, over every source and partition.
+func (d *Driver) Parked() (keys, records int) {
+	for _, st := range d.app.Stats() {
+		keys += st.ParkedKeys
+		records += st.ParkedRecords
+	}
+	return keys, records
+}
+
+// DeadLetters waits until the App has published every committed dead
+// letter and returns what the dead-letter topic holds, read back as a
+// consumer of it would, in publication order.
+func (d *Driver) DeadLetters() []stream.DeadLetter {
+	d.tb.Helper()
+	deadline := time.Now().Add(d.timeout)
+	for {
+		pending, err := d.app.PendingDeadLetters(context.Background())
+		if err != nil {
+			d.tb.Fatalf("topologytest: %v", err)
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			d.tb.Fatalf("topologytest: %d dead letters not published within %v", len(pending), d.timeout)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	var out []stream.DeadLetter
+	for _, s := range d.conn.sinks {
+		for _, m := range s.messages() {
+			dl, err := stream.ParseDeadLetter(m)
+			if err != nil {
+				d.tb.Fatalf("topologytest: dead-letter message: %v", err)
+			}
+			out = append(out, dl)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b stream.DeadLetter) int {
+		switch {
+		case a.Source != b.Source:
+			if a.Source < b.Source {
+				return -1
+			}
+			return 1
+		case a.Partition != b.Partition:
+			return int(a.Partition) - int(b.Partition)
+		case a.Offset < b.Offset:
+			return -1
+		case a.Offset > b.Offset:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// clock is the driver's clock: time moves only when the test says so.
+type clock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []waiter
+}
+
+type waiter struct {
+	at time.Time
+	c  chan time.Time
+}
+
+func newClock(t time.Time) *clock { return &clock{now: t} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) At(t time.Time) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if !t.After(c.now) {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, waiter{at: t, c: ch})
+	return ch
+}
+
+func (c *clock) advance(dt time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(dt)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.at.After(c.now) {
+			w.c <- c.now
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(c.waiters[len(kept):])
+	c.waiters = kept
+}

@@ -1,0 +1,177 @@
+package topologytest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/strand-io/strand/stream"
+)
+
+// memConnector is an in-memory broker: partitioned logs that the driver
+// appends to and grants to readers batch by batch, and sinks that keep
+// what was published.
+type memConnector struct {
+	mu      sync.Mutex
+	parts   uint32
+	sources map[string]*memSource
+	sinks   map[string]*memSink
+}
+
+func newMemConnector(parts uint32, names []string) *memConnector {
+	c := &memConnector{parts: parts, sources: map[string]*memSource{}, sinks: map[string]*memSink{}}
+	for _, n := range names {
+		s := &memSource{name: n}
+		for range parts {
+			s.logs = append(s.logs, newMemLog())
+		}
+		c.sources[n] = s
+	}
+	return c
+}
+
+func (c *memConnector) OpenSource(_ context.Context, topic string) (stream.Source, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.sources[topic]
+	if !ok {
+		return nil, fmt.Errorf("topologytest: no source topic %q", topic)
+	}
+	return s, nil
+}
+
+func (c *memConnector) OpenSink(_ context.Context, topic string, _ uint32) (stream.Sink, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.sinks[topic]
+	if !ok {
+		s = &memSink{name: topic, ids: map[[16]byte]bool{}}
+		c.sinks[topic] = s
+	}
+	return s, nil
+}
+
+// memSource is one topic of the in-memory broker.
+type memSource struct {
+	name string
+	logs []*memLog
+}
+
+func (s *memSource) Name() string                               { return s.name }
+func (s *memSource) Partitions(context.Context) (uint32, error) { return uint32(len(s.logs)), nil }
+func (s *memSource) Open(_ context.Context, p uint32, from uint64) (stream.PartitionReader, error) {
+	if int(p) >= len(s.logs) {
+		return nil, fmt.Errorf("topologytest: source %q has no partition %d", s.name, p)
+	}
+	return &memReader{log: s.logs[p], pos: from}, nil
+}
+
+// memLog is one partition: every record appended, and how many of them
+// readers may see (the driver grants them batch by batch).
+type memLog struct {
+	mu      sync.Mutex
+	recs    []stream.Record
+	granted int
+	wake    chan struct{} // closed and replaced when granted grows
+}
+
+func newMemLog() *memLog { return &memLog{wake: make(chan struct{})} }
+
+func (l *memLog) append(r stream.Record) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.Offset = uint64(len(l.recs))
+	l.recs = append(l.recs, r)
+	return r.Offset
+}
+
+// grant lets readers see up to n more records; it returns how many.
+func (l *memLog) grant(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := min(n, len(l.recs)-l.granted)
+	if k > 0 {
+		l.granted += k
+		close(l.wake)
+		l.wake = make(chan struct{})
+	}
+	return k
+}
+
+func (l *memLog) state() (end, granted int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.recs), l.granted
+}
+
+type memReader struct {
+	log *memLog
+	pos uint64
+}
+
+func (r *memReader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
+	for {
+		l := r.log
+		l.mu.Lock()
+		if int(r.pos) < l.granted {
+			end := min(l.granted, int(r.pos)+max)
+			out := make([]stream.Record, 0, end-int(r.pos))
+			for _, rec := range l.recs[r.pos:end] {
+				rec.Headers.Key = slices.Clone(rec.Headers.Key)
+				rec.Payload = slices.Clone(rec.Payload)
+				out = append(out, rec)
+			}
+			r.pos = uint64(end)
+			l.mu.Unlock()
+			return out, nil
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wake:
+		}
+	}
+}
+
+func (r *memReader) Advise(context.Context, uint64) error { return nil }
+func (r *memReader) Close() error                         { return nil }
+
+// memSink keeps what was published, in order, and knows message IDs (so the
+// runtime's exactly-once publication of dead letters works as on Iggy).
+type memSink struct {
+	name string
+	mu   sync.Mutex
+	msgs []stream.Message
+	ids  map[[16]byte]bool
+}
+
+func (s *memSink) Send(_ context.Context, msgs []stream.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		m.Key, m.Payload = slices.Clone(m.Key), slices.Clone(m.Payload)
+		m.Headers = slices.Clone(m.Headers)
+		s.msgs = append(s.msgs, m)
+		s.ids[m.ID] = true
+	}
+	return nil
+}
+
+func (s *memSink) Sent(_ context.Context, msgs []stream.Message) ([]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]bool, len(msgs))
+	for i, m := range msgs {
+		out[i] = s.ids[m.ID]
+	}
+	return out, nil
+}
+
+func (s *memSink) messages() []stream.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.msgs)
+}
