@@ -304,10 +304,6 @@ func (pl *Planner[K]) planKey(records []Record[K], ki int) {
 		switch o := r.Ordering; {
 		case o == Relaxed:
 			b.add(i, r.Tag)
-		case o == Acquire:
-			b.flush()
-			b.head = true
-			b.add(i, r.Tag)
 		case o == Release:
 			if b.head && pl.cur[0].tag == r.Tag && len(pl.cur) > 1 {
 				// One run cannot be both first and last: the Release event
@@ -319,11 +315,14 @@ func (pl *Planner[K]) planKey(records []Record[K], ki int) {
 				b.tail = ri
 			}
 			b.flush()
-		default: // AcqRel, and every invalid value read as AcqRel
+		default:
+			// Acquire and AcqRel, and every invalid value, read as AcqRel:
+			// cut before the event and head the new segment, which stays
+			// open. Only a Release ends a segment; the release half of an
+			// AcqRel is already kept by the cut before it.
 			b.flush()
 			b.head = true
 			b.add(i, r.Tag)
-			b.flush()
 		}
 		i = nx
 	}
