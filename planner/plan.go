@@ -41,8 +41,8 @@
 // Relaxed event joins the head or tail run of its type when its type heads
 // or tails the segment: in [B, A(Acquire), B, A] the second A is applied
 // before the second B, in [A, B, A(Release), B] the first A is applied
-// after the first B, and in [A(AcqRel), A, B, A] both later A's join the
-// head run and are applied before B. All are allowed: a Relaxed event may
+// after the first B, and in [A(AcqRel), A, B, A] the last A joins the head
+// run and is applied before B. All are allowed: a Relaxed event may
 // move past Relaxed events of other types, and events of one type never
 // swap.
 //
