@@ -6,8 +6,9 @@ import (
 	"github.com/strand-io/strand/planner"
 )
 
-// The seed's bank account: account 42 is opened, gets deposits and a
-// withdrawal, is closed and re-opened; account 7 gets one deposit.
+// A bank account read model: account 42 is opened (Acquire), gets deposits
+// and a withdrawal (Relaxed), is closed (Release) and re-opened; account 7
+// gets one deposit.
 func Example() {
 	const (
 		opened    planner.Tag = 1
@@ -56,7 +57,7 @@ func ExamplePlanner() {
 	var pl planner.Planner[string]
 	for _, batch := range [][]planner.Record[string]{
 		{{Key: "a", Tag: 1, Ordering: planner.Relaxed}, {Key: "b", Tag: 1, Ordering: planner.Relaxed}},
-		{{Key: "a", Tag: 2, Ordering: planner.AcqRel}, {Key: "a", Tag: 1, Ordering: planner.Relaxed}},
+		{{Key: "a", Tag: 2, Ordering: planner.Release}, {Key: "a", Tag: 1, Ordering: planner.Relaxed}},
 	} {
 		p := pl.Plan(batch)
 		for _, k := range p.Keys() {
@@ -67,4 +68,59 @@ func ExamplePlanner() {
 	// a: 1 segment(s)
 	// b: 1 segment(s)
 	// a: 2 segment(s)
+}
+
+// Each fence on one account (tags: 1 opened, 2 deposited, 3 withdrawn,
+// 4 closed, 5 status changed). Runs print as tag[records]; braces are
+// segments, which run one after another; inside one, the head (h) runs
+// first, then the body runs (b), then the tail (t).
+func Example_fences() {
+	const (
+		rlx = planner.Relaxed
+		acq = planner.Acquire
+		rel = planner.Release
+		ar  = planner.AcqRel
+	)
+	show := func(name string, events ...planner.Record[int]) {
+		p := planner.New(events)
+		fmt.Printf("%-8s", name)
+		for _, s := range p.Segments(p.Keys()[0]) {
+			fmt.Print(" {")
+			sep := ""
+			if r, ok := p.Head(s); ok {
+				fmt.Printf("%sh%d%v", sep, r.Tag(), p.Records(r))
+				sep = " "
+			}
+			for _, r := range p.Body(s) {
+				fmt.Printf("%sb%d%v", sep, r.Tag(), p.Records(r))
+				sep = " "
+			}
+			if r, ok := p.Tail(s); ok {
+				fmt.Printf("%st%d%v", sep, r.Tag(), p.Records(r))
+			}
+			fmt.Print("}")
+		}
+		fmt.Println()
+	}
+	ev := func(tag planner.Tag, o planner.Ordering) planner.Record[int] {
+		return planner.Record[int]{Key: 42, Tag: tag, Ordering: o}
+	}
+	// Relaxed: the withdrawal may pass either deposit; the deposits keep
+	// their order.
+	show("Relaxed", ev(2, rlx), ev(3, rlx), ev(2, rlx))
+	// Acquire: nothing after the opening is applied before it, and the
+	// deposit before it is applied before it.
+	show("Acquire", ev(2, rlx), ev(1, acq), ev(2, rlx), ev(3, rlx))
+	// Release: the closing waits for every earlier event, and the deposit
+	// after it waits for the closing.
+	show("Release", ev(2, rlx), ev(3, rlx), ev(4, rel), ev(2, rlx))
+	// AcqRel: the freeze (5) is a full barrier. The later, Relaxed status
+	// change (5) joins the freeze's head run and so is applied before the
+	// withdrawal: two Relaxed events of different types may swap.
+	show("AcqRel", ev(2, rlx), ev(5, ar), ev(3, rlx), ev(5, rlx))
+	// Output:
+	// Relaxed  {b2[0 2] b3[1]}
+	// Acquire  {b2[0]} {h1[1] b2[2] b3[3]}
+	// Release  {b2[0] b3[1] t4[2]} {b2[3]}
+	// AcqRel   {b2[0]} {h5[1 3] b3[2]}
 }

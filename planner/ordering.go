@@ -8,16 +8,23 @@ import "fmt"
 type Ordering uint8
 
 const (
-	// Relaxed joins the current segment of its key and may move past events
-	// of other types; events of its own type never swap.
+	// Relaxed joins the current segment of its key and may move past
+	// Relaxed events of other types; events of its own type never swap.
 	Relaxed Ordering = 1
-	// Acquire starts a new segment; the run of its type heads that segment,
-	// so nothing later in the key is applied before it.
+	// Acquire ("this event opens something") starts a new segment; the run
+	// of its type heads that segment, so nothing later in the key is
+	// applied before it. The planner also applies everything earlier in the
+	// key before it, since the segment is cut before it.
 	Acquire Ordering = 2
-	// Release ends the current segment; the run of its type is that
-	// segment's tail, so it is applied after everything before it.
+	// Release ("this event closes something") ends the current segment;
+	// the run of its type is that segment's tail, so it is applied after
+	// everything before it. The planner also applies everything later in
+	// the key after it, since the segment ends with it.
 	Release Ordering = 4
-	// AcqRel is both Acquire and Release: a full barrier for its key.
+	// AcqRel is both Acquire and Release: a full barrier for its key. It
+	// plans as Acquire does: it cuts before itself, which keeps its release
+	// half, and heads the new segment, which stays open, so later Relaxed
+	// events of its own type join its head run.
 	AcqRel Ordering = Acquire | Release
 )
 

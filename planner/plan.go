@@ -1,7 +1,21 @@
 // Package planner turns one polled batch into an execution plan: keys, then
 // segments, then runs, built from the records' headers alone (key, type tag,
-// ordering). It is the "plan" step of DESIGN.md §3, between reading headers
-// and executing; it does no I/O, decodes no payloads and is deterministic.
+// ordering). It is the step between reading a batch's headers and executing
+// it; it does no I/O, decodes no payloads and is deterministic.
+//
+// # The ordering rules
+//
+// Ordering is always scoped to a key. For the events of one batch (and, as
+// the executor handles one batch after another, across batches):
+//
+//  1. Events of different keys are never ordered against each other, even
+//     when they share a partition; their keys may run concurrently.
+//  2. Events of the same key and the same type always keep their log order,
+//     whatever ordering they declare.
+//  3. Events of the same key but different types keep the order their
+//     orderings ask for. Relaxed asks for nothing. Acquire says "this event
+//     opens something": later events depend on it. Release says "this event
+//     closes something": it depends on everything before it. AcqRel is both.
 //
 // # Model
 //
@@ -10,7 +24,9 @@
 // segments at the fences its events declare, walking them in log order:
 //
 //   - An Acquire or AcqRel event starts a new segment, and the run of its
-//     type becomes that segment's head. AcqRel also ends the segment at once.
+//     type becomes that segment's head. The segment stays open: only a
+//     Release ends a segment. (An AcqRel's release half, that everything
+//     before it is applied before it, is kept by the cut before it.)
 //   - A Release event ends the current segment, and the run of its type
 //     becomes that segment's tail.
 //   - A Relaxed event joins the current segment (starting one if there is
@@ -24,21 +40,55 @@
 // A run is every event of one type in one segment, in log order. So a
 // Relaxed event joins the head or tail run of its type when its type heads
 // or tails the segment: in [B, A(Acquire), B, A] the second A is applied
-// before the second B, and in [A, B, A(Release), B] the first A is applied
-// after the first B. Both are allowed: a Relaxed event may move past events
-// of other types, and events of one type never swap.
+// before the second B, in [A, B, A(Release), B] the first A is applied
+// after the first B, and in [A(AcqRel), A, B, A] the last A joins the head
+// run and is applied before B. All are allowed: a Relaxed event may
+// move past Relaxed events of other types, and events of one type never
+// swap.
 //
 // The executor runs a key's segments strictly one after another and, inside
 // a segment, the head run, then every body run (in any order, concurrently
-// if it likes), then the tail run. The resulting guarantee, for two events x
-// before y of one key: if they share a type, or x is Acquire or AcqRel, or y
-// is Release or AcqRel, then x is applied before y.
+// if it likes), then the tail run.
+//
+// # What you can rely on
+//
+// For two events x before y in the log, of one key:
+//
+// The minimal promise, what the ordering rules ask for: x is applied before
+// y if they share a type, or x is Acquire or AcqRel, or y is Release or
+// AcqRel. Declare fences by this promise; it says what each ordering means.
+//
+// The conservative promise, what this planner actually gives and what you
+// may rely on: x is applied before y unless they have different types and
+// are both Relaxed. A fence holds back earlier and later events alike:
+// nothing before an Acquire is applied after it, and nothing after a
+// Release is applied before it, although the minimal promise would allow
+// both. Only two Relaxed events of different types are ever reordered.
+//
+// The package's tests check both promises, and compare every plan with an
+// independent implementation of the rules, on every batch of up to five
+// records over two keys, three types and the four orderings, and on random
+// batches.
+//
+// Examples on one account (deposits D and withdrawals W are Relaxed):
+//
+//   - Relaxed, [D1, W, D2]: one segment, runs D[D1 D2] and W[W] in any
+//     order; W may pass either deposit, the deposits keep their order.
+//   - Acquire, opening O in [D1, O, D2, W]: segments {D1} {head O; D2, W}.
+//     Nothing after O is applied before it; D1 is applied before it too.
+//   - Release, closing C in [D1, W, C, D2]: segments {D1, W; tail C} {D2}.
+//     C waits for every earlier event; D2 waits for C.
+//   - AcqRel, a freeze F in [D1, F, W, S], where S is a Relaxed event of
+//     F's type: segments {D1} {head F S; W}. F is a full barrier: D1 before
+//     it, W after it. S joins F's head run and so is applied before W, which
+//     it may pass since both are Relaxed.
 //
 // # Invalid orderings
 //
 // An ordering value that is not one of Relaxed, Acquire, Release and AcqRel
 // is never ignored: New and Planner.Plan treat it as AcqRel, the strictest
-// reading, so such an event is a full barrier for its key. Code that reads
+// reading, so such an event is a full barrier for its key (it plans exactly
+// as AcqRel does: it cuts before itself and heads the new segment). Code that reads
 // orderings from the wire should still validate them (stream.Headers does)
 // and report bad input; the planner's rule only makes sure that a bad value
 // can cost throughput but never order.
@@ -97,8 +147,9 @@ func (k KeyPlan[K]) Key() K { return k.key }
 
 // Segment is a slice of one key's events between fences: an optional head
 // run, any number of body runs and an optional tail run. Every segment
-// holds at least one run, and at most one run per type. A segment cut by a
-// lone AcqRel event holds only a head run; a Release event with nothing
+// holds at least one run, and at most one run per type. A segment headed
+// by an Acquire or AcqRel event holds only a head run when nothing of
+// another type joins it before the next cut; a Release event with nothing
 // before it in its segment, or one that gets a segment of its own, makes a
 // segment of only a tail run.
 type Segment struct {
@@ -304,10 +355,6 @@ func (pl *Planner[K]) planKey(records []Record[K], ki int) {
 		switch o := r.Ordering; {
 		case o == Relaxed:
 			b.add(i, r.Tag)
-		case o == Acquire:
-			b.flush()
-			b.head = true
-			b.add(i, r.Tag)
 		case o == Release:
 			if b.head && pl.cur[0].tag == r.Tag && len(pl.cur) > 1 {
 				// One run cannot be both first and last: the Release event
@@ -319,11 +366,14 @@ func (pl *Planner[K]) planKey(records []Record[K], ki int) {
 				b.tail = ri
 			}
 			b.flush()
-		default: // AcqRel, and every invalid value read as AcqRel
+		default:
+			// Acquire and AcqRel, and every invalid value, read as AcqRel:
+			// cut before the event and head the new segment, which stays
+			// open. Only a Release ends a segment; the release half of an
+			// AcqRel is already kept by the cut before it.
 			b.flush()
 			b.head = true
 			b.add(i, r.Tag)
-			b.flush()
 		}
 		i = nx
 	}

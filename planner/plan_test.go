@@ -52,9 +52,10 @@ func describe[K comparable](p *planner.Plan[K]) string {
 	return b.String()
 }
 
-// TestSeedWorkedExample is the bank-account example of the seed: a batch of
-// eight records of two accounts and the plan the seed expects.
-func TestSeedWorkedExample(t *testing.T) {
+// TestBankAccountExample is the bank-account example of the ordering
+// rules: a batch of eight records of two accounts and the plan the rules
+// give.
+func TestBankAccountExample(t *testing.T) {
 	batch := []planner.Record[uint64]{
 		rec[uint64](42, opened, planner.Acquire),    // 0
 		rec[uint64](42, deposited, planner.Relaxed), // 1
@@ -109,8 +110,8 @@ func TestSeedWorkedExample(t *testing.T) {
 	}
 }
 
-// TestRules pins the seed's rules and corner cases, one batch of key "k"
-// each (A, B, C are tags 1, 2, 3).
+// TestRules pins the plan shapes of the ordering rules and their corner
+// cases, one batch of key "k" each (A, B, C are tags 1, 2, 3).
 func TestRules(t *testing.T) {
 	const A, B, C = 1, 2, 3
 	const (
@@ -131,9 +132,9 @@ func TestRules(t *testing.T) {
 		{"an empty batch has no keys", nil, ""},
 		{"relaxed events of two types form two body runs",
 			[]ev{{A, rlx}, {B, rlx}, {A, rlx}}, "k: {b1[0 2] b2[1]}"},
-		{"a relaxed event after an acquire joins the head run of its type",
+		{"corner case [B, A(Acquire), B, A]: the second A joins the head run of its type",
 			[]ev{{B, rlx}, {A, acq}, {B, rlx}, {A, rlx}}, "k: {b2[0]} {h1[1 3] b2[2]}"},
-		{"a relaxed event before a release joins the tail run of its type",
+		{"corner case [A, B, A(Release), B]: the first A joins the tail run of its type",
 			[]ev{{A, rlx}, {B, rlx}, {A, rel}, {B, rlx}}, "k: {b2[1] t1[0 2]} {b2[3]}"},
 		{"a release whose type heads a mixed segment gets a segment of its own",
 			[]ev{{A, acq}, {B, rlx}, {A, rel}, {B, rlx}}, "k: {h1[0] b2[1]} {t1[2]} {b2[3]}"},
@@ -145,8 +146,26 @@ func TestRules(t *testing.T) {
 			[]ev{{A, rel}, {A, rel}, {B, rlx}}, "k: {t1[0]} {t1[1]} {b2[2]}"},
 		{"an acquire always starts a new segment",
 			[]ev{{A, acq}, {A, acq}, {B, rlx}, {B, acq}}, "k: {h1[0]} {h1[1] b2[2]} {h2[3]}"},
-		{"acqrel is a segment of its own",
-			[]ev{{A, rlx}, {B, ar}, {A, rlx}, {B, rlx}}, "k: {b1[0]} {h2[1]} {b1[2] b2[3]}"},
+		{"[A(AcqRel), A, B, A]: later relaxed events of its type join the acqrel's head run",
+			[]ev{{A, ar}, {A, rlx}, {B, rlx}, {A, rlx}}, "k: {h1[0 1 3] b2[2]}"},
+		{"[B, A(AcqRel), B, A]: an acqrel cuts before itself, like an acquire",
+			[]ev{{B, rlx}, {A, ar}, {B, rlx}, {A, rlx}}, "k: {b2[0]} {h1[1 3] b2[2]}"},
+		{"an acqrel does not end its segment: later events of other types join it",
+			[]ev{{A, rlx}, {B, ar}, {A, rlx}, {B, rlx}}, "k: {b1[0]} {h2[1 3] b1[2]}"},
+		{"an acqrel after relaxed events of its own type starts a new segment",
+			[]ev{{A, rlx}, {B, rlx}, {A, ar}, {B, rlx}}, "k: {b1[0] b2[1]} {h1[2] b2[3]}"},
+		{"two acqrels of one type are two segments",
+			[]ev{{A, ar}, {A, ar}, {B, rlx}}, "k: {h1[0]} {h1[1] b2[2]}"},
+		{"an acqrel after an acquire starts a new segment",
+			[]ev{{A, acq}, {B, rlx}, {B, ar}, {A, rlx}}, "k: {h1[0] b2[1]} {h2[2] b1[3]}"},
+		{"a release after an acqrel of another type tails its segment",
+			[]ev{{A, ar}, {B, rlx}, {C, rel}, {B, rlx}}, "k: {h1[0] b2[1] t3[2]} {b2[3]}"},
+		{"a release whose type heads a mixed acqrel segment gets a segment of its own",
+			[]ev{{A, ar}, {B, rlx}, {A, rel}, {B, rlx}}, "k: {h1[0] b2[1]} {t1[2]} {b2[3]}"},
+		{"a release whose type heads an acqrel segment of only its type joins the head run",
+			[]ev{{A, ar}, {A, rlx}, {A, rel}, {B, rlx}}, "k: {h1[0 1 2]} {b2[3]}"},
+		{"an acqrel after a release starts a new segment",
+			[]ev{{A, rlx}, {B, rel}, {C, ar}, {A, rlx}}, "k: {b1[0] t2[1]} {h3[2] b1[3]}"},
 		{"an event after a release starts a new segment",
 			[]ev{{A, rel}, {A, rlx}}, "k: {t1[0]} {b1[1]}"},
 		{"body runs are ordered by their first record",
@@ -154,7 +173,7 @@ func TestRules(t *testing.T) {
 		{"the tail run moves behind body runs that started after it",
 			[]ev{{A, rlx}, {B, rlx}, {C, rlx}, {A, rel}}, "k: {b2[1] b3[2] t1[0 3]}"},
 		{"an invalid ordering is read as acqrel",
-			[]ev{{A, rlx}, {B, 0}, {A, rlx}, {C, 3}, {C, 7}, {A, 255}}, "k: {b1[0]} {h2[1]} {b1[2]} {h3[3]} {h3[4]} {h1[5]}"},
+			[]ev{{A, rlx}, {B, 0}, {A, rlx}, {C, 3}, {C, 7}, {A, 255}}, "k: {b1[0]} {h2[1] b1[2]} {h3[3]} {h3[4]} {h1[5]}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,6 +209,25 @@ func TestInvalidOrderingIsAcqRel(t *testing.T) {
 			if got, want := describe(planner.New(bad)), describe(planner.New(want)); got != want {
 				t.Fatalf("ordering %d at record %d: plan = %s, want the AcqRel plan %s", o, pos, got, want)
 			}
+		}
+	}
+}
+
+// TestAcqRelPlansAsAcquire checks that AcqRel and Acquire give the same
+// plan shape: an AcqRel cuts before itself, heads the new segment and
+// leaves it open.
+func TestAcqRelPlansAsAcquire(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		batch := randomBatch(rng, 1+rng.IntN(40), 1+rng.IntN(3), 1+rng.IntN(4), 0.3)
+		acq := slices.Clone(batch)
+		for i := range acq {
+			if acq[i].Ordering == planner.AcqRel {
+				acq[i].Ordering = planner.Acquire
+			}
+		}
+		if got, want := describe(planner.New(batch)), describe(planner.New(acq)); got != want {
+			t.Fatalf("batch %v: plan = %s, want the plan with Acquire for AcqRel %s", batch, got, want)
 		}
 	}
 }
