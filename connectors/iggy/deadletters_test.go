@@ -1,6 +1,7 @@
 package iggy
 
 import (
+	"github.com/strand-io/strand/internal/engine"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/internal/state"
@@ -75,7 +75,7 @@ type dlqRig struct {
 	want   map[string]int64
 	events int // good events published
 	poison int
-	prog   *stream.Program
+	prog   *engine.Program
 	counts *state.Table[string, int64]
 	src    *Source
 	sink   *Sink
@@ -90,11 +90,12 @@ func newDLQRig(t *testing.T, tg *target, c *Client) *dlqRig {
 	if err := c.EnsureTopic(ctx, s, topic+".dlq", 2); err != nil {
 		t.Fatal(err)
 	}
-	r.counts = state.NewTable[string, int64]("counts", stream.StringKey[string](), state.JSON[int64]())
+	r.counts = state.NewTable[string, int64]("counts", stream.StringKey[string](), stream.JSON[int64]())
+	r.counts.SetPartitions(4)
 	events := stream.DeclareFunc[string, event](7, func(e event) string { return e.Key })
-	prog, err := stream.NewProgram(stream.Spec{Name: "dlq-test", Sources: []stream.SourceSpec{{
+	prog, err := engine.NewProgram(engine.Spec{Name: "dlq-test", Sources: []engine.SourceSpec{{
 		Name:     s + "/" + topic,
-		Handlers: []stream.Handler{stream.Project(events, r.counts, func(v *int64, _ event) error { *v++; return nil })},
+		Handlers: []engine.Handler{engine.Project(events, r.counts, func(v *int64, _ event) error { *v++; return nil })},
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -137,8 +138,7 @@ func (r *dlqRig) publish(n int) {
 
 func (r *dlqRig) open() *state.DB {
 	r.t.Helper()
-	db, err := state.Open(r.dir, state.WithDurability(state.NoSync),
-		state.WithLocator(func(key []byte) uint32 { return xxh32.Partition(key, 4) }))
+	db, err := state.Open(r.dir, state.WithDurability(state.NoSync))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -146,10 +146,10 @@ func (r *dlqRig) open() *state.DB {
 }
 
 // run runs a processor until it stops by itself or until(p) holds.
-func (r *dlqRig) run(db *state.DB, hooks stream.Hooks, until func(*stream.Processor) bool) error {
+func (r *dlqRig) run(db *state.DB, hooks engine.Hooks, until func(*engine.Processor) bool) error {
 	r.t.Helper()
-	p, err := stream.NewProcessor(r.prog, db, r.src, stream.WithDeadLetterSink(r.sink), stream.WithHooks(hooks),
-		stream.WithPollSize(50), stream.WithProcessorLogger(testLogger()), stream.WithDeadLetterBackoff(5*time.Millisecond, 50*time.Millisecond))
+	p, err := engine.NewProcessor(r.prog, db, r.src, engine.WithDeadLetterSink(r.sink), engine.WithHooks(hooks),
+		engine.WithPollSize(50), engine.WithProcessorLogger(testLogger()), engine.WithDeadLetterBackoff(5*time.Millisecond, 50*time.Millisecond))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func (r *dlqRig) run(db *state.DB, hooks stream.Hooks, until func(*stream.Proces
 
 // finished says whether every event is counted and no dead letter is
 // pending.
-func (r *dlqRig) finished(p *stream.Processor) bool {
+func (r *dlqRig) finished(p *engine.Processor) bool {
 	pending, err := p.PendingDeadLetters(r.ctx)
 	if err != nil || len(pending) > 0 {
 		return false
@@ -217,7 +217,7 @@ func (r *dlqRig) check() {
 	}
 }
 
-// TestProcessorDeadLettersThroughIggyExactlyOnce runs a stream.Processor on
+// TestProcessorDeadLettersThroughIggyExactlyOnce runs a engine.Processor on
 // an Iggy topic with poison events, "crashes" it right after a dead-letter
 // publication and before the rows' deletion, restarts it on the same store,
 // and finds every dead letter exactly once in the dead-letter topic: Sink
@@ -230,7 +230,7 @@ func TestProcessorDeadLettersThroughIggyExactlyOnce(t *testing.T) {
 	errCrash := errors.New("simulated crash")
 	var crashed atomic.Bool
 	db := r.open()
-	err := r.run(db, stream.Hooks{AfterDeadLetterSend: func(uint32, []stream.DeadLetter) error {
+	err := r.run(db, engine.Hooks{AfterDeadLetterSend: func(uint32, []stream.DeadLetter) error {
 		if crashed.CompareAndSwap(false, true) {
 			return errCrash
 		}
@@ -245,7 +245,7 @@ func TestProcessorDeadLettersThroughIggyExactlyOnce(t *testing.T) {
 
 	db = r.open()
 	defer db.Close()
-	if err := r.run(db, stream.Hooks{}, r.finished); err != nil {
+	if err := r.run(db, engine.Hooks{}, r.finished); err != nil {
 		t.Fatalf("second run: %v", err)
 	}
 	r.check()
@@ -278,7 +278,7 @@ func TestProcessorThroughIggySurvivesDroppedConnections(t *testing.T) {
 		}
 	}()
 	var commits atomic.Int64
-	err := r.run(db, stream.Hooks{AfterCommit: func(uint32, stream.Result) error {
+	err := r.run(db, engine.Hooks{AfterCommit: func(uint32, engine.Result) error {
 		commits.Add(1)
 		time.Sleep(2 * time.Millisecond) // let the drops hit every stage
 		return nil

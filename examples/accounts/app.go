@@ -19,13 +19,15 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // run parses args and runs the program until it is done or ctx ends. extra
 // options go to the processor (the crash test installs hooks with them).
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...stream.ProcessorOption) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...engine.ProcessorOption) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -42,7 +44,7 @@ type app struct {
 	out      io.Writer
 	log      *slog.Logger
 	ev       *bank.Events
-	procOpts []stream.ProcessorOption
+	procOpts []engine.ProcessorOption // crash tests: hooks inside commits
 	// caughtUp, when set, is called once a bounded run has caught up, before
 	// the check, while HTTP is still served (tests query it there).
 	caughtUp func(a *app)
@@ -54,10 +56,8 @@ type app struct {
 	srv      *iggytest.Server
 	addr     string
 	cl       *iggy.Client
-	db       *state.DB
-	balances *state.Table[bank.AccountID, bank.Account]
-	proc     *stream.Processor
-	dlqSink  *iggy.Sink
+	app      *topology.App
+	balances *topology.Table[bank.AccountID, bank.Account]
 	httpAddr string
 }
 
@@ -123,14 +123,9 @@ func (a *app) openDir() error {
 
 // closeAll releases what run opened, in reverse order.
 func (a *app) closeAll() {
-	if a.dlqSink != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = a.dlqSink.Close(ctx)
-		cancel()
-	}
-	if a.db != nil {
-		if err := a.db.Close(); err != nil {
-			a.log.Error("close store", "err", err)
+	if a.app != nil {
+		if err := a.app.Close(); err != nil {
+			a.log.Error("close the app", "err", err)
 		}
 	}
 	if a.cl != nil {
@@ -190,58 +185,46 @@ func (a *app) connect(ctx context.Context) error {
 	return cl.EnsureTopic(ctx, a.cfg.stream, a.cfg.dlq, a.cfg.dlqPartitions)
 }
 
-// openStore opens the Pebble store under the data directory, with table
-// rows filed under the partition that owns their key.
-func (a *app) openStore() (*stream.Program, error) {
-	n := a.cfg.partitions
-	dur := state.Sync
+// openApp opens the App of the accounts topology over the Iggy client,
+// with its state under the data directory and dead letters published to
+// the dead-letter topic.
+func (a *app) openApp(ctx context.Context) error {
+	dur := topology.Sync
 	if a.cfg.nosync {
-		dur = state.NoSync
+		dur = topology.NoSync
 	}
-	dir := filepath.Join(a.dir, "state")
-	db, err := state.Open(dir,
-		state.WithDurability(dur),
-		stream.Locator(n),
-		state.WithLogger(a.log))
-	if err != nil {
-		return nil, fmt.Errorf("open the store in %s: %w", dir, err)
-	}
-	a.db = db
 	topo, balances := bank.NewTopology(a.ev, a.cfg.source())
 	a.balances = balances
-	prog, err := topo.Build()
+	var conn stream.Connector = a.cl
+	if a.wrapDLQ != nil {
+		conn = wrappedConnector{a.cl, a.wrapDLQ}
+	}
+	if len(a.procOpts) > 0 {
+		ctx = runhooks.With(ctx, a.procOpts...)
+	}
+	app, err := topology.Open(ctx, topo, conn, filepath.Join(a.dir, "state"),
+		topology.WithDurability(dur), topology.WithLogger(a.log),
+		topology.WithDeadLetterTopic(a.cfg.stream+"/"+a.cfg.dlq))
+	if err != nil {
+		return err
+	}
+	a.app = app
+	return nil
+}
+
+// wrappedConnector wraps the sinks it opens (a test hides the SentChecker
+// of the dead-letter sink to show that the crash test catches duplicates).
+type wrappedConnector struct {
+	stream.Connector
+	wrap func(stream.Sink) stream.Sink
+}
+
+func (c wrappedConnector) OpenSink(ctx context.Context, topic string, partitions uint32) (stream.Sink, error) {
+	s, err := c.Connector.OpenSink(ctx, topic, partitions)
 	if err != nil {
 		return nil, err
 	}
-	return prog, nil
-}
-
-// newProcessor makes the processor of the events topic, publishing dead
-// letters to the dead-letter topic.
-func (a *app) newProcessor(ctx context.Context, prog *stream.Program) error {
-	src, err := iggy.NewSource(a.cl, a.cfg.stream, a.cfg.topic, iggy.WithConsumer("strand-"+prog.Name()))
-	if err != nil {
-		return err
-	}
-	dlq, err := iggy.NewSink(ctx, a.cl, a.cfg.stream, a.cfg.dlq)
-	if err != nil {
-		return err
-	}
-	a.dlqSink = dlq
-	var sink stream.Sink = dlq
-	if a.wrapDLQ != nil {
-		sink = a.wrapDLQ(dlq)
-	}
-	opts := append([]stream.ProcessorOption{
-		stream.WithDeadLetterSink(sink),
-		stream.WithProcessorLogger(a.log),
-	}, a.procOpts...)
-	proc, err := stream.NewProcessor(prog, a.db, src, opts...)
-	if err != nil {
-		return err
-	}
-	a.proc = proc
-	return nil
+	return c.wrap(s), nil
 }
 
 // startProcessor runs the processor until stop is called; done yields
@@ -249,7 +232,7 @@ func (a *app) newProcessor(ctx context.Context, prog *stream.Program) error {
 func (a *app) startProcessor(ctx context.Context) (stop func() error, done <-chan error) {
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ch := make(chan error, 1)
-	go func() { ch <- a.proc.Run(pctx) }()
+	go func() { ch <- a.app.Run(pctx) }()
 	var result error
 	stopped := false
 	return func() error {
@@ -278,8 +261,8 @@ func (a *app) startHTTP() (stop func(), err error) {
 	}
 	a.httpAddr = ln.Addr().String()
 	var stats func() stream.Stats
-	if a.proc != nil {
-		stats = a.proc.Stats
+	if a.app != nil {
+		stats = func() stream.Stats { return a.app.Stats()[0] }
 	}
 	hs := &http.Server{Handler: queryHandler(a.balances, stats), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
@@ -313,7 +296,7 @@ func (a *app) committed() ([]uint64, uint64, error) {
 	next := make([]uint64, a.cfg.partitions)
 	var sum uint64
 	for p := range next {
-		n, _, err := a.db.Checkpoint(a.cfg.source(), uint32(p))
+		n, _, err := a.app.Checkpoint(a.cfg.source(), uint32(p))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -335,7 +318,7 @@ func (a *app) isCaughtUp(ctx context.Context, ends []uint64) (bool, error) {
 			return false, nil
 		}
 	}
-	pending, err := a.proc.PendingDeadLetters(ctx)
+	pending, err := a.app.PendingDeadLetters(ctx)
 	return len(pending) == 0, err
 }
 
@@ -407,7 +390,7 @@ func (a *app) reportProgress(ctx context.Context, pr *progress, published func()
 		if lag > pr.maxLag.Load() {
 			pr.maxLag.Store(lag)
 		}
-		st := a.proc.Stats()
+		st := a.app.Stats()[0]
 		a.log.Info("progress",
 			"published", pub, "processed", sum, "lag", lag, "rate", fmt.Sprintf("%.0f/s", rate),
 			"dead_letters", st.Total.DeadLettered, "parked_keys", st.ParkedKeys)
@@ -455,14 +438,11 @@ func (a *app) runProcessor(ctx context.Context) error {
 	if err := a.connect(ctx); err != nil {
 		return err
 	}
-	prog, err := a.openStore()
-	if err != nil {
-		return err
-	}
-	if err := a.newProcessor(ctx, prog); err != nil {
+	if err := a.openApp(ctx); err != nil {
 		return err
 	}
 	var ends []uint64
+	var err error
 	if a.cfg.drain {
 		if ends, err = a.endOffsets(ctx); err != nil {
 			return err
@@ -499,11 +479,7 @@ func (a *app) runCheck(ctx context.Context) (report, error) {
 	if err := a.connect(ctx); err != nil {
 		return rep, err
 	}
-	prog, err := a.openStore()
-	if err != nil {
-		return rep, err
-	}
-	if err := prog.Attach(a.db); err != nil {
+	if err := a.openApp(ctx); err != nil {
 		return rep, err
 	}
 	ends, err := a.endOffsets(ctx)
@@ -535,11 +511,7 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	if err := a.connect(ctx); err != nil {
 		return rep, err
 	}
-	prog, err := a.openStore()
-	if err != nil {
-		return rep, err
-	}
-	if err := a.newProcessor(ctx, prog); err != nil {
+	if err := a.openApp(ctx); err != nil {
 		return rep, err
 	}
 	ends0, err := a.endOffsets(ctx)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/engine"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -58,7 +59,7 @@ func childMain() int {
 		return 2
 	}
 	a := newApp(cfg, os.Stdout, os.Stderr)
-	a.procOpts = []stream.ProcessorOption{stream.WithHooks(hooks)}
+	a.procOpts = []engine.ProcessorOption{engine.WithHooks(hooks)}
 	if os.Getenv(childPlainDLQ) != "" {
 		a.wrapDLQ = func(s stream.Sink) stream.Sink { return plainSink{s} }
 	}
@@ -94,8 +95,8 @@ func die(where string) {
 //	dlq-before-send   dead letters committed, about to be sent
 //	dlq-after-send    dead letters accepted by the broker, rows not deleted
 //	dlq-after-delete  rows of published dead letters deleted
-func killHooks(mode string) (stream.Hooks, error) {
-	var h stream.Hooks
+func killHooks(mode string) (engine.Hooks, error) {
+	var h engine.Hooks
 	if mode == "" || mode == "random" || mode == "early" {
 		return h, nil
 	}
@@ -118,7 +119,7 @@ func killHooks(mode string) (stream.Hooks, error) {
 			return nil
 		}
 	case "after-commit":
-		h.AfterCommit = func(uint32, stream.Result) error {
+		h.AfterCommit = func(uint32, engine.Result) error {
 			if hit() {
 				die(point)
 			}

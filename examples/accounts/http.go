@@ -9,7 +9,7 @@ import (
 
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // Limits of GET /accounts.
@@ -25,7 +25,7 @@ const (
 //	GET /accounts/{id}     one account as JSON; 404 when unknown
 //	GET /accounts?limit=N  the first N accounts by id (default 100, at most 10,000)
 //	GET /stats             the processor's counters per partition
-func queryHandler(balances *state.Table[bank.AccountID, bank.Account], stats func() stream.Stats) http.Handler {
+func queryHandler(balances *topology.Table[bank.AccountID, bank.Account], stats func() stream.Stats) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /accounts/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)

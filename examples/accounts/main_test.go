@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/stream"
 	"io"
 	"net/http"
 	"os"
@@ -21,8 +22,8 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/xxh32"
 )
 
 func TestMain(m *testing.M) {
@@ -249,17 +250,18 @@ func TestBrokerDropsConnections(t *testing.T) {
 // tamper adds one cent to the balance of account 1 in the store under dir.
 func tamper(t *testing.T, dir string, partitions uint32) {
 	t.Helper()
-	db, err := state.Open(filepath.Join(dir, "state"), state.WithLocator(func(k []byte) uint32 { return xxh32.Partition(k, partitions) }))
+	db, err := state.Open(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	topo, balances := bank.NewTopology(bank.Declarations(bank.JSON), bank.Stream+"/"+bank.Topic)
-	prog, err := topo.Build()
+	keys, err := stream.DefaultKeyCodec[bank.AccountID]()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := prog.Attach(db); err != nil {
+	balances := state.NewTable[bank.AccountID, bank.Account]("balances", keys, stream.JSON[bank.Account]())
+	balances.SetPartitions(partitions)
+	if err := db.Attach(balances); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 )
@@ -350,6 +351,7 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	if o.clock != nil {
 		popts = append(popts, engine.WithProcessorClock(o.clock))
 	}
+	popts = append(popts, runhooks.From(ctx)...)
 	for _, src := range sources {
 		proc, err := engine.NewProcessor(p.p, db, src, popts...)
 		if err != nil {

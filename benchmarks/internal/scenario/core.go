@@ -9,6 +9,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"github.com/strand-io/strand/internal/engine"
 	"io"
 	"log/slog"
 	"os"
@@ -21,9 +22,8 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/naive"
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream"
 )
 
 // Result is one measurement.
@@ -160,7 +160,7 @@ func (m *measure) stop(res *Result) {
 	}
 }
 
-// CoreStrand runs the pre-encoded log through one stream.Task per partition,
+// CoreStrand runs the pre-encoded log through one engine.Task per partition,
 // all partitions concurrently, batches of o.Batch records, sync commits, on
 // a fresh store; then reads the table back and checks it against the
 // sequential reference.
@@ -175,17 +175,14 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	var topts []topology.Option
-	if o.Workers > 0 {
-		topts = append(topts, topology.WithWorkers(o.Workers))
-	}
-	topo := workload.NewTopology(log.Decls, topts...)
-	prog, err := topo.Topology.Build()
+	topo, err := workload.NewTopology(log.Decls, o.Workers)
 	if err != nil {
 		return res, err
 	}
+	prog := topo.Program
 	n := log.Partitions()
-	db, err := state.Open(dir, state.WithDurability(state.Sync), workload.Locator(n), state.WithLogger(quietLogger()))
+	topo.SetPartitions(n)
+	db, err := state.Open(dir, state.WithDurability(state.Sync), state.WithLogger(quietLogger()))
 	if err != nil {
 		return res, err
 	}
@@ -193,9 +190,9 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 	if err := prog.Attach(db); err != nil {
 		return res, err
 	}
-	tasks := make([]*stream.Task, n)
+	tasks := make([]*engine.Task, n)
 	for p := range n {
-		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, stream.WithLogger(quietLogger())); err != nil {
+		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, engine.WithLogger(quietLogger())); err != nil {
 			return res, err
 		}
 	}
@@ -229,7 +226,7 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 // partitions concurrently, and returns the number of commits. With
 // pipelined, batches go through Task.Submit, so that a batch's commit
 // overlaps the execution of the next; else through Task.Process.
-func runTasks(ctx context.Context, log *workload.Log, tasks []*stream.Task, batch int, pipelined bool) (int, error) {
+func runTasks(ctx context.Context, log *workload.Log, tasks []*engine.Task, batch int, pipelined bool) (int, error) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(tasks))
 	commits := make([]int, len(tasks))
@@ -255,7 +252,7 @@ func runTasks(ctx context.Context, log *workload.Log, tasks []*stream.Task, batc
 	return total, nil
 }
 
-func processAll(ctx context.Context, log *workload.Log, task *stream.Task, p uint32, batch int) (int, error) {
+func processAll(ctx context.Context, log *workload.Log, task *engine.Task, p uint32, batch int) (int, error) {
 	commits := 0
 	recs := make([]stream.Record, 0, batch)
 	for off := int(task.Next()); off < log.PartitionLen(p); {
@@ -273,12 +270,12 @@ func processAll(ctx context.Context, log *workload.Log, task *stream.Task, p uin
 	return commits, nil
 }
 
-func submitAll(ctx context.Context, log *workload.Log, task *stream.Task, p uint32, batch int) (int, error) {
+func submitAll(ctx context.Context, log *workload.Log, task *engine.Task, p uint32, batch int) (int, error) {
 	commits := 0
 	// Two record buffers: a batch's records stay untouched while its
 	// commit may be in flight.
 	bufs := [2][]stream.Record{make([]stream.Record, 0, batch), make([]stream.Record, 0, batch)}
-	var pending *stream.Pending
+	var pending *engine.Pending
 	wait := func(off int) error {
 		if pending == nil {
 			return nil
@@ -310,7 +307,7 @@ func submitAll(ctx context.Context, log *workload.Log, task *stream.Task, p uint
 	return commits, wait(log.PartitionLen(p))
 }
 
-func checkResult(r stream.Result) error {
+func checkResult(r engine.Result) error {
 	if err := r.Err(); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/engine"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,8 +15,8 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
-	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream"
 )
 
 // The Iggy names of the accounts log: workload.Source is "bank/accounts".
@@ -199,21 +200,22 @@ func (pr *progress) committed(p uint32, next uint64) uint64 {
 	return prev
 }
 
-// processor is a stream.Processor of the accounts topology on a fresh
+// processor is a engine.Processor of the accounts topology on a fresh
 // store, reading the broker.
 type processor struct {
 	db   *state.DB
 	topo *workload.Topo
-	proc *stream.Processor
+	proc *engine.Processor
 }
 
-func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log, batch int, hooks stream.Hooks) (*processor, error) {
-	topo := workload.NewTopology(log.Decls)
-	prog, err := topo.Topology.Build()
+func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log, batch int, hooks engine.Hooks) (*processor, error) {
+	topo, err := workload.NewTopology(log.Decls, 0)
 	if err != nil {
 		return nil, err
 	}
-	db, err := state.Open(dir, state.WithDurability(state.Sync), workload.Locator(log.Partitions()), state.WithLogger(quietLogger()))
+	prog := topo.Program
+	topo.SetPartitions(log.Partitions())
+	db, err := state.Open(dir, state.WithDurability(state.Sync), state.WithLogger(quietLogger()))
 	if err != nil {
 		return nil, err
 	}
@@ -222,11 +224,11 @@ func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log,
 		_ = db.Close()
 		return nil, err
 	}
-	proc, err := stream.NewProcessor(prog, db, src,
-		stream.WithPollSize(batch),
-		stream.WithProcessorLogger(quietLogger()),
-		stream.WithTaskOptions(stream.WithLogger(quietLogger())),
-		stream.WithHooks(hooks))
+	proc, err := engine.NewProcessor(prog, db, src,
+		engine.WithPollSize(batch),
+		engine.WithProcessorLogger(quietLogger()),
+		engine.WithTaskOptions(engine.WithLogger(quietLogger())),
+		engine.WithHooks(hooks))
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -256,7 +258,7 @@ func (p *processor) run(ctx context.Context, done <-chan struct{}) (stop func() 
 	}
 }
 
-func checkCommit(res stream.Result) error {
+func checkCommit(res engine.Result) error {
 	if err := checkResult(res); err != nil {
 		return err
 	}
@@ -267,7 +269,7 @@ func checkCommit(res stream.Result) error {
 }
 
 // E2EStrand runs the workload through the embedded broker into a
-// stream.Processor: with drain false the producer publishes while the
+// engine.Processor: with drain false the producer publishes while the
 // processor runs and the clock covers both (from the first publish to the
 // last commit); with drain true the log is published first and the clock
 // covers the processor alone. Tables are checked against the reference.
@@ -281,7 +283,7 @@ func E2EStrand(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 
 	pr := newProgress(log)
 	var hookErr atomic.Pointer[error]
-	hooks := stream.Hooks{AfterCommit: func(p uint32, r stream.Result) error {
+	hooks := engine.Hooks{AfterCommit: func(p uint32, r engine.Result) error {
 		if err := checkCommit(r); err != nil {
 			err = fmt.Errorf("partition %d: %w", p, err)
 			hookErr.CompareAndSwap(nil, &err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/engine"
 	"math"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	}
 	polledAt := make([]int64, log.Partitions())
 	beganAt := make([]int64, log.Partitions())
-	hooks := stream.Hooks{}
+	hooks := engine.Hooks{}
 	if o.Trace != "" {
 		hooks.AfterPoll = func(p uint32, _ []stream.Record) error {
 			select {
@@ -105,7 +106,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 			return nil
 		}
 	}
-	hooks.AfterCommit = func(p uint32, r stream.Result) error {
+	hooks.AfterCommit = func(p uint32, r engine.Result) error {
 		now := time.Now().UnixNano()
 		if err := checkCommit(r); err != nil {
 			err = fmt.Errorf("partition %d: %w", p, err)

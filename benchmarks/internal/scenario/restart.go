@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/engine"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,8 +15,8 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream"
 )
 
 // RestartOptions configure the restart scenario.
@@ -113,7 +114,7 @@ func walBytes(dir string) int64 {
 type session struct {
 	db    *state.DB
 	topo  *workload.Topo
-	tasks []*stream.Task
+	tasks []*engine.Task
 	open  time.Duration // state.Open
 	ocpu  time.Duration // CPU time the process spent during state.Open
 	setup time.Duration // Build + Attach + NewTask ×n
@@ -121,24 +122,25 @@ type session struct {
 
 func (s *RestartStore) open(ctx context.Context) (*session, error) {
 	t0, c0 := time.Now(), sysstat.CPUTime()
-	db, err := state.Open(filepath.Join(s.dir, "store"), state.WithDurability(state.Sync),
-		workload.Locator(s.o.Partitions), state.WithLogger(quietLogger()))
+	db, err := state.Open(filepath.Join(s.dir, "store"), state.WithDurability(state.Sync), state.WithLogger(quietLogger()))
 	if err != nil {
 		return nil, err
 	}
 	t1, c1 := time.Now(), sysstat.CPUTime()
-	topo := workload.NewTopology(s.log.Decls)
-	prog, err := topo.Topology.Build()
+	topo, err := workload.NewTopology(s.log.Decls, 0)
+	var prog *engine.Program
 	if err == nil {
+		prog = topo.Program
+		topo.SetPartitions(s.o.Partitions)
 		err = prog.Attach(db)
 	}
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	tasks := make([]*stream.Task, s.o.Partitions)
+	tasks := make([]*engine.Task, s.o.Partitions)
 	for p := range s.o.Partitions {
-		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, stream.WithLogger(quietLogger())); err != nil {
+		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, engine.WithLogger(quietLogger())); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -292,7 +294,7 @@ func Restart(ctx context.Context, o RestartOptions) (Result, error) {
 
 // RestartProcessor is the restart through the embedded broker: the broker
 // holds the log that built the state plus a new batch per partition; a
-// stream.Processor is started on the reopened store and the clock stops at
+// engine.Processor is started on the reopened store and the clock stops at
 // its first commit in every partition. It includes connecting to the
 // broker and opening one reader per partition.
 func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
@@ -355,7 +357,7 @@ func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
 	done := make(chan struct{})
 	var firstErr atomic.Pointer[error]
 	seen := make([]atomic.Bool, o.Partitions)
-	hooks := stream.Hooks{AfterCommit: func(p uint32, r stream.Result) error {
+	hooks := engine.Hooks{AfterCommit: func(p uint32, r engine.Result) error {
 		err := checkCommit(r)
 		first := r.Records > 0 && !seen[p].Swap(true)
 		if err == nil && first && r.Next-uint64(r.Records) != s.next[p] {
@@ -370,24 +372,24 @@ func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
 		}
 		return nil
 	}}
-	db, err := state.Open(filepath.Join(s.dir, "store"), state.WithDurability(state.Sync),
-		workload.Locator(o.Partitions), state.WithLogger(quietLogger()))
+	db, err := state.Open(filepath.Join(s.dir, "store"), state.WithDurability(state.Sync), state.WithLogger(quietLogger()))
 	if err != nil {
 		return res, err
 	}
 	defer db.Close()
 	tOpen := time.Since(start)
-	topo := workload.NewTopology(d)
-	prog, err := topo.Topology.Build()
+	topo, err := workload.NewTopology(d, 0)
 	if err != nil {
 		return res, err
 	}
+	prog := topo.Program
+	topo.SetPartitions(o.Partitions)
 	src, err := iggy.NewSource(b.cl, iggyStream, iggyTopic, iggy.WithPollBatch(o.Batch))
 	if err != nil {
 		return res, err
 	}
-	proc, err := stream.NewProcessor(prog, db, src, stream.WithPollSize(o.Batch), stream.WithProcessorLogger(quietLogger()),
-		stream.WithTaskOptions(stream.WithLogger(quietLogger())), stream.WithHooks(hooks))
+	proc, err := engine.NewProcessor(prog, db, src, engine.WithPollSize(o.Batch), engine.WithProcessorLogger(quietLogger()),
+		engine.WithTaskOptions(engine.WithLogger(quietLogger())), engine.WithHooks(hooks))
 	if err != nil {
 		return res, err
 	}

@@ -5,31 +5,57 @@ import (
 	"fmt"
 
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream"
 )
 
 // Source is the name of the accounts log ("stream/topic"), as
 // connectors/iggy names the example's topic.
 const Source = bank.Stream + "/" + bank.Topic
 
-// Topo is the example's balances topology for one codec.
+// Topo is the example's balances program for one codec, compiled for the
+// engine directly: the benchmarks drive its Tasks and processors without
+// the front door, to measure the core itself.
 type Topo struct {
-	Topology *topology.Topology
+	Program  *engine.Program
 	Balances *state.Table[AccountID, Account]
 	Decls    Decls
 }
 
-// NewTopology returns bank.NewTopology for d's codec, reading Source.
-func NewTopology(d Decls, opts ...topology.Option) *Topo {
-	t, bal := bank.NewTopology(d.Events, Source, opts...)
-	return &Topo{Topology: t, Balances: bal, Decls: d}
+// NewTopology returns the program of bank.NewTopology for d's codec,
+// reading Source, with the same name, table and folds (so the same
+// fingerprint).
+func NewTopology(d Decls, workers int) (*Topo, error) {
+	ev := d.Events
+	keys, err := stream.DefaultKeyCodec[AccountID]()
+	if err != nil {
+		return nil, err
+	}
+	var values stream.Codec[Account] = stream.JSON[Account]()
+	if ev.Codec == bank.Binary {
+		values = stream.Binary[Account]()
+	}
+	bal := state.NewTable[AccountID, Account]("balances", keys, values)
+	prog, err := engine.NewProgram(engine.Spec{
+		Name:    bank.TopologyName(ev.Codec),
+		Workers: workers,
+		Sources: []engine.SourceSpec{{Name: Source, Handlers: []engine.Handler{
+			engine.Project(ev.Opened, bal, bank.ApplyOpened),
+			engine.Project(ev.Deposits, bal, bank.ApplyDeposited),
+			engine.Project(ev.Withdrawals, bal, bank.ApplyWithdrawn),
+			engine.Project(ev.Closed, bal, bank.ApplyClosed),
+		}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("workload: accounts program: %w", err)
+	}
+	return &Topo{Program: prog, Balances: bal, Decls: d}, nil
 }
 
-// Locator returns the state locator for n partitions (stream.Locator):
-// the partition of a key's bytes, as the publisher and Iggy choose it.
-func Locator(n uint32) state.Option { return stream.Locator(n) }
+// SetPartitions tells the balances table how many partitions the source
+// has, so Get finds rows in their key's partition first.
+func (t *Topo) SetPartitions(n uint32) { t.Balances.SetPartitions(n) }
 
 // ReadBalances scans the committed balances table.
 func ReadBalances(ctx context.Context, t *state.Table[AccountID, Account]) (map[AccountID]Account, error) {

@@ -28,7 +28,6 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -159,14 +158,14 @@ func TopologyName(c Codec) string { return "accounts-" + string(Declarations(c).
 // the source named source ("stream/topic", as iggy.Source.Name reports),
 // and its "balances" table. Build it with Build; after the processor
 // attached the table to its store, Get and Scan read it.
-func NewTopology(ev *Events, source string, opts ...topology.Option) (*topology.Topology, *state.Table[AccountID, Account]) {
+func NewTopology(ev *Events, source string, opts ...topology.Option) (*topology.Topology, *topology.Table[AccountID, Account]) {
 	t := topology.New(TopologyName(ev.Codec), opts...)
 	src := topology.Source[AccountID](t, source)
 	var values stream.Codec[Account] = stream.JSON[Account]()
 	if ev.Codec == Binary {
 		values = stream.Binary[Account]()
 	}
-	balances := topology.Table[AccountID, Account](t, "balances", values)
+	balances := topology.NewTable[AccountID, Account](t, "balances", values)
 	topology.Project(topology.On(src, ev.Opened), balances, ApplyOpened)
 	topology.Project(topology.On(src, ev.Deposits), balances, ApplyDeposited)
 	topology.Project(topology.On(src, ev.Withdrawals), balances, ApplyWithdrawn)

@@ -8,11 +8,11 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/strand-io/strand/examples/accounts/bank"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 const source = bank.Stream + "/" + bank.Topic
@@ -20,11 +20,11 @@ const source = bank.Stream + "/" + bank.Topic
 // feed pipes records into a driver and keeps its own copy of the log, to
 // read it back like a check reads the topic.
 type feed struct {
-	d   *topology.Driver
+	d   *topologytest.Driver
 	log [][]stream.Record
 }
 
-func newFeed(d *topology.Driver, partitions int) *feed {
+func newFeed(d *topologytest.Driver, partitions int) *feed {
 	return &feed{d: d, log: make([][]stream.Record, partitions)}
 }
 
@@ -87,8 +87,8 @@ func TestTopologyEqualsSequentialReference(t *testing.T) {
 			ev := bank.Declarations(codec)
 			topo, balances := bank.NewTopology(ev, source)
 			rng := rand.New(rand.NewPCG(7, 7))
-			d := topology.NewDriver(t, topo, topology.Partitions(8),
-				topology.BatchSizes(func() int { return 1 + rng.IntN(300) }))
+			d := topologytest.NewDriver(t, topo, topologytest.Partitions(8),
+				topologytest.BatchSizes(func() int { return 1 + rng.IntN(300) }))
 			w := bank.Workload{Events: 20_000, Accounts: 500, Skew: 1.2, Seed: 3}
 			g, err := bank.NewGenerator(w)
 			if err != nil {
@@ -164,7 +164,7 @@ func TestTopologyEqualsReferenceProperty(t *testing.T) {
 		n := 0
 		tb := &rapidTB{T: rt, t: t}
 		defer tb.cleanup()
-		d := topology.NewDriver(tb, topo, topology.Partitions(8), topology.BatchSizes(func() int {
+		d := topologytest.NewDriver(tb, topo, topologytest.Partitions(8), topologytest.BatchSizes(func() int {
 			n++
 			return sizes[n%len(sizes)]
 		}))
@@ -221,7 +221,7 @@ func TestCompareCatchesAMissingFence(t *testing.T) {
 	ev := *bank.Declarations(bank.JSON)
 	ev.Closed = stream.Declare[bank.AccountID, bank.AccountClosed](bank.TagClosed, stream.Fence(planner.Relaxed))
 	topo, balances := bank.NewTopology(&ev, source)
-	d := topology.NewDriver(t, topo, topology.Partitions(8), topology.BatchSize(100))
+	d := topologytest.NewDriver(t, topo, topologytest.Partitions(8), topologytest.BatchSize(100))
 	f := newFeed(d, 8)
 	for _, e := range []bank.Event{
 		bank.AccountOpened{Account: 1, Owner: "ann"},
@@ -243,7 +243,7 @@ func TestCompareCatchesAMissingFence(t *testing.T) {
 
 	// The real declarations keep the order.
 	topo, balances = bank.NewTopology(bank.Declarations(bank.JSON), source)
-	d = topology.NewDriver(t, topo, topology.Partitions(8), topology.BatchSize(100))
+	d = topologytest.NewDriver(t, topo, topologytest.Partitions(8), topologytest.BatchSize(100))
 	f = newFeed(d, 8)
 	for _, e := range []bank.Event{
 		bank.AccountOpened{Account: 1, Owner: "ann"},

@@ -6,10 +6,10 @@ import (
 	"os"
 
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-// exampleTB is the small adapter topology.NewDriver needs outside a test.
+// exampleTB is the small adapter topologytest.NewDriver needs outside a test.
 type exampleTB struct {
 	dir string
 	fns []func()
@@ -37,13 +37,13 @@ func Example() {
 
 	ev := bank.Declarations(bank.JSON)
 	topo, balances := bank.NewTopology(ev, "bank/accounts")
-	d := topology.NewDriver(tb, topo, topology.Partitions(8))
-	topology.Pipe(d, ev.Opened, bank.AccountOpened{Account: 42, Owner: "ada"})
-	topology.Pipe(d, ev.Deposits, bank.Deposited{Account: 42, Amount: 100}, bank.Deposited{Account: 42, Amount: 50})
-	topology.Pipe(d, ev.Withdrawals, bank.Withdrawn{Account: 42, Amount: 30})
-	topology.Pipe(d, ev.Closed, bank.AccountClosed{Account: 42})
-	topology.Pipe(d, ev.Opened, bank.AccountOpened{Account: 42, Owner: "ada"})
-	topology.Pipe(d, ev.Deposits, bank.Deposited{Account: 42, Amount: 7})
+	d := topologytest.NewDriver(tb, topo, topologytest.Partitions(8))
+	topologytest.Pipe(d, ev.Opened, bank.AccountOpened{Account: 42, Owner: "ada"})
+	topologytest.Pipe(d, ev.Deposits, bank.Deposited{Account: 42, Amount: 100}, bank.Deposited{Account: 42, Amount: 50})
+	topologytest.Pipe(d, ev.Withdrawals, bank.Withdrawn{Account: 42, Amount: 30})
+	topologytest.Pipe(d, ev.Closed, bank.AccountClosed{Account: 42})
+	topologytest.Pipe(d, ev.Opened, bank.AccountOpened{Account: 42, Owner: "ada"})
+	topologytest.Pipe(d, ev.Deposits, bank.Deposited{Account: 42, Amount: 7})
 	d.Advance()
 
 	a, _, _ := balances.Get(context.Background(), 42)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/stream/topology"
 	"slices"
 	"strings"
 
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/internal/state"
 )
 
 // Origin is where a record sits in the events topic.
@@ -163,7 +163,7 @@ var ErrMismatch = errors.New("bank: balances differ from the sequential referenc
 
 // Compare reads every account of the balances table (one consistent
 // snapshot of committed state) and compares it with the reference.
-func (r *Reference) Compare(ctx context.Context, balances *state.Table[AccountID, Account]) (Check, error) {
+func (r *Reference) Compare(ctx context.Context, balances *topology.Table[AccountID, Account]) (Check, error) {
 	c := Check{Accounts: len(r.accounts), Events: r.applied}
 	seen := make(map[AccountID]bool, len(r.accounts))
 	err := balances.Scan(ctx, func(id AccountID, got Account) bool {

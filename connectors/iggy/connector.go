@@ -1,0 +1,52 @@
+package iggy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/strand-io/strand/stream"
+)
+
+var _ stream.Connector = (*Client)(nil)
+
+// splitTopic splits a topology's topic name, "stream/topic".
+func splitTopic(name string) (stream, topic string, err error) {
+	s, t, ok := strings.Cut(name, "/")
+	if !ok || s == "" || t == "" {
+		return "", "", fmt.Errorf("iggy: topic name %q: want \"stream/topic\"", name)
+	}
+	return s, t, nil
+}
+
+// OpenSource returns the Source of the topic named "stream/topic", which
+// must exist; it makes the Client a stream.Connector, the way a topology's
+// App (package topology) reaches Iggy.
+func (c *Client) OpenSource(ctx context.Context, name string) (stream.Source, error) {
+	s, t, err := splitTopic(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Partitions(ctx, s, t); err != nil {
+		return nil, err
+	}
+	return NewSource(c, s, t)
+}
+
+// OpenSink returns a Sink publishing to the topic named "stream/topic",
+// creating the stream and the topic (with the given partition count) when
+// missing; an existing topic keeps its own partition count. The Sink implements stream.SentChecker, so the App publishes
+// dead letters exactly once across crashes.
+func (c *Client) OpenSink(ctx context.Context, name string, partitions uint32) (stream.Sink, error) {
+	s, t, err := splitTopic(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Partitions(ctx, s, t); err != nil {
+		// Missing (or unreachable: EnsureTopic says which): create it.
+		if err := c.EnsureTopic(ctx, s, t, partitions); err != nil {
+			return nil, err
+		}
+	}
+	return NewSink(ctx, c, s, t)
+}
