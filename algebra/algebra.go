@@ -3,7 +3,7 @@
 //
 // A run is every event of one type inside one segment of one key, in log
 // order (see package planner). Before the executor hands a run to its
-// handler (DESIGN.md §3: decode → reduce → apply), it reduces the run with
+// handler (docs/design.md §3: decode → reduce → apply), it reduces the run with
 // the type's Algebra, so that, for example, a hundred deposits to one
 // account become one write. What a reduction may do depends on the law the
 // event type promises, its Kind:

@@ -10,7 +10,7 @@ import (
 )
 
 // Names of the user headers a strand publisher writes on every message
-// (DESIGN.md §5). Their values are raw bytes.
+// (docs/design.md §5). Their values are raw bytes.
 const (
 	// HeaderKey carries the key bytes, 1..255 long.
 	HeaderKey = "strand-key"

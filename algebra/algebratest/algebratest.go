@@ -2,7 +2,7 @@
 // applies its events to state, keep the law the algebra's Kind claims.
 //
 // The executor trusts a run's algebra: it reduces the run before applying
-// it (DESIGN.md §3), so a combine that is not associative, or a projection
+// it (docs/design.md §3), so a combine that is not associative, or a projection
 // that is not idempotent under a Dedup, corrupts state silently. The
 // checkers here find such mistakes with property-based tests
 // (pgregory.net/rapid): they draw random events and states, reduce, apply,

@@ -1,11 +1,11 @@
 // Package iggy connects strand to an Apache Iggy server (0.8.x) through the
 // official Go SDK, github.com/apache/iggy/foreign/go v0.8.0.
 //
-// In the data flow of DESIGN.md §3 this package is both ends: a Source whose
+// In the data flow of docs/design.md §3 this package is both ends: a Source whose
 // Readers poll one partition each from the processor's checkpoint
 // (Offset strategy, auto-commit off) and hand over records with their strand
 // headers already parsed, and a Publisher / Sink that writes events with the
-// strand headers of DESIGN.md §5 into the partition that Iggy's
+// strand headers of docs/design.md §5 into the partition that Iggy's
 // messages-key partitioning would choose for their key.
 //
 // # What the SDK lacks and this package adds

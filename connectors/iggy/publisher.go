@@ -161,7 +161,7 @@ func MessageID(parts ...[]byte) [16]byte {
 }
 
 // Publisher writes events to one Iggy topic, each with the strand headers
-// of DESIGN.md §5, into partition XXH32(key) % partitions: the partition
+// of docs/design.md §5, into partition XXH32(key) % partitions: the partition
 // Iggy's messages-key partitioning would pick for the key bytes. It computes
 // the partition itself and sends with explicit partition ids, so events of
 // many keys share one request per partition.

@@ -18,7 +18,7 @@ import (
 // one Task per source partition over a Source (an Iggy topic through
 // connectors/iggy), and publishes dead letters to a Sink.
 //
-// # Data flow (DESIGN.md §3)
+// # Data flow (docs/design.md §3)
 //
 // Each partition has its own pipeline of three goroutines. A reader polls the
 // partition from the Task's checkpoint (read from the store at Run, never from
@@ -43,7 +43,7 @@ import (
 // # Guarantees
 //
 // Tables get exactly-once: after any crash or restart every table equals the
-// fold of exactly the events up to the committed checkpoints (DESIGN.md §2).
+// fold of exactly the events up to the committed checkpoints (docs/design.md §2).
 // A batch is committed whole or not at all; Run never leaves half a batch
 // applied.
 //
@@ -81,7 +81,7 @@ import (
 // the same graceful way and returns a *PartitionError naming the source,
 // partition and offset. Transient source failures never reach Run: the
 // PartitionReader retries them. Handler failures never stop Run either: the
-// Task parks or dead-letters them (DESIGN.md §8).
+// Task parks or dead-letters them (docs/design.md §8).
 //
 // # Concurrency
 //

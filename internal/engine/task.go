@@ -405,7 +405,7 @@ func (t *Task) settlePending() error {
 
 // Submit processes one batch like Process, but returns once the batch is
 // executed and its commit has started, so that the caller can submit the
-// next batch while this one commits (DESIGN.md §3: the commit of one batch
+// next batch while this one commits (docs/design.md §3: the commit of one batch
 // overlaps the work of the next). Pending.Wait returns the batch's Result.
 //
 // Batches commit in submission order, each in its own atomic commit with

@@ -6,7 +6,7 @@
 //
 // Pebble is a log-structured merge tree: a write goes to a write-ahead log and
 // an in-memory table, and a batch of writes becomes visible and durable as one
-// unit, or not at all. strand's exactly-once guarantee (DESIGN.md §2, item 5)
+// unit, or not at all. strand's exactly-once guarantee (docs/design.md §2, item 5)
 // rests on that: a partition pipeline folds one polled batch of events into a
 // [Txn], records the next source offset with [Txn.SetCheckpoint], adds any
 // outbox, dead-letter, hold or parked rows with [Txn.PutRow], and calls
@@ -16,7 +16,7 @@
 //
 // # Data flow
 //
-// In DESIGN.md §3 this package is the "commit" step and the read side of the
+// In docs/design.md §3 this package is the "commit" step and the read side of the
 // "execute" step: handlers read their key's value with [Table.Read] (their own
 // pending writes first, then committed state) and write it back with
 // [Table.Write] (or both at once with [Table.Update]); queries call
@@ -30,7 +30,7 @@
 //
 // Every Pebble key starts with a [Family] byte, then the source partition as a
 // big-endian uint32, then the rest, so one partition's rows of one family are
-// one contiguous range (DESIGN.md §6):
+// one contiguous range (docs/design.md §6):
 //
 //	metadata     FamilyMeta       | 0 (u32)   | name             (fingerprint, layout version, table registry)
 //	checkpoints  FamilyCheckpoint | partition | source name      → next offset (u64 BE)

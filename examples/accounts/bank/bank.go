@@ -1,5 +1,5 @@
 // Package bank is the domain of strand's accounts example: the bank account
-// of the ordering seed (DESIGN.md §2), kept small and importable so that the
+// of the ordering seed (docs/design.md §2), kept small and importable so that the
 // example program, its tests and the benchmarks share one definition.
 //
 // Four event types, keyed by AccountID:
