@@ -556,12 +556,12 @@ func TestProcessorOverlapsPollsAndBoundsReadAhead(t *testing.T) {
 			fx.slow.Store(int64(time.Millisecond))
 			var (
 				committed  atomic.Uint64
-				processing atomic.Bool
+				processing atomic.Int64 // batches between BeforeProcess and their AfterCommit
 				overlapped atomic.Int64
 				maxAhead   atomic.Uint64
 			)
 			fx.src.onPoll = func(pt uint32, from uint64) {
-				if processing.Load() {
+				if processing.Load() > 0 {
 					overlapped.Add(1)
 				}
 				ahead := from - committed.Load()
@@ -575,10 +575,12 @@ func TestProcessorOverlapsPollsAndBoundsReadAhead(t *testing.T) {
 			db := fx.openDB(t)
 			defer closeDB(t, db)
 			p := newProc(t, fx, db, WithPollSize(pollSize), WithPrefetch(prefetch), WithHooks(Hooks{
-				BeforeProcess: func(pt uint32, recs []stream.Record) error { processing.Store(true); return nil },
+				// A batch's commit is accounted for (AfterCommit) after the
+				// next batch started (BeforeProcess): count, not a flag.
+				BeforeProcess: func(pt uint32, recs []stream.Record) error { processing.Add(1); return nil },
 				AfterCommit: func(pt uint32, res Result) error {
 					committed.Store(res.Next)
-					processing.Store(false)
+					processing.Add(-1)
 					return nil
 				},
 			}))
