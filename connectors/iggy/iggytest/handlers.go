@@ -77,6 +77,28 @@ func (c *conn) dispatch(cmd Command, p []byte) error {
 		return c.reply(c.joinGroup(p))
 	case CmdLeaveConsumerGroup:
 		return c.reply(c.leaveGroup(p))
+	case CmdGetUser:
+		return c.reply(c.getUser(p))
+	case CmdGetUsers:
+		return c.reply(c.getUsers())
+	case CmdCreateUser:
+		return c.reply(c.createUser(p))
+	case CmdDeleteUser:
+		return c.reply(c.deleteUser(p))
+	case CmdUpdateUser:
+		return c.reply(c.updateUser(p))
+	case CmdUpdatePermissions:
+		return c.reply(c.updatePermissions(p))
+	case CmdChangePassword:
+		return c.reply(c.changePassword(p))
+	case CmdGetPersonalAccessTokens:
+		return c.reply(c.getTokens())
+	case CmdCreatePersonalAccessToken:
+		return c.reply(c.createToken(p))
+	case CmdDeletePersonalAccessToken:
+		return c.reply(c.deleteToken(p))
+	case CmdGetStats:
+		return c.reply(c.getStats())
 	default:
 		return c.writeStatus(StatusInvalidCommand)
 	}
@@ -119,46 +141,6 @@ func (c *conn) admit(d *decoder) error {
 func (c *conn) ok() encoder { return encoder(c.wbuf[:8]) }
 
 // --- session ----------------------------------------------------------------
-
-func (c *conn) loginUser(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	user := d.name()
-	plen := int(d.u8())
-	pass := d.str(plen)
-	if vlen := int(d.u32()); vlen > 0 {
-		d.str(vlen)
-	}
-	if clen := int(d.u32()); clen > 0 {
-		d.str(clen)
-	}
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if len(user) < minUsernameLength || len(user) > maxUsernameLength {
-		return nil, statusError(StatusInvalidUsername)
-	}
-	if len(pass) < minPasswordLength || len(pass) > maxPasswordLength {
-		return nil, statusError(StatusInvalidPassword)
-	}
-	if user != c.s.cfg.user || pass != c.s.cfg.pass {
-		return nil, statusError(StatusInvalidCredentials)
-	}
-	c.sess.userID.Store(0)
-	return c.ok().u32(0), nil
-}
-
-func (c *conn) loginToken(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	tok := d.name()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if c.s.cfg.token == "" || tok != c.s.cfg.token {
-		return nil, statusError(StatusResourceNotFound)
-	}
-	c.sess.userID.Store(0)
-	return c.ok().u32(0), nil
-}
 
 func (c *conn) logout() ([]byte, error) {
 	if err := c.authed(); err != nil {
@@ -204,6 +186,9 @@ func (c *conn) getClient(p []byte) ([]byte, error) {
 	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
+	if err := c.canNow(permServerInfo); err != nil {
+		return nil, err
+	}
 	if id == 0 {
 		return nil, statusError(StatusInvalidClientID)
 	}
@@ -222,6 +207,9 @@ func (c *conn) getClients() ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
+	if err := c.can(permServerInfo, 0, 0); err != nil {
+		return nil, err
+	}
 	ids := make([]uint32, 0, len(c.s.clients))
 	for id := range c.s.clients {
 		ids = append(ids, id)
@@ -285,7 +273,7 @@ func (s *Server) resolveGroup(sid, tid, gid ident) (*stream, *topic, *group, err
 // just the entity's identifiers: decode them, admit the request, then resolve
 // the entity under the write lock (not found is an error) and run fn there.
 
-func (c *conn) withStream(p []byte, fn func(s *Server, st *stream) ([]byte, error)) ([]byte, error) {
+func (c *conn) withStream(p []byte, pm perm, fn func(s *Server, st *stream) ([]byte, error)) ([]byte, error) {
 	d := decoder{b: p}
 	sid := d.ident()
 	if err := c.admit(&d); err != nil {
@@ -298,10 +286,13 @@ func (c *conn) withStream(p []byte, fn func(s *Server, st *stream) ([]byte, erro
 	if st == nil {
 		return nil, errStreamNF
 	}
+	if err := c.can(pm, st.id, 0); err != nil {
+		return nil, err
+	}
 	return fn(s, st)
 }
 
-func (c *conn) withTopic(p []byte, fn func(s *Server, st *stream, t *topic) ([]byte, error)) ([]byte, error) {
+func (c *conn) withTopic(p []byte, pm perm, fn func(s *Server, st *stream, t *topic) ([]byte, error)) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid := d.ident(), d.ident()
 	if err := c.admit(&d); err != nil {
@@ -314,10 +305,13 @@ func (c *conn) withTopic(p []byte, fn func(s *Server, st *stream, t *topic) ([]b
 	if err != nil {
 		return nil, err
 	}
+	if err := c.can(pm, st.id, t.id); err != nil {
+		return nil, err
+	}
 	return fn(s, st, t)
 }
 
-func (c *conn) withGroup(p []byte, fn func(s *Server, st *stream, t *topic, g *group) ([]byte, error)) ([]byte, error) {
+func (c *conn) withGroup(p []byte, pm perm, fn func(s *Server, st *stream, t *topic, g *group) ([]byte, error)) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid, gid := d.ident(), d.ident(), d.ident()
 	if err := c.admit(&d); err != nil {
@@ -328,6 +322,9 @@ func (c *conn) withGroup(p []byte, fn func(s *Server, st *stream, t *topic, g *g
 	defer s.mu.Unlock()
 	st, t, g, err := s.resolveGroup(sid, tid, gid)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.can(pm, st.id, t.id); err != nil {
 		return nil, err
 	}
 	return fn(s, st, t, g)
@@ -344,6 +341,9 @@ func (c *conn) createStream(p []byte) ([]byte, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := c.can(permCreateStream, 0, 0); err != nil {
+		return nil, err
+	}
 	if s.streamNames[name] != nil {
 		return nil, statusError(StatusStreamNameAlreadyExists)
 	}
@@ -374,6 +374,9 @@ func (c *conn) getStream(p []byte) ([]byte, error) {
 	if st == nil {
 		return c.ok(), nil
 	}
+	if err := c.can(permGetStream, st.id, 0); err != nil {
+		return nil, err
+	}
 	e := appendStreamHeader(c.ok(), st)
 	st.topics.each(func(_ uint32, t *topic) { e = appendTopicHeader(e, t) })
 	return e, nil
@@ -385,13 +388,16 @@ func (c *conn) getStreams() ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
+	if err := c.can(permGetStreams, 0, 0); err != nil {
+		return nil, err
+	}
 	e := c.ok()
 	c.s.streams.each(func(_ uint32, st *stream) { e = appendStreamHeader(e, st) })
 	return e, nil
 }
 
 func (c *conn) deleteStream(p []byte) ([]byte, error) {
-	return c.withStream(p, func(s *Server, st *stream) ([]byte, error) {
+	return c.withStream(p, permManageStream, func(s *Server, st *stream) ([]byte, error) {
 		op := metaOp{kind: opDeleteStream, stream: st.id}
 		if err := s.logOp(&op); err != nil {
 			return nil, err
@@ -415,6 +421,9 @@ func (c *conn) updateStream(p []byte) ([]byte, error) {
 	if st == nil {
 		return nil, errStreamNF
 	}
+	if err := c.can(permManageStream, st.id, 0); err != nil {
+		return nil, err
+	}
 	if st.name == name {
 		return c.ok(), nil
 	}
@@ -430,7 +439,7 @@ func (c *conn) updateStream(p []byte) ([]byte, error) {
 }
 
 func (c *conn) purgeStream(p []byte) ([]byte, error) {
-	return c.withStream(p, func(s *Server, st *stream) ([]byte, error) {
+	return c.withStream(p, permManageStream, func(s *Server, st *stream) ([]byte, error) {
 		var err error
 		st.topics.each(func(_ uint32, t *topic) {
 			if e := s.purgeTopicLocked(t); e != nil && err == nil {
@@ -470,6 +479,9 @@ func (c *conn) createTopic(p []byte) ([]byte, error) {
 	st := s.findStream(sid)
 	if st == nil {
 		return nil, errStreamNF
+	}
+	if err := c.can(permCreateTopic, st.id, 0); err != nil {
+		return nil, err
 	}
 	if maxSize == 0 {
 		maxSize = ^uint64(0) // server default: unlimited
@@ -514,9 +526,12 @@ func (c *conn) getTopic(p []byte) ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
-	_, t, err := c.s.resolveTopic(sid, tid)
+	st, t, err := c.s.resolveTopic(sid, tid)
 	if err != nil {
 		return c.ok(), nil
+	}
+	if err := c.can(permGetTopic, st.id, t.id); err != nil {
+		return nil, err
 	}
 	e := appendTopicHeader(c.ok(), t)
 	for _, pt := range t.partitions {
@@ -535,13 +550,16 @@ func (c *conn) getTopics(p []byte) ([]byte, error) {
 	defer c.s.mu.RUnlock()
 	e := c.ok()
 	if st := c.s.findStream(sid); st != nil {
+		if err := c.can(permGetTopics, st.id, 0); err != nil {
+			return nil, err
+		}
 		st.topics.each(func(_ uint32, t *topic) { e = appendTopicHeader(e, t) })
 	}
 	return e, nil
 }
 
 func (c *conn) deleteTopic(p []byte) ([]byte, error) {
-	return c.withTopic(p, func(s *Server, st *stream, t *topic) ([]byte, error) {
+	return c.withTopic(p, permManageTopic, func(s *Server, st *stream, t *topic) ([]byte, error) {
 		op := metaOp{kind: opDeleteTopic, stream: st.id, topic: t.id}
 		if err := s.logOp(&op); err != nil {
 			return nil, err
@@ -572,6 +590,9 @@ func (c *conn) updateTopic(p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.can(permManageTopic, st.id, t.id); err != nil {
+		return nil, err
+	}
 	if t.name != name {
 		if o := st.byName[name]; o != nil && o != t {
 			return nil, statusError(StatusTopicNameAlreadyExists)
@@ -590,7 +611,7 @@ func (c *conn) updateTopic(p []byte) ([]byte, error) {
 }
 
 func (c *conn) purgeTopic(p []byte) ([]byte, error) {
-	return c.withTopic(p, func(s *Server, _ *stream, t *topic) ([]byte, error) {
+	return c.withTopic(p, permManageTopic, func(s *Server, _ *stream, t *topic) ([]byte, error) {
 		if err := s.purgeTopicLocked(t); err != nil {
 			return nil, err
 		}
@@ -641,6 +662,9 @@ func (c *conn) changePartitions(p []byte, create bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.can(permManageTopic, st.id, t.id); err != nil {
+		return nil, err
+	}
 	op := metaOp{kind: opCreatePartitions, stream: st.id, topic: t.id, count: n, createdAt: nowMicros()}
 	if !create {
 		if int(n) > len(t.partitions) {
@@ -677,6 +701,9 @@ func (c *conn) createGroup(p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.can(permGetTopic, st.id, t.id); err != nil {
+		return nil, err
+	}
 	if t.groupByName[name] != nil {
 		return nil, statusError(StatusConsumerGroupNameAlreadyExists)
 	}
@@ -700,9 +727,12 @@ func (c *conn) getGroup(p []byte) ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
-	_, _, g, err := c.s.resolveGroup(sid, tid, gid)
+	st, t, g, err := c.s.resolveGroup(sid, tid, gid)
 	if err != nil {
 		return c.ok(), nil
+	}
+	if err := c.can(permGetTopic, st.id, t.id); err != nil {
+		return nil, err
 	}
 	e := appendGroupHeader(c.ok(), g)
 	g.members.each(func(_ uint32, m *member) {
@@ -723,14 +753,17 @@ func (c *conn) getGroups(p []byte) ([]byte, error) {
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
 	e := c.ok()
-	if _, t, err := c.s.resolveTopic(sid, tid); err == nil {
+	if st, t, err := c.s.resolveTopic(sid, tid); err == nil {
+		if err := c.can(permGetTopic, st.id, t.id); err != nil {
+			return nil, err
+		}
 		t.groups.each(func(_ uint32, g *group) { e = appendGroupHeader(e, g) })
 	}
 	return e, nil
 }
 
 func (c *conn) deleteGroup(p []byte) ([]byte, error) {
-	return c.withGroup(p, func(s *Server, st *stream, t *topic, g *group) ([]byte, error) {
+	return c.withGroup(p, permGetTopic, func(s *Server, st *stream, t *topic, g *group) ([]byte, error) {
 		op := metaOp{kind: opDeleteGroup, stream: st.id, topic: t.id, group: g.id}
 		if err := s.logOp(&op); err != nil {
 			return nil, err
@@ -743,7 +776,7 @@ func (c *conn) deleteGroup(p []byte) ([]byte, error) {
 }
 
 func (c *conn) joinGroup(p []byte) ([]byte, error) {
-	return c.withGroup(p, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
+	return c.withGroup(p, permGetTopic, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
 		if g.memberOf(c.sess.clientID) == nil {
 			next := uint32(0)
 			g.members.each(func(_ uint32, m *member) {
@@ -766,7 +799,7 @@ func (c *conn) joinGroup(p []byte) ([]byte, error) {
 }
 
 func (c *conn) leaveGroup(p []byte) ([]byte, error) {
-	return c.withGroup(p, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
+	return c.withGroup(p, permGetTopic, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
 		if !leaveGroupLocked(g, c.sess.clientID) {
 			return nil, errMemberNF
 		}

@@ -149,13 +149,16 @@ func (c *conn) sendMessages(p []byte) ([]byte, error) {
 	if err := c.authed(); err != nil {
 		return nil, err
 	}
-	r, st := parseSend(p, c.s.cfg.maxMsgSize)
-	if st != 0 {
-		return nil, statusError(st)
+	r, status := parseSend(p, c.s.cfg.maxMsgSize)
+	if status != 0 {
+		return nil, statusError(status)
 	}
 	s := c.s
 	s.mu.RLock()
-	_, t, err := s.resolveTopic(r.sid, r.tid)
+	st, t, err := s.resolveTopic(r.sid, r.tid)
+	if err == nil {
+		err = c.can(permSend, st.id, t.id)
+	}
 	if err != nil {
 		s.mu.RUnlock()
 		return nil, err
@@ -303,7 +306,10 @@ func (c *conn) pollMessages(p []byte) error {
 	}
 	s := c.s
 	s.mu.RLock()
-	_, t, err := s.resolveTopic(sid, tid)
+	st, t, err := s.resolveTopic(sid, tid)
+	if err == nil {
+		err = c.can(permPoll, st.id, t.id)
+	}
 	if err != nil {
 		s.mu.RUnlock()
 		return c.reply(nil, err)
@@ -434,7 +440,10 @@ func (c *conn) storeOffsetLocked(part *partition, cons consumerRef, g *group, of
 func (c *conn) lockOffsetPartition(cons consumerRef, sid, tid ident, pid uint32, explicit bool) (*partition, *group, error) {
 	s := c.s
 	s.mu.RLock()
-	_, t, err := s.resolveTopic(sid, tid)
+	st, t, err := s.resolveTopic(sid, tid)
+	if err == nil {
+		err = c.can(permPoll, st.id, t.id)
+	}
 	if err != nil {
 		s.mu.RUnlock()
 		return nil, nil, err
@@ -497,9 +506,12 @@ func (c *conn) getOffset(p []byte) ([]byte, error) {
 	s := c.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, t, err := s.resolveTopic(sid, tid)
+	st, t, err := s.resolveTopic(sid, tid)
 	if err != nil {
 		return c.ok(), nil
+	}
+	if err := c.can(permPoll, st.id, t.id); err != nil {
+		return nil, err
 	}
 	var g *group
 	if cons.kind == 2 {

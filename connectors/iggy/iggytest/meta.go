@@ -20,6 +20,7 @@ type metaOp struct {
 	expiry      uint64
 	maxSize     uint64
 	name        string
+	blob        []byte // opPutUser: the user's whole record
 }
 
 const (
@@ -33,12 +34,19 @@ const (
 	opDeletePartitions
 	opCreateGroup
 	opDeleteGroup
+	opPutUser    // create or change a user (blob: its record)
+	opDeleteUser // count: the user id
 )
 
 func (op *metaOp) encode(e encoder) encoder {
 	e = e.u8(op.kind).u32(op.stream).u32(op.topic).u32(op.group).u64(op.uid).u64(op.createdAt)
 	e = e.u32(op.count).u8(op.compression).u8(op.replication).u64(op.expiry).u64(op.maxSize)
-	return e.name(op.name)
+	e = e.name(op.name)
+	if op.kind >= opPutUser {
+		e = e.u32(uint32(len(op.blob)))
+		e = append(e, op.blob...)
+	}
+	return e
 }
 
 var errBadOp = errors.New("malformed metadata record")
@@ -49,7 +57,10 @@ func decodeOp(b []byte) (metaOp, error) {
 		count: d.u32(), compression: d.u8(), replication: d.u8(), expiry: d.u64(), maxSize: d.u64()}
 	n := int(d.u8())
 	op.name = string(d.bytes(n))
-	if d.st != 0 || d.off != len(b) || op.kind < opCreateStream || op.kind > opDeleteGroup {
+	if op.kind >= opPutUser {
+		op.blob = d.bytes(int(d.u32()))
+	}
+	if d.st != 0 || d.off != len(b) || op.kind < opCreateStream || op.kind > opDeleteUser {
 		return op, errBadOp
 	}
 	return op, nil
@@ -90,6 +101,7 @@ func (s *Server) applyDeleteStream(op *metaOp) {
 	s.dropGroupRefsLocked(func(r groupRef) bool { return r.stream == op.stream })
 	delete(s.streamNames, st.name)
 	s.streams.remove(op.stream)
+	s.forgetStreamPermissions(op.stream)
 }
 
 func (s *Server) applyCreateTopic(op *metaOp) (*topic, error) {
@@ -274,6 +286,15 @@ func (s *Server) applyOp(op *metaOp) error {
 		s.applyCreateGroup(op)
 	case opDeleteGroup:
 		return s.applyDeleteGroup(op)
+	case opPutUser:
+		d := decoder{b: op.blob}
+		u := d.user()
+		if u == nil || d.off != len(op.blob) {
+			return errBadOp
+		}
+		s.putUser(u)
+	case opDeleteUser:
+		s.removeUser(op.count)
 	}
 	return nil
 }

@@ -104,6 +104,10 @@ type Server struct {
 	clients     map[uint32]*session
 	nextUID     uint64
 	disk        *disk
+	users       slab[user]
+	userNames   map[string]*user
+	streamPerms map[uint64]*streamPerms // (user, stream) → permissions, see indexPermissions
+	started     time.Time
 
 	connMu sync.Mutex
 	conns  map[*conn]struct{}
@@ -162,11 +166,14 @@ func newServer(cfg config) *Server {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
+	s := &Server{
 		cfg: cfg, log: cfg.logger, addr: "127.0.0.1:0",
 		streamNames: map[string]*stream{}, clients: map[uint32]*session{},
 		conns: map[*conn]struct{}{}, done: make(chan struct{}),
+		userNames: map[string]*user{}, streamPerms: map[uint64]*streamPerms{}, started: time.Now(),
 	}
+	s.addRootUser()
+	return s
 }
 
 // Addr returns the address the server listens on, as "host:port", for
