@@ -1,7 +1,6 @@
 package iggytest
 
 import (
-	"net"
 	"sort"
 )
 
@@ -148,19 +147,6 @@ func (c *conn) logout() ([]byte, error) {
 	}
 	c.sess.userID.Store(-1)
 	return c.ok(), nil
-}
-
-func (c *conn) clusterMetadata() ([]byte, error) {
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	host := "127.0.0.1"
-	if h, _, err := net.SplitHostPort(c.s.addr); err == nil {
-		host = h
-	}
-	e := c.ok().str32("single-node").u32(1)
-	e = e.str32("iggy-node").str32(host).u16(c.s.tcport).u16(8080).u16(3000).u16(8092).u8(0).u8(0)
-	return e, nil
 }
 
 func (c *conn) appendClientDetails(e encoder, s *session) encoder {

@@ -30,6 +30,7 @@ type config struct {
 	syncWrites   bool
 	segmentBytes int64
 	logger       *slog.Logger
+	cluster      *Cluster
 }
 
 // WithAddr sets the TCP address to listen on. The default is

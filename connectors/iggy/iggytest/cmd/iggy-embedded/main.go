@@ -14,8 +14,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
@@ -28,6 +31,28 @@ func main() {
 	}
 }
 
+// peerList is the repeatable -peer flag.
+type peerList []iggytest.ClusterNode
+
+func (p *peerList) String() string { return fmt.Sprint(len(*p), " peers") }
+
+func (p *peerList) Set(v string) error {
+	name, addr, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("peer %q: want name=host:port", v)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("peer %q: %w", v, err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return fmt.Errorf("peer %q: bad port: %w", v, err)
+	}
+	*p = append(*p, iggytest.ClusterNode{Name: name, IP: host, TCP: uint16(n)})
+	return nil
+}
+
 func run(args []string) error {
 	fs := flag.NewFlagSet("iggy-embedded", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8090", "TCP address to listen on")
@@ -38,6 +63,12 @@ func run(args []string) error {
 	maxMsgs := fs.Int("max-messages-per-partition", 0, "keep at most this many messages per partition (0: all)")
 	sync := fs.Bool("sync", false, "fsync every write before replying")
 	verbose := fs.Bool("v", false, "log connection events")
+	clusterName := fs.String("cluster", "", "cluster name: report a cluster in GetClusterMetadata (empty: a single node)")
+	nodeName := fs.String("node-name", "iggy-node", "this node's name in the cluster")
+	nodeIP := fs.String("node-ip", "", "this node's address as clients dial it (empty: the listen host)")
+	follower := fs.Bool("follower", false, "this node is a follower (the peers are then leaders)")
+	var peers peerList
+	fs.Var(&peers, "peer", "another cluster node as name=host:tcpport (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,6 +89,11 @@ func run(args []string) error {
 	}
 	if *sync {
 		opts = append(opts, iggytest.WithSyncWrites())
+	}
+	if *clusterName != "" {
+		opts = append(opts, iggytest.WithCluster(iggytest.Cluster{
+			Name: *clusterName, NodeName: *nodeName, IP: *nodeIP, Follower: *follower, Others: peers,
+		}))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
