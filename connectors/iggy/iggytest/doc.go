@@ -28,15 +28,28 @@
 //
 // # Fidelity
 //
-// Implemented commands: Ping, LoginUser, LoginWithPersonalAccessToken,
-// LogoutUser, GetClusterMetadata (a single healthy leader), GetMe,
-// GetClient, GetClients, Get/List/Create/Delete/Update/Purge stream and
+// Implemented commands: Ping, GetStats, LoginUser,
+// LoginWithPersonalAccessToken, LogoutUser, GetClusterMetadata (a single
+// healthy leader, or the cluster given to WithCluster), GetMe, GetClient,
+// GetClients, Get/List/Create/Delete/Update user, UpdatePermissions,
+// ChangePassword, Get/Create/Delete personal access token (with expiry),
+// Get/List/Create/Delete/Update/Purge stream and
 // topic, Create/Delete partitions, SendMessages (balanced, partition id and
 // messages-key partitioning: XXH32(key, 0) % partitions), PollMessages
 // (offset, timestamp, first, last and next; auto-commit; single and group
 // consumers), Store/Get/Delete consumer offset, and
 // Get/List/Create/Delete/Join/Leave consumer group. Every other code is
-// answered with status 3 (InvalidCommand). Replies, empty-versus-error
+// answered with status 3 (InvalidCommand).
+//
+// Every command but Ping and the logins needs a logged-in session (40,
+// Unauthenticated) and then the permission server 0.8.0 requires for it
+// (41, Unauthorized): the global flags, or the flags of the stream or
+// topic addressed, with the server's inheritance (manage implies read,
+// manage_streams implies manage_topics, read implies poll, and so on).
+// Missing entities are reported before permissions are checked, as the
+// server resolves first. Users, their permissions and their tokens are
+// kept with the rest of the metadata (passwords and tokens only as
+// salted hashes) and survive restarts with a data directory. Replies, empty-versus-error
 // answers, status codes and validation follow the server's sources at tag
 // server-0.8.0; where the server would desynchronise the stream (an
 // oversized frame) the broker closes that connection instead.

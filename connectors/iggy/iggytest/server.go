@@ -38,16 +38,20 @@ type config struct {
 func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
 
 // WithCredentials sets the root user's name and password, "iggy"/"iggy" by
-// default as in server 0.8.0. The root user has id 0 and every permission;
-// it is the only user.
+// default as in server 0.8.0. The root user has id 0 and every permission,
+// and can be neither deleted nor restricted. Other users are created
+// through the protocol (CreateUser). With a data directory a root user
+// whose record was changed (ChangePassword, UpdateUser) keeps the logged
+// record, as the server keeps its root user after the first start.
 func WithCredentials(user, password string) Option {
 	return func(c *config) { c.user, c.pass = user, password }
 }
 
-// WithPersonalAccessToken makes token a valid personal access token of the
-// root user for LoginWithPersonalAccessToken. Without it every token is
-// refused (status 20, ResourceNotFound, as the server answers for an
-// unknown token).
+// WithPersonalAccessToken makes token a valid, never-expiring personal
+// access token of the root user, named "iggytest", for
+// LoginWithPersonalAccessToken, in addition to the tokens created through
+// the protocol (CreatePersonalAccessToken). An unknown token is refused
+// with status 20 (ResourceNotFound), as the server answers.
 func WithPersonalAccessToken(token string) Option { return func(c *config) { c.token = token } }
 
 // WithDataDir makes the broker durable: streams, topics, partitions,
