@@ -2,6 +2,7 @@ package iggytest
 
 import (
 	"sort"
+	"time"
 )
 
 // dispatch executes one request and writes its response. The order of
@@ -11,6 +12,9 @@ import (
 func (c *conn) dispatch(cmd Command, p []byte) error {
 	switch cmd {
 	case CmdPing:
+		if !c.sess.stale.Load() {
+			c.sess.lastBeat.Store(time.Now().UnixNano())
+		}
 		return c.writeOK(c.wbuf[:8])
 	case CmdLoginUser:
 		return c.reply(c.loginUser(p))
@@ -121,6 +125,9 @@ func decodeErr(d *decoder) error {
 }
 
 func (c *conn) authed() error {
+	if c.sess.stale.Load() {
+		return statusError(StatusStaleClient)
+	}
 	if c.sess.userID.Load() < 0 {
 		return errUnauth
 	}
@@ -820,6 +827,14 @@ func leaveGroupLocked(g *group, clientID uint32) bool {
 func (s *Server) removeSession(sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.leaveAllGroupsLocked(sess)
+	if s.clients[sess.clientID] == sess {
+		delete(s.clients, sess.clientID)
+	}
+}
+
+// leaveAllGroupsLocked removes sess from every consumer group it joined.
+func (s *Server) leaveAllGroupsLocked(sess *session) {
 	for _, r := range sess.groups {
 		st := s.streams.get(r.stream)
 		if st == nil {
@@ -834,9 +849,6 @@ func (s *Server) removeSession(sess *session) {
 		}
 	}
 	sess.groups = nil
-	if s.clients[sess.clientID] == sess {
-		delete(s.clients, sess.clientID)
-	}
 }
 
 // dropGroupRefsLocked removes references to deleted groups from sessions.

@@ -2,6 +2,7 @@ package iggytest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -31,6 +32,9 @@ type config struct {
 	segmentBytes int64
 	logger       *slog.Logger
 	cluster      *Cluster
+	certFile     string
+	keyFile      string
+	heartbeat    time.Duration
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -149,6 +153,13 @@ func NewServer(opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
 		}
 	}
+	tcfg, err := cfg.tlsConfig()
+	if err != nil {
+		if s.disk != nil {
+			s.disk.close()
+		}
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		if s.disk != nil {
@@ -161,8 +172,15 @@ func NewServer(opts ...Option) (*Server, error) {
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok {
 		s.tcport = uint16(ta.Port)
 	}
+	if tcfg != nil {
+		s.ln = tls.NewListener(ln, tcfg)
+	}
 	s.wg.Add(1)
 	go s.acceptLoop()
+	if cfg.heartbeat > 0 {
+		s.wg.Add(1)
+		go s.heartbeatLoop()
+	}
 	return s, nil
 }
 
@@ -296,6 +314,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	addr := nc.RemoteAddr().String()
 	sess := &session{clientID: xxh32.Sum([]byte(addr), 0), addr: addr}
 	sess.userID.Store(-1)
+	sess.lastBeat.Store(time.Now().UnixNano())
 	var seed [32]byte
 	binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
 	binary.LittleEndian.PutUint64(seed[8:], rand.Uint64())

@@ -280,6 +280,8 @@ type session struct {
 	addr     string
 	userID   atomic.Int64 // -1 when not logged in
 	groups   []groupRef   // guarded by broker.mu
+	lastBeat atomic.Int64 // unix nanoseconds of the last Ping (or of the connect)
+	stale    atomic.Bool  // forgotten by the heartbeat verifier
 }
 
 type groupRef struct{ stream, topic, group uint32 }

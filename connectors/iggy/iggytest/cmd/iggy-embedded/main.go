@@ -67,6 +67,9 @@ func run(args []string) error {
 	nodeName := fs.String("node-name", "iggy-node", "this node's name in the cluster")
 	nodeIP := fs.String("node-ip", "", "this node's address as clients dial it (empty: the listen host)")
 	follower := fs.Bool("follower", false, "this node is a follower (the peers are then leaders)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate file: serve TLS (with -tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key file for -tls-cert")
+	heartbeat := fs.Duration("heartbeat", 0, "verify client heartbeats at this interval; silent clients are dropped (0: off)")
 	var peers peerList
 	fs.Var(&peers, "peer", "another cluster node as name=host:tcpport (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -89,6 +92,12 @@ func run(args []string) error {
 	}
 	if *sync {
 		opts = append(opts, iggytest.WithSyncWrites())
+	}
+	if *tlsCert != "" || *tlsKey != "" {
+		opts = append(opts, iggytest.WithTLS(*tlsCert, *tlsKey))
+	}
+	if *heartbeat > 0 {
+		opts = append(opts, iggytest.WithHeartbeat(*heartbeat))
 	}
 	if *clusterName != "" {
 		opts = append(opts, iggytest.WithCluster(iggytest.Cluster{
