@@ -58,11 +58,22 @@
 //
 // By default everything lives in memory. WithDataDir keeps it in
 // append-only checksummed files (see WithDataDir for the crash semantics);
-// retained messages are also kept in memory so that polls never read the
-// disk. Each partition has its own lock, so producers and consumers of
-// different partitions do not contend; a send costs one allocation for the
-// request and no per-message allocation, and a poll is answered with one
-// vectored write of sub-slices of stored batches.
+// messages are then read back from their segment files through a read
+// cache of bounded size (WithCacheSize), so the broker's memory is set by
+// the cache, not by the log. Retention follows the server: with
+// WithMessageCleaner, sealed segments past the topic's message expiry, and
+// the oldest segments of a topic at 90% of its maximum size, are deleted
+// (WithSegmentSize sets the segment size). Each partition has its own
+// lock, so producers and consumers of different partitions do not contend;
+// a send costs one allocation for the request and no per-message
+// allocation, and a poll is answered with one vectored write of
+// sub-slices of stored batches.
+//
+// # Security and liveness
+//
+// WithTLS serves TLS from a certificate and key file (WriteSelfSignedCert
+// makes a pair for tests). WithHeartbeat drops clients that stop pinging,
+// as the server's heartbeat verifier does.
 //
 // # Faults
 //

@@ -478,7 +478,7 @@ func (c *conn) createTopic(p []byte) ([]byte, error) {
 	}
 	if maxSize == 0 {
 		maxSize = ^uint64(0) // server default: unlimited
-	} else if maxSize < segmentSizeDefault {
+	} else if maxSize < uint64(s.cfg.segmentBytes) {
 		return nil, statusError(StatusInvalidTopicSize)
 	}
 	if expiry == 0 {
@@ -615,10 +615,11 @@ func (c *conn) purgeTopic(p []byte) ([]byte, error) {
 func (s *Server) purgeTopicLocked(t *topic) error {
 	for _, p := range t.partitions {
 		p.mu.Lock()
+		segs := p.segs
 		p.purgeLocked()
 		var err error
 		if p.disk != nil {
-			err = p.disk.purge()
+			err = p.disk.purge(segs)
 		}
 		p.mu.Unlock()
 		if err != nil {

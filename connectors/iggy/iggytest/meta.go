@@ -161,7 +161,8 @@ func (s *Server) dropTopicData(t *topic) {
 	for _, p := range t.partitions {
 		p.mu.Lock()
 		p.deleted = true
-		p.batches = nil
+		p.closeFilesLocked()
+		p.batches, p.segs = nil, nil
 		if p.disk != nil {
 			p.disk.close()
 			p.disk = nil
@@ -176,6 +177,7 @@ func (s *Server) dropTopicData(t *topic) {
 func (s *Server) addPartitions(t *topic, n uint32, createdAt uint64) error {
 	for i := uint32(0); i < n; i++ {
 		p := newPartition(uint32(len(t.partitions)), createdAt)
+		p.segBytes, p.cache = s.cfg.segmentBytes, s.cache
 		if s.disk != nil && !s.disk.replaying {
 			pd, err := s.disk.createPartition(t.uid, p.id)
 			if err != nil {
@@ -210,7 +212,8 @@ func (s *Server) applyDeletePartitions(op *metaOp) {
 	for _, p := range t.partitions[keep:] {
 		p.mu.Lock()
 		p.deleted = true
-		p.batches = nil
+		p.closeFilesLocked()
+		p.batches, p.segs = nil, nil
 		if p.disk != nil {
 			p.disk.remove()
 			p.disk = nil

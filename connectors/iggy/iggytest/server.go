@@ -35,6 +35,8 @@ type config struct {
 	certFile     string
 	keyFile      string
 	heartbeat    time.Duration
+	cacheBytes   int64
+	cleaner      time.Duration
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -58,10 +60,12 @@ func WithCredentials(user, password string) Option {
 // with status 20 (ResourceNotFound), as the server answers.
 func WithPersonalAccessToken(token string) Option { return func(c *config) { c.token = token } }
 
-// WithDataDir makes the broker durable: streams, topics, partitions,
-// consumer groups, messages and consumer offsets are kept in append-only,
-// checksummed files under dir and come back when a Server is opened on the
-// same directory again, after Close or after the process was killed.
+// WithDataDir makes the broker durable: users, streams, topics,
+// partitions, consumer groups, messages and consumer offsets are kept in
+// append-only, checksummed files under dir and come back when a Server is
+// opened on the same directory again, after Close or after the process was
+// killed. Messages are read back from their segment files through a cache
+// of bounded size (WithCacheSize), so memory does not grow with the log.
 //
 // Every request's writes are handed to the operating system before the
 // reply is sent, so a killed process (kill -9) loses nothing the client saw
@@ -82,12 +86,11 @@ func WithSyncWrites() Option { return func(c *config) { c.syncWrites = true } }
 func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMsgSize = n } }
 
 // WithMaxMessagesPerPartition keeps at most n messages per partition (the
-// newest); older ones are dropped as the server drops expired segments, and
-// First/Next polls start at the oldest kept message. On disk (WithDataDir)
-// messages live in segment files of 128 MiB, each deleted once all of its
-// messages are dropped, so the files hold at most one segment more than n
-// messages. The default (n ≤ 0) keeps everything, as server 0.8.0 does with
-// its default configuration (no size limit, no expiry).
+// newest); older ones are dropped, and First/Next polls start at the oldest
+// kept message. Segments (files, with WithDataDir) are deleted once all of
+// their messages are dropped. This is a broker-specific cap; the server's
+// own retention (message expiry, maximum topic size) is WithMessageCleaner.
+// The default (n ≤ 0) keeps everything.
 func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxPerPart = n } }
 
 // WithLogger sets the logger for connection and storage events (debug level
@@ -113,6 +116,7 @@ type Server struct {
 	clients     map[uint32]*session
 	nextUID     uint64
 	disk        *disk
+	cache       *cache // with a data directory: resident message bytes
 	users       slab[user]
 	userNames   map[string]*user
 	streamPerms map[uint64]*streamPerms // (user, stream) → permissions, see indexPermissions
@@ -137,7 +141,8 @@ type Server struct {
 func NewServer(opts ...Option) (*Server, error) {
 	cfg := config{
 		addr: "127.0.0.1:0", user: "iggy", pass: "iggy",
-		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: 128 << 20,
+		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: segmentSizeDefault,
+		cacheBytes: defaultCacheBytes,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -149,6 +154,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	}
 	s := newServer(cfg)
 	if cfg.dataDir != "" {
+		s.cache = newCache(cfg.cacheBytes)
 		if err := s.openDisk(); err != nil {
 			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
 		}
@@ -180,6 +186,10 @@ func NewServer(opts ...Option) (*Server, error) {
 	if cfg.heartbeat > 0 {
 		s.wg.Add(1)
 		go s.heartbeatLoop()
+	}
+	if cfg.cleaner > 0 {
+		s.wg.Add(1)
+		go s.cleanerLoop()
 	}
 	return s, nil
 }

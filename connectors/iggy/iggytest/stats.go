@@ -39,7 +39,11 @@ func (c *conn) getStats() ([]byte, error) {
 			topics++
 			groups += uint32(t.groups.n)
 			parts += uint32(len(t.partitions))
-			segments += uint32(len(t.partitions))
+			for _, p := range t.partitions {
+				p.mu.Lock()
+				segments += p.segmentsCount()
+				p.mu.Unlock()
+			}
 			ts, tm := t.stats()
 			size += ts
 			msgs += tm
