@@ -70,6 +70,9 @@ func run(args []string) error {
 	tlsCert := fs.String("tls-cert", "", "PEM certificate file: serve TLS (with -tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key file for -tls-cert")
 	heartbeat := fs.Duration("heartbeat", 0, "verify client heartbeats at this interval; silent clients are dropped (0: off)")
+	cacheSize := fs.Int64("cache", 0, "with -data: bytes of messages kept in memory (0: 64 MiB)")
+	segSize := fs.Int64("segment-size", 0, "segment size in bytes (0: 1 GiB, as the server)")
+	cleaner := fs.Duration("cleaner", 0, "run the message cleaner (expiry, max topic size) at this interval (0: off, as the server)")
 	var peers peerList
 	fs.Var(&peers, "peer", "another cluster node as name=host:tcpport (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +98,15 @@ func run(args []string) error {
 	}
 	if *tlsCert != "" || *tlsKey != "" {
 		opts = append(opts, iggytest.WithTLS(*tlsCert, *tlsKey))
+	}
+	if *cacheSize > 0 {
+		opts = append(opts, iggytest.WithCacheSize(*cacheSize))
+	}
+	if *segSize > 0 {
+		opts = append(opts, iggytest.WithSegmentSize(*segSize))
+	}
+	if *cleaner > 0 {
+		opts = append(opts, iggytest.WithMessageCleaner(*cleaner))
 	}
 	if *heartbeat > 0 {
 		opts = append(opts, iggytest.WithHeartbeat(*heartbeat))
