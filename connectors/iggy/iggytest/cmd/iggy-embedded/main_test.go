@@ -3,10 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"log"
 	"net"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
