@@ -267,23 +267,21 @@ func (s *Server) acceptLoop() {
 			if s.closed.Load() {
 				return
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Temporary failure (e.g. too many open files): back off.
-				if delay == 0 {
-					delay = 5 * time.Millisecond
-				} else if delay < time.Second {
-					delay *= 2
-				}
-				select {
-				case <-time.After(delay):
-				case <-s.done:
-					return
-				}
-				continue
+			// Anything else (too many open files, out of buffers, a
+			// network reset) is transient for a listener that is still
+			// open: back off and accept again rather than stop serving.
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+				s.log.Warn("iggytest: accept failed, backing off", "err", err)
+			} else if delay < time.Second {
+				delay *= 2
 			}
-			s.log.Error("iggytest: accept failed", "err", err)
-			return
+			select {
+			case <-time.After(delay):
+			case <-s.done:
+				return
+			}
+			continue
 		}
 		delay = 0
 		if time.Now().UnixNano() < s.refuseUntil.Load() {

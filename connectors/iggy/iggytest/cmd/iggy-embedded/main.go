@@ -54,6 +54,10 @@ func (p *peerList) Set(v string) error {
 }
 
 func run(args []string) error {
+	// A log line written after whoever reads our stderr went away must not
+	// kill the broker: by default a write to a broken pipe on fd 2 ends a
+	// Go program with SIGPIPE. Ignored, the write just fails.
+	signal.Ignore(syscall.SIGPIPE)
 	fs := flag.NewFlagSet("iggy-embedded", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8090", "TCP address to listen on")
 	data := fs.String("data", "", "data directory (empty: in memory)")
