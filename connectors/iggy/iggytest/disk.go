@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -186,10 +187,6 @@ func (d *disk) openPartition(uid uint64, pid uint32, fresh bool) (*partDisk, err
 		if err := pd.openOffsets(0); err != nil {
 			return nil, err
 		}
-		if err := pd.roll(0); err != nil {
-			pd.close()
-			return nil, err
-		}
 	}
 	return pd, nil
 }
@@ -200,6 +197,7 @@ func (s *Server) closeDiskLocked() error {
 		st.topics.each(func(_ uint32, t *topic) {
 			for _, p := range t.partitions {
 				p.mu.Lock()
+				p.closeFilesLocked()
 				if p.disk != nil {
 					if err := p.disk.close(); err != nil && first == nil {
 						first = err
@@ -226,18 +224,14 @@ func (d *disk) close() {
 	}
 }
 
-type segment struct {
-	base uint64
-	path string
-}
-
-// partDisk is the files of one partition. Callers hold the partition's
-// mutex.
+// partDisk is the files of one partition: the segment being written and
+// the offsets log. The partition owns the list of segments (segMeta).
+// Callers hold the partition's mutex.
 type partDisk struct {
 	dir      string
 	sync     bool
 	segBytes int64
-	segs     []segment
+	path     string // segment being written
 	f        *os.File
 	w        *bufio.Writer
 	size     int64
@@ -257,62 +251,53 @@ func (pd *partDisk) roll(base uint64) error {
 		if err := pd.f.Close(); err != nil {
 			return err
 		}
+		pd.f = nil
 	}
 	path := filepath.Join(pd.dir, segName(base))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
-	pd.f, pd.size = f, 0
+	pd.f, pd.size, pd.path = f, 0, path
 	if pd.w == nil {
 		pd.w = bufio.NewWriterSize(f, 256<<10)
 	} else {
 		pd.w.Reset(f)
 	}
-	pd.segs = append(pd.segs, segment{base: base, path: path})
 	return nil
 }
 
 // appendBatch writes one batch record and hands it to the OS (and to the
-// disk with sync), then drops segment files retention no longer needs.
-func (pd *partDisk) appendBatch(b *batch, max int) error {
-	if pd.size >= pd.segBytes {
+// disk with sync). It starts a new segment file first when there is none
+// or the current one is full, and reports that; b.pos is set to where the
+// batch's bytes are in the file.
+func (pd *partDisk) appendBatch(b *batch) (rolled bool, err error) {
+	if pd.f == nil || pd.size >= pd.segBytes {
 		if err := pd.roll(b.base); err != nil {
-			return err
+			return false, err
 		}
+		rolled = true
 	}
-	binary.LittleEndian.PutUint32(pd.hdr[0:], uint32(len(b.data)))
-	binary.LittleEndian.PutUint64(pd.hdr[4:], xxh3.Hash(b.data))
+	data := b.res.Load().data
+	binary.LittleEndian.PutUint32(pd.hdr[0:], uint32(len(data)))
+	binary.LittleEndian.PutUint64(pd.hdr[4:], xxh3.Hash(data))
 	if _, err := pd.w.Write(pd.hdr[:]); err != nil {
-		return err
+		return rolled, err
 	}
-	if _, err := pd.w.Write(b.data); err != nil {
-		return err
+	if _, err := pd.w.Write(data); err != nil {
+		return rolled, err
 	}
 	if err := pd.w.Flush(); err != nil {
-		return err
+		return rolled, err
 	}
 	if pd.sync {
 		if err := pd.f.Sync(); err != nil {
-			return err
+			return rolled, err
 		}
 	}
-	pd.size += int64(recordHeader + len(b.data))
-	if max > 0 {
-		next := b.last() + 1
-		if next > uint64(max) {
-			pd.dropBefore(next - uint64(max))
-		}
-	}
-	return nil
-}
-
-// dropBefore deletes whole segments all of whose offsets are below first.
-func (pd *partDisk) dropBefore(first uint64) {
-	for len(pd.segs) > 1 && pd.segs[1].base <= first {
-		_ = os.Remove(pd.segs[0].path)
-		pd.segs = pd.segs[1:]
-	}
+	b.pos = pd.size + recordHeader
+	pd.size += int64(recordHeader + len(data))
+	return rolled, nil
 }
 
 const (
@@ -357,19 +342,19 @@ func (pd *partDisk) logOffset(kind uint8, id, off uint64) error {
 	return nil
 }
 
-// purge deletes every message and offset of the partition.
-func (pd *partDisk) purge() error {
+// purge deletes the files of segs and every offset of the partition; the
+// next append starts a new segment file.
+func (pd *partDisk) purge(segs []*segMeta) error {
 	if pd.f != nil {
 		_ = pd.w.Flush()
 		_ = pd.f.Close()
 		pd.f = nil
 	}
-	for _, sg := range pd.segs {
-		_ = os.Remove(sg.path)
-	}
-	pd.segs = nil
-	if err := pd.roll(0); err != nil {
-		return err
+	for _, sg := range segs {
+		sg.closeFile()
+		if sg.path != "" {
+			_ = os.Remove(sg.path)
+		}
 	}
 	if err := pd.offs.Truncate(0); err != nil {
 		return err
@@ -427,16 +412,22 @@ func parseStoredBatch(body []byte, want uint64) (*batch, error) {
 	if len(ends) == 0 {
 		return nil, errCorrupt
 	}
-	return &batch{base: want, ts: binary.LittleEndian.Uint64(body[32:]), data: body, ends: ends}, nil
+	return newBatch(want, binary.LittleEndian.Uint64(body[32:]), body, ends), nil
 }
 
-// load restores the partition's messages and offsets, cutting off torn
-// tails.
+// load restores the partition's segments and offsets, cutting off torn
+// tails. Segment files are read through once to check them; their
+// messages stay on disk and are read back by polls through the cache.
 func (pd *partDisk) load(p *partition, max int, s *Server) error {
 	entries, err := os.ReadDir(pd.dir)
 	if err != nil {
 		return err
 	}
+	type segFile struct {
+		base uint64
+		path string
+	}
+	var files []segFile
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".seg") {
@@ -446,57 +437,68 @@ func (pd *partDisk) load(p *partition, max int, s *Server) error {
 		if err != nil {
 			continue
 		}
-		pd.segs = append(pd.segs, segment{base: base, path: filepath.Join(pd.dir, name)})
+		files = append(files, segFile{base: base, path: filepath.Join(pd.dir, name)})
 	}
-	sort.Slice(pd.segs, func(i, j int) bool { return pd.segs[i].base < pd.segs[j].base })
-	if len(pd.segs) > 0 {
-		p.first, p.next = pd.segs[0].base, pd.segs[0].base
+	sort.Slice(files, func(i, j int) bool { return files[i].base < files[j].base })
+	if len(files) > 0 {
+		p.first, p.next = files[0].base, files[0].base
 	}
 	var lastValid int64
-	for i := 0; i < len(pd.segs); i++ {
-		sg := pd.segs[i]
-		data, err := os.ReadFile(sg.path)
+	for i, sf := range files {
+		f, err := os.Open(sf.path)
 		if err != nil {
 			return err
 		}
-		if sg.base != p.next && len(data) > 0 {
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		if sf.base != p.next && st.Size() > 0 {
+			f.Close()
 			// A gap between segments: everything from here is untrusted.
-			s.log.Warn("iggytest: segment does not continue the partition, dropping it and later ones", "file", sg.path)
-			pd.dropFrom(i)
+			s.log.Warn("iggytest: segment does not continue the partition, dropping it and later ones", "file", sf.path)
+			for _, later := range files[i:] {
+				_ = os.Remove(later.path)
+			}
 			break
 		}
-		valid := scanRecords(data, func(body []byte) error {
+		p.addSegLocked(sf.base, sf.path)
+		valid, err := scanFile(f, func(body []byte, pos int64) error {
 			b, err := parseStoredBatch(body, p.next)
 			if err != nil {
 				return err
 			}
-			p.appendLocked(b, max)
+			nb := &batch{base: b.base, ts: b.ts, n: b.n, size: b.size, pos: pos}
+			p.appendLocked(nb, 0)
 			return nil
 		})
-		lastValid = int64(valid)
-		if valid < len(data) {
-			s.log.Warn("iggytest: partition log has a torn or corrupt tail, truncating", "file", sg.path, "at", valid, "size", len(data))
-			if err := os.Truncate(sg.path, int64(valid)); err != nil {
+		f.Close()
+		if err != nil {
+			return err
+		}
+		lastValid = valid
+		if valid < st.Size() {
+			s.log.Warn("iggytest: partition log has a torn or corrupt tail, truncating", "file", sf.path, "at", valid, "size", st.Size())
+			if err := os.Truncate(sf.path, valid); err != nil {
 				return err
 			}
-			pd.dropFrom(i + 1)
+			for _, later := range files[i+1:] {
+				_ = os.Remove(later.path)
+			}
 			break
 		}
 	}
 	if p.first < p.next && max > 0 && p.count() > uint64(max) {
 		p.trimLocked(p.next - uint64(max))
 	}
-	if len(pd.segs) == 0 {
-		if err := pd.roll(p.next); err != nil {
-			return err
-		}
-	} else {
-		last := pd.segs[len(pd.segs)-1]
+	if len(p.segs) > 0 {
+		last := p.segs[len(p.segs)-1]
 		f, err := os.OpenFile(last.path, os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return err
 		}
-		pd.f, pd.size = f, lastValid
+		pd.f, pd.size, pd.path = f, lastValid, last.path
 		pd.w = bufio.NewWriterSize(f, 256<<10)
 	}
 	// Offsets.
@@ -548,13 +550,6 @@ func (pd *partDisk) load(p *partition, max int, s *Server) error {
 	return pd.openOffsets(int64(valid))
 }
 
-func (pd *partDisk) dropFrom(i int) {
-	for _, sg := range pd.segs[i:] {
-		_ = os.Remove(sg.path)
-	}
-	pd.segs = pd.segs[:i]
-}
-
 // compactOffsets rewrites offsets.log with one record per stored offset.
 func (pd *partDisk) compactOffsets(p *partition) error {
 	tmp := filepath.Join(pd.dir, "offsets.log.tmp")
@@ -585,3 +580,42 @@ func (pd *partDisk) compactOffsets(p *partition) error {
 	}
 	return nil
 }
+
+// scanFile calls fn for every intact record of f, with the record's body
+// (valid only during the call) and its offset in the file, and returns the
+// length of the intact prefix. It reads f sequentially, one record in
+// memory at a time.
+func scanFile(f *os.File, fn func(body []byte, pos int64) error) (int64, error) {
+	r := bufio.NewReaderSize(f, 1<<20)
+	var hdr [recordHeader]byte
+	var body []byte
+	var pos int64
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return pos, nil // EOF or a torn header
+		}
+		n := int64(binary.LittleEndian.Uint32(hdr[:]))
+		sum := binary.LittleEndian.Uint64(hdr[4:])
+		if n > maxRecordBytes {
+			return pos, nil
+		}
+		if int64(cap(body)) < n {
+			body = make([]byte, n)
+		}
+		body = body[:n]
+		if _, err := io.ReadFull(r, body); err != nil {
+			return pos, nil
+		}
+		if xxh3.Hash(body) != sum {
+			return pos, nil
+		}
+		if fn(body, pos+recordHeader) != nil {
+			return pos, nil
+		}
+		pos += recordHeader + n
+	}
+}
+
+// maxRecordBytes bounds a record a segment file may claim (a request is at
+// most the send limit), so a corrupt length cannot make load allocate.
+const maxRecordBytes = 1 << 30

@@ -28,15 +28,28 @@
 //
 // # Fidelity
 //
-// Implemented commands: Ping, LoginUser, LoginWithPersonalAccessToken,
-// LogoutUser, GetClusterMetadata (a single healthy leader), GetMe,
-// GetClient, GetClients, Get/List/Create/Delete/Update/Purge stream and
+// Implemented commands: Ping, GetStats, LoginUser,
+// LoginWithPersonalAccessToken, LogoutUser, GetClusterMetadata (a single
+// healthy leader, or the cluster given to WithCluster), GetMe, GetClient,
+// GetClients, Get/List/Create/Delete/Update user, UpdatePermissions,
+// ChangePassword, Get/Create/Delete personal access token (with expiry),
+// Get/List/Create/Delete/Update/Purge stream and
 // topic, Create/Delete partitions, SendMessages (balanced, partition id and
 // messages-key partitioning: XXH32(key, 0) % partitions), PollMessages
 // (offset, timestamp, first, last and next; auto-commit; single and group
 // consumers), Store/Get/Delete consumer offset, and
 // Get/List/Create/Delete/Join/Leave consumer group. Every other code is
-// answered with status 3 (InvalidCommand). Replies, empty-versus-error
+// answered with status 3 (InvalidCommand).
+//
+// Every command but Ping and the logins needs a logged-in session (40,
+// Unauthenticated) and then the permission server 0.8.0 requires for it
+// (41, Unauthorized): the global flags, or the flags of the stream or
+// topic addressed, with the server's inheritance (manage implies read,
+// manage_streams implies manage_topics, read implies poll, and so on).
+// Missing entities are reported before permissions are checked, as the
+// server resolves first. Users, their permissions and their tokens are
+// kept with the rest of the metadata (passwords and tokens only as
+// salted hashes) and survive restarts with a data directory. Replies, empty-versus-error
 // answers, status codes and validation follow the server's sources at tag
 // server-0.8.0; where the server would desynchronise the stream (an
 // oversized frame) the broker closes that connection instead.
@@ -45,11 +58,22 @@
 //
 // By default everything lives in memory. WithDataDir keeps it in
 // append-only checksummed files (see WithDataDir for the crash semantics);
-// retained messages are also kept in memory so that polls never read the
-// disk. Each partition has its own lock, so producers and consumers of
-// different partitions do not contend; a send costs one allocation for the
-// request and no per-message allocation, and a poll is answered with one
-// vectored write of sub-slices of stored batches.
+// messages are then read back from their segment files through a read
+// cache of bounded size (WithCacheSize), so the broker's memory is set by
+// the cache, not by the log. Retention follows the server: with
+// WithMessageCleaner, sealed segments past the topic's message expiry, and
+// the oldest segments of a topic at 90% of its maximum size, are deleted
+// (WithSegmentSize sets the segment size). Each partition has its own
+// lock, so producers and consumers of different partitions do not contend;
+// a send costs one allocation for the request and no per-message
+// allocation, and a poll is answered with one vectored write of
+// sub-slices of stored batches.
+//
+// # Security and liveness
+//
+// WithTLS serves TLS from a certificate and key file (WriteSelfSignedCert
+// makes a pair for tests). WithHeartbeat drops clients that stop pinging,
+// as the server's heartbeat verifier does.
 //
 // # Faults
 //

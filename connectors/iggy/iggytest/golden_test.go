@@ -167,13 +167,16 @@ func TestGoldenPollResponseMatchesSDKDecoder(t *testing.T) {
 			if st != 0 {
 				t.Fatalf("parseSend: status %d", st)
 			}
-			b := &batch{base: p.next, ts: 77, data: r.msgs, ends: r.ends}
+			b := newBatch(p.next, 77, r.msgs, r.ends)
 			c.stamp(b)
 			p.appendLocked(b, 0)
 		}
 		start := rapid.Uint64Range(0, p.next).Draw(t, "start")
 		count := rapid.Uint32Range(1, 30).Draw(t, "count")
-		vec, n, size, _ := p.readLocked([][]byte{nil}, start, count)
+		vec, n, size, _, err := p.readLocked([][]byte{nil}, start, count)
+		if err != nil {
+			t.Fatal(err)
+		}
 		mc := &memConn{in: bytes.NewReader(nil)}
 		c.nc = mc
 		if err := c.writePolled(0, p.currentOffset(), vec, n, size); err != nil {

@@ -1,8 +1,8 @@
 package iggytest
 
 import (
-	"net"
 	"sort"
+	"time"
 )
 
 // dispatch executes one request and writes its response. The order of
@@ -12,6 +12,9 @@ import (
 func (c *conn) dispatch(cmd Command, p []byte) error {
 	switch cmd {
 	case CmdPing:
+		if !c.sess.stale.Load() {
+			c.sess.lastBeat.Store(time.Now().UnixNano())
+		}
 		return c.writeOK(c.wbuf[:8])
 	case CmdLoginUser:
 		return c.reply(c.loginUser(p))
@@ -77,6 +80,28 @@ func (c *conn) dispatch(cmd Command, p []byte) error {
 		return c.reply(c.joinGroup(p))
 	case CmdLeaveConsumerGroup:
 		return c.reply(c.leaveGroup(p))
+	case CmdGetUser:
+		return c.reply(c.getUser(p))
+	case CmdGetUsers:
+		return c.reply(c.getUsers())
+	case CmdCreateUser:
+		return c.reply(c.createUser(p))
+	case CmdDeleteUser:
+		return c.reply(c.deleteUser(p))
+	case CmdUpdateUser:
+		return c.reply(c.updateUser(p))
+	case CmdUpdatePermissions:
+		return c.reply(c.updatePermissions(p))
+	case CmdChangePassword:
+		return c.reply(c.changePassword(p))
+	case CmdGetPersonalAccessTokens:
+		return c.reply(c.getTokens())
+	case CmdCreatePersonalAccessToken:
+		return c.reply(c.createToken(p))
+	case CmdDeletePersonalAccessToken:
+		return c.reply(c.deleteToken(p))
+	case CmdGetStats:
+		return c.reply(c.getStats())
 	default:
 		return c.writeStatus(StatusInvalidCommand)
 	}
@@ -100,6 +125,9 @@ func decodeErr(d *decoder) error {
 }
 
 func (c *conn) authed() error {
+	if c.sess.stale.Load() {
+		return statusError(StatusStaleClient)
+	}
 	if c.sess.userID.Load() < 0 {
 		return errUnauth
 	}
@@ -120,65 +148,12 @@ func (c *conn) ok() encoder { return encoder(c.wbuf[:8]) }
 
 // --- session ----------------------------------------------------------------
 
-func (c *conn) loginUser(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	user := d.name()
-	plen := int(d.u8())
-	pass := d.str(plen)
-	if vlen := int(d.u32()); vlen > 0 {
-		d.str(vlen)
-	}
-	if clen := int(d.u32()); clen > 0 {
-		d.str(clen)
-	}
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if len(user) < minUsernameLength || len(user) > maxUsernameLength {
-		return nil, statusError(StatusInvalidUsername)
-	}
-	if len(pass) < minPasswordLength || len(pass) > maxPasswordLength {
-		return nil, statusError(StatusInvalidPassword)
-	}
-	if user != c.s.cfg.user || pass != c.s.cfg.pass {
-		return nil, statusError(StatusInvalidCredentials)
-	}
-	c.sess.userID.Store(0)
-	return c.ok().u32(0), nil
-}
-
-func (c *conn) loginToken(p []byte) ([]byte, error) {
-	d := decoder{b: p}
-	tok := d.name()
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if c.s.cfg.token == "" || tok != c.s.cfg.token {
-		return nil, statusError(StatusResourceNotFound)
-	}
-	c.sess.userID.Store(0)
-	return c.ok().u32(0), nil
-}
-
 func (c *conn) logout() ([]byte, error) {
 	if err := c.authed(); err != nil {
 		return nil, err
 	}
 	c.sess.userID.Store(-1)
 	return c.ok(), nil
-}
-
-func (c *conn) clusterMetadata() ([]byte, error) {
-	if err := c.authed(); err != nil {
-		return nil, err
-	}
-	host := "127.0.0.1"
-	if h, _, err := net.SplitHostPort(c.s.addr); err == nil {
-		host = h
-	}
-	e := c.ok().str32("single-node").u32(1)
-	e = e.str32("iggy-node").str32(host).u16(c.s.tcport).u16(8080).u16(3000).u16(8092).u8(0).u8(0)
-	return e, nil
 }
 
 func (c *conn) appendClientDetails(e encoder, s *session) encoder {
@@ -204,6 +179,9 @@ func (c *conn) getClient(p []byte) ([]byte, error) {
 	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
+	if err := c.canNow(permServerInfo); err != nil {
+		return nil, err
+	}
 	if id == 0 {
 		return nil, statusError(StatusInvalidClientID)
 	}
@@ -222,6 +200,9 @@ func (c *conn) getClients() ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
+	if err := c.can(permServerInfo, 0, 0); err != nil {
+		return nil, err
+	}
 	ids := make([]uint32, 0, len(c.s.clients))
 	for id := range c.s.clients {
 		ids = append(ids, id)
@@ -285,7 +266,7 @@ func (s *Server) resolveGroup(sid, tid, gid ident) (*stream, *topic, *group, err
 // just the entity's identifiers: decode them, admit the request, then resolve
 // the entity under the write lock (not found is an error) and run fn there.
 
-func (c *conn) withStream(p []byte, fn func(s *Server, st *stream) ([]byte, error)) ([]byte, error) {
+func (c *conn) withStream(p []byte, pm perm, fn func(s *Server, st *stream) ([]byte, error)) ([]byte, error) {
 	d := decoder{b: p}
 	sid := d.ident()
 	if err := c.admit(&d); err != nil {
@@ -298,10 +279,13 @@ func (c *conn) withStream(p []byte, fn func(s *Server, st *stream) ([]byte, erro
 	if st == nil {
 		return nil, errStreamNF
 	}
+	if err := c.can(pm, st.id, 0); err != nil {
+		return nil, err
+	}
 	return fn(s, st)
 }
 
-func (c *conn) withTopic(p []byte, fn func(s *Server, st *stream, t *topic) ([]byte, error)) ([]byte, error) {
+func (c *conn) withTopic(p []byte, pm perm, fn func(s *Server, st *stream, t *topic) ([]byte, error)) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid := d.ident(), d.ident()
 	if err := c.admit(&d); err != nil {
@@ -314,10 +298,13 @@ func (c *conn) withTopic(p []byte, fn func(s *Server, st *stream, t *topic) ([]b
 	if err != nil {
 		return nil, err
 	}
+	if err := c.can(pm, st.id, t.id); err != nil {
+		return nil, err
+	}
 	return fn(s, st, t)
 }
 
-func (c *conn) withGroup(p []byte, fn func(s *Server, st *stream, t *topic, g *group) ([]byte, error)) ([]byte, error) {
+func (c *conn) withGroup(p []byte, pm perm, fn func(s *Server, st *stream, t *topic, g *group) ([]byte, error)) ([]byte, error) {
 	d := decoder{b: p}
 	sid, tid, gid := d.ident(), d.ident(), d.ident()
 	if err := c.admit(&d); err != nil {
@@ -328,6 +315,9 @@ func (c *conn) withGroup(p []byte, fn func(s *Server, st *stream, t *topic, g *g
 	defer s.mu.Unlock()
 	st, t, g, err := s.resolveGroup(sid, tid, gid)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.can(pm, st.id, t.id); err != nil {
 		return nil, err
 	}
 	return fn(s, st, t, g)
@@ -344,6 +334,9 @@ func (c *conn) createStream(p []byte) ([]byte, error) {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := c.can(permCreateStream, 0, 0); err != nil {
+		return nil, err
+	}
 	if s.streamNames[name] != nil {
 		return nil, statusError(StatusStreamNameAlreadyExists)
 	}
@@ -374,6 +367,9 @@ func (c *conn) getStream(p []byte) ([]byte, error) {
 	if st == nil {
 		return c.ok(), nil
 	}
+	if err := c.can(permGetStream, st.id, 0); err != nil {
+		return nil, err
+	}
 	e := appendStreamHeader(c.ok(), st)
 	st.topics.each(func(_ uint32, t *topic) { e = appendTopicHeader(e, t) })
 	return e, nil
@@ -385,13 +381,16 @@ func (c *conn) getStreams() ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
+	if err := c.can(permGetStreams, 0, 0); err != nil {
+		return nil, err
+	}
 	e := c.ok()
 	c.s.streams.each(func(_ uint32, st *stream) { e = appendStreamHeader(e, st) })
 	return e, nil
 }
 
 func (c *conn) deleteStream(p []byte) ([]byte, error) {
-	return c.withStream(p, func(s *Server, st *stream) ([]byte, error) {
+	return c.withStream(p, permManageStream, func(s *Server, st *stream) ([]byte, error) {
 		op := metaOp{kind: opDeleteStream, stream: st.id}
 		if err := s.logOp(&op); err != nil {
 			return nil, err
@@ -415,6 +414,9 @@ func (c *conn) updateStream(p []byte) ([]byte, error) {
 	if st == nil {
 		return nil, errStreamNF
 	}
+	if err := c.can(permManageStream, st.id, 0); err != nil {
+		return nil, err
+	}
 	if st.name == name {
 		return c.ok(), nil
 	}
@@ -430,7 +432,7 @@ func (c *conn) updateStream(p []byte) ([]byte, error) {
 }
 
 func (c *conn) purgeStream(p []byte) ([]byte, error) {
-	return c.withStream(p, func(s *Server, st *stream) ([]byte, error) {
+	return c.withStream(p, permManageStream, func(s *Server, st *stream) ([]byte, error) {
 		var err error
 		st.topics.each(func(_ uint32, t *topic) {
 			if e := s.purgeTopicLocked(t); e != nil && err == nil {
@@ -471,9 +473,12 @@ func (c *conn) createTopic(p []byte) ([]byte, error) {
 	if st == nil {
 		return nil, errStreamNF
 	}
+	if err := c.can(permCreateTopic, st.id, 0); err != nil {
+		return nil, err
+	}
 	if maxSize == 0 {
 		maxSize = ^uint64(0) // server default: unlimited
-	} else if maxSize < segmentSizeDefault {
+	} else if maxSize < uint64(s.cfg.segmentBytes) {
 		return nil, statusError(StatusInvalidTopicSize)
 	}
 	if expiry == 0 {
@@ -514,9 +519,12 @@ func (c *conn) getTopic(p []byte) ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
-	_, t, err := c.s.resolveTopic(sid, tid)
+	st, t, err := c.s.resolveTopic(sid, tid)
 	if err != nil {
 		return c.ok(), nil
+	}
+	if err := c.can(permGetTopic, st.id, t.id); err != nil {
+		return nil, err
 	}
 	e := appendTopicHeader(c.ok(), t)
 	for _, pt := range t.partitions {
@@ -535,13 +543,16 @@ func (c *conn) getTopics(p []byte) ([]byte, error) {
 	defer c.s.mu.RUnlock()
 	e := c.ok()
 	if st := c.s.findStream(sid); st != nil {
+		if err := c.can(permGetTopics, st.id, 0); err != nil {
+			return nil, err
+		}
 		st.topics.each(func(_ uint32, t *topic) { e = appendTopicHeader(e, t) })
 	}
 	return e, nil
 }
 
 func (c *conn) deleteTopic(p []byte) ([]byte, error) {
-	return c.withTopic(p, func(s *Server, st *stream, t *topic) ([]byte, error) {
+	return c.withTopic(p, permManageTopic, func(s *Server, st *stream, t *topic) ([]byte, error) {
 		op := metaOp{kind: opDeleteTopic, stream: st.id, topic: t.id}
 		if err := s.logOp(&op); err != nil {
 			return nil, err
@@ -572,6 +583,9 @@ func (c *conn) updateTopic(p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.can(permManageTopic, st.id, t.id); err != nil {
+		return nil, err
+	}
 	if t.name != name {
 		if o := st.byName[name]; o != nil && o != t {
 			return nil, statusError(StatusTopicNameAlreadyExists)
@@ -590,7 +604,7 @@ func (c *conn) updateTopic(p []byte) ([]byte, error) {
 }
 
 func (c *conn) purgeTopic(p []byte) ([]byte, error) {
-	return c.withTopic(p, func(s *Server, _ *stream, t *topic) ([]byte, error) {
+	return c.withTopic(p, permManageTopic, func(s *Server, _ *stream, t *topic) ([]byte, error) {
 		if err := s.purgeTopicLocked(t); err != nil {
 			return nil, err
 		}
@@ -601,10 +615,11 @@ func (c *conn) purgeTopic(p []byte) ([]byte, error) {
 func (s *Server) purgeTopicLocked(t *topic) error {
 	for _, p := range t.partitions {
 		p.mu.Lock()
+		segs := p.segs
 		p.purgeLocked()
 		var err error
 		if p.disk != nil {
-			err = p.disk.purge()
+			err = p.disk.purge(segs)
 		}
 		p.mu.Unlock()
 		if err != nil {
@@ -639,6 +654,9 @@ func (c *conn) changePartitions(p []byte, create bool) ([]byte, error) {
 	defer s.mu.Unlock()
 	st, t, err := s.resolveTopic(sid, tid)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.can(permManageTopic, st.id, t.id); err != nil {
 		return nil, err
 	}
 	op := metaOp{kind: opCreatePartitions, stream: st.id, topic: t.id, count: n, createdAt: nowMicros()}
@@ -677,6 +695,9 @@ func (c *conn) createGroup(p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.can(permGetTopic, st.id, t.id); err != nil {
+		return nil, err
+	}
 	if t.groupByName[name] != nil {
 		return nil, statusError(StatusConsumerGroupNameAlreadyExists)
 	}
@@ -700,9 +721,12 @@ func (c *conn) getGroup(p []byte) ([]byte, error) {
 	}
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
-	_, _, g, err := c.s.resolveGroup(sid, tid, gid)
+	st, t, g, err := c.s.resolveGroup(sid, tid, gid)
 	if err != nil {
 		return c.ok(), nil
+	}
+	if err := c.can(permGetTopic, st.id, t.id); err != nil {
+		return nil, err
 	}
 	e := appendGroupHeader(c.ok(), g)
 	g.members.each(func(_ uint32, m *member) {
@@ -723,14 +747,17 @@ func (c *conn) getGroups(p []byte) ([]byte, error) {
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
 	e := c.ok()
-	if _, t, err := c.s.resolveTopic(sid, tid); err == nil {
+	if st, t, err := c.s.resolveTopic(sid, tid); err == nil {
+		if err := c.can(permGetTopic, st.id, t.id); err != nil {
+			return nil, err
+		}
 		t.groups.each(func(_ uint32, g *group) { e = appendGroupHeader(e, g) })
 	}
 	return e, nil
 }
 
 func (c *conn) deleteGroup(p []byte) ([]byte, error) {
-	return c.withGroup(p, func(s *Server, st *stream, t *topic, g *group) ([]byte, error) {
+	return c.withGroup(p, permGetTopic, func(s *Server, st *stream, t *topic, g *group) ([]byte, error) {
 		op := metaOp{kind: opDeleteGroup, stream: st.id, topic: t.id, group: g.id}
 		if err := s.logOp(&op); err != nil {
 			return nil, err
@@ -743,7 +770,7 @@ func (c *conn) deleteGroup(p []byte) ([]byte, error) {
 }
 
 func (c *conn) joinGroup(p []byte) ([]byte, error) {
-	return c.withGroup(p, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
+	return c.withGroup(p, permGetTopic, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
 		if g.memberOf(c.sess.clientID) == nil {
 			next := uint32(0)
 			g.members.each(func(_ uint32, m *member) {
@@ -766,7 +793,7 @@ func (c *conn) joinGroup(p []byte) ([]byte, error) {
 }
 
 func (c *conn) leaveGroup(p []byte) ([]byte, error) {
-	return c.withGroup(p, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
+	return c.withGroup(p, permGetTopic, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
 		if !leaveGroupLocked(g, c.sess.clientID) {
 			return nil, errMemberNF
 		}
@@ -801,6 +828,14 @@ func leaveGroupLocked(g *group, clientID uint32) bool {
 func (s *Server) removeSession(sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.leaveAllGroupsLocked(sess)
+	if s.clients[sess.clientID] == sess {
+		delete(s.clients, sess.clientID)
+	}
+}
+
+// leaveAllGroupsLocked removes sess from every consumer group it joined.
+func (s *Server) leaveAllGroupsLocked(sess *session) {
 	for _, r := range sess.groups {
 		st := s.streams.get(r.stream)
 		if st == nil {
@@ -815,9 +850,6 @@ func (s *Server) removeSession(sess *session) {
 		}
 	}
 	sess.groups = nil
-	if s.clients[sess.clientID] == sess {
-		delete(s.clients, sess.clientID)
-	}
 }
 
 // dropGroupRefsLocked removes references to deleted groups from sessions.

@@ -149,13 +149,16 @@ func (c *conn) sendMessages(p []byte) ([]byte, error) {
 	if err := c.authed(); err != nil {
 		return nil, err
 	}
-	r, st := parseSend(p, c.s.cfg.maxMsgSize)
-	if st != 0 {
-		return nil, statusError(st)
+	r, status := parseSend(p, c.s.cfg.maxMsgSize)
+	if status != 0 {
+		return nil, statusError(status)
 	}
 	s := c.s
 	s.mu.RLock()
-	_, t, err := s.resolveTopic(r.sid, r.tid)
+	st, t, err := s.resolveTopic(r.sid, r.tid)
+	if err == nil {
+		err = c.can(permSend, st.id, t.id)
+	}
 	if err != nil {
 		s.mu.RUnlock()
 		return nil, err
@@ -195,27 +198,33 @@ func (c *conn) sendMessages(p []byte) ([]byte, error) {
 	if part.deleted {
 		return nil, errPartitionNF
 	}
-	b := &batch{base: part.next, ts: nowMicros(), data: r.msgs, ends: r.ends}
-	if b.ts < part.lastTS {
-		b.ts = part.lastTS
-	}
+	ts := max(nowMicros(), part.lastTS)
+	b := newBatch(part.next, ts, r.msgs, r.ends)
 	c.stamp(b)
 	if part.disk != nil {
-		if err := part.disk.appendBatch(b, s.cfg.maxPerPart); err != nil {
+		rolled, err := part.disk.appendBatch(b)
+		if err != nil {
 			s.log.Error("iggytest: append to partition log failed", "partition", part.id, "err", err)
 			return nil, statusError(StatusError)
 		}
+		if rolled || len(part.segs) == 0 {
+			part.addSegLocked(b.base, part.disk.path)
+		}
 	}
 	part.appendLocked(b, s.cfg.maxPerPart)
+	if part.cache != nil {
+		part.cache.add(b, b.res.Load())
+	}
 	return c.ok(), nil
 }
 
 // stamp writes offset, timestamp, id (when zero) and checksum into every
 // message of b, as IggyMessagesBatchMut::prepare_for_persistence does.
 func (c *conn) stamp(b *batch) {
+	r := b.res.Load()
 	start := uint32(0)
-	for i, end := range b.ends {
-		m := b.data[start:end]
+	for i, end := range r.ends {
+		m := r.data[start:end]
 		binary.LittleEndian.PutUint64(m[24:], b.base+uint64(i))
 		binary.LittleEndian.PutUint64(m[32:], b.ts)
 		if binary.LittleEndian.Uint64(m[8:]) == 0 && binary.LittleEndian.Uint64(m[16:]) == 0 {
@@ -303,7 +312,10 @@ func (c *conn) pollMessages(p []byte) error {
 	}
 	s := c.s
 	s.mu.RLock()
-	_, t, err := s.resolveTopic(sid, tid)
+	st, t, err := s.resolveTopic(sid, tid)
+	if err == nil {
+		err = c.can(permPoll, st.id, t.id)
+	}
 	if err != nil {
 		s.mu.RUnlock()
 		return c.reply(nil, err)
@@ -377,7 +389,13 @@ func (c *conn) pollMessages(p []byte) error {
 	var size int
 	var last uint64
 	if !empty {
-		vec, n, size, last = part.readLocked(append(c.vec[:0], nil), start, count)
+		var err error
+		vec, n, size, last, err = part.readLocked(append(c.vec[:0], nil), start, count)
+		if err != nil {
+			part.mu.Unlock()
+			s.log.Error("iggytest: read from partition log failed", "partition", part.id, "err", err)
+			return c.reply(nil, statusError(StatusError))
+		}
 	}
 	if autoCommit && n > 0 {
 		if err := c.storeOffsetLocked(part, cons, g, last); err != nil {
@@ -434,7 +452,10 @@ func (c *conn) storeOffsetLocked(part *partition, cons consumerRef, g *group, of
 func (c *conn) lockOffsetPartition(cons consumerRef, sid, tid ident, pid uint32, explicit bool) (*partition, *group, error) {
 	s := c.s
 	s.mu.RLock()
-	_, t, err := s.resolveTopic(sid, tid)
+	st, t, err := s.resolveTopic(sid, tid)
+	if err == nil {
+		err = c.can(permPoll, st.id, t.id)
+	}
 	if err != nil {
 		s.mu.RUnlock()
 		return nil, nil, err
@@ -497,9 +518,12 @@ func (c *conn) getOffset(p []byte) ([]byte, error) {
 	s := c.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, t, err := s.resolveTopic(sid, tid)
+	st, t, err := s.resolveTopic(sid, tid)
 	if err != nil {
 		return c.ok(), nil
+	}
+	if err := c.can(permPoll, st.id, t.id); err != nil {
+		return nil, err
 	}
 	var g *group
 	if cons.kind == 2 {

@@ -20,6 +20,7 @@ type metaOp struct {
 	expiry      uint64
 	maxSize     uint64
 	name        string
+	blob        []byte // opPutUser: the user's whole record
 }
 
 const (
@@ -33,12 +34,19 @@ const (
 	opDeletePartitions
 	opCreateGroup
 	opDeleteGroup
+	opPutUser    // create or change a user (blob: its record)
+	opDeleteUser // count: the user id
 )
 
 func (op *metaOp) encode(e encoder) encoder {
 	e = e.u8(op.kind).u32(op.stream).u32(op.topic).u32(op.group).u64(op.uid).u64(op.createdAt)
 	e = e.u32(op.count).u8(op.compression).u8(op.replication).u64(op.expiry).u64(op.maxSize)
-	return e.name(op.name)
+	e = e.name(op.name)
+	if op.kind >= opPutUser {
+		e = e.u32(uint32(len(op.blob)))
+		e = append(e, op.blob...)
+	}
+	return e
 }
 
 var errBadOp = errors.New("malformed metadata record")
@@ -49,7 +57,10 @@ func decodeOp(b []byte) (metaOp, error) {
 		count: d.u32(), compression: d.u8(), replication: d.u8(), expiry: d.u64(), maxSize: d.u64()}
 	n := int(d.u8())
 	op.name = string(d.bytes(n))
-	if d.st != 0 || d.off != len(b) || op.kind < opCreateStream || op.kind > opDeleteGroup {
+	if op.kind >= opPutUser {
+		op.blob = d.bytes(int(d.u32()))
+	}
+	if d.st != 0 || d.off != len(b) || op.kind < opCreateStream || op.kind > opDeleteUser {
 		return op, errBadOp
 	}
 	return op, nil
@@ -90,6 +101,7 @@ func (s *Server) applyDeleteStream(op *metaOp) {
 	s.dropGroupRefsLocked(func(r groupRef) bool { return r.stream == op.stream })
 	delete(s.streamNames, st.name)
 	s.streams.remove(op.stream)
+	s.forgetStreamPermissions(op.stream)
 }
 
 func (s *Server) applyCreateTopic(op *metaOp) (*topic, error) {
@@ -149,7 +161,8 @@ func (s *Server) dropTopicData(t *topic) {
 	for _, p := range t.partitions {
 		p.mu.Lock()
 		p.deleted = true
-		p.batches = nil
+		p.closeFilesLocked()
+		p.batches, p.segs = nil, nil
 		if p.disk != nil {
 			p.disk.close()
 			p.disk = nil
@@ -164,6 +177,7 @@ func (s *Server) dropTopicData(t *topic) {
 func (s *Server) addPartitions(t *topic, n uint32, createdAt uint64) error {
 	for i := uint32(0); i < n; i++ {
 		p := newPartition(uint32(len(t.partitions)), createdAt)
+		p.segBytes, p.cache = s.cfg.segmentBytes, s.cache
 		if s.disk != nil && !s.disk.replaying {
 			pd, err := s.disk.createPartition(t.uid, p.id)
 			if err != nil {
@@ -198,7 +212,8 @@ func (s *Server) applyDeletePartitions(op *metaOp) {
 	for _, p := range t.partitions[keep:] {
 		p.mu.Lock()
 		p.deleted = true
-		p.batches = nil
+		p.closeFilesLocked()
+		p.batches, p.segs = nil, nil
 		if p.disk != nil {
 			p.disk.remove()
 			p.disk = nil
@@ -274,6 +289,15 @@ func (s *Server) applyOp(op *metaOp) error {
 		s.applyCreateGroup(op)
 	case opDeleteGroup:
 		return s.applyDeleteGroup(op)
+	case opPutUser:
+		d := decoder{b: op.blob}
+		u := d.user()
+		if u == nil || d.off != len(op.blob) {
+			return errBadOp
+		}
+		s.putUser(u)
+	case opDeleteUser:
+		s.removeUser(op.count)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package iggytest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,6 +31,12 @@ type config struct {
 	syncWrites   bool
 	segmentBytes int64
 	logger       *slog.Logger
+	cluster      *Cluster
+	certFile     string
+	keyFile      string
+	heartbeat    time.Duration
+	cacheBytes   int64
+	cleaner      time.Duration
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -37,22 +44,28 @@ type config struct {
 func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
 
 // WithCredentials sets the root user's name and password, "iggy"/"iggy" by
-// default as in server 0.8.0. The root user has id 0 and every permission;
-// it is the only user.
+// default as in server 0.8.0. The root user has id 0 and every permission,
+// and can be neither deleted nor restricted. Other users are created
+// through the protocol (CreateUser). With a data directory a root user
+// whose record was changed (ChangePassword, UpdateUser) keeps the logged
+// record, as the server keeps its root user after the first start.
 func WithCredentials(user, password string) Option {
 	return func(c *config) { c.user, c.pass = user, password }
 }
 
-// WithPersonalAccessToken makes token a valid personal access token of the
-// root user for LoginWithPersonalAccessToken. Without it every token is
-// refused (status 20, ResourceNotFound, as the server answers for an
-// unknown token).
+// WithPersonalAccessToken makes token a valid, never-expiring personal
+// access token of the root user, named "iggytest", for
+// LoginWithPersonalAccessToken, in addition to the tokens created through
+// the protocol (CreatePersonalAccessToken). An unknown token is refused
+// with status 20 (ResourceNotFound), as the server answers.
 func WithPersonalAccessToken(token string) Option { return func(c *config) { c.token = token } }
 
-// WithDataDir makes the broker durable: streams, topics, partitions,
-// consumer groups, messages and consumer offsets are kept in append-only,
-// checksummed files under dir and come back when a Server is opened on the
-// same directory again, after Close or after the process was killed.
+// WithDataDir makes the broker durable: users, streams, topics,
+// partitions, consumer groups, messages and consumer offsets are kept in
+// append-only, checksummed files under dir and come back when a Server is
+// opened on the same directory again, after Close or after the process was
+// killed. Messages are read back from their segment files through a cache
+// of bounded size (WithCacheSize), so memory does not grow with the log.
 //
 // Every request's writes are handed to the operating system before the
 // reply is sent, so a killed process (kill -9) loses nothing the client saw
@@ -73,12 +86,11 @@ func WithSyncWrites() Option { return func(c *config) { c.syncWrites = true } }
 func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMsgSize = n } }
 
 // WithMaxMessagesPerPartition keeps at most n messages per partition (the
-// newest); older ones are dropped as the server drops expired segments, and
-// First/Next polls start at the oldest kept message. On disk (WithDataDir)
-// messages live in segment files of 128 MiB, each deleted once all of its
-// messages are dropped, so the files hold at most one segment more than n
-// messages. The default (n ≤ 0) keeps everything, as server 0.8.0 does with
-// its default configuration (no size limit, no expiry).
+// newest); older ones are dropped, and First/Next polls start at the oldest
+// kept message. Segments (files, with WithDataDir) are deleted once all of
+// their messages are dropped. This is a broker-specific cap; the server's
+// own retention (message expiry, maximum topic size) is WithMessageCleaner.
+// The default (n ≤ 0) keeps everything.
 func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxPerPart = n } }
 
 // WithLogger sets the logger for connection and storage events (debug level
@@ -104,6 +116,11 @@ type Server struct {
 	clients     map[uint32]*session
 	nextUID     uint64
 	disk        *disk
+	cache       *cache // with a data directory: resident message bytes
+	users       slab[user]
+	userNames   map[string]*user
+	streamPerms map[uint64]*streamPerms // (user, stream) → permissions, see indexPermissions
+	started     time.Time
 
 	connMu sync.Mutex
 	conns  map[*conn]struct{}
@@ -124,7 +141,8 @@ type Server struct {
 func NewServer(opts ...Option) (*Server, error) {
 	cfg := config{
 		addr: "127.0.0.1:0", user: "iggy", pass: "iggy",
-		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: 128 << 20,
+		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: segmentSizeDefault,
+		cacheBytes: defaultCacheBytes,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -136,9 +154,17 @@ func NewServer(opts ...Option) (*Server, error) {
 	}
 	s := newServer(cfg)
 	if cfg.dataDir != "" {
+		s.cache = newCache(cfg.cacheBytes)
 		if err := s.openDisk(); err != nil {
 			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
 		}
+	}
+	tcfg, err := cfg.tlsConfig()
+	if err != nil {
+		if s.disk != nil {
+			s.disk.close()
+		}
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -152,8 +178,19 @@ func NewServer(opts ...Option) (*Server, error) {
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok {
 		s.tcport = uint16(ta.Port)
 	}
+	if tcfg != nil {
+		s.ln = tls.NewListener(ln, tcfg)
+	}
 	s.wg.Add(1)
 	go s.acceptLoop()
+	if cfg.heartbeat > 0 {
+		s.wg.Add(1)
+		go s.heartbeatLoop()
+	}
+	if cfg.cleaner > 0 {
+		s.wg.Add(1)
+		go s.cleanerLoop()
+	}
 	return s, nil
 }
 
@@ -162,11 +199,14 @@ func newServer(cfg config) *Server {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
+	s := &Server{
 		cfg: cfg, log: cfg.logger, addr: "127.0.0.1:0",
 		streamNames: map[string]*stream{}, clients: map[uint32]*session{},
 		conns: map[*conn]struct{}{}, done: make(chan struct{}),
+		userNames: map[string]*user{}, streamPerms: map[uint64]*streamPerms{}, started: time.Now(),
 	}
+	s.addRootUser()
+	return s
 }
 
 // Addr returns the address the server listens on, as "host:port", for
@@ -227,23 +267,21 @@ func (s *Server) acceptLoop() {
 			if s.closed.Load() {
 				return
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Temporary failure (e.g. too many open files): back off.
-				if delay == 0 {
-					delay = 5 * time.Millisecond
-				} else if delay < time.Second {
-					delay *= 2
-				}
-				select {
-				case <-time.After(delay):
-				case <-s.done:
-					return
-				}
-				continue
+			// Anything else (too many open files, out of buffers, a
+			// network reset) is transient for a listener that is still
+			// open: back off and accept again rather than stop serving.
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+				s.log.Warn("iggytest: accept failed, backing off", "err", err)
+			} else if delay < time.Second {
+				delay *= 2
 			}
-			s.log.Error("iggytest: accept failed", "err", err)
-			return
+			select {
+			case <-time.After(delay):
+			case <-s.done:
+				return
+			}
+			continue
 		}
 		delay = 0
 		if time.Now().UnixNano() < s.refuseUntil.Load() {
@@ -284,6 +322,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	addr := nc.RemoteAddr().String()
 	sess := &session{clientID: xxh32.Sum([]byte(addr), 0), addr: addr}
 	sess.userID.Store(-1)
+	sess.lastBeat.Store(time.Now().UnixNano())
 	var seed [32]byte
 	binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
 	binary.LittleEndian.PutUint64(seed[8:], rand.Uint64())

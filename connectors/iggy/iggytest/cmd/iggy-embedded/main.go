@@ -14,8 +14,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
@@ -28,7 +31,33 @@ func main() {
 	}
 }
 
+// peerList is the repeatable -peer flag.
+type peerList []iggytest.ClusterNode
+
+func (p *peerList) String() string { return fmt.Sprint(len(*p), " peers") }
+
+func (p *peerList) Set(v string) error {
+	name, addr, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("peer %q: want name=host:port", v)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("peer %q: %w", v, err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return fmt.Errorf("peer %q: bad port: %w", v, err)
+	}
+	*p = append(*p, iggytest.ClusterNode{Name: name, IP: host, TCP: uint16(n)})
+	return nil
+}
+
 func run(args []string) error {
+	// A log line written after whoever reads our stderr went away must not
+	// kill the broker: by default a write to a broken pipe on fd 2 ends a
+	// Go program with SIGPIPE. Ignored, the write just fails.
+	signal.Ignore(syscall.SIGPIPE)
 	fs := flag.NewFlagSet("iggy-embedded", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8090", "TCP address to listen on")
 	data := fs.String("data", "", "data directory (empty: in memory)")
@@ -38,6 +67,18 @@ func run(args []string) error {
 	maxMsgs := fs.Int("max-messages-per-partition", 0, "keep at most this many messages per partition (0: all)")
 	sync := fs.Bool("sync", false, "fsync every write before replying")
 	verbose := fs.Bool("v", false, "log connection events")
+	clusterName := fs.String("cluster", "", "cluster name: report a cluster in GetClusterMetadata (empty: a single node)")
+	nodeName := fs.String("node-name", "iggy-node", "this node's name in the cluster")
+	nodeIP := fs.String("node-ip", "", "this node's address as clients dial it (empty: the listen host)")
+	follower := fs.Bool("follower", false, "this node is a follower (the peers are then leaders)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate file: serve TLS (with -tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key file for -tls-cert")
+	heartbeat := fs.Duration("heartbeat", 0, "verify client heartbeats at this interval; silent clients are dropped (0: off)")
+	cacheSize := fs.Int64("cache", 0, "with -data: bytes of messages kept in memory (0: 64 MiB)")
+	segSize := fs.Int64("segment-size", 0, "segment size in bytes (0: 1 GiB, as the server)")
+	cleaner := fs.Duration("cleaner", 0, "run the message cleaner (expiry, max topic size) at this interval (0: off, as the server)")
+	var peers peerList
+	fs.Var(&peers, "peer", "another cluster node as name=host:tcpport (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,6 +99,26 @@ func run(args []string) error {
 	}
 	if *sync {
 		opts = append(opts, iggytest.WithSyncWrites())
+	}
+	if *tlsCert != "" || *tlsKey != "" {
+		opts = append(opts, iggytest.WithTLS(*tlsCert, *tlsKey))
+	}
+	if *cacheSize > 0 {
+		opts = append(opts, iggytest.WithCacheSize(*cacheSize))
+	}
+	if *segSize > 0 {
+		opts = append(opts, iggytest.WithSegmentSize(*segSize))
+	}
+	if *cleaner > 0 {
+		opts = append(opts, iggytest.WithMessageCleaner(*cleaner))
+	}
+	if *heartbeat > 0 {
+		opts = append(opts, iggytest.WithHeartbeat(*heartbeat))
+	}
+	if *clusterName != "" {
+		opts = append(opts, iggytest.WithCluster(iggytest.Cluster{
+			Name: *clusterName, NodeName: *nodeName, IP: *nodeIP, Follower: *follower, Others: peers,
+		}))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

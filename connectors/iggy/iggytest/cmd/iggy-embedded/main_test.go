@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log"
 	"net"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +18,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if args := os.Getenv(childArgsEnv); args != "" {
+		// Run as the broker process of a measurement (see rss_test.go).
+		if err := run(strings.Split(args, "\x1f")); err != nil {
+			fmt.Fprintln(os.Stderr, "iggy-embedded:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	log.SetOutput(io.Discard)
 	goleak.VerifyTestMain(m)
 }
