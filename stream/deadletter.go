@@ -33,11 +33,15 @@ const (
 	// ReasonExhausted: a handler kept failing until the program's
 	// MaxAttempts were used up.
 	ReasonExhausted Reason = 6
+	// ReasonKeyMismatch: the key the decoded event gives (its Key method,
+	// or DeclareFunc's function) is not the key in the record's strand-key
+	// header, which the record was partitioned and planned by.
+	ReasonKeyMismatch Reason = 7
 )
 
 // String returns the reason as written in dead-letter headers:
 // "bad-headers", "unknown-type", "undecodable", "bad-key",
-// "permanent-failure", "retries-exhausted".
+// "permanent-failure", "retries-exhausted", "key-mismatch".
 func (r Reason) String() string {
 	switch r {
 	case ReasonBadHeaders:
@@ -52,6 +56,8 @@ func (r Reason) String() string {
 		return "permanent-failure"
 	case ReasonExhausted:
 		return "retries-exhausted"
+	case ReasonKeyMismatch:
+		return "key-mismatch"
 	}
 	return "reason-" + strconv.Itoa(int(r))
 }
@@ -74,7 +80,7 @@ const HeaderDLQEmptyPayload = "strand-dlq-empty-payload"
 
 // ParseReason returns the Reason whose String is s.
 func ParseReason(s string) (Reason, error) {
-	for r := ReasonBadHeaders; r <= ReasonExhausted; r++ {
+	for r := ReasonBadHeaders; r <= ReasonKeyMismatch; r++ {
 		if r.String() == s {
 			return r, nil
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -214,6 +215,7 @@ func (h *projectHandler[K, E, V]) revert(rc *runCtx) error {
 }
 
 type runBuf[E any] struct {
+	key    []byte // scratch for the key check
 	events []E
 	idx    []int // record index of events[j]
 	owner  []int
@@ -249,11 +251,26 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 		r.bufs.Put(buf)
 	}()
 	b := rc.b
+	// The key bytes must be a key of this type whatever the handlers are:
+	// a projection files its row under these bytes, and a row whose key
+	// does not decode would poison every later Scan of the table. Nothing
+	// of the run can be applied; the caller dead-letters it.
+	key, err := r.keys.Decode(rc.key)
+	if err != nil {
+		return errKeyDecode{err}
+	}
 	var hold error
 	for _, i := range recs {
 		e, err := r.ev.Decode(b.records[i].Payload)
+		reason := stream.ReasonDecode
+		if err == nil {
+			// The record was partitioned and planned by its header key:
+			// an event that names another key must not be applied to it.
+			buf.key, err = r.keyOf(buf.key[:0], e, rc.key)
+			reason = stream.ReasonKeyMismatch
+		}
 		if err != nil {
-			b.deadLetter(i, stream.ReasonDecode, err)
+			b.deadLetter(i, reason, err)
 			if b.poison == stream.HoldPoisonedKey {
 				// Apply what came before the poison event, hold the rest.
 				hold = errPoisonHold{err}
@@ -275,7 +292,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 	if err != nil {
 		return err // nothing was applied: the run fails as a handler would
 	}
-	applied, failed, err := r.apply(rc, reduced)
+	applied, failed, err := r.apply(rc, key, reduced)
 	for j, i := range buf.idx {
 		if buf.owner[j] < applied {
 			b.status[i] = statusApplied
@@ -300,16 +317,8 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 // chunk; projections then fold the accepted prefix and write it only if
 // every projection succeeded, so a projection never stores part of a run
 // that was not applied.
-func (r *eventRunner[K, E]) apply(rc *runCtx, reduced []E) (accepted, failed int, errs error) {
+func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E) (accepted, failed int, errs error) {
 	accepted = len(reduced)
-	// The key bytes must be a key of this type whatever the handlers are:
-	// a projection files its row under these bytes, and a row whose key
-	// does not decode would poison every later Scan of the table. Nothing
-	// of the run can be applied; the caller dead-letters it.
-	key, err := r.keys.Decode(rc.key)
-	if err != nil {
-		return 0, 0, errKeyDecode{err}
-	}
 	if len(r.handles) > 0 {
 		for _, h := range r.handles {
 			max := h.max
@@ -374,6 +383,29 @@ func callHandle[K, E any](ctx context.Context, h *handleHandler[K, E], key K, ev
 	}()
 	return h.fn(ctx, key, events)
 }
+
+// keyOf checks that e's own key encodes to header, the record's key bytes,
+// and returns the encoding buffer for reuse. A key function or codec that
+// panics or fails is a mismatch too (the record is dead-lettered with it).
+func (r *eventRunner[K, E]) keyOf(buf []byte, e E, header []byte) (out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = buf, fmt.Errorf("%w: type tag %d (%s): the event's key function panicked: %v", ErrKeyMismatch, r.ev.Tag(), r.ev.Name(), p)
+		}
+	}()
+	out, err = r.keys.Append(buf, r.ev.Key(e))
+	switch {
+	case err != nil:
+		return out, fmt.Errorf("%w: type tag %d (%s): encode the event's key: %w", ErrKeyMismatch, r.ev.Tag(), r.ev.Name(), err)
+	case !bytes.Equal(out, header):
+		return out, fmt.Errorf("%w: type tag %d (%s): the event's key is %q, the strand-key header %q", ErrKeyMismatch, r.ev.Tag(), r.ev.Name(), out, header)
+	}
+	return out, nil
+}
+
+// ErrKeyMismatch is wrapped by the error of a record whose decoded event
+// names another key than its strand-key header.
+var ErrKeyMismatch = errors.New("strand: event key differs from the record's key header")
 
 // reduce reduces a run with the type's algebra and turns a panic of the
 // user's functions inside it (a Sum's getter, a Fold's combine) into an

@@ -228,14 +228,14 @@ func (o *deadLetterOutbox) drain(ctx context.Context) error {
 func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error {
 	p := o.p
 	h := &p.opts.hooks
-	fatal := func(op string, offset uint64, err error) error {
+	fatal := func(op stream.PartitionOp, offset uint64, err error) error {
 		return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: offset, Op: op, Err: err}}
 	}
 	storeErr := func(op string, offset uint64, err error) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stream: source %q partition %d: %s: %w", p.name, pt, op, err)
 		}
-		return fatal(op, offset, err)
+		return fatal(stream.OpDeadLetters, offset, fmt.Errorf("%s: %w", op, err))
 	}
 	for {
 		rows, err := p.deadLetterRows(ctx, pt, deadLetterRoundMessages)
@@ -302,7 +302,7 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 			}
 			if h.BeforeDeadLetterSend != nil {
 				if err := h.BeforeDeadLetterSend(pt, outLetters); err != nil {
-					return fatal("hook BeforeDeadLetterSend", first, err)
+					return fatal(stream.OpHook, first, fmt.Errorf("BeforeDeadLetterSend: %w", err))
 				}
 			}
 			if err := o.sink.Send(ctx, outMsgs); err != nil {
@@ -313,7 +313,7 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 			if h.AfterDeadLetterSend != nil {
 				if err := h.AfterDeadLetterSend(pt, outLetters); err != nil {
 					o.raiseUnsure(pt, last+1)
-					return fatal("hook AfterDeadLetterSend", first, err)
+					return fatal(stream.OpHook, first, fmt.Errorf("AfterDeadLetterSend: %w", err))
 				}
 			}
 		}
@@ -329,7 +329,7 @@ func (o *deadLetterOutbox) drainPartition(ctx context.Context, pt uint32) error 
 		p.update(pt, func(ps *stream.PartitionStats) { ps.Published += uint64(len(rows)) })
 		if h.AfterDeadLetterDelete != nil {
 			if err := h.AfterDeadLetterDelete(pt, letters); err != nil {
-				return fatal("hook AfterDeadLetterDelete", first, err)
+				return fatal(stream.OpHook, first, fmt.Errorf("AfterDeadLetterDelete: %w", err))
 			}
 		}
 		if len(rows) < deadLetterRoundMessages {

@@ -246,26 +246,9 @@ var ErrRunning = errors.New("stream: processor already running")
 // own the partition.
 var ErrNotRunning = errors.New("stream: processor not running")
 
-// PartitionError is the error Run returns when one partition's pipeline
-// failed: it names the source, the partition and the offset where it
-// stopped (the first record of the failed batch, or the checkpoint).
-type PartitionError struct {
-	Source    string
-	Partition uint32
-	Offset    uint64
-	// Op says what failed: "open", "poll", "process", "retry", "read
-	// dead letters", "delete published dead letters", or "hook <name>".
-	Op  string
-	Err error
-}
-
-// Error describes the failure with source, partition, offset and cause.
-func (e *PartitionError) Error() string {
-	return fmt.Sprintf("stream: processor: source %q partition %d offset %d: %s: %v", e.Source, e.Partition, e.Offset, e.Op, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *PartitionError) Unwrap() error { return e.Err }
+// PartitionError is stream.PartitionError: the engine reports failed
+// partitions with the vocabulary's type, so users can errors.As it.
+type PartitionError = stream.PartitionError
 
 // addCounters adds o to c.
 func addCounters(c *stream.Counters, o stream.Counters) {

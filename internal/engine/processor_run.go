@@ -188,12 +188,12 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *d
 		task, err := p.prog.NewTask(ctx, p.db, p.name, pt, topts...)
 		if err != nil {
 			closeAll()
-			return nil, &PartitionError{Source: p.name, Partition: pt, Op: "open", Err: err}
+			return nil, &PartitionError{Source: p.name, Partition: pt, Op: stream.OpOpen, Err: err}
 		}
 		rd, err := p.src.Open(ctx, pt, task.Next())
 		if err != nil {
 			closeAll()
-			return nil, &PartitionError{Source: p.name, Partition: pt, Offset: task.Next(), Op: "open", Err: err}
+			return nil, &PartitionError{Source: p.name, Partition: pt, Offset: task.Next(), Op: stream.OpOpen, Err: err}
 		}
 		pl := &pipeline{
 			p: p, part: pt, task: task, reader: rd, outbox: outbox,
@@ -253,7 +253,7 @@ type releaseReq struct {
 	done chan error
 }
 
-func (pl *pipeline) errorf(op string, offset uint64, err error) *PartitionError {
+func (pl *pipeline) errorf(op stream.PartitionOp, offset uint64, err error) *PartitionError {
 	return &PartitionError{Source: pl.p.name, Partition: pl.part, Offset: offset, Op: op, Err: err}
 }
 
@@ -370,7 +370,7 @@ func (pl *pipeline) process(ctx context.Context, recs []stream.Record) error {
 	first := recs[0].Offset
 	if h.BeforeProcess != nil {
 		if err := h.BeforeProcess(pl.part, recs); err != nil {
-			return pl.errorf("hook BeforeProcess", first, err)
+			return pl.errorf(stream.OpHook, first, fmt.Errorf("BeforeProcess: %w", err))
 		}
 	}
 	// Submit executes the batch, waits for the previous batch's commit
@@ -392,7 +392,7 @@ func (pl *pipeline) process(ctx context.Context, recs []stream.Record) error {
 			"first", first, "last", recs[len(recs)-1].Offset)
 		return nil
 	}
-	return pl.errorf("process", first, err)
+	return pl.errorf(stream.OpProcess, first, err)
 }
 
 // settle waits for the commit of the batch last given to Submit, if any,
@@ -406,7 +406,7 @@ func (pl *pipeline) settle() error {
 	res, err := pend.Wait()
 	if err != nil {
 		<-pl.slots
-		return pl.errorf("commit", pl.pendFirst, err)
+		return pl.errorf(stream.OpCommit, pl.pendFirst, err)
 	}
 	err = pl.committed(res, true)
 	<-pl.slots // only now may the reader poll in the batch's place
@@ -418,7 +418,7 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 	h := &pl.p.opts.hooks
 	if h.BeforeProcess != nil {
 		if err := h.BeforeProcess(pl.part, nil); err != nil {
-			return false, pl.errorf("hook BeforeProcess", pl.task.Next(), err)
+			return false, pl.errorf(stream.OpHook, pl.task.Next(), fmt.Errorf("BeforeProcess: %w", err))
 		}
 	}
 	res, err := pl.task.Retry(ctx)
@@ -426,7 +426,7 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		return false, pl.errorf("retry", pl.task.Next(), err)
+		return false, pl.errorf(stream.OpRetry, pl.task.Next(), err)
 	}
 	if res.Records == 0 {
 		return false, nil
@@ -454,7 +454,7 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 	})
 	if h := pl.p.opts.hooks.AfterCommit; h != nil {
 		if err := h(pl.part, res); err != nil {
-			return pl.errorf("hook AfterCommit", res.Next, err)
+			return pl.errorf(stream.OpHook, res.Next, fmt.Errorf("AfterCommit: %w", err))
 		}
 	}
 	if batch {
@@ -485,7 +485,7 @@ func (pl *pipeline) read(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return pl.errorf("poll", pl.readFrom, err)
+			return pl.errorf(stream.OpPoll, pl.readFrom, err)
 		}
 		if len(recs) == 0 {
 			<-pl.slots
@@ -493,7 +493,7 @@ func (pl *pipeline) read(ctx context.Context) error {
 		}
 		for i := range recs {
 			if want := pl.readFrom + uint64(i); recs[i].Offset != want {
-				return pl.errorf("poll", want, fmt.Errorf("%w: record %d of the batch has offset %d, want %d", ErrNotContiguous, i, recs[i].Offset, want))
+				return pl.errorf(stream.OpPoll, want, fmt.Errorf("%w: record %d of the batch has offset %d, want %d", ErrNotContiguous, i, recs[i].Offset, want))
 			}
 			recs[i].Partition = pl.part
 		}
@@ -501,7 +501,7 @@ func (pl *pipeline) read(ctx context.Context) error {
 		pl.p.update(pl.part, func(ps *stream.PartitionStats) { ps.Polled += uint64(len(recs)) })
 		if h := pl.p.opts.hooks.AfterPoll; h != nil {
 			if err := h(pl.part, recs); err != nil {
-				return pl.errorf("hook AfterPoll", recs[0].Offset, err)
+				return pl.errorf(stream.OpHook, recs[0].Offset, fmt.Errorf("AfterPoll: %w", err))
 			}
 		}
 		pl.batches <- recs // never blocks: slots bound the queue

@@ -725,7 +725,7 @@ func TestProcessorSourceFailures(t *testing.T) {
 		defer closeDB(t, db)
 		err := startProcessor(newProc(t, fx, db, WithPollSize(5))).wait(t)
 		var pe *PartitionError
-		if !errors.Is(err, boom) || !errors.As(err, &pe) || pe.Partition != 1 || pe.Offset != 5 || pe.Op != "poll" {
+		if !errors.Is(err, boom) || !errors.As(err, &pe) || pe.Partition != 1 || pe.Offset != 5 || pe.Op != stream.OpPoll {
 			t.Fatalf("Run = %v (%+v), want poll error of partition 1 at offset 5", err, pe)
 		}
 		fx.checkExact(t, db)

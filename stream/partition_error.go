@@ -1,0 +1,69 @@
+package stream
+
+import "fmt"
+
+// PartitionOp says what a partition's pipeline was doing when it failed.
+type PartitionOp uint8
+
+const (
+	// OpOpen: opening the partition (its reader, checkpoint, parked keys).
+	OpOpen PartitionOp = iota + 1
+	// OpPoll: reading records from the source.
+	OpPoll
+	// OpProcess: executing a batch (a store failure; handler errors never
+	// stop a partition).
+	OpProcess
+	// OpCommit: committing a batch.
+	OpCommit
+	// OpRetry: retrying parked keys.
+	OpRetry
+	// OpDeadLetters: reading, publishing or deleting committed dead
+	// letters.
+	OpDeadLetters
+	// OpHook: a test hook refused to go on.
+	OpHook
+)
+
+// String returns "open", "poll", "process", "commit", "retry",
+// "dead letters" or "hook".
+func (o PartitionOp) String() string {
+	switch o {
+	case OpOpen:
+		return "open"
+	case OpPoll:
+		return "poll"
+	case OpProcess:
+		return "process"
+	case OpCommit:
+		return "commit"
+	case OpRetry:
+		return "retry"
+	case OpDeadLetters:
+		return "dead letters"
+	case OpHook:
+		return "hook"
+	}
+	return fmt.Sprintf("PartitionOp(%d)", uint8(o))
+}
+
+// PartitionError is the error a runtime's Run returns when one partition's
+// pipeline failed: it names the source, the partition and the offset where
+// it stopped (the first record of the failed batch, or the checkpoint).
+// What was committed before stays committed; a new Run resumes there.
+type PartitionError struct {
+	Source    string
+	Partition uint32
+	Offset    uint64
+	// Op says what failed.
+	Op PartitionOp
+	// Err is the cause.
+	Err error
+}
+
+// Error describes the failure with source, partition, offset and cause.
+func (e *PartitionError) Error() string {
+	return fmt.Sprintf("strand: source %q partition %d offset %d: %s: %v", e.Source, e.Partition, e.Offset, e.Op, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *PartitionError) Unwrap() error { return e.Err }

@@ -1,0 +1,192 @@
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
+)
+
+// broker starts an embedded Iggy broker and connects to it.
+func broker(t *testing.T) *iggy.Client {
+	t.Helper()
+	srv, err := iggytest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	cl, err := iggy.Connect(context.Background(), srv.Addr(), iggy.WithCredentials("iggy", "iggy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+func counter(name string) (*topology.Topology, *topology.Table[string, int64], *stream.Event[string, Ev]) {
+	decl := stream.DeclareFunc(1, evKey)
+	topo := topology.New(name)
+	src := topology.Source[string](topo, "s/log")
+	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
+	topology.Project(topology.On(src, decl), n, func(v *int64, e Ev) error { *v += e.Amount; return nil })
+	return topo, n, decl
+}
+
+// The front door learns the partition count from the connector, stores it,
+// and refuses a start whose count changed, saying what changed; a table
+// answers ErrNotOpen before and after.
+func TestOpenStoresAndChecksThePartitionCount(t *testing.T) {
+	ctx := context.Background()
+	cl := broker(t)
+	if err := cl.EnsureTopic(ctx, "s", "log", 4); err != nil {
+		t.Fatal(err)
+	}
+	topo, n, _ := counter("parts")
+	if _, _, err := n.Get(ctx, "a"); !errors.Is(err, topology.ErrNotOpen) {
+		t.Fatalf("Get before Open = %v, want ErrNotOpen", err)
+	}
+	dir := t.TempDir()
+	app, err := topology.Open(ctx, topo, cl, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.Get(ctx, "a"); !errors.Is(err, topology.ErrNotOpen) {
+		t.Fatalf("Get after Close = %v, want ErrNotOpen", err)
+	}
+
+	// The same directory over a topic of 8 partitions (another broker: the
+	// topic was recreated) is refused.
+	cl8 := broker(t)
+	if err := cl8.EnsureTopic(ctx, "s", "log", 8); err != nil {
+		t.Fatal(err)
+	}
+	_, err = topology.Open(ctx, topo, cl8, dir)
+	if !errors.Is(err, topology.ErrPartitionsChanged) || !strings.Contains(err.Error(), "had 4 partitions") || !strings.Contains(err.Error(), "has 8 now") {
+		t.Fatalf("Open after repartitioning = %v, want ErrPartitionsChanged naming 4 and 8", err)
+	}
+	// A missing source topic is refused by name.
+	topo3, _, _ := counter("missing")
+	topology.Source[string](topo3, "s/absent")
+	if _, err := topology.Open(ctx, topo3, cl, t.TempDir()); err == nil || !strings.Contains(err.Error(), "s/absent") {
+		t.Fatalf("Open with a missing topic = %v", err)
+	}
+	// Invalid options are refused, naming the option.
+	if _, err := topology.Open(ctx, topo, cl, t.TempDir(), topology.WithPollSize(0)); err == nil || !strings.Contains(err.Error(), "topology.WithPollSize") {
+		t.Fatalf("Open with poll size 0 = %v", err)
+	}
+}
+
+// Close can be called in any order: before Run, during Run (which then
+// returns after committing), twice; Run after Close is refused.
+func TestAppCloseInAnyOrder(t *testing.T) {
+	ctx := context.Background()
+	cl := broker(t)
+	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
+		t.Fatal(err)
+	}
+	topo, n, decl := counter("close")
+	pub, err := iggy.NewPublisher(ctx, cl, "s", "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close(ctx)
+	for range 100 {
+		if err := iggy.Publish(ctx, pub, decl, Ev{K: "a", Amount: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+
+	app, err := topology.Open(ctx, topo, cl, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Close(); err != nil { // before Run
+		t.Fatal(err)
+	}
+	if err := app.Run(ctx); !errors.Is(err, topology.ErrClosed) {
+		t.Fatalf("Run after Close = %v, want ErrClosed", err)
+	}
+
+	app, err = topology.Open(ctx, topo, cl, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, _, err := n.Get(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("count %d after 30s", v)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := app.Run(ctx); !errors.Is(err, topology.ErrRunning) {
+		t.Fatalf("a second Run = %v, want ErrRunning", err)
+	}
+	if err := app.Close(); err != nil { // during Run
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run stopped by Close = %v, want nil", err)
+	}
+	if err := app.Close(); err != nil { // twice
+		t.Fatal(err)
+	}
+	// The state survived: a new App resumes without replay.
+	app, err = topology.Open(ctx, topo, cl, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	if v, _, _ := n.Get(ctx, "a"); v != 100 {
+		t.Fatalf("after reopening: %d, want 100", v)
+	}
+}
+
+// A record whose strand-key header names one key and whose event names
+// another is dead-lettered with its own reason, and applied to neither key.
+func TestKeyMismatchIsDeadLettered(t *testing.T) {
+	topo, n, decl := counter("mismatch")
+	d := topologytest.NewDriver(t, topo)
+	env, err := decl.Envelope(Ev{K: "b", Amount: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := env.Headers
+	h.Key = []byte("a")
+	d.PipeRecord("s/log", stream.Record{Headers: h, Payload: env.Payload})
+	topologytest.Pipe(d, decl, Ev{K: "a", Amount: 1})
+	d.Advance()
+	dls := d.DeadLetters()
+	if len(dls) != 1 || dls[0].Reason != stream.ReasonKeyMismatch || dls[0].Offset != 0 {
+		t.Fatalf("dead letters %+v, want offset 0 as key-mismatch", dls)
+	}
+	ctx := context.Background()
+	if v, _, _ := n.Get(ctx, "a"); v != 1 {
+		t.Fatalf("a = %d, want 1", v)
+	}
+	if _, ok, _ := n.Get(ctx, "b"); ok {
+		t.Fatal("b has a row")
+	}
+}
