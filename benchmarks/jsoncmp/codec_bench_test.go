@@ -1,4 +1,4 @@
-package stream_test
+package jsoncmp_test
 
 import (
 	stdjson "encoding/json"
