@@ -20,7 +20,7 @@ import (
 )
 
 // PublisherOption configures a Publisher or a Sink.
-type PublisherOption func(*pubConfig)
+type PublisherOption func(*pubConfig) error
 
 type pubConfig struct {
 	batchMessages   int
@@ -45,20 +45,24 @@ func defaultPubConfig() pubConfig {
 
 // WithBatchSize caps one SendMessages request at n messages (default 1000).
 func WithBatchSize(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.batchMessages = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithBatchSize: %v, want at least 1", n)
 		}
+		c.batchMessages = n
+		return nil
 	}
 }
 
 // WithBatchBytes caps one SendMessages request at about n bytes of messages
 // (default 1 MiB); a single larger message is still sent, alone.
 func WithBatchBytes(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.batchBytes = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithBatchBytes: %v, want at least 1", n)
 		}
+		c.batchBytes = n
+		return nil
 	}
 }
 
@@ -67,10 +71,12 @@ func WithBatchBytes(n int) PublisherOption {
 // the connection is free, and events that arrive meanwhile form the next
 // one, so batching adapts to the load without adding latency when idle).
 func WithLinger(d time.Duration) PublisherOption {
-	return func(c *pubConfig) {
-		if d >= 0 {
-			c.linger = d
+	return func(c *pubConfig) error {
+		if d < 0 {
+			return fmt.Errorf("iggy.WithLinger: %v, want 0 or more", d)
 		}
+		c.linger = d
+		return nil
 	}
 }
 
@@ -78,10 +84,12 @@ func WithLinger(d time.Duration) PublisherOption {
 // the broker (default 64 MiB). A publish that would exceed it waits for room
 // (or for its context).
 func WithBufferBytes(n int64) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.bufferBytes = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithBufferBytes: %v, want at least 1", n)
 		}
+		c.bufferBytes = n
+		return nil
 	}
 }
 
@@ -90,10 +98,12 @@ func WithBufferBytes(n int64) PublisherOption {
 // partition has one batch in flight at a time and its batches arrive in
 // order.
 func WithConnections(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.connections = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithConnections: %v, want at least 1", n)
 		}
+		c.connections = n
+		return nil
 	}
 }
 
@@ -103,7 +113,13 @@ func WithConnections(n int) PublisherOption {
 // id means "generate one". Without this option every event gets a fresh
 // unique id. KeySeqID is a ready-made fn for events with sequence numbers.
 func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
-	return func(c *pubConfig) { c.ids = fn }
+	return func(c *pubConfig) error {
+		if fn == nil {
+			return errors.New("iggy.WithMessageIDs: nil function")
+		}
+		c.ids = fn
+		return nil
+	}
 }
 
 // WithDeliveryTimeout makes the publisher give up on a batch that transient
@@ -111,10 +127,12 @@ func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
 // fail its events with the last error (default 0: retry until the publisher
 // is closed or the caller's context ends).
 func WithDeliveryTimeout(d time.Duration) PublisherOption {
-	return func(c *pubConfig) {
-		if d >= 0 {
-			c.deliveryTimeout = d
+	return func(c *pubConfig) error {
+		if d < 0 {
+			return fmt.Errorf("iggy.WithDeliveryTimeout: %v, want 0 or more", d)
 		}
+		c.deliveryTimeout = d
+		return nil
 	}
 }
 
@@ -122,10 +140,12 @@ func WithDeliveryTimeout(d time.Duration) PublisherOption {
 // the publisher searches for a batch whose send had an unknown outcome
 // (default 1000 plus the batch). See Publisher.
 func WithResendCheckWindow(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n >= 0 {
-			c.resendWindow = n
+	return func(c *pubConfig) error {
+		if n < 0 {
+			return fmt.Errorf("iggy.WithResendCheckWindow: %v, want 0 or more", n)
 		}
+		c.resendWindow = n
+		return nil
 	}
 }
 
@@ -229,8 +249,11 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 	}
 	cfg := defaultPubConfig()
 	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
 		}
 	}
 	d, err := topicDetails(ctx, c.admin, t)

@@ -16,7 +16,7 @@ import (
 )
 
 // SourceOption configures a Source.
-type SourceOption func(*srcConfig)
+type SourceOption func(*srcConfig) error
 
 type srcConfig struct {
 	pollBatch        int
@@ -31,10 +31,12 @@ func defaultSrcConfig() srcConfig {
 // WithPollBatch caps the messages one poll request asks for (default 4096);
 // Poll's max argument caps it further.
 func WithPollBatch(n int) SourceOption {
-	return func(c *srcConfig) {
-		if n > 0 {
-			c.pollBatch = n
+	return func(c *srcConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithPollBatch: %d, want at least 1", n)
 		}
+		c.pollBatch = n
+		return nil
 	}
 }
 
@@ -43,11 +45,12 @@ func WithPollBatch(n int) SourceOption {
 // partition stays empty (default 1ms to 50ms). The server has no long poll,
 // so this trades the latency of a new event against idle requests.
 func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
-	return func(c *srcConfig) {
-		if minWait > 0 {
-			c.idleMin = minWait
+	return func(c *srcConfig) error {
+		if minWait <= 0 || maxWait < minWait {
+			return fmt.Errorf("iggy.WithIdleBackoff: %v..%v, want 0 < min <= max", minWait, maxWait)
 		}
-		c.idleMax = max(maxWait, c.idleMin)
+		c.idleMin, c.idleMax = minWait, maxWait
+		return nil
 	}
 }
 
@@ -55,10 +58,12 @@ func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
 // (default "strand"), so that monitoring tools show the processor's
 // progress under that name. Give each processor its own.
 func WithConsumer(name string) SourceOption {
-	return func(c *srcConfig) {
-		if name != "" {
-			c.consumer = name
+	return func(c *srcConfig) error {
+		if name == "" || len(name) > 255 {
+			return fmt.Errorf("iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
 		}
+		c.consumer = name
+		return nil
 	}
 }
 
@@ -91,8 +96,11 @@ func NewSource(c *Client, stream, topic string, opts ...SourceOption) (*Source, 
 	}
 	cfg := defaultSrcConfig()
 	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
 		}
 	}
 	cid, err := iggcon.NewIdentifier(cfg.consumer)
