@@ -954,19 +954,8 @@ outer:
 	return -1
 }
 
-// finish resolves the batch in s.bslots with err and frees its budget.
-func (s *sender) finish(q *pqueue, err error) {
-	var freed int64
-	for _, sl := range s.bslots {
-		sl.resolve(err)
-		freed += int64(sl.size)
-	}
-	s.p.budget.release(freed)
-	s.mu.Lock()
-	q.resolved += uint64(len(s.bslots))
-	s.broadcast()
-	s.mu.Unlock()
-}
+// finish resolves the batch in flight (s.bslots) with err.
+func (s *sender) finish(q *pqueue, err error) { s.resolveAll(q, s.bslots, err) }
 
 // fail fails the batch in flight for good, and with it every event queued
 // behind it when the failure happened (not those published after its
@@ -994,7 +983,8 @@ func (s *sender) detach(q *pqueue) []slot {
 	return slots
 }
 
-// resolveAll resolves slots detached from q with err.
+// resolveAll resolves slots of q (detached, or the batch in flight) with
+// err, frees their budget and wakes whoever waits for q.
 func (s *sender) resolveAll(q *pqueue, slots []slot, err error) {
 	var freed int64
 	for _, sl := range slots {
