@@ -264,7 +264,7 @@ func (s *Server) acceptLoop() {
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
-			if s.closed.Load() {
+			if s.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			// Anything else (too many open files, out of buffers, a
