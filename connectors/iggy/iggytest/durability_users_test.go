@@ -92,3 +92,21 @@ func containsBytes(b []byte, s string) bool {
 	}
 	return false
 }
+
+func TestDurableConfiguredTokenSurvivesARootRecord(t *testing.T) {
+	dir := t.TempDir()
+	tg := durable(t, dir, WithPersonalAccessToken("configured-token"))
+	root := tg.login(t)
+	_, err := root.CreatePersonalAccessToken("mine", 0) // logs root's record
+	must(t, err)
+	must(t, tg.srv.Close())
+	tg2 := durable(t, dir, WithPersonalAccessToken("configured-token"))
+	if _, err := tg2.connect(t).LoginWithPersonalAccessToken("configured-token"); err != nil {
+		t.Fatalf("configured token after restart: %v", err)
+	}
+	list, err := tg2.login(t).GetPersonalAccessTokens()
+	must(t, err)
+	if len(list) != 2 {
+		t.Fatalf("root's tokens = %+v", list)
+	}
+}

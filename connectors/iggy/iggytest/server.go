@@ -158,6 +158,9 @@ func NewServer(opts ...Option) (*Server, error) {
 		if err := s.openDisk(); err != nil {
 			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
 		}
+		s.mu.Lock()
+		s.ensureConfiguredToken()
+		s.mu.Unlock()
 	}
 	tcfg, err := cfg.tlsConfig()
 	if err != nil {

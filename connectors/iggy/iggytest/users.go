@@ -306,6 +306,28 @@ func (s *Server) addRootUser() {
 	s.putUser(root)
 }
 
+// ensureConfiguredToken gives the root user the WithPersonalAccessToken
+// token again when a logged root record replaced it on replay.
+func (s *Server) ensureConfiguredToken() {
+	root := s.users.get(0)
+	if s.cfg.token == "" || root == nil {
+		return
+	}
+	h := sha256.Sum256([]byte(s.cfg.token))
+	for _, t := range root.tokens {
+		if t.hash == h {
+			return
+		}
+	}
+	nu := root.clone()
+	if i, _ := nu.token("iggytest"); i >= 0 {
+		nu.tokens = append(nu.tokens[:i:i], nu.tokens[i+1:]...)
+	}
+	nu.tokens = append(nu.tokens, &accessToken{name: "iggytest", hash: h})
+	sort.Slice(nu.tokens, func(i, j int) bool { return nu.tokens[i].name < nu.tokens[j].name })
+	s.putUser(nu)
+}
+
 // putUser inserts or replaces u and rebuilds its permission index.
 func (s *Server) putUser(u *user) {
 	if old := s.users.get(u.id); old != nil {
