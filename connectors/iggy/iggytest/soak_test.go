@@ -289,9 +289,9 @@ func TestSoakFaultsInProcess(t *testing.T) {
 	defer check.close()
 	for p := uint32(0); p < parts; p++ {
 		var got []iggcon.IggyMessage
-		if !check.call(func(c iggcon.Client) error {
-			got = pollAll(t, c, sid, tid, p)
-			return nil
+		if !check.call(func(c iggcon.Client) (err error) {
+			got, err = pollAllErr(c, sid, tid, p)
+			return err
 		}) {
 			t.Fatalf("final poll of partition %d failed", p)
 		}
@@ -374,7 +374,7 @@ func TestSoakKill9Restarts(t *testing.T) {
 		for p := uint32(0); p < 2; p++ {
 			var got []iggcon.IggyMessage
 			check := &soakClient{addr: addr, timeout: 30 * time.Second}
-			if !check.call(func(c iggcon.Client) error { got = pollAll(t, c, sid, tid, p); return nil }) {
+			if !check.call(func(c iggcon.Client) (err error) { got, err = pollAllErr(c, sid, tid, p); return err }) {
 				t.Fatalf("round %d: poll after restart failed", rounds)
 			}
 			check.close()
@@ -389,4 +389,19 @@ func TestSoakKill9Restarts(t *testing.T) {
 		}
 	}
 	t.Logf("%d kill -9 rounds, %d + %d messages acknowledged and kept", rounds, acked[0], acked[1])
+}
+
+// pollAllErr is pollAll for a goroutine other than the test's.
+func pollAllErr(cli iggcon.Client, sid, tid iggcon.Identifier, p uint32) ([]iggcon.IggyMessage, error) {
+	var out []iggcon.IggyMessage
+	for {
+		pm, err := cli.PollMessages(sid, tid, iggcon.DefaultConsumer(), iggcon.OffsetPollingStrategy(uint64(len(out))), 1000, false, &p)
+		if err != nil {
+			return out, err
+		}
+		if len(pm.Messages) == 0 {
+			return out, nil
+		}
+		out = append(out, pm.Messages...)
+	}
 }
