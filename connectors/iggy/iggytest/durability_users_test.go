@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
@@ -108,5 +109,24 @@ func TestDurableConfiguredTokenSurvivesARootRecord(t *testing.T) {
 	must(t, err)
 	if len(list) != 2 {
 		t.Fatalf("root's tokens = %+v", list)
+	}
+}
+
+func TestTokenCleanerDeletesExpiredTokens(t *testing.T) {
+	tg := embeddedTarget(t, WithTokenCleaner(20*time.Millisecond))
+	tg.rawCreateToken(t, "short", uint64((50 * time.Millisecond).Microseconds()))
+	tg.rawCreateToken(t, "long", 0)
+	root := tg.login(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		list, err := root.GetPersonalAccessTokens()
+		must(t, err)
+		if len(list) == 1 && list[0].Name == "long" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expired token still listed: %+v", list)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
