@@ -72,6 +72,8 @@ type config struct {
 	scaleSkews    string
 	scalePerKey   int
 	scale10M      bool
+	scaleVariants string
+	memprofile    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -87,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.codecs, "codecs", "binary,json", "payload codecs for the core scenario (e2e and latency use the first)")
 	fs.BoolVar(&c.quick, "quick", false, "small sizes (100,000 events, 100,000 restart keys, 5 s latency run) for a smoke run")
 	fs.StringVar(&c.dir, "dir", "", "parent directory for stores and broker data (default: the system temp dir)")
+	fs.StringVar(&c.memprofile, "memprofile", "", "scale scenario: write a heap profile after each measured section to PREFIX-<scenario>-<variant>-<codec>.pprof")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each measured section to PREFIX-<scenario>-<variant>-<codec>.pprof")
 	fs.BoolVar(&c.inProcess, "inprocess", false, "run every measurement in this process (peak RSS is then cumulative)")
 	fs.StringVar(&c.child, "child", "", "internal: run one measurement (scenario/variant/codec) and print it as JSON")
@@ -105,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.scaleSkews, "scale-skews", "1.1,1.01", "scale scenario: Zipf exponents (> 1; 1.01 stands for ~1.0), comma-separated")
 	fs.IntVar(&c.scalePerKey, "scale-per-key", 3, "scale scenario: events per key touched (a run has max(-events, this × keys) events)")
 	fs.BoolVar(&c.scale10M, "scale-10m", false, "scale scenario: also run 10,000,000 keys (30M events by default: minutes, several GiB)")
+	fs.StringVar(&c.scaleVariants, "scale-variants", "naive,strand,input", "scale scenario: which of naive, strand, input to run (e.g. strand alone to profile it)")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -127,6 +131,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if _, err := c.scaleSizes(); err != nil {
 		return c, err
+	}
+	for _, v := range strings.Split(c.scaleVariants, ",") {
+		if v != "naive" && v != "strand" && v != "input" {
+			return c, fmt.Errorf("benchmarks: -scale-variants %q: want naive, strand or input", c.scaleVariants)
+		}
 	}
 	if c.events < 1 || c.accounts < 1 || c.partitions < 1 || c.batch < 1 || c.skew <= 1 || c.reps < 1 {
 		return c, errors.New("benchmarks: -events, -accounts, -partitions, -batch and -reps must be positive and -skew > 1")
@@ -398,8 +407,11 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 				return err
 			}
 			for _, z := range sizes {
-				sc := z.name()
-				if err := rounds(job{sc, "naive", cd}, job{sc, "strand", cd}, job{sc, "input", cd}); err != nil {
+				var jobs []job
+				for _, v := range strings.Split(cfg.scaleVariants, ",") {
+					jobs = append(jobs, job{z.name(), v, cd})
+				}
+				if err := rounds(jobs...); err != nil {
 					return err
 				}
 			}
@@ -543,7 +555,7 @@ func childArgs(c config) []string {
 	return []string{
 		"-events", fmt.Sprint(c.events), "-accounts", fmt.Sprint(c.accounts), "-skew", fmt.Sprint(c.skew),
 		"-partitions", fmt.Sprint(c.partitions), "-batch", fmt.Sprint(c.batch), "-codecs", c.codecs,
-		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
+		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-memprofile", c.memprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
 		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(),
@@ -589,7 +601,11 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 		}
 		w := cfg.workload()
 		w.Events, w.Accounts, w.Skew = z.events, z.keys, z.skew
-		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(job{"scale-" + strings.ReplaceAll(j.scenario[len("scale:"):], ":", "-"), j.variant, j.codec}), Workers: cfg.workers}
+		pj := job{"scale-" + strings.ReplaceAll(j.scenario[len("scale:"):], ":", "-"), j.variant, j.codec}
+		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers}
+		if cfg.memprofile != "" {
+			o.MemProfile = fmt.Sprintf("%s-%s-%s-%s.pprof", cfg.memprofile, pj.scenario, pj.variant, pj.codec)
+		}
 		var r scenario.Result
 		switch j.variant {
 		case "strand":

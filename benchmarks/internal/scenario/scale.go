@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ type ScaleOptions struct {
 	CPUProfile string
 	// Workers bounds keys run at once per partition (0: GOMAXPROCS).
 	Workers int
+	// MemProfile, when set, receives a heap profile taken right after the
+	// timed section (before the store closes): what the processing holds.
+	MemProfile string
 }
 
 // The scale scenario's memory figures, in Result.Extra (bytes):
@@ -188,6 +192,9 @@ func ScaleStrand(ctx context.Context, o ScaleOptions) (Result, error) {
 	commits, err := eachPartition(n, func(p uint32) (int, error) { return submitPacked(ctx, s, tasks[p], p, o.Batch) })
 	m.stop(res)
 	s.memory()
+	if perr := writeHeapProfile(o.MemProfile); perr != nil && err == nil {
+		err = perr
+	}
 	if err != nil {
 		return *res, err
 	}
@@ -238,6 +245,9 @@ func ScaleNaive(ctx context.Context, o ScaleOptions) (Result, error) {
 	m.stop(res)
 	s.addBuffers(recs, arena)
 	s.memory()
+	if err := writeHeapProfile(o.MemProfile); err != nil {
+		return *res, err
+	}
 	if err := s.in.Verify(st.ScanBalances); err != nil {
 		return *res, err
 	}
@@ -359,4 +369,22 @@ func submitPacked(ctx context.Context, s *scaleRun, task *engine.Task, p uint32,
 		off += len(recs[k])
 	}
 	return commits, wait(in.PartitionLen(p))
+}
+
+// writeHeapProfile writes a heap profile to path (nothing when path is
+// empty), after a GC so that in-use figures are live data.
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }
