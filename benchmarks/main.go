@@ -1,7 +1,7 @@
 // Command benchmarks runs strand's benchmark scenarios and prints each
 // figure next to the naive baseline measured in the same run:
 //
-//	go run ./benchmarks -scenario core|e2e|latency|restart|all [-events N] [-quick]
+//	go run ./benchmarks -scenario core|e2e|latency|restart|scale|all [-events N] [-quick]
 //
 // core runs the accounts workload (issue 5) through stream.Task per
 // partition without a broker, and through a naive consumer (per-event
@@ -10,7 +10,10 @@
 // one process, against a naive consumer polling the broker (issue 6).
 // latency paces the producer at a share of the measured e2e peak and
 // reports publish-to-queryable percentiles. restart reopens a store holding
-// 1,000,000 keys and times the first committed batch.
+// 1,000,000 keys and times the first committed batch. scale (issue 17, not
+// part of all) runs the core workload with 10k, 100k and 1M keys touched
+// (-scale-keys, -scale-10m) at two skews, with the input held off the Go
+// heap so that the processing's own memory can be told apart.
 //
 // Each measurement runs in its own child process (this binary, re-executed),
 // so its peak resident memory (rusage maxrss) is its own. benchmarks/run.sh
