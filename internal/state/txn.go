@@ -167,7 +167,7 @@ func (tx *Txn) rowOp(f Family, partition uint32, key []byte, op rowOp) {
 // change to a finished Txn cannot be returned to anyone, so it is logged.
 func (tx *Txn) usable(what string) bool {
 	if tx.done.Load() {
-		tx.db.log.Error("state: "+what+" on a finished transaction ignored", slog.Any("error", ErrTxnDone))
+		tx.db.log.Error("state: "+what+" on a finished transaction ignored", slog.Any("err", ErrTxnDone))
 		return false
 	}
 	return true
