@@ -129,7 +129,8 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	}
 	_ = raw.Close(ctx)
 
-	app, err := topology.Open(ctx, topo, cl, t.TempDir(), topology.WithPollSize(100),
+	dir := t.TempDir()
+	app, err := topology.Open(ctx, topo, cl, dir, topology.WithPollSize(100),
 		topology.WithMeterProvider(mp), topology.WithTracerProvider(tp), topology.WithPropagator(propagation.TraceContext{}),
 		topology.WithEndOffsetInterval(20*time.Millisecond), topology.WithDurability(topology.NoSync))
 	if err != nil {
@@ -218,6 +219,34 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	}
 	if linked == 0 {
 		t.Errorf("no process span is linked to the producer's span")
+	}
+
+	// The store, inspected read-only: refused while the App has it open,
+	// then the checkpoints the App reported, the table's rows, nothing
+	// parked or pending.
+	if _, err := topology.Inspect(dir); err == nil {
+		t.Errorf("Inspect of an open store succeeded")
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := topology.Inspect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Sources) != 1 || in.Sources[0].Name != "s/log" || in.Sources[0].Partitions != 4 {
+		t.Fatalf("inspected sources %+v", in.Sources)
+	}
+	for _, ps := range stats.Partitions {
+		if got := in.Sources[0].Checkpoints[ps.Partition]; got != ps.Next {
+			t.Errorf("inspected checkpoint of partition %d = %d, the App said %d", ps.Partition, got, ps.Next)
+		}
+	}
+	if len(in.Tables) != 1 || in.Tables[0].Name != "n" || in.Tables[0].Rows != 37 {
+		t.Errorf("inspected tables %+v, want n with 37 rows", in.Tables)
+	}
+	if len(in.Parked) != 0 || len(in.PendingDeadLetters) != 0 || in.Fingerprint == "" {
+		t.Errorf("inspected parked %+v, pending %d, fingerprint %q", in.Parked, len(in.PendingDeadLetters), in.Fingerprint)
 	}
 }
 
