@@ -340,4 +340,3 @@ func replayTo(ctx context.Context, sink *iggy.Sink, msgs []stream.Message, batch
 	}
 	return nil
 }
-

@@ -118,4 +118,3 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
-
