@@ -54,6 +54,7 @@ func Example_observe() {
 		return
 	}
 	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- app.Run(runCtx) }()
 	if err := app.WaitCaughtUp(ctx); err != nil {
