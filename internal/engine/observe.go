@@ -72,11 +72,13 @@ func (pl *pipeline) observePoll(n int, start time.Time, err error) {
 }
 
 func (pl *pipeline) observeBatch(pend *Pending, res Result) {
+	recs := pl.pendRecs
+	pl.pendRecs = nil // the batch is done: keep no reference to it
 	o := pl.p.opts.observe.observer
 	if o == nil {
 		return
 	}
-	c := Commit{Start: pl.pendStart, Records: pl.pendRecs, Result: res}
+	c := Commit{Start: pl.pendStart, Records: recs, Result: res}
 	if pend.txn != nil { // done: Wait returned
 		c.Store = pend.txn.CommitStats()
 	}
