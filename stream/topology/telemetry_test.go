@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,5 +269,92 @@ func TestTelemetryOptionsRefuseInvalidValues(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Open with invalid %s = %v, want an error naming it", name, err)
 		}
+	}
+}
+
+// gatedConnector hands out dead-letter sinks that refuse every Send until
+// open is closed.
+type gatedConnector struct {
+	stream.Connector
+	open  chan struct{}
+	tried atomic.Int64
+}
+
+func (c *gatedConnector) OpenSink(ctx context.Context, topic string, partitions uint32) (stream.Sink, error) {
+	s, err := c.Connector.OpenSink(ctx, topic, partitions)
+	if err != nil {
+		return nil, err
+	}
+	return gatedSink{s, c}, nil
+}
+
+type gatedSink struct {
+	stream.Sink
+	c *gatedConnector
+}
+
+// Close closes the wrapped sink (the App closes its dead-letter sink).
+func (s gatedSink) Close(ctx context.Context) error {
+	if c, ok := s.Sink.(interface{ Close(context.Context) error }); ok {
+		return c.Close(ctx)
+	}
+	return nil
+}
+
+func (s gatedSink) Send(ctx context.Context, msgs []stream.Message) error {
+	select {
+	case <-s.c.open:
+		return s.Sink.Send(ctx, msgs)
+	default:
+		s.c.tried.Add(1)
+		return errors.New("dead-letter topic unavailable")
+	}
+}
+
+// WaitCaughtUp waits for the dead letters too: with every checkpoint at
+// the end but the dead-letter topic refusing them, it does not return;
+// once the topic takes them, it does, with nothing pending.
+func TestWaitCaughtUpWaitsForPendingDeadLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := broker(t)
+	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := iggy.NewSink(ctx, cl, "s", "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Send(ctx, []stream.Message{{Key: []byte("x"), Payload: []byte("no headers")}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.Close(ctx)
+	topo, _, _ := counter("gated")
+	conn := &gatedConnector{Connector: cl, open: make(chan struct{})}
+	app, err := topology.Open(ctx, topo, conn, t.TempDir(), topology.WithEndOffsetInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err = app.WaitCaughtUp(wctx)
+	wcancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitCaughtUp with a dead letter stuck = %v, want the deadline", err)
+	}
+	if lag := app.Stats()[0].Lag(); lag != 0 || conn.tried.Load() == 0 {
+		t.Fatalf("lag %d, %d refused sends: the record should be committed and its dead letter tried", lag, conn.tried.Load())
+	}
+	close(conn.open)
+	if err := app.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := app.PendingDeadLetters(ctx); err != nil || len(p) != 0 {
+		t.Fatalf("pending after WaitCaughtUp: %d, %v", len(p), err)
 	}
 }
