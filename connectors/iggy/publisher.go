@@ -340,7 +340,10 @@ func PublishBatch[E any](ctx context.Context, p *Publisher, enc stream.Encoder[E
 // payload) none is sent. On error, the others may have been delivered: per
 // partition, a prefix of them. If ctx ends first, Send withdraws the
 // envelopes not yet sent and returns an error wrapping ctx.Err(); envelopes
-// already in flight may still be delivered.
+// already in flight may still be delivered. When ctx carries a valid span
+// context (OpenTelemetry), every message gets a traceparent header naming
+// it (docs/design.md §5), so that consumers link their processing to it;
+// Enqueue does the same.
 func (p *Publisher) Send(ctx context.Context, envs ...stream.Envelope) error {
 	if len(envs) == 0 {
 		return nil
