@@ -340,12 +340,15 @@ func PublishBatch[E any](ctx context.Context, p *Publisher, enc stream.Encoder[E
 // payload) none is sent. On error, the others may have been delivered: per
 // partition, a prefix of them. If ctx ends first, Send withdraws the
 // envelopes not yet sent and returns an error wrapping ctx.Err(); envelopes
-// already in flight may still be delivered.
+// already in flight may still be delivered. When ctx carries a valid span
+// context (OpenTelemetry), every message gets a traceparent header naming
+// it (docs/design.md §5), so that consumers link their processing to it;
+// Enqueue does the same.
 func (p *Publisher) Send(ctx context.Context, envs ...stream.Envelope) error {
 	if len(envs) == 0 {
 		return nil
 	}
-	items, err := p.buildEnvelopes(envs)
+	items, err := p.buildEnvelopes(envs, traceParent(ctx))
 	if err != nil {
 		return err
 	}
@@ -359,7 +362,7 @@ func (p *Publisher) Send(ctx context.Context, envs ...stream.Envelope) error {
 // from Enqueue itself means the event was not queued and done will not be
 // called.
 func (p *Publisher) Enqueue(ctx context.Context, env stream.Envelope, done func(error)) error {
-	items, err := p.buildEnvelopes([]stream.Envelope{env})
+	items, err := p.buildEnvelopes([]stream.Envelope{env}, traceParent(ctx))
 	if err != nil {
 		return err
 	}
@@ -379,11 +382,15 @@ type item struct {
 }
 
 // buildEnvelopes validates envs and turns them into messages. All user
-// headers share one allocation.
-func (p *Publisher) buildEnvelopes(envs []stream.Envelope) ([]item, error) {
+// headers share one allocation. A non-nil tp is written as every message's
+// traceparent header.
+func (p *Publisher) buildEnvelopes(envs []stream.Envelope, tp []byte) ([]item, error) {
 	hsize := 0
 	for i := range envs {
 		hsize += strandHeadersSize(&envs[i].Headers)
+		if tp != nil {
+			hsize += tlvSize(stream.HeaderTraceParent, tp)
+		}
 	}
 	arena := make([]byte, 0, hsize)
 	items := make([]item, len(envs))
@@ -397,6 +404,9 @@ func (p *Publisher) buildEnvelopes(envs []stream.Envelope) ([]item, error) {
 		var err error
 		if arena, err = appendStrandHeaders(arena, &e.Headers); err != nil {
 			return nil, fmt.Errorf("iggy: publish to %s: event %d: %w", p.t, i, err)
+		}
+		if tp != nil {
+			arena = appendTLV(arena, stream.HeaderTraceParent, tp)
 		}
 		h := arena[start:len(arena):len(arena)]
 		var id [16]byte

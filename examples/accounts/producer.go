@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/stream"
@@ -29,9 +31,16 @@ type producer struct {
 	published atomic.Int64 // events the broker accepted
 	poisoned  atomic.Int64 // poison records the broker accepted
 
+	// tracer, when set (-trace), makes a publish span per spanEvery
+	// events; the events published in it carry its traceparent.
+	tracer trace.Tracer
+
 	mu  sync.Mutex
 	err error // first delivery failure
 }
+
+// spanEvery is how many events one producer span covers.
+const spanEvery = 10_000
 
 // poisonEvery is the spacing of poison records in an unbounded workload.
 const poisonEvery = 10_000
@@ -56,12 +65,24 @@ func (p *producer) run(ctx context.Context) error {
 	}
 	start := time.Now()
 	sentPoison := 0
+	pubCtx, span := ctx, trace.Span(nil)
+	defer func() {
+		if span != nil {
+			span.End()
+		}
+	}()
 	for ctx.Err() == nil {
 		e, ok := g.Next()
 		if !ok {
 			break
 		}
 		n := g.Generated()
+		if p.tracer != nil && n%spanEvery == 1 {
+			if span != nil {
+				span.End()
+			}
+			pubCtx, span = p.tracer.Start(ctx, "publish "+p.pub.Name(), trace.WithSpanKind(trace.SpanKindProducer))
+		}
 		if p.rate > 0 && n%32 == 0 {
 			due := start.Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
 			if d := time.Until(due); d > 0 {
@@ -75,7 +96,7 @@ func (p *producer) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("producer: event %d: %w", n, err)
 		}
-		if err := p.pub.Enqueue(ctx, env, done); err != nil {
+		if err := p.pub.Enqueue(pubCtx, env, done); err != nil {
 			if ctx.Err() != nil {
 				break
 			}
