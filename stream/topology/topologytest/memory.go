@@ -175,3 +175,17 @@ func (s *memSink) messages() []stream.Message {
 	defer s.mu.Unlock()
 	return slices.Clone(s.msgs)
 }
+
+var _ stream.EndOffsetter = (*memSource)(nil)
+
+// EndOffsets reports, per partition, the offset after the last record the
+// driver handed out: what a broker's end offset is to the App (records
+// piped but not yet handed out by Step are still in the producer's hands).
+func (s *memSource) EndOffsets(context.Context) ([]uint64, error) {
+	out := make([]uint64, len(s.logs))
+	for p, l := range s.logs {
+		_, granted := l.state()
+		out[p] = uint64(granted)
+	}
+	return out, nil
+}

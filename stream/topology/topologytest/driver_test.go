@@ -1,0 +1,50 @@
+package topologytest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The in-memory topics report their end offsets (what Step handed out), so
+// App.WaitCaughtUp and the lag work under the driver as on Iggy.
+func TestWaitCaughtUpUnderTheDriver(t *testing.T) {
+	visits := stream.DeclareFunc(1, func(v Visit) string { return v.Page })
+	topo := topology.New("caught-up")
+	src := topology.Source[string](topo, "web/visits")
+	counts := topology.NewTable[string, int](topo, "counts", stream.JSON[int]())
+	topology.Project(topology.On(src, visits), counts, func(n *int, v Visit) error { *n++; return nil })
+	d := topologytest.NewDriver(t, topo, topologytest.Partitions(3), topologytest.BatchSize(2))
+	for i := range 10 {
+		topologytest.Pipe(d, visits, Visit{Page: string(rune('a' + i%4)), N: i})
+	}
+	d.Step()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.App().WaitCaughtUp(ctx); err != nil {
+		t.Fatalf("WaitCaughtUp after a Step: %v", err)
+	}
+	d.Advance()
+	if err := d.App().WaitCaughtUp(ctx); err != nil {
+		t.Fatalf("WaitCaughtUp after Advance: %v", err)
+	}
+	if d.Lag() != 0 {
+		t.Fatalf("lag %d", d.Lag())
+	}
+	total := 0
+	for _, p := range []string{"a", "b", "c", "d"} {
+		n, _, _ := counts.Get(ctx, p)
+		total += n
+	}
+	if total != 10 {
+		t.Fatalf("counted %d visits, want 10", total)
+	}
+}
