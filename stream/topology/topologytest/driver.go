@@ -271,7 +271,7 @@ func (d *Driver) retryDue() bool {
 	now := d.clock.Now()
 	for _, st := range d.app.Stats() {
 		for _, ps := range st.Partitions {
-			if ps.ParkedKeys > 0 && !ps.NextRetry.IsZero() && !ps.NextRetry.After(now) {
+			if (ps.ParkedKeys > 0 || ps.HeldRecords > 0) && !ps.NextRetry.IsZero() && !ps.NextRetry.After(now) {
 				return true
 			}
 		}
@@ -368,6 +368,18 @@ func (d *Driver) Parked() (keys, records int) {
 	for _, st := range d.app.Stats() {
 		keys += st.ParkedKeys
 		records += st.ParkedRecords
+	}
+	return keys, records
+}
+
+// Held returns how many keys the re-sequencer holds records of and how
+// many records, over every source and partition.
+func (d *Driver) Held() (keys, records int) {
+	for _, st := range d.app.Stats() {
+		for _, ps := range st.Partitions {
+			keys += ps.HeldKeys
+			records += ps.HeldRecords
+		}
 	}
 	return keys, records
 }
