@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -85,11 +86,22 @@ func (r *ResequenceSpec) check() []error {
 }
 
 // seqState is the re-sequencer's state of one key: the next expected
-// number and the records held, ascending by number. It is copied on write
-// by a batch (seqBatch.state) and installed after the batch is staged.
+// number and the records held, ascending by number. A batch changes it in
+// place; its first change in a batch saves the old value (seqBatch.undo)
+// so that a batch that is not committed can be rolled back.
 type seqState struct {
+	key  string
 	next uint64 // 0: not started (StartAtFirstSeen, nothing seen yet)
 	held []*holdEntry
+	gen  uint64 // the last batch that touched it
+}
+
+// seqUndo is a key's state before a batch touched it.
+type seqUndo struct {
+	s     *seqState
+	next  uint64
+	held  []*holdEntry
+	fresh bool // the key was not in Task.seq before the batch
 }
 
 // holdEntry is one held record. Its payload stays in memory (rec) only
@@ -100,6 +112,7 @@ type holdEntry struct {
 	offset uint64
 	since  int64 // unix nanoseconds on the task's clock
 	rec    *stream.Record
+	gen    uint64 // the batch that held it (its row is written at the end of that batch)
 }
 
 func (s *seqState) oldest() int64 {
@@ -198,13 +211,30 @@ func (t *Task) loadHolds(ctx context.Context) error {
 		}
 		s := t.seq[string(k)]
 		if s == nil {
-			s = &seqState{}
-			t.seq[string(k)] = s
+			s = &seqState{key: string(k)}
+			t.seq[s.key] = s
 		}
 		s.held = append(s.held, &holdEntry{seq: seq, offset: r.Offset, since: since})
 		t.heldTotal++
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// A partition without sequence rows of the source has never been
+	// re-sequenced: keys this Task has not seen need no read.
+	t.seqFresh = true
+	errFound := errors.New("found")
+	err = t.db.Rows(ctx, state.FamilySequences, t.partition, func(key, _ []byte) error {
+		rd := rowenc.Reader{B: key}
+		if rd.String() == t.src.name {
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		t.seqFresh, err = false, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -286,9 +316,9 @@ type seqBatch struct {
 	t        *Task
 	tx       *state.Txn
 	now      time.Time
-	work     map[string]*seqState // copies of the keys touched
-	touched  []string             // keys in work, in first-touch order
-	heldNow  int                  // held records of the partition, with this batch
+	gen      uint64
+	undo     []seqUndo // the keys touched, in first-touch order
+	heldNow  int       // held records of the partition, with this batch
 	memNew   []*holdEntry
 	heldOffs []uint64
 	released int
@@ -303,27 +333,45 @@ type seqBatch struct {
 }
 
 func (sb *seqBatch) state(key []byte) (*seqState, error) {
-	k := unsafe.String(unsafe.SliceData(key), len(key))
-	if s, ok := sb.work[k]; ok {
+	t := sb.t
+	s, ok := t.seq[unsafe.String(unsafe.SliceData(key), len(key))]
+	if ok {
+		if s.gen != sb.gen {
+			// First change in this batch: keep the old state (the held
+			// slice is copied, it may be changed in place).
+			sb.undo = append(sb.undo, seqUndo{s: s, next: s.next, held: slices.Clone(s.held)})
+			s.gen = sb.gen
+		}
 		return s, nil
 	}
-	ks := string(key)
-	var s *seqState
-	if old, ok := sb.t.seq[ks]; ok {
-		s = &seqState{next: old.next, held: slices.Clone(old.held)}
-	} else {
-		next, err := sb.t.readNext(key)
-		if err != nil {
+	var next uint64
+	if !t.seqFresh {
+		var err error
+		if next, err = t.readNext(key); err != nil {
 			return nil, err
 		}
-		if next == 0 && sb.t.src.reseq.Start == stream.StartAtOne {
-			next = 1
-		}
-		s = &seqState{next: next}
 	}
-	sb.work[ks] = s
-	sb.touched = append(sb.touched, ks)
+	if next == 0 && t.src.reseq.Start == stream.StartAtOne {
+		next = 1
+	}
+	s = &seqState{key: string(key), next: next, gen: sb.gen}
+	t.seq[s.key] = s
+	sb.undo = append(sb.undo, seqUndo{s: s, fresh: true})
 	return s, nil
+}
+
+// rollback puts every key the batch touched back as it was.
+func (sb *seqBatch) rollback() {
+	t := sb.t
+	for i := len(sb.undo) - 1; i >= 0; i-- {
+		u := sb.undo[i]
+		if u.fresh {
+			delete(t.seq, u.s.key)
+			continue
+		}
+		u.s.next, u.s.held, u.s.gen = u.next, u.held, 0
+	}
+	sb.undo = nil
 }
 
 func (sb *seqBatch) add(r stream.Record, n seqNote) {
@@ -362,7 +410,9 @@ func (sb *seqBatch) take(key []byte, s *seqState, n seqNote) error {
 	s.next++
 	sb.heldNow--
 	sb.released++
-	sb.tx.DeleteRow(state.FamilyHolds, sb.t.partition, holdRowKey(sb.t.src.name, key, h.seq))
+	if h.gen != sb.gen { // held by an earlier batch: it has a row
+		sb.tx.DeleteRow(state.FamilyHolds, sb.t.partition, holdRowKey(sb.t.src.name, key, h.seq))
+	}
 	sb.add(r, n)
 	return nil
 }
@@ -441,7 +491,7 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 	for i := range records {
 		r := &records[i]
 		rt := t.src.routes[r.Headers.Tag]
-		if (t.hasNext && r.Offset < t.next) || r.HeaderErr != nil || rt == nil || !rt.sequenced || r.Headers.Validate() != nil {
+		if rt == nil || !rt.sequenced || (t.hasNext && r.Offset < t.next) || r.HeaderErr != nil || r.Headers.Validate() != nil {
 			sb.add(*r, seqNote{})
 			continue
 		}
@@ -480,12 +530,12 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 				return err
 			}
 		default:
-			own := ownRecord(*r)
-			h := &holdEntry{seq: seq, offset: r.Offset, since: sb.now.UnixNano(), rec: &own}
+			// The batch's own record until the end of the batch: most
+			// holds are released by the same batch.
+			h := &holdEntry{seq: seq, offset: r.Offset, since: sb.now.UnixNano(), rec: r, gen: sb.gen}
 			at, _ := s.find(seq)
 			s.held = slices.Insert(s.held, at, h)
 			sb.heldNow++
-			sb.memNew = append(sb.memNew, h)
 			sb.heldOffs = append(sb.heldOffs, r.Offset)
 			for len(s.held) > 0 && (len(s.held) > rs.MaxHeldPerKey || sb.heldNow > rs.MaxHeld) {
 				if err := sb.giveUp(key, s, stream.GapOverflow); err != nil {
@@ -496,21 +546,22 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 	}
 	// Rows: the records held by this batch and still held, and every
 	// touched key's next number.
-	mem := make(map[*holdEntry]bool, len(sb.memNew))
-	for _, h := range sb.memNew {
-		mem[h] = true
-	}
-	for _, k := range sb.touched {
-		s := sb.work[k]
-		key := []byte(k)
+	var kb, vb []byte
+	prefix := rowenc.AppendString(nil, t.src.name)
+	for _, u := range sb.undo {
+		s := u.s
 		for _, h := range s.held {
-			if mem[h] {
-				sb.tx.PutRow(state.FamilyHolds, t.partition, holdRowKey(t.src.name, key, h.seq), encodeHold(h.since, h.rec))
+			if h.gen == sb.gen {
+				own := ownRecord(*h.rec)
+				h.rec = &own
+				sb.memNew = append(sb.memNew, h)
+				sb.tx.PutRow(state.FamilyHolds, t.partition, holdRowKey(t.src.name, []byte(s.key), h.seq), encodeHold(h.since, h.rec))
 			}
 		}
 		if s.next != 0 {
-			v := binary.AppendUvarint([]byte{seqFormat}, s.next)
-			sb.tx.PutRow(state.FamilySequences, t.partition, seqNextRowKey(t.src.name, key), v)
+			kb = rowenc.AppendString(append(append(kb[:0], prefix...), seqNextRow), s.key)
+			vb = binary.AppendUvarint(append(vb[:0], seqFormat), s.next)
+			sb.tx.PutRow(state.FamilySequences, t.partition, kb, vb) // copies both
 		}
 	}
 	return nil
@@ -518,15 +569,15 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 
 // applySeq installs a staged batch's re-sequencer state in the Task.
 func (t *Task) applySeq(sb *seqBatch) {
-	for _, k := range sb.touched {
-		s := sb.work[k]
-		t.seq[k] = s
+	for _, u := range sb.undo {
+		s := u.s
 		if len(s.held) > 0 {
-			t.heldKeys[k] = s
+			t.heldKeys[s.key] = s
 		} else {
-			delete(t.heldKeys, k)
+			delete(t.heldKeys, s.key)
 		}
 	}
+	sb.undo = nil
 	t.heldTotal = sb.heldNow
 	// Every batch before this one has committed (Submit installs a batch
 	// after the previous commit finished): the rows of the records they

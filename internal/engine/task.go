@@ -93,6 +93,8 @@ type Task struct {
 	heldTotal  int
 	oldestHold int64
 	hasHold    bool
+	seqFresh   bool   // no sequence row of the source partition predates the Task
+	seqGen     uint64 // batches re-sequenced
 	memHeld    []*holdEntry
 
 	// pipelining (Submit): the batch whose commit may be in flight, and the
@@ -472,6 +474,9 @@ func (t *Task) Submit(ctx context.Context, records []stream.Record) (*Pending, e
 	// this batch was built on it.
 	if err := t.settlePending(); err != nil {
 		st.b.tx.Discard()
+		if st.seq != nil {
+			st.seq.rollback()
+		}
 		return nil, err
 	}
 	t.applyStaged(st)
@@ -636,9 +641,12 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	if reseq {
 		tx = t.db.NewTxnAfter(prev)
 		notes := make([]seqNote, len(in), len(in)+len(records))
-		sb = &seqBatch{t: t, tx: tx, now: now, work: map[string]*seqState{}, heldNow: t.heldTotal,
+		t.seqGen++
+		in, fromRow, attempt = slices.Grow(in, len(records)), slices.Grow(fromRow, len(records)), slices.Grow(attempt, len(records))
+		sb = &seqBatch{t: t, tx: tx, now: now, gen: t.seqGen, heldNow: t.heldTotal,
 			in: in, fromRow: fromRow, attempt: attempt, notes: notes}
 		if err := t.resequence(sb, records); err != nil {
+			sb.rollback()
 			tx.Discard()
 			return nil, fmt.Errorf("stream: source %q partition %d: re-sequence: %w", t.src.name, t.partition, err)
 		}
@@ -677,6 +685,9 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	defer func() {
 		if err != nil {
 			b.tx.Discard()
+			if sb != nil {
+				sb.rollback()
+			}
 		}
 	}()
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -80,8 +81,9 @@ func displacedRecords(recs []stream.Record, share float64, maxLate int, seed uin
 }
 
 // runReseqVariant processes recs through one pipelined Task (Submit) and
-// returns events/s and the most records held at once.
-func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []stream.Record, ref map[uint64]balance, batch int) (float64, int, float64) {
+// returns events/s, the most records held at once, the peak RSS (MB) and
+// the process's CPU time per event (ns).
+func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []stream.Record, ref map[uint64]balance, batch int) (float64, int, float64, float64) {
 	ctx := context.Background()
 	topo, tab := bankTopology(decls)
 	if resequence {
@@ -106,7 +108,7 @@ func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []stre
 	resetPeakRSS()
 	maxHeld := 0
 	var pend *engine.Pending
-	t0 := time.Now()
+	t0, c0 := time.Now(), cpuTime()
 	for i := 0; i < len(recs); i += batch {
 		p, err := task.Submit(ctx, recs[i:min(i+batch, len(recs))])
 		if err != nil {
@@ -124,13 +126,13 @@ func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []stre
 	if _, err := pend.Wait(); err != nil {
 		b.Fatal(err)
 	}
-	elapsed := time.Since(t0)
+	elapsed, cpu := time.Since(t0), cpuTime()-c0
 	rss := peakRSS()
 	if _, held, _, _ := task.HeldStats(); held != 0 {
 		b.Fatalf("%d records still held", held)
 	}
 	checkBank(b, tab, ref)
-	return float64(len(recs)) / elapsed.Seconds(), maxHeld, rss
+	return float64(len(recs)) / elapsed.Seconds(), maxHeld, rss, float64(cpu.Nanoseconds()) / float64(len(recs))
 }
 
 // BenchmarkResequencer measures the accounts workload (binary payloads,
@@ -140,9 +142,11 @@ func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []stre
 // in-order input ("inorder"), and with it on over input where 10% of the
 // events are displaced by up to 64 positions ("displaced"). It reports
 // events/s of each (median of the rounds), the ratios inorder/off and
-// displaced/inorder (median of the per-round ratios), the most records
-// held at once and the peak RSS. STRAND_BENCH_EVENTS and
-// STRAND_BENCH_ROUNDS change the size (default 500,000 events, 3 rounds).
+// displaced/inorder (median of the per-round ratios), the same ratios of
+// events per CPU-second (less sensitive to other load on the machine),
+// the most records held at once and the peak RSS. STRAND_BENCH_EVENTS and
+// STRAND_BENCH_ROUNDS change the size (default 500,000 events, 3 rounds);
+// STRAND_BENCH_ONLY=off|inorder|displaced runs one variant (to profile it).
 //
 //	go test -run '^$' -bench Resequencer -benchtime 1x ./stream/topology/
 func BenchmarkResequencer(b *testing.B) {
@@ -157,16 +161,26 @@ func BenchmarkResequencer(b *testing.B) {
 	inorder := displacedRecords(slices.Clone(base), 0, 0, 0)
 	displaced := displacedRecords(slices.Clone(base), 0.10, 64, 9)
 	for b.Loop() {
-		var off, in, dis, r1, r2, rssOff, rssIn, rssDis []float64
+		var off, in, dis, r1, r2, rssOff, rssIn, rssDis, cOff, cIn, cDis, c1, c2 []float64
 		maxHeld := 0
 		for range rounds {
-			o, _, ro := runReseqVariant(b, plain, false, base, ref, batch)
-			i, _, ri := runReseqVariant(b, seqd, true, inorder, ref, batch)
-			d, h, rd := runReseqVariant(b, seqd, true, displaced, ref, batch)
+			if only := os.Getenv("STRAND_BENCH_ONLY"); only != "" { // profiling one variant
+				v := map[string][]stream.Record{"off": base, "inorder": inorder, "displaced": displaced}[only]
+				runReseqVariant(b, map[bool]bankDecls{true: plain, false: seqd}[only == "off"], only != "off", v, ref, batch)
+				continue
+			}
+			o, _, ro, co := runReseqVariant(b, plain, false, base, ref, batch)
+			i, _, ri, ci := runReseqVariant(b, seqd, true, inorder, ref, batch)
+			d, h, rd, cd := runReseqVariant(b, seqd, true, displaced, ref, batch)
+			cOff, cIn, cDis = append(cOff, co), append(cIn, ci), append(cDis, cd)
+			c1, c2 = append(c1, co/ci), append(c2, ci/cd)
 			off, in, dis = append(off, o), append(in, i), append(dis, d)
 			r1, r2 = append(r1, i/o), append(r2, d/i)
 			rssOff, rssIn, rssDis = append(rssOff, ro), append(rssIn, ri), append(rssDis, rd)
 			maxHeld = max(maxHeld, h)
+		}
+		if len(off) == 0 {
+			continue
 		}
 		b.ReportMetric(median(off), "off-events/s")
 		b.ReportMetric(median(in), "inorder-events/s")
@@ -174,10 +188,16 @@ func BenchmarkResequencer(b *testing.B) {
 		b.ReportMetric(median(r1), "inorder/off")
 		b.ReportMetric(median(r2), "displaced/inorder")
 		b.ReportMetric(float64(maxHeld), "max-held")
+		b.ReportMetric(median(cOff), "off-cpu-ns/event")
+		b.ReportMetric(median(cIn), "inorder-cpu-ns/event")
+		b.ReportMetric(median(cDis), "displaced-cpu-ns/event")
+		b.ReportMetric(median(c1), "inorder/off-by-cpu")
+		b.ReportMetric(median(c2), "displaced/inorder-by-cpu")
 		b.ReportMetric(median(rssOff), "off-peak-RSS-MB")
 		b.ReportMetric(median(rssIn), "inorder-peak-RSS-MB")
 		b.ReportMetric(median(rssDis), "displaced-peak-RSS-MB")
-		b.Logf("rounds: off %v, inorder %v, displaced %v events/s; inorder/off %v, displaced/inorder %v", off, in, dis, r1, r2)
+		b.Logf("rounds: off %.0f, inorder %.0f, displaced %.0f events/s; inorder/off %.2f, displaced/inorder %.2f; cpu-ns/event off %.0f inorder %.0f displaced %.0f",
+			off, in, dis, r1, r2, cOff, cIn, cDis)
 	}
 }
 
