@@ -138,10 +138,48 @@ func (s *seqState) find(seq uint64) (int, bool) {
 //
 // One row per held record: a key's holds are contiguous and sort by number.
 const (
-	seqFormat  = 1
-	seqNextRow = 'n'
-	seqGapRow  = 'g'
+	seqFormat   = 1
+	seqNextRow  = 'n'
+	seqGapRow   = 'g'
+	seqDeltaRow = 'd'
+	// deltaRowsMax is how many delta rows a partition keeps before a batch
+	// folds them into the keys' own rows.
+	deltaRowsMax = 64
 )
+
+// Next numbers are written as one delta row per batch (every key the
+// batch changed, with its new next number) rather than one row per key per
+// batch: one Pebble write instead of thousands. Every deltaRowsMax batches
+// one batch writes the own row of every key the deltas name and deletes
+// them, so loading reads at most deltaRowsMax deltas.
+//
+//	FamilySequences: uvarint-prefixed source, 'd', batch number (u64 BE)
+//	                 → format, count (uvarint), count × (uvarint-prefixed key, next uvarint)
+
+func deltaRowKey(source string, n uint64) []byte {
+	b := rowenc.AppendString(nil, source)
+	b = append(b, seqDeltaRow)
+	return binary.BigEndian.AppendUint64(b, n)
+}
+
+func decodeDelta(v []byte, fn func(key []byte, next uint64)) error {
+	rd := rowenc.Reader{B: v}
+	if f := rd.Byte(); f != seqFormat {
+		return fmt.Errorf("%w: sequence delta row: format %d unknown", stream.ErrCodec, f)
+	}
+	n := rd.Uvarint()
+	for i := uint64(0); i < n && rd.Err == nil; i++ {
+		k := rd.Bytes()
+		next := rd.Uvarint()
+		if rd.Err == nil {
+			fn(k, next)
+		}
+	}
+	if rd.Err != nil {
+		return fmt.Errorf("%w: sequence delta row: %w", stream.ErrCodec, rd.Err)
+	}
+	return nil
+}
 
 func holdRowKey(source string, key []byte, seq uint64) []byte {
 	b := rowenc.AppendString(nil, source)
@@ -221,30 +259,58 @@ func (t *Task) loadHolds(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A partition without sequence rows of the source has never been
+	// The delta rows, in order: the latest next numbers of the keys they
+	// name. A partition without sequence rows of the source has never been
 	// re-sequenced: keys this Task has not seen need no read.
 	t.seqFresh = true
-	errFound := errors.New("found")
-	err = t.db.Rows(ctx, state.FamilySequences, t.partition, func(key, _ []byte) error {
+	t.deltaFirst, t.deltaNext = 0, 0
+	deltas := map[string]uint64{}
+	errDone := errors.New("done")
+	err = t.db.Rows(ctx, state.FamilySequences, t.partition, func(key, value []byte) error {
 		rd := rowenc.Reader{B: key}
-		if rd.String() == t.src.name {
-			return errFound
+		if rd.String() != t.src.name {
+			return nil
 		}
-		return nil
+		t.seqFresh = false
+		if rd.Byte() != seqDeltaRow {
+			return errDone // 'g' and 'n' rows sort after the deltas
+		}
+		n := rd.U64()
+		if rd.Err != nil {
+			return fmt.Errorf("%w: sequence delta row key %x: %w", stream.ErrCodec, key, rd.Err)
+		}
+		if t.deltaNext == 0 {
+			t.deltaFirst = n
+		}
+		t.deltaNext = n + 1
+		return decodeDelta(value, func(k []byte, next uint64) { deltas[string(k)] = next })
 	})
-	if errors.Is(err, errFound) {
-		t.seqFresh, err = false, nil
+	if errors.Is(err, errDone) {
+		err = nil
 	}
 	if err != nil {
 		return err
 	}
-	for k, s := range t.seq {
-		next, err := t.readNext([]byte(k))
-		if err != nil {
-			return err
+	for k, next := range deltas {
+		s := t.seq[k]
+		if s == nil {
+			s = &seqState{key: k}
+			t.seq[k] = s
 		}
 		s.next = next
-		t.heldKeys[k] = s
+		t.deltaDirty = append(t.deltaDirty, s)
+	}
+	for k, s := range t.seq {
+		if _, ok := deltas[k]; !ok {
+			next, err := t.readNext([]byte(k))
+			if err != nil {
+				return err
+			}
+			s.next = next
+		}
+		if len(s.held) > 0 {
+			t.heldKeys[k] = s
+		}
 	}
 	t.refreshHoldTimes()
 	return nil
@@ -318,6 +384,8 @@ type seqBatch struct {
 	now      time.Time
 	gen      uint64
 	undo     []seqUndo // the keys touched, in first-touch order
+	compact  bool      // this batch folds the delta rows into key rows
+	delta    bool      // this batch wrote a delta row
 	heldNow  int       // held records of the partition, with this batch
 	memNew   []*holdEntry
 	heldOffs []uint64
@@ -546,8 +614,15 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 	}
 	// Rows: the records held by this batch and still held, and every
 	// touched key's next number.
-	var kb, vb []byte
+	var kb, vb, delta []byte
+	nDelta := 0
 	prefix := rowenc.AppendString(nil, t.src.name)
+	sb.compact = t.deltaNext-t.deltaFirst >= deltaRowsMax
+	putNext := func(s *seqState) {
+		kb = rowenc.AppendString(append(append(kb[:0], prefix...), seqNextRow), s.key)
+		vb = binary.AppendUvarint(append(vb[:0], seqFormat), s.next)
+		sb.tx.PutRow(state.FamilySequences, t.partition, kb, vb) // copies both
+	}
 	for _, u := range sb.undo {
 		s := u.s
 		for _, h := range s.held {
@@ -558,11 +633,33 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 				sb.tx.PutRow(state.FamilyHolds, t.partition, holdRowKey(t.src.name, []byte(s.key), h.seq), encodeHold(h.since, h.rec))
 			}
 		}
-		if s.next != 0 {
-			kb = rowenc.AppendString(append(append(kb[:0], prefix...), seqNextRow), s.key)
-			vb = binary.AppendUvarint(append(vb[:0], seqFormat), s.next)
-			sb.tx.PutRow(state.FamilySequences, t.partition, kb, vb) // copies both
+		if s.next == 0 {
+			continue
 		}
+		if sb.compact {
+			putNext(s)
+			continue
+		}
+		delta = rowenc.AppendString(delta, s.key)
+		delta = binary.AppendUvarint(delta, s.next)
+		nDelta++
+	}
+	switch {
+	case sb.compact:
+		// Fold the deltas into the keys' own rows (the keys of this batch
+		// are written above; a key in both is written twice, the same value).
+		for _, s := range t.deltaDirty {
+			if s.gen != sb.gen && s.next != 0 {
+				putNext(s)
+			}
+		}
+		for n := t.deltaFirst; n < t.deltaNext; n++ {
+			sb.tx.DeleteRow(state.FamilySequences, t.partition, deltaRowKey(t.src.name, n))
+		}
+	case nDelta > 0:
+		v := binary.AppendUvarint([]byte{seqFormat}, uint64(nDelta))
+		sb.tx.PutRow(state.FamilySequences, t.partition, deltaRowKey(t.src.name, t.deltaNext), append(v, delta...))
+		sb.delta = true
 	}
 	return nil
 }
@@ -575,6 +672,19 @@ func (t *Task) applySeq(sb *seqBatch) {
 			t.heldKeys[s.key] = s
 		} else {
 			delete(t.heldKeys, s.key)
+		}
+	}
+	switch {
+	case sb.compact:
+		t.deltaFirst = t.deltaNext
+		t.deltaDirty = t.deltaDirty[:0]
+	case sb.delta:
+		if t.deltaNext == t.deltaFirst {
+			t.deltaDirty = t.deltaDirty[:0]
+		}
+		t.deltaNext++
+		for _, u := range sb.undo {
+			t.deltaDirty = append(t.deltaDirty, u.s)
 		}
 	}
 	sb.undo = nil

@@ -95,7 +95,11 @@ type Task struct {
 	hasHold    bool
 	seqFresh   bool   // no sequence row of the source partition predates the Task
 	seqGen     uint64 // batches re-sequenced
-	memHeld    []*holdEntry
+	// delta rows of next numbers (resequencer.go): numbers [deltaFirst,
+	// deltaNext) are written, and the keys they name (possibly repeated).
+	deltaFirst, deltaNext uint64
+	deltaDirty            []*seqState
+	memHeld               []*holdEntry
 
 	// pipelining (Submit): the batch whose commit may be in flight, and the
 	// error that broke the Task when a commit failed.

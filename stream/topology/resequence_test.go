@@ -283,3 +283,42 @@ func TestResequencerPublisherWritesSeqHeader(t *testing.T) {
 		t.Fatalf("no strand-seq field in %v", fields)
 	}
 }
+
+// TestResequencerNextNumbersSurviveDeltaFolding runs more batches than the
+// delta rows of next numbers keep (so batches fold them into key rows),
+// with restarts between, and duplicates of every applied number: none is
+// applied twice, whichever row holds its key's next number.
+func TestResequencerNextNumbersSurviveDeltaFolding(t *testing.T) {
+	topo, table, _ := reseqTopology(nil)
+	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(1))
+	defer d.Close()
+	keys := []string{"a", "b", "c"}
+	want := map[string][]uint64{}
+	for s := uint64(1); s <= 100; s++ {
+		for i, k := range keys {
+			if (int(s)+i)%3 == 0 {
+				continue
+			}
+			topologytest.Pipe(d, sPlain, plains(k, uint64(len(want[k])+1))...)
+			want[k] = append(want[k], uint64(len(want[k])+1))
+		}
+		if s%37 == 0 {
+			d.Advance()
+			d.Restart()
+		}
+	}
+	d.Advance()
+	d.Restart()
+	for _, k := range keys {
+		topologytest.Pipe(d, sPlain, plains(k, want[k]...)...) // all duplicates now
+	}
+	d.Advance()
+	for _, k := range keys {
+		if got, w := stateOf(t, table, k), chainOf(want[k]...); got != w {
+			t.Fatalf("key %s: table %+v, want the chain of %d numbers", k, got, len(want[k]))
+		}
+	}
+	if c := d.App().Stats()[0].Total; c.Duplicates != uint64(len(want["a"])+len(want["b"])+len(want["c"])) {
+		t.Fatalf("counters %+v", c)
+	}
+}
