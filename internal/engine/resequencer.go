@@ -391,6 +391,7 @@ type seqBatch struct {
 	heldOffs []uint64
 	released int
 	dups     int
+	dropped  int // duplicates dropped (not in the batch's input)
 	gaps     []stream.GapNotice
 	err      error
 
@@ -590,6 +591,8 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 			if rs.Duplicates == stream.DeadLetterDuplicates {
 				sb.add(*r, seqNote{kind: noteDead, reason: stream.ReasonDuplicate,
 					err: fmt.Errorf("%w: seq %d of key %q (next expected %d)", stream.ErrDuplicate, seq, key, s.next)})
+			} else {
+				sb.dropped++
 			}
 		case seq == s.next:
 			sb.add(*r, seqNote{})

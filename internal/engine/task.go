@@ -580,6 +580,9 @@ func (t *Task) process(ctx context.Context, records []stream.Record) (Result, er
 		return Result{Next: t.next}, nil
 	}
 	if err := st.b.tx.Commit(ctx); err != nil {
+		if st.seq != nil {
+			st.seq.rollback() // the same records may be processed again
+		}
 		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: commit: %w", t.src.name, t.partition, err)
 	}
 	t.applyStaged(st)
@@ -713,7 +716,7 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 		res.Resequenced = slices.Clone(sb.heldOffs)
 		slices.Sort(res.Resequenced)
 		res.Released, res.Duplicates, res.Gaps = sb.released, sb.dups, sb.gaps
-		res.Records += len(sb.heldOffs) + sb.dups
+		res.Records += len(sb.heldOffs) + sb.dropped
 		if sb.released > 0 {
 			slices.Sort(res.Applied)
 			slices.Sort(res.Held)

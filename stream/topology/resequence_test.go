@@ -322,3 +322,47 @@ func TestResequencerNextNumbersSurviveDeltaFolding(t *testing.T) {
 		t.Fatalf("counters %+v", c)
 	}
 }
+
+// TestResequencerAbandonedBatchIsRolledBack: a batch abandoned before its
+// commit (its context ends while it runs) leaves the re-sequencer as it
+// was, so processing the same records again applies them, in order, as
+// Task.Process promises; nothing is taken for a duplicate or held twice.
+func TestResequencerAbandonedBatchIsRolledBack(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var once sync.Once
+	topo := topology.New("reseq-abandon")
+	src := topology.Source[string](topo, "log").Resequence()
+	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
+	topology.Project(topology.On(src, sPlain), table, func(s *PState, e SEv) error {
+		once.Do(cancel)
+		foldPlain(s, PEv{N: int(e.Seq)})
+		return nil
+	})
+	d := newTaskDriver(t, topo)
+	task := d.Task("log", 0)
+	var recs []stream.Record
+	for i, s := range []uint64{2, 1, 4} {
+		r := seqRecord(t, sPlain, SEv{K: "a", Seq: s}, s, true)
+		r.Offset = uint64(i)
+		recs = append(recs, r)
+	}
+	if _, err := task.Process(ctx, recs); err == nil {
+		t.Fatal("the abandoned batch committed")
+	}
+	if _, n, _, _ := task.HeldStats(); n != 0 {
+		t.Fatalf("%d held after an abandoned batch", n)
+	}
+	res, err := task.Process(context.Background(), recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Duplicates != 0 || len(res.Resequenced) != 2 || res.Released != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	if got, want := stateOf(t, table, "a"), chainOf(1, 2); got != want {
+		t.Fatalf("table %+v, want %+v", got, want)
+	}
+	if _, n, _, _ := task.HeldStats(); n != 1 {
+		t.Fatalf("%d held, want 4 alone", n)
+	}
+}
