@@ -168,7 +168,9 @@ func (d *Driver) Dir() string { return d.dir }
 func (d *Driver) Now() time.Time { return d.clock.Now() }
 
 // AdvanceClock moves the driver's clock: parked keys whose backoff has
-// passed become due, and the next Step retries them.
+// passed become due, and the next Step retries them; so do the
+// re-sequencer's gaps whose timeout has passed, which the next Step gives
+// up (topology.GapPolicy), with no new input needed.
 func (d *Driver) AdvanceClock(dt time.Duration) { d.clock.advance(dt) }
 
 // Close stops the App (committing what is in flight) and closes its store.
