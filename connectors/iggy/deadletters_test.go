@@ -1,18 +1,18 @@
 package iggy
 
 import (
-	"github.com/strand-io/strand/internal/engine"
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/strand-io/strand/internal/engine"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/internal/state"
 )
 
 func TestSinkSentFindsPublishedIDs(t *testing.T) {
