@@ -1,7 +1,7 @@
 // Command benchmarks runs strand's benchmark scenarios and prints each
 // figure next to the naive baseline measured in the same run:
 //
-//	go run ./benchmarks -scenario core|e2e|latency|restart|all [-events N] [-quick]
+//	go run ./benchmarks -scenario core|e2e|latency|restart|scale|all [-events N] [-quick]
 //
 // core runs the accounts workload (issue 5) through stream.Task per
 // partition without a broker, and through a naive consumer (per-event
@@ -10,7 +10,10 @@
 // one process, against a naive consumer polling the broker (issue 6).
 // latency paces the producer at a share of the measured e2e peak and
 // reports publish-to-queryable percentiles. restart reopens a store holding
-// 1,000,000 keys and times the first committed batch.
+// 1,000,000 keys and times the first committed batch. scale (issue 17, not
+// part of all) runs the core workload with 10k, 100k and 1M keys touched
+// (-scale-keys, -scale-10m) at two skews, with the input held off the Go
+// heap so that the processing's own memory can be told apart.
 //
 // Each measurement runs in its own child process (this binary, re-executed),
 // so its peak resident memory (rusage maxrss) is its own. benchmarks/run.sh
@@ -68,13 +71,19 @@ type config struct {
 	pubConns      int
 	latencyTrace  string
 	latencyTick   time.Duration
+	scaleKeys     string
+	scaleSkews    string
+	scalePerKey   int
+	scale10M      bool
+	scaleVariants string
+	memprofile    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.scenario, "scenario", "all", "core, e2e, latency, restart or all (comma-separated list allowed)")
+	fs.StringVar(&c.scenario, "scenario", "all", "core, e2e, latency, restart, scale or all (= core,e2e,latency,restart; comma-separated list allowed)")
 	fs.IntVar(&c.events, "events", 1_000_000, "events per run")
 	fs.IntVar(&c.accounts, "accounts", 10_000, "accounts (keys)")
 	fs.Float64Var(&c.skew, "skew", 1.1, "Zipf exponent of the account chosen per event (> 1)")
@@ -83,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.codecs, "codecs", "binary,json", "payload codecs for the core scenario (e2e and latency use the first)")
 	fs.BoolVar(&c.quick, "quick", false, "small sizes (100,000 events, 100,000 restart keys, 5 s latency run) for a smoke run")
 	fs.StringVar(&c.dir, "dir", "", "parent directory for stores and broker data (default: the system temp dir)")
+	fs.StringVar(&c.memprofile, "memprofile", "", "scale scenario: write a heap profile after each measured section to PREFIX-<scenario>-<variant>-<codec>.pprof")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each measured section to PREFIX-<scenario>-<variant>-<codec>.pprof")
 	fs.BoolVar(&c.inProcess, "inprocess", false, "run every measurement in this process (peak RSS is then cumulative)")
 	fs.StringVar(&c.child, "child", "", "internal: run one measurement (scenario/variant/codec) and print it as JSON")
@@ -97,6 +107,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.pubConns, "pub-conns", 1, "e2e and latency: the producer's connections to the broker")
 	fs.StringVar(&c.latencyTrace, "latency-trace", "", "latency scenario: write one CSV line per commit (time, partition, events, worst latency) to PREFIX-<rate>.csv")
 	fs.DurationVar(&c.latencyTick, "latency-tick", 5*time.Millisecond, "latency scenario: the producer sends what came due at most once per tick (its linger time)")
+	fs.StringVar(&c.scaleKeys, "scale-keys", "10000,100000,1000000", "scale scenario: keys touched per run, comma-separated")
+	fs.StringVar(&c.scaleSkews, "scale-skews", "1.1,1.01", "scale scenario: Zipf exponents (> 1; 1.01 stands for ~1.0), comma-separated")
+	fs.IntVar(&c.scalePerKey, "scale-per-key", 3, "scale scenario: events per key touched (a run has max(-events, this × keys) events)")
+	fs.BoolVar(&c.scale10M, "scale-10m", false, "scale scenario: also run 10,000,000 keys (30M events by default: minutes, several GiB)")
+	fs.StringVar(&c.scaleVariants, "scale-variants", "naive,strand,input", "scale scenario: which of naive, strand, input to run (e.g. strand alone to profile it)")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -112,6 +127,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		if !set["latency-duration"] {
 			c.latencyFor = 5 * time.Second
+		}
+		if !set["scale-keys"] {
+			c.scaleKeys = "10000,100000"
+		}
+	}
+	if _, err := c.scaleSizes(); err != nil {
+		return c, err
+	}
+	for _, v := range strings.Split(c.scaleVariants, ",") {
+		if v != "naive" && v != "strand" && v != "input" {
+			return c, fmt.Errorf("benchmarks: -scale-variants %q: want naive, strand or input", c.scaleVariants)
 		}
 	}
 	if c.events < 1 || c.accounts < 1 || c.partitions < 1 || c.batch < 1 || c.skew <= 1 || c.reps < 1 {
@@ -135,6 +161,53 @@ func (c config) workload() workload.Config {
 	w := workload.Default()
 	w.Events, w.Accounts, w.Skew, w.Partitions = c.events, c.accounts, c.skew, uint32(c.partitions)
 	return w
+}
+
+// scaleSize is one run of the scale scenario.
+type scaleSize struct {
+	keys, events int
+	skew         float64
+}
+
+// name is the scenario name of a scale run's jobs, from which a child
+// reads its size back.
+func (z scaleSize) name() string { return fmt.Sprintf("scale:%d:%g:%d", z.keys, z.skew, z.events) }
+
+func parseScaleName(s string) (scaleSize, error) {
+	var z scaleSize
+	if _, err := fmt.Sscanf(strings.ReplaceAll(s, ":", " "), "scale %d %g %d", &z.keys, &z.skew, &z.events); err != nil {
+		return z, fmt.Errorf("benchmarks: scale measurement %q: %w", s, err)
+	}
+	return z, nil
+}
+
+// scaleSizes lists the scale runs: every key count with every skew.
+func (c config) scaleSizes() ([]scaleSize, error) {
+	var keys []int
+	for _, f := range strings.Split(c.scaleKeys, ",") {
+		var k int
+		if _, err := fmt.Sscan(f, &k); err != nil || k < 1 {
+			return nil, fmt.Errorf("benchmarks: -scale-keys %q: want positive integers", c.scaleKeys)
+		}
+		keys = append(keys, k)
+	}
+	if c.scale10M && !slices.Contains(keys, 10_000_000) {
+		keys = append(keys, 10_000_000)
+	}
+	if c.scalePerKey < 1 {
+		return nil, errors.New("benchmarks: -scale-per-key must be at least 1")
+	}
+	var out []scaleSize
+	for _, k := range keys {
+		for _, f := range strings.Split(c.scaleSkews, ",") {
+			var x float64
+			if _, err := fmt.Sscan(f, &x); err != nil || x <= 1 {
+				return nil, fmt.Errorf("benchmarks: -scale-skews %q: want numbers > 1", c.scaleSkews)
+			}
+			out = append(out, scaleSize{keys: k, skew: x, events: max(c.events, c.scalePerKey*k)})
+		}
+	}
+	return out, nil
 }
 
 func (c config) shares() ([]float64, error) {
@@ -206,10 +279,10 @@ func scenarios(s string) ([]string, error) {
 	var out []string
 	for _, x := range strings.Split(s, ",") {
 		switch x {
-		case "core", "e2e", "latency", "restart":
+		case "core", "e2e", "latency", "restart", "scale":
 			out = append(out, x)
 		default:
-			return nil, fmt.Errorf("benchmarks: unknown scenario %q (want core, e2e, latency, restart or all)", x)
+			return nil, fmt.Errorf("benchmarks: unknown scenario %q (want core, e2e, latency, restart, scale or all)", x)
 		}
 	}
 	return out, nil
@@ -329,6 +402,21 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			cd := string(codecs[0])
 			if err := rounds(job{"restart", "task", cd}, job{"restart", "processor", cd}); err != nil {
 				return err
+			}
+		case "scale":
+			cd := string(codecs[0])
+			sizes, err := cfg.scaleSizes()
+			if err != nil {
+				return err
+			}
+			for _, z := range sizes {
+				var jobs []job
+				for _, v := range strings.Split(cfg.scaleVariants, ",") {
+					jobs = append(jobs, job{z.name(), v, cd})
+				}
+				if err := rounds(jobs...); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -470,10 +558,10 @@ func childArgs(c config) []string {
 	return []string{
 		"-events", fmt.Sprint(c.events), "-accounts", fmt.Sprint(c.accounts), "-skew", fmt.Sprint(c.skew),
 		"-partitions", fmt.Sprint(c.partitions), "-batch", fmt.Sprint(c.batch), "-codecs", c.codecs,
-		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-broker", c.broker,
+		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-memprofile", c.memprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(),
 	}
 }
 
@@ -508,6 +596,32 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 	cd, err := workload.ParseCodec(j.codec)
 	if err != nil {
 		return scenario.Result{}, err
+	}
+	if strings.HasPrefix(j.scenario, "scale:") {
+		z, err := parseScaleName(j.scenario)
+		if err != nil {
+			return scenario.Result{}, err
+		}
+		w := cfg.workload()
+		w.Events, w.Accounts, w.Skew = z.events, z.keys, z.skew
+		pj := job{"scale-" + strings.ReplaceAll(j.scenario[len("scale:"):], ":", "-"), j.variant, j.codec}
+		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers}
+		if cfg.memprofile != "" {
+			o.MemProfile = fmt.Sprintf("%s-%s-%s-%s.pprof", cfg.memprofile, pj.scenario, pj.variant, pj.codec)
+		}
+		var r scenario.Result
+		switch j.variant {
+		case "strand":
+			r, err = scenario.ScaleStrand(ctx, o)
+		case "naive":
+			r, err = scenario.ScaleNaive(ctx, o)
+		case "input":
+			r, err = scenario.ScaleInput(ctx, o)
+		default:
+			return r, fmt.Errorf("benchmarks: unknown measurement %s", j)
+		}
+		r.Scenario = j.scenario // one name per size, so that rounds and ratios pair within it
+		return r, err
 	}
 	switch j.scenario {
 	case "core":

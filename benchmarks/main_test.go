@@ -196,3 +196,53 @@ func TestMedian(t *testing.T) {
 		t.Errorf("latency median p99 %v", lat.P99)
 	}
 }
+
+func TestScaleSmoke(t *testing.T) {
+	ctx := context.Background()
+	w := tiny(workload.Binary)
+	w.Events, w.Accounts, w.Skew = 3000, 1000, 1.01
+	o := scenario.ScaleOptions{Workload: w, Codec: workload.Binary, Batch: 200, Dir: t.TempDir()}
+	for name, fn := range map[string]func(context.Context, scenario.ScaleOptions) (scenario.Result, error){
+		"strand": scenario.ScaleStrand, "naive": scenario.ScaleNaive, "input": scenario.ScaleInput,
+	} {
+		r, err := fn(ctx, o)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !r.Verified || r.Events != 3000 || r.Rate <= 0 || r.Extra["keys"] != 1000 || r.InputBytes <= 0 || r.Extra["batches"] <= 0 {
+			t.Errorf("%s: %+v", name, r)
+		}
+		if name != "input" && r.Commits == 0 {
+			t.Errorf("%s: no commits", name)
+		}
+	}
+}
+
+// TestScaleRunner runs the scale scenario through the runner, children
+// included, and checks its table.
+func TestScaleRunner(t *testing.T) {
+	var out, errOut bytes.Buffer
+	cfg, err := parseFlags([]string{"-scenario", "scale", "-events", "2000", "-scale-keys", "500,1000", "-scale-skews", "1.1",
+		"-scale-per-key", "3", "-batch", "300", "-dir", t.TempDir()}, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), cfg, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	s := out.String()
+	t.Log("\n" + s)
+	for _, want := range []string{"scale", "500", "1k", "3000", "input", "× naive", "1000 keys touched"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "false") {
+		t.Errorf("a measurement was not verified:\n%s", s)
+	}
+	for _, bad := range [][]string{{"-scale-keys", "0"}, {"-scale-skews", "1"}, {"-scale-per-key", "0"}} {
+		if _, err := parseFlags(bad, &errOut); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

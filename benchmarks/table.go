@@ -36,7 +36,7 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tvariant\tcodec\tevents\tseconds\tevents/s\trange (runs)\t× naive\t× naive-8\tCPU s\tevents/CPU-s\tpeak RSS\tinput\tprocess peak\tcommits\tverified\tload\t")
 	for _, r := range rs {
-		if r.Rate == 0 {
+		if r.Rate == 0 || isScale(r) {
 			continue
 		}
 		vsNaive, vsPar := "—", "—"
@@ -65,14 +65,20 @@ func printTable(w io.Writer, rs []scenario.Result) {
 	}
 	_ = tw.Flush()
 
-	var lat, rest []scenario.Result
+	var lat, rest, scale []scenario.Result
 	for _, r := range rs {
-		switch r.Scenario {
-		case "latency":
+		switch {
+		case r.Scenario == "latency":
 			lat = append(lat, r)
-		case "restart":
+		case r.Scenario == "restart":
 			rest = append(rest, r)
+		case isScale(r):
+			scale = append(scale, r)
 		}
+	}
+	if len(scale) > 0 {
+		fmt.Fprintln(w)
+		printScale(w, scale, func(r scenario.Result) (scenario.Result, bool) { return find(r.Scenario, "naive", r.Codec) })
 	}
 	if len(lat) > 0 {
 		fmt.Fprintln(w)
@@ -119,6 +125,9 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		}
 	}
 	for _, r := range rs {
+		if isScale(r) && r.Variant != "naive" {
+			continue // one note per size
+		}
 		if pr := r.Extra["producer_rate"]; pr > 0 {
 			fmt.Fprintf(w, "note %s/%s/%s: the producer published all %d events at %s events/s\n", r.Scenario, r.Variant, r.Codec, r.Events, count(pr))
 		}
@@ -139,6 +148,11 @@ func baselines(r scenario.Result, variants []string) (naive, par string) {
 	switch {
 	case strings.HasPrefix(r.Variant, "naive"):
 		return "", ""
+	case isScale(r):
+		if r.Variant == "input" {
+			return "", ""
+		}
+		return "naive", ""
 	case r.Scenario == "core":
 		for _, v := range variants {
 			if strings.HasPrefix(v, "core/naive-") {
@@ -184,4 +198,28 @@ func mib(b int64) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}
+
+// isScale reports whether r is a measurement of the scale scenario (whose
+// scenario name carries its size: "scale:keys:skew:events").
+func isScale(r scenario.Result) bool { return strings.HasPrefix(r.Scenario, "scale:") }
+
+// printScale prints the scale scenario's table: per size (keys touched,
+// skew), the naive consumer, strand and the input alone.
+func printScale(w io.Writer, rs []scenario.Result, naiveOf func(scenario.Result) (scenario.Result, bool)) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scale\tkeys\tskew\tvariant\tcodec\tevents\tseconds\tevents/s\trange (runs)\t× naive\tCPU s\tCPU µs/event\tproc RSS\tGo heap peak\tbatches\tinput\tcommits\tverified\tload\t")
+	for _, r := range rs {
+		vs := "—"
+		if x, ok := r.Extra["x_naive"]; ok {
+			vs = fmt.Sprintf("%.2f× (%.2f–%.2f)", x, r.Extra["x_naive_min"], r.Extra["x_naive_max"])
+		} else if b, ok := naiveOf(r); ok && r.Variant == "strand" && b.Rate > 0 {
+			vs = fmt.Sprintf("%.2f×", r.Rate/b.Rate)
+		}
+		fmt.Fprintf(tw, "scale\t%s\t%.2f\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.3f\t%s\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
+			count(r.Extra["keys"]), r.Extra["skew"], r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), spread(r, count), vs,
+			r.CPUSeconds, r.Extra["cpu_us_per_event"], mib(int64(r.Extra["proc_rss"])), mib(int64(r.Extra["heap_peak"])),
+			mib(int64(r.Extra["batches"])), mib(r.InputBytes), r.Commits, r.Verified, load1(r.Load))
+	}
+	_ = tw.Flush()
 }

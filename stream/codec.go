@@ -47,9 +47,29 @@ func (jsonCodec[T]) Append(dst []byte, v T) ([]byte, error) {
 func (jsonCodec[T]) Decode(data []byte) (T, error) {
 	var v T
 	if err := gojson.Unmarshal(data, &v); err != nil {
-		return v, fmt.Errorf("%w: json decode %T: %w", ErrCodec, v, err)
+		return v, fmt.Errorf("%w: json decode %T: %w", ErrCodec, v, payloadFree(err))
 	}
 	return v, nil
+}
+
+// payloadFree returns a JSON decoder's error without the bytes of the
+// document it quotes (a syntax error names the offending character, a type
+// error the offending number): errors reach log lines, which never carry
+// payload bytes. The payload itself travels with the dead letter.
+func payloadFree(err error) error {
+	var se *gojson.SyntaxError
+	var te *gojson.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Errorf("invalid JSON at byte %d", se.Offset)
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "(root)"
+		}
+		return fmt.Errorf("JSON value at byte %d does not fit field %s of type %v", te.Offset, field, te.Type)
+	}
+	return fmt.Errorf("invalid JSON (%T)", err)
 }
 
 // Binary returns a codec for an event type that encodes itself: T appends

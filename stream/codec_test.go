@@ -184,3 +184,20 @@ func TestPayloadCodecs(t *testing.T) {
 	}
 	_ = slices.Equal[[]byte]
 }
+
+// A JSON decode error never quotes the document: errors reach log lines.
+func TestJSONDecodeErrorsCarryNoPayloadBytes(t *testing.T) {
+	type ev struct{ N int }
+	c := stream.JSON[ev]()
+	for _, doc := range []string{"\xffsecret-payload\xff", `{"N": 123456789.5}`, `{"N": "secret-payload"}`, `[`} {
+		_, err := c.Decode([]byte(doc))
+		if err == nil || !errors.Is(err, stream.ErrCodec) {
+			t.Fatalf("Decode(%q) = %v, want an ErrCodec error", doc, err)
+		}
+		for _, leak := range []string{"secret", "123456789", "\xff", "ÿ"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("Decode(%q) error %q quotes the payload (%q)", doc, err, leak)
+			}
+		}
+	}
+}

@@ -249,7 +249,7 @@ func KeyCodec[K any](c Codec[K]) Option {
 // strand-seq header (Envelope refuses 0); a consumer whose source has
 // Resequence on (topology.SourceNode.Resequence) applies the events of the
 // type in that order, from the header alone, whatever order the log has
-// them in (docs/design.md §9). Without Resequence the header is carried
+// them in (docs/design.md §10). Without Resequence the header is carried
 // and ignored.
 func Sequence[E any](fn func(E) uint64) Option {
 	return optionFunc(func(d *declOptions) {

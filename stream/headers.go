@@ -21,6 +21,11 @@ const (
 	// HeaderSeq optionally carries the producer's per-key sequence number as
 	// a little-endian u64, for the re-sequencer.
 	HeaderSeq = "strand-seq"
+	// HeaderTraceParent optionally carries the W3C Trace Context
+	// traceparent of the span the event was published in (55 ASCII bytes,
+	// "00-<trace id>-<span id>-<flags>"). Consumers link their processing
+	// spans to it.
+	HeaderTraceParent = "traceparent"
 )
 
 // PropsVersion is the version of the strand-props layout this package
@@ -52,6 +57,11 @@ type Headers struct {
 	Seq uint64
 	// HasSeq reports whether the message carried a strand-seq header.
 	HasSeq bool
+	// TraceParent is the value of the message's traceparent header (see
+	// HeaderTraceParent), nil when it had none. It aliases the message's
+	// bytes when parsed. It is not one of the strand headers proper:
+	// Validate and AppendFields ignore it.
+	TraceParent []byte
 }
 
 // Validate reports whether h can be written: a key of 1..MaxKeyLen bytes, a

@@ -53,6 +53,21 @@ type PartitionStats struct {
 	// LastCommit is when the pipeline last committed (zero if never).
 	LastCommit time.Time
 	Counters
+	// End is the partition's end offset as last seen (the offset the next
+	// published record will get): the larger of what the reader has polled
+	// up to and what the source last reported (see EndOffsetter). EndAt is
+	// when the source last reported it; zero if it never did.
+	End   uint64
+	EndAt time.Time
+}
+
+// Lag returns how many records of the partition are not yet committed:
+// End - Next, or 0 when the checkpoint is at or past the known end.
+func (ps PartitionStats) Lag() uint64 {
+	if ps.End > ps.Next {
+		return ps.End - ps.Next
+	}
+	return 0
 }
 
 // Stats is a snapshot of the progress of one source's partitions.
@@ -66,4 +81,13 @@ type Stats struct {
 	Total Counters
 	// ParkedKeys and ParkedRecords sum those of all partitions.
 	ParkedKeys, ParkedRecords int
+}
+
+// Lag returns the sum of the partitions' lags (PartitionStats.Lag).
+func (s Stats) Lag() uint64 {
+	var n uint64
+	for _, p := range s.Partitions {
+		n += p.Lag()
+	}
+	return n
 }

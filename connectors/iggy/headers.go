@@ -117,7 +117,7 @@ func tlvItem(b []byte, pos int, what string) (kind byte, v []byte, next int, err
 // a strand header that appears twice is an error. It allocates only to
 // report an error, which wraps stream.ErrBadHeaders.
 func parseStrandHeaders(b []byte) (stream.Headers, error) {
-	var key, typ, props, seq []byte
+	var key, typ, props, seq, tp []byte
 	for pos := 0; pos < len(b); {
 		var k, v []byte
 		var err error
@@ -126,6 +126,12 @@ func parseStrandHeaders(b []byte) (stream.Headers, error) {
 		}
 		if _, v, pos, err = tlvItem(b, pos, "value"); err != nil {
 			return stream.Headers{}, err
+		}
+		if string(k) == stream.HeaderTraceParent {
+			if tp == nil { // not a strand header: the first one counts
+				tp = v
+			}
+			continue
 		}
 		var slot *[]byte
 		switch string(k) {
@@ -145,5 +151,9 @@ func parseStrandHeaders(b []byte) (stream.Headers, error) {
 		}
 		*slot = v
 	}
-	return stream.ParseHeaders(key, typ, props, seq)
+	h, err := stream.ParseHeaders(key, typ, props, seq)
+	if err == nil {
+		h.TraceParent = tp
+	}
+	return h, err
 }

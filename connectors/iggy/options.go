@@ -1,16 +1,20 @@
 package iggy
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 )
 
-// Option configures a Client; pass options to Connect.
-type Option func(*config)
+// Option configures a Client; pass options to Connect. Every option of
+// this package refuses an invalid value: the constructor it is passed to
+// returns an error naming the option, instead of clamping the value.
+type Option func(*config) error
 
 // TLSOption configures TLS; pass them to WithTLS.
-type TLSOption func(*tlsConfig)
+type TLSOption func(*tlsConfig) error
 
 type tlsConfig struct {
 	serverName string // SNI and verified name; default: host of the address
@@ -43,56 +47,86 @@ func defaultConfig() config {
 // without WithPersonalAccessToken, the client logs in as iggy/iggy, the root
 // user of a freshly installed server.
 func WithCredentials(user, password string) Option {
-	return func(c *config) { c.user, c.password, c.token = user, password, "" }
+	return func(c *config) error {
+		if user == "" {
+			return errors.New("iggy.WithCredentials: empty user name")
+		}
+		c.user, c.password, c.token = user, password, ""
+		return nil
+	}
 }
 
 // WithPersonalAccessToken logs in with a personal access token instead of a
 // username and password.
 func WithPersonalAccessToken(token string) Option {
-	return func(c *config) { c.token, c.user, c.password = token, "", "" }
+	return func(c *config) error {
+		if token == "" {
+			return errors.New("iggy.WithPersonalAccessToken: empty token")
+		}
+		c.token, c.user, c.password = token, "", ""
+		return nil
+	}
 }
 
 // WithTLS turns TLS on, configured by opts (by default the server name is
 // the host of the address and the certificate is checked against the
 // system's roots). It maps one-to-one onto the SDK's tcp.WithTLS options.
 func WithTLS(opts ...TLSOption) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		t := &tlsConfig{}
 		for _, o := range opts {
-			if o != nil {
-				o(t)
+			if o == nil {
+				continue
+			}
+			if err := o(t); err != nil {
+				return err
 			}
 		}
 		c.tls = t
+		return nil
 	}
 }
 
 // TLSServerName sets the name sent for SNI and checked in the server's
 // certificate (the SDK's tcp.WithTLSDomain).
 func TLSServerName(name string) TLSOption {
-	return func(t *tlsConfig) { t.serverName = name }
+	return func(t *tlsConfig) error {
+		if name == "" {
+			return errors.New("iggy.TLSServerName: empty name")
+		}
+		t.serverName = name
+		return nil
+	}
 }
 
 // TLSCAFile trusts the PEM certificates in path instead of the system's roots
 // (the SDK's tcp.WithTLSCAFile).
 func TLSCAFile(path string) TLSOption {
-	return func(t *tlsConfig) { t.caFile = path }
+	return func(t *tlsConfig) error {
+		if path == "" {
+			return errors.New("iggy.TLSCAFile: empty path")
+		}
+		t.caFile = path
+		return nil
+	}
 }
 
 // TLSInsecureSkipVerify accepts any server certificate (the SDK's
 // tcp.WithTLSValidateCertificate(false)). For tests only.
 func TLSInsecureSkipVerify() TLSOption {
-	return func(t *tlsConfig) { t.skipVerify = true }
+	return func(t *tlsConfig) error { t.skipVerify = true; return nil }
 }
 
 // WithDialTimeout bounds how long establishing one connection may take:
 // TCP dial, TLS handshake and the SDK's own dial (default 5s). Login is a
 // call and falls under WithCallTimeout.
 func WithDialTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.dialTimeout = d
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("iggy.WithDialTimeout: %v, want more than 0", d)
 		}
+		c.dialTimeout = d
+		return nil
 	}
 }
 
@@ -101,10 +135,12 @@ func WithDialTimeout(d time.Duration) Option {
 // because a reply that arrives later would be read as the answer to the
 // next request.
 func WithCallTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.callTimeout = d
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("iggy.WithCallTimeout: %v, want more than 0", d)
 		}
+		c.callTimeout = d
+		return nil
 	}
 }
 
@@ -113,25 +149,24 @@ func WithCallTimeout(d time.Duration) Option {
 // 5s). The n-th consecutive retry waits a random time between half and all
 // of min·2ⁿ, capped at max.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *config) {
-		if min > 0 {
-			c.backoff.min = min
+	return func(c *config) error {
+		if min <= 0 || max < min {
+			return fmt.Errorf("iggy.WithBackoff: %v..%v, want 0 < min <= max", min, max)
 		}
-		if max >= c.backoff.min {
-			c.backoff.max = max
-		} else {
-			c.backoff.max = c.backoff.min
-		}
+		c.backoff = backoff{min: min, max: max}
+		return nil
 	}
 }
 
 // WithLogger sends the package's diagnostics (reconnects, retries) to l
 // (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l != nil {
-			c.log = l
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("iggy.WithLogger: nil logger")
 		}
+		c.log = l
+		return nil
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 )
 
 // PublisherOption configures a Publisher or a Sink.
-type PublisherOption func(*pubConfig)
+type PublisherOption func(*pubConfig) error
 
 type pubConfig struct {
 	batchMessages   int
@@ -45,20 +45,24 @@ func defaultPubConfig() pubConfig {
 
 // WithBatchSize caps one SendMessages request at n messages (default 1000).
 func WithBatchSize(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.batchMessages = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithBatchSize: %v, want at least 1", n)
 		}
+		c.batchMessages = n
+		return nil
 	}
 }
 
 // WithBatchBytes caps one SendMessages request at about n bytes of messages
 // (default 1 MiB); a single larger message is still sent, alone.
 func WithBatchBytes(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.batchBytes = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithBatchBytes: %v, want at least 1", n)
 		}
+		c.batchBytes = n
+		return nil
 	}
 }
 
@@ -67,10 +71,12 @@ func WithBatchBytes(n int) PublisherOption {
 // the connection is free, and events that arrive meanwhile form the next
 // one, so batching adapts to the load without adding latency when idle).
 func WithLinger(d time.Duration) PublisherOption {
-	return func(c *pubConfig) {
-		if d >= 0 {
-			c.linger = d
+	return func(c *pubConfig) error {
+		if d < 0 {
+			return fmt.Errorf("iggy.WithLinger: %v, want 0 or more", d)
 		}
+		c.linger = d
+		return nil
 	}
 }
 
@@ -78,10 +84,12 @@ func WithLinger(d time.Duration) PublisherOption {
 // the broker (default 64 MiB). A publish that would exceed it waits for room
 // (or for its context).
 func WithBufferBytes(n int64) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.bufferBytes = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithBufferBytes: %v, want at least 1", n)
 		}
+		c.bufferBytes = n
+		return nil
 	}
 }
 
@@ -90,10 +98,12 @@ func WithBufferBytes(n int64) PublisherOption {
 // partition has one batch in flight at a time and its batches arrive in
 // order.
 func WithConnections(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n > 0 {
-			c.connections = n
+	return func(c *pubConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithConnections: %v, want at least 1", n)
 		}
+		c.connections = n
+		return nil
 	}
 }
 
@@ -103,7 +113,13 @@ func WithConnections(n int) PublisherOption {
 // id means "generate one". Without this option every event gets a fresh
 // unique id. KeySeqID is a ready-made fn for events with sequence numbers.
 func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
-	return func(c *pubConfig) { c.ids = fn }
+	return func(c *pubConfig) error {
+		if fn == nil {
+			return errors.New("iggy.WithMessageIDs: nil function")
+		}
+		c.ids = fn
+		return nil
+	}
 }
 
 // WithDeliveryTimeout makes the publisher give up on a batch that transient
@@ -111,10 +127,12 @@ func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
 // fail its events with the last error (default 0: retry until the publisher
 // is closed or the caller's context ends).
 func WithDeliveryTimeout(d time.Duration) PublisherOption {
-	return func(c *pubConfig) {
-		if d >= 0 {
-			c.deliveryTimeout = d
+	return func(c *pubConfig) error {
+		if d < 0 {
+			return fmt.Errorf("iggy.WithDeliveryTimeout: %v, want 0 or more", d)
 		}
+		c.deliveryTimeout = d
+		return nil
 	}
 }
 
@@ -122,10 +140,12 @@ func WithDeliveryTimeout(d time.Duration) PublisherOption {
 // the publisher searches for a batch whose send had an unknown outcome
 // (default 1000 plus the batch). See Publisher.
 func WithResendCheckWindow(n int) PublisherOption {
-	return func(c *pubConfig) {
-		if n >= 0 {
-			c.resendWindow = n
+	return func(c *pubConfig) error {
+		if n < 0 {
+			return fmt.Errorf("iggy.WithResendCheckWindow: %v, want 0 or more", n)
 		}
+		c.resendWindow = n
+		return nil
 	}
 }
 
@@ -229,8 +249,11 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 	}
 	cfg := defaultPubConfig()
 	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
 		}
 	}
 	d, err := topicDetails(ctx, c.admin, t)
@@ -317,12 +340,15 @@ func PublishBatch[E any](ctx context.Context, p *Publisher, enc stream.Encoder[E
 // payload) none is sent. On error, the others may have been delivered: per
 // partition, a prefix of them. If ctx ends first, Send withdraws the
 // envelopes not yet sent and returns an error wrapping ctx.Err(); envelopes
-// already in flight may still be delivered.
+// already in flight may still be delivered. When ctx carries a valid span
+// context (OpenTelemetry), every message gets a traceparent header naming
+// it (docs/design.md §5), so that consumers link their processing to it;
+// Enqueue does the same.
 func (p *Publisher) Send(ctx context.Context, envs ...stream.Envelope) error {
 	if len(envs) == 0 {
 		return nil
 	}
-	items, err := p.buildEnvelopes(envs)
+	items, err := p.buildEnvelopes(envs, traceParent(ctx))
 	if err != nil {
 		return err
 	}
@@ -336,7 +362,7 @@ func (p *Publisher) Send(ctx context.Context, envs ...stream.Envelope) error {
 // from Enqueue itself means the event was not queued and done will not be
 // called.
 func (p *Publisher) Enqueue(ctx context.Context, env stream.Envelope, done func(error)) error {
-	items, err := p.buildEnvelopes([]stream.Envelope{env})
+	items, err := p.buildEnvelopes([]stream.Envelope{env}, traceParent(ctx))
 	if err != nil {
 		return err
 	}
@@ -356,11 +382,15 @@ type item struct {
 }
 
 // buildEnvelopes validates envs and turns them into messages. All user
-// headers share one allocation.
-func (p *Publisher) buildEnvelopes(envs []stream.Envelope) ([]item, error) {
+// headers share one allocation. A non-nil tp is written as every message's
+// traceparent header.
+func (p *Publisher) buildEnvelopes(envs []stream.Envelope, tp []byte) ([]item, error) {
 	hsize := 0
 	for i := range envs {
 		hsize += strandHeadersSize(&envs[i].Headers)
+		if tp != nil {
+			hsize += tlvSize(stream.HeaderTraceParent, tp)
+		}
 	}
 	arena := make([]byte, 0, hsize)
 	items := make([]item, len(envs))
@@ -374,6 +404,9 @@ func (p *Publisher) buildEnvelopes(envs []stream.Envelope) ([]item, error) {
 		var err error
 		if arena, err = appendStrandHeaders(arena, &e.Headers); err != nil {
 			return nil, fmt.Errorf("iggy: publish to %s: event %d: %w", p.t, i, err)
+		}
+		if tp != nil {
+			arena = appendTLV(arena, stream.HeaderTraceParent, tp)
 		}
 		h := arena[start:len(arena):len(arena)]
 		var id [16]byte
@@ -931,19 +964,8 @@ outer:
 	return -1
 }
 
-// finish resolves the batch in s.bslots with err and frees its budget.
-func (s *sender) finish(q *pqueue, err error) {
-	var freed int64
-	for _, sl := range s.bslots {
-		sl.resolve(err)
-		freed += int64(sl.size)
-	}
-	s.p.budget.release(freed)
-	s.mu.Lock()
-	q.resolved += uint64(len(s.bslots))
-	s.broadcast()
-	s.mu.Unlock()
-}
+// finish resolves the batch in flight (s.bslots) with err.
+func (s *sender) finish(q *pqueue, err error) { s.resolveAll(q, s.bslots, err) }
 
 // fail fails the batch in flight for good, and with it every event queued
 // behind it when the failure happened (not those published after its
@@ -971,7 +993,8 @@ func (s *sender) detach(q *pqueue) []slot {
 	return slots
 }
 
-// resolveAll resolves slots detached from q with err.
+// resolveAll resolves slots of q (detached, or the batch in flight) with
+// err, frees their budget and wakes whoever waits for q.
 func (s *sender) resolveAll(q *pqueue, slots []slot, err error) {
 	var freed int64
 	for _, sl := range slots {

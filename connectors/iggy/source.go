@@ -16,7 +16,7 @@ import (
 )
 
 // SourceOption configures a Source.
-type SourceOption func(*srcConfig)
+type SourceOption func(*srcConfig) error
 
 type srcConfig struct {
 	pollBatch        int
@@ -31,10 +31,12 @@ func defaultSrcConfig() srcConfig {
 // WithPollBatch caps the messages one poll request asks for (default 4096);
 // Poll's max argument caps it further.
 func WithPollBatch(n int) SourceOption {
-	return func(c *srcConfig) {
-		if n > 0 {
-			c.pollBatch = n
+	return func(c *srcConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("iggy.WithPollBatch: %d, want at least 1", n)
 		}
+		c.pollBatch = n
+		return nil
 	}
 }
 
@@ -43,11 +45,12 @@ func WithPollBatch(n int) SourceOption {
 // partition stays empty (default 1ms to 50ms). The server has no long poll,
 // so this trades the latency of a new event against idle requests.
 func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
-	return func(c *srcConfig) {
-		if minWait > 0 {
-			c.idleMin = minWait
+	return func(c *srcConfig) error {
+		if minWait <= 0 || maxWait < minWait {
+			return fmt.Errorf("iggy.WithIdleBackoff: %v..%v, want 0 < min <= max", minWait, maxWait)
 		}
-		c.idleMax = max(maxWait, c.idleMin)
+		c.idleMin, c.idleMax = minWait, maxWait
+		return nil
 	}
 }
 
@@ -55,10 +58,12 @@ func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
 // (default "strand"), so that monitoring tools show the processor's
 // progress under that name. Give each processor its own.
 func WithConsumer(name string) SourceOption {
-	return func(c *srcConfig) {
-		if name != "" {
-			c.consumer = name
+	return func(c *srcConfig) error {
+		if name == "" || len(name) > 255 {
+			return fmt.Errorf("iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
 		}
+		c.consumer = name
+		return nil
 	}
 }
 
@@ -91,8 +96,11 @@ func NewSource(c *Client, stream, topic string, opts ...SourceOption) (*Source, 
 	}
 	cfg := defaultSrcConfig()
 	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
 		}
 	}
 	cid, err := iggcon.NewIdentifier(cfg.consumer)
@@ -138,9 +146,16 @@ func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (strea
 	if err != nil {
 		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
 	}
+	req, err := newPollRequest(s.consumer, s.t, partition)
+	if err != nil {
+		s.cl.closeConn(k)
+		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+	}
 	r := &Reader{
 		src:       s,
 		k:         k,
+		req:       req,
+		dec:       fetchDecoder{t: s.t, partition: partition},
 		partition: partition,
 		next:      from,
 		idle:      s.cfg.idleMin,
@@ -156,6 +171,8 @@ func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (strea
 type Reader struct {
 	src       *Source
 	k         *conn
+	req       *pollRequest // reused: the request never leaves the reader
+	dec       fetchDecoder
 	partition uint32
 	next      uint64 // offset of the next record to deliver; owned by Poll
 	idle      time.Duration
@@ -180,6 +197,11 @@ func (r *Reader) Next() uint64 { return r.next }
 // missing or malformed is delivered with HeaderErr set. The records and
 // their bytes belong to the caller: the payload and key alias one buffer per
 // poll that the reader never reuses.
+//
+// The poll request is encoded and its reply decoded here (fetchdecode.go),
+// on the SDK's connection, rather than by the SDK: one allocation for the
+// reply and one for the records, instead of a message struct, a header
+// struct and slice growth per message.
 func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 	s := r.src
 	count := s.cfg.pollBatch
@@ -190,13 +212,8 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 		if r.closed.Load() || r.k.closed.Load() {
 			return nil, r.errf("%w", ErrClosed)
 		}
-		var polled *iggcon.PolledMessage
 		offset := r.next
-		err := r.k.call(ctx, func(c *tcp.IggyTcpClient) error {
-			var err error
-			polled, err = c.PollMessages(s.t.sid, s.t.tid, s.consumer, iggcon.OffsetPollingStrategy(offset), uint32(count), false, &r.partition)
-			return err
-		})
+		reply, err := r.k.roundTrip(ctx, r.req.at(offset, uint32(count)))
 		if err != nil {
 			switch {
 			case r.closed.Load() || r.k.closed.Load() || errors.Is(err, ErrClosed):
@@ -218,10 +235,11 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 			continue
 		}
 		attempt = 0
-		if len(polled.Messages) == 0 {
-			if polled.MessageCount > 0 {
-				return nil, r.errf("offset %d: %w: the broker sent %d messages and the SDK decoded none", offset, ErrProtocol, polled.MessageCount)
-			}
+		recs, _, err := r.dec.decode(reply, offset)
+		if err != nil {
+			return nil, r.errf("offset %d: %w", offset, err)
+		}
+		if len(recs) == 0 {
 			if !sleep(ctx, r.idle, r.k.life.Done()) {
 				continue
 			}
@@ -229,49 +247,9 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 			continue
 		}
 		r.idle = s.cfg.idleMin
-		recs, err := r.records(polled.Messages, offset)
-		if err != nil {
-			return nil, err
-		}
+		r.next = offset + uint64(len(recs))
 		return recs, nil
 	}
-}
-
-// records turns polled messages into records, delivering only a contiguous
-// run that starts at want.
-func (r *Reader) records(ms []iggcon.IggyMessage, want uint64) ([]stream.Record, error) {
-	for len(ms) > 0 && ms[0].Header.Offset < want { // never expected with the Offset strategy
-		ms = ms[1:]
-	}
-	if len(ms) == 0 {
-		return nil, r.errf("offset %d: %w: the broker returned only earlier offsets", want, ErrProtocol)
-	}
-	if got := ms[0].Header.Offset; got != want {
-		return nil, r.errf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
-			ErrOffsetGap, want, got, want, got-1, got)
-	}
-	n := 1
-	for n < len(ms) && ms[n].Header.Offset == want+uint64(n) {
-		n++
-	}
-	ms = ms[:n] // a hole inside the batch is reported by the next poll
-	recs := make([]stream.Record, n)
-	for i := range ms {
-		m := &ms[i]
-		rec := &recs[i]
-		rec.Partition = r.partition
-		rec.Offset = m.Header.Offset
-		rec.Timestamp = m.Header.Timestamp
-		rec.Payload = m.Payload[:len(m.Payload):len(m.Payload)]
-		h, err := parseStrandHeaders(m.UserHeaders)
-		if err != nil {
-			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", r.src.t, r.partition, rec.Offset, err)
-		} else {
-			rec.Headers = h
-		}
-	}
-	r.next = want + uint64(n)
-	return recs, nil
 }
 
 func (r *Reader) errf(format string, args ...any) error {

@@ -58,6 +58,7 @@ type app struct {
 	cl       *iggy.Client
 	app      *topology.App
 	balances *topology.Table[bank.AccountID, bank.Account]
+	tel      *telemetry // metrics at /metrics, spans to stdout with -trace
 	httpAddr string
 }
 
@@ -138,6 +139,9 @@ func (a *app) closeAll() {
 			a.log.Error("close the app", "err", err)
 		}
 	}
+	if a.tel != nil {
+		a.tel.shutdown()
+	}
 	if a.cl != nil {
 		_ = a.cl.Close()
 	}
@@ -212,9 +216,13 @@ func (a *app) openApp(ctx context.Context) error {
 	if len(a.procOpts) > 0 {
 		ctx = runhooks.With(ctx, a.procOpts...)
 	}
+	tel, err := a.telemetry()
+	if err != nil {
+		return err
+	}
 	app, err := topology.Open(ctx, topo, conn, filepath.Join(a.dir, "state"),
-		topology.WithDurability(dur), topology.WithLogger(a.log),
-		topology.WithDeadLetterTopic(a.cfg.stream+"/"+a.cfg.dlq))
+		append(tel.options(), topology.WithDurability(dur), topology.WithLogger(a.log),
+			topology.WithDeadLetterTopic(a.cfg.stream+"/"+a.cfg.dlq))...)
 	if err != nil {
 		return err
 	}
@@ -274,9 +282,14 @@ func (a *app) startHTTP() (stop func(), err error) {
 	if a.app != nil {
 		stats = func() stream.Stats { return a.app.Stats()[0] }
 	}
-	hs := &http.Server{Handler: queryHandler(a.balances, stats), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/", queryHandler(a.balances, stats))
+	if a.tel != nil {
+		mux.Handle("GET /metrics", a.tel.metrics)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	a.printf("query the read model: curl http://%s/accounts/1   (or /accounts?limit=10, /stats)", a.httpAddr)
+	a.printf("query the read model: curl http://%s/accounts/1   (or /accounts?limit=10, /stats, /metrics)", a.httpAddr)
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -287,17 +300,7 @@ func (a *app) startHTTP() (stop func(), err error) {
 // endOffsets returns, per partition of the events topic, the offset after
 // its last record.
 func (a *app) endOffsets(ctx context.Context) ([]uint64, error) {
-	ends := make([]uint64, a.cfg.partitions)
-	for p := range ends {
-		msgs, err := a.cl.Tail(ctx, a.cfg.stream, a.cfg.topic, uint32(p), 1)
-		if err != nil {
-			return nil, err
-		}
-		if len(msgs) > 0 {
-			ends[p] = msgs[len(msgs)-1].Offset + 1
-		}
-	}
-	return ends, nil
+	return a.cl.EndOffsets(ctx, a.cfg.stream, a.cfg.topic)
 }
 
 // committed returns the committed checkpoints of all partitions, and their
@@ -316,48 +319,31 @@ func (a *app) committed() ([]uint64, uint64, error) {
 	return next, sum, nil
 }
 
-// isCaughtUp reports whether every partition is committed up to ends and
-// no dead letter waits for publication.
-func (a *app) isCaughtUp(ctx context.Context, ends []uint64) (bool, error) {
-	next, _, err := a.committed()
-	if err != nil {
-		return false, err
-	}
-	for p := range ends {
-		if next[p] < ends[p] {
-			return false, nil
-		}
-	}
-	pending, err := a.app.PendingDeadLetters(ctx)
-	return len(pending) == 0, err
-}
-
-// waitCaughtUp waits until isCaughtUp, the processor fails, or ctx ends.
-func (a *app) waitCaughtUp(ctx context.Context, ends []uint64, procDone <-chan error) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		ok, err := a.isCaughtUp(ctx, ends)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-procDone:
-			return fmt.Errorf("processor stopped before it caught up: %w", err)
-		case <-t.C:
-		}
+// waitCaughtUp waits until the App has caught up with the log as it is
+// now (App.WaitCaughtUp: every partition committed up to its end, no dead
+// letter waiting for publication), the processor fails, or ctx ends.
+func (a *app) waitCaughtUp(ctx context.Context, procDone <-chan error) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	caught := make(chan error, 1)
+	go func() { caught <- a.app.WaitCaughtUp(wctx) }()
+	select {
+	case err := <-caught:
+		return err
+	case err := <-procDone:
+		cancel()
+		<-caught
+		return fmt.Errorf("processor stopped before it caught up: %w", err)
 	}
 }
 
 // progress reports published, processed, lag and rate every interval until
 // ctx ends. published returns the records accepted by the broker, or -1
-// when this process does not publish (then the lag is asked of the
-// broker). It tracks the largest lag seen.
+// when this process does not publish (then the broker's end offsets, as
+// the App last saw them, stand for it). The lag is the App's own figure
+// (stream.Stats.Lag: end offset minus checkpoint, summed over the
+// partitions), the same one its strand.lag metric exports. It tracks the
+// largest lag seen.
 // maxLag is written by the reporting goroutine and read by the run after
 // it cancelled that goroutine, possibly before it returned: hence atomic.
 type progress struct {
@@ -385,22 +371,18 @@ func (a *app) reportProgress(ctx context.Context, pr *progress, published func()
 		now := time.Now()
 		rate := float64(sum-last) / now.Sub(lastAt).Seconds()
 		last, lastAt = sum, now
+		st := a.app.Stats()[0]
 		pub := published()
 		if pub < 0 {
-			ends, err := a.endOffsets(ctx)
-			if err != nil {
-				continue
-			}
 			pub = 0
-			for _, e := range ends {
-				pub += int64(e)
+			for _, ps := range st.Partitions {
+				pub += int64(ps.End)
 			}
 		}
-		lag := max(pub-int64(sum), 0)
+		lag := int64(st.Lag())
 		if lag > pr.maxLag.Load() {
 			pr.maxLag.Store(lag)
 		}
-		st := a.app.Stats()[0]
 		a.log.Info("progress",
 			"published", pub, "processed", sum, "lag", lag, "rate", fmt.Sprintf("%.0f/s", rate),
 			"dead_letters", st.Total.DeadLettered, "parked_keys", st.ParkedKeys)
@@ -417,8 +399,18 @@ func (a *app) newProducer(ctx context.Context) (*producer, error) {
 		_ = pub.Close(ctx)
 		return nil, err
 	}
-	return &producer{pub: pub, raw: raw, ev: a.ev, w: a.cfg.workload(), poison: a.cfg.poison, rate: a.cfg.rate,
-		disorder: a.cfg.disorder, duplicates: a.cfg.duplicates, seed: a.cfg.seed}, nil
+	p := &producer{pub: pub, raw: raw, ev: a.ev, w: a.cfg.workload(), poison: a.cfg.poison, rate: a.cfg.rate,
+		disorder: a.cfg.disorder, duplicates: a.cfg.duplicates, seed: a.cfg.seed}
+	if a.cfg.trace {
+		tel, err := a.telemetry()
+		if err != nil {
+			_ = pub.Close(ctx)
+			_ = raw.Close(ctx)
+			return nil, err
+		}
+		p.tracer = tel.tp.Tracer("github.com/strand-io/strand/examples/accounts")
+	}
+	return p, nil
 }
 
 func (p *producer) close(ctx context.Context) {
@@ -470,7 +462,7 @@ func (a *app) runProcessor(ctx context.Context) error {
 	go a.reportProgress(pctx, &progress{}, func() int64 { return -1 })
 	defer cancelProgress()
 	if a.cfg.drain {
-		if err := a.waitCaughtUp(ctx, ends, done); err != nil {
+		if err := a.waitCaughtUp(ctx, done); err != nil {
 			_ = stop()
 			return err
 		}
@@ -610,7 +602,7 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	if err != nil {
 		return rep, err
 	}
-	if err := a.waitCaughtUp(ctx, ends, procDone); err != nil {
+	if err := a.waitCaughtUp(ctx, procDone); err != nil {
 		return rep, err
 	}
 	rep.ProcessTime = time.Since(procStart)
@@ -779,4 +771,16 @@ func commas(n int64) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// telemetry returns the run's telemetry, set up on first use.
+func (a *app) telemetry() (*telemetry, error) {
+	if a.tel == nil {
+		tel, err := newTelemetry(a.out, a.cfg.trace)
+		if err != nil {
+			return nil, err
+		}
+		a.tel = tel
+	}
+	return a.tel, nil
 }

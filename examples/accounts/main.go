@@ -96,6 +96,7 @@ type config struct {
 	serve    bool
 	progress time.Duration
 	verbose  bool
+	trace    bool
 }
 
 const usageText = `accounts: strand's bank-account example.
@@ -147,6 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.serve, "serve", false, "-role all: keep serving HTTP after the check, until interrupted")
 	fs.DurationVar(&c.progress, "progress", time.Second, "progress report interval (0: none)")
 	fs.BoolVar(&c.verbose, "v", false, "verbose logs")
+	fs.BoolVar(&c.trace, "trace", false, "print spans to stdout: the producer's publish spans (one per 10,000 events) and strand's process spans linked to them (metrics are always served at /metrics)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/stream"
@@ -40,9 +42,16 @@ type producer struct {
 	// queued for publishing.
 	displaced, duplicated atomic.Int64
 
+	// tracer, when set (-trace), makes a publish span per spanEvery
+	// events; the events published in it carry its traceparent.
+	tracer trace.Tracer
+
 	mu  sync.Mutex
 	err error // first delivery failure
 }
+
+// spanEvery is how many events one producer span covers.
+const spanEvery = 10_000
 
 // poisonEvery is the spacing of poison records in an unbounded workload.
 const poisonEvery = 10_000
@@ -67,6 +76,12 @@ func (p *producer) run(ctx context.Context) error {
 	}
 	start := time.Now()
 	sentPoison := 0
+	pubCtx, span := ctx, trace.Span(nil)
+	defer func() {
+		if span != nil {
+			span.End()
+		}
+	}()
 	var (
 		seqs  map[bank.AccountID]uint64
 		late  []lateEvent
@@ -81,7 +96,7 @@ func (p *producer) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("producer: event %d: %w", n, err)
 		}
-		return p.pub.Enqueue(ctx, env, done)
+		return p.pub.Enqueue(pubCtx, env, done)
 	}
 	for ctx.Err() == nil {
 		e, ok := g.Next()
@@ -89,6 +104,12 @@ func (p *producer) run(ctx context.Context) error {
 			break
 		}
 		n := g.Generated()
+		if p.tracer != nil && n%spanEvery == 1 {
+			if span != nil {
+				span.End()
+			}
+			pubCtx, span = p.tracer.Start(ctx, "publish "+p.pub.Name(), trace.WithSpanKind(trace.SpanKindProducer))
+		}
 		if seqs != nil {
 			seqs[e.Key()]++
 			e = bank.WithSeq(e, seqs[e.Key()])

@@ -148,6 +148,7 @@ type eventRunner[K, E any] struct {
 	handles  []*handleHandler[K, E]
 	projects []projector[E]
 	bufs     sync.Pool // *runBuf[E]
+	counts   runCounters
 }
 
 // projector is the part of a projection the runner needs without knowing V.
@@ -294,6 +295,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 	if err != nil {
 		return err // nothing was applied: the run fails as a handler would
 	}
+	r.counts.reduced(len(buf.events), len(reduced))
 	applied, failed, err := r.apply(rc, key, reduced)
 	for j, i := range buf.idx {
 		if buf.owner[j] < applied {
@@ -329,6 +331,7 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E) (accepted, fai
 			}
 			for off := 0; off < accepted; off += max {
 				end := min(off+max, accepted)
+				r.counts.calls.Add(1)
 				if err := callHandle(rc.ctx, h, key, reduced[off:end]); err != nil {
 					errs = fmt.Errorf("handler %q: %w", h.name, err)
 					accepted, failed = off, off
@@ -340,6 +343,7 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E) (accepted, fai
 	if accepted == 0 || len(r.projects) == 0 {
 		return accepted, failed, errs
 	}
+	r.counts.calls.Add(uint64(len(r.projects)))
 	if len(r.projects) == 1 {
 		if at, err := r.projects[0].apply(rc, reduced[:accepted]); err != nil {
 			return 0, at, joinErr(errs, r.projectErr(r.projects[0], err))

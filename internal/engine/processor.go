@@ -119,6 +119,7 @@ type processorOptions struct {
 	hooks        Hooks
 	drainTimeout time.Duration
 	dlqBackoff   [2]time.Duration
+	observe      observeOptions // see observe.go
 }
 
 // DefaultPollSize is the most records one poll asks for, unless

@@ -92,6 +92,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 	p.log.Info("strand: processor started", "partitions", len(pls))
+	stopEnds := p.watchEnds(runCtx)
+	defer stopEnds()
 
 	var (
 		wg       sync.WaitGroup
@@ -246,6 +248,8 @@ type pipeline struct {
 	// while the next batch executes.
 	pend      *Pending
 	pendFirst uint64
+	pendStart time.Time       // when pend was handed to Submit (telemetry)
+	pendRecs  []stream.Record // pend's records (telemetry)
 }
 
 type releaseReq struct {
@@ -368,6 +372,7 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 func (pl *pipeline) process(ctx context.Context, recs []stream.Record) error {
 	h := &pl.p.opts.hooks
 	first := recs[0].Offset
+	start := time.Now()
 	if h.BeforeProcess != nil {
 		if err := h.BeforeProcess(pl.part, recs); err != nil {
 			return pl.errorf(stream.OpHook, first, fmt.Errorf("BeforeProcess: %w", err))
@@ -381,6 +386,7 @@ func (pl *pipeline) process(ctx context.Context, recs []stream.Record) error {
 		// Tracked even when accounting for the previous batch failed, so
 		// that this commit is settled before the pipeline is gone.
 		pl.pend, pl.pendFirst = pend, first
+		pl.pendStart, pl.pendRecs = start, recs
 		return serr
 	}
 	<-pl.slots // this batch is not pending
@@ -408,6 +414,7 @@ func (pl *pipeline) settle() error {
 		<-pl.slots
 		return pl.errorf(stream.OpCommit, pl.pendFirst, err)
 	}
+	pl.observeBatch(pend, res)
 	err = pl.committed(res, true)
 	<-pl.slots // only now may the reader poll in the batch's place
 	return err
@@ -416,6 +423,7 @@ func (pl *pipeline) settle() error {
 // retry retries due parked keys; did reports whether anything was tried.
 func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 	h := &pl.p.opts.hooks
+	start := time.Now()
 	if h.BeforeProcess != nil {
 		if err := h.BeforeProcess(pl.part, nil); err != nil {
 			return false, pl.errorf(stream.OpHook, pl.task.Next(), fmt.Errorf("BeforeProcess: %w", err))
@@ -431,6 +439,7 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 	if res.Records == 0 {
 		return false, nil
 	}
+	pl.observeRetry(start, res)
 	return true, pl.committed(res, false)
 }
 
@@ -482,7 +491,9 @@ func (pl *pipeline) read(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
+		pollStart := time.Now()
 		recs, err := pl.reader.Poll(ctx, pl.p.opts.pollSize)
+		pl.observePoll(len(recs), pollStart, err)
 		if err != nil {
 			<-pl.slots
 			if ctx.Err() != nil {
@@ -501,7 +512,10 @@ func (pl *pipeline) read(ctx context.Context) error {
 			recs[i].Partition = pl.part
 		}
 		pl.readFrom += uint64(len(recs))
-		pl.p.update(pl.part, func(ps *stream.PartitionStats) { ps.Polled += uint64(len(recs)) })
+		pl.p.update(pl.part, func(ps *stream.PartitionStats) {
+			ps.Polled += uint64(len(recs))
+			ps.End = max(ps.End, pl.readFrom)
+		})
 		if h := pl.p.opts.hooks.AfterPoll; h != nil {
 			if err := h(pl.part, recs); err != nil {
 				return pl.errorf(stream.OpHook, recs[0].Offset, fmt.Errorf("AfterPoll: %w", err))

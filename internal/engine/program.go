@@ -59,7 +59,7 @@ type SourceSpec struct {
 	// lettered. Any other tag without a handler is poison.
 	Skip []planner.Tag
 	// Resequence, when set, turns the re-sequencer on for the source's
-	// sequenced types (docs/design.md §9). NewProgram fills its defaults
+	// sequenced types (docs/design.md §10). NewProgram fills its defaults
 	// in a copy.
 	Resequence *ResequenceSpec
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/strand-io/strand/stream"
 )
 
-// ResequenceSpec turns the re-sequencer on for a source (docs/design.md §9):
+// ResequenceSpec turns the re-sequencer on for a source (docs/design.md §10):
 // records of sequenced types (stream.Sequence) are applied in the order of
 // their strand-seq headers, per key, whatever order the log has them in.
 // Zero fields take the defaults given.

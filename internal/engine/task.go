@@ -752,16 +752,16 @@ func (t *Task) applyStaged(st *staged) {
 // OnDeadLetter.
 func (t *Task) report(res *Result) {
 	for _, f := range res.Failures {
-		t.log.Warn("stream: key stopped at a failing run",
+		t.log.Warn("strand: key stopped at a failing run",
 			slog.String("source", t.src.name), slog.Uint64("partition", uint64(t.partition)),
 			slog.String("key", fmt.Sprintf("%q", f.Key)), slog.Uint64("tag", uint64(f.Tag)),
 			slog.Any("offsets", f.Offsets), slog.Int("attempt", f.Attempt), slog.String("action", f.Action),
-			slog.Any("error", f.Err))
+			slog.Any("err", f.Err))
 	}
 	for _, d := range res.DeadLetters {
-		t.log.Warn("stream: dead letter",
+		t.log.Warn("strand: dead letter",
 			slog.String("source", d.Source), slog.Uint64("partition", uint64(d.Partition)),
-			slog.Uint64("offset", d.Offset), slog.String("reason", d.Reason.String()), slog.Any("error", d.Err))
+			slog.Uint64("offset", d.Offset), slog.String("reason", d.Reason.String()), slog.Any("err", d.Err))
 		if t.onDeadLetter != nil {
 			t.onDeadLetter(d)
 		}

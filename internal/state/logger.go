@@ -14,16 +14,16 @@ type pebbleLogger struct{ l *slog.Logger }
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	if p.l.Enabled(context.Background(), slog.LevelDebug) {
-		p.l.Debug(fmt.Sprintf(format, args...))
+		p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
 	}
 }
 
 func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...))
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
 }
 
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	p.l.Error(msg, slog.Bool("fatal", true))
+	p.l.Error("pebble: "+msg, slog.Bool("fatal", true))
 	panic("pebble: " + msg)
 }

@@ -51,6 +51,7 @@ type Txn struct {
 	checkpoints map[string]uint64 // checkpoint key → next offset
 	rows        map[string]rowOp  // row key → operation
 	err         error             // first misuse, returned by Commit
+	stats       CommitStats       // set by a successful Commit (see CommitStats)
 }
 
 type txnSlot struct{ tab txnTab }
@@ -166,7 +167,7 @@ func (tx *Txn) rowOp(f Family, partition uint32, key []byte, op rowOp) {
 // change to a finished Txn cannot be returned to anyone, so it is logged.
 func (tx *Txn) usable(what string) bool {
 	if tx.done.Load() {
-		tx.db.log.Error("state: "+what+" on a finished transaction ignored", slog.Any("error", ErrTxnDone))
+		tx.db.log.Error("state: "+what+" on a finished transaction ignored", slog.Any("err", ErrTxnDone))
 		return false
 	}
 	return true
@@ -217,7 +218,9 @@ func (tx *Txn) Commit(ctx context.Context) error {
 		tx.rollback()
 		return err
 	}
+	tx.stats.Start = commitNow()
 	err := tx.write()
+	tx.stats.End = commitNow()
 	tx.db.exit()
 	if err != nil {
 		tx.rollback()
@@ -271,6 +274,7 @@ func (tx *Txn) write() error {
 	if err := b.Commit(tx.db.wopts); err != nil {
 		return fmt.Errorf("state: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
 	}
+	tx.stats.Bytes, tx.stats.Changes = len(b.Repr()), int(b.Count())
 	return nil
 }
 

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream"
 )
 
@@ -82,6 +84,7 @@ type openOptions struct {
 	valueCache int64
 	drain      time.Duration
 	clock      Clock
+	tel        telemetryOptions // see telemetry.go
 }
 
 // Clock is the time an App's retries run on. The default is the wall
@@ -235,6 +238,10 @@ type App struct {
 	procs []*engine.Processor
 	log   *slog.Logger
 
+	tel        *telemetry.Telemetry // see telemetry.go
+	endEvery   time.Duration
+	partitions []uint32 // WithPartitions, or nil for all
+
 	mu      sync.Mutex
 	closed  bool
 	running bool
@@ -318,7 +325,10 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	if err != nil {
 		return nil, fail(err)
 	}
-	a := &App{prog: p, db: db, log: o.log}
+	a := &App{prog: p, db: db, log: o.log, partitions: o.partitions}
+	if err := a.startTelemetry(&o); err != nil {
+		return nil, fail(err)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -353,11 +363,14 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	}
 	popts = append(popts, runhooks.From(ctx)...)
 	for _, src := range sources {
-		proc, err := engine.NewProcessor(p.p, db, src, popts...)
+		proc, err := engine.NewProcessor(p.p, db, src, slices.Concat(popts, a.telemetryOptions(src.Name()))...)
 		if err != nil {
 			return nil, fail(err)
 		}
 		a.procs = append(a.procs, proc)
+	}
+	if err := a.observeTelemetry(); err != nil {
+		return nil, fail(err)
 	}
 	ok = true
 	return a, nil
@@ -430,7 +443,7 @@ func (a *App) Close() error {
 		errs = append(errs, c.Close(ctx))
 		stop()
 	}
-	errs = append(errs, a.db.Close())
+	errs = append(errs, a.tel.Close(), a.db.Close())
 	return errors.Join(errs...)
 }
 

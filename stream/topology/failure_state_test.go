@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
@@ -88,5 +89,43 @@ func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
 		if tries[n] != 2 {
 			t.Fatalf("record %d tried %d times, want 2", n, tries[n])
 		}
+	}
+}
+
+// A reduction whose user function panics (a Sum getter here) fails its run
+// like a failing handler: the key is parked, other keys go on, nothing of
+// the run is applied, and the retry applies it once the function recovers.
+func TestPanicInsideAReductionFailsOnlyItsKey(t *testing.T) {
+	boom := true
+	sum := stream.DeclareFunc(1, evKey, stream.Reduce(algebra.Sum(
+		func(e Ev) int64 {
+			if boom && e.K == "bad" {
+				panic("getter broke")
+			}
+			return e.Amount
+		},
+		func(e Ev, n int64) Ev { e.Amount = n; return e })))
+	topo := topology.New("reducepanic")
+	src := topology.Source[string](topo, "log")
+	table := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())
+	topology.Project(topology.On(src, sum), table, func(v *int64, e Ev) error { *v += e.Amount; return nil })
+	d := topologytest.NewDriver(t, topo)
+	topologytest.Pipe(d, sum, Ev{K: "bad", Amount: 1}, Ev{K: "bad", Amount: 2}, Ev{K: "good", Amount: 3}, Ev{K: "good", Amount: 4})
+	d.Advance()
+	ctx := context.Background()
+	if v, _, _ := table.Get(ctx, "good"); v != 7 {
+		t.Fatalf("good = %d, want 7", v)
+	}
+	if _, ok, _ := table.Get(ctx, "bad"); ok {
+		t.Fatal("the key whose reduction panicked has a row")
+	}
+	if keys, recs := d.Parked(); keys != 1 || recs != 2 {
+		t.Fatalf("parked %d keys, %d records; want 1 and 2", keys, recs)
+	}
+	boom = false
+	d.AdvanceClock(time.Hour)
+	d.Advance()
+	if v, _, _ := table.Get(ctx, "bad"); v != 3 {
+		t.Fatalf("bad after the retry = %d, want 3", v)
 	}
 }

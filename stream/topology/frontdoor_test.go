@@ -15,7 +15,7 @@ import (
 )
 
 // broker starts an embedded Iggy broker and connects to it.
-func broker(t *testing.T) *iggy.Client {
+func broker(t testing.TB) *iggy.Client {
 	t.Helper()
 	srv, err := iggytest.NewServer()
 	if err != nil {

@@ -85,7 +85,7 @@ func OnGapNotice(fn func(stream.GapNotice)) ResequenceOption {
 	}
 }
 
-// Resequence turns the re-sequencer on for the source (docs/design.md §9):
+// Resequence turns the re-sequencer on for the source (docs/design.md §10):
 // the events of every type declared with stream.Sequence are applied in
 // the order of their sequence numbers, per key, whatever order the log has
 // them in; their strand-seq headers alone decide it. A record with the

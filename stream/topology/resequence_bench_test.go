@@ -200,9 +200,3 @@ func BenchmarkResequencer(b *testing.B) {
 			off, in, dis, r1, r2, cOff, cIn, cDis)
 	}
 }
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}

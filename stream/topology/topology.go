@@ -1,36 +1,49 @@
-// Package topology is strand's fluent builder: it declares what a processor
-// reads (sources), which event types it handles and how (projections into
-// tables, sinks), and compiles that into a stream.Program, which a
-// processor runtime runs one stream.Task per source partition.
+// Package topology is strand's fluent builder and its front door. The
+// builder declares what a read model reads (sources), which event types it
+// handles and how (projections into tables, side effects); Open runs the
+// built topology as one App over a connector (connectors/iggy's Client, or
+// topologytest's in-memory topics), with one state directory, one
+// dead-letter topic and one logger.
 //
 //	t := topology.New("accounts")
 //	src := topology.Source[AccountID](t, "bank/accounts")
-//	balances := topology.Table[AccountID, Account](t, "balances", stream.JSON[Account]())
+//	balances := topology.NewTable[AccountID, Account](t, "balances", stream.JSON[Account]())
 //	topology.Project(topology.On(src, Opened), balances, func(a *Account, e AccountOpened) error { ... })
 //	topology.Project(topology.On(src, Deposits), balances, func(a *Account, e Deposited) error { ... })
-//	topology.On(src, Closed).Sink("notify", notifyClosed, topology.MaxBatch(100))
-//	prog, err := t.Build()
+//	topology.On(src, Closed).ForEach("notify", notifyClosed, topology.MaxBatch(100))
+//	app, err := topology.Open(ctx, t, client, dir)
+//	defer app.Close()
+//	go app.Run(ctx)
+//	acct, ok, err := balances.Get(ctx, 42)
 //
 // # Words
 //
 // The words follow Kafka Streams where the concept is the same: Source (a
 // KStream from a topic), Table (a materialized key-value store), Project
-// (aggregate into a table), Sink (foreach with side effects). What is new in
-// strand lives on the event declaration (package stream), because the
-// publisher must agree on it: the key (stream.Declare's Key method or
-// DeclareFunc's function — Kafka's keyBy/groupByKey), the fence
-// (stream.Fence, stream.FenceBy) and the algebra that reduces runs
-// (stream.Reduce).
+// (aggregate into a table), ForEach (a side effect). What is new in strand
+// lives on the event declaration (package stream), because the publisher
+// must agree on it: the key (stream.Declare's Key method or DeclareFunc's
+// function), the fence (stream.Fence, stream.FenceBy) and the algebra that
+// reduces runs (stream.Reduce). A "sink" is only ever a topic strand
+// publishes to.
 //
 // Project is a package function, not a method of Stream, because Go methods
 // cannot bring the table's value type parameter.
 //
+// # Options
+//
+// Every option is a function that checks its value: builder options
+// (Option, TableOption, ForEachOption) report a bad value from Build,
+// OpenOptions from Open, each error naming the option.
+//
 // # Guarantees
 //
 // Tables get exactly-once: each batch's table writes commit atomically with
-// the source checkpoint. Sinks get at-least-once. See stream.Task for
-// failures, retries and dead letters, and NewDriver for tests without a
-// broker.
+// the source checkpoint, and a run that fails leaves no trace. ForEach gets
+// at-least-once. Failures park their key and are retried (WithRetry);
+// records that cannot be applied are dead-lettered with their reason (see
+// docs/design.md §2 and §8). Tests run a topology without a broker with
+// package topologytest.
 package topology
 
 import (
@@ -260,7 +273,8 @@ func (s *Stream[K, E]) ForEach(name string, fn func(ctx context.Context, key K, 
 // Project folds the events of s into table: for each run of one key it
 // reads the key's value once (the zero value when absent), calls fold for
 // every reduced event in log order, and writes the value once. If fold
-// fails, nothing of the run is written and the key stops (see stream.Task).
+// fails, nothing of the run is written and the key is parked and retried
+// (see WithRetry).
 // Exactly-once: the write commits atomically with the source checkpoint.
 // Project returns s for chaining.
 func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e E) error) *Stream[K, E] {
@@ -366,7 +380,7 @@ func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts .
 // ErrBuild is wrapped by every error Build returns.
 var ErrBuild = errors.New("topology: build refused")
 
-// Build checks the topology and compiles it into a stream.Program. It
+// Build checks the topology and compiles it into a Program. It
 // refuses, with one error naming every problem (and wrapping ErrBuild and
 // stream.ErrBadTopology): bad event declarations (mistyped options, invalid
 // fences), handlers for an undeclared (nil) type, duplicate type tags on one

@@ -143,28 +143,43 @@ func (s *Store) Checkpoint(partition uint32) (uint64, error) {
 
 // Balances reads every account back.
 func (s *Store) Balances() (map[workload.AccountID]workload.Account, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{0x03}, UpperBound: []byte{0x04}})
+	got := map[workload.AccountID]workload.Account{}
+	err := s.ScanBalances(func(id workload.AccountID, a workload.Account) bool {
+		got[id] = a
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	got := map[workload.AccountID]workload.Account{}
+	return got, nil
+}
+
+// ScanBalances calls fn for every account in key order until it returns
+// false.
+func (s *Store) ScanBalances(fn func(workload.AccountID, workload.Account) bool) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{0x03}, UpperBound: []byte{0x04}})
+	if err != nil {
+		return err
+	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		if len(k) != 1+4+4+8 {
 			_ = it.Close()
-			return nil, fmt.Errorf("naive: unexpected row key %x", k)
+			return fmt.Errorf("naive: unexpected row key %x", k)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
 			_ = it.Close()
-			return nil, err
+			return err
 		}
 		a, err := s.decls.Values.Decode(v)
 		if err != nil {
 			_ = it.Close()
-			return nil, fmt.Errorf("naive: decode row %x: %w", k, err)
+			return fmt.Errorf("naive: decode row %x: %w", k, err)
 		}
-		got[workload.AccountID(binary.BigEndian.Uint64(k[9:]))] = a
+		if !fn(workload.AccountID(binary.BigEndian.Uint64(k[9:])), a) {
+			break
+		}
 	}
-	return got, it.Close()
+	return it.Close()
 }

@@ -1,7 +1,8 @@
 // Package scenario runs the measurements of strand's benchmarks: the
 // broker-free core (issue 5), the end-to-end run through the embedded broker,
-// publish-to-queryable latency and restart time (issue 6), each next to the
-// naive baseline it is compared with. Every function measures one thing in
+// publish-to-queryable latency and restart time (issue 6), and the scaling
+// of keys touched (issue 17, scale.go), each next to the naive baseline it
+// is compared with. Every function measures one thing in
 // the calling process and returns a Result; the runner (package main of
 // benchmarks/) runs each in its own process to read its peak memory.
 package scenario

@@ -29,6 +29,13 @@ type Config struct {
 	Partitions uint32
 	// Seed makes the workload reproducible.
 	Seed uint64
+	// Cover makes every one of the Accounts accounts appear at least once
+	// (it needs Events >= Accounts): Accounts of the events, evenly spaced,
+	// go to the most popular account not touched yet instead of a Zipf
+	// draw, so that the number of keys touched is Accounts whatever the
+	// skew. The other events are drawn as without Cover. The scale scenario
+	// uses it; the others leave it off.
+	Cover bool
 }
 
 // Default is the workload of issues 5 and 6: 1,000,000 events over 10,000
@@ -45,35 +52,73 @@ type Generator struct {
 	cfg     Config
 	rng     *rand.Rand
 	zipf    *rand.Zipf
-	perm    []AccountID
-	open    map[AccountID]bool // accounts seen, and whether they are open
+	perm    []uint32 // popularity rank → account id
+	seen    bitset   // by account id: touched by an event so far
+	open    bitset   // by account id: currently open
+	touched int
+	sweep   int // Cover: ranks below it are all touched
 	counts  [5]int
 	emitted int
 }
 
+// bitset is a set of account ids, one bit each (ids are 1..Accounts).
+type bitset []uint64
+
+func newBitset(n int) bitset       { return make(bitset, n/64+1) }
+func (b bitset) has(i uint32) bool { return b[i/64]&(1<<(i%64)) != 0 }
+func (b bitset) set(i uint32, v bool) {
+	if v {
+		b[i/64] |= 1 << (i % 64)
+	} else {
+		b[i/64] &^= 1 << (i % 64)
+	}
+}
+
 // NewGenerator returns a generator for cfg.
 func NewGenerator(cfg Config) (*Generator, error) {
-	if cfg.Accounts < 1 || cfg.Events < 0 || cfg.Skew <= 1 || cfg.Partitions < 1 || cfg.Lifecycle < 0 || cfg.Lifecycle > 1 {
-		return nil, fmt.Errorf("workload: bad config %+v (need accounts ≥ 1, skew > 1, partitions ≥ 1, 0 ≤ lifecycle ≤ 1)", cfg)
+	if cfg.Accounts < 1 || cfg.Accounts >= 1<<32-1 || cfg.Events < 0 || cfg.Skew <= 1 || cfg.Partitions < 1 || cfg.Lifecycle < 0 || cfg.Lifecycle > 1 {
+		return nil, fmt.Errorf("workload: bad config %+v (need 1 ≤ accounts < 2^32-1, skew > 1, partitions ≥ 1, 0 ≤ lifecycle ≤ 1)", cfg)
+	}
+	if cfg.Cover && cfg.Events < cfg.Accounts {
+		return nil, fmt.Errorf("workload: bad config %+v: touching every account needs at least as many events as accounts", cfg)
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
 	g := &Generator{
 		cfg:  cfg,
 		rng:  rng,
 		zipf: rand.NewZipf(rng, cfg.Skew, 1, uint64(cfg.Accounts-1)),
-		perm: make([]AccountID, cfg.Accounts),
-		open: make(map[AccountID]bool, cfg.Accounts),
+		perm: make([]uint32, cfg.Accounts),
+		seen: newBitset(cfg.Accounts + 1),
+		open: newBitset(cfg.Accounts + 1),
 	}
-	for i, p := range rng.Perm(cfg.Accounts) {
-		g.perm[i] = AccountID(p + 1)
+	// rng.Perm(n), shuffled in place (the same permutation, without an
+	// []int of n).
+	for i := range g.perm {
+		g.perm[i] = uint32(i + 1)
 	}
+	rng.Shuffle(len(g.perm), func(i, j int) { g.perm[i], g.perm[j] = g.perm[j], g.perm[i] })
 	return g, nil
 }
 
 // Next returns the next event and folds it into the reference.
 func (g *Generator) Next() Event {
-	id := g.perm[g.zipf.Uint64()]
-	isOpen, seen := g.open[id]
+	var id uint32
+	if g.cfg.Cover && g.sweepSlot() {
+		for g.sweep < len(g.perm) && g.seen.has(g.perm[g.sweep]) {
+			g.sweep++
+		}
+		if g.sweep < len(g.perm) {
+			id = g.perm[g.sweep]
+		}
+	}
+	if id == 0 {
+		id = g.perm[g.zipf.Uint64()]
+	}
+	seen, isOpen := g.seen.has(id), g.open.has(id)
+	if !seen {
+		g.seen.set(id, true)
+		g.touched++
+	}
 	var e Event
 	u := g.rng.Float64()
 	// First opens are lifecycle events too: draw lifecycle events only
@@ -82,25 +127,26 @@ func (g *Generator) Next() Event {
 	if float64(g.counts[KindOpened]+g.counts[KindClosed]) >= g.cfg.Lifecycle*float64(g.emitted+1) {
 		life = 0
 	}
+	acct := AccountID(id)
 	switch {
 	case !seen:
-		e = Event{Kind: KindOpened, Account: id}
+		e = Event{Kind: KindOpened, Account: acct}
 	case u < life:
 		if isOpen {
-			e = Event{Kind: KindClosed, Account: id}
+			e = Event{Kind: KindClosed, Account: acct}
 		} else {
-			e = Event{Kind: KindOpened, Account: id}
+			e = Event{Kind: KindOpened, Account: acct}
 		}
 	case u < life+(1-life)/2:
-		e = Event{Kind: KindDeposited, Account: id, Amount: 1 + g.rng.Int64N(1000)}
+		e = Event{Kind: KindDeposited, Account: acct, Amount: 1 + g.rng.Int64N(1000)}
 	default:
-		e = Event{Kind: KindWithdrawn, Account: id, Amount: 1 + g.rng.Int64N(100)}
+		e = Event{Kind: KindWithdrawn, Account: acct, Amount: 1 + g.rng.Int64N(100)}
 	}
 	switch e.Kind {
 	case KindOpened:
-		g.open[id] = true
+		g.open.set(id, true)
 	case KindClosed:
-		g.open[id] = false
+		g.open.set(id, false)
 	}
 	g.counts[e.Kind]++
 	g.emitted++
@@ -108,7 +154,14 @@ func (g *Generator) Next() Event {
 }
 
 // Accounts returns how many accounts the events so far touched.
-func (g *Generator) Accounts() int { return len(g.open) }
+func (g *Generator) Accounts() int { return g.touched }
+
+// sweepSlot reports whether the event about to be emitted is one of the
+// Accounts evenly spaced first-touch slots of Cover.
+func (g *Generator) sweepSlot() bool {
+	a, e, i := uint64(g.cfg.Accounts), uint64(g.cfg.Events), uint64(g.emitted)
+	return (i+1)*a/e > i*a/e
+}
 
 // Mix returns how many events of each kind were generated.
 func (g *Generator) Mix() Mix {

@@ -58,32 +58,36 @@ type control struct{ fn ControlFunc }
 // on connections while no control is registered.
 func (s *Server) Control(fn ControlFunc) (remove func()) {
 	c := &control{fn: fn}
+	s.addControl(c)
+	var once sync.Once
+	return func() { once.Do(func() { s.removeControl(c) }) }
+}
+
+func (s *Server) addControl(c *control) {
 	s.ctlMu.Lock()
+	defer s.ctlMu.Unlock()
 	var cur []*control
 	if p := s.controls.Load(); p != nil {
 		cur = *p
 	}
 	next := append(append([]*control(nil), cur...), c)
 	s.controls.Store(&next)
-	s.ctlMu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.ctlMu.Lock()
-			defer s.ctlMu.Unlock()
-			var cur []*control
-			if p := s.controls.Load(); p != nil {
-				cur = *p
-			}
-			next := make([]*control, 0, len(cur))
-			for _, x := range cur {
-				if x != c {
-					next = append(next, x)
-				}
-			}
-			s.controls.Store(&next)
-		})
+}
+
+func (s *Server) removeControl(c *control) {
+	s.ctlMu.Lock()
+	defer s.ctlMu.Unlock()
+	var cur []*control
+	if p := s.controls.Load(); p != nil {
+		cur = *p
 	}
+	next := make([]*control, 0, len(cur))
+	for _, x := range cur {
+		if x != c {
+			next = append(next, x)
+		}
+	}
+	s.controls.Store(&next)
 }
 
 // FailNext answers the next n requests with command code (from any
@@ -103,14 +107,19 @@ func (s *Server) DelayNext(code Command, n int, d time.Duration) {
 	s.countedControl(code, n, Reply{Action: Pass, Delay: d})
 }
 
+// countedControl applies r to the next n requests with code. The control
+// removes itself through its own pointer: it may run on a connection
+// before the registering call returns (an earlier version read the remove
+// function from a variable assigned only after registration, a data race
+// that could call a nil function and crash the process).
 func (s *Server) countedControl(code Command, n int, r Reply) {
 	if n <= 0 {
 		return
 	}
 	var mu sync.Mutex
 	left := n
-	var remove func()
-	remove = s.Control(func(req *Request) Reply {
+	c := &control{}
+	c.fn = func(req *Request) Reply {
 		if req.Command != code {
 			return Reply{}
 		}
@@ -123,10 +132,11 @@ func (s *Server) countedControl(code Command, n int, r Reply) {
 		last := left == 0
 		mu.Unlock()
 		if last {
-			remove()
+			s.removeControl(c)
 		}
 		return r
-	})
+	}
+	s.addControl(c)
 }
 
 // runControls applies the registered controls to one request. handled

@@ -38,8 +38,10 @@
 // messages-key partitioning: XXH32(key, 0) % partitions), PollMessages
 // (offset, timestamp, first, last and next; auto-commit; single and group
 // consumers), Store/Get/Delete consumer offset, and
-// Get/List/Create/Delete/Join/Leave consumer group. Every other code is
-// answered with status 3 (InvalidCommand).
+// Get/List/Create/Delete/Join/Leave consumer group: every command of the
+// v0.8.0 Go SDK. The remaining codes of the server (GetSnapshotFile,
+// FlushUnsavedBuffer, DeleteSegments) and unknown codes are answered with
+// status 3 (InvalidCommand).
 //
 // Every command but Ping and the logins needs a logged-in session (40,
 // Unauthenticated) and then the permission server 0.8.0 requires for it

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
@@ -91,4 +92,41 @@ func containsBytes(b []byte, s string) bool {
 		}
 	}
 	return false
+}
+
+func TestDurableConfiguredTokenSurvivesARootRecord(t *testing.T) {
+	dir := t.TempDir()
+	tg := durable(t, dir, WithPersonalAccessToken("configured-token"))
+	root := tg.login(t)
+	_, err := root.CreatePersonalAccessToken("mine", 0) // logs root's record
+	must(t, err)
+	must(t, tg.srv.Close())
+	tg2 := durable(t, dir, WithPersonalAccessToken("configured-token"))
+	if _, err := tg2.connect(t).LoginWithPersonalAccessToken("configured-token"); err != nil {
+		t.Fatalf("configured token after restart: %v", err)
+	}
+	list, err := tg2.login(t).GetPersonalAccessTokens()
+	must(t, err)
+	if len(list) != 2 {
+		t.Fatalf("root's tokens = %+v", list)
+	}
+}
+
+func TestTokenCleanerDeletesExpiredTokens(t *testing.T) {
+	tg := embeddedTarget(t, WithTokenCleaner(20*time.Millisecond))
+	tg.rawCreateToken(t, "short", uint64((50 * time.Millisecond).Microseconds()))
+	tg.rawCreateToken(t, "long", 0)
+	root := tg.login(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		list, err := root.GetPersonalAccessTokens()
+		must(t, err)
+		if len(list) == 1 && list[0].Name == "long" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expired token still listed: %+v", list)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

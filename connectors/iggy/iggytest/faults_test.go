@@ -272,3 +272,53 @@ func TestGarbageNeverHurtsTheBroker(t *testing.T) {
 		t.Fatalf("stored data changed: %v", payloads(pm))
 	}
 }
+
+// TestCountedControlsAreSafeUnderLoad registers FailNext and DelayNext
+// while other connections keep sending the targeted command: a control can
+// run before its registration returns. Under -race this caught a read of
+// the not yet assigned remove function (a nil call, fatal to the process).
+func TestCountedControlsAreSafeUnderLoad(t *testing.T) {
+	tg := embeddedTarget(t)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var clis []iggcon.Client
+	for i := 0; i < 4; i++ {
+		clis = append(clis, tg.login(t))
+	}
+	for _, cli := range clis {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					_, _ = cli.GetStreams()
+				}
+			}
+		}()
+	}
+	for i := 0; i < 100; i++ {
+		if i%2 == 0 {
+			tg.srv.FailNext(CmdGetStreams, 1, StatusError)
+		} else {
+			tg.srv.DelayNext(CmdGetStreams, 1, 0)
+		}
+		// Let a connection use it up before anything else synchronises
+		// with this goroutine.
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	for range clis {
+		<-done
+	}
+	// Controls whose requests never came stay registered; they harm nothing.
+	cli := tg.login(t)
+	for i := 0; i < 1000; i++ {
+		if p := tg.srv.controls.Load(); p == nil || len(*p) == 0 {
+			return
+		}
+		_, _ = cli.GetStreams()
+	}
+	t.Fatal("counted controls never used up")
+}

@@ -541,7 +541,11 @@ var userScenarios = []scenario{
 		}
 		time.Sleep(400 * time.Millisecond)
 		_, err := tg.connect(t).LoginWithPersonalAccessToken(raw)
-		wantErr(t, err, ierror.ErrPersonalAccessTokenExpired)
+		// Expired until the server's token cleaner (every minute) deletes
+		// it; a fresh embedded broker has not run it yet.
+		if tg.embedded() || !errors.Is(err, ierror.ErrResourceNotFound) {
+			wantErr(t, err, ierror.ErrPersonalAccessTokenExpired)
+		}
 		// u64::MAX never expires.
 		never := tg.rawCreateToken(t, name+"-n", ^uint64(0))
 		t.Cleanup(func() { _ = tg.login(t).DeletePersonalAccessToken(name + "-n") })

@@ -37,6 +37,7 @@ type config struct {
 	heartbeat    time.Duration
 	cacheBytes   int64
 	cleaner      time.Duration
+	tokenCleaner time.Duration
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -142,7 +143,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	cfg := config{
 		addr: "127.0.0.1:0", user: "iggy", pass: "iggy",
 		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: segmentSizeDefault,
-		cacheBytes: defaultCacheBytes,
+		cacheBytes: defaultCacheBytes, tokenCleaner: time.Minute,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -158,6 +159,9 @@ func NewServer(opts ...Option) (*Server, error) {
 		if err := s.openDisk(); err != nil {
 			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
 		}
+		s.mu.Lock()
+		s.ensureConfiguredToken()
+		s.mu.Unlock()
 	}
 	tcfg, err := cfg.tlsConfig()
 	if err != nil {
@@ -190,6 +194,10 @@ func NewServer(opts ...Option) (*Server, error) {
 	if cfg.cleaner > 0 {
 		s.wg.Add(1)
 		go s.cleanerLoop()
+	}
+	if cfg.tokenCleaner > 0 {
+		s.wg.Add(1)
+		go s.tokenCleanerLoop()
 	}
 	return s, nil
 }
@@ -264,7 +272,7 @@ func (s *Server) acceptLoop() {
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
-			if s.closed.Load() {
+			if s.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			// Anything else (too many open files, out of buffers, a

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"sort"
+	"time"
 )
 
 // Users, permissions and personal access tokens, as server 0.8.0 keeps
@@ -304,6 +305,28 @@ func (s *Server) addRootUser() {
 		root.tokens = []*accessToken{{name: "iggytest", hash: sha256.Sum256([]byte(s.cfg.token))}}
 	}
 	s.putUser(root)
+}
+
+// ensureConfiguredToken gives the root user the WithPersonalAccessToken
+// token again when a logged root record replaced it on replay.
+func (s *Server) ensureConfiguredToken() {
+	root := s.users.get(0)
+	if s.cfg.token == "" || root == nil {
+		return
+	}
+	h := sha256.Sum256([]byte(s.cfg.token))
+	for _, t := range root.tokens {
+		if t.hash == h {
+			return
+		}
+	}
+	nu := root.clone()
+	if i, _ := nu.token("iggytest"); i >= 0 {
+		nu.tokens = append(nu.tokens[:i:i], nu.tokens[i+1:]...)
+	}
+	nu.tokens = append(nu.tokens, &accessToken{name: "iggytest", hash: h})
+	sort.Slice(nu.tokens, func(i, j int) bool { return nu.tokens[i].name < nu.tokens[j].name })
+	s.putUser(nu)
 }
 
 // putUser inserts or replaces u and rebuilds its permission index.
@@ -880,4 +903,60 @@ func (c *conn) deleteToken(p []byte) ([]byte, error) {
 	}
 	s.putUser(nu)
 	return c.ok(), nil
+}
+
+// WithTokenCleaner sets how often expired personal access tokens are
+// deleted (server 0.8.0's personal_access_token.cleaner: enabled, every
+// minute, which is the default here too). Until then an expired token is
+// still listed, and refused at login with status 54. d < 0 turns the
+// cleaner off; 0 keeps the default.
+func WithTokenCleaner(d time.Duration) Option {
+	return func(c *config) {
+		if d != 0 {
+			c.tokenCleaner = d
+		}
+	}
+}
+
+func (s *Server) tokenCleanerLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.tokenCleaner)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+			s.deleteExpiredTokens(nowMicros())
+		}
+	}
+}
+
+// deleteExpiredTokens removes the tokens expired at now from every user.
+func (s *Server) deleteExpiredTokens(now uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []*user
+	s.users.each(func(_ uint32, u *user) {
+		for _, t := range u.tokens {
+			if t.expiryAt != 0 && t.expiryAt <= now {
+				changed = append(changed, u)
+				return
+			}
+		}
+	})
+	for _, u := range changed {
+		nu := u.clone()
+		nu.tokens = nu.tokens[:0:0]
+		for _, t := range u.tokens {
+			if t.expiryAt == 0 || t.expiryAt > now {
+				nu.tokens = append(nu.tokens, t)
+			}
+		}
+		if err := s.logUser(nu); err != nil {
+			s.log.Error("iggytest: log token cleanup failed", "user", u.id, "err", err)
+			return
+		}
+		s.putUser(nu)
+	}
 }

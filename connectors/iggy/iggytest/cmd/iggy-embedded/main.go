@@ -5,8 +5,15 @@
 //
 //	go run ./connectors/iggy/iggytest/cmd/iggy-embedded -addr 127.0.0.1:8090 -data DIR
 //
-// Without -data everything is kept in memory. It stops gracefully on
-// SIGINT or SIGTERM: connections are closed and the data files flushed.
+// Without -data everything is kept in memory; with it, messages are read
+// back from the segment files through a cache of -cache bytes. -tls-cert
+// and -tls-key serve TLS, -heartbeat drops clients that stop pinging,
+// -cleaner enforces topics' message expiry and maximum size, and -cluster
+// with -peer (and -follower) reports a leader/follower cluster to clients,
+// as server 0.8.0 does with the same settings; -h lists every flag. It
+// stops gracefully on SIGINT or SIGTERM: connections are closed and the
+// data files flushed. A log line written after whoever reads its stderr
+// went away is dropped instead of ending the process.
 package main
 
 import (

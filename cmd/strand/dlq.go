@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/stream"
+)
+
+// filter selects dead letters.
+type filter struct {
+	reasons   map[stream.Reason]bool
+	key       []byte
+	hasKey    bool
+	source    string
+	partition int64 // -1: any
+	from, to  uint64
+}
+
+func (f *filter) register(fs *flag.FlagSet) {
+	f.partition = -1
+	f.to = math.MaxUint64
+	fs.Func("reason", "only these dead-letter reasons, comma-separated", func(s string) error {
+		if f.reasons == nil {
+			f.reasons = map[stream.Reason]bool{}
+		}
+		for _, name := range strings.Split(s, ",") {
+			r, err := stream.ParseReason(strings.TrimSpace(name))
+			if err != nil {
+				return fmt.Errorf("unknown reason %q", name)
+			}
+			f.reasons[r] = true
+		}
+		return nil
+	})
+	fs.Func("key", "only this key: text, or 0x followed by hex", func(s string) error {
+		f.hasKey = true
+		if h, ok := strings.CutPrefix(s, "0x"); ok {
+			b, err := hex.DecodeString(h)
+			if err != nil {
+				return fmt.Errorf("key %q: bad hex: %v", s, err)
+			}
+			f.key = b
+			return nil
+		}
+		f.key = []byte(s)
+		return nil
+	})
+	fs.StringVar(&f.source, "source", "", "only records read from this source topic (STREAM/TOPIC)")
+	fs.Int64Var(&f.partition, "partition", -1, "only records of this source partition (-1: any)")
+	fs.Uint64Var(&f.from, "from", 0, "only records at this source offset or later")
+	fs.Uint64Var(&f.to, "to", math.MaxUint64, "only records at this source offset or earlier")
+}
+
+func (f *filter) check() error {
+	if f.from > f.to {
+		return usagef("-from %d is after -to %d", f.from, f.to)
+	}
+	if f.partition < -1 || f.partition > math.MaxUint32 {
+		return usagef("-partition %d: want a partition number or -1", f.partition)
+	}
+	return nil
+}
+
+func (f *filter) match(d stream.DeadLetter) bool {
+	switch {
+	case f.reasons != nil && !f.reasons[d.Reason]:
+		return false
+	case f.hasKey && !bytes.Equal(d.Headers.Key, f.key):
+		return false
+	case f.source != "" && d.Source != f.source:
+		return false
+	case f.partition >= 0 && int64(d.Partition) != f.partition:
+		return false
+	}
+	return d.Offset >= f.from && d.Offset <= f.to
+}
+
+// stored is one dead letter as read from the dead-letter topic.
+type stored struct {
+	dlqPartition uint32
+	dlqOffset    uint64
+	letter       stream.DeadLetter
+}
+
+// readDeadLetters reads every message of the dead-letter topic, partition
+// by partition in offset order, and returns the dead letters f selects and
+// how many messages were not dead letters.
+func readDeadLetters(ctx context.Context, cl *iggy.Client, topic string, f *filter) ([]stored, int, error) {
+	s, t, err := splitTopic(topic)
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := cl.Partitions(ctx, s, t)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dead-letter topic %s: %w", topic, err)
+	}
+	var out []stored
+	foreign := 0
+	for p := range n {
+		msgs, err := cl.Tail(ctx, s, t, p, math.MaxInt32)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read dead-letter topic %s partition %d: %w", topic, p, err)
+		}
+		for _, m := range msgs {
+			if m.HeaderErr != nil {
+				foreign++
+				continue
+			}
+			d, err := stream.ParseDeadLetter(stream.Message{ID: m.ID, Headers: m.Headers, Payload: m.Payload})
+			if err != nil {
+				foreign++
+				continue
+			}
+			if f.match(d) {
+				out = append(out, stored{dlqPartition: p, dlqOffset: m.Offset, letter: d})
+			}
+		}
+	}
+	return out, foreign, nil
+}
+
+func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlags("dlq list", stderr)
+	var cf connFlags
+	cf.register(fs, getenv)
+	var f filter
+	f.register(fs)
+	topic := fs.String("topic", "", "the dead-letter topic (STREAM/TOPIC), e.g. bank/accounts.dlq (required)")
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	if *topic == "" {
+		return usagef("dlq list: -topic is required")
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	if _, _, err := splitTopic(*topic); err != nil {
+		return err
+	}
+	cl, err := cf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	letters, foreign, err := readDeadLetters(ctx, cl, *topic, &f)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "DLQ\tSOURCE\tPARTITION\tOFFSET\tREASON\tATTEMPTS\tKEY\tBYTES\tERROR")
+	for _, s := range letters {
+		d := s.letter
+		errText := ""
+		if d.Err != nil {
+			errText = d.Err.Error()
+		}
+		fmt.Fprintf(w, "%d@%d\t%s\t%d\t%d\t%s\t%d\t%s\t%d\t%s\n", s.dlqPartition, s.dlqOffset, d.Source, d.Partition, d.Offset,
+			d.Reason, d.Attempts, keyText(d.Headers.Key), len(d.Payload), errText)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d dead letters", len(letters))
+	if foreign > 0 {
+		fmt.Fprintf(stdout, " (%d other messages in the topic skipped)", foreign)
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}
+
+// keyText shows a key as text when it is printable, else as 0x-hex (the
+// form -key takes).
+func keyText(k []byte) string {
+	if len(k) == 0 {
+		return "-"
+	}
+	for _, c := range k {
+		if c < 0x21 || c > 0x7e {
+			return "0x" + hex.EncodeToString(k)
+		}
+	}
+	return string(k)
+}
+
+// replayID is the message id of a dead letter's replay: derived from the
+// dead letter's own id, so that every replay of it carries the same id.
+func replayID(d stream.DeadLetter) [16]byte {
+	id := d.ID()
+	h := sha256.Sum256(append([]byte("strand-replay\x00"), id[:]...))
+	var out [16]byte
+	copy(out[:], h[:16])
+	return out
+}
+
+// replayMessage is the message that replays d to its source topic: the
+// original strand headers and payload.
+func replayMessage(d stream.DeadLetter) (stream.Message, error) {
+	if len(d.Headers.Key) == 0 {
+		return stream.Message{}, fmt.Errorf("no valid strand headers")
+	}
+	if len(d.Payload) == 0 {
+		return stream.Message{}, fmt.Errorf("empty payload")
+	}
+	fields, err := d.Headers.AppendFields(nil)
+	if err != nil {
+		return stream.Message{}, err
+	}
+	return stream.Message{Key: d.Headers.Key, ID: replayID(d), Headers: fields, Payload: d.Payload}, nil
+}
+
+// replayHooks let tests interrupt a replay.
+type replayHooks struct {
+	// afterSend is called after each batch was sent.
+	afterSend func(sent int) error
+}
+
+func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, hooks replayHooks) error {
+	fs := newFlags("dlq replay", stderr)
+	var cf connFlags
+	cf.register(fs, getenv)
+	var f filter
+	f.register(fs)
+	topic := fs.String("topic", "", "the dead-letter topic (STREAM/TOPIC), e.g. bank/accounts.dlq (required)")
+	dry := fs.Bool("dry-run", false, "show what would be replayed and what was already; send nothing")
+	batch := fs.Int("batch", 100, "dead letters per send (1..10000)")
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	if *topic == "" {
+		return usagef("dlq replay: -topic is required")
+	}
+	if *batch < 1 || *batch > 10_000 {
+		return usagef("dlq replay: -batch %d: want 1..10000", *batch)
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	if _, _, err := splitTopic(*topic); err != nil {
+		return err
+	}
+	cl, err := cf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	letters, _, err := readDeadLetters(ctx, cl, *topic, &f)
+	if err != nil {
+		return err
+	}
+	// Group by destination, in the dead-letter topic's order.
+	type dest struct {
+		name string
+		msgs []stream.Message
+	}
+	var dests []*dest
+	byName := map[string]*dest{}
+	skipped := 0
+	for _, s := range letters {
+		m, err := replayMessage(s.letter)
+		if err != nil {
+			skipped++
+			fmt.Fprintf(stdout, "skip %s partition %d offset %d (%s): cannot replay: %v\n", s.letter.Source, s.letter.Partition, s.letter.Offset, s.letter.Reason, err)
+			continue
+		}
+		d, ok := byName[s.letter.Source]
+		if !ok {
+			d = &dest{name: s.letter.Source}
+			byName[d.name] = d
+			dests = append(dests, d)
+		}
+		d.msgs = append(d.msgs, m)
+	}
+	verb := "replayed"
+	if *dry {
+		verb = "would replay"
+	}
+	var sent, already int
+	for _, d := range dests {
+		s, t, err := splitTopic(d.name)
+		if err != nil {
+			return fmt.Errorf("dead letter names source %q: %w", d.name, err)
+		}
+		sink, err := iggy.NewSink(ctx, cl, s, t)
+		if err != nil {
+			return fmt.Errorf("replay to %s: %w", d.name, err)
+		}
+		err = replayTo(ctx, sink, d.msgs, *batch, *dry, hooks, func(n, skip int) {
+			sent += n
+			already += skip
+			fmt.Fprintf(stdout, "%s: %s %d, already replayed %d (%d of %d done)\n", d.name, verb, sent, already, sent+already, len(letters)-skipped)
+		})
+		if cerr := sink.Close(context.WithoutCancel(ctx)); err == nil && cerr != nil {
+			err = fmt.Errorf("replay to %s: %w", d.name, cerr)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "%s %d dead letters; %d were already replayed; %d skipped (not replayable)\n", verb, sent, already, skipped)
+	return nil
+}
+
+// replayTo sends msgs in batches, each after asking the sink which of them
+// it already holds (Sink.Sent) and sending only the others.
+func replayTo(ctx context.Context, sink *iggy.Sink, msgs []stream.Message, batch int, dry bool, hooks replayHooks, progress func(sent, already int)) error {
+	for start := 0; start < len(msgs); start += batch {
+		chunk := msgs[start:min(start+batch, len(msgs))]
+		have, err := sink.Sent(ctx, chunk)
+		if err != nil {
+			return fmt.Errorf("replay to %s: check the destination: %w", sink.Name(), err)
+		}
+		var todo []stream.Message
+		for i, m := range chunk {
+			if !have[i] {
+				todo = append(todo, m)
+			}
+		}
+		if !dry && len(todo) > 0 {
+			if err := sink.Send(ctx, todo); err != nil {
+				return fmt.Errorf("replay to %s: send %d messages: %w", sink.Name(), len(todo), err)
+			}
+			if hooks.afterSend != nil {
+				if err := hooks.afterSend(len(todo)); err != nil {
+					return err
+				}
+			}
+		}
+		progress(len(todo), len(chunk)-len(todo))
+	}
+	return nil
+}

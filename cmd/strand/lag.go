@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/strand-io/strand/stream/topology"
+)
+
+func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := newFlags("lag", stderr)
+	var cf connFlags
+	cf.register(fs, getenv)
+	dir := fs.String("dir", "", "the App's state directory (the dir given to topology.Open; required)")
+	if err := parse(fs, args, false); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return usagef("lag: -dir is required")
+	}
+	in, err := inspectDir(*dir)
+	if err != nil {
+		return err
+	}
+	cl, err := cf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	w := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "SOURCE\tPARTITION\tCHECKPOINT\tEND\tLAG\t")
+	var total uint64
+	for _, src := range in.Sources {
+		s, t, err := splitTopic(src.Name)
+		if err != nil {
+			return fmt.Errorf("source %q: %w", src.Name, err)
+		}
+		ends, err := cl.EndOffsets(ctx, s, t)
+		if err != nil {
+			return err
+		}
+		for p, end := range ends {
+			next := src.Checkpoints[uint32(p)]
+			l := uint64(0)
+			if end > next {
+				l = end - next
+			}
+			total += l
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t\n", src.Name, p, next, end, l)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "total lag %d records\n", total)
+	return nil
+}
+
+// inspectDir inspects a state directory, explaining the usual failure.
+func inspectDir(dir string) (*topology.Inspection, error) {
+	in, err := topology.Inspect(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w (a store can be read by one process at a time: if an App runs on it, ask the App: its stats, or its strand.lag metric)", err)
+	}
+	return in, nil
+}
+
+func inspect(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("inspect", stderr)
+	if err := parse(fs, args, true); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("inspect: want one state directory, got %d arguments", fs.NArg())
+	}
+	in, err := inspectDir(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "store %s\n  layout %d, topology fingerprint %s\n", in.Dir, in.Layout, in.Fingerprint)
+	w := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "\nsources\tpartitions\tcheckpoints (partition:next)")
+	for _, s := range in.Sources {
+		parts := make([]uint32, 0, len(s.Checkpoints))
+		for p := range s.Checkpoints {
+			parts = append(parts, p)
+		}
+		slices.Sort(parts)
+		cps := ""
+		for _, p := range parts {
+			cps += fmt.Sprintf("%d:%d ", p, s.Checkpoints[p])
+		}
+		if cps == "" {
+			cps = "none"
+		}
+		fmt.Fprintf(w, "  %s\t%d\t%s\n", s.Name, s.Partitions, cps)
+	}
+	fmt.Fprintln(w, "\ntables\trows\t")
+	for _, t := range in.Tables {
+		fmt.Fprintf(w, "  %s\t%d\t\n", t.Name, t.Rows)
+	}
+	fmt.Fprintln(w, "\nparked\tkeys\trecords")
+	for _, p := range in.Parked {
+		fmt.Fprintf(w, "  %s partition %d\t%d\t%d\n", p.Source, p.Partition, p.Keys, p.Records)
+	}
+	if len(in.Parked) == 0 {
+		fmt.Fprintln(w, "  none\t\t")
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\npending dead letters: %d\n", len(in.PendingDeadLetters))
+	for _, d := range in.PendingDeadLetters {
+		fmt.Fprintf(stdout, "  %s partition %d offset %d: %s, key %s\n", d.Source, d.Partition, d.Offset, d.Reason, keyText(d.Headers.Key))
+	}
+	return nil
+}

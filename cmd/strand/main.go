@@ -1,0 +1,146 @@
+// Command strand operates strand Apps and their Iggy topics from the
+// shell: it lists and replays dead letters, shows the lag of a state
+// directory against its sources, and inspects a state directory.
+//
+//	strand dlq list   -topic STREAM/TOPIC [filters]
+//	strand dlq replay -topic STREAM/TOPIC [filters] [-dry-run]
+//	strand lag        -dir DIR
+//	strand inspect    DIR
+//
+// The Iggy connection comes from -addr, -user and -password, or from
+// STRAND_IGGY_ADDR, STRAND_IGGY_USER and STRAND_IGGY_PASSWORD; the
+// password is never printed. Run `strand help` for the details.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+const usageText = `strand operates strand Apps and their Iggy topics.
+
+Usage:
+  strand dlq list   -topic STREAM/TOPIC [filters]          list dead letters
+  strand dlq replay -topic STREAM/TOPIC [filters] [-dry-run]
+                                                          re-publish dead letters to their source topics
+  strand lag        -dir DIR                              lag of a state directory against its sources
+  strand inspect    DIR                                   what a state directory holds
+  strand help                                             this text
+
+Iggy connection (dlq, lag):
+  -addr HOST:PORT     or STRAND_IGGY_ADDR (default 127.0.0.1:8090)
+  -user NAME          or STRAND_IGGY_USER (default iggy)
+  -password SECRET    or STRAND_IGGY_PASSWORD (default iggy); never printed
+
+Filters (dlq list, dlq replay), all optional, combined with AND:
+  -reason R[,R...]    dead-letter reasons: bad-headers, unknown-type, undecodable,
+                      bad-key, permanent-failure, retries-exhausted, key-mismatch
+  -key K              the record's key: text, or 0x followed by hex for bytes
+  -source S           the source topic the record was read from (STREAM/TOPIC)
+  -partition N        the source partition
+  -from OFFSET        the first source offset (inclusive)
+  -to OFFSET          the last source offset (inclusive)
+
+Replay sends each dead letter's original payload and strand headers to its
+source topic, with a message id derived from the dead letter's, and first
+checks the end of the destination partition for that id (as strand's
+dead-letter publication does): a replay interrupted and run again, or run
+twice, sends every dead letter once. Records without valid strand headers
+(reason bad-headers) cannot be replayed and are counted as skipped. A
+replayed event comes after every event already in its partition.
+
+Exit status: 0 on success, 1 on failure, 2 on a usage error.
+`
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// run runs the command line args and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	err := dispatch(ctx, args, stdout, stderr, getenv)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "strand: %v\nRun 'strand help' for usage.\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "strand: %v\n", err)
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return usagef("no command")
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usageText)
+		return nil
+	case "dlq":
+		if len(args) < 2 {
+			return usagef("dlq: want a subcommand: list or replay")
+		}
+		switch args[1] {
+		case "list":
+			return dlqList(ctx, args[2:], stdout, stderr, getenv)
+		case "replay":
+			return dlqReplay(ctx, args[2:], stdout, stderr, getenv, replayHooks{})
+		}
+		return usagef("dlq: unknown subcommand %q: want list or replay", args[1])
+	case "lag":
+		return lag(ctx, args[1:], stdout, stderr, getenv)
+	case "inspect":
+		return inspect(args[1:], stdout, stderr)
+	}
+	return usagef("unknown command %q: want dlq, lag, inspect or help", args[0])
+}
+
+// newFlags returns a flag set for a command that reports its errors to
+// stderr.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of strand %s (see 'strand help'):\n", name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args into fs, refusing positional arguments unless
+// positional is set; a flag error is a usage error.
+func parse(fs *flag.FlagSet, args []string, positional bool) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	if !positional && fs.NArg() > 0 {
+		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package iggy
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	iggcon "github.com/apache/iggy/foreign/go/contracts"
+
+	"github.com/strand-io/strand/stream"
+)
+
+// The PollMessages command as SDK v0.8.0 and servers 0.7/0.8 speak it
+// (legacy framing). strand sends it itself, on the SDK's socket, so that a
+// reply is decoded straight into records: the SDK's decoder grows a slice
+// of messages one append at a time and allocates a header struct per
+// message, about half of the connector's polling CPU on a busy log.
+//
+// Request frame: length u32 (4 + payload) · code u32 (100) · payload:
+// Consumer · stream Identifier · topic Identifier · optional partition
+// (flag u8 · u32) · strategy (kind u8 · value u64) · count u32 ·
+// auto_commit u8.
+//
+// Reply frame: status u32 (0 = OK, else an Iggy error code) · length u32 ·
+// payload: partition_id u32 · current_offset u64 · count u32 · count
+// messages, each a 64-byte header (checksum u64 · id u128 · offset u64 ·
+// timestamp u64 · origin_timestamp u64 · user_headers_length u32 ·
+// payload_length u32 · reserved u64), then the payload, then the user
+// headers.
+const (
+	pollMessagesCode = 100
+	fetchPrefixSize  = 16
+	msgHeaderSize    = 64
+	replyHeaderSize  = 8
+
+	// pollTailSize is what follows the identifiers in a request payload:
+	// optional partition (5), strategy (9), count (4), auto_commit (1).
+	pollTailSize = 5 + 9 + 4 + 1
+)
+
+// pollRequest is an encoded PollMessages request frame whose offset and
+// count are patched in place before each send. It is owned by one Reader
+// and reused: it never leaves the connector.
+type pollRequest struct {
+	frame    []byte
+	offsetAt int // position of the strategy's u64 value
+	countAt  int // position of count u32
+}
+
+// newPollRequest encodes the parts of a PollMessages request that do not
+// change between polls of one partition: the Offset strategy, auto-commit
+// off, an explicit partition.
+func newPollRequest(consumer iggcon.Consumer, t topicRef, partition uint32) (*pollRequest, error) {
+	cb, err := consumer.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("iggy: encode consumer: %w", err)
+	}
+	sb, err := t.sid.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("iggy: encode stream %q: %w", t.stream, err)
+	}
+	tb, err := t.tid.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("iggy: encode topic %q: %w", t.topic, err)
+	}
+	n := len(cb) + len(sb) + len(tb) + pollTailSize
+	f := make([]byte, 0, 8+n)
+	f = binary.LittleEndian.AppendUint32(f, uint32(4+n))
+	f = binary.LittleEndian.AppendUint32(f, pollMessagesCode)
+	f = append(f, cb...)
+	f = append(f, sb...)
+	f = append(f, tb...)
+	f = append(f, 1) // partition present
+	f = binary.LittleEndian.AppendUint32(f, partition)
+	f = append(f, byte(iggcon.POLLING_OFFSET))
+	offsetAt := len(f)
+	f = binary.LittleEndian.AppendUint64(f, 0)
+	countAt := len(f)
+	f = binary.LittleEndian.AppendUint32(f, 0)
+	f = append(f, 0) // auto-commit off
+	return &pollRequest{frame: f, offsetAt: offsetAt, countAt: countAt}, nil
+}
+
+// at returns the frame asking for count messages from offset.
+func (q *pollRequest) at(offset uint64, count uint32) []byte {
+	binary.LittleEndian.PutUint64(q.frame[q.offsetAt:], offset)
+	binary.LittleEndian.PutUint32(q.frame[q.countAt:], count)
+	return q.frame
+}
+
+// fetchInfo is the fixed prefix of a PollMessages reply.
+type fetchInfo struct {
+	partition     uint32
+	currentOffset uint64
+	count         uint32 // messages the broker says it sent
+}
+
+// fetchDecoder turns PollMessages reply payloads of one partition into
+// records.
+type fetchDecoder struct {
+	t         topicRef // for HeaderErr messages
+	partition uint32
+}
+
+// decode decodes reply, the payload of a PollMessages reply, into records,
+// delivering only the contiguous run of offsets that starts at want (a
+// hole inside the batch is reported by the next poll). The records'
+// payloads and keys alias reply, which the caller must never reuse: reply
+// is the one arena of this poll, and the records and their bytes belong to
+// whoever receives them.
+//
+// An empty reply, or one that holds no message, gives no records and no
+// error. A reply that contradicts itself (a message running past its end,
+// trailing bytes, a count that is not the number of messages) gives an
+// error wrapping ErrProtocol; a first offset after want gives ErrOffsetGap.
+// decode never panics, whatever reply holds. Strand headers are parsed
+// without allocating unless they are malformed (then HeaderErr is set, as
+// by the SDK path).
+func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetchInfo, error) {
+	var info fetchInfo
+	if len(reply) == 0 {
+		return nil, info, nil
+	}
+	if len(reply) < fetchPrefixSize {
+		return nil, info, fmt.Errorf("%w: a poll reply of %d bytes is shorter than its %d-byte prefix", ErrProtocol, len(reply), fetchPrefixSize)
+	}
+	info.partition = binary.LittleEndian.Uint32(reply[0:])
+	info.currentOffset = binary.LittleEndian.Uint64(reply[4:])
+	info.count = binary.LittleEndian.Uint32(reply[12:])
+	// Each message takes at least its header, so the count cannot exceed
+	// this; a lying count must not make us allocate.
+	most := (len(reply) - fetchPrefixSize) / msgHeaderSize
+	if uint64(info.count) > uint64(most) {
+		return nil, info, fmt.Errorf("%w: a poll reply of %d bytes claims %d messages", ErrProtocol, len(reply), info.count)
+	}
+	if info.count == 0 {
+		if len(reply) != fetchPrefixSize {
+			return nil, info, fmt.Errorf("%w: a poll reply of 0 messages has %d bytes after its prefix", ErrProtocol, len(reply)-fetchPrefixSize)
+		}
+		return nil, info, nil
+	}
+
+	var recs []stream.Record
+	decoded := 0
+	next := want     // offset the next delivered record must have
+	open := true     // still delivering: no hole met yet
+	var gapAt uint64 // first offset after the skipped earlier ones, when it is not want
+	for pos := fetchPrefixSize; pos < len(reply); {
+		if len(reply)-pos < msgHeaderSize {
+			return nil, info, fmt.Errorf("%w: poll reply message %d: header truncated at byte %d of %d", ErrProtocol, decoded, pos, len(reply))
+		}
+		h := reply[pos : pos+msgHeaderSize]
+		off := binary.LittleEndian.Uint64(h[24:])
+		ts := binary.LittleEndian.Uint64(h[32:])
+		uhl := uint64(binary.LittleEndian.Uint32(h[48:]))
+		pl := uint64(binary.LittleEndian.Uint32(h[52:]))
+		pos += msgHeaderSize
+		if pl+uhl > uint64(len(reply)-pos) {
+			return nil, info, fmt.Errorf("%w: poll reply message %d (offset %d): %d payload and %d header bytes run past the reply's end (%d bytes left)",
+				ErrProtocol, decoded, off, pl, uhl, len(reply)-pos)
+		}
+		pe := pos + int(pl)
+		he := pe + int(uhl)
+		payload := reply[pos:pe:pe]
+		uh := reply[pe:he:he]
+		pos = he
+		decoded++
+		if !open {
+			continue
+		}
+		if recs == nil { // no record delivered yet
+			if off < want { // never expected with the Offset strategy
+				continue
+			}
+			if off != want {
+				open = false
+				gapAt = off
+				continue
+			}
+			recs = make([]stream.Record, 0, int(info.count)-decoded+1)
+		} else if off != next {
+			open = false
+			continue
+		}
+		recs = append(recs, stream.Record{Partition: d.partition, Offset: off, Timestamp: ts, Payload: payload})
+		rec := &recs[len(recs)-1]
+		hd, err := parseStrandHeaders(uh)
+		if err != nil {
+			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
+		} else {
+			rec.Headers = hd
+		}
+		next++
+	}
+	if decoded != int(info.count) {
+		return nil, info, fmt.Errorf("%w: a poll reply claims %d messages and holds %d", ErrProtocol, info.count, decoded)
+	}
+	switch {
+	case len(recs) > 0:
+		return recs, info, nil
+	case !open:
+		return nil, info, fmt.Errorf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
+			ErrOffsetGap, want, gapAt, want, gapAt-1, gapAt)
+	default:
+		return nil, info, fmt.Errorf("%w: the broker returned only earlier offsets than %d", ErrProtocol, want)
+	}
+}

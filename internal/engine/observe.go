@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+)
+
+// Observer receives a processor's measurements (package internal/telemetry
+// turns them into OpenTelemetry metrics and spans). Its methods are called
+// on the pipelines' goroutines, concurrently for different partitions, and
+// must be quick; they must not keep the records past the call.
+type Observer interface {
+	// Polled is called on a partition's reader goroutine after every Poll:
+	// how many records it returned, when it started and its error.
+	Polled(partition uint32, records int, start time.Time, err error)
+	// Committed is called on a partition's pipeline goroutine after every
+	// commit of a polled batch or of a retry.
+	Committed(partition uint32, c Commit)
+}
+
+// Commit describes one commit of a partition pipeline for an Observer.
+type Commit struct {
+	// Retry is true for a commit of Task.Retry (parked keys retried, no new
+	// records), false for a polled batch.
+	Retry bool
+	// Start is when the batch was handed to the Task (or the retry began);
+	// End is when its commit was done (for a batch that wrote nothing, and
+	// for a retry, when the pipeline saw it done).
+	Start, End time.Time
+	// Records is the polled batch (nil for a retry).
+	Records []stream.Record
+	// Result is the Task's result.
+	Result Result
+	// Store describes the Pebble commit; zero for retries and for batches
+	// that wrote nothing.
+	Store state.CommitStats
+}
+
+type observeOptions struct {
+	observer Observer
+	endEvery time.Duration // 0: default; <0: never ask the source
+}
+
+// DefaultEndOffsetInterval is how often a processor asks a source that is a
+// stream.EndOffsetter for its end offsets, unless WithEndOffsetInterval says
+// otherwise.
+const DefaultEndOffsetInterval = time.Second
+
+// WithObserver makes the processor report its polls and commits to o.
+func WithObserver(o Observer) ProcessorOption {
+	return func(opts *processorOptions) { opts.observe.observer = o }
+}
+
+// WithEndOffsetInterval sets how often Run asks a source that implements
+// stream.EndOffsetter for its end offsets (for PartitionStats.End and the
+// lag); d < 0 never asks (the end is then only what the reader polled).
+func WithEndOffsetInterval(d time.Duration) ProcessorOption {
+	return func(opts *processorOptions) { opts.observe.endEvery = d }
+}
+
+func (pl *pipeline) observePoll(n int, start time.Time, err error) {
+	if o := pl.p.opts.observe.observer; o != nil {
+		o.Polled(pl.part, n, start, err)
+	}
+}
+
+func (pl *pipeline) observeBatch(pend *Pending, res Result) {
+	recs := pl.pendRecs
+	pl.pendRecs = nil // the batch is done: keep no reference to it
+	o := pl.p.opts.observe.observer
+	if o == nil {
+		return
+	}
+	c := Commit{Start: pl.pendStart, Records: recs, Result: res}
+	if pend.txn != nil { // done: Wait returned
+		c.Store = pend.txn.CommitStats()
+	}
+	c.End = c.Store.End
+	if c.End.IsZero() {
+		c.End = time.Now()
+	}
+	o.Committed(pl.part, c)
+}
+
+func (pl *pipeline) observeRetry(start time.Time, res Result) {
+	if o := pl.p.opts.observe.observer; o != nil {
+		o.Committed(pl.part, Commit{Retry: true, Start: start, End: time.Now(), Result: res})
+	}
+}
+
+// watchEnds starts asking the source for its end offsets periodically, if
+// it is a stream.EndOffsetter, and returns a function that stops it and
+// waits for it.
+func (p *Processor) watchEnds(ctx context.Context) (stop func()) {
+	eo, ok := p.src.(stream.EndOffsetter)
+	every := p.opts.observe.endEvery
+	if every == 0 {
+		every = DefaultEndOffsetInterval
+	}
+	if !ok || every < 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			if _, err := p.refreshEnds(ctx, eo); err != nil && ctx.Err() == nil {
+				p.log.Debug("strand: end offsets", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// refreshEnds asks eo for the end offsets and records them in the stats of
+// the partitions the processor runs or has run.
+func (p *Processor) refreshEnds(ctx context.Context, eo stream.EndOffsetter) ([]uint64, error) {
+	ends, err := eo.EndOffsets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	p.mu.Lock()
+	for pt, ps := range p.stats {
+		if int(pt) < len(ends) {
+			ps.End, ps.EndAt = max(ps.End, ends[pt]), now
+		}
+	}
+	p.mu.Unlock()
+	return ends, nil
+}
+
+// EndOffsets asks the source for the end offsets of its partitions now (it
+// must be a stream.EndOffsetter) and records them in the stats. The
+// result is indexed by partition.
+func (p *Processor) EndOffsets(ctx context.Context) ([]uint64, error) {
+	eo, ok := p.src.(stream.EndOffsetter)
+	if !ok {
+		return nil, fmt.Errorf("stream: source %q cannot report its end offsets (not a stream.EndOffsetter)", p.name)
+	}
+	ends, err := p.refreshEnds(ctx, eo)
+	if err != nil {
+		return nil, fmt.Errorf("stream: source %q: end offsets: %w", p.name, err)
+	}
+	return ends, nil
+}
+
+// runCounters count an event runner's work since the program was built
+// (all partitions, failed runs included).
+type runCounters struct {
+	events, reducedTo, calls atomic.Uint64
+}
+
+func (c *runCounters) reduced(in, out int) {
+	c.events.Add(uint64(in))
+	c.reducedTo.Add(uint64(out))
+}
+
+// RunCounts are the running totals of one event type's runs.
+type RunCounts struct {
+	// Tag and Name identify the event type.
+	Tag  planner.Tag
+	Name string
+	// Events counts the decoded events handed to reduction, Reduced the
+	// events reduction made of them (Events - Reduced were reduced away),
+	// Calls the handler calls (one per projection per run, one per chunk
+	// for a Handle handler). Runs that failed and were retried count each
+	// time.
+	Events, Reduced, Calls uint64
+}
+
+func (r *eventRunner[K, E]) runCounts() *runCounters { return &r.counts }
+
+// RunCounts returns the run totals of every event type of a source of the
+// program, or nil for an unknown source.
+func (p *Program) RunCounts(source string) []RunCounts {
+	ps, ok := p.sources[source]
+	if !ok {
+		return nil
+	}
+	out := make([]RunCounts, 0, len(ps.routes))
+	for tag, rt := range ps.routes {
+		c, ok := rt.runner.(interface{ runCounts() *runCounters })
+		if !ok {
+			continue
+		}
+		rc := c.runCounts()
+		out = append(out, RunCounts{Tag: tag, Name: rt.name, Events: rc.events.Load(), Reduced: rc.reducedTo.Load(), Calls: rc.calls.Load()})
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/telemetry"
+)
+
+// telemetryOptions are the OpenTelemetry options of Open.
+type telemetryOptions struct {
+	mp       metric.MeterProvider
+	tp       trace.TracerProvider
+	prop     propagation.TextMapPropagator
+	endEvery time.Duration
+}
+
+// WithMeterProvider sets where the App's metrics go (docs/design.md §9);
+// the default is the global provider (otel.GetMeterProvider), a no-op
+// until the application installs an SDK.
+func WithMeterProvider(mp metric.MeterProvider) OpenOption {
+	return func(o *openOptions) error {
+		if mp == nil {
+			return errors.New("topology.WithMeterProvider: nil meter provider")
+		}
+		o.tel.mp = mp
+		return nil
+	}
+}
+
+// WithTracerProvider sets where the App's spans go: one "process <source>"
+// consumer span per commit of a partition, linked to the spans its events
+// were published in. The default is the global provider
+// (otel.GetTracerProvider), a no-op until the application installs an SDK.
+func WithTracerProvider(tp trace.TracerProvider) OpenOption {
+	return func(o *openOptions) error {
+		if tp == nil {
+			return errors.New("topology.WithTracerProvider: nil tracer provider")
+		}
+		o.tel.tp = tp
+		return nil
+	}
+}
+
+// WithPropagator sets the propagator that reads the publishers' span
+// context from a record's traceparent header, for the links of the process
+// spans. The default is the global one (otel.GetTextMapPropagator), which
+// reads nothing until the application sets one, for example
+// propagation.TraceContext{}.
+func WithPropagator(p propagation.TextMapPropagator) OpenOption {
+	return func(o *openOptions) error {
+		if p == nil {
+			return errors.New("topology.WithPropagator: nil propagator")
+		}
+		o.tel.prop = p
+		return nil
+	}
+}
+
+// WithEndOffsetInterval sets how often a running App asks each source for
+// its partitions' end offsets, for the lag (stream.PartitionStats.Lag and
+// the strand.lag metric); default 1 second. Only sources that implement
+// stream.EndOffsetter are asked (connectors/iggy's do, in one round trip);
+// for the others the end is what the readers polled up to.
+func WithEndOffsetInterval(d time.Duration) OpenOption {
+	return func(o *openOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("topology.WithEndOffsetInterval: %v, want more than 0", d)
+		}
+		o.tel.endEvery = d
+		return nil
+	}
+}
+
+// startTelemetry makes the App's instruments and returns the processor
+// options of a source.
+func (a *App) startTelemetry(o *openOptions) error {
+	if o.tel.mp == nil {
+		o.tel.mp = otel.GetMeterProvider()
+	}
+	if o.tel.tp == nil {
+		o.tel.tp = otel.GetTracerProvider()
+	}
+	if o.tel.prop == nil {
+		o.tel.prop = otel.GetTextMapPropagator()
+	}
+	tel, err := telemetry.New(telemetry.Config{MeterProvider: o.tel.mp, TracerProvider: o.tel.tp,
+		Propagator: o.tel.prop, Consumer: a.prog.Name()})
+	if err != nil {
+		return err
+	}
+	a.tel = tel
+	a.endEvery = o.tel.endEvery
+	return nil
+}
+
+func (a *App) telemetryOptions(source string) []engine.ProcessorOption {
+	opts := []engine.ProcessorOption{engine.WithObserver(a.tel.Source(source))}
+	if a.endEvery > 0 {
+		opts = append(opts, engine.WithEndOffsetInterval(a.endEvery))
+	}
+	return opts
+}
+
+// observeTelemetry registers the observable instruments (lag, parked keys,
+// reduced events, handler calls) once the processors exist.
+func (a *App) observeTelemetry() error {
+	return a.tel.Observe(telemetry.Gauges{Stats: a.Stats, RunCounts: a.prog.p.RunCounts})
+}
+
+// WaitCaughtUp returns nil once the App has caught up with its sources as
+// they are when it is called: every partition's committed checkpoint has
+// reached the partition's end offset as of the call, and no committed dead
+// letter is waiting to be published. It needs Run to be running (or to be
+// started) to make progress, and sources that report their end offsets
+// (stream.EndOffsetter; connectors/iggy's do). It returns ctx's error if
+// ctx ends first. Keys parked for a retry do not hold it back: their
+// records are behind the checkpoint, in the store.
+func (a *App) WaitCaughtUp(ctx context.Context) error {
+	type target struct {
+		proc *engine.Processor
+		ends []uint64
+	}
+	targets := make([]target, 0, len(a.procs))
+	for _, p := range a.procs {
+		ends, err := p.EndOffsets(ctx)
+		if err != nil {
+			return fmt.Errorf("topology %q: wait caught up: %w", a.prog.Name(), err)
+		}
+		targets = append(targets, target{p, ends})
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		caught := true
+		for _, t := range targets {
+			next := map[uint32]uint64{}
+			for _, ps := range t.proc.Stats().Partitions {
+				next[ps.Partition] = ps.Next
+			}
+			for pt, end := range t.ends {
+				if !a.runs(uint32(pt)) || end == 0 {
+					continue
+				}
+				if n, ok := next[uint32(pt)]; !ok || n < end {
+					caught = false
+				}
+			}
+		}
+		if caught {
+			pending, err := a.PendingDeadLetters(ctx)
+			if err != nil {
+				return fmt.Errorf("topology %q: wait caught up: %w", a.prog.Name(), err)
+			}
+			if len(pending) == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topology %q: wait caught up: %w", a.prog.Name(), ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// runs reports whether the App processes partition pt of its sources.
+func (a *App) runs(pt uint32) bool {
+	if len(a.partitions) == 0 {
+		return true
+	}
+	for _, p := range a.partitions {
+		if p == pt {
+			return true
+		}
+	}
+	return false
+}
