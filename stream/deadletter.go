@@ -37,11 +37,26 @@ const (
 	// or DeclareFunc's function) is not the key in the record's strand-key
 	// header, which the record was partitioned and planned by.
 	ReasonKeyMismatch Reason = 7
+	// ReasonBadSequence: the record is of a sequenced type (Sequence) on a
+	// re-sequenced source, but its strand-seq header is missing or 0.
+	ReasonBadSequence Reason = 8
+	// ReasonDuplicate: the record's sequence number was already applied
+	// (or given up) for its key, or is already held, and the source's
+	// duplicate policy is DeadLetterDuplicates.
+	ReasonDuplicate Reason = 9
+	// ReasonGapTimeout: the record was held behind a gap in its key's
+	// sequence that timed out under GapDeadLetter.
+	ReasonGapTimeout Reason = 10
+	// ReasonHoldOverflow: the record was held when its key, or the
+	// partition, exceeded its bound of held records, under GapDeadLetter or
+	// GapWait.
+	ReasonHoldOverflow Reason = 11
 )
 
 // String returns the reason as written in dead-letter headers:
 // "bad-headers", "unknown-type", "undecodable", "bad-key",
-// "permanent-failure", "retries-exhausted", "key-mismatch".
+// "permanent-failure", "retries-exhausted", "key-mismatch", "bad-sequence",
+// "duplicate", "gap-timeout", "hold-overflow".
 func (r Reason) String() string {
 	switch r {
 	case ReasonBadHeaders:
@@ -58,6 +73,14 @@ func (r Reason) String() string {
 		return "retries-exhausted"
 	case ReasonKeyMismatch:
 		return "key-mismatch"
+	case ReasonBadSequence:
+		return "bad-sequence"
+	case ReasonDuplicate:
+		return "duplicate"
+	case ReasonGapTimeout:
+		return "gap-timeout"
+	case ReasonHoldOverflow:
+		return "hold-overflow"
 	}
 	return "reason-" + strconv.Itoa(int(r))
 }
@@ -80,7 +103,7 @@ const HeaderDLQEmptyPayload = "strand-dlq-empty-payload"
 
 // ParseReason returns the Reason whose String is s.
 func ParseReason(s string) (Reason, error) {
-	for r := ReasonBadHeaders; r <= ReasonKeyMismatch; r++ {
+	for r := ReasonBadHeaders; r <= ReasonHoldOverflow; r++ {
 		if r.String() == s {
 			return r, nil
 		}

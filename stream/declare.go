@@ -38,6 +38,7 @@ type Event[K, E any] struct {
 	fence   planner.Ordering // the static fence; unused when fenceBy is set
 	fenceBy func(E) planner.Ordering
 	alg     algebra.Algebra[E]
+	seq     func(E) uint64 // Sequence; nil when the type is unsequenced
 	err     error
 }
 
@@ -93,6 +94,17 @@ func declare[K, E any](tag planner.Tag, key func(E) K, opts []Option) *Event[K, 
 	if o.fenceSet && o.fenceBy != nil {
 		fail("both Fence and FenceBy given; choose one")
 	}
+	if o.seq != nil {
+		fn, ok := o.seq.(func(E) uint64)
+		switch {
+		case !ok:
+			fail("Sequence takes %T, want func(%s) uint64", o.seq, d.name)
+		case fn == nil:
+			fail("Sequence function is nil")
+		default:
+			d.seq = fn
+		}
+	}
 	if o.reduce != nil {
 		a, ok := o.reduce.(algebra.Algebra[E])
 		if !ok {
@@ -140,6 +152,7 @@ type declOptions struct {
 	reduce   any // algebra.Algebra[E]
 	payload  any // Codec[E]
 	keys     any // Codec[K]
+	seq      any // func(E) uint64
 	errs     []error
 }
 
@@ -229,6 +242,40 @@ func KeyCodec[K any](c Codec[K]) Option {
 	})
 }
 
+// Sequence gives each event of the type its sequence number within its
+// key: 1-based, and one sequence per key across every sequenced type of a
+// source (an account's openings, deposits and closings share one count).
+// The publisher calls fn for every event and writes the number into the
+// strand-seq header (Envelope refuses 0); a consumer whose source has
+// Resequence on (topology.SourceNode.Resequence) applies the events of the
+// type in that order, from the header alone, whatever order the log has
+// them in (docs/design.md §10). Without Resequence the header is carried
+// and ignored.
+func Sequence[E any](fn func(E) uint64) Option {
+	return optionFunc(func(d *declOptions) {
+		if d.seq != nil {
+			d.fail("Sequence given twice")
+		}
+		if fn == nil {
+			d.seq = (func(E) uint64)(nil)
+			return
+		}
+		d.seq = fn
+	})
+}
+
+// Sequenced reports whether the type was declared with Sequence.
+func (d *Event[K, E]) Sequenced() bool { return d.seq != nil }
+
+// Seq returns the sequence number of e (Sequence), and false when the type
+// is unsequenced.
+func (d *Event[K, E]) Seq(e E) (uint64, bool) {
+	if d.seq == nil {
+		return 0, false
+	}
+	return d.seq(e), true
+}
+
 // Tag returns the type tag.
 func (d *Event[K, E]) Tag() planner.Tag { return d.tag }
 
@@ -298,6 +345,12 @@ func (d *Event[K, E]) Envelope(e E) (Envelope, error) {
 	h := Headers{Key: key, Tag: d.tag, Ordering: d.Ordering(e), Algebra: d.alg.Kind()}
 	if err := h.Validate(); err != nil {
 		return Envelope{}, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
+	}
+	if d.seq != nil {
+		h.Seq, h.HasSeq = d.seq(e), true
+		if h.Seq == 0 {
+			return Envelope{}, fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", d.tag, d.name, ErrBadSequence)
+		}
 	}
 	payload, err := d.payload.Append(nil, e)
 	if err != nil {

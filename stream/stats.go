@@ -24,6 +24,11 @@ type Counters struct {
 	Failures uint64
 	// Batches counts Process commits and Retries counts Retry commits.
 	Batches, Retries uint64
+	// Resequenced counts the records the re-sequencer held and later
+	// released (or dead-lettered behind a gap); Duplicates the records it
+	// found already applied or held (never applied); Gaps the gaps it gave
+	// up (GapNotice).
+	Resequenced, Duplicates, Gaps uint64
 }
 
 // PartitionStats describes one partition's pipeline.
@@ -38,6 +43,13 @@ type PartitionStats struct {
 	// when no key waits for one (keys held behind a poison event wait for
 	// a Release instead).
 	NextRetry time.Time
+	// HeldKeys and HeldRecords say how many keys the re-sequencer holds
+	// records of, waiting for a missing sequence number, and how many.
+	HeldKeys, HeldRecords int
+	// OldestHold is when the oldest held record was held (zero when none
+	// is); NextGapTimeout is when the earliest gap times out (zero when
+	// none will: no holds, or GapWait).
+	OldestHold, NextGapTimeout time.Time
 	// LastCommit is when the pipeline last committed (zero if never).
 	LastCommit time.Time
 	Counters

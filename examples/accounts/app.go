@@ -72,6 +72,12 @@ type report struct {
 	DeadLetters       int
 	Check             bank.Check
 	DLQErr            error
+	// with -resequence: events the producer published late and twice;
+	// what the re-sequencer counted; what the reference fold counted.
+	Displaced, Duplicated  int64
+	Reseq                  stream.Counters
+	HeldNow                int
+	RefDuplicates, RefHeld int
 }
 
 func newApp(cfg config, stdout, stderr io.Writer) *app {
@@ -80,7 +86,11 @@ func newApp(cfg config, stdout, stderr io.Writer) *app {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return &app{cfg: cfg, out: stdout, log: log, ev: bank.Declarations(cfg.codec)}
+	ev := bank.Declarations(cfg.codec)
+	if cfg.resequence {
+		ev = bank.SequencedDeclarations(cfg.codec)
+	}
+	return &app{cfg: cfg, out: stdout, log: log, ev: ev}
 }
 
 func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.out, format+"\n", args...) }
@@ -389,7 +399,8 @@ func (a *app) newProducer(ctx context.Context) (*producer, error) {
 		_ = pub.Close(ctx)
 		return nil, err
 	}
-	p := &producer{pub: pub, raw: raw, ev: a.ev, w: a.cfg.workload(), poison: a.cfg.poison, rate: a.cfg.rate}
+	p := &producer{pub: pub, raw: raw, ev: a.ev, w: a.cfg.workload(), poison: a.cfg.poison, rate: a.cfg.rate,
+		disorder: a.cfg.disorder, duplicates: a.cfg.duplicates, seed: a.cfg.seed}
 	if a.cfg.trace {
 		tel, err := a.telemetry()
 		if err != nil {
@@ -574,6 +585,7 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 		return rep, fmt.Errorf("processor stopped: %w", err)
 	}
 	rep.Published, rep.Poison, rep.PublishTime = prod.published.Load(), prod.poisoned.Load(), time.Since(start)
+	rep.Displaced, rep.Duplicated = prod.displaced.Load(), prod.duplicated.Load()
 	if ctx.Err() != nil {
 		// Interrupted: the processor stops gracefully (deferred stop).
 		_, done, _ := a.committed()
@@ -599,6 +611,13 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	rep.MaxLag = pr.maxLag.Load()
 	if a.caughtUp != nil {
 		a.caughtUp(a)
+	}
+	if a.cfg.resequence {
+		st := a.app.Stats()[0]
+		rep.Reseq = st.Total
+		for _, ps := range st.Partitions {
+			rep.HeldNow += ps.HeldRecords
+		}
 	}
 	if err := a.check(ctx, ends, &rep); err != nil {
 		return rep, err
@@ -635,6 +654,7 @@ func (a *app) check(ctx context.Context, ends []uint64, rep *report) error {
 	if rep.Check, err = ref.Compare(ctx, a.balances); err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
+	rep.RefDuplicates, rep.RefHeld = ref.Duplicates(), ref.Held()
 	got, err := a.deadLetterOrigins(ctx)
 	if err != nil {
 		return fmt.Errorf("check: read the dead-letter topic back: %w", err)
@@ -693,6 +713,11 @@ func (a *app) summary(rep report) {
 	a.printf("processed %s records in %v, %s: %s records/s (exactly-once, %s commits, %s codec, %d partitions); %s",
 		commas(int64(rep.Records)), rep.ProcessTime.Round(time.Millisecond), how, commas(int64(perSecond(int64(rep.Records), rep.ProcessTime))),
 		map[bool]string{true: "unsynced", false: "synced"}[a.cfg.nosync], a.cfg.codec, a.cfg.partitions, lag)
+	if a.cfg.resequence {
+		a.printf("re-sequencer: %s events published up to %d late and %s duplicate copies; %s held and released in sequence order, %s duplicates never applied (reference: %s), %d still held (reference: %d)",
+			commas(rep.Displaced), maxDisplace, commas(rep.Duplicated), commas(int64(rep.Reseq.Resequenced)), commas(int64(rep.Reseq.Duplicates)),
+			commas(int64(rep.RefDuplicates)), rep.HeldNow, rep.RefHeld)
+	}
 	a.printCheck(rep)
 }
 

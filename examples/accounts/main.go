@@ -71,6 +71,9 @@ type config struct {
 	seed     uint64
 	poison   int
 
+	disorder, duplicates float64
+	resequence           bool
+
 	partitions    uint32
 	dlqPartitions uint32
 	codec         bank.Codec
@@ -123,6 +126,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.rate, "rate", 0, "events per second to publish (0: as fast as the broker takes them)")
 	fs.Uint64Var(&c.seed, "seed", w.Seed, "workload seed: equal seeds publish equal events")
 	fs.IntVar(&c.poison, "poison", 8, "poison records (bad headers, undecodable, unknown type) to publish among the events; each must reach the dead-letter topic exactly once")
+	fs.Float64Var(&c.disorder, "disorder", 0, "share (0..1) of each account's events to publish out of order, up to 64 events late, with sequence numbers; turns -resequence on")
+	fs.Float64Var(&c.duplicates, "duplicates", 0.01, "with -disorder: share (0..1) of the events to publish a second time, later")
+	fs.BoolVar(&c.resequence, "resequence", false, "sequenced events and the re-sequencer (implied by -disorder > 0; give it to every -role of one run)")
 	parts := fs.Uint("partitions", 8, "partitions of the events topic")
 	dlqParts := fs.Uint("dlq-partitions", 1, "partitions of the dead-letter topic")
 	codec := fs.String("codec", string(bank.JSON), "payload codec: json or binary")
@@ -164,6 +170,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c.partitions, c.dlqPartitions = uint32(*parts), uint32(*dlqParts)
 	if c.events < 0 || c.poison < 0 || c.rate < 0 {
 		return c, fmt.Errorf("-events %d, -poison %d, -rate %g: want >= 0", c.events, c.poison, c.rate)
+	}
+	if c.disorder < 0 || c.disorder > 1 || c.duplicates < 0 || c.duplicates > 1 {
+		return c, fmt.Errorf("-disorder %g, -duplicates %g: want shares in 0..1", c.disorder, c.duplicates)
+	}
+	if c.disorder > 0 {
+		c.resequence = true
+	}
+	if !c.resequence {
+		c.duplicates = 0
 	}
 	if err := c.workload().Validate(); err != nil {
 		return c, err

@@ -344,3 +344,35 @@ func TestBacklog(t *testing.T) {
 		t.Fatalf("checked %d events, %d dead letters; output:\n%s", rep.Check.Events, rep.DeadLetters, out)
 	}
 }
+
+// TestDisorderedEndToEnd publishes a share of each account's events out of
+// order, with sequence numbers and duplicate copies, and checks every
+// balance against the sequential fold with the re-sequencer on, in both
+// codecs.
+func TestDisorderedEndToEnd(t *testing.T) {
+	for _, codec := range []string{"json", "binary"} {
+		t.Run(codec, func(t *testing.T) {
+			args := []string{
+				"-events", "30000", "-partitions", "4", "-poison", "6", "-codec", codec,
+				"-disorder", "0.2", "-duplicates", "0.02",
+				"-data", t.TempDir(), "-http", "", "-progress", "0",
+			}
+			args = append(args, realServer(t)...)
+			rep, out, err := testRun(t, context.Background(), args, nil)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if !rep.Check.OK() || rep.DLQErr != nil {
+				t.Fatalf("check failed:\n%s", out)
+			}
+			if rep.Displaced == 0 || rep.Duplicated == 0 || rep.Reseq.Resequenced == 0 ||
+				rep.Reseq.Duplicates != uint64(rep.RefDuplicates) || rep.Reseq.Duplicates != uint64(rep.Duplicated) ||
+				rep.HeldNow != 0 || rep.RefHeld != 0 {
+				t.Fatalf("report %+v\n%s", rep, out)
+			}
+			if !strings.Contains(out, "re-sequencer:") {
+				t.Fatalf("no re-sequencer line in\n%s", out)
+			}
+		})
+	}
+}

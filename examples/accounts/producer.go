@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,9 +29,18 @@ type producer struct {
 	// poisonSpacing is the spacing in events of poison records in an
 	// unbounded workload (default poisonEvery).
 	poisonSpacing int
+	// disorder is the share of each account's events published late, by
+	// up to maxDisplace events; duplicates the share published twice. Both
+	// need sequenced declarations (ev.Sequenced), which number each
+	// account's events in generation order.
+	disorder, duplicates float64
+	seed                 uint64
 
 	published atomic.Int64 // events the broker accepted
 	poisoned  atomic.Int64 // poison records the broker accepted
+	// displaced and duplicated count the late events and the copies
+	// queued for publishing.
+	displaced, duplicated atomic.Int64
 
 	// tracer, when set (-trace), makes a publish span per spanEvery
 	// events; the events published in it carry its traceparent.
@@ -71,6 +82,22 @@ func (p *producer) run(ctx context.Context) error {
 			span.End()
 		}
 	}()
+	var (
+		seqs  map[bank.AccountID]uint64
+		late  []lateEvent
+		shuff *rand.Rand
+	)
+	if p.ev.Sequenced {
+		seqs = map[bank.AccountID]uint64{}
+		shuff = rand.New(rand.NewPCG(p.seed, 99))
+	}
+	publish := func(n int, e bank.Event) error {
+		env, err := p.ev.Envelope(e)
+		if err != nil {
+			return fmt.Errorf("producer: event %d: %w", n, err)
+		}
+		return p.pub.Enqueue(pubCtx, env, done)
+	}
 	for ctx.Err() == nil {
 		e, ok := g.Next()
 		if !ok {
@@ -83,6 +110,17 @@ func (p *producer) run(ctx context.Context) error {
 			}
 			pubCtx, span = p.tracer.Start(ctx, "publish "+p.pub.Name(), trace.WithSpanKind(trace.SpanKindProducer))
 		}
+		if seqs != nil {
+			seqs[e.Key()]++
+			e = bank.WithSeq(e, seqs[e.Key()])
+			if shuff.Float64() < p.duplicates {
+				late = append(late, lateEvent{at: n + 1 + shuff.IntN(4*maxDisplace), e: e, dup: true})
+			}
+			if shuff.Float64() < p.disorder {
+				late = append(late, lateEvent{at: n + 1 + shuff.IntN(maxDisplace), e: e})
+				e = nil
+			}
+		}
 		if p.rate > 0 && n%32 == 0 {
 			due := start.Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
 			if d := time.Until(due); d > 0 {
@@ -92,15 +130,20 @@ func (p *producer) run(ctx context.Context) error {
 				}
 			}
 		}
-		env, err := p.ev.Envelope(e)
-		if err != nil {
-			return fmt.Errorf("producer: event %d: %w", n, err)
+		if e != nil {
+			if err := publish(n, e); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				return err
+			}
 		}
-		if err := p.pub.Enqueue(pubCtx, env, done); err != nil {
+		var err error
+		if late, err = p.publishLate(late, n, publish); err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			return fmt.Errorf("producer: event %d: %w", n, err)
+			return err
 		}
 		if sentPoison < p.poison && n == p.poisonAfter(sentPoison) {
 			if err := p.raw.Send(ctx, []stream.Message{bank.Poison(sentPoison, p.w.Accounts)}); err != nil {
@@ -112,6 +155,9 @@ func (p *producer) run(ctx context.Context) error {
 			sentPoison++
 			p.poisoned.Add(1)
 		}
+	}
+	if _, err := p.publishLate(late, math.MaxInt, publish); err != nil && ctx.Err() == nil {
+		return err
 	}
 	// Whatever was queued is delivered even when ctx ended: a stopped
 	// producer leaves no event in doubt.
@@ -128,6 +174,39 @@ func (p *producer) run(ctx context.Context) error {
 	return nil
 }
 
+// maxDisplace is how many events a late event is published after its
+// place, at most.
+const maxDisplace = 64
+
+// lateEvent is an event published after its place: displaced, or a
+// duplicate copy.
+type lateEvent struct {
+	at  int // publish after the at-th generated event
+	e   bank.Event
+	dup bool
+}
+
+// publishLate publishes, in order, the late events due after the n-th
+// generated event and returns the others.
+func (p *producer) publishLate(late []lateEvent, n int, publish func(int, bank.Event) error) ([]lateEvent, error) {
+	keep := late[:0]
+	for _, l := range late {
+		if l.at > n {
+			keep = append(keep, l)
+			continue
+		}
+		if err := publish(n, l.e); err != nil {
+			return late, err
+		}
+		if l.dup {
+			p.duplicated.Add(1)
+		} else {
+			p.displaced.Add(1)
+		}
+	}
+	return keep, nil
+}
+
 // poisonAfter returns after which event (1-based) the i-th poison record is
 // published: spread evenly over a bounded workload, every poisonEvery
 // events otherwise.
@@ -142,5 +221,6 @@ func (p *producer) poisonAfter(i int) int {
 	return max(1, (i+1)*p.w.Events/(p.poison+1))
 }
 
-// sent returns how many records (events and poison) the broker accepted.
+// sent returns how many records (events, copies and poison) the broker
+// accepted.
 func (p *producer) sent() int64 { return p.published.Load() + p.poisoned.Load() }

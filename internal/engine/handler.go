@@ -114,6 +114,7 @@ type declaration interface {
 	keyType() reflect.Type
 	eventType() reflect.Type
 	newRunner(handlers []Handler) (runner, error)
+	sequenced() bool
 }
 
 // typedDecl is a declaration of known types. Two of the same Event are
@@ -122,6 +123,7 @@ type typedDecl[K, E any] struct{ *stream.Event[K, E] }
 
 func (d typedDecl[K, E]) algebraKind() algebra.Kind { return d.Algebra().Kind() }
 func (d typedDecl[K, E]) keyCodec() any             { return d.KeyCodec() }
+func (d typedDecl[K, E]) sequenced() bool           { return d.Sequenced() }
 func (d typedDecl[K, E]) keyType() reflect.Type     { return reflect.TypeFor[K]() }
 func (d typedDecl[K, E]) eventType() reflect.Type   { return reflect.TypeFor[E]() }
 

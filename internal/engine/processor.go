@@ -263,6 +263,9 @@ func addCounters(c *stream.Counters, o stream.Counters) {
 	c.Failures += o.Failures
 	c.Batches += o.Batches
 	c.Retries += o.Retries
+	c.Resequenced += o.Resequenced
+	c.Duplicates += o.Duplicates
+	c.Gaps += o.Gaps
 }
 
 // NewProcessor returns a processor of src for prog on db. It attaches the

@@ -455,6 +455,9 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		ps.Skipped += uint64(len(res.Skipped))
 		ps.DeadLettered += uint64(len(res.DeadLetters))
 		ps.Failures += uint64(len(res.Failures))
+		ps.Resequenced += uint64(res.Released)
+		ps.Duplicates += uint64(res.Duplicates)
+		ps.Gaps += uint64(len(res.Gaps))
 		if batch {
 			ps.Batches++
 		} else {
@@ -556,6 +559,7 @@ func parkedStats(t *Task, ps *stream.PartitionStats) {
 	if at, ok := t.NextRetry(); ok {
 		ps.NextRetry = at
 	}
+	ps.HeldKeys, ps.HeldRecords, ps.OldestHold, ps.NextGapTimeout = t.HeldStats()
 }
 
 func latest(a, b time.Time) time.Time {

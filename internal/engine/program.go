@@ -58,6 +58,10 @@ type SourceSpec struct {
 	// source: records with them are counted as skipped, never dead-
 	// lettered. Any other tag without a handler is poison.
 	Skip []planner.Tag
+	// Resequence, when set, turns the re-sequencer on for the source's
+	// sequenced types (docs/design.md §10). NewProgram fills its defaults
+	// in a copy.
+	Resequence *ResequenceSpec
 }
 
 // Program is a compiled topology: per source, the declared event types and
@@ -83,6 +87,7 @@ type programSource struct {
 	name   string
 	routes map[planner.Tag]*route
 	skip   map[planner.Tag]bool
+	reseq  *ResequenceSpec // nil: off
 }
 
 // route is everything the executor needs for one type tag.
@@ -92,6 +97,8 @@ type route struct {
 	fence  planner.Ordering // static fence, or 0 when the type uses FenceBy
 	kind   algebra.Kind
 	runner runner
+	// sequenced: the type has a Sequence and the source re-sequences.
+	sequenced bool
 }
 
 // runner runs the runs of one event type.
@@ -236,8 +243,18 @@ func NewProgram(spec Spec) (*Program, error) {
 			}
 			ps.skip[tag] = true
 		}
+		if src.Resequence != nil {
+			rs := *src.Resequence
+			for _, err := range rs.check() {
+				fail("source %q: %w", src.Name, err)
+			}
+			ps.reseq = &rs
+		}
 		slices.Sort(tags)
 		fp.add("source", src.Name, keyType)
+		if ps.reseq != nil {
+			fp.add("resequence", src.Name, ps.reseq.Start.String())
+		}
 		for _, tag := range tags {
 			g := groups[tag]
 			r, err := g.d.newRunner(g.handlers)
@@ -249,7 +266,11 @@ func NewProgram(spec Spec) (*Program, error) {
 			if !static {
 				fence = 0 // plan by each record's header
 			}
-			ps.routes[tag] = &route{tag: tag, name: g.d.Name(), fence: fence, kind: g.d.algebraKind(), runner: r}
+			ps.routes[tag] = &route{tag: tag, name: g.d.Name(), fence: fence, kind: g.d.algebraKind(), runner: r,
+				sequenced: ps.reseq != nil && g.d.sequenced()}
+			if ps.routes[tag].sequenced {
+				fp.add("sequenced", fmt.Sprint(tag))
+			}
 			typeLine := false
 			for _, h := range g.handlers {
 				hi := h.info()
@@ -261,6 +282,17 @@ func NewProgram(spec Spec) (*Program, error) {
 					typeLine = true
 				}
 				fp.add("project", fmt.Sprint(tag), hi.table)
+			}
+		}
+	}
+	for _, src := range spec.Sources {
+		if ps := p.sources[src.Name]; ps != nil && ps.reseq != nil && src.Resequence != nil {
+			seqd := false
+			for _, rt := range ps.routes {
+				seqd = seqd || rt.sequenced
+			}
+			if !seqd && len(ps.routes) > 0 {
+				fail("source %q: Resequence is on, but none of its event types is declared with stream.Sequence", src.Name)
 			}
 		}
 	}

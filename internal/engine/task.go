@@ -85,6 +85,22 @@ type Task struct {
 	planner planner.Planner[string]
 	parked  map[string]*parkedKey
 
+	// re-sequencer (src.reseq != nil): keys loaded, keys with holds, held
+	// records of the partition, the oldest hold, and the held records whose
+	// payloads are still in memory (their rows may not be committed).
+	seq        map[string]*seqState
+	heldKeys   map[string]*seqState
+	heldTotal  int
+	oldestHold int64
+	hasHold    bool
+	seqFresh   bool   // no sequence row of the source partition predates the Task
+	seqGen     uint64 // batches re-sequenced
+	// delta rows of next numbers (resequencer.go): numbers [deltaFirst,
+	// deltaNext) are written, and the keys they name (possibly repeated).
+	deltaFirst, deltaNext uint64
+	deltaDirty            []*seqState
+	memHeld               []*holdEntry
+
 	// pipelining (Submit): the batch whose commit may be in flight, and the
 	// error that broke the Task when a commit failed.
 	pending *Pending
@@ -147,6 +163,7 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 		prog: p, src: src, db: db, partition: partition,
 		clock: o.clock, log: o.log, onDeadLetter: o.onDeadLetter,
 		parked: map[string]*parkedKey{},
+		seq:    map[string]*seqState{}, heldKeys: map[string]*seqState{},
 	}
 	next, ok, err := db.Checkpoint(source, partition)
 	if err != nil {
@@ -155,6 +172,9 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 	t.next, t.hasNext = next, ok
 	if err := t.loadParked(ctx); err != nil {
 		return nil, fmt.Errorf("stream: source %q partition %d: load parked events: %w", source, partition, err)
+	}
+	if err := t.loadHolds(ctx); err != nil {
+		return nil, fmt.Errorf("stream: source %q partition %d: load held records: %w", source, partition, err)
 	}
 	return t, nil
 }
@@ -200,6 +220,16 @@ type Result struct {
 	Mismatches int
 	// DeadLetters lists the records dead-lettered by this commit.
 	DeadLetters []stream.DeadLetter
+	// Resequenced lists, in ascending order, the offsets of the records
+	// the re-sequencer held by this commit (they wait in its rows for
+	// their predecessors); Released counts the records it let go from its
+	// holds (applied, parked or dead-lettered behind a gap); Duplicates
+	// counts the records it found already applied or held, never applied;
+	// Gaps lists the gaps it gave up.
+	Resequenced []uint64
+	Released    int
+	Duplicates  int
+	Gaps        []stream.GapNotice
 	// Failures lists the keys whose processing stopped at a failing run.
 	Failures []Failure
 }
@@ -261,6 +291,7 @@ type batch struct {
 	fromRow []bool
 	due     map[string]bool // parked keys retried by this batch
 	poison  stream.PoisonPolicy
+	notes   []seqNote // re-sequencer notes per record; nil when off
 
 	mismatches int // written by prepare only
 
@@ -447,6 +478,9 @@ func (t *Task) Submit(ctx context.Context, records []stream.Record) (*Pending, e
 	// this batch was built on it.
 	if err := t.settlePending(); err != nil {
 		st.b.tx.Discard()
+		if st.seq != nil {
+			st.seq.rollback()
+		}
 		return nil, err
 	}
 	t.applyStaged(st)
@@ -489,9 +523,11 @@ func (t *Task) Retry(ctx context.Context) (Result, error) {
 // NextRetry returns when the earliest parked key becomes due, and false
 // when no key waits for a retry (keys held by HoldPoisonedKey wait for
 // Release, not for time).
+//
+// With the re-sequencer on it is also when the earliest gap times out
+// (Task.HeldStats): Retry gives it up.
 func (t *Task) NextRetry() (time.Time, bool) {
-	var at time.Time
-	found := false
+	at, found := t.nextGapTimeout()
 	for _, pk := range t.parked {
 		if pk.manual {
 			continue
@@ -544,6 +580,9 @@ func (t *Task) process(ctx context.Context, records []stream.Record) (Result, er
 		return Result{Next: t.next}, nil
 	}
 	if err := st.b.tx.Commit(ctx); err != nil {
+		if st.seq != nil {
+			st.seq.rollback() // the same records may be processed again
+		}
 		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: commit: %w", t.src.name, t.partition, err)
 	}
 	t.applyStaged(st)
@@ -558,6 +597,7 @@ type staged struct {
 	res     Result
 	changes map[string]*parkedKey
 	hasLast bool
+	seq     *seqBatch // nil when the re-sequencer is off
 }
 
 // stage runs a batch up to its commit: input, plan, execute, settle, with
@@ -579,14 +619,23 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 		}
 	}
 	slices.SortFunc(due, func(a, b *parkedKey) int { return bytes.Compare(a.key, b.key) })
-	if len(due) == 0 && len(records) == 0 {
+	gapDue := false
+	if at, ok := t.nextGapTimeout(); ok && !at.After(now) {
+		gapDue = true
+	}
+	if len(due) == 0 && len(records) == 0 && !gapDue {
 		return nil, nil
 	}
+	reseq := t.src.reseq != nil
 	in := t.in[:0]
 	fromRow := t.fromRow[:0]
 	attempt := make([]int, 0, len(records))
 	for _, pk := range due {
-		for _, r := range pk.records {
+		recs := pk.records
+		if reseq {
+			recs = t.canonicalParked(recs)
+		}
+		for _, r := range recs {
 			in = append(in, r)
 			fromRow = append(fromRow, true)
 			attempt = append(attempt, pk.attemptOf(r.Offset))
@@ -594,11 +643,31 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	}
 	nParked := len(in)
 	last, hasLast := uint64(0), false
-	for i := range records {
-		in = append(in, records[i])
-		fromRow = append(fromRow, false)
-		attempt = append(attempt, 1)
-		last, hasLast = records[i].Offset, true
+	var sb *seqBatch
+	var tx *state.Txn
+	if reseq {
+		tx = t.db.NewTxnAfter(prev)
+		notes := make([]seqNote, len(in), len(in)+len(records))
+		t.seqGen++
+		in, fromRow, attempt = slices.Grow(in, len(records)), slices.Grow(fromRow, len(records)), slices.Grow(attempt, len(records))
+		sb = &seqBatch{t: t, tx: tx, now: now, gen: t.seqGen, heldNow: t.heldTotal,
+			in: in, fromRow: fromRow, attempt: attempt, notes: notes}
+		if err := t.resequence(sb, records); err != nil {
+			sb.rollback()
+			tx.Discard()
+			return nil, fmt.Errorf("stream: source %q partition %d: re-sequence: %w", t.src.name, t.partition, err)
+		}
+		in, fromRow, attempt = sb.in, sb.fromRow, sb.attempt
+		if n := len(records); n > 0 {
+			last, hasLast = records[n-1].Offset, true
+		}
+	} else {
+		for i := range records {
+			in = append(in, records[i])
+			fromRow = append(fromRow, false)
+			attempt = append(attempt, 1)
+			last, hasLast = records[i].Offset, true
+		}
 	}
 	t.in, t.fromRow = in, fromRow
 
@@ -607,9 +676,15 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 		status = append(status, statusPending)
 	}
 	t.status = status
+	if tx == nil {
+		tx = t.db.NewTxnAfter(prev)
+	}
 	b := &batch{
-		t: t, ctx: ctx, tx: t.db.NewTxnAfter(prev), records: in, status: status,
+		t: t, ctx: ctx, tx: tx, records: in, status: status,
 		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
+	}
+	if sb != nil {
+		b.notes = sb.notes
 	}
 	for _, pk := range due {
 		b.due[string(pk.key)] = true
@@ -617,6 +692,9 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	defer func() {
 		if err != nil {
 			b.tx.Discard()
+			if sb != nil {
+				sb.rollback()
+			}
 		}
 	}()
 
@@ -634,12 +712,22 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	// new parked state; apply it to memory only after the commit.
 	changes := t.settle(b, now, &res)
 	res.Mismatches = b.mismatches
+	if sb != nil {
+		res.Resequenced = slices.Clone(sb.heldOffs)
+		slices.Sort(res.Resequenced)
+		res.Released, res.Duplicates, res.Gaps = sb.released, sb.dups, sb.gaps
+		res.Records += len(sb.heldOffs) + sb.dropped
+		if sb.released > 0 {
+			slices.Sort(res.Applied)
+			slices.Sort(res.Held)
+		}
+	}
 	if hasLast && (!t.hasNext || last+1 > t.next) {
 		res.Next = last + 1
 		b.tx.SetCheckpoint(t.src.name, t.partition, res.Next)
 	}
 	clear(t.in) // drop payload references
-	return &staged{b: b, res: res, changes: changes, hasLast: hasLast}, nil
+	return &staged{b: b, res: res, changes: changes, hasLast: hasLast, seq: sb}, nil
 }
 
 // applyStaged applies a committed (or, with Submit, committing) batch to
@@ -654,6 +742,9 @@ func (t *Task) applyStaged(st *staged) {
 		} else {
 			t.parked[k] = pk
 		}
+	}
+	if st.seq != nil {
+		t.applySeq(st.seq)
 	}
 }
 
@@ -675,6 +766,15 @@ func (t *Task) report(res *Result) {
 			t.onDeadLetter(d)
 		}
 	}
+	for _, g := range res.Gaps {
+		t.log.Warn("stream: sequence gap given up",
+			slog.String("source", g.Source), slog.Uint64("partition", uint64(g.Partition)),
+			slog.String("key", fmt.Sprintf("%q", g.Key)), slog.Uint64("from", g.From), slog.Uint64("to", g.To),
+			slog.Duration("age", g.Age), slog.String("cause", g.Cause.String()), slog.String("policy", g.Policy.String()))
+		if fn := t.src.reseq.OnGap; fn != nil {
+			fn(g)
+		}
+	}
 }
 
 // prepare routes every input record: stale, poison, skipped, held behind a
@@ -684,7 +784,17 @@ func (t *Task) prepare(b *batch, nParked int) {
 	var poisoned map[string]bool // HoldPoisonedKey: keys behind a poison record
 	for i := range b.records {
 		r := &b.records[i]
-		if i >= nParked && t.hasNext && r.Offset < t.next {
+		released := false
+		if b.notes != nil {
+			switch n := b.notes[i]; n.kind {
+			case noteDead:
+				b.deadLetter(i, n.reason, n.err)
+				continue
+			case noteReleased:
+				released = true
+			}
+		}
+		if i >= nParked && !released && t.hasNext && r.Offset < t.next {
 			b.status[i] = statusStale
 			continue
 		}

@@ -249,7 +249,15 @@ func (tx *Txn) write() error {
 			return fmt.Errorf("state: commit: checkpoint: %w", err)
 		}
 	}
-	for k, op := range tx.rows {
+	// Rows go in key order, as table rows do: a sorted batch applies to
+	// the memtable much faster than one in map order.
+	keys := make([]string, 0, len(tx.rows))
+	for k := range tx.rows {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		op := tx.rows[k]
 		var err error
 		if op.del {
 			err = b.Delete(bytesOf(k), nil)

@@ -138,8 +138,20 @@ func newBankDecls(binaryPayload bool) bankDecls {
 }
 
 func bankTopology(d bankDecls) (*topology.Topology, *topology.Table[uint64, balance]) {
+	return bankTopologyOf(d, false)
+}
+
+// bankTopologyReseq is bankTopology with the re-sequencer on.
+func bankTopologyReseq(d bankDecls) (*topology.Topology, *topology.Table[uint64, balance]) {
+	return bankTopologyOf(d, true)
+}
+
+func bankTopologyOf(d bankDecls, resequence bool) (*topology.Topology, *topology.Table[uint64, balance]) {
 	t := topology.New("bank-bench")
 	src := topology.Source[uint64](t, "bank/accounts")
+	if resequence {
+		src.Resequence()
+	}
 	tab := topology.NewTable[uint64, balance](t, "balances", stream.Binary[balance]())
 	topology.Project(topology.On(src, d.opened), tab, func(v *balance, e bOpened) error {
 		v.Open = true

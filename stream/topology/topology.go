@@ -139,6 +139,7 @@ type sourceNode struct {
 	handlers []engine.Handler
 	skip     []planner.Tag
 	checks   []func() error // per-handler checks run at Build
+	reseq    *engine.ResequenceSpec
 }
 
 type tableNode struct {
@@ -426,7 +427,7 @@ func (t *Topology) Build() (*Program, error) {
 		if len(n.handlers) == 0 {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
-		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip})
+		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq})
 	}
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every

@@ -74,6 +74,9 @@ type Events struct {
 	Deposits    *stream.Event[AccountID, Deposited]
 	Withdrawals *stream.Event[AccountID, Withdrawn]
 	Closed      *stream.Event[AccountID, AccountClosed]
+	// Sequenced: every type is declared with stream.Sequence (the events'
+	// Seq fields), and NewTopology turns the re-sequencer on.
+	Sequenced bool
 }
 
 var (
@@ -99,6 +102,43 @@ var (
 
 // Declarations returns the event declarations of codec c (JSON for any
 // unknown value). They are package-level values: immutable and shared.
+// SequencedDeclarations returns the declarations of codec c with
+// stream.Sequence on every type: the publisher writes each event's Seq into
+// its strand-seq header, and a topology of them (NewTopology) re-sequences
+// the events of each account, so they may be published out of order.
+func SequencedDeclarations(c Codec) *Events {
+	if c == Binary {
+		return binarySeqEvents
+	}
+	return jsonSeqEvents
+}
+
+var (
+	jsonSeqEvents   = sequenced(JSON)
+	binarySeqEvents = sequenced(Binary)
+)
+
+func sequenced(c Codec) *Events {
+	var opened, deposits, withdrawals, closed []stream.Option
+	if c == Binary {
+		opened = append(opened, stream.Payload(stream.Binary[AccountOpened]()))
+		deposits = append(deposits, stream.Payload(stream.Binary[Deposited]()))
+		withdrawals = append(withdrawals, stream.Payload(stream.Binary[Withdrawn]()))
+		closed = append(closed, stream.Payload(stream.Binary[AccountClosed]()))
+	}
+	return &Events{
+		Codec: c, Sequenced: true,
+		Opened: stream.Declare[AccountID, AccountOpened](TagOpened,
+			append(opened, stream.Fence(planner.Acquire), stream.Sequence(AccountOpened.SeqNo))...),
+		Deposits: stream.Declare[AccountID, Deposited](TagDeposited,
+			append(deposits, stream.Reduce(algebra.Sum(DepositAmount, WithDepositAmount)), stream.Sequence(Deposited.SeqNo))...),
+		Withdrawals: stream.Declare[AccountID, Withdrawn](TagWithdrawn,
+			append(withdrawals, stream.Sequence(Withdrawn.SeqNo))...),
+		Closed: stream.Declare[AccountID, AccountClosed](TagClosed,
+			append(closed, stream.Fence(planner.Release), stream.Sequence(AccountClosed.SeqNo))...),
+	}
+}
+
 func Declarations(c Codec) *Events {
 	if c == Binary {
 		return binaryEvents
@@ -161,6 +201,9 @@ func TopologyName(c Codec) string { return "accounts-" + string(Declarations(c).
 func NewTopology(ev *Events, source string, opts ...topology.Option) (*topology.Topology, *topology.Table[AccountID, Account]) {
 	t := topology.New(TopologyName(ev.Codec), opts...)
 	src := topology.Source[AccountID](t, source)
+	if ev.Sequenced {
+		src.Resequence() // wait for missing numbers; drop duplicates
+	}
 	var values stream.Codec[Account] = stream.JSON[Account]()
 	if ev.Codec == Binary {
 		values = stream.Binary[Account]()

@@ -385,3 +385,26 @@ func FuzzDecode(f *testing.F) {
 }
 
 var _ state.Codec[bank.Account] = stream.Binary[bank.Account]()
+
+func TestSequencedBinaryRoundTrip(t *testing.T) {
+	ev := bank.SequencedDeclarations(bank.Binary)
+	for _, e := range []bank.Event{
+		bank.AccountOpened{Account: 7, Owner: "ann", Seq: 1},
+		bank.Deposited{Account: 7, Amount: 5, Seq: 2},
+		bank.Withdrawn{Account: 7, Amount: 3, Seq: 3},
+		bank.AccountClosed{Account: 7, Seq: 4},
+		bank.AccountOpened{Account: 7, Owner: "12345678"}, // unsequenced: owner of 8 bytes is not a seq
+	} {
+		env, err := bank.Declarations(bank.Binary).Envelope(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ev.Decode(env.Headers.Tag, env.Payload)
+		if err != nil || back != e {
+			t.Fatalf("%#v: decoded %#v, %v", e, back, err)
+		}
+	}
+	if _, err := ev.Envelope(bank.Deposited{Account: 1, Amount: 1}); err == nil {
+		t.Fatal("a sequenced declaration published seq 0")
+	}
+}

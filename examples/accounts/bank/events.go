@@ -25,6 +25,9 @@ type Event interface {
 type AccountOpened struct {
 	Account AccountID `json:"account"`
 	Owner   string    `json:"owner"`
+	// Seq is the event's number within its account (1-based) when the
+	// producer publishes sequenced events (SequencedDeclarations), else 0.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Deposited adds Amount (in cents, > 0) to an open account. It is Relaxed
@@ -33,6 +36,8 @@ type AccountOpened struct {
 type Deposited struct {
 	Account AccountID `json:"account"`
 	Amount  int64     `json:"amount"`
+	// Seq: see AccountOpened.Seq.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Withdrawn takes Amount (in cents, > 0) from an open account. It is
@@ -43,6 +48,8 @@ type Deposited struct {
 type Withdrawn struct {
 	Account AccountID `json:"account"`
 	Amount  int64     `json:"amount"`
+	// Seq: see AccountOpened.Seq.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // AccountClosed closes an account and pays its balance out. It is a
@@ -50,6 +57,8 @@ type Withdrawn struct {
 // applied before it.
 type AccountClosed struct {
 	Account AccountID `json:"account"`
+	// Seq: see AccountOpened.Seq.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Key returns the account.
@@ -63,6 +72,37 @@ func (e Withdrawn) Key() AccountID { return e.Account }
 
 // Key returns the account.
 func (e AccountClosed) Key() AccountID { return e.Account }
+
+// SeqNo returns the event's sequence number (0: unsequenced).
+func (e AccountOpened) SeqNo() uint64 { return e.Seq }
+
+// SeqNo returns the event's sequence number (0: unsequenced).
+func (e Deposited) SeqNo() uint64 { return e.Seq }
+
+// SeqNo returns the event's sequence number (0: unsequenced).
+func (e Withdrawn) SeqNo() uint64 { return e.Seq }
+
+// SeqNo returns the event's sequence number (0: unsequenced).
+func (e AccountClosed) SeqNo() uint64 { return e.Seq }
+
+// WithSeq returns e with sequence number seq.
+func WithSeq(e Event, seq uint64) Event {
+	switch e := e.(type) {
+	case AccountOpened:
+		e.Seq = seq
+		return e
+	case Deposited:
+		e.Seq = seq
+		return e
+	case Withdrawn:
+		e.Seq = seq
+		return e
+	case AccountClosed:
+		e.Seq = seq
+		return e
+	}
+	return e
+}
 
 func (AccountOpened) bankEvent() {}
 func (Deposited) bankEvent()     {}
@@ -80,14 +120,30 @@ var ErrBinary = errors.New("bank: bad binary encoding")
 
 // Binary layouts (for stream.Binary): the account as u64 big-endian, then
 // the fields in order: amounts as i64 big-endian, strings as a uvarint
-// length and the bytes. Decoding refuses trailing or missing bytes, so a
+// length and the bytes, then, only when Seq is not 0, Seq as u64
+// big-endian. Decoding refuses other trailing or missing bytes, so a
 // payload of another layout (or JSON) is undecodable, never misread.
 
 // AppendBinary appends e's binary form.
 func (e AccountOpened) AppendBinary(dst []byte) ([]byte, error) {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Account))
 	dst = binary.AppendUvarint(dst, uint64(len(e.Owner)))
-	return append(dst, e.Owner...), nil
+	return appendSeq(append(dst, e.Owner...), e.Seq), nil
+}
+
+func appendSeq(dst []byte, seq uint64) []byte {
+	if seq == 0 {
+		return dst
+	}
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// cutSeq splits a trailing sequence number off b when b is n+8 bytes.
+func cutSeq(b []byte, n int) ([]byte, uint64) {
+	if len(b) == n+8 {
+		return b[:n], binary.BigEndian.Uint64(b[n:])
+	}
+	return b, 0
 }
 
 // UnmarshalBinary reads what AppendBinary wrote.
@@ -96,11 +152,16 @@ func (e *AccountOpened) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: AccountOpened is %d bytes, want at least 9", ErrBinary, len(b))
 	}
 	n, k := binary.Uvarint(b[8:])
-	if k <= 0 || uint64(len(b)-8-k) != n {
+	if k <= 0 || n > uint64(len(b)) {
+		return fmt.Errorf("%w: AccountOpened owner length does not match its %d bytes", ErrBinary, len(b))
+	}
+	b, seq := cutSeq(b, 8+k+int(n))
+	if uint64(len(b)-8-k) != n {
 		return fmt.Errorf("%w: AccountOpened owner length does not match its %d bytes", ErrBinary, len(b))
 	}
 	e.Account = AccountID(binary.BigEndian.Uint64(b))
 	e.Owner = string(b[8+k:])
+	e.Seq = seq
 	return nil
 }
 
@@ -109,45 +170,48 @@ func appendAmount(dst []byte, a AccountID, amount int64) []byte {
 	return binary.BigEndian.AppendUint64(dst, uint64(amount))
 }
 
-func readAmount(b []byte, what string) (AccountID, int64, error) {
+func readAmount(b []byte, what string) (AccountID, int64, uint64, error) {
+	b, seq := cutSeq(b, 16)
 	if len(b) != 16 {
-		return 0, 0, fmt.Errorf("%w: %s is %d bytes, want 16", ErrBinary, what, len(b))
+		return 0, 0, 0, fmt.Errorf("%w: %s is %d bytes, want 16 (or 24 with a sequence number)", ErrBinary, what, len(b))
 	}
-	return AccountID(binary.BigEndian.Uint64(b)), int64(binary.BigEndian.Uint64(b[8:])), nil
+	return AccountID(binary.BigEndian.Uint64(b)), int64(binary.BigEndian.Uint64(b[8:])), seq, nil
 }
 
 // AppendBinary appends e's binary form (16 bytes).
 func (e Deposited) AppendBinary(dst []byte) ([]byte, error) {
-	return appendAmount(dst, e.Account, e.Amount), nil
+	return appendSeq(appendAmount(dst, e.Account, e.Amount), e.Seq), nil
 }
 
 // UnmarshalBinary reads what AppendBinary wrote.
 func (e *Deposited) UnmarshalBinary(b []byte) (err error) {
-	e.Account, e.Amount, err = readAmount(b, "Deposited")
+	e.Account, e.Amount, e.Seq, err = readAmount(b, "Deposited")
 	return err
 }
 
 // AppendBinary appends e's binary form (16 bytes).
 func (e Withdrawn) AppendBinary(dst []byte) ([]byte, error) {
-	return appendAmount(dst, e.Account, e.Amount), nil
+	return appendSeq(appendAmount(dst, e.Account, e.Amount), e.Seq), nil
 }
 
 // UnmarshalBinary reads what AppendBinary wrote.
 func (e *Withdrawn) UnmarshalBinary(b []byte) (err error) {
-	e.Account, e.Amount, err = readAmount(b, "Withdrawn")
+	e.Account, e.Amount, e.Seq, err = readAmount(b, "Withdrawn")
 	return err
 }
 
 // AppendBinary appends e's binary form (8 bytes).
 func (e AccountClosed) AppendBinary(dst []byte) ([]byte, error) {
-	return binary.BigEndian.AppendUint64(dst, uint64(e.Account)), nil
+	return appendSeq(binary.BigEndian.AppendUint64(dst, uint64(e.Account)), e.Seq), nil
 }
 
 // UnmarshalBinary reads what AppendBinary wrote.
 func (e *AccountClosed) UnmarshalBinary(b []byte) error {
+	b, seq := cutSeq(b, 8)
 	if len(b) != 8 {
-		return fmt.Errorf("%w: AccountClosed is %d bytes, want 8", ErrBinary, len(b))
+		return fmt.Errorf("%w: AccountClosed is %d bytes, want 8 (or 16 with a sequence number)", ErrBinary, len(b))
 	}
 	e.Account = AccountID(binary.BigEndian.Uint64(b))
+	e.Seq = seq
 	return nil
 }

@@ -30,11 +30,31 @@ type Reference struct {
 	accounts map[AccountID]*Account
 	applied  int
 	poison   []Origin
+	// with Sequenced events: per account the next number and the events
+	// waiting for their predecessors; duplicates counted.
+	next       map[AccountID]uint64
+	held       map[AccountID]map[uint64]Event
+	duplicates int
 }
 
 // NewReference returns an empty reference for the events of ev.
 func NewReference(ev *Events) *Reference {
-	return &Reference{ev: ev, accounts: map[AccountID]*Account{}}
+	return &Reference{ev: ev, accounts: map[AccountID]*Account{},
+		next: map[AccountID]uint64{}, held: map[AccountID]map[uint64]Event{}}
+}
+
+// Duplicates returns how many events of Sequenced declarations were
+// duplicates (their number already applied or waiting), never applied.
+func (r *Reference) Duplicates() int { return r.duplicates }
+
+// Held returns how many events of Sequenced declarations wait for a
+// missing predecessor.
+func (r *Reference) Held() int {
+	n := 0
+	for _, h := range r.held {
+		n += len(h)
+	}
+	return n
 }
 
 // Apply folds one event into the account it names.
@@ -79,6 +99,13 @@ func (r *Reference) applyRecord(rec stream.Record) error {
 	if err != nil {
 		return err
 	}
+	if r.ev.Sequenced {
+		if !rec.Headers.HasSeq || rec.Headers.Seq == 0 {
+			return fmt.Errorf("%w: no sequence number", stream.ErrBadSequence)
+		}
+		r.resequence(id, rec.Headers.Seq, e)
+		return nil
+	}
 	a := r.accounts[id]
 	if a == nil {
 		a = &Account{}
@@ -87,6 +114,33 @@ func (r *Reference) applyRecord(rec stream.Record) error {
 	_ = Apply(a, e)
 	r.applied++
 	return nil
+}
+
+// resequence applies e in its account's sequence order: the sequential
+// meaning of a log published out of order.
+func (r *Reference) resequence(id AccountID, seq uint64, e Event) {
+	next := max(r.next[id], 1)
+	h := r.held[id]
+	if _, dup := h[seq]; seq < next || dup {
+		r.duplicates++
+		return
+	}
+	if seq > next {
+		if h == nil {
+			h = map[uint64]Event{}
+			r.held[id] = h
+		}
+		h[seq] = e
+		return
+	}
+	r.Apply(e)
+	next++
+	for he, ok := h[next]; ok; he, ok = h[next] {
+		r.Apply(he)
+		delete(h, next)
+		next++
+	}
+	r.next[id] = next
 }
 
 // Applied returns how many events were applied.

@@ -168,7 +168,9 @@ func (d *Driver) Dir() string { return d.dir }
 func (d *Driver) Now() time.Time { return d.clock.Now() }
 
 // AdvanceClock moves the driver's clock: parked keys whose backoff has
-// passed become due, and the next Step retries them.
+// passed become due, and the next Step retries them; so do the
+// re-sequencer's gaps whose timeout has passed, which the next Step gives
+// up (topology.GapPolicy), with no new input needed.
 func (d *Driver) AdvanceClock(dt time.Duration) { d.clock.advance(dt) }
 
 // Close stops the App (committing what is in flight) and closes its store.
@@ -271,7 +273,7 @@ func (d *Driver) retryDue() bool {
 	now := d.clock.Now()
 	for _, st := range d.app.Stats() {
 		for _, ps := range st.Partitions {
-			if ps.ParkedKeys > 0 && !ps.NextRetry.IsZero() && !ps.NextRetry.After(now) {
+			if (ps.ParkedKeys > 0 || ps.HeldRecords > 0) && !ps.NextRetry.IsZero() && !ps.NextRetry.After(now) {
 				return true
 			}
 		}
@@ -368,6 +370,18 @@ func (d *Driver) Parked() (keys, records int) {
 	for _, st := range d.app.Stats() {
 		keys += st.ParkedKeys
 		records += st.ParkedRecords
+	}
+	return keys, records
+}
+
+// Held returns how many keys the re-sequencer holds records of and how
+// many records, over every source and partition.
+func (d *Driver) Held() (keys, records int) {
+	for _, st := range d.app.Stats() {
+		for _, ps := range st.Partitions {
+			keys += ps.HeldKeys
+			records += ps.HeldRecords
+		}
 	}
 	return keys, records
 }
