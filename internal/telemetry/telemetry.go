@@ -53,6 +53,12 @@ const (
 	MetricLag            = "strand.lag"
 	MetricParkedKeys     = "strand.parked.keys"
 	MetricParkedRecords  = "strand.parked.records"
+	MetricHeldKeys       = "strand.resequencer.held.keys"
+	MetricHeldRecords    = "strand.resequencer.held.records"
+	MetricOldestHold     = "strand.resequencer.oldest_hold"
+	MetricResequenced    = "strand.resequencer.released"
+	MetricDuplicates     = "strand.resequencer.duplicates"
+	MetricGaps           = "strand.resequencer.gaps"
 
 	AttrReason     = attribute.Key("strand.dead_letter.reason")
 	AttrCommitKind = attribute.Key("strand.commit.kind")
@@ -88,6 +94,9 @@ type Telemetry struct {
 
 	lag, parkedKeys, parkedRecords metric.Int64ObservableGauge
 	reduced, calls                 metric.Int64ObservableCounter
+	heldKeys, heldRecords          metric.Int64ObservableGauge
+	oldestHold                     metric.Float64ObservableGauge
+	resequenced, duplicates, gaps  metric.Int64ObservableCounter
 
 	mu   sync.Mutex
 	regs []metric.Registration
@@ -148,6 +157,19 @@ func New(cfg Config) (*Telemetry, error) {
 	t.calls, err = m.Int64ObservableCounter(MetricHandlerCalls, metric.WithUnit("{call}"),
 		metric.WithDescription("Handler calls: one per projection per run, one per chunk of a Handle handler."))
 	add(err)
+	t.heldKeys = gauge(MetricHeldKeys, "{key}", "Keys of a partition the re-sequencer holds records of.")
+	t.heldRecords = gauge(MetricHeldRecords, "{event}", "Records the re-sequencer holds until their predecessors arrive.")
+	t.oldestHold, err = m.Float64ObservableGauge(MetricOldestHold, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest record the re-sequencer holds in a partition (0 when none)."))
+	add(err)
+	obsCounter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		add(err)
+		return c
+	}
+	t.resequenced = obsCounter(MetricResequenced, "{event}", "Records the re-sequencer held and later released (or dead-lettered behind a gap).")
+	t.duplicates = obsCounter(MetricDuplicates, "{event}", "Records the re-sequencer found already applied or held; never applied.")
+	t.gaps = obsCounter(MetricGaps, "{gap}", "Gaps the re-sequencer gave up waiting for (skipped or dead-lettered).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
@@ -172,6 +194,16 @@ func (t *Telemetry) Observe(g Gauges) error {
 				o.ObserveInt64(t.lag, int64(ps.Lag()), metric.WithAttributeSet(set))
 				o.ObserveInt64(t.parkedKeys, int64(ps.ParkedKeys), metric.WithAttributeSet(set))
 				o.ObserveInt64(t.parkedRecords, int64(ps.ParkedRecords), metric.WithAttributeSet(set))
+				o.ObserveInt64(t.heldKeys, int64(ps.HeldKeys), metric.WithAttributeSet(set))
+				o.ObserveInt64(t.heldRecords, int64(ps.HeldRecords), metric.WithAttributeSet(set))
+				age := 0.0
+				if !ps.OldestHold.IsZero() {
+					age = max(time.Since(ps.OldestHold).Seconds(), 0)
+				}
+				o.ObserveFloat64(t.oldestHold, age, metric.WithAttributeSet(set))
+				o.ObserveInt64(t.resequenced, int64(ps.Resequenced), metric.WithAttributeSet(set))
+				o.ObserveInt64(t.duplicates, int64(ps.Duplicates), metric.WithAttributeSet(set))
+				o.ObserveInt64(t.gaps, int64(ps.Gaps), metric.WithAttributeSet(set))
 			}
 			for _, rc := range g.RunCounts(s.Source) {
 				set := t.typeSet(s.Source, rc)
@@ -180,7 +212,8 @@ func (t *Telemetry) Observe(g Gauges) error {
 			}
 		}
 		return nil
-	}, t.lag, t.parkedKeys, t.parkedRecords, t.reduced, t.calls)
+	}, t.lag, t.parkedKeys, t.parkedRecords, t.reduced, t.calls,
+		t.heldKeys, t.heldRecords, t.oldestHold, t.resequenced, t.duplicates, t.gaps)
 	if err != nil {
 		return fmt.Errorf("telemetry: register callback: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 // sums returns, for the metric name, the sum of its data points by the
@@ -356,5 +357,39 @@ func TestWaitCaughtUpWaitsForPendingDeadLetters(t *testing.T) {
 	}
 	if p, err := app.PendingDeadLetters(ctx); err != nil || len(p) != 0 {
 		t.Fatalf("pending after WaitCaughtUp: %d, %v", len(p), err)
+	}
+}
+
+// The re-sequencer's holds, releases and duplicates are instruments too.
+func TestTelemetryCountsTheResequencer(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx)
+	topo, _, _ := reseqTopology(nil)
+	d := topologytest.NewDriver(t, topo, topologytest.OpenOptions(topology.WithMeterProvider(mp)))
+	topologytest.Pipe(d, sPlain, plains("a", 3, 5, 2)...)
+	d.Advance()
+	collect := func() metricdata.ResourceMetrics {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		return rm
+	}
+	if got := sums(t, collect(), "strand.resequencer.held.records", "")[""]; got != 3 {
+		t.Fatalf("held records %v, want 3", got)
+	}
+	topologytest.Pipe(d, sPlain, plains("a", 1, 2, 4)...)
+	d.Advance()
+	rm := collect()
+	if got := sums(t, rm, "strand.resequencer.held.records", "")[""]; got != 0 {
+		t.Fatalf("held records %v after the release, want 0", got)
+	}
+	if got := sums(t, rm, "strand.resequencer.released", "")[""]; got != 3 {
+		t.Fatalf("released %v, want 3", got)
+	}
+	if got := sums(t, rm, "strand.resequencer.duplicates", "")[""]; got != 1 {
+		t.Fatalf("duplicates %v, want 1", got)
 	}
 }
