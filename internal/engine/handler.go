@@ -295,7 +295,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 	if err != nil {
 		return err // nothing was applied: the run fails as a handler would
 	}
-	r.counts.reduced(len(buf.events), len(reduced))
+	r.counts.reduced(rc.key, len(buf.events), len(reduced))
 	applied, failed, err := r.apply(rc, key, reduced)
 	for j, i := range buf.idx {
 		if buf.owner[j] < applied {
@@ -331,7 +331,7 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E) (accepted, fai
 			}
 			for off := 0; off < accepted; off += max {
 				end := min(off+max, accepted)
-				r.counts.calls.Add(1)
+				r.counts.called(rc.key, 1)
 				if err := callHandle(rc.ctx, h, key, reduced[off:end]); err != nil {
 					errs = fmt.Errorf("handler %q: %w", h.name, err)
 					accepted, failed = off, off
@@ -343,7 +343,7 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E) (accepted, fai
 	if accepted == 0 || len(r.projects) == 0 {
 		return accepted, failed, errs
 	}
-	r.counts.calls.Add(uint64(len(r.projects)))
+	r.counts.called(rc.key, len(r.projects))
 	if len(r.projects) == 1 {
 		if at, err := r.projects[0].apply(rc, reduced[:accepted]); err != nil {
 			return 0, at, joinErr(errs, r.projectErr(r.projects[0], err))
