@@ -263,26 +263,8 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 		return errKeyDecode{err}
 	}
 	var hold error
-	for _, i := range recs {
-		e, err := r.ev.Decode(b.records[i].Payload)
-		reason := stream.ReasonDecode
-		if err == nil {
-			// The record was partitioned and planned by its header key:
-			// an event that names another key must not be applied to it.
-			buf.key, err = r.keyOf(buf.key[:0], e, rc.key)
-			reason = stream.ReasonKeyMismatch
-		}
-		if err != nil {
-			b.deadLetter(i, reason, err)
-			if b.poison == stream.HoldPoisonedKey {
-				// Apply what came before the poison event, hold the rest.
-				hold = errPoisonHold{err}
-				break
-			}
-			continue
-		}
-		buf.events = append(buf.events, e)
-		buf.idx = append(buf.idx, i)
+	for next := 0; next < len(recs) && hold == nil; {
+		next, hold = r.decode(rc, recs, next, buf)
 	}
 	if len(buf.events) == 0 {
 		return hold
@@ -390,15 +372,72 @@ func callHandle[K, E any](ctx context.Context, h *handleHandler[K, E], key K, ev
 	return h.fn(ctx, key, events)
 }
 
-// keyOf checks that e's own key encodes to header, the record's key bytes,
-// and returns the encoding buffer for reuse. A key function or codec that
-// panics or fails is a mismatch too (the record is dead-lettered with it).
-func (r *eventRunner[K, E]) keyOf(buf []byte, e E, header []byte) (out []byte, err error) {
+// decode decodes the run's records from recs[from] on into buf, checking
+// each event's own key against the record's key header, and dead-letters
+// the records that fail (ReasonDecode, ReasonKeyMismatch). It returns where
+// to go on: a panic of the payload codec, the key function or the key codec
+// dead-letters the record it happened on and returns the index after it,
+// so one recover serves the whole run instead of one per event. hold is set
+// under HoldPoisonedKey: the rest of the run is held behind the poison.
+func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf[E]) (next int, hold error) {
+	b := rc.b
+	at, reason := from, stream.ReasonDecode
+	poison := func(err error) error {
+		b.deadLetter(recs[at], reason, err)
+		if b.poison == stream.HoldPoisonedKey {
+			// Apply what came before the poison event, hold the rest.
+			return errPoisonHold{err}
+		}
+		return nil
+	}
 	defer func() {
 		if p := recover(); p != nil {
-			out, err = buf, fmt.Errorf("%w: type tag %d (%s): the event's key function panicked: %v", ErrKeyMismatch, r.ev.Tag(), r.ev.Name(), p)
+			what := "payload codec"
+			if reason == stream.ReasonKeyMismatch {
+				what = "key function or key codec"
+			}
+			next = at + 1
+			hold = poison(fmt.Errorf("%w: type tag %d (%s): the %s panicked: %v", errOf(reason), r.ev.Tag(), r.ev.Name(), what, p))
 		}
 	}()
+	payload := r.ev.PayloadCodec()
+	for ; at < len(recs); at++ {
+		i := recs[at]
+		reason = stream.ReasonDecode
+		e, err := payload.Decode(b.records[i].Payload)
+		if err != nil {
+			err = fmt.Errorf("type tag %d (%s): %w", r.ev.Tag(), r.ev.Name(), err)
+		} else {
+			// The record was partitioned and planned by its header key:
+			// an event that names another key must not be applied to it.
+			reason = stream.ReasonKeyMismatch
+			buf.key, err = r.keyOf(buf.key[:0], e, rc.key)
+		}
+		if err != nil {
+			if h := poison(err); h != nil {
+				return at + 1, h
+			}
+			continue
+		}
+		buf.events = append(buf.events, e)
+		buf.idx = append(buf.idx, i)
+	}
+	return at, nil
+}
+
+// errOf is the sentinel a panic during decoding wraps.
+func errOf(r stream.Reason) error {
+	if r == stream.ReasonKeyMismatch {
+		return ErrKeyMismatch
+	}
+	return stream.ErrCodec
+}
+
+// keyOf checks that e's own key encodes to header, the record's key bytes,
+// and returns the encoding buffer for reuse. A key codec that fails is a
+// mismatch too (the record is dead-lettered with it); a panic is caught by
+// decode.
+func (r *eventRunner[K, E]) keyOf(buf []byte, e E, header []byte) (out []byte, err error) {
 	out, err = r.keys.Append(buf, r.ev.Key(e))
 	switch {
 	case err != nil:

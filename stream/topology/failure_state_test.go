@@ -129,3 +129,41 @@ func TestPanicInsideAReductionFailsOnlyItsKey(t *testing.T) {
 		t.Fatalf("bad after the retry = %d, want 3", v)
 	}
 }
+
+// A payload codec or a key function that panics dead-letters the record it
+// panicked on (undecodable, key-mismatch) and the rest of the run goes on.
+func TestPanickingCodecAndKeyFunctionDeadLetterTheirRecord(t *testing.T) {
+	codec := stream.CodecFunc(stream.JSON[Ev]().Append, func(data []byte) (Ev, error) {
+		e, err := stream.JSON[Ev]().Decode(data)
+		if err == nil && e.N == 1 {
+			panic("codec broke")
+		}
+		return e, err
+	})
+	decl := stream.DeclareFunc(1, func(e Ev) string {
+		if e.N == 2 {
+			panic("key function broke")
+		}
+		return e.K
+	}, stream.Payload(codec))
+	topo := topology.New("panics")
+	src := topology.Source[string](topo, "log")
+	table := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())
+	topology.Project(topology.On(src, decl), table, func(v *int64, e Ev) error { *v += e.Amount; return nil })
+	d := topologytest.NewDriver(t, topo)
+	for n := range 4 {
+		env, err := stream.DeclareFunc(1, evKey).Envelope(Ev{K: "a", N: n, Amount: 10 * int64(n+1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.PipeRecord("log", stream.Record{Headers: env.Headers, Payload: env.Payload})
+	}
+	d.Advance()
+	dls := d.DeadLetters()
+	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != stream.ReasonDecode || dls[1].Offset != 2 || dls[1].Reason != stream.ReasonKeyMismatch {
+		t.Fatalf("dead letters %+v, want offset 1 undecodable and offset 2 key-mismatch", dls)
+	}
+	if v, _, _ := table.Get(context.Background(), "a"); v != 10+40 {
+		t.Fatalf("a = %d, want 50 (offsets 0 and 3)", v)
+	}
+}
