@@ -1026,13 +1026,35 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	return false
 }
 
-// settle writes the parked rows and dead letters of the batch into its
-// transaction, fills res, and returns the parked keys to update in memory
-// after the commit (nil value: unpark).
+// settle writes what a batch's execution decided into its transaction,
+// next to the table writes the handlers made, in one place and in this
+// order: the tally of the records (res), the rows of parked records, the
+// metadata of parked keys (attempts, next retry), and the dead letters; it
+// then lists the failures in res. The checkpoint is set by stage after it,
+// and the re-sequencer's rows by resequence before the batch runs. It returns the parked
+// keys to update in memory once the commit is done (nil value: unpark).
 func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKey {
+	tallyRecords(b, res)
+	ps := t.newParkedSet(b)
+	t.parkRecords(b, ps)
+	t.writeParkedKeys(b, ps, now)
+	t.writeDeadLetters(b, res)
+	reportFailures(b, res)
+	return ps.changes
+}
+
+// parkedSet is the new parked state of every key a batch touched (nil: the
+// key is no longer parked), applied to the Task after the commit.
+type parkedSet struct {
+	changes map[string]*parkedKey
+	get     func(key []byte) *parkedKey
+}
+
+// newParkedSet starts the parked state of b's keys from the Task's. A
+// retried (due) key starts empty: all its records were in the batch and the
+// held ones come back.
+func (t *Task) newParkedSet(b *batch) *parkedSet {
 	changes := map[string]*parkedKey{}
-	// The new parked state of every key touched. A retried (due) key starts
-	// empty: all its records were in the batch and the held ones come back.
 	get := func(key []byte) *parkedKey {
 		k := string(key)
 		if pk, ok := changes[k]; ok && pk != nil {
@@ -1050,12 +1072,11 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 		changes[k] = pk
 		return pk
 	}
-	failed := map[string]failureEntry{}
-	for _, f := range b.failures {
-		if f.action == "parked" || f.action == "held" {
-			failed[f.key] = f
-		}
-	}
+	return &parkedSet{changes: changes, get: get}
+}
+
+// tallyRecords fills res with what happened to each record of b.
+func tallyRecords(b *batch, res *Result) {
 	var parkedApplied, parkedHeld []uint64
 	res.Applied = make([]uint64, 0, len(b.records))
 	for i := range b.records {
@@ -1088,8 +1109,12 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 	res.Applied = mergeSorted(parkedApplied, res.Applied)
 	res.Held = mergeSorted(parkedHeld, res.Held)
 
-	// Rows of records: parked ones that left the parked set are deleted,
-	// new held ones are added.
+}
+
+// parkRecords writes the rows of parked records: the ones that left the
+// parked set are deleted, new held ones are added.
+func (t *Task) parkRecords(b *batch, ps *parkedSet) {
+	get := ps.get
 	for i := range b.records {
 		r := &b.records[i]
 		st := b.status[i]
@@ -1110,6 +1135,19 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 			pk := get(own.Headers.Key)
 			pk.records = append(pk.records, own)
 			b.tx.PutRow(state.FamilyParked, t.partition, t.parkedRecordRow(own.Headers.Key, own.Offset), encodeParkedRecord(own))
+		}
+	}
+}
+
+// writeParkedKeys writes the metadata row of every parked key the batch
+// touched (attempts, next retry, last error), or deletes it when the key is
+// no longer parked.
+func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
+	changes := ps.changes
+	failed := map[string]failureEntry{}
+	for _, f := range b.failures {
+		if f.action == "parked" || f.action == "held" {
+			failed[f.key] = f
 		}
 	}
 	// Every retried key gets its metadata rewritten or deleted.
@@ -1157,6 +1195,11 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 		b.tx.PutRow(state.FamilyParked, t.partition, t.parkedKeyRow([]byte(k)), pk.metaValue())
 	}
 
+}
+
+// writeDeadLetters writes the batch's dead-letter rows and lists them in
+// res, in offset order.
+func (t *Task) writeDeadLetters(b *batch, res *Result) {
 	for _, d := range b.dead {
 		r := &b.records[d.idx]
 		dl := stream.DeadLetter{
@@ -1179,6 +1222,10 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 	}
 	slices.SortFunc(res.DeadLetters, func(a, b stream.DeadLetter) int { return cmpU64(a.Offset, b.Offset) })
 
+}
+
+// reportFailures lists the keys that stopped at a failing run in res.
+func reportFailures(b *batch, res *Result) {
 	for _, f := range b.failures {
 		fl := Failure{Key: []byte(f.key), Tag: f.tag, Err: f.err, Action: f.action, Attempt: 1}
 		for _, i := range f.recs {
@@ -1188,7 +1235,6 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 		res.Failures = append(res.Failures, fl)
 	}
 	slices.SortFunc(res.Failures, func(a, b Failure) int { return bytes.Compare(a.Key, b.Key) })
-	return changes
 }
 
 func (t *Task) backoff(attempts int) time.Duration {
