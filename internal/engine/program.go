@@ -114,10 +114,8 @@ type runner interface {
 // into one table, and tables with duplicate names. All problems are
 // reported together.
 func NewProgram(spec Spec) (*Program, error) {
-	var errs []error
-	fail := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf(format, args...))
-	}
+	c := &compiler{tables: map[string]string{}}
+	fail := c.fail
 	if spec.Name == "" {
 		fail("topology has no name")
 	}
@@ -149,19 +147,8 @@ func NewProgram(spec Spec) (*Program, error) {
 		fail("unknown poison policy %d", uint8(p.poison))
 	}
 
-	fp := newFingerprint(spec.Name)
-	tables := map[string]string{} // name -> Go type
-	addTable := func(name, typ string, a state.Attacher) {
-		if prev, ok := tables[name]; ok {
-			if prev != typ {
-				fail("table %q declared twice, as %s and as %s", name, prev, typ)
-			}
-			return
-		}
-		tables[name] = typ
-		p.tables = append(p.tables, a)
-		p.tableNames = append(p.tableNames, name)
-	}
+	c.p, c.fp = p, newFingerprint(spec.Name)
+	fp, tables, addTable := c.fp, c.tables, c.addTable
 	for _, t := range spec.Tables {
 		if t == nil {
 			fail("nil table")
@@ -172,118 +159,7 @@ func NewProgram(spec Spec) (*Program, error) {
 	}
 
 	for si, src := range spec.Sources {
-		if src.Name == "" {
-			fail("source %d has no name", si)
-			continue
-		}
-		if _, dup := p.sources[src.Name]; dup {
-			fail("source %q declared twice", src.Name)
-			continue
-		}
-		ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}}
-		p.sources[src.Name] = ps
-		p.sourceNames = append(p.sourceNames, src.Name)
-
-		type group struct {
-			d        declaration
-			handlers []Handler
-		}
-		groups := map[planner.Tag]*group{}
-		var tags []planner.Tag
-		var keyType, keyFrom string
-		for _, h := range src.Handlers {
-			if h == nil {
-				fail("source %q: nil handler", src.Name)
-				continue
-			}
-			d := h.decl()
-			hi := h.info()
-			if d == nil {
-				fail("source %q: handler %q has no event declaration", src.Name, hi.name)
-				continue
-			}
-			if err := d.Err(); err != nil {
-				fail("source %q: %w", src.Name, err)
-				continue
-			}
-			if hi.kind == "project" && hi.attacher == nil {
-				fail("source %q: type tag %d (%s): a projection without a table", src.Name, d.Tag(), d.Name())
-				continue
-			}
-			if kt := d.keyType().String(); keyType == "" {
-				keyType, keyFrom = kt, fmt.Sprintf("type tag %d (%s)", d.Tag(), d.Name())
-			} else if kt != keyType {
-				fail("source %q: conflicting key types: %s has key type %s, %s has %s",
-					src.Name, keyFrom, keyType, fmt.Sprintf("type tag %d (%s)", d.Tag(), d.Name()), kt)
-			}
-			g, ok := groups[d.Tag()]
-			if !ok {
-				g = &group{d: d}
-				groups[d.Tag()] = g
-				tags = append(tags, d.Tag())
-			} else if g.d != d {
-				fail("source %q: duplicate type tag %d: declared for %s and for %s",
-					src.Name, d.Tag(), g.d.Name(), d.Name())
-				continue
-			}
-			if hi.kind == "project" {
-				for _, other := range g.handlers {
-					if oi := other.info(); oi.kind == "project" && oi.table == hi.table {
-						fail("source %q: type tag %d (%s) projects into table %q twice; fold both in one projection",
-							src.Name, d.Tag(), d.Name(), hi.table)
-					}
-				}
-				addTable(hi.table, hi.tableType, hi.attacher)
-			}
-			g.handlers = append(g.handlers, h)
-		}
-		for _, tag := range src.Skip {
-			if _, handled := groups[tag]; handled {
-				fail("source %q: type tag %d is both handled and skipped", src.Name, tag)
-			}
-			ps.skip[tag] = true
-		}
-		if src.Resequence != nil {
-			rs := *src.Resequence
-			for _, err := range rs.check() {
-				fail("source %q: %w", src.Name, err)
-			}
-			ps.reseq = &rs
-		}
-		slices.Sort(tags)
-		fp.add("source", src.Name, keyType)
-		if ps.reseq != nil {
-			fp.add("resequence", src.Name, ps.reseq.Start.String())
-		}
-		for _, tag := range tags {
-			g := groups[tag]
-			r, err := g.d.newRunner(g.handlers)
-			if err != nil {
-				fail("source %q: %w", src.Name, err)
-				continue
-			}
-			fence, static := g.d.StaticOrdering()
-			if !static {
-				fence = 0 // plan by each record's header
-			}
-			ps.routes[tag] = &route{tag: tag, name: g.d.Name(), fence: fence, kind: g.d.algebraKind(), runner: r,
-				sequenced: ps.reseq != nil && g.d.sequenced()}
-			if ps.routes[tag].sequenced {
-				fp.add("sequenced", fmt.Sprint(tag))
-			}
-			typeLine := false
-			for _, h := range g.handlers {
-				hi := h.info()
-				if hi.kind != "project" {
-					continue
-				}
-				if !typeLine {
-					fp.add("type", fmt.Sprint(tag), g.d.eventType().String(), fence.String(), g.d.algebraKind().String())
-					typeLine = true
-				}
-				fp.add("project", fmt.Sprint(tag), hi.table)
-			}
-		}
+		c.compileSource(si, src)
 	}
 	for _, src := range spec.Sources {
 		if ps := p.sources[src.Name]; ps != nil && ps.reseq != nil && src.Resequence != nil {
@@ -301,11 +177,159 @@ func NewProgram(spec Spec) (*Program, error) {
 	for _, n := range names {
 		fp.add("table", n, tables[n])
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %q: %w", ErrBadTopology, spec.Name, errors.Join(errs...))
+	if len(c.errs) > 0 {
+		return nil, fmt.Errorf("%w: %q: %w", ErrBadTopology, spec.Name, errors.Join(c.errs...))
 	}
 	p.fingerprint = fp.sum()
 	return p, nil
+}
+
+// compiler is NewProgram's state while it checks and compiles a Spec: the
+// program so far, the problems found (all reported at once), the tables by
+// name and Go type, and the fingerprint.
+type compiler struct {
+	p      *Program
+	errs   []error
+	tables map[string]string // name -> Go type
+	fp     *fingerprint
+}
+
+func (c *compiler) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf(format, args...))
+}
+
+// addTable registers a table once; the same name with another type is a
+// problem.
+func (c *compiler) addTable(name, typ string, a state.Attacher) {
+	if prev, ok := c.tables[name]; ok {
+		if prev != typ {
+			c.fail("table %q declared twice, as %s and as %s", name, prev, typ)
+		}
+		return
+	}
+	c.tables[name] = typ
+	c.p.tables = append(c.p.tables, a)
+	c.p.tableNames = append(c.p.tableNames, name)
+}
+
+// compileSource checks one source of the spec and compiles its routes:
+// its handlers grouped by type tag (one declaration per tag, one key type
+// per source, one projection per table and tag), its skipped tags, its
+// re-sequencing, and their lines of the fingerprint.
+func (c *compiler) compileSource(si int, src SourceSpec) {
+	p, fp, fail, addTable := c.p, c.fp, c.fail, c.addTable
+	if src.Name == "" {
+		fail("source %d has no name", si)
+		return
+	}
+	if _, dup := p.sources[src.Name]; dup {
+		fail("source %q declared twice", src.Name)
+		return
+	}
+	ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}}
+	p.sources[src.Name] = ps
+	p.sourceNames = append(p.sourceNames, src.Name)
+
+	type group struct {
+		d        declaration
+		handlers []Handler
+	}
+	groups := map[planner.Tag]*group{}
+	var tags []planner.Tag
+	var keyType, keyFrom string
+	for _, h := range src.Handlers {
+		if h == nil {
+			fail("source %q: nil handler", src.Name)
+			continue
+		}
+		d := h.decl()
+		hi := h.info()
+		if d == nil {
+			fail("source %q: handler %q has no event declaration", src.Name, hi.name)
+			continue
+		}
+		if err := d.Err(); err != nil {
+			fail("source %q: %w", src.Name, err)
+			continue
+		}
+		if hi.kind == "project" && hi.attacher == nil {
+			fail("source %q: type tag %d (%s): a projection without a table", src.Name, d.Tag(), d.Name())
+			continue
+		}
+		if kt := d.keyType().String(); keyType == "" {
+			keyType, keyFrom = kt, fmt.Sprintf("type tag %d (%s)", d.Tag(), d.Name())
+		} else if kt != keyType {
+			fail("source %q: conflicting key types: %s has key type %s, %s has %s",
+				src.Name, keyFrom, keyType, fmt.Sprintf("type tag %d (%s)", d.Tag(), d.Name()), kt)
+		}
+		g, ok := groups[d.Tag()]
+		if !ok {
+			g = &group{d: d}
+			groups[d.Tag()] = g
+			tags = append(tags, d.Tag())
+		} else if g.d != d {
+			fail("source %q: duplicate type tag %d: declared for %s and for %s",
+				src.Name, d.Tag(), g.d.Name(), d.Name())
+			continue
+		}
+		if hi.kind == "project" {
+			for _, other := range g.handlers {
+				if oi := other.info(); oi.kind == "project" && oi.table == hi.table {
+					fail("source %q: type tag %d (%s) projects into table %q twice; fold both in one projection",
+						src.Name, d.Tag(), d.Name(), hi.table)
+				}
+			}
+			addTable(hi.table, hi.tableType, hi.attacher)
+		}
+		g.handlers = append(g.handlers, h)
+	}
+	for _, tag := range src.Skip {
+		if _, handled := groups[tag]; handled {
+			fail("source %q: type tag %d is both handled and skipped", src.Name, tag)
+		}
+		ps.skip[tag] = true
+	}
+	if src.Resequence != nil {
+		rs := *src.Resequence
+		for _, err := range rs.check() {
+			fail("source %q: %w", src.Name, err)
+		}
+		ps.reseq = &rs
+	}
+	slices.Sort(tags)
+	fp.add("source", src.Name, keyType)
+	if ps.reseq != nil {
+		fp.add("resequence", src.Name, ps.reseq.Start.String())
+	}
+	for _, tag := range tags {
+		g := groups[tag]
+		r, err := g.d.newRunner(g.handlers)
+		if err != nil {
+			fail("source %q: %w", src.Name, err)
+			continue
+		}
+		fence, static := g.d.StaticOrdering()
+		if !static {
+			fence = 0 // plan by each record's header
+		}
+		ps.routes[tag] = &route{tag: tag, name: g.d.Name(), fence: fence, kind: g.d.algebraKind(), runner: r,
+			sequenced: ps.reseq != nil && g.d.sequenced()}
+		if ps.routes[tag].sequenced {
+			fp.add("sequenced", fmt.Sprint(tag))
+		}
+		typeLine := false
+		for _, h := range g.handlers {
+			hi := h.info()
+			if hi.kind != "project" {
+				continue
+			}
+			if !typeLine {
+				fp.add("type", fmt.Sprint(tag), g.d.eventType().String(), fence.String(), g.d.algebraKind().String())
+				typeLine = true
+			}
+			fp.add("project", fmt.Sprint(tag), hi.table)
+		}
+	}
 }
 
 // tableName returns the name of a table known only as an Attacher.
