@@ -52,31 +52,8 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	// drainCtx outlives runCtx by the drain timeout: in-flight batches and
-	// the last dead-letter publication use it.
-	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelDrain()
-	var (
-		timerMu    sync.Mutex
-		drainTimer *time.Timer
-		finished   bool
-	)
-	stopAfter := context.AfterFunc(runCtx, func() {
-		timerMu.Lock()
-		if !finished {
-			drainTimer = time.AfterFunc(p.opts.drainTimeout, cancelDrain)
-		}
-		timerMu.Unlock()
-	})
-	defer func() {
-		stopAfter()
-		timerMu.Lock()
-		finished = true
-		if drainTimer != nil {
-			drainTimer.Stop()
-		}
-		timerMu.Unlock()
-	}()
+	drainCtx, stopDrain := drainContext(ctx, runCtx, p.opts.drainTimeout)
+	defer stopDrain()
 
 	var outbox *deadLetterOutbox
 	if p.opts.sink != nil {
@@ -95,6 +72,52 @@ func (p *Processor) Run(ctx context.Context) error {
 	stopEnds := p.watchEnds(runCtx)
 	defer stopEnds()
 
+	err = p.runAll(runCtx, drainCtx, cancel, pls, outbox)
+	p.mu.Lock()
+	for _, pl := range pls {
+		delete(p.live, pl.part)
+	}
+	p.mu.Unlock()
+	if err == nil {
+		p.log.Info("strand: processor stopped")
+	}
+	return err
+}
+
+// drainContext returns the context that in-flight batches and the last
+// dead-letter publication use: it outlives runCtx by the drain timeout (the
+// timer starts when runCtx is done), so a stop commits what is in flight
+// without waiting forever. stop releases its timer.
+func drainContext(ctx, runCtx context.Context, timeout time.Duration) (drainCtx context.Context, stop func()) {
+	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu       sync.Mutex
+		timer    *time.Timer
+		finished bool
+	)
+	stopAfter := context.AfterFunc(runCtx, func() {
+		mu.Lock()
+		if !finished {
+			timer = time.AfterFunc(timeout, cancelDrain)
+		}
+		mu.Unlock()
+	})
+	return drainCtx, func() {
+		stopAfter()
+		mu.Lock()
+		finished = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancelDrain()
+	}
+}
+
+// runAll runs every pipeline and the dead-letter outbox until they stop,
+// and returns the first failure; a failure stops the others (cancel). The
+// outbox makes its last pass after every pipeline has stopped.
+func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.CancelCauseFunc, pls []*pipeline, outbox *deadLetterOutbox) error {
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
@@ -122,28 +145,17 @@ func (p *Processor) Run(ctx context.Context) error {
 		close(outboxDone)
 	}
 	for _, pl := range pls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := pl.run(runCtx, drainCtx); err != nil {
 				fail(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(pipelinesDone)
 	<-outboxDone
-
-	p.mu.Lock()
-	for _, pl := range pls {
-		delete(p.live, pl.part)
-	}
-	p.mu.Unlock()
 	errMu.Lock()
 	defer errMu.Unlock()
-	if firstErr == nil {
-		p.log.Info("strand: processor stopped")
-	}
 	return firstErr
 }
 
