@@ -246,7 +246,7 @@ func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 // run decodes, reduces and applies one run. It marks the records it
 // applied and the ones it dead-lettered in rc.b, and returns the handler
 // error that stopped the run, if any.
-func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
+func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 	buf := r.bufs.Get().(*runBuf[E])
 	defer func() {
 		clear(buf.events) // drop references for the GC
@@ -260,14 +260,18 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 	// of the run can be applied; the caller dead-letters it.
 	key, err := r.keys.Decode(rc.key)
 	if err != nil {
-		return errKeyDecode{err}
+		return runResult{end: runBadKey, err: fmt.Errorf("decode key: %w", err)}
 	}
 	var hold error
 	for next := 0; next < len(recs) && hold == nil; {
 		next, hold = r.decode(rc, recs, next, buf)
 	}
+	held := runResult{}
+	if hold != nil {
+		held = runResult{end: runHeld, err: fmt.Errorf("held behind a poison event: %w", hold)}
+	}
 	if len(buf.events) == 0 {
-		return hold
+		return held
 	}
 	if cap(buf.owner) < len(buf.events) {
 		buf.owner = make([]int, len(buf.events))
@@ -275,7 +279,8 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 	buf.owner = buf.owner[:len(buf.events)]
 	reduced, err := reduce(r.ev, r.alg, buf.events, buf.owner)
 	if err != nil {
-		return err // nothing was applied: the run fails as a handler would
+		// Nothing was applied: the run fails as a handler would.
+		return runResult{end: runFailed, err: err, at: -1}
 	}
 	r.counts.reduced(rc.key, len(buf.events), len(reduced))
 	applied, failed, err := r.apply(rc, key, reduced)
@@ -284,17 +289,22 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) error {
 			b.status[i] = statusApplied
 		}
 	}
-	if err == nil {
-		return hold
+	switch {
+	case err == nil:
+		return held
+	case errors.As(err, new(errFatal)):
+		return runResult{end: runFatal, err: err}
 	}
 	// The failing record: the first of those the failing reduced event
 	// stands for. Retries are counted for it.
+	res := runResult{end: runFailed, err: err, at: -1}
 	for j, i := range buf.idx {
 		if buf.owner[j] == failed {
-			return errRun{rec: i, err: err}
+			res.at = i
+			break
 		}
 	}
-	return err
+	return res
 }
 
 // apply hands reduced to every handler and returns how many of its events
@@ -386,7 +396,7 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 		b.deadLetter(recs[at], reason, err)
 		if b.poison == stream.HoldPoisonedKey {
 			// Apply what came before the poison event, hold the rest.
-			return errPoisonHold{err}
+			return err
 		}
 		return nil
 	}
@@ -486,23 +496,3 @@ func joinErr(a, b error) error {
 	}
 	return errors.Join(a, b)
 }
-
-type errPoisonHold struct{ err error }
-
-func (e errPoisonHold) Error() string { return "held behind a poison event: " + e.err.Error() }
-func (e errPoisonHold) Unwrap() error { return e.err }
-
-// errRun is a run's handler error with the record it failed at (an index
-// into the batch's records).
-type errRun struct {
-	rec int
-	err error
-}
-
-func (e errRun) Error() string { return e.err.Error() }
-func (e errRun) Unwrap() error { return e.err }
-
-type errKeyDecode struct{ err error }
-
-func (e errKeyDecode) Error() string { return "decode key: " + e.err.Error() }
-func (e errKeyDecode) Unwrap() error { return e.err }

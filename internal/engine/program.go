@@ -103,8 +103,37 @@ type route struct {
 
 // runner runs the runs of one event type.
 type runner interface {
-	run(rc *runCtx, recs []int) error
+	run(rc *runCtx, recs []int) runResult
 }
+
+// runResult says how a run ended, so that runOne decides what happens to
+// the key without inspecting the error.
+type runResult struct {
+	end runEnd
+	err error
+	// at is the record the run failed at (an index into the batch's
+	// records; runFailed only), or -1 when unknown: retries are counted
+	// for it.
+	at int
+}
+
+// runEnd is the way a run ended.
+type runEnd uint8
+
+const (
+	// runOK: every record was applied or dead-lettered; the key goes on.
+	runOK runEnd = iota
+	// runBadKey: the key bytes do not decode with the type's key codec;
+	// nothing of the run can be applied.
+	runBadKey
+	// runHeld: a poison record under HoldPoisonedKey: what came before it
+	// was applied, the rest waits behind it.
+	runHeld
+	// runFailed: a handler, fold or reduction failed.
+	runFailed
+	// runFatal: the store failed; the batch is abandoned.
+	runFatal
+)
 
 // NewProgram checks spec and compiles it. It refuses, with an error
 // wrapping ErrBadTopology that names the problem: an empty name, no

@@ -953,12 +953,12 @@ segments:
 // the key must stop.
 func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	rt := t.src.routes[tag]
-	err := rt.runner.run(rc, recs)
-	if err == nil {
+	res := rt.runner.run(rc, recs)
+	err := res.err
+	switch res.end {
+	case runOK:
 		return true
-	}
-	var fatal errFatal
-	if errors.As(err, &fatal) {
+	case runFatal:
 		b.setFatal(err)
 		return false
 	}
@@ -973,31 +973,25 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 			pending = append(pending, i)
 		}
 	}
-	var kd errKeyDecode
-	if errors.As(err, &kd) {
+	switch res.end {
+	case runBadKey:
 		for _, i := range pending {
-			b.deadLetter(i, stream.ReasonBadKey, kd.err)
+			b.deadLetter(i, stream.ReasonBadKey, errors.Unwrap(err))
 		}
 		if b.poison == stream.HoldPoisonedKey {
 			b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
 			return false
 		}
 		return true
-	}
-	var ph errPoisonHold
-	if errors.As(err, &ph) {
+	case runHeld:
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
 		return false
 	}
 	// The run's try: how many times in a row the key has stopped at the
 	// record that failed, this time included.
-	at := -1
-	if len(pending) > 0 {
+	at := res.at
+	if at < 0 && len(pending) > 0 {
 		at = pending[0]
-	}
-	var er errRun
-	if errors.As(err, &er) {
-		at = er.rec
 	}
 	attempt := 1
 	if at >= 0 {
