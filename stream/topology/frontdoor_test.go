@@ -190,3 +190,36 @@ func TestKeyMismatchIsDeadLettered(t *testing.T) {
 		t.Fatal("b has a row")
 	}
 }
+
+// A table fed by sources of different partition counts is refused at Open
+// (its keys would be filed under two partitionings), and so is a static
+// partition that a source does not have.
+func TestOpenRefusesMixedPartitioningsAndAbsentPartitions(t *testing.T) {
+	ctx := context.Background()
+	cl := broker(t)
+	if err := cl.EnsureTopic(ctx, "s", "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EnsureTopic(ctx, "s", "b", 4); err != nil {
+		t.Fatal(err)
+	}
+	decl := stream.DeclareFunc(1, evKey)
+	topo := topology.New("mixed")
+	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
+	add := func(v *int64, e Ev) error { *v += e.Amount; return nil }
+	topology.Project(topology.On(topology.Source[string](topo, "s/a"), decl), n, add)
+	topology.Project(topology.On(topology.Source[string](topo, "s/b"), decl), n, add)
+	_, err := topology.Open(ctx, topo, cl, t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), `table "n" is fed by sources of 2 and 4 partitions`) {
+		t.Fatalf("Open with mixed partitionings = %v", err)
+	}
+
+	one, _, _ := counter("absent")
+	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err = topology.Open(ctx, one, cl, t.TempDir(), topology.WithPartitions(0, 5))
+	if err == nil || !strings.Contains(err.Error(), "topology.WithPartitions") || !strings.Contains(err.Error(), "no partition 5") {
+		t.Fatalf("Open with an absent partition = %v", err)
+	}
+}
