@@ -51,12 +51,16 @@ const (
 	// partition, exceeded its bound of held records, under GapDeadLetter or
 	// GapWait.
 	ReasonHoldOverflow Reason = 11
+	// ReasonKeyBy: a topology.KeyBy step could not give the event its new
+	// key (the key function failed or panicked, or the key does not encode
+	// to 1..MaxKeyLen bytes), so the event could not be forwarded.
+	ReasonKeyBy Reason = 12
 )
 
 // String returns the reason as written in dead-letter headers:
 // "bad-headers", "unknown-type", "undecodable", "bad-key",
 // "permanent-failure", "retries-exhausted", "key-mismatch", "bad-sequence",
-// "duplicate", "gap-timeout", "hold-overflow".
+// "duplicate", "gap-timeout", "hold-overflow", "key-by".
 func (r Reason) String() string {
 	switch r {
 	case ReasonBadHeaders:
@@ -81,6 +85,8 @@ func (r Reason) String() string {
 		return "gap-timeout"
 	case ReasonHoldOverflow:
 		return "hold-overflow"
+	case ReasonKeyBy:
+		return "key-by"
 	}
 	return "reason-" + strconv.Itoa(int(r))
 }
@@ -103,7 +109,7 @@ const HeaderDLQEmptyPayload = "strand-dlq-empty-payload"
 
 // ParseReason returns the Reason whose String is s.
 func ParseReason(s string) (Reason, error) {
-	for r := ReasonBadHeaders; r <= ReasonHoldOverflow; r++ {
+	for r := ReasonBadHeaders; r <= ReasonKeyBy; r++ {
 		if r.String() == s {
 			return r, nil
 		}
