@@ -119,7 +119,9 @@ func (a *App) observeTelemetry() error {
 // WaitCaughtUp returns nil once the App has caught up with its sources as
 // they are when it is called: every partition's committed checkpoint has
 // reached the partition's end offset as of the call, and no committed dead
-// letter is waiting to be published. It needs Run to be running (or to be
+// letter or To/KeyBy message is waiting to be published; the repartition
+// topics of KeyBy steps count with what the topology forwarded to them
+// until then. It needs Run to be running (or to be
 // started) to make progress, and sources that report their end offsets
 // (stream.EndOffsetter; connectors/iggy's do). It returns ctx's error if
 // ctx ends first. Keys parked for a retry do not hold it back: their
@@ -155,12 +157,41 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				}
 			}
 		}
+		for _, t := range targets {
+			if !caught {
+				break
+			}
+			for _, ps := range t.proc.Stats().Partitions {
+				if ps.OutboxPending > 0 {
+					caught = false // To and KeyBy messages still to publish
+				}
+			}
+		}
 		if caught {
 			pending, err := a.PendingDeadLetters(ctx)
 			if err != nil {
 				return fmt.Errorf("topology %q: wait caught up: %w", a.prog.Name(), err)
 			}
-			if len(pending) == 0 {
+			// What the topology forwarded to itself (KeyBy) up to now is
+			// part of what it must have processed: look at the
+			// repartition topics' ends again.
+			grew := false
+			for i, t := range targets {
+				if _, internal := a.prog.feeders[t.proc.Source()]; !internal {
+					continue
+				}
+				ends, err := t.proc.EndOffsets(ctx)
+				if err != nil {
+					return fmt.Errorf("topology %q: wait caught up: %w", a.prog.Name(), err)
+				}
+				for pt, end := range ends {
+					if pt < len(t.ends) && end > t.ends[pt] || pt >= len(t.ends) {
+						grew = true
+					}
+				}
+				targets[i].ends = ends
+			}
+			if len(pending) == 0 && !grew {
 				return nil
 			}
 		}
