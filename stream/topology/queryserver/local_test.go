@@ -189,7 +189,11 @@ func TestKeyParsing(t *testing.T) {
 	sTab := topology.NewTable[Signed, int](topo, "signed", stream.JSON[int]())
 	pTab := topology.NewTable[Point, int](topo, "points", stream.JSON[int](),
 		topology.TableKeys(stream.CodecFunc(func(dst []byte, p Point) ([]byte, error) { return fmt.Appendf(dst, "%d,%d", p.X, p.Y), nil },
-			func(b []byte) (Point, error) { var p Point; _, err := fmt.Sscanf(string(b), "%d,%d", &p.X, &p.Y); return p, err })))
+			func(b []byte) (Point, error) {
+				var p Point
+				_, err := fmt.Sscanf(string(b), "%d,%d", &p.X, &p.Y)
+				return p, err
+			})))
 	src := topology.Source[ID](topo, "k/ids")
 	topology.Project(topology.On(src, stream.DeclareFunc(1, func(e ID) ID { return e })), idTab, func(v *int, e ID) error { *v = int(e); return nil })
 	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
