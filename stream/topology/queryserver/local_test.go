@@ -429,14 +429,14 @@ func TestLoopbackOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.ListenAndServe(context.Background()); err == nil || !strings.Contains(err.Error(), "queryserver.AllowNonLoopback()") {
+		if err := srv.ListenAndServe(context.Background()); !errors.Is(err, queryserver.ErrNotLoopback) || !strings.Contains(err.Error(), "queryserver.AllowNonLoopback()") {
 			t.Fatalf("ListenAndServe on %s = %v, want a refusal naming AllowNonLoopback", addr, err)
 		}
 		ln, err := net.Listen("tcp", "0.0.0.0:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.Serve(context.Background(), ln); err == nil || !strings.Contains(err.Error(), "queryserver.AllowNonLoopback()") {
+		if err := srv.Serve(context.Background(), ln); !errors.Is(err, queryserver.ErrNotLoopback) || !strings.Contains(err.Error(), "queryserver.AllowNonLoopback()") {
 			t.Fatalf("Serve on %s = %v, want a refusal", ln.Addr(), err)
 		}
 	}
@@ -466,6 +466,51 @@ func TestLoopbackOnly(t *testing.T) {
 		}
 		if _, err := http.Get("http://127.0.0.1:" + port + "/healthz"); err == nil {
 			t.Fatal("server still answers after its context ended")
+		}
+	}
+}
+
+// WithHandler mounts a handler of one's own next to the queries; a
+// conflicting pattern is refused.
+func TestWithHandler(t *testing.T) {
+	d, totals, _, _ := newShop(t)
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "metric 1\n") })
+	srv, err := queryserver.New(d.App(), queryserver.Table(totals), queryserver.WithHandler("GET /metrics", metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	resp, err := http.Get(hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "metric 1\n" {
+		t.Fatalf("/metrics: %d %q", resp.StatusCode, b)
+	}
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/metrics", nil)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST /metrics: %d", resp.StatusCode)
+	}
+	for _, c := range []struct {
+		pattern string
+		h       http.Handler
+		want    string
+	}{
+		{"GET /stats", metrics, `pattern "GET /stats"`},
+		{"", metrics, "want both"},
+		{"GET /x", nil, "want both"},
+		{"GET /{", metrics, `pattern "GET /{"`},
+	} {
+		if _, err := queryserver.New(d.App(), queryserver.WithHandler(c.pattern, c.h)); err == nil || !strings.Contains(err.Error(), "queryserver.WithHandler") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("WithHandler(%q): %v, want an error naming %s", c.pattern, err, c.want)
 		}
 	}
 }

@@ -40,6 +40,11 @@ const (
 	DefaultForwardTimeout = 10 * time.Second
 )
 
+// ErrNotLoopback is wrapped by Listen, ListenAndServe and Serve when asked
+// to bind to an address that is not a loopback one without
+// AllowNonLoopback.
+var ErrNotLoopback = errors.New("queryserver: not a loopback address")
+
 // Option configures New. An invalid value makes New fail with an error
 // naming the option.
 type Option func(*config) error
@@ -56,6 +61,12 @@ type config struct {
 	scanBudget     int
 	readyTimeout   time.Duration
 	log            *slog.Logger
+	extra          []extraHandler
+}
+
+type extraHandler struct {
+	pattern string
+	h       http.Handler
 }
 
 // WithAddr sets the address ListenAndServe listens on (default
@@ -178,6 +189,21 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithHandler mounts h at pattern (an http.ServeMux pattern, such as
+// "GET /metrics") next to the query endpoints, so that one loopback server
+// serves both; h gets GET and HEAD requests only, like the rest. A pattern
+// that conflicts with the query endpoints or another WithHandler is refused
+// by New.
+func WithHandler(pattern string, h http.Handler) Option {
+	return func(c *config) error {
+		if pattern == "" || h == nil {
+			return fmt.Errorf("queryserver.WithHandler: pattern %q with handler %v: want both", pattern, h)
+		}
+		c.extra = append(c.extra, extraHandler{pattern, h})
+		return nil
+	}
+}
+
 // Server is the query server of one App. It is an http.Handler: serve it
 // with ListenAndServe or Serve, or mount it on a server of one's own (under
 // a path prefix with http.StripPrefix). Its methods are safe for concurrent
@@ -235,7 +261,24 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s: see GET /tables, /tables/{table}, /tables/{table}/{key}, /stats, /healthz, /readyz", r.URL.Path))
 	})
+	for _, e := range c.extra {
+		if err := handle(s.mux, e.pattern, e.h); err != nil {
+			return nil, fmt.Errorf("queryserver.WithHandler: %w", err)
+		}
+	}
 	return s, nil
+}
+
+// handle mounts h, turning ServeMux's panic on a bad or conflicting
+// pattern into an error.
+func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pattern %q: %v", pattern, r)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
 }
 
 // ServeHTTP answers one request: GET and HEAD of the endpoints in the
@@ -295,7 +338,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !s.cfg.allowRemote && !a.IP.IsLoopback() {
 		_ = ln.Close()
-		return fmt.Errorf("queryserver: Serve: %s is not a loopback address; the query server authenticates nobody, give queryserver.AllowNonLoopback() to serve on it", a)
+		return fmt.Errorf("%w: Serve on %s: the query server authenticates nobody, give queryserver.AllowNonLoopback() to serve on it", ErrNotLoopback, a)
 	}
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
@@ -336,7 +379,7 @@ func (s *Server) checkAddr(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("queryserver.WithAddr: %q is not a loopback address; the query server authenticates nobody, give queryserver.AllowNonLoopback() to listen on it", addr)
+	return fmt.Errorf("%w: queryserver.WithAddr(%q): the query server authenticates nobody, give queryserver.AllowNonLoopback() to listen on it", ErrNotLoopback, addr)
 }
 
 // table finds the request's table, answering 404 when there is none.
