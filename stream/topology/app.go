@@ -85,6 +85,7 @@ type openOptions struct {
 	drain      time.Duration
 	clock      Clock
 	tel        telemetryOptions // see telemetry.go
+	liveOff    bool             // see live.go
 }
 
 // Clock is the time an App's retries run on. The default is the wall
@@ -240,7 +241,8 @@ type App struct {
 
 	tel        *telemetry.Telemetry // see telemetry.go
 	endEvery   time.Duration
-	partitions []uint32 // WithPartitions, or nil for all
+	partitions []uint32     // WithPartitions, or nil for all
+	live       *liveInspect // see live.go
 
 	mu      sync.Mutex
 	closed  bool
@@ -373,6 +375,9 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 		return nil, fail(err)
 	}
 	ok = true
+	if !o.liveOff {
+		a.live = startLive(dir, db, o.log)
+	}
 	return a, nil
 }
 
@@ -437,6 +442,7 @@ func (a *App) Close() error {
 		cancel()
 		<-done
 	}
+	a.live.stop()
 	var errs []error
 	if c, ok := a.dlq.(interface{ Close(context.Context) error }); ok {
 		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
