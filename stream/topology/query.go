@@ -29,3 +29,8 @@ func (t *Table[K, V]) AppendKey(dst []byte, k K) ([]byte, error) { return t.t.Ap
 func (t *Table[K, V]) ScanPartition(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) error {
 	return wrapNotOpen(t.t.ScanPartition(ctx, partition, after, fn))
 }
+
+// Processes reports whether the App processes partition p of its sources:
+// every partition, or those given to WithPartitions. The rows of the
+// others are not in its store.
+func (a *App) Processes(p uint32) bool { return a.runs(p) }

@@ -50,8 +50,9 @@
 // (topology.WithPartitions), each with its own query server. A Router says
 // for each table partition whether this instance serves it, another one
 // owns it (at which query address), or it is unavailable for now (its
-// state is restoring, say). The default router serves everything locally;
-// StaticRouter routes by a fixed partition → owner map. A get of a key
+// state is restoring, say). The default router serves the partitions the
+// App processes and answers 503 for the others (their rows are in no store
+// here); StaticRouter routes by a fixed partition → owner map. A get of a key
 // owned elsewhere is forwarded to the owner once (the forwarded request
 // carries the Strand-Forwarded header; an owner that would forward it again
 // answers 508), or redirected to it with WithRedirect. A key's partition is

@@ -326,6 +326,20 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 	hsF := httptest.NewServer(srvF)
 	defer hsF.Close()
 	errorOf(t, fmt.Sprintf("%s/tables/balances/%d", hsF.URL, inP2), http.StatusServiceUnavailable, "no owner in the static routing table")
+
+	// Without a router, a partition the App does not process is not
+	// answered 404 (its row is elsewhere): 503 naming WithRouter.
+	srvG, err := queryserver.New(appA, queryserver.Table(balA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srvG.Close()
+	hsG := httptest.NewServer(srvG)
+	defer hsG.Close()
+	errorOf(t, fmt.Sprintf("%s/tables/balances/%d", hsG.URL, inP2), http.StatusServiceUnavailable, "does not process partition 2", "queryserver.WithRouter")
+	if get(t, fmt.Sprintf("%s/tables/balances/%d", hsG.URL, inP0), http.StatusOK, &b); b != ref[inP0] {
+		t.Fatalf("local without a router: %+v, want %+v", b, ref[inP0])
+	}
 }
 
 // An owner mounted under a path prefix is reached at its base URL.

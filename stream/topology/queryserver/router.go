@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // RouteKind says where a table partition is served.
@@ -80,10 +82,22 @@ type RouterFunc func(ctx context.Context, q Query) Route
 // Route calls f.
 func (f RouterFunc) Route(ctx context.Context, q Query) Route { return f(ctx, q) }
 
-// LocalRouter serves every partition locally: the default, for an App that
-// processes every partition of its sources.
+// LocalRouter serves every partition locally.
 func LocalRouter() Router {
 	return RouterFunc(func(context.Context, Query) Route { return Route{Kind: Local} })
+}
+
+// appRouter is the default: the partitions app processes are local; the
+// others are in no store here, and without a router nobody knows where
+// they are, so they are unavailable rather than answered 404.
+func appRouter(app *topology.App) Router {
+	return RouterFunc(func(_ context.Context, q Query) Route {
+		if app.Processes(q.Partition) {
+			return Route{Kind: Local}
+		}
+		return Route{Kind: Unavailable, RetryAfter: 5 * time.Second,
+			Reason: fmt.Sprintf("this instance does not process partition %d (topology.WithPartitions) and was given no queryserver.WithRouter to find its owner", q.Partition)}
+	})
 }
 
 // StaticRouter routes by a fixed map from partition to the query address

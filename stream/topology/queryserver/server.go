@@ -94,7 +94,9 @@ func AllowNonLoopback() Option {
 }
 
 // WithRouter sets the router that says where each table partition is
-// served (default LocalRouter: everything here).
+// served. The default serves the partitions the App processes
+// (App.Processes) and answers 503 for the others, whose rows are in no
+// store here.
 func WithRouter(r Router) Option {
 	return func(c *config) error {
 		if r == nil {
@@ -225,7 +227,7 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 	if app == nil {
 		return nil, errors.New("queryserver.New: nil app")
 	}
-	c := config{addr: DefaultAddr, router: LocalRouter(), forwardTimeout: DefaultForwardTimeout,
+	c := config{addr: DefaultAddr, router: appRouter(app), forwardTimeout: DefaultForwardTimeout,
 		maxLimit: DefaultMaxLimit, scanBudget: DefaultScanBudget, readyTimeout: DefaultReadyTimeout, log: slog.Default()}
 	for _, opt := range opts {
 		if opt == nil {
