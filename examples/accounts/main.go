@@ -144,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.user, "user", "iggy", "Iggy user")
 	fs.StringVar(&c.password, "password", "iggy", "Iggy password")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8090", "address of the embedded broker in -role broker")
-	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the HTTP query endpoint (empty: none; a busy port falls back to a free one)")
+	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the query server and /metrics, a loopback one unless -http-public (empty: none; a busy port falls back to a free one)")
 	fs.BoolVar(&c.httpPublic, "http-public", false, "allow an -http address that is not a loopback one (the query server authenticates nobody)")
 	fs.BoolVar(&c.drain, "drain", false, "-role processor: exit once everything in the topic at start is processed and its dead letters are published")
 	fs.BoolVar(&c.backlog, "backlog", false, "-role all: start the processor only once everything is published, to measure it alone on a backlog")
