@@ -607,6 +607,7 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	t.classifyForeign(records) // before anything reads their headers
 	now := t.clock()
 	res := Result{Next: t.next}
 
@@ -799,7 +800,7 @@ func (t *Task) prepare(b *batch, nParked int) {
 			continue
 		}
 		if r.HeaderErr != nil {
-			b.deadLetter(i, stream.ReasonBadHeaders, r.HeaderErr)
+			b.deadLetter(i, headerErrReason(r.HeaderErr), r.HeaderErr)
 			continue
 		}
 		if err := r.Headers.Validate(); err != nil {
@@ -1210,6 +1211,7 @@ func (t *Task) writeDeadLetters(b *batch, res *Result) {
 		}
 		dl.Headers.Key = bytes.Clone(dl.Headers.Key)
 		dl.Payload = bytes.Clone(dl.Payload)
+		t.foreignDeadLetter(&dl, r)
 		row, _ := dl.AppendBinary(nil)
 		b.tx.PutRow(state.FamilyDeadLetters, t.partition, deadLetterRow(t.src.name, r.Offset), row)
 		res.DeadLetters = append(res.DeadLetters, dl)
@@ -1274,6 +1276,7 @@ func mergeSorted(a, b []uint64) []uint64 {
 func ownRecord(r stream.Record) stream.Record {
 	r.Headers.Key = bytes.Clone(r.Headers.Key)
 	r.Payload = bytes.Clone(r.Payload)
+	r.Raw = r.Raw.Clone()
 	return r
 }
 

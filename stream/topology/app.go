@@ -287,7 +287,7 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	sources := make([]stream.Source, 0, len(p.Sources()))
 	counts := map[string]uint32{}
 	for _, sn := range p.Sources() {
-		src, err := conn.OpenSource(ctx, sn)
+		src, err := p.openSource(ctx, conn, sn) // foreign.go
 		if err != nil {
 			return nil, fail(fmt.Errorf("source %q: %w", sn, err))
 		}

@@ -140,6 +140,7 @@ type sourceNode struct {
 	skip     []planner.Tag
 	checks   []func() error // per-handler checks run at Build
 	reseq    *engine.ResequenceSpec
+	foreign  *engine.ForeignSpec // ForeignSource (foreign.go)
 }
 
 type tableNode struct {
@@ -427,7 +428,8 @@ func (t *Topology) Build() (*Program, error) {
 		if len(n.handlers) == 0 {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
-		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq})
+		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
+			Foreign: n.foreign})
 	}
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
