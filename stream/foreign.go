@@ -189,9 +189,7 @@ func readRaw(r *rowenc.Reader) *RawMessage {
 		r.Err = rowenc.ErrShort
 		return m
 	}
-	if n > 0 {
-		m.Headers = make([]Field, 0, n)
-	}
+	m.Headers = make([]Field, 0, n)
 	for range n {
 		var f Field
 		f.NameKind = FieldKind(r.Byte())
