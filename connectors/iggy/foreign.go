@@ -66,10 +66,17 @@ func (a *foreignArena) raw(rec *stream.Record, id []byte, uh []byte, n int) erro
 		m.Headers = []stream.Field{}
 		return nil
 	}
+	if a.fields == nil {
+		// Guess that every message of the reply has as many headers as
+		// the first one that has any (producers are alike).
+		k := 0
+		_ = walkTLV(uh, func(byte, []byte, byte, []byte) error { k++; return nil })
+		a.fields = make([]stream.Field, 0, max(k, 1)*(n-len(a.raws)+1))
+	}
 	start := len(a.fields)
 	err := walkTLV(uh, func(kk byte, key []byte, vk byte, value []byte) error {
 		if cap(a.fields) == len(a.fields) {
-			grown := make([]stream.Field, len(a.fields)-start, max(4*n, 2*(len(a.fields)-start)+8))
+			grown := make([]stream.Field, len(a.fields)-start, 2*cap(a.fields)+8)
 			copy(grown, a.fields[start:])
 			a.fields, start = grown, 0
 		}
