@@ -51,9 +51,13 @@ const (
 	// partition, exceeded its bound of held records, under GapDeadLetter or
 	// GapWait.
 	ReasonHoldOverflow Reason = 11
+	// ReasonKeyBy: a topology.KeyBy step could not give the event its new
+	// key (the key function failed or panicked, or the key does not encode
+	// to 1..MaxKeyLen bytes), so the event could not be forwarded.
+	ReasonKeyBy Reason = 12
 	// ReasonUnclassified: the record is of a foreign source and its
 	// classifier could not classify it (the error wraps ErrUnclassified).
-	ReasonUnclassified Reason = 12
+	ReasonUnclassified Reason = 13
 
 	reasonLast = ReasonUnclassified
 )
@@ -61,7 +65,7 @@ const (
 // String returns the reason as written in dead-letter headers:
 // "bad-headers", "unknown-type", "undecodable", "bad-key",
 // "permanent-failure", "retries-exhausted", "key-mismatch", "bad-sequence",
-// "duplicate", "gap-timeout", "hold-overflow", "unclassified".
+// "duplicate", "gap-timeout", "hold-overflow", "key-by", "unclassified".
 func (r Reason) String() string {
 	switch r {
 	case ReasonBadHeaders:
@@ -86,6 +90,8 @@ func (r Reason) String() string {
 		return "gap-timeout"
 	case ReasonHoldOverflow:
 		return "hold-overflow"
+	case ReasonKeyBy:
+		return "key-by"
 	case ReasonUnclassified:
 		return "unclassified"
 	}

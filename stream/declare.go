@@ -371,3 +371,54 @@ func (d *Event[K, E]) Record(partition uint32, offset uint64, e E) (Record, erro
 }
 
 var _ Encoder[struct{}] = (*Event[string, struct{}])(nil)
+
+// Rekey returns a declaration of the events of d under another key: the
+// same type tag, payload codec, fence and algebra, with key as the key
+// function and keys of type K2 (DefaultKeyCodec[K2], or the KeyCodec
+// option; the only option Rekey takes). It is what topology.KeyBy declares
+// for the events it forwards, and what a publisher of re-keyed events can
+// use. The sequence (Sequence) is not kept: it numbers events within
+// their old key. An error of d is an error of the result.
+func Rekey[K2, K, E any](d *Event[K, E], key func(E) K2, opts ...Option) *Event[K2, E] {
+	if d == nil {
+		return &Event[K2, E]{name: reflect.TypeFor[E]().String(),
+			err: fmt.Errorf("%w: Rekey of a nil declaration", ErrBadDeclaration)}
+	}
+	var o declOptions
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("nil option")
+			continue
+		}
+		opt.apply(&o)
+	}
+	r := &Event[K2, E]{tag: d.tag, name: d.name, key: key, payload: d.payload,
+		fence: d.fence, fenceBy: d.fenceBy, alg: d.alg}
+	errs := append([]error(nil), o.errs...)
+	if o.fenceSet || o.fenceBy != nil || o.reduce != nil || o.payload != nil || o.seq != nil {
+		errs = append(errs, errors.New("Rekey takes only KeyCodec: the fence, algebra and payload codec are the declaration's"))
+	}
+	if key == nil {
+		errs = append(errs, errors.New("key function is nil"))
+	}
+	if o.keys != nil {
+		c, ok := o.keys.(Codec[K2])
+		if !ok {
+			errs = append(errs, fmt.Errorf("KeyCodec takes a codec of type %T, which does not encode key type %s", o.keys, reflect.TypeFor[K2]()))
+		}
+		r.keys = c
+	} else {
+		c, err := DefaultKeyCodec[K2]()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		r.keys = c
+	}
+	if d.err != nil {
+		errs = append(errs, d.err)
+	}
+	if len(errs) > 0 {
+		r.err = fmt.Errorf("%w: type tag %d (%s) re-keyed: %w", ErrBadDeclaration, d.tag, d.name, errors.Join(errs...))
+	}
+	return r
+}

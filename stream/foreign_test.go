@@ -24,7 +24,7 @@ func TestReasonUnclassified(t *testing.T) {
 			t.Errorf("ParseReason(%q) = %v, %v", r, got, err)
 		}
 	}
-	if _, err := stream.ParseReason("reason-13"); !errors.Is(err, stream.ErrBadHeaders) {
+	if _, err := stream.ParseReason("reason-99"); !errors.Is(err, stream.ErrBadHeaders) {
 		t.Errorf("ParseReason of an unknown reason: %v", err)
 	}
 }

@@ -26,6 +26,12 @@ const (
 	// "00-<trace id>-<span id>-<flags>"). Consumers link their processing
 	// spans to it.
 	HeaderTraceParent = "traceparent"
+	// HeaderOrigin is written by strand on the messages its outbox
+	// publishes (topology.To, topology.KeyBy): where the message came from
+	// (docs/design.md §11). A topology that reads such a topic drops a
+	// message whose origin it has applied already, so a message published
+	// twice (a crash between publishing and forgetting it) is applied once.
+	HeaderOrigin = "strand-origin"
 )
 
 // PropsVersion is the version of the strand-props layout this package
@@ -62,6 +68,11 @@ type Headers struct {
 	// bytes when parsed. It is not one of the strand headers proper:
 	// Validate and AppendFields ignore it.
 	TraceParent []byte
+	// Origin is the value of the message's strand-origin header (see
+	// HeaderOrigin), nil when it had none. It aliases the message's bytes
+	// when parsed. Like TraceParent it is not validated here: a malformed
+	// origin is ignored (the record is applied as any other).
+	Origin []byte
 }
 
 // Validate reports whether h can be written: a key of 1..MaxKeyLen bytes, a

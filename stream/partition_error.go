@@ -22,10 +22,13 @@ const (
 	OpDeadLetters
 	// OpHook: a test hook refused to go on.
 	OpHook
+	// OpOutbox: reading, publishing or deleting committed outbox
+	// messages (topology.To, topology.KeyBy).
+	OpOutbox
 )
 
 // String returns "open", "poll", "process", "commit", "retry",
-// "dead letters" or "hook".
+// "dead letters", "hook" or "outbox".
 func (o PartitionOp) String() string {
 	switch o {
 	case OpOpen:
@@ -42,6 +45,8 @@ func (o PartitionOp) String() string {
 		return "dead letters"
 	case OpHook:
 		return "hook"
+	case OpOutbox:
+		return "outbox"
 	}
 	return fmt.Sprintf("PartitionOp(%d)", uint8(o))
 }

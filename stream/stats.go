@@ -20,6 +20,14 @@ type Counters struct {
 	Published uint64
 	// PublishErrors counts failed attempts to publish dead letters.
 	PublishErrors uint64
+	// OutboxCommitted counts the messages of To and KeyBy steps committed
+	// to the outbox; OutboxPublished those the sink accepted (or held
+	// already) and whose rows were deleted; OutboxErrors the failed
+	// attempts to publish them.
+	OutboxCommitted, OutboxPublished, OutboxErrors uint64
+	// Redelivered counts the records dropped because they are outbox
+	// messages (of a To or KeyBy step) applied before: published twice.
+	Redelivered uint64
 	// Failures counts key failures (parked, held or dead-lettered runs).
 	Failures uint64
 	// Batches counts Process commits and Retries counts Retry commits.
@@ -50,6 +58,9 @@ type PartitionStats struct {
 	// is); NextGapTimeout is when the earliest gap times out (zero when
 	// none will: no holds, or GapWait).
 	OldestHold, NextGapTimeout time.Time
+	// OutboxPending is how many committed outbox messages (To, KeyBy)
+	// wait to be published.
+	OutboxPending int
 	// LastCommit is when the pipeline last committed (zero if never).
 	LastCommit time.Time
 	Counters

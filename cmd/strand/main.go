@@ -49,7 +49,7 @@ Filters (dlq list, dlq replay), all optional, combined with AND:
   -reason R[,R...]    dead-letter reasons: bad-headers, unknown-type, undecodable,
                       bad-key, permanent-failure, retries-exhausted, key-mismatch,
                       bad-sequence, duplicate, gap-timeout, hold-overflow,
-                      unclassified
+                      key-by, unclassified
   -key K              the record's key: text, or 0x followed by hex for bytes
   -source S           the source topic the record was read from (STREAM/TOPIC)
   -partition N        the source partition

@@ -134,7 +134,7 @@ func tlvItem(b []byte, pos int, what string) (kind byte, v []byte, next int, err
 // a strand header that appears twice is an error. It allocates only to
 // report an error, which wraps stream.ErrBadHeaders.
 func parseStrandHeaders(b []byte) (stream.Headers, error) {
-	var key, typ, props, seq, tp []byte
+	var key, typ, props, seq, tp, origin []byte
 	for pos := 0; pos < len(b); {
 		var k, v []byte
 		var err error
@@ -147,6 +147,12 @@ func parseStrandHeaders(b []byte) (stream.Headers, error) {
 		if string(k) == stream.HeaderTraceParent {
 			if tp == nil { // not a strand header: the first one counts
 				tp = v
+			}
+			continue
+		}
+		if string(k) == stream.HeaderOrigin {
+			if origin == nil {
+				origin = v
 			}
 			continue
 		}
@@ -170,7 +176,7 @@ func parseStrandHeaders(b []byte) (stream.Headers, error) {
 	}
 	h, err := stream.ParseHeaders(key, typ, props, seq)
 	if err == nil {
-		h.TraceParent = tp
+		h.TraceParent, h.Origin = tp, origin
 	}
 	return h, err
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/strand-io/strand/internal/state"
@@ -32,6 +34,8 @@ type handlerInfo struct {
 	tableType string // project only: the table's Go type
 	attacher  state.Attacher
 	maxBatch  int
+	dest      string   // emit only: the destination topic
+	mode      EmitMode // emit only
 }
 
 // Project returns a handler that folds each event of ev into the value its
@@ -147,7 +151,8 @@ type eventRunner[K, E any] struct {
 	keys     stream.Codec[K]
 	handles  []*handleHandler[K, E]
 	projects []projector[E]
-	bufs     sync.Pool // *runBuf[E]
+	emits    []*emitHandler[K, E] // KeyBy steps first
+	bufs     sync.Pool            // *runBuf[E]
 	counts   runCounters
 }
 
@@ -218,7 +223,8 @@ func (h *projectHandler[K, E, V]) revert(rc *runCtx) error {
 }
 
 type runBuf[E any] struct {
-	key    []byte // scratch for the key check
+	key    []byte            // scratch for the key check
+	env    []stream.Envelope // scratch for emitting handlers
 	events []E
 	idx    []int // record index of events[j]
 	owner  []int
@@ -227,6 +233,9 @@ type runBuf[E any] struct {
 func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 	r := &eventRunner[K, E]{ev: d.Event, alg: d.Algebra(), keys: d.KeyCodec()}
 	r.bufs.New = func() any { return new(runBuf[E]) }
+	defer slices.SortStableFunc(r.emits, func(a, b *emitHandler[K, E]) int {
+		return cmp.Compare(b.mode, a.mode) // EmitKeyBy before EmitTo
+	})
 	for _, h := range hs {
 		switch h := h.(type) {
 		case *handleHandler[K, E]:
@@ -234,6 +243,11 @@ func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 				return nil, fmt.Errorf("handler %q is for another declaration of type tag %d", h.name, d.Tag())
 			}
 			r.handles = append(r.handles, h)
+		case *emitHandler[K, E]:
+			if h.ev != d.Event {
+				return nil, fmt.Errorf("step %q is for another declaration of type tag %d", h.step, d.Tag())
+			}
+			r.emits = append(r.emits, h)
 		case projector[E]:
 			r.projects = append(r.projects, h)
 		default:
@@ -250,7 +264,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 	buf := r.bufs.Get().(*runBuf[E])
 	defer func() {
 		clear(buf.events) // drop references for the GC
-		buf.events, buf.idx, buf.owner = buf.events[:0], buf.idx[:0], buf.owner[:0]
+		buf.events, buf.idx, buf.owner, buf.env = buf.events[:0], buf.idx[:0], buf.owner[:0], buf.env[:0]
 		r.bufs.Put(buf)
 	}()
 	b := rc.b
@@ -266,9 +280,19 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 	for next := 0; next < len(recs) && hold == nil; {
 		next, hold = r.decode(rc, recs, next, buf)
 	}
+	var emitFail *runResult
+	if len(r.emits) > 0 && len(buf.events) > 0 {
+		var h error
+		if h, emitFail = r.emit(rc, key, buf); hold == nil {
+			hold = h
+		}
+	}
 	held := runResult{}
 	if hold != nil {
 		held = runResult{end: runHeld, err: fmt.Errorf("held behind a poison event: %w", hold)}
+	}
+	if emitFail != nil {
+		held = *emitFail
 	}
 	if len(buf.events) == 0 {
 		return held
@@ -457,6 +481,10 @@ func (r *eventRunner[K, E]) keyOf(buf []byte, e E, header []byte) (out []byte, e
 	}
 	return out, nil
 }
+
+// ErrKeyBy is wrapped by the error of a record that a KeyBy step could
+// not give its new key (stream.ReasonKeyBy).
+var ErrKeyBy = errors.New("strand: KeyBy could not key the event")
 
 // ErrKeyMismatch is wrapped by the error of a record whose decoded event
 // names another key than its strand-key header.

@@ -103,6 +103,9 @@ type Processor struct {
 	mu    sync.Mutex
 	stats map[uint32]*stream.PartitionStats // by partition; guarded by mu
 	live  map[uint32]*pipeline              // pipelines of the current Run; guarded by mu
+	// outboxBase[pt] is the outbox rows of pt found when Run started,
+	// less the counted ones then; guarded by mu.
+	outboxBase map[uint32]int64
 }
 
 // ProcessorOption configures NewProcessor.
@@ -119,6 +122,7 @@ type processorOptions struct {
 	hooks        Hooks
 	drainTimeout time.Duration
 	dlqBackoff   [2]time.Duration
+	outboxSinks  map[string]stream.Sink
 	observe      observeOptions // see observe.go
 }
 
@@ -133,6 +137,15 @@ const DefaultPollSize = 4096
 // rows (see Processor.PendingDeadLetters) and are counted, never dropped.
 func WithDeadLetterSink(s stream.Sink) ProcessorOption {
 	return func(o *processorOptions) { o.sink = s }
+}
+
+// WithOutboxSinks gives the processor the sinks of the topics its
+// source's To and KeyBy steps publish to, by topic name (Program.Outputs).
+// NewProcessor refuses a processor whose source publishes to a topic
+// without a sink. Sinks that also implement stream.SentChecker get
+// exactly-once publication across crashes; others at-least-once.
+func WithOutboxSinks(sinks map[string]stream.Sink) ProcessorOption {
+	return func(o *processorOptions) { o.outboxSinks = sinks }
 }
 
 // WithPollSize sets the most records one poll of a partition returns
@@ -238,6 +251,11 @@ type Hooks struct {
 	// letters were deleted (committed); letters includes those a
 	// SentChecker found already published.
 	AfterDeadLetterDelete func(partition uint32, letters []stream.DeadLetter) error
+	// BeforeOutboxSend is called on the outbox goroutine with the outbox
+	// messages of one source partition about to be sent, after their
+	// commit is durable; AfterOutboxSend after the sinks accepted them,
+	// before their rows are deleted.
+	BeforeOutboxSend, AfterOutboxSend func(partition uint32, msgs []stream.Message) error
 }
 
 // ErrRunning is returned by Run when the processor is already running.
@@ -266,6 +284,10 @@ func addCounters(c *stream.Counters, o stream.Counters) {
 	c.Resequenced += o.Resequenced
 	c.Duplicates += o.Duplicates
 	c.Gaps += o.Gaps
+	c.OutboxCommitted += o.OutboxCommitted
+	c.OutboxPublished += o.OutboxPublished
+	c.OutboxErrors += o.OutboxErrors
+	c.Redelivered += o.Redelivered
 }
 
 // NewProcessor returns a processor of src for prog on db. It attaches the
@@ -302,6 +324,11 @@ func NewProcessor(prog *Program, db *state.DB, src stream.Source, opts ...Proces
 	case o.dlqBackoff[0] <= 0 || o.dlqBackoff[1] < o.dlqBackoff[0]:
 		return nil, fmt.Errorf("stream: NewProcessor: source %q: dead-letter backoff %v..%v, want 0 < min <= max", name, o.dlqBackoff[0], o.dlqBackoff[1])
 	}
+	for _, dest := range prog.sources[name].dests {
+		if o.outboxSinks[dest] == nil {
+			return nil, fmt.Errorf("stream: NewProcessor: source %q publishes to %q (To or KeyBy), but WithOutboxSinks has no sink for it", name, dest)
+		}
+	}
 	seen := map[uint32]bool{}
 	for _, pt := range o.partitions {
 		if seen[pt] {
@@ -317,9 +344,10 @@ func NewProcessor(prog *Program, db *state.DB, src stream.Source, opts ...Proces
 	}
 	p := &Processor{
 		prog: prog, db: db, src: src, name: name, opts: o,
-		log:   o.log.With(slog.String("component", "strand/processor"), slog.String("source", name)),
-		stats: map[uint32]*stream.PartitionStats{},
-		live:  map[uint32]*pipeline{},
+		log:        o.log.With(slog.String("component", "strand/processor"), slog.String("source", name)),
+		stats:      map[uint32]*stream.PartitionStats{},
+		live:       map[uint32]*pipeline{},
+		outboxBase: map[uint32]int64{},
 	}
 	if c, ok := o.sink.(stream.SentChecker); ok {
 		p.checks = c
@@ -336,8 +364,13 @@ func (p *Processor) Stats() stream.Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := stream.Stats{Source: p.name}
-	for _, ps := range p.stats {
-		s.Partitions = append(s.Partitions, *ps)
+	for pt, ps := range p.stats {
+		cp := *ps
+		// What waits: the rows found at Run plus those committed since,
+		// less those published since (published rows may be counted
+		// before the commit that wrote them is).
+		cp.OutboxPending = int(max(p.outboxBase[pt]+int64(ps.OutboxCommitted)-int64(ps.OutboxPublished), 0))
+		s.Partitions = append(s.Partitions, cp)
 		addCounters(&s.Total, ps.Counters)
 		s.ParkedKeys += ps.ParkedKeys
 		s.ParkedRecords += ps.ParkedRecords

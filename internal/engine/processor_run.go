@@ -55,13 +55,16 @@ func (p *Processor) Run(ctx context.Context) error {
 	drainCtx, stopDrain := drainContext(ctx, runCtx, p.opts.drainTimeout)
 	defer stopDrain()
 
-	var outbox *deadLetterOutbox
+	var outboxes outboxes
 	if p.opts.sink != nil {
-		outbox = newDeadLetterOutbox(p)
+		outboxes.dead = newOutbox(p, deadLetterKind{p})
 	} else {
 		p.log.Warn("strand: processor has no dead-letter sink; dead letters stay in the store")
 	}
-	pls, err := p.openPipelines(runCtx, parts, outbox)
+	if len(p.prog.sources[p.name].dests) > 0 {
+		outboxes.msgs = newOutbox(p, messageKind{p})
+	}
+	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before it started
@@ -72,7 +75,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	stopEnds := p.watchEnds(runCtx)
 	defer stopEnds()
 
-	err = p.runAll(runCtx, drainCtx, cancel, pls, outbox)
+	err = p.runAll(runCtx, drainCtx, cancel, pls, outboxes)
 	p.mu.Lock()
 	for _, pl := range pls {
 		delete(p.live, pl.part)
@@ -114,10 +117,24 @@ func drainContext(ctx, runCtx context.Context, timeout time.Duration) (drainCtx 
 	}
 }
 
-// runAll runs every pipeline and the dead-letter outbox until they stop,
-// and returns the first failure; a failure stops the others (cancel). The
-// outbox makes its last pass after every pipeline has stopped.
-func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.CancelCauseFunc, pls []*pipeline, outbox *deadLetterOutbox) error {
+// outboxes are a processor's outboxes: of its dead letters and of its To
+// and KeyBy messages; nil when it has none of that kind.
+type outboxes struct{ dead, msgs *outbox }
+
+func (o outboxes) all() []*outbox {
+	var out []*outbox
+	for _, b := range []*outbox{o.dead, o.msgs} {
+		if b != nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// runAll runs every pipeline and the outboxes until they stop, and
+// returns the first failure; a failure stops the others (cancel). The
+// outboxes make their last pass after every pipeline has stopped.
+func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.CancelCauseFunc, pls []*pipeline, obs outboxes) error {
 	var (
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
@@ -133,16 +150,13 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 		cancel(err)
 	}
 	pipelinesDone := make(chan struct{})
-	outboxDone := make(chan struct{})
-	if outbox != nil {
-		go func() {
-			defer close(outboxDone)
-			if err := outbox.run(runCtx, drainCtx, pipelinesDone); err != nil {
+	var outboxWG sync.WaitGroup
+	for _, ob := range obs.all() {
+		outboxWG.Go(func() {
+			if err := ob.run(runCtx, drainCtx, pipelinesDone); err != nil {
 				fail(err)
 			}
-		}()
-	} else {
-		close(outboxDone)
+		})
 	}
 	for _, pl := range pls {
 		wg.Go(func() {
@@ -153,7 +167,7 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 	}
 	wg.Wait()
 	close(pipelinesDone)
-	<-outboxDone
+	outboxWG.Wait()
 	errMu.Lock()
 	defer errMu.Unlock()
 	return firstErr
@@ -186,7 +200,7 @@ func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 
 // openPipelines makes the Task and opens the reader of every partition. On
 // failure it closes what it opened.
-func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *deadLetterOutbox) ([]*pipeline, error) {
+func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outboxes) ([]*pipeline, error) {
 	// Tasks name their source and partition in their own log lines.
 	topts := append([]TaskOption{WithLogger(p.opts.log.With(slog.String("component", "strand/processor")))}, p.opts.taskOpts...)
 	if p.opts.clock != nil {
@@ -210,7 +224,7 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *d
 			return nil, &PartitionError{Source: p.name, Partition: pt, Offset: task.Next(), Op: stream.OpOpen, Err: err}
 		}
 		pl := &pipeline{
-			p: p, part: pt, task: task, reader: rd, outbox: outbox,
+			p: p, part: pt, task: task, reader: rd, outboxes: obs,
 			batches:  make(chan []stream.Record, p.opts.prefetch+1),
 			slots:    make(chan struct{}, p.opts.prefetch+1),
 			advise:   make(chan uint64, 1),
@@ -225,8 +239,20 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *d
 			ps.Next = task.Next()
 			parkedStats(task, ps)
 		})
-		if outbox != nil {
-			outbox.start(pt, task.Next())
+		if obs.dead != nil {
+			obs.dead.start(pt, task.Next())
+		}
+		if obs.msgs != nil {
+			n, err := p.countOutbox(ctx, pt)
+			if err != nil {
+				closeAll()
+				_ = rd.Close()
+				return nil, &PartitionError{Source: p.name, Partition: pt, Offset: task.Next(), Op: stream.OpOpen, Err: fmt.Errorf("count outbox messages: %w", err)}
+			}
+			p.update(pt, func(ps *stream.PartitionStats) {
+				p.outboxBase[pt] = int64(n) - int64(ps.OutboxCommitted) + int64(ps.OutboxPublished)
+			})
+			obs.msgs.start(pt, task.outNext)
 		}
 	}
 	p.mu.Lock()
@@ -239,12 +265,12 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, outbox *d
 
 // pipeline is one partition's reader, executor and advisor.
 type pipeline struct {
-	p      *Processor
-	part   uint32
-	task   *Task
-	reader stream.PartitionReader
-	outbox *deadLetterOutbox
-	log    *slog.Logger
+	p        *Processor
+	part     uint32
+	task     *Task
+	reader   stream.PartitionReader
+	outboxes outboxes
+	log      *slog.Logger
 
 	batches chan []stream.Record // polled batches, in offset order
 	slots   chan struct{}        // one token per batch polled and not yet processed
@@ -469,6 +495,8 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		ps.Failures += uint64(len(res.Failures))
 		ps.Resequenced += uint64(res.Released)
 		ps.Duplicates += uint64(res.Duplicates)
+		ps.OutboxCommitted += uint64(res.Emitted)
+		ps.Redelivered += uint64(res.Redelivered)
 		ps.Gaps += uint64(len(res.Gaps))
 		if batch {
 			ps.Batches++
@@ -488,8 +516,11 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		}
 		pl.advise <- res.Next
 	}
-	if len(res.DeadLetters) > 0 && pl.outbox != nil {
-		pl.outbox.notify(pl.part)
+	if len(res.DeadLetters) > 0 && pl.outboxes.dead != nil {
+		pl.outboxes.dead.notify(pl.part)
+	}
+	if res.Emitted > 0 && pl.outboxes.msgs != nil {
+		pl.outboxes.msgs.notify(pl.part)
 	}
 	return nil
 }

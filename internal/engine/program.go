@@ -91,6 +91,10 @@ type programSource struct {
 	routes map[planner.Tag]*route
 	skip   map[planner.Tag]bool
 	reseq  *ResequenceSpec // nil: off
+	// emits: the source has emitting handlers (To, KeyBy), publishing to
+	// dests.
+	emits bool
+	dests []string
 	// foreign classifies the source's records (foreign.go); nil: they
 	// carry strand headers.
 	foreign *ForeignSpec
@@ -149,7 +153,7 @@ const (
 // into one table, and tables with duplicate names. All problems are
 // reported together.
 func NewProgram(spec Spec) (*Program, error) {
-	c := &compiler{tables: map[string]string{}}
+	c := &compiler{tables: map[string]string{}, steps: map[string]string{}}
 	fail := c.fail
 	if spec.Name == "" {
 		fail("topology has no name")
@@ -226,6 +230,7 @@ type compiler struct {
 	p      *Program
 	errs   []error
 	tables map[string]string // name -> Go type
+	steps  map[string]string // emitting step name -> where it is
 	fp     *fingerprint
 }
 
@@ -307,6 +312,24 @@ func (c *compiler) compileSource(si int, src SourceSpec) {
 				src.Name, d.Tag(), g.d.Name(), d.Name())
 			continue
 		}
+		if hi.kind == "emit" {
+			if prev, dup := c.steps[hi.name]; dup {
+				fail("source %q: step name %q used twice (also %s)", src.Name, hi.name, prev)
+			}
+			c.steps[hi.name] = fmt.Sprintf("on source %q", src.Name)
+			switch {
+			case hi.name == "":
+				fail("source %q: type tag %d (%s): a step without a name", src.Name, d.Tag(), d.Name())
+			case hi.dest == "":
+				fail("source %q: step %q has no destination topic", src.Name, hi.name)
+			case hi.dest == src.Name && hi.mode == EmitKeyBy:
+				fail("source %q: KeyBy %q forwards into the topic it reads", src.Name, hi.name)
+			}
+			ps.emits = true
+			if !slices.Contains(ps.dests, hi.dest) {
+				ps.dests = append(ps.dests, hi.dest)
+			}
+		}
 		if hi.kind == "project" {
 			for _, other := range g.handlers {
 				if oi := other.info(); oi.kind == "project" && oi.table == hi.table {
@@ -365,6 +388,14 @@ func (c *compiler) compileSource(si int, src SourceSpec) {
 			}
 			fp.add("project", fmt.Sprint(tag), hi.table)
 		}
+		for _, h := range g.handlers {
+			// The outbox's rows name their destinations, and a KeyBy's
+			// destination is a source: both are part of what the state
+			// means.
+			if hi := h.info(); hi.kind == "emit" {
+				fp.add("emit", fmt.Sprint(tag), hi.name, hi.dest, hi.mode.String())
+			}
+		}
 	}
 }
 
@@ -407,6 +438,15 @@ func (p *Program) Name() string { return p.name }
 // Sources returns the names of the sources the program reads, in the order
 // they were declared.
 func (p *Program) Sources() []string { return slices.Clone(p.sourceNames) }
+
+// Outputs returns the topics the To and KeyBy steps of source publish to,
+// in the order they were declared (nil for an unknown source).
+func (p *Program) Outputs(source string) []string {
+	if ps := p.sources[source]; ps != nil {
+		return slices.Clone(ps.dests)
+	}
+	return nil
+}
 
 // Tables returns the names of the program's tables.
 func (p *Program) Tables() []string { return slices.Clone(p.tableNames) }

@@ -101,6 +101,13 @@ type Task struct {
 	deltaDirty            []*seqState
 	memHeld               []*holdEntry
 
+	// outbox (outbox_rows.go): the next sequence number of the partition's
+	// outbox messages, the origin stream they carry, and the highest
+	// sequence applied per origin stream read (nil: none yet).
+	outNext uint64
+	origin  [8]byte
+	origins map[[8]byte]uint64
+
 	// pipelining (Submit): the batch whose commit may be in flight, and the
 	// error that broke the Task when a commit failed.
 	pending *Pending
@@ -176,6 +183,9 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 	if err := t.loadHolds(ctx); err != nil {
 		return nil, fmt.Errorf("stream: source %q partition %d: load held records: %w", source, partition, err)
 	}
+	if err := t.loadOutbox(ctx); err != nil {
+		return nil, fmt.Errorf("stream: source %q partition %d: load outbox: %w", source, partition, err)
+	}
 	return t, nil
 }
 
@@ -230,6 +240,10 @@ type Result struct {
 	Released    int
 	Duplicates  int
 	Gaps        []stream.GapNotice
+	// Emitted counts the outbox messages (To, KeyBy) this commit wrote;
+	// Redelivered counts the records dropped because they are outbox
+	// messages applied before (published twice).
+	Emitted, Redelivered int
 	// Failures lists the keys whose processing stopped at a failing run.
 	Failures []Failure
 }
@@ -278,6 +292,8 @@ const (
 	statusHeld
 	statusSkipped
 	statusStale
+	// statusDuplicate: an outbox message applied before (outbox_rows.go).
+	statusDuplicate
 )
 
 // batch is the executor's view of one Process call.
@@ -292,6 +308,15 @@ type batch struct {
 	due     map[string]bool // parked keys retried by this batch
 	poison  stream.PoisonPolicy
 	notes   []seqNote // re-sequencer notes per record; nil when off
+	// emits holds, per record, what the source's emitting handlers (To,
+	// KeyBy) publish if the record is applied; nil when it has none.
+	emits [][]emitted
+	// origins are the highest outbox sequence numbers per origin stream
+	// among the batch's records (nil: none carried one); outNext is the
+	// partition's next outbox sequence number after the batch (0: no
+	// outbox rows). Both are taken over by the Task after the commit.
+	origins map[[8]byte]uint64
+	outNext uint64
 
 	mismatches int // written by prepare only
 
@@ -687,6 +712,9 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	if sb != nil {
 		b.notes = sb.notes
 	}
+	if t.src.emits {
+		b.emits = make([][]emitted, len(in))
+	}
 	for _, pk := range due {
 		b.due[string(pk.key)] = true
 	}
@@ -747,6 +775,7 @@ func (t *Task) applyStaged(st *staged) {
 	if st.seq != nil {
 		t.applySeq(st.seq)
 	}
+	t.applyOutbox(st.b)
 }
 
 // report logs a committed batch's failures and dead letters and calls
@@ -801,6 +830,10 @@ func (t *Task) prepare(b *batch, nParked int) {
 		}
 		if r.HeaderErr != nil {
 			b.deadLetter(i, headerErrReason(r.HeaderErr), r.HeaderErr)
+			continue
+		}
+		if r.Headers.Origin != nil && !b.fromRow[i] && b.duplicate(r) {
+			b.status[i] = statusDuplicate
 			continue
 		}
 		if err := r.Headers.Validate(); err != nil {
@@ -1034,6 +1067,7 @@ func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKe
 	t.parkRecords(b, ps)
 	t.writeParkedKeys(b, ps, now)
 	t.writeDeadLetters(b, res)
+	t.writeOutbox(b, res)
 	reportFailures(b, res)
 	return ps.changes
 }
@@ -1094,6 +1128,8 @@ func tallyRecords(b *batch, res *Result) {
 		case statusStale:
 			res.Stale++
 			continue
+		case statusDuplicate:
+			res.Redelivered++
 		case statusPending:
 			// Not reached by the plan: cannot happen, but never lose it.
 			b.status[i] = statusHeld

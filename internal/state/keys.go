@@ -35,6 +35,10 @@ const (
 	FamilySequences Family = 0x13
 	// FamilyParked holds parked (retrying) events and their attempts.
 	FamilyParked Family = 0x14
+	// FamilyOrigins holds, per source and origin, the last outbox message
+	// of another partition's outbox (by its sequence number) that a
+	// partition applied: duplicates of published messages are dropped.
+	FamilyOrigins Family = 0x15
 )
 
 // Reserved reports whether f is managed by this package itself (metadata,
@@ -60,6 +64,8 @@ func (f Family) String() string {
 		return "sequences"
 	case FamilyParked:
 		return "parked"
+	case FamilyOrigins:
+		return "origins"
 	}
 	return "family(0x" + strconv.FormatUint(uint64(f), 16) + ")"
 }

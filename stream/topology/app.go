@@ -235,6 +235,7 @@ type App struct {
 	prog  *Program
 	db    *state.DB
 	dlq   stream.Sink
+	sinks map[string]stream.Sink // To and KeyBy destinations
 	procs []*engine.Processor
 	log   *slog.Logger
 
@@ -286,7 +287,33 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	// Sources first: nothing is created before the topics are known.
 	sources := make([]stream.Source, 0, len(p.Sources()))
 	counts := map[string]uint32{}
+	sinks := map[string]stream.Sink{} // To and KeyBy destinations
+	opened := false
+	defer func() {
+		if !opened {
+			closeSinks(sinks)
+		}
+	}()
+	openSink := func(topic string, partitions uint32) error {
+		if sinks[topic] != nil {
+			return nil
+		}
+		sk, err := conn.OpenSink(ctx, topic, partitions)
+		if err != nil {
+			return fmt.Errorf("output topic %q: %w", topic, err)
+		}
+		sinks[topic] = sk
+		return nil
+	}
 	for _, sn := range p.Sources() {
+		if feeder, ok := p.feeders[sn]; ok {
+			// A KeyBy's repartition topic: created (with its feeder's
+			// partition count, known since feeders come first) before it
+			// is read.
+			if err := openSink(sn, counts[feeder]); err != nil {
+				return nil, fail(err)
+			}
+		}
 		src, err := p.openSource(ctx, conn, sn) // foreign.go
 		if err != nil {
 			return nil, fail(fmt.Errorf("source %q: %w", sn, err))
@@ -303,8 +330,18 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 				return nil, fail(fmt.Errorf("topology.WithPartitions: source %q has %d partitions, no partition %d", sn, n, pt))
 			}
 		}
+		if feeder, ok := p.feeders[sn]; ok && n != counts[feeder] {
+			return nil, fail(fmt.Errorf("repartition topic %q has %d partitions, its source %q %d", sn, n, feeder, counts[feeder]))
+		}
 		sources = append(sources, src)
 		counts[sn] = n
+	}
+	for _, sn := range p.Sources() {
+		for _, topic := range p.p.Outputs(sn) {
+			if err := openSink(topic, counts[sn]); err != nil {
+				return nil, fail(err)
+			}
+		}
 	}
 	for _, tn := range p.tables {
 		var n uint32
@@ -325,7 +362,7 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	if err != nil {
 		return nil, fail(err)
 	}
-	a := &App{prog: p, db: db, log: o.log, partitions: o.partitions}
+	a := &App{prog: p, db: db, log: o.log, partitions: o.partitions, sinks: sinks}
 	if err := a.startTelemetry(&o); err != nil {
 		return nil, fail(err)
 	}
@@ -353,7 +390,7 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	}
 	popts := []engine.ProcessorOption{
 		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),
-		engine.WithProcessorLogger(o.log), engine.WithDrainTimeout(o.drain),
+		engine.WithProcessorLogger(o.log), engine.WithDrainTimeout(o.drain), engine.WithOutboxSinks(sinks),
 	}
 	if len(o.partitions) > 0 {
 		popts = append(popts, engine.WithPartitions(o.partitions...))
@@ -372,8 +409,19 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	if err := a.observeTelemetry(); err != nil {
 		return nil, fail(err)
 	}
-	ok = true
+	ok, opened = true, true
 	return a, nil
+}
+
+// closeSinks closes the sinks that have a Close method.
+func closeSinks(sinks map[string]stream.Sink) {
+	for _, sk := range sinks {
+		if c, ok := sk.(interface{ Close(context.Context) error }); ok {
+			ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = c.Close(ctx)
+			stop()
+		}
+	}
 }
 
 // Run processes every source until ctx is done or a partition fails, and
@@ -438,10 +486,16 @@ func (a *App) Close() error {
 		<-done
 	}
 	var errs []error
-	if c, ok := a.dlq.(interface{ Close(context.Context) error }); ok {
-		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
-		errs = append(errs, c.Close(ctx))
-		stop()
+	closers := []stream.Sink{a.dlq}
+	for _, topic := range a.prog.Outputs() {
+		closers = append(closers, a.sinks[topic])
+	}
+	for _, sk := range closers {
+		if c, ok := sk.(interface{ Close(context.Context) error }); ok {
+			ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+			errs = append(errs, c.Close(ctx))
+			stop()
+		}
 	}
 	errs = append(errs, a.tel.Close(), a.db.Close())
 	return errors.Join(errs...)

@@ -140,7 +140,12 @@ type sourceNode struct {
 	skip     []planner.Tag
 	checks   []func() error // per-handler checks run at Build
 	reseq    *engine.ResequenceSpec
-	foreign  *engine.ForeignSpec // ForeignSource (foreign.go)
+	// outputs are the topics the source's To and KeyBy steps publish to;
+	// feeder, for a KeyBy's repartition topic, is the source whose
+	// events it carries (its partition count is the topic's).
+	outputs []string
+	feeder  string
+	foreign *engine.ForeignSpec // ForeignSource (foreign.go)
 }
 
 type tableNode struct {
@@ -443,9 +448,14 @@ func (t *Topology) Build() (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBuild, err)
 	}
-	prog := &Program{p: p, tables: map[string]tableNode{}}
+	prog := &Program{p: p, tables: map[string]tableNode{}, feeders: map[string]string{}}
 	for _, tn := range t.tables {
 		prog.tables[tn.name] = tn
+	}
+	for _, n := range t.sources {
+		if n.feeder != "" {
+			prog.feeders[n.name] = n.feeder
+		}
 	}
 	return prog, nil
 }
@@ -455,6 +465,9 @@ func (t *Topology) Build() (*Program, error) {
 type Program struct {
 	p      *engine.Program
 	tables map[string]tableNode
+	// feeders maps each repartition topic (KeyBy) to the source it
+	// re-keys.
+	feeders map[string]string
 }
 
 // Name returns the topology's name.
@@ -463,6 +476,33 @@ func (p *Program) Name() string { return p.p.Name() }
 // Sources returns the names of the sources the topology reads, in the
 // order they were declared.
 func (p *Program) Sources() []string { return p.p.Sources() }
+
+// Repartitions returns the repartition topics of the topology's KeyBy
+// steps: sources it feeds itself, in the order they were declared.
+func (p *Program) Repartitions() []string {
+	var out []string
+	for _, sn := range p.Sources() {
+		if _, ok := p.feeders[sn]; ok {
+			out = append(out, sn)
+		}
+	}
+	return out
+}
+
+// Outputs returns the topics the topology publishes to with To and KeyBy
+// (repartition topics included), in the order they were declared; the
+// dead-letter topic is not among them.
+func (p *Program) Outputs() []string {
+	var out []string
+	for _, sn := range p.Sources() {
+		for _, d := range p.p.Outputs(sn) {
+			if !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
 
 // Tables returns the names of the topology's tables.
 func (p *Program) Tables() []string { return p.p.Tables() }

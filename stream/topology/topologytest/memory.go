@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 )
 
@@ -46,7 +47,7 @@ func (c *memConnector) OpenSink(_ context.Context, topic string, _ uint32) (stre
 	defer c.mu.Unlock()
 	s, ok := c.sinks[topic]
 	if !ok {
-		s = &memSink{name: topic, ids: map[[16]byte]bool{}}
+		s = &memSink{name: topic, ids: map[[16]byte]bool{}, src: c.sources[topic]}
 		c.sinks[topic] = s
 	}
 	return s, nil
@@ -140,9 +141,14 @@ func (r *memReader) Advise(context.Context, uint64) error { return nil }
 func (r *memReader) Close() error                         { return nil }
 
 // memSink keeps what was published, in order, and knows message IDs (so the
-// runtime's exactly-once publication of dead letters works as on Iggy).
+// runtime's exactly-once publication works as on Iggy). A sink of a topic
+// that is also a source of the topology (a KeyBy's repartition topic, a
+// To into a topic the topology reads) appends what it is sent to the
+// source's partition of each message's key, as a broker would; the driver
+// hands the records out on the next Step.
 type memSink struct {
 	name string
+	src  *memSource // nil: the topic is not read by the topology
 	mu   sync.Mutex
 	msgs []stream.Message
 	ids  map[[16]byte]bool
@@ -154,10 +160,49 @@ func (s *memSink) Send(_ context.Context, msgs []stream.Message) error {
 	for _, m := range msgs {
 		m.Key, m.Payload = slices.Clone(m.Key), slices.Clone(m.Payload)
 		m.Headers = slices.Clone(m.Headers)
+		for i := range m.Headers {
+			m.Headers[i].Value = slices.Clone(m.Headers[i].Value)
+		}
 		s.msgs = append(s.msgs, m)
 		s.ids[m.ID] = true
+		if s.src != nil {
+			r := recordOf(m)
+			r.Partition = xxh32.Partition(m.Key, uint32(len(s.src.logs)))
+			s.src.logs[r.Partition].append(r)
+		}
 	}
 	return nil
+}
+
+// recordOf is the record a source delivers for m: its strand headers
+// parsed from m's header fields (HeaderErr when they are missing or bad).
+func recordOf(m stream.Message) stream.Record {
+	var key, typ, props, seq, tp, origin []byte
+	for _, f := range m.Headers {
+		switch f.Name {
+		case stream.HeaderKey:
+			key = f.Value
+		case stream.HeaderType:
+			typ = f.Value
+		case stream.HeaderProps:
+			props = f.Value
+		case stream.HeaderSeq:
+			seq = f.Value
+		case stream.HeaderTraceParent:
+			tp = f.Value
+		case stream.HeaderOrigin:
+			origin = f.Value
+		}
+	}
+	r := stream.Record{Payload: m.Payload}
+	h, err := stream.ParseHeaders(key, typ, props, seq)
+	if err != nil {
+		r.HeaderErr = err
+		return r
+	}
+	h.TraceParent, h.Origin = tp, origin
+	r.Headers = h
+	return r
 }
 
 func (s *memSink) Sent(_ context.Context, msgs []stream.Message) ([]bool, error) {

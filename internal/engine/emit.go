@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/strand-io/strand/stream"
+)
+
+// EmitMode says what an error of an emitting handler's function means.
+type EmitMode uint8
+
+const (
+	// EmitTo: the function is a topology.To step; its error fails the run
+	// like a handler's (the key is parked and retried; a Permanent error
+	// dead-letters the record).
+	EmitTo EmitMode = iota + 1
+	// EmitKeyBy: the function gives the event its new key
+	// (topology.KeyBy); an error means the event cannot be forwarded at
+	// all, and the record is dead-lettered with stream.ReasonKeyBy.
+	EmitKeyBy
+)
+
+// String returns "to" or "key-by".
+func (m EmitMode) String() string {
+	switch m {
+	case EmitTo:
+		return "to"
+	case EmitKeyBy:
+		return "key-by"
+	}
+	return fmt.Sprintf("emit-mode(%d)", uint8(m))
+}
+
+// EmitFunc derives from one event of key the envelopes it publishes,
+// appended to out. It sees every event of a run, in log order, unreduced:
+// what it publishes does not depend on how the log was batched.
+type EmitFunc[K, E any] func(ctx context.Context, key K, e E, out []stream.Envelope) ([]stream.Envelope, error)
+
+// Emit returns a handler that publishes what fn derives from each event of
+// ev to the topic dest, exactly once: the envelopes of the records a batch
+// applies are written as outbox rows in the batch's commit and published
+// after it (docs/design.md §11). step names the handler in errors, metrics
+// and message origins; it must be unique in the topology.
+func Emit[K, E any](ev *stream.Event[K, E], step, dest string, mode EmitMode, fn EmitFunc[K, E]) Handler {
+	return &emitHandler[K, E]{ev: ev, step: step, dest: dest, mode: mode, fn: fn}
+}
+
+type emitHandler[K, E any] struct {
+	ev   *stream.Event[K, E]
+	step string
+	dest string
+	mode EmitMode
+	fn   EmitFunc[K, E]
+}
+
+func (h *emitHandler[K, E]) decl() declaration {
+	if h.ev == nil {
+		return nil
+	}
+	return typedDecl[K, E]{h.ev}
+}
+
+func (h *emitHandler[K, E]) info() handlerInfo {
+	return handlerInfo{kind: "emit", name: h.step, dest: h.dest, mode: h.mode,
+		tableType: reflect.TypeFor[E]().String()}
+}
+
+// emitted is one envelope a record publishes to a destination.
+type emitted struct {
+	dest string
+	env  stream.Envelope
+}
+
+// callEmit calls an emitting function and turns a panic into an error.
+func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, out []stream.Envelope) (res []stream.Envelope, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = out, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return h.fn(ctx, key, e, out)
+}
+
+// emit runs the run's emitting handlers over its decoded events, KeyBy
+// steps first, and stages what they publish per record (b.emits). A KeyBy
+// step that cannot key an event dead-letters its record (ReasonKeyBy) and
+// drops it from the run; under HoldPoisonedKey the rest of the run is held
+// (hold is set and the events after it are dropped, still pending). A To
+// step that fails at an event cuts the run before it: the events before
+// are applied, and fail says where the run stopped. Envelopes staged for
+// records that end up not applied are never written.
+func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error, fail *runResult) {
+	b := rc.b
+	for _, h := range r.emits {
+		kept := 0
+		for j := 0; j < len(buf.events); j++ {
+			i := buf.idx[j]
+			out, err := callEmit(rc.ctx, h, key, buf.events[j], buf.env[:0])
+			buf.env = out[:0]
+			if err != nil && h.mode == EmitKeyBy {
+				b.deadLetter(i, stream.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))
+				if b.poison == stream.HoldPoisonedKey {
+					hold = err
+					buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
+					break
+				}
+				continue
+			}
+			if err != nil {
+				buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
+				fail = &runResult{end: runFailed, err: fmt.Errorf("To %q: %w", h.step, err), at: i}
+				break
+			}
+			for _, env := range out {
+				b.emits[i] = append(b.emits[i], emitted{dest: h.dest, env: env})
+			}
+			clear(out)
+			buf.events[kept], buf.idx[kept] = buf.events[j], i
+			kept++
+		}
+		if hold == nil && fail == nil {
+			buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
+		}
+		if hold != nil || fail != nil {
+			return hold, fail
+		}
+	}
+	return nil, nil
+}

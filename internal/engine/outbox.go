@@ -1,0 +1,333 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream"
+)
+
+// Limits of one publication round of an outbox.
+const (
+	outboxRoundMessages = 512
+	outboxRoundBytes    = 4 << 20
+)
+
+// outRow is one committed row an outbox publishes: a dead letter or an
+// outbox message.
+type outRow struct {
+	key   []byte // the row's key, deleted once published
+	order uint64 // the row's position: the record's offset, or the message's seq
+	dest  string // the sink's name; rows of one dest go to one sink
+	sink  stream.Sink
+	msg   stream.Message
+	// letter is the dead letter the row holds (dead-letter rows only).
+	letter stream.DeadLetter
+}
+
+// outboxKind is what one outbox publishes: how its rows are read, where
+// they go, and what is counted and called around a send.
+type outboxKind interface {
+	// what names the rows in logs and errors ("dead letters").
+	what() string
+	family() state.Family
+	op() stream.PartitionOp
+	// rows reads the committed rows of partition pt in order: at most
+	// limit rows and about outboxRoundBytes of payload (limit 0: all).
+	rows(ctx context.Context, pt uint32, limit int) ([]outRow, error)
+	beforeSend(pt uint32, rows []outRow) error
+	afterSend(pt uint32, rows []outRow) error
+	afterDelete(pt uint32, rows []outRow) error
+	// count accounts for a published round (n rows) or a failed try (n 0).
+	count(ps *stream.PartitionStats, n int, failed bool)
+}
+
+// outbox publishes the committed rows of one kind, for every partition of
+// a processor, and deletes them once published. Rows are sent in order, a
+// round at a time per partition; a row is deleted only after its sink
+// accepted it, so a crash sends it again, and a sink that implements
+// stream.SentChecker is asked first which of the rows an earlier run (or a
+// failed Send) may have published, so none is published twice. Failures of
+// a sink are retried with backoff and never stop the processor; only a
+// store failure does.
+type outbox struct {
+	p    *Processor
+	kind outboxKind
+	wake chan struct{}
+
+	mu    sync.Mutex
+	dirty map[uint32]bool // partitions that may have rows to publish
+	// unsure[pt]: rows of pt ordered below it may have been published
+	// already (by an earlier run, or by a failed Send), so they are checked
+	// with the stream.SentChecker before being sent.
+	unsure map[uint32]uint64
+}
+
+func newOutbox(p *Processor, kind outboxKind) *outbox {
+	return &outbox{p: p, kind: kind, wake: make(chan struct{}, 1),
+		dirty: map[uint32]bool{}, unsure: map[uint32]uint64{}}
+}
+
+// start registers a partition whose rows at Run are all ordered below
+// next.
+func (o *outbox) start(pt uint32, next uint64) {
+	o.mu.Lock()
+	o.dirty[pt] = true
+	o.unsure[pt] = next
+	o.mu.Unlock()
+}
+
+// notify says that partition pt committed rows.
+func (o *outbox) notify(pt uint32) {
+	o.mu.Lock()
+	o.dirty[pt] = true
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fatalError marks an outbox error that must stop Run (a store failure or a
+// hook); other errors (the sink's) are retried.
+type fatalError struct{ err *PartitionError }
+
+func (f fatalError) Error() string { return f.err.Error() }
+func (f fatalError) Unwrap() error { return f.err }
+
+// run publishes until the pipelines are done, then makes one last pass
+// with drainCtx. It returns only fatal errors.
+func (o *outbox) run(runCtx, drainCtx context.Context, pipelinesDone <-chan struct{}) error {
+	lo, hi := o.p.opts.dlqBackoff[0], o.p.opts.dlqBackoff[1]
+	wait := lo
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		var retryC <-chan time.Time
+		if runCtx.Err() == nil {
+			err := o.drain(runCtx)
+			var fe fatalError
+			switch {
+			case errors.As(err, &fe):
+				return fe.err
+			case err != nil && runCtx.Err() == nil:
+				o.p.log.Warn("strand: publishing "+o.kind.what()+" failed; retrying", "in", wait, "err", err)
+				timer.Reset(wait)
+				retryC = timer.C
+				wait = min(wait*2, hi)
+			case err == nil:
+				wait = lo
+			}
+		}
+		select {
+		case <-o.wake:
+		case <-retryC:
+		case <-pipelinesDone:
+			o.mu.Lock()
+			for pt := range o.dirty {
+				o.dirty[pt] = true
+			}
+			o.mu.Unlock()
+			err := o.drain(drainCtx)
+			var fe fatalError
+			if errors.As(err, &fe) {
+				return fe.err
+			}
+			if err != nil {
+				o.p.log.Warn("strand: "+o.kind.what()+" left in the store at shutdown; they are published on the next run", "err", err)
+			}
+			return nil
+		}
+	}
+}
+
+// drain publishes the rows of every dirty partition; it goes on with the
+// other partitions when one fails and returns the first error.
+func (o *outbox) drain(ctx context.Context) error {
+	o.mu.Lock()
+	var parts []uint32
+	for pt, d := range o.dirty {
+		if d {
+			parts = append(parts, pt)
+			o.dirty[pt] = false
+		}
+	}
+	o.mu.Unlock()
+	slices.Sort(parts)
+	var first error
+	for _, pt := range parts {
+		err := o.drainPartition(ctx, pt)
+		if err == nil {
+			continue
+		}
+		o.mu.Lock()
+		o.dirty[pt] = true
+		o.mu.Unlock()
+		if _, fatal := err.(fatalError); fatal {
+			return err
+		}
+		if first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			return first
+		}
+	}
+	return first
+}
+
+// drainPartition publishes and deletes the rows of partition pt, round by
+// round, until none is left.
+func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
+	p, k := o.p, o.kind
+	fatal := func(op stream.PartitionOp, order uint64, err error) error {
+		return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: order, Op: op, Err: err}}
+	}
+	storeErr := func(what string, order uint64, err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stream: source %q partition %d: %s: %w", p.name, pt, what, err)
+		}
+		return fatal(k.op(), order, fmt.Errorf("%s: %w", what, err))
+	}
+	for {
+		rows, err := k.rows(ctx, pt, outboxRoundMessages)
+		if err != nil {
+			var fe fatalError
+			if errors.As(err, &fe) {
+				return err
+			}
+			return storeErr("read "+k.what(), 0, err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		first, last := rows[0].order, rows[0].order
+		for _, r := range rows {
+			first, last = min(first, r.order), max(last, r.order)
+		}
+		send, err := o.unsent(ctx, pt, rows)
+		if err != nil {
+			p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, 0, true) })
+			return fmt.Errorf("stream: source %q partition %d: check %s %d..%d already published: %w", p.name, pt, k.what(), first, last, err)
+		}
+		if len(send) > 0 {
+			// The rows' commit must be durable before anyone can see the
+			// messages (NoSync stores).
+			if err := p.db.SyncWAL(); err != nil {
+				return storeErr("sync before publishing "+k.what(), first, err)
+			}
+			if err := k.beforeSend(pt, send); err != nil {
+				return fatal(stream.OpHook, first, err)
+			}
+			if err := sendRows(ctx, send); err != nil {
+				o.raiseUnsure(pt, last+1)
+				p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, 0, true) })
+				return fmt.Errorf("stream: source %q partition %d: publish %d %s (%d..%d): %w", p.name, pt, len(send), k.what(), first, last, err)
+			}
+			if err := k.afterSend(pt, send); err != nil {
+				o.raiseUnsure(pt, last+1)
+				return fatal(stream.OpHook, first, err)
+			}
+		}
+
+		tx := p.db.NewTxn()
+		for _, r := range rows {
+			tx.DeleteRow(k.family(), pt, r.key)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			o.raiseUnsure(pt, last+1)
+			return storeErr("delete published "+k.what(), first, err)
+		}
+		p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, len(rows), false) })
+		if err := k.afterDelete(pt, rows); err != nil {
+			return fatal(stream.OpHook, first, err)
+		}
+		if len(rows) < outboxRoundMessages {
+			// A short round may have been cut by bytes: look again.
+			more, err := k.rows(ctx, pt, 1)
+			if err != nil {
+				return storeErr("read "+k.what(), 0, err)
+			}
+			if len(more) == 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// unsent returns the rows to send: all of them but those an earlier run or
+// a failed Send published already, as their sink's stream.SentChecker
+// tells (a sink that cannot tell gets them again).
+func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow, error) {
+	o.mu.Lock()
+	unsure := o.unsure[pt]
+	o.mu.Unlock()
+	bySink := map[string][]int{}
+	for i, r := range rows {
+		if r.order < unsure {
+			bySink[r.dest] = append(bySink[r.dest], i)
+		}
+	}
+	skip := make([]bool, len(rows))
+	for _, idx := range bySink {
+		checks, ok := rows[idx[0]].sink.(stream.SentChecker)
+		if !ok {
+			continue
+		}
+		msgs := make([]stream.Message, len(idx))
+		for j, i := range idx {
+			msgs[j] = rows[i].msg
+		}
+		sent, err := checks.Sent(ctx, msgs)
+		if err == nil && len(sent) != len(msgs) {
+			err = fmt.Errorf("stream.SentChecker returned %d answers for %d messages", len(sent), len(msgs))
+		}
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range idx {
+			skip[i] = sent[j]
+		}
+	}
+	out := make([]outRow, 0, len(rows))
+	for i, r := range rows {
+		if !skip[i] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// sendRows sends rows to their sinks, each sink's messages in row order,
+// sinks in the order of their first row.
+func sendRows(ctx context.Context, rows []outRow) error {
+	var dests []string
+	sinks := map[string]stream.Sink{}
+	msgs := map[string][]stream.Message{}
+	for _, r := range rows {
+		if _, ok := msgs[r.dest]; !ok {
+			dests = append(dests, r.dest)
+			sinks[r.dest] = r.sink
+		}
+		msgs[r.dest] = append(msgs[r.dest], r.msg)
+	}
+	for _, d := range dests {
+		if err := sinks[d].Send(ctx, msgs[d]); err != nil {
+			return fmt.Errorf("to %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// raiseUnsure marks the rows of pt ordered below next as possibly published.
+func (o *outbox) raiseUnsure(pt uint32, next uint64) {
+	o.mu.Lock()
+	o.unsure[pt] = max(o.unsure[pt], next)
+	o.mu.Unlock()
+}

@@ -1,0 +1,218 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream"
+)
+
+// To publishes what fn derives from the events of s to topic, exactly
+// once (Kafka Streams' to). fn is called for every event of s, in log
+// order per key and unreduced (what it publishes does not depend on how
+// the log was batched), and calls emit for each event to publish, which
+// out encodes: its strand headers (key, type, fence) and payload, so that
+// another topology, or this one, can read the topic as a source.
+//
+// Exactly once: what emit is given for the records a batch applies is
+// written in the batch's commit, with the table writes and the checkpoint,
+// and published after it with a message id and a strand-origin header
+// derived from its place in the outbox; a crash between commit and publish
+// neither loses nor doubles a message, and a topology reading the topic
+// applies a message published twice once (docs/design.md §11). Publishing
+// never holds up or fails the events that emitted: the outbox retries with
+// backoff, keeps the order per destination partition, and reports in
+// Stats (OutboxPending, OutboxErrors) and the log.
+//
+// An error from fn fails its event like a handler's (the key is parked and
+// retried, see WithRetry; a stream.Permanent error dead-letters the
+// record); so does an event that out cannot encode, as a permanent error.
+// A panic in fn is an error of its key. name identifies the step (unique
+// in the topology); Open creates topic, if missing, with the partition
+// count of s's source. To returns s for chaining.
+func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event[K2, E2], fn func(ctx context.Context, key K, e E, emit func(E2)) error) *Stream[K, E] {
+	if !s.check(fmt.Sprintf("To %q", name)) {
+		return s
+	}
+	n := s.node()
+	t := s.src.t
+	where := fmt.Sprintf("source %q: type tag %d (%s): To %q", n.name, s.decl.Tag(), s.decl.Name(), name)
+	switch {
+	case fn == nil:
+		t.errs = append(t.errs, fmt.Errorf("%s has a nil function", where))
+		return s
+	case out == nil:
+		t.errs = append(t.errs, fmt.Errorf("%s has a nil output declaration", where))
+		return s
+	case out.Err() != nil:
+		t.errs = append(t.errs, fmt.Errorf("%s: output declaration: %w", where, out.Err()))
+		return s
+	case topic == "":
+		t.errs = append(t.errs, fmt.Errorf("%s has no topic", where))
+		return s
+	}
+	n.outputs = append(n.outputs, topic)
+	emitFn := func(ctx context.Context, key K, e E, envs []stream.Envelope) ([]stream.Envelope, error) {
+		var encErr error
+		err := fn(ctx, key, e, func(e2 E2) {
+			if encErr != nil {
+				return
+			}
+			env, err := out.Envelope(e2)
+			if err != nil {
+				encErr = err
+				return
+			}
+			envs = append(envs, env)
+		})
+		if err == nil && encErr != nil {
+			err = stream.Permanent(fmt.Errorf("encode an emitted event: %w", encErr))
+		}
+		return envs, err
+	}
+	n.handlers = append(n.handlers, engine.Emit(s.decl, name, topic, engine.EmitTo, emitFn))
+	return s
+}
+
+// KeyByOption configures a KeyBy step.
+type KeyByOption func(*keyByOptions) error
+
+type keyByOptions struct {
+	topic string
+	keys  []stream.Option
+}
+
+// KeyByTopic names the repartition topic of a KeyBy step; the default is
+// "<stream>/<topology>-<step>-repartition" for a source "<stream>/<topic>"
+// (an Iggy topic in the source's stream), "<topology>-<step>-repartition"
+// for a source without a stream. An empty name is refused by Build.
+func KeyByTopic(topic string) KeyByOption {
+	return func(o *keyByOptions) error {
+		if topic == "" {
+			return fmt.Errorf("topology.KeyByTopic: empty topic name")
+		}
+		o.topic = topic
+		return nil
+	}
+}
+
+// KeyByKeys sets the key codec of the new key; the default is
+// stream.DefaultKeyCodec[K2](). Tables fed by the re-keyed stream must
+// encode keys alike.
+func KeyByKeys[K2 any](c stream.Codec[K2]) KeyByOption {
+	return func(o *keyByOptions) error {
+		if c == nil {
+			return fmt.Errorf("topology.KeyByKeys: nil codec")
+		}
+		o.keys = append(o.keys, stream.KeyCodec(c))
+		return nil
+	}
+}
+
+// KeyBy re-keys the events of s by key, a function of the event (Kafka
+// Streams' selectKey followed by a repartition): it returns the same
+// events keyed by K2, to Project into tables keyed by K2 or to use as any
+// other stream. The events travel through a repartition topic that the
+// topology owns: every event of s is published to it exactly once (as To
+// does, through the outbox, with the new key's strand headers) and the
+// topology reads the topic as a source of its own, which Open creates if
+// missing (with the partition count of s's source) and Run runs with the
+// others.
+//
+// Order: the events of one new key are applied in the order they were
+// forwarded, and the events of one source key are forwarded in source
+// order; so two events of one source key that get one new key are applied
+// in their source order, and events of different source keys that share a
+// new key are in the order their forwards happened to interleave. The
+// type's fence and algebra hold on the new key.
+//
+// An event that key cannot key (an error, a panic, or a key that does not
+// encode to 1..255 bytes) is dead-lettered with stream.ReasonKeyBy and is
+// not applied to s's other handlers either. name identifies the step
+// (unique in the topology).
+func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), opts ...KeyByOption) *Stream[K2, E] {
+	t := s.src.t
+	if !s.check(fmt.Sprintf("KeyBy %q", name)) {
+		return &Stream[K2, E]{src: Source[K2](t, "invalid KeyBy "+name), decl: nil}
+	}
+	n := s.node()
+	where := fmt.Sprintf("source %q: type tag %d (%s): KeyBy %q", n.name, s.decl.Tag(), s.decl.Name(), name)
+	var o keyByOptions
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			t.errs = append(t.errs, fmt.Errorf("%s: %w", where, err))
+		}
+	}
+	if key == nil {
+		t.errs = append(t.errs, fmt.Errorf("%s has a nil key function", where))
+		key = func(E) (K2, error) { var k K2; return k, fmt.Errorf("no key function") }
+	}
+	if name == "" {
+		t.errs = append(t.errs, fmt.Errorf("%s: a KeyBy step needs a name", where))
+	}
+	topic := o.topic
+	if topic == "" {
+		topic = repartitionTopic(t.name, n.name, name)
+	}
+	rekeyed := stream.Rekey(s.decl, func(e E) K2 { k, _ := key(e); return k }, o.keys...)
+	if err := rekeyed.Err(); err != nil {
+		t.errs = append(t.errs, fmt.Errorf("%s: %w", where, err))
+	}
+	from := n.name
+	emitFn := func(_ context.Context, _ K, e E, envs []stream.Envelope) ([]stream.Envelope, error) {
+		env, err := rekeyEnvelope(rekeyed, key, e)
+		if err != nil {
+			return envs, err
+		}
+		return append(envs, env), nil
+	}
+	n.outputs = append(n.outputs, topic)
+	n.handlers = append(n.handlers, engine.Emit(s.decl, name, topic, engine.EmitKeyBy, emitFn))
+
+	src := Source[K2](t, topic)
+	sn := &t.sources[src.idx]
+	if sn.feeder != "" && sn.feeder != from || len(sn.handlers) > 0 && sn.feeder == "" {
+		t.errs = append(t.errs, fmt.Errorf("%s: repartition topic %q is already a source of the topology", where, topic))
+	}
+	sn.feeder = from
+	return &Stream[K2, E]{src: src, decl: rekeyed}
+}
+
+// rekeyEnvelope encodes e under its new key: what the repartition topic
+// carries.
+func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e E) (stream.Envelope, error) {
+	if err := d.Err(); err != nil {
+		return stream.Envelope{}, err
+	}
+	k, err := key(e)
+	if err != nil {
+		return stream.Envelope{}, err
+	}
+	kb, err := d.KeyCodec().Append(make([]byte, 0, 16), k)
+	if err != nil {
+		return stream.Envelope{}, fmt.Errorf("encode the new key: %w", err)
+	}
+	h := stream.Headers{Key: kb, Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
+	if err := h.Validate(); err != nil {
+		return stream.Envelope{}, err
+	}
+	payload, err := d.PayloadCodec().Append(nil, e)
+	if err != nil {
+		return stream.Envelope{}, fmt.Errorf("encode the payload: %w", err)
+	}
+	return stream.Envelope{Headers: h, Payload: payload}, nil
+}
+
+// repartitionTopic is the default topic of a KeyBy step.
+func repartitionTopic(topology, source, step string) string {
+	name := topology + "-" + step + "-repartition"
+	if i := strings.Index(source, "/"); i > 0 {
+		return source[:i] + "/" + name
+	}
+	return name
+}
