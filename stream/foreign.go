@@ -131,10 +131,13 @@ func (m *ForeignMessage) Header(name string) ([]byte, bool) {
 // Classified is what a classifier says of a foreign message: what the
 // strand headers of a strand publisher's message would have said.
 type Classified[K any] struct {
-	// Key is the message's key. The source's key codec encodes it; it must
-	// encode to 1..MaxKeyLen bytes, and equal the key the decoded event
-	// gives (its Key method, or DeclareFunc's function) or the record is
-	// dead-lettered (ReasonKeyMismatch).
+	// Key is the message's key: the events of one key keep their order,
+	// are folded into its table rows and handed to handlers with it. The
+	// source's key codec encodes it, to 1..MaxKeyLen bytes. It is the
+	// record's key whatever the decoded event's own key (its Key method, or
+	// DeclareFunc's function) is: that one is not consulted, so a key may
+	// be anything the message tells (its partition, for a topic that is
+	// not keyed, to be re-keyed with topology.KeyBy).
 	Key K
 	// Tag names the event type: the tag of a declaration the topology
 	// handles on the source, or one it skips. Another tag makes the record

@@ -89,6 +89,8 @@ func fClassify(m stream.ForeignMessage) (stream.Classified[string], error) {
 		c.Key = ""
 	case "badfence":
 		c.Ordering = 3
+	case "otherkey":
+		c.Key = "other"
 	}
 	return c, nil
 }
@@ -292,6 +294,22 @@ func TestForeignUnclassifiableRecordsAreDeadLetters(t *testing.T) {
 				t.Fatalf("pending dead letters %+v", pend)
 			}
 		})
+	}
+}
+
+// The classifier's key is the record's key, whatever key the decoded
+// event names: no key-mismatch check on foreign records.
+func TestForeignKeyIsTheClassifiers(t *testing.T) {
+	fx := newForeignFixture(t, nil)
+	res, err := fx.task(t).Process(context.Background(), []stream.Record{
+		fMsg(0, "deposit", `{"a":"x","n":5}`, mode("otherkey")),
+		fMsg(1, "deposit", `{"a":"y","n":2}`, mode("otherkey")),
+	})
+	if err != nil || len(res.DeadLetters) != 0 {
+		t.Fatalf("Process: %v, dead letters %v", err, res.DeadLetters)
+	}
+	if o, x := fx.balance(t, "other"), fx.balance(t, "x"); o != 7 || x != 0 {
+		t.Fatalf("balances other=%d x=%d, want 7 and 0", o, x)
 	}
 }
 
