@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 
 // Limits of one publication round of an outbox.
 const (
-	outboxRoundMessages = 512
+	outboxRoundMessages = 4096
 	outboxRoundBytes    = 4 << 20
 )
 
@@ -49,46 +48,51 @@ type outboxKind interface {
 
 // outbox publishes the committed rows of one kind, for every partition of
 // a processor, and deletes them once published. Rows are sent in order, a
-// round at a time per partition; a row is deleted only after its sink
-// accepted it, so a crash sends it again, and a sink that implements
-// stream.SentChecker is asked first which of the rows an earlier run (or a
-// failed Send) may have published, so none is published twice. Failures of
-// a sink are retried with backoff and never stop the processor; only a
-// store failure does.
+// round at a time per partition, partitions concurrently (one goroutine
+// each); a row is deleted only after its sink accepted it, so a crash
+// sends it again, and a sink that implements stream.SentChecker is asked
+// first which of the rows an earlier run (or a failed Send) may have
+// published, so none is published twice. Failures of a sink are retried
+// with backoff and never stop the processor; only a store failure does.
 type outbox struct {
 	p    *Processor
 	kind outboxKind
-	wake chan struct{}
 
 	mu    sync.Mutex
-	dirty map[uint32]bool // partitions that may have rows to publish
-	// unsure[pt]: rows of pt ordered below it may have been published
-	// already (by an earlier run, or by a failed Send), so they are checked
-	// with the stream.SentChecker before being sent.
-	unsure map[uint32]uint64
+	parts map[uint32]*outboxPart
+}
+
+// outboxPart is one partition's state in an outbox.
+type outboxPart struct {
+	wake chan struct{} // a commit wrote rows
+	// unsure: rows ordered below it may have been published already (by
+	// an earlier run, or by a failed Send), so they are checked with the
+	// stream.SentChecker before being sent. Guarded by outbox.mu.
+	unsure uint64
 }
 
 func newOutbox(p *Processor, kind outboxKind) *outbox {
-	return &outbox{p: p, kind: kind, wake: make(chan struct{}, 1),
-		dirty: map[uint32]bool{}, unsure: map[uint32]uint64{}}
+	return &outbox{p: p, kind: kind, parts: map[uint32]*outboxPart{}}
 }
 
 // start registers a partition whose rows at Run are all ordered below
-// next.
+// next. Call it for every partition before run.
 func (o *outbox) start(pt uint32, next uint64) {
 	o.mu.Lock()
-	o.dirty[pt] = true
-	o.unsure[pt] = next
+	o.parts[pt] = &outboxPart{wake: make(chan struct{}, 1), unsure: next}
 	o.mu.Unlock()
 }
 
 // notify says that partition pt committed rows.
 func (o *outbox) notify(pt uint32) {
 	o.mu.Lock()
-	o.dirty[pt] = true
+	part := o.parts[pt]
 	o.mu.Unlock()
+	if part == nil {
+		return
+	}
 	select {
-	case o.wake <- struct{}{}:
+	case part.wake <- struct{}{}:
 	default:
 	}
 }
@@ -100,9 +104,34 @@ type fatalError struct{ err *PartitionError }
 func (f fatalError) Error() string { return f.err.Error() }
 func (f fatalError) Unwrap() error { return f.err }
 
-// run publishes until the pipelines are done, then makes one last pass
-// with drainCtx. It returns only fatal errors.
-func (o *outbox) run(runCtx, drainCtx context.Context, pipelinesDone <-chan struct{}) error {
+// run publishes every registered partition until the pipelines are done,
+// then makes one last pass with drainCtx. A fatal error of a partition is
+// given to fail at once (Run's cancellation stops the pipelines; the other
+// partitions make their last pass); run returns when every partition's
+// loop has.
+func (o *outbox) run(runCtx, drainCtx context.Context, pipelinesDone <-chan struct{}, fail func(error)) {
+	o.mu.Lock()
+	pts := make([]uint32, 0, len(o.parts))
+	for pt := range o.parts {
+		pts = append(pts, pt)
+	}
+	o.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, pt := range pts {
+		wg.Go(func() {
+			if err := o.runPartition(runCtx, drainCtx, pipelinesDone, pt); err != nil {
+				fail(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// runPartition is one partition's publisher loop.
+func (o *outbox) runPartition(runCtx, drainCtx context.Context, pipelinesDone <-chan struct{}, pt uint32) error {
+	o.mu.Lock()
+	part := o.parts[pt]
+	o.mu.Unlock()
 	lo, hi := o.p.opts.dlqBackoff[0], o.p.opts.dlqBackoff[1]
 	wait := lo
 	timer := time.NewTimer(time.Hour)
@@ -111,13 +140,14 @@ func (o *outbox) run(runCtx, drainCtx context.Context, pipelinesDone <-chan stru
 	for {
 		var retryC <-chan time.Time
 		if runCtx.Err() == nil {
-			err := o.drain(runCtx)
+			err := o.drainPartition(runCtx, pt)
 			var fe fatalError
 			switch {
 			case errors.As(err, &fe):
 				return fe.err
 			case err != nil && runCtx.Err() == nil:
-				o.p.log.Warn("strand: publishing "+o.kind.what()+" failed; retrying", "in", wait, "err", err)
+				o.p.log.Warn("strand: publishing "+o.kind.what()+" failed; retrying",
+					"partition", pt, "in", wait, "err", err)
 				timer.Reset(wait)
 				retryC = timer.C
 				wait = min(wait*2, hi)
@@ -126,60 +156,21 @@ func (o *outbox) run(runCtx, drainCtx context.Context, pipelinesDone <-chan stru
 			}
 		}
 		select {
-		case <-o.wake:
+		case <-part.wake:
 		case <-retryC:
 		case <-pipelinesDone:
-			o.mu.Lock()
-			for pt := range o.dirty {
-				o.dirty[pt] = true
-			}
-			o.mu.Unlock()
-			err := o.drain(drainCtx)
+			err := o.drainPartition(drainCtx, pt)
 			var fe fatalError
 			if errors.As(err, &fe) {
 				return fe.err
 			}
 			if err != nil {
-				o.p.log.Warn("strand: "+o.kind.what()+" left in the store at shutdown; they are published on the next run", "err", err)
+				o.p.log.Warn("strand: "+o.kind.what()+" left in the store at shutdown; they are published on the next run",
+					"partition", pt, "err", err)
 			}
 			return nil
 		}
 	}
-}
-
-// drain publishes the rows of every dirty partition; it goes on with the
-// other partitions when one fails and returns the first error.
-func (o *outbox) drain(ctx context.Context) error {
-	o.mu.Lock()
-	var parts []uint32
-	for pt, d := range o.dirty {
-		if d {
-			parts = append(parts, pt)
-			o.dirty[pt] = false
-		}
-	}
-	o.mu.Unlock()
-	slices.Sort(parts)
-	var first error
-	for _, pt := range parts {
-		err := o.drainPartition(ctx, pt)
-		if err == nil {
-			continue
-		}
-		o.mu.Lock()
-		o.dirty[pt] = true
-		o.mu.Unlock()
-		if _, fatal := err.(fatalError); fatal {
-			return err
-		}
-		if first == nil {
-			first = err
-		}
-		if ctx.Err() != nil {
-			return first
-		}
-	}
-	return first
 }
 
 // drainPartition publishes and deletes the rows of partition pt, round by
@@ -219,8 +210,10 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 		if len(send) > 0 {
 			// The rows' commit must be durable before anyone can see the
 			// messages (NoSync stores).
-			if err := p.db.SyncWAL(); err != nil {
-				return storeErr("sync before publishing "+k.what(), first, err)
+			if !p.db.Synced() {
+				if err := p.db.SyncWAL(); err != nil {
+					return storeErr("sync before publishing "+k.what(), first, err)
+				}
 			}
 			if err := k.beforeSend(pt, send); err != nil {
 				return fatal(stream.OpHook, first, err)
@@ -236,7 +229,10 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 			}
 		}
 
+		// Lost in a crash, the deletes only make the rows unsure again:
+		// the next run checks them (SentChecker) instead of sending them.
 		tx := p.db.NewTxn()
+		tx.Lazy()
 		for _, r := range rows {
 			tx.DeleteRow(k.family(), pt, r.key)
 		}
@@ -266,7 +262,7 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 // tells (a sink that cannot tell gets them again).
 func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow, error) {
 	o.mu.Lock()
-	unsure := o.unsure[pt]
+	unsure := o.parts[pt].unsure
 	o.mu.Unlock()
 	bySink := map[string][]int{}
 	for i, r := range rows {
@@ -328,6 +324,6 @@ func sendRows(ctx context.Context, rows []outRow) error {
 // raiseUnsure marks the rows of pt ordered below next as possibly published.
 func (o *outbox) raiseUnsure(pt uint32, next uint64) {
 	o.mu.Lock()
-	o.unsure[pt] = max(o.unsure[pt], next)
+	o.parts[pt].unsure = max(o.parts[pt].unsure, next)
 	o.mu.Unlock()
 }

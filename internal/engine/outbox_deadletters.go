@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/strand-io/strand/internal/rowenc"
@@ -151,18 +153,32 @@ func (deadLetterKind) count(ps *stream.PartitionStats, n int, failed bool) {
 // messageKind is the outbox of a processor's emitting handlers (To,
 // KeyBy): the rows of state.FamilyOutbox of its source (outbox_rows.go),
 // each published to the sink of its destination topic.
-type messageKind struct{ p *Processor }
+type messageKind struct {
+	p *Processor
+	// from[pt] is the seq of the partition's first row that may still be
+	// there: rows are deleted in seq order, so a scan starts there and
+	// never walks over the tombstones of the rows before.
+	mu   sync.Mutex
+	from map[uint32]uint64
+}
 
-func (messageKind) what() string           { return "outbox messages" }
-func (messageKind) family() state.Family   { return state.FamilyOutbox }
-func (messageKind) op() stream.PartitionOp { return stream.OpOutbox }
+func newMessageKind(p *Processor) *messageKind {
+	return &messageKind{p: p, from: map[uint32]uint64{}}
+}
 
-func (k messageKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow, error) {
+func (*messageKind) what() string           { return "outbox messages" }
+func (*messageKind) family() state.Family   { return state.FamilyOutbox }
+func (*messageKind) op() stream.PartitionOp { return stream.OpOutbox }
+
+func (k *messageKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow, error) {
 	p := k.p
 	prefix := outboxPrefix(p.name)
+	k.mu.Lock()
+	from := binary.BigEndian.AppendUint64(slices.Clip(prefix), k.from[pt])
+	k.mu.Unlock()
 	var out []outRow
 	size := 0
-	err := p.db.Rows(ctx, state.FamilyOutbox, pt, func(key, value []byte) error {
+	err := p.db.RowsFrom(ctx, state.FamilyOutbox, pt, from, func(key, value []byte) error {
 		if !bytes.HasPrefix(key, prefix) || len(key) != len(prefix)+8 {
 			if len(out) > 0 && !bytes.HasPrefix(key, prefix[:len(prefix)-1]) {
 				return errStopRows // past this source's rows
@@ -192,7 +208,7 @@ func (k messageKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow, 
 	return out, nil
 }
 
-func (k messageKind) beforeSend(pt uint32, rows []outRow) error {
+func (k *messageKind) beforeSend(pt uint32, rows []outRow) error {
 	if h := k.p.opts.hooks.BeforeOutboxSend; h != nil {
 		if err := h(pt, outMessages(rows)); err != nil {
 			return fmt.Errorf("BeforeOutboxSend: %w", err)
@@ -201,7 +217,7 @@ func (k messageKind) beforeSend(pt uint32, rows []outRow) error {
 	return nil
 }
 
-func (k messageKind) afterSend(pt uint32, rows []outRow) error {
+func (k *messageKind) afterSend(pt uint32, rows []outRow) error {
 	if h := k.p.opts.hooks.AfterOutboxSend; h != nil {
 		if err := h(pt, outMessages(rows)); err != nil {
 			return fmt.Errorf("AfterOutboxSend: %w", err)
@@ -210,9 +226,14 @@ func (k messageKind) afterSend(pt uint32, rows []outRow) error {
 	return nil
 }
 
-func (messageKind) afterDelete(uint32, []outRow) error { return nil }
+func (k *messageKind) afterDelete(pt uint32, rows []outRow) error {
+	k.mu.Lock()
+	k.from[pt] = max(k.from[pt], rows[len(rows)-1].order+1)
+	k.mu.Unlock()
+	return nil
+}
 
-func (messageKind) count(ps *stream.PartitionStats, n int, failed bool) {
+func (*messageKind) count(ps *stream.PartitionStats, n int, failed bool) {
 	if failed {
 		ps.OutboxErrors++
 		return

@@ -62,7 +62,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.log.Warn("strand: processor has no dead-letter sink; dead letters stay in the store")
 	}
 	if len(p.prog.sources[p.name].dests) > 0 {
-		outboxes.msgs = newOutbox(p, messageKind{p})
+		outboxes.msgs = newOutbox(p, newMessageKind(p))
 	}
 	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
@@ -152,11 +152,7 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 	pipelinesDone := make(chan struct{})
 	var outboxWG sync.WaitGroup
 	for _, ob := range obs.all() {
-		outboxWG.Go(func() {
-			if err := ob.run(runCtx, drainCtx, pipelinesDone); err != nil {
-				fail(err)
-			}
-		})
+		outboxWG.Go(func() { ob.run(runCtx, drainCtx, pipelinesDone, fail) })
 	}
 	for _, pl := range pls {
 		wg.Go(func() {

@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -346,6 +347,12 @@ func (db *DB) Row(f Family, partition uint32, key []byte) ([]byte, bool, error) 
 // first error from fn and returns it unchanged. fn may call other methods of
 // the DB, but not Close.
 func (db *DB) Rows(ctx context.Context, f Family, partition uint32, fn func(key, value []byte) error) error {
+	return db.RowsFrom(ctx, f, partition, nil, fn)
+}
+
+// RowsFrom is Rows starting at the first row whose key is at or after from:
+// a scan that skips what it knows is gone never walks over its tombstones.
+func (db *DB) RowsFrom(ctx context.Context, f Family, partition uint32, from []byte, fn func(key, value []byte) error) error {
 	if f.Reserved() {
 		return fmt.Errorf("%w: scan rows of family %s partition %d", ErrReservedFamily, f, partition)
 	}
@@ -354,7 +361,8 @@ func (db *DB) Rows(ctx context.Context, f Family, partition uint32, fn func(key,
 	}
 	defer db.exit()
 	prefix := appendPrefix(nil, f, partition)
-	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	lower := append(slices.Clip(prefix), from...)
+	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("state: scan %s rows partition %d: %w", f, partition, err)
 	}
@@ -378,6 +386,10 @@ func (db *DB) Rows(ctx context.Context, f Family, partition uint32, fn func(key,
 	}
 	return nil
 }
+
+// Synced reports whether every commit is durable when it returns ([Sync]
+// durability), so that SyncWAL is never needed.
+func (db *DB) Synced() bool { return db.wopts == pebble.Sync }
 
 // SyncWAL makes every commit that has returned so far durable (one fsync of
 // the write-ahead log). With [NoSync] durability, call it before acting on a

@@ -52,7 +52,14 @@ type Txn struct {
 	rows        map[string]rowOp  // row key → operation
 	err         error             // first misuse, returned by Commit
 	stats       CommitStats       // set by a successful Commit (see CommitStats)
+	lazy        bool              // commit without waiting for the WAL's fsync (Lazy)
 }
+
+// Lazy makes Commit return without waiting for the write-ahead log's fsync,
+// whatever the database's durability: for changes whose loss in a crash
+// costs nothing but repeated work (deleting rows already acted on). A later
+// synced commit, or SyncWAL, makes it durable with everything before it.
+func (tx *Txn) Lazy() { tx.lazy = true }
 
 type txnSlot struct{ tab txnTab }
 
@@ -271,7 +278,11 @@ func (tx *Txn) write() error {
 	if b.Empty() {
 		return nil
 	}
-	if err := b.Commit(tx.db.wopts); err != nil {
+	wopts := tx.db.wopts
+	if tx.lazy {
+		wopts = pebble.NoSync
+	}
+	if err := b.Commit(wopts); err != nil {
 		return fmt.Errorf("state: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
 	}
 	tx.stats.Bytes, tx.stats.Changes = len(b.Repr()), int(b.Count())

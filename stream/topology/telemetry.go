@@ -119,26 +119,44 @@ func (a *App) observeTelemetry() error {
 // WaitCaughtUp returns nil once the App has caught up with its sources as
 // they are when it is called: every partition's committed checkpoint has
 // reached the partition's end offset as of the call, and no committed dead
-// letter is waiting to be published. It needs Run to be running (or to be
+// letter or To/KeyBy message is waiting to be published; the repartition
+// topics of KeyBy steps count with what the topology forwarded to them
+// until then. It needs Run to be running (or to be
 // started) to make progress, and sources that report their end offsets
 // (stream.EndOffsetter; connectors/iggy's do). It returns ctx's error if
-// ctx ends first. Keys parked for a retry do not hold it back: their
+// ctx ends first; a source that fails to report its end offsets (a lost
+// connection) is asked again until then. Keys parked for a retry do not hold it back: their
 // records are behind the checkpoint, in the store.
 func (a *App) WaitCaughtUp(ctx context.Context) error {
 	type target struct {
 		proc *engine.Processor
 		ends []uint64
 	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	// endOffsets asks a source for its end offsets, retrying a failure
+	// (a lost connection) until ctx is done.
+	endOffsets := func(p *engine.Processor) ([]uint64, error) {
+		for {
+			ends, err := p.EndOffsets(ctx)
+			if err == nil {
+				return ends, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("topology %q: wait caught up: %w (last: %w)", a.prog.Name(), ctx.Err(), err)
+			case <-tick.C:
+			}
+		}
+	}
 	targets := make([]target, 0, len(a.procs))
 	for _, p := range a.procs {
-		ends, err := p.EndOffsets(ctx)
+		ends, err := endOffsets(p)
 		if err != nil {
-			return fmt.Errorf("topology %q: wait caught up: %w", a.prog.Name(), err)
+			return err
 		}
 		targets = append(targets, target{p, ends})
 	}
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
 	for {
 		caught := true
 		for _, t := range targets {
@@ -155,12 +173,41 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				}
 			}
 		}
+		for _, t := range targets {
+			if !caught {
+				break
+			}
+			for _, ps := range t.proc.Stats().Partitions {
+				if ps.OutboxPending > 0 {
+					caught = false // To and KeyBy messages still to publish
+				}
+			}
+		}
 		if caught {
 			pending, err := a.PendingDeadLetters(ctx)
 			if err != nil {
 				return fmt.Errorf("topology %q: wait caught up: %w", a.prog.Name(), err)
 			}
-			if len(pending) == 0 {
+			// What the topology forwarded to itself (KeyBy) up to now is
+			// part of what it must have processed: look at the
+			// repartition topics' ends again.
+			grew := false
+			for i, t := range targets {
+				if _, internal := a.prog.feeders[t.proc.Source()]; !internal {
+					continue
+				}
+				ends, err := endOffsets(t.proc)
+				if err != nil {
+					return err
+				}
+				for pt, end := range ends {
+					if pt < len(t.ends) && end > t.ends[pt] || pt >= len(t.ends) {
+						grew = true
+					}
+				}
+				targets[i].ends = ends
+			}
+			if len(pending) == 0 && !grew {
 				return nil
 			}
 		}

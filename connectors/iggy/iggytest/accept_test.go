@@ -24,7 +24,7 @@ func (l *flakyListener) Accept() (net.Conn, error) {
 }
 
 func TestAcceptErrorsDoNotStopTheServer(t *testing.T) {
-	srv, err := NewServer(WithTokenCleaner(-1)) // only the accept loop runs
+	srv, err := NewServer(WithTokenCleaner(-1), WithRebalancing(0, -1)) // only the accept loop runs
 	must(t, err)
 	defer srv.Close()
 	// Swap in a listener that fails a few times, and restart the loop on it.

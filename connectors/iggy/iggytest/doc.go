@@ -22,9 +22,17 @@
 // served to polls byte for byte. Consumer offsets mean "last consumed" and
 // are kept per partition for single consumers (string ids are hashed with
 // XXH32) and for consumer groups. A consumer group's members are
-// connections; joining, leaving and disconnecting deal all partitions
-// round-robin over the members again (server 0.8.0 uses a lopsided
-// cooperative scheme on join; the full deal keeps assignments balanced).
+// connections. Leaving, disconnecting (or going stale, see WithHeartbeat)
+// and a change of the partition count deal all partitions round-robin over
+// the members again; joining is server 0.8.0's cooperative rebalance:
+// unowned partitions go to idle members, and each idle member is promised
+// at most one partition of an over-assigned member as a pending
+// revocation, which completes once the group committed what it polled from
+// that partition (or never polled it), and otherwise after a timeout
+// (WithRebalancing). Until then GetConsumerGroup lists the partition with
+// its old owner, whose explicit polls it still serves. Like the server's,
+// joins one after another leave a group unbalanced (4 partitions, 2
+// members: 3 and 1) until a leave deals round-robin again.
 //
 // # Fidelity
 //

@@ -89,10 +89,17 @@ func TestGoldenGroupAndClientEncodersMatchSDKDecoders(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		g := &group{id: rapid.Uint32().Draw(t, "gid"), name: genName(t, "group"), nparts: rapid.Uint32Range(0, 40).Draw(t, "nparts")}
 		nm := rapid.IntRange(0, 6).Draw(t, "members")
+		coop := rapid.Bool().Draw(t, "cooperative") // joins leave idle members with pending revocations
 		for i := 0; i < nm; i++ {
-			g.members.insert(&member{id: uint32(i), clientID: rapid.Uint32().Draw(t, "client")})
+			m := &member{id: uint32(i), clientID: rapid.Uint32().Draw(t, "client")}
+			m.slot = uint32(g.members.insert(m))
+			if coop {
+				g.rebalanceCooperative(0)
+			}
 		}
-		g.rebalance()
+		if !coop {
+			g.rebalanceFull()
+		}
 		e := appendGroupHeader(nil, g)
 		g.members.each(func(_ uint32, m *member) {
 			e = e.u32(m.id).u32(uint32(len(m.parts)))

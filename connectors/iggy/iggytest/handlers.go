@@ -770,7 +770,15 @@ func (c *conn) deleteGroup(p []byte) ([]byte, error) {
 }
 
 func (c *conn) joinGroup(p []byte) ([]byte, error) {
-	return c.withGroup(p, permGetTopic, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
+	return c.withGroup(p, permGetTopic, func(s *Server, st *stream, t *topic, g *group) ([]byte, error) {
+		// The server first drops members whose client is gone (the broker
+		// removes them on disconnect, so normally there are none), without
+		// rebalancing.
+		g.members.each(func(slot uint32, m *member) {
+			if s.clients[m.clientID] == nil {
+				g.members.remove(slot)
+			}
+		})
 		if g.memberOf(c.sess.clientID) == nil {
 			next := uint32(0)
 			g.members.each(func(_ uint32, m *member) {
@@ -778,9 +786,11 @@ func (c *conn) joinGroup(p []byte) ([]byte, error) {
 					next = m.id + 1
 				}
 			})
-			g.members.insert(&member{id: next, clientID: c.sess.clientID})
-			g.rebalance()
+			m := &member{id: next, clientID: c.sess.clientID}
+			m.slot = uint32(g.members.insert(m))
+			g.rebalanceCooperative(nowMicros())
 		}
+		completeRevocationsLocked(t, g)
 		ref := groupRef{st.id, t.id, g.id}
 		for _, r := range c.sess.groups {
 			if r == ref {
@@ -794,7 +804,7 @@ func (c *conn) joinGroup(p []byte) ([]byte, error) {
 
 func (c *conn) leaveGroup(p []byte) ([]byte, error) {
 	return c.withGroup(p, permGetTopic, func(_ *Server, st *stream, t *topic, g *group) ([]byte, error) {
-		if !leaveGroupLocked(g, c.sess.clientID) {
+		if !leaveGroupLocked(t, g, c.sess.clientID) {
 			return nil, errMemberNF
 		}
 		ref := groupRef{st.id, t.id, g.id}
@@ -809,18 +819,18 @@ func (c *conn) leaveGroup(p []byte) ([]byte, error) {
 	})
 }
 
-func leaveGroupLocked(g *group, clientID uint32) bool {
-	found := false
-	g.members.each(func(id uint32, m *member) {
-		if m.clientID == clientID && !found {
-			g.members.remove(id)
-			found = true
-		}
-	})
-	if found {
-		g.rebalance()
+// leaveGroupLocked removes the client's member from g: a full rebalance,
+// and the group forgets what it polled from the leaver's partitions.
+func leaveGroupLocked(t *topic, g *group, clientID uint32) bool {
+	m := g.memberOf(clientID)
+	if m == nil {
+		return false
 	}
-	return found
+	left := append([]uint32(nil), m.parts...)
+	g.members.remove(m.slot)
+	g.rebalanceFull()
+	forgetPolled(t, g.id, left)
+	return true
 }
 
 // removeSession forgets a closed connection: it leaves every consumer group
@@ -846,7 +856,7 @@ func (s *Server) leaveAllGroupsLocked(sess *session) {
 			continue
 		}
 		if g := t.groups.get(r.group); g != nil {
-			leaveGroupLocked(g, sess.clientID)
+			leaveGroupLocked(t, g, sess.clientID)
 		}
 	}
 	sess.groups = nil

@@ -255,36 +255,50 @@ func consumerKey(id ident) uint64 {
 	return uint64(id.num)
 }
 
-// resolveConsumer returns the partition a consumer works on and the group
-// (nil for a single consumer). ok is false when a group member has no
+// resolved is what a consumer works on: a partition and, for a group
+// member, its group and member.
+type resolved struct {
+	pid uint32
+	g   *group
+	m   *member
+	// revoking: the member's partition is pending revocation, so an offset
+	// commit may complete it.
+	revoking bool
+}
+
+// resolveConsumer returns the partition a consumer works on and, for a
+// group member, its group and member. ok is false when a member has no
 // partition to work on (the server's "None": empty poll, 3022 on store).
 // calc advances the member's rotation (polls do, offset commands do not).
-// Callers hold s.mu for reading.
-func (c *conn) resolveConsumer(t *topic, cons consumerRef, pid uint32, explicit, calc bool) (uint32, *group, bool, error) {
+// Rotation skips partitions pending revocation; an explicit partition may
+// be one (server: resolve_consumer_with_partition_id). Callers hold s.mu
+// for reading.
+func (c *conn) resolveConsumer(t *topic, cons consumerRef, pid uint32, explicit, calc bool) (resolved, bool, error) {
 	if cons.kind == 1 {
 		if !explicit {
 			pid = 0
 		}
-		return pid, nil, true, nil
+		return resolved{pid: pid}, true, nil
 	}
 	g := t.findGroup(cons.id)
 	if g == nil {
-		return 0, nil, false, errGroupNF
+		return resolved{}, false, errGroupNF
 	}
 	m := g.memberOf(c.sess.clientID)
 	if m == nil {
-		return 0, g, false, errMemberNF
+		return resolved{g: g}, false, errMemberNF
 	}
 	if explicit {
 		for _, x := range m.parts {
 			if x == pid {
-				return pid, g, true, nil
+				return resolved{pid: pid, g: g, m: m, revoking: m.isPending(pid)}, true, nil
 			}
 		}
-		return 0, g, false, nil
+		return resolved{g: g}, false, nil
 	}
-	if len(m.parts) == 0 {
-		return 0, g, false, nil
+	parts := m.active()
+	if len(parts) == 0 {
+		return resolved{g: g}, false, nil
 	}
 	var i uint64
 	if calc {
@@ -292,7 +306,14 @@ func (c *conn) resolveConsumer(t *topic, cons consumerRef, pid uint32, explicit,
 	} else {
 		i = m.index.Load()
 	}
-	return m.parts[i%uint64(len(m.parts))], g, true, nil
+	return resolved{pid: parts[i%uint64(len(parts))], g: g, m: m}, true, nil
+}
+
+// afterCommit completes r's revocation when the commit just made allowed it.
+func (c *conn) afterCommit(t *topic, r resolved, ok bool) {
+	if r.revoking && ok {
+		c.s.completeAfterCommit(t, r.g, r.m.slot, r.m.id, r.pid)
+	}
 }
 
 func (c *conn) pollMessages(p []byte) error {
@@ -320,7 +341,7 @@ func (c *conn) pollMessages(p []byte) error {
 		s.mu.RUnlock()
 		return c.reply(nil, err)
 	}
-	pid, g, ok, err := c.resolveConsumer(t, cons, pid, explicit, true)
+	r, ok, err := c.resolveConsumer(t, cons, pid, explicit, true)
 	if err != nil || !ok {
 		s.mu.RUnlock()
 		if err != nil {
@@ -328,6 +349,7 @@ func (c *conn) pollMessages(p []byte) error {
 		}
 		return c.writePolled(0, 0, nil, 0, 0)
 	}
+	pid, g := r.pid, r.g
 	if count == 0 {
 		cur := uint64(0)
 		if int(pid) < len(t.partitions) {
@@ -397,13 +419,21 @@ func (c *conn) pollMessages(p []byte) error {
 			return c.reply(nil, statusError(StatusError))
 		}
 	}
+	complete := false
 	if autoCommit && n > 0 {
 		if err := c.storeOffsetLocked(part, cons, g, last); err != nil {
 			part.mu.Unlock()
 			return c.reply(nil, err)
 		}
+		// The server checks a pending revocation at the auto-commit, before
+		// it records what this poll returned.
+		complete = g != nil && revocableLocked(part, g.id)
+	}
+	if g != nil && n > 0 {
+		part.lastPolled[g.id] = last
 	}
 	part.mu.Unlock()
+	c.afterCommit(t, r, complete)
 	return c.writePolled(pid, cur, vec, n, size)
 }
 
@@ -449,7 +479,7 @@ func (c *conn) storeOffsetLocked(part *partition, cons consumerRef, g *group, of
 // lockOffsetPartition resolves the topic, the consumer and the partition an
 // offset request (store, delete) works on, and returns that partition locked
 // for the caller to unlock; s.mu is held only while resolving.
-func (c *conn) lockOffsetPartition(cons consumerRef, sid, tid ident, pid uint32, explicit bool) (*partition, *group, error) {
+func (c *conn) lockOffsetPartition(cons consumerRef, sid, tid ident, pid uint32, explicit bool) (*partition, *topic, resolved, error) {
 	s := c.s
 	s.mu.RLock()
 	st, t, err := s.resolveTopic(sid, tid)
@@ -458,24 +488,24 @@ func (c *conn) lockOffsetPartition(cons consumerRef, sid, tid ident, pid uint32,
 	}
 	if err != nil {
 		s.mu.RUnlock()
-		return nil, nil, err
+		return nil, nil, resolved{}, err
 	}
-	pid, g, ok, err := c.resolveConsumer(t, cons, pid, explicit, false)
+	r, ok, err := c.resolveConsumer(t, cons, pid, explicit, false)
 	if err != nil || !ok {
 		s.mu.RUnlock()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, resolved{}, err
 		}
-		return nil, nil, statusError(StatusNotResolvedConsumer)
+		return nil, nil, resolved{}, statusError(StatusNotResolvedConsumer)
 	}
-	if int(pid) >= len(t.partitions) {
+	if int(r.pid) >= len(t.partitions) {
 		s.mu.RUnlock()
-		return nil, nil, errPartitionNF
+		return nil, nil, resolved{}, errPartitionNF
 	}
-	part := t.partitions[pid]
+	part := t.partitions[r.pid]
 	part.mu.Lock()
 	s.mu.RUnlock()
-	return part, g, nil
+	return part, t, r, nil
 }
 
 func (c *conn) storeOffset(p []byte) ([]byte, error) {
@@ -487,21 +517,32 @@ func (c *conn) storeOffset(p []byte) ([]byte, error) {
 	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
-	part, g, err := c.lockOffsetPartition(cons, sid, tid, pid, explicit)
+	part, t, r, err := c.lockOffsetPartition(cons, sid, tid, pid, explicit)
 	if err != nil {
 		return nil, err
 	}
-	defer part.mu.Unlock()
-	if part.deleted {
-		return nil, errPartitionNF
-	}
-	if part.next == 0 || off > part.currentOffset() {
-		return nil, statusError(StatusInvalidOffset)
-	}
-	if err := c.storeOffsetLocked(part, cons, g, off); err != nil {
+	complete, err := c.storeCheckedLocked(part, cons, r.g, off)
+	part.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
+	c.afterCommit(t, r, complete)
 	return c.ok(), nil
+}
+
+// storeCheckedLocked validates and stores a consumer offset, and reports
+// whether a pending revocation of the partition may complete after it.
+func (c *conn) storeCheckedLocked(part *partition, cons consumerRef, g *group, off uint64) (bool, error) {
+	if part.deleted {
+		return false, errPartitionNF
+	}
+	if part.next == 0 || off > part.currentOffset() {
+		return false, statusError(StatusInvalidOffset)
+	}
+	if err := c.storeOffsetLocked(part, cons, g, off); err != nil {
+		return false, err
+	}
+	return g != nil && revocableLocked(part, g.id), nil
 }
 
 func (c *conn) getOffset(p []byte) ([]byte, error) {
@@ -558,12 +599,12 @@ func (c *conn) deleteOffset(p []byte) ([]byte, error) {
 	if err := c.admit(&d); err != nil {
 		return nil, err
 	}
-	part, g, err := c.lockOffsetPartition(cons, sid, tid, pid, explicit)
+	part, _, r, err := c.lockOffsetPartition(cons, sid, tid, pid, explicit)
 	if err != nil {
 		return nil, err
 	}
 	defer part.mu.Unlock()
-	if g != nil {
+	if g := r.g; g != nil {
 		if _, has := part.groupOffsets[g.id]; !has {
 			return nil, statusError(StatusConsumerOffsetNotFound)
 		}

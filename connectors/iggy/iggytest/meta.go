@@ -187,7 +187,11 @@ func (s *Server) addPartitions(t *topic, n uint32, createdAt uint64) error {
 		}
 		t.partitions = append(t.partitions, p)
 	}
-	t.groups.each(func(_ uint32, g *group) { g.nparts = uint32(len(t.partitions)); g.rebalance() })
+	t.groups.each(func(_ uint32, g *group) {
+		g.nparts = uint32(len(t.partitions))
+		g.rebalanceFull()
+		forgetPolled(t, g.id, nil)
+	})
 	return nil
 }
 
@@ -222,7 +226,11 @@ func (s *Server) applyDeletePartitions(op *metaOp) {
 	}
 	clear(t.partitions[keep:])
 	t.partitions = t.partitions[:keep]
-	t.groups.each(func(_ uint32, g *group) { g.nparts = uint32(keep); g.rebalance() })
+	t.groups.each(func(_ uint32, g *group) {
+		g.nparts = uint32(keep)
+		g.rebalanceFull()
+		forgetPolled(t, g.id, nil)
+	})
 }
 
 func (s *Server) applyCreateGroup(op *metaOp) *group {

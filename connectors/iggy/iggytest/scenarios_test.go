@@ -524,7 +524,7 @@ var scenarios = []scenario{
 		must(t, err)
 		gid := mustID("g")
 		var members []iggcon.Client
-		check := func(what string, n int) {
+		check := func(what string, n int, want ...[]uint32) {
 			t.Helper()
 			g, err := admin.GetConsumerGroup(sid, tid, gid)
 			must(t, err)
@@ -542,23 +542,31 @@ var scenarios = []scenario{
 			if n > 0 && !slices.Equal(all, []uint32{0, 1, 2, 3}) {
 				t.Fatalf("%s: partitions %v not a disjoint cover of 0..3", what, all)
 			}
-			if tg.embedded() && n > 0 {
-				for _, m := range g.Members {
-					if len(m.Partitions) < 4/n || len(m.Partitions) > (4+n-1)/n {
-						t.Fatalf("%s: unbalanced %+v", what, g.Members)
+			// Server 0.8.0's cooperative join is lopsided (see groups.go);
+			// a leave deals round-robin again.
+			if tg.embedded() && want != nil {
+				for i, m := range g.Members {
+					if !slices.Equal(m.Partitions, want[i]) {
+						t.Fatalf("%s: members %+v, want partitions %v", what, g.Members, want)
 					}
 				}
 			}
+		}
+		wantAfterJoins := [][][]uint32{
+			{{0, 1, 2, 3}},
+			{{0, 1, 2}, {3}},
+			{{0, 1}, {3}, {2}},
+			{{0}, {3}, {2}, {1}},
 		}
 		for i := 1; i <= 4; i++ {
 			c := tg.login(t)
 			must(t, c.JoinConsumerGroup(sid, tid, gid))
 			must(t, c.JoinConsumerGroup(sid, tid, gid)) // joining twice is a no-op
 			members = append(members, c)
-			check(fmt.Sprintf("after %d joins", i), i)
+			check(fmt.Sprintf("after %d joins", i), i, wantAfterJoins[i-1]...)
 		}
 		must(t, members[1].LeaveConsumerGroup(sid, tid, gid))
-		check("after a leave", 3)
+		check("after a leave", 3, []uint32{0, 3}, []uint32{1}, []uint32{2})
 		wantErr(t, members[1].LeaveConsumerGroup(sid, tid, gid), ierror.ErrConsumerGroupMemberNotFound)
 		must(t, members[2].Close())
 		deadline := time.Now().Add(5 * time.Second)
@@ -570,7 +578,7 @@ var scenarios = []scenario{
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		check("after a disconnect", 2)
+		check("after a disconnect", 2, []uint32{0, 2}, []uint32{1, 3})
 		// A member polls only its own partitions, rotating per poll.
 		must(t, admin.SendMessages(sid, tid, iggcon.PartitionId(0), msgs(t, "p0", 1)))
 		must(t, admin.SendMessages(sid, tid, iggcon.PartitionId(1), msgs(t, "p1", 1)))

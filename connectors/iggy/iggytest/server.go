@@ -21,23 +21,25 @@ import (
 type Option func(*config)
 
 type config struct {
-	addr         string
-	user, pass   string
-	token        string
-	dataDir      string
-	maxMsgSize   int
-	maxPerPart   int
-	maxSendBytes int
-	syncWrites   bool
-	segmentBytes int64
-	logger       *slog.Logger
-	cluster      *Cluster
-	certFile     string
-	keyFile      string
-	heartbeat    time.Duration
-	cacheBytes   int64
-	cleaner      time.Duration
-	tokenCleaner time.Duration
+	addr             string
+	user, pass       string
+	token            string
+	dataDir          string
+	maxMsgSize       int
+	maxPerPart       int
+	maxSendBytes     int
+	syncWrites       bool
+	segmentBytes     int64
+	logger           *slog.Logger
+	cluster          *Cluster
+	certFile         string
+	keyFile          string
+	heartbeat        time.Duration
+	rebalanceTimeout time.Duration
+	rebalanceEvery   time.Duration
+	cacheBytes       int64
+	cleaner          time.Duration
+	tokenCleaner     time.Duration
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -150,6 +152,12 @@ func NewServer(opts ...Option) (*Server, error) {
 			o(&cfg)
 		}
 	}
+	if cfg.rebalanceTimeout <= 0 {
+		cfg.rebalanceTimeout = rebalancingTimeoutDefault
+	}
+	if cfg.rebalanceEvery == 0 {
+		cfg.rebalanceEvery = rebalancingCheckDefault
+	}
 	if cfg.maxMsgSize <= 0 || cfg.maxMsgSize > maxPayloadSize {
 		cfg.maxMsgSize = maxPayloadSize
 	}
@@ -190,6 +198,10 @@ func NewServer(opts ...Option) (*Server, error) {
 	if cfg.heartbeat > 0 {
 		s.wg.Add(1)
 		go s.heartbeatLoop()
+	}
+	if cfg.rebalanceEvery > 0 {
+		s.wg.Add(1)
+		go s.rebalanceLoop()
 	}
 	if cfg.cleaner > 0 {
 		s.wg.Add(1)

@@ -98,45 +98,6 @@ type topic struct {
 	rr          atomic.Uint64 // balanced partitioning, advanced once per send
 }
 
-type group struct {
-	id      uint32
-	name    string
-	nparts  uint32
-	members slab[member]
-}
-
-type member struct {
-	id       uint32
-	clientID uint32
-	parts    []uint32
-	index    atomic.Uint64 // rotation for polls without an explicit partition
-}
-
-// rebalance deals every partition round-robin over the members in slot
-// order (server: ConsumerGroupMeta::rebalance_members). The broker uses it
-// on join too, where server 0.8.0 uses its lopsided cooperative variant.
-func (g *group) rebalance() {
-	var ms []*member
-	g.members.each(func(_ uint32, m *member) { m.parts = m.parts[:0]; ms = append(ms, m) })
-	if len(ms) == 0 {
-		return
-	}
-	for p := uint32(0); p < g.nparts; p++ {
-		m := ms[int(p)%len(ms)]
-		m.parts = append(m.parts, p)
-	}
-}
-
-func (g *group) memberOf(clientID uint32) *member {
-	var found *member
-	g.members.each(func(_ uint32, m *member) {
-		if m.clientID == clientID {
-			found = m
-		}
-	})
-	return found
-}
-
 // batch is the stored form of one SendMessages request: its messages
 // section with offsets, timestamp, ids and checksums stamped in place. The
 // bytes are never modified again, so polls hand out sub-slices without
@@ -223,6 +184,7 @@ type partition struct {
 	lastTS       uint64
 	offsets      map[uint64]uint64 // single consumers: id (or XXH32 of name) → last consumed offset
 	groupOffsets map[uint32]uint64 // consumer groups: group id → last consumed offset
+	lastPolled   map[uint32]uint64 // consumer groups: group id → last offset a member's poll returned
 	disk         *partDisk
 	cache        *cache // with a data directory: the broker's read cache
 	segBytes     int64  // in memory: size at which a segment is sealed
@@ -230,7 +192,7 @@ type partition struct {
 
 func newPartition(id uint32, createdAt uint64) *partition {
 	return &partition{id: id, createdAt: createdAt, offsets: map[uint64]uint64{}, groupOffsets: map[uint32]uint64{},
-		segBytes: segmentSizeDefault}
+		lastPolled: map[uint32]uint64{}, segBytes: segmentSizeDefault}
 }
 
 // currentOffset is the server's partition offset: the last message's offset,
@@ -386,7 +348,7 @@ func (p *partition) purgeLocked() {
 	p.batches, p.segs = nil, nil
 	p.first, p.next, p.size = 0, 0, 0
 	clear(p.offsets)
-	clear(p.groupOffsets)
+	clear(p.groupOffsets) // lastPolled stays: the server keeps it across a purge
 }
 
 // closeFilesLocked closes the segments' read handles.

@@ -1,0 +1,994 @@
+package iggy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/apache/iggy/foreign/go/client/tcp"
+	iggcon "github.com/apache/iggy/foreign/go/contracts"
+)
+
+// Epoch is one grant of one partition to one member: the position (offset
+// + 1) in the membership log of the record at which the grant took effect.
+// The epochs of a partition strictly increase with every grant, so a store
+// that remembers the highest epoch it accepted for a partition can refuse
+// whatever an earlier owner sends after it lost the partition. Epochs are
+// comparable only within one membership log.
+type Epoch uint64
+
+// MemberID identifies one incarnation of a member of a group: the position
+// (offset + 1) of its join record in the membership log. An instance that
+// was declared dead joins again under a new MemberID.
+type MemberID uint64
+
+// AssignmentKind says what an Assignment reports.
+type AssignmentKind uint8
+
+const (
+	// Gained: the member owns the partition from now on, with Epoch.
+	Gained AssignmentKind = iota + 1
+	// Revoking: the group asks the member to give the partition up: stop
+	// processing it, then call Release. A member that does not release it
+	// within its session timeout is declared dead.
+	Revoking
+	// Lost: the member no longer owns the partition (Reason says why) and
+	// must not change anything on its behalf any more.
+	Lost
+)
+
+func (k AssignmentKind) String() string {
+	switch k {
+	case Gained:
+		return "gained"
+	case Revoking:
+		return "revoking"
+	case Lost:
+		return "lost"
+	}
+	return fmt.Sprintf("AssignmentKind(%d)", uint8(k))
+}
+
+// LossReason says why a partition was lost.
+type LossReason uint8
+
+const (
+	// NotLost is the reason of assignments other than Lost.
+	NotLost LossReason = iota
+	// Released: Release was called for the partition.
+	Released
+	// Expired: the member could not confirm in time that the group still
+	// counts it (it was stalled, cut off from the broker, or kept a
+	// revoked partition too long), so it stopped claiming anything before
+	// the others may declare it dead; it joins again as a new member.
+	Expired
+	// Evicted: the membership log declared the member dead.
+	Evicted
+	// Closed: the Membership (or its Client) was closed.
+	Closed
+)
+
+func (r LossReason) String() string {
+	switch r {
+	case NotLost:
+		return "not lost"
+	case Released:
+		return "released"
+	case Expired:
+		return "lease expired"
+	case Evicted:
+		return "evicted"
+	case Closed:
+		return "closed"
+	}
+	return fmt.Sprintf("LossReason(%d)", uint8(r))
+}
+
+// Assignment is one change of what this member owns.
+type Assignment struct {
+	Kind      AssignmentKind
+	Partition uint32
+	Epoch     Epoch
+	Reason    LossReason // for Lost
+}
+
+func (a Assignment) String() string {
+	if a.Kind == Lost {
+		return fmt.Sprintf("%s partition %d epoch %d (%s)", a.Kind, a.Partition, a.Epoch, a.Reason)
+	}
+	return fmt.Sprintf("%s partition %d epoch %d", a.Kind, a.Partition, a.Epoch)
+}
+
+// PartitionOwnership is one partition a member owns.
+type PartitionOwnership struct {
+	Partition uint32
+	Epoch     Epoch
+	Revoking  bool // its owner is asked to release it
+}
+
+// Member is a member of the group as the membership log says at the
+// offset this instance has read: use it to route a key's partition to the
+// instance that serves it.
+type Member struct {
+	ID         MemberID
+	Name       string // WithMemberName
+	Addr       string // WithQueryAddr: opaque to this package
+	Partitions []PartitionOwnership
+	LastSeen   time.Time // broker time of its last record
+}
+
+// ErrNotOwner means a partition is not owned by this member (Release).
+var ErrNotOwner = errors.New("iggy: partition not owned by this member")
+
+// ErrGroupMismatch means the group is formed by members that expect
+// another number of partitions; this member was refused.
+var ErrGroupMismatch = errors.New("iggy: group expects another partition count")
+
+// GroupOption configures JoinGroup.
+type GroupOption func(*groupConfig) error
+
+type groupConfig struct {
+	timeout   time.Duration
+	heartbeat time.Duration
+	poll      time.Duration
+	margin    time.Duration
+	addr      string
+	name      string
+	topic     string
+	log       *slog.Logger
+	trace     func(traceEvent) // tests: the member's claims as they start and end
+}
+
+// WithSessionTimeout sets how long a member may stay silent in the
+// membership log, in broker time, before the others declare it dead and
+// take its partitions over; a member must also release a partition it is
+// asked to give up within this time (default 10s). It bounds how long a
+// crashed or stalled instance holds its partitions.
+func WithSessionTimeout(d time.Duration) GroupOption {
+	return func(c *groupConfig) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("iggy.WithSessionTimeout: %v, want at least 10ms", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// WithHeartbeat sets how often a member writes a heartbeat to the
+// membership log (default a quarter of the session timeout). It must be
+// less than half the session timeout.
+func WithHeartbeat(d time.Duration) GroupOption {
+	return func(c *groupConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("iggy.WithHeartbeat: %v, want more than 0", d)
+		}
+		c.heartbeat = d
+		return nil
+	}
+}
+
+// WithGroupPollInterval sets how often a member reads the membership log
+// when it has read everything (default a quarter of the heartbeat, at most
+// 100ms). It bounds how late a member learns of a change.
+func WithGroupPollInterval(d time.Duration) GroupOption {
+	return func(c *groupConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("iggy.WithGroupPollInterval: %v, want more than 0", d)
+		}
+		c.poll = d
+		return nil
+	}
+}
+
+// WithLeaseMargin sets how much earlier than the others could declare it
+// dead a member stops claiming its partitions (default a tenth of the
+// session timeout). It covers the difference between the rates of the
+// member's clock and the broker's.
+func WithLeaseMargin(d time.Duration) GroupOption {
+	return func(c *groupConfig) error {
+		if d < 0 {
+			return fmt.Errorf("iggy.WithLeaseMargin: %v, want at least 0", d)
+		}
+		c.margin = d
+		return nil
+	}
+}
+
+// WithQueryAddr publishes addr (an opaque string, for example the
+// host:port of the instance's query server) in the member's record, for
+// the other instances to route queries with (Member.Addr). At most 1024
+// bytes.
+func WithQueryAddr(addr string) GroupOption {
+	return func(c *groupConfig) error {
+		if len(addr) > 1024 {
+			return fmt.Errorf("iggy.WithQueryAddr: %d bytes, want at most 1024", len(addr))
+		}
+		c.addr = addr
+		return nil
+	}
+}
+
+// WithMemberName names the member in its record and in logs (default
+// hostname/pid). At most 255 bytes.
+func WithMemberName(name string) GroupOption {
+	return func(c *groupConfig) error {
+		if name == "" || len(name) > 255 {
+			return fmt.Errorf("iggy.WithMemberName: %d bytes, want 1..255", len(name))
+		}
+		c.name = name
+		return nil
+	}
+}
+
+// WithMembershipTopic sets the topic of the membership log (default
+// "strand-members-" followed by the topology's name). It is created with
+// one partition if missing and must not be subject to retention.
+func WithMembershipTopic(topic string) GroupOption {
+	return func(c *groupConfig) error {
+		if topic == "" || len(topic) > 255 {
+			return fmt.Errorf("iggy.WithMembershipTopic: %d bytes, want 1..255", len(topic))
+		}
+		c.topic = topic
+		return nil
+	}
+}
+
+// WithGroupLogger sends the membership's diagnostics to l (default the
+// Client's logger).
+func WithGroupLogger(l *slog.Logger) GroupOption {
+	return func(c *groupConfig) error {
+		if l == nil {
+			return errors.New("iggy.WithGroupLogger: nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// Membership is this instance's membership of a group: the instances of
+// one topology that share its partitions through a membership log on Iggy
+// (docs/design.md, "Ownership"). It tells, on Assignments, which
+// partitions this member gains, must give up and loses, each with its
+// epoch, and which member owns what (Members, Owner).
+//
+// A Membership is safe for concurrent use.
+type Membership struct {
+	cl         *Client
+	cfg        groupConfig
+	t          topicRef
+	topology   string
+	partitions uint32
+	log        *slog.Logger
+	rd, wr     *conn
+	ctx        context.Context // ends at Close
+	cancel     context.CancelFunc
+
+	out   chan Assignment
+	wake  chan struct{} // the deliverer has something to do
+	stop  chan struct{} // closed by Close: run and beat stop
+	ended chan struct{} // closed when run returns
+	dstop chan struct{} // closed by Close after them: the deliverer stops
+	wg    sync.WaitGroup
+	dwg   sync.WaitGroup
+	gate  sync.RWMutex // tests freeze the member by write-locking it
+	once  sync.Once
+
+	joined chan struct{} // closed at the first accepted join, or at a fatal error
+
+	mu         sync.Mutex
+	queue      []Assignment
+	st         *groupState
+	next       uint64 // next offset of the membership log to read
+	caughtUp   bool   // read to the end once before the first join
+	self       MemberID
+	old        MemberID // an earlier incarnation the next join replaces
+	nonce      string
+	joinSent   time.Time // first attempt of the join with nonce
+	joinPosted bool
+	seq        uint64
+	sent       map[uint64]time.Time // own records by sequence number → when their send began
+	refSend    time.Time            // send time of the latest own record read back as counted
+	refTs      uint64               // its broker time
+	leaseEnd   time.Time
+	claims     map[uint32]Epoch
+	released   map[uint32]*releaseState
+	revokeSent map[uint32]Epoch
+	closing    bool
+	err        error
+}
+
+type releaseState struct {
+	epoch Epoch
+	sent  bool
+}
+
+// traceEvent is one step of a member's claims, for tests: a claim of
+// partition p with epoch e starts or ends at At; a lease event says the
+// member may claim until At (reported before it takes effect).
+type traceEvent struct {
+	Kind   string // "claim", "end", "lease"
+	Member MemberID
+	P      uint32
+	E      Epoch
+	At     time.Time
+}
+
+// JoinGroup joins the group of the instances of topology that share the
+// partitions 0..partitions-1 of its sources, through the membership log
+// stream/"strand-members-<topology>" (created when missing; see
+// WithMembershipTopic). It returns once the member's join is in the log
+// and read back; the partitions it gets arrive on Assignments. A group is
+// formed by its first member: a member expecting another partition count
+// is refused with an error wrapping ErrGroupMismatch.
+//
+// Close the Membership to leave the group.
+func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partitions uint32, opts ...GroupOption) (*Membership, error) {
+	cfg := groupConfig{timeout: 10 * time.Second, log: c.cfg.log}
+	if host, err := os.Hostname(); err == nil {
+		cfg.name = fmt.Sprintf("%s/%d", host, os.Getpid())
+	} else {
+		cfg.name = fmt.Sprintf("pid %d", os.Getpid())
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if topology == "" {
+		return nil, errors.New("iggy: JoinGroup: empty topology name")
+	}
+	if partitions == 0 || partitions > maxPartitions {
+		return nil, fmt.Errorf("iggy: JoinGroup %s: %d partitions, want 1..%d", topology, partitions, maxPartitions)
+	}
+	if cfg.topic == "" {
+		cfg.topic = "strand-members-" + topology
+		if len(cfg.topic) > 255 {
+			return nil, fmt.Errorf("iggy: JoinGroup: topology name of %d bytes is too long for the membership topic's name; use WithMembershipTopic", len(topology))
+		}
+	}
+	if cfg.heartbeat == 0 {
+		cfg.heartbeat = cfg.timeout / 4
+	}
+	if cfg.heartbeat*2 >= cfg.timeout {
+		return nil, fmt.Errorf("iggy.WithHeartbeat: %v, want less than half the session timeout %v", cfg.heartbeat, cfg.timeout)
+	}
+	if cfg.poll == 0 {
+		cfg.poll = min(cfg.heartbeat/4, 100*time.Millisecond)
+	}
+	if cfg.margin == 0 {
+		cfg.margin = cfg.timeout / 10
+	}
+	if cfg.margin >= cfg.timeout/2 {
+		return nil, fmt.Errorf("iggy.WithLeaseMargin: %v, want less than half the session timeout %v", cfg.margin, cfg.timeout)
+	}
+	t, err := newTopicRef(stream, cfg.topic)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.EnsureTopic(ctx, stream, cfg.topic, 1); err != nil {
+		return nil, fmt.Errorf("iggy: JoinGroup %s: membership log: %w", topology, err)
+	}
+	m := &Membership{
+		cl: c, cfg: cfg, t: t, topology: topology, partitions: partitions,
+		log: cfg.log.With("group", topology, "member_name", cfg.name),
+		out: make(chan Assignment), wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), ended: make(chan struct{}), dstop: make(chan struct{}), joined: make(chan struct{}),
+		st: newGroupState(), sent: map[uint64]time.Time{}, claims: map[uint32]Epoch{},
+		released: map[uint32]*releaseState{}, revokeSent: map[uint32]Epoch{},
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if m.rd, err = c.openConn("membership reader " + t.String()); err == nil {
+		m.wr, err = c.openConn("membership writer " + t.String())
+	}
+	if err != nil {
+		if m.rd != nil {
+			c.closeConn(m.rd)
+		}
+		m.cancel()
+		return nil, fmt.Errorf("iggy: JoinGroup %s: %w", topology, err)
+	}
+	m.newIncarnation(0)
+	m.wg.Add(2)
+	go m.run()
+	go m.beat()
+	m.dwg.Add(1)
+	go m.deliver()
+	select {
+	case <-m.joined:
+	case <-ctx.Done():
+		m.Close()
+		return nil, fmt.Errorf("iggy: JoinGroup %s: %w", topology, ctx.Err())
+	}
+	m.mu.Lock()
+	err = m.err
+	m.mu.Unlock()
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Assignments delivers, in order, every change of what this member owns.
+// Receive from it without stalling for long: nothing is dropped, but the
+// backlog grows. It is closed by Close, or when the membership ends for
+// good (Err says why); events not received by then are dropped.
+func (m *Membership) Assignments() <-chan Assignment { return m.out }
+
+// ID returns the member's current incarnation (0 between a loss of its
+// membership and its next join).
+func (m *Membership) ID() MemberID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.self
+}
+
+// Err returns why the membership ended on its own (the Client was closed,
+// the membership log vanished or was trimmed, the group refused this
+// member), or nil.
+func (m *Membership) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// Owns reports whether this member owns partition p right now, and with
+// which epoch: the log as read so far grants it to this member, it was not
+// released, and the member's lease has not run out. Check it just before
+// making anything of p's visible; the epoch fences what slips through.
+func (m *Membership) Owns(p uint32) (Epoch, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.claims[p]
+	if !ok || !time.Now().Before(m.leaseEnd) {
+		return 0, false
+	}
+	return e, true
+}
+
+// Owned returns the partitions this member owns right now (as Owns), in
+// partition order.
+func (m *Membership) Owned() []PartitionOwnership {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !time.Now().Before(m.leaseEnd) {
+		return nil
+	}
+	out := make([]PartitionOwnership, 0, len(m.claims))
+	for p, e := range m.claims {
+		out = append(out, PartitionOwnership{Partition: p, Epoch: e, Revoking: m.revokeSent[p] == e})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out
+}
+
+// Members returns the members of the group, in join order, as the
+// membership log says at the offset this instance has read.
+func (m *Membership) Members() []Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Member, 0, len(m.st.ids))
+	for _, id := range m.st.ids {
+		ms := m.st.members[id]
+		mb := Member{ID: id, Name: ms.name, Addr: ms.addr, LastSeen: time.UnixMicro(int64(ms.lastTs))}
+		for i, p := range m.st.parts {
+			if p.owner == id {
+				mb.Partitions = append(mb.Partitions, PartitionOwnership{Partition: uint32(i), Epoch: p.epoch, Revoking: p.revoking})
+			}
+		}
+		out = append(out, mb)
+	}
+	return out
+}
+
+// Owner returns the member that owns partition p as the membership log
+// says at the offset this instance has read, and its epoch.
+func (m *Membership) Owner(p uint32) (Member, Epoch, bool) {
+	for _, mb := range m.Members() {
+		for _, po := range mb.Partitions {
+			if po.Partition == p {
+				return mb, po.Epoch, true
+			}
+		}
+	}
+	return Member{}, 0, false
+}
+
+// Release gives partition p up: the member stops claiming it at once
+// (Owns reports false, a Lost assignment with reason Released follows),
+// then writes the release to the membership log, after which the group
+// grants p to the member the balanced assignment names, which may be this
+// one again, with a new epoch. Call it after stopping p's processing, in
+// answer to Revoking or on its own. It returns when the release is in the
+// log, or with ctx's error while the member keeps trying in the
+// background. A partition the member does not own gives an error wrapping
+// ErrNotOwner.
+func (m *Membership) Release(ctx context.Context, p uint32) error {
+	m.mu.Lock()
+	e, ok := m.claims[p]
+	if !ok {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: partition %d of group %s", ErrNotOwner, p, m.topology)
+	}
+	m.endClaimLocked(p, e, Released, time.Now())
+	rs := &releaseState{epoch: e}
+	m.released[p] = rs
+	m.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		err := m.sendRelease(ctx, p, rs)
+		if err == nil || !transient(err) {
+			return err
+		}
+		if !sleep(ctx, m.cl.cfg.backoff.delay(attempt), m.stop) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, ctx.Err())
+			}
+			return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, ErrClosed)
+		}
+	}
+}
+
+func (m *Membership) sendRelease(ctx context.Context, p uint32, rs *releaseState) error {
+	m.mu.Lock()
+	self := m.self
+	if self == 0 || m.released[p] != rs {
+		m.mu.Unlock()
+		return nil // the incarnation is gone, or the log already shows the release
+	}
+	r := record{Kind: kindRelease, M: self, P: &p, E: rs.epoch, Seq: m.nextSeqLocked()}
+	m.mu.Unlock()
+	err := m.append(ctx, &r)
+	m.mu.Lock()
+	rs.sent = rs.sent || err == nil
+	m.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, err)
+	}
+	return nil
+}
+
+// Close leaves the group: the member stops claiming its partitions (each
+// gets a Lost assignment with reason Closed, which may not be delivered),
+// writes its leave to the membership log so that the others take them
+// over at once, and closes Assignments. It is idempotent.
+func (m *Membership) Close() error {
+	m.once.Do(func() {
+		m.mu.Lock()
+		m.closing = true
+		m.endAllLocked(Closed)
+		m.mu.Unlock()
+		close(m.stop)
+		m.cancel()
+		m.wg.Wait()
+		m.mu.Lock()
+		self, failed := m.self, m.err != nil
+		m.self = 0
+		m.mu.Unlock()
+		if self != 0 && !failed {
+			ctx, cancel := context.WithTimeout(context.Background(), m.cl.cfg.callTimeout)
+			if err := m.append(ctx, &record{Kind: kindLeave, M: self}); err != nil {
+				m.log.Warn("iggy: could not write the leave to the membership log; the others take over after the session timeout", "member", self, "err", err)
+			}
+			cancel()
+		}
+		m.cl.closeConn(m.rd)
+		m.cl.closeConn(m.wr)
+		close(m.dstop)
+		m.dwg.Wait()
+	})
+	return nil
+}
+
+// --- the member's goroutines -------------------------------------------------
+
+func (m *Membership) stopped() bool {
+	select {
+	case <-m.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// run reads the membership log, joins (and joins again after a loss of
+// the membership), and ends claims whose lease ran out.
+func (m *Membership) run() {
+	defer m.wg.Done()
+	defer close(m.ended)
+	attempt := 0
+	for !m.stopped() {
+		m.gate.RLock()
+		progressed, err := m.step()
+		m.gate.RUnlock()
+		switch {
+		case err != nil && m.stopped():
+			return
+		case err != nil && !transient(err):
+			m.fail(err)
+			return
+		case err != nil:
+			m.log.Debug("iggy: membership log unavailable; retrying", "err", err)
+			if !sleep(m.ctx, m.cl.cfg.backoff.delay(attempt), m.stop) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		if progressed {
+			continue
+		}
+		wait := m.cfg.poll
+		m.mu.Lock()
+		if len(m.claims) > 0 {
+			if d := time.Until(m.leaseEnd); d > 0 && d < wait {
+				wait = d
+			}
+		}
+		m.mu.Unlock()
+		if !sleep(m.ctx, wait, m.stop) {
+			return
+		}
+	}
+}
+
+// step does one thing: join, or read one batch of the log; it reports
+// whether it read anything.
+func (m *Membership) step() (bool, error) {
+	m.mu.Lock()
+	m.checkLeaseLocked(time.Now())
+	joinNow := m.caughtUp && m.self == 0 && !m.joinPosted && m.err == nil
+	m.mu.Unlock()
+	if joinNow {
+		return true, m.postJoin()
+	}
+	n, err := m.readBatch()
+	if err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n == 0 {
+		m.caughtUp = true
+	}
+	return n > 0, m.err
+}
+
+func (m *Membership) postJoin() error {
+	m.mu.Lock()
+	if m.joinSent.IsZero() {
+		m.joinSent = time.Now()
+	}
+	r := record{Kind: kindJoin, Nonce: m.nonce, Name: m.cfg.name, Addr: m.cfg.addr,
+		Timeout: uint64(m.cfg.timeout.Microseconds()), Parts: m.partitions, Replaces: m.old}
+	m.mu.Unlock()
+	if err := m.append(m.ctx, &r); err != nil {
+		return fmt.Errorf("iggy: join group %s: %w", m.topology, err)
+	}
+	m.mu.Lock()
+	m.joinPosted = true
+	m.mu.Unlock()
+	return nil
+}
+
+// readBatch reads and applies the next records of the log.
+func (m *Membership) readBatch() (int, error) {
+	m.mu.Lock()
+	from := m.next
+	m.mu.Unlock()
+	var pm *iggcon.PolledMessage
+	pid := uint32(0)
+	err := m.rd.call(m.ctx, func(s *tcp.IggyTcpClient) error {
+		var err error
+		pm, err = s.PollMessages(m.t.sid, m.t.tid, iggcon.DefaultConsumer(), iggcon.OffsetPollingStrategy(from), 1000, false, &pid)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("iggy: read membership log %s: %w", m.t, err)
+	}
+	if pm == nil || len(pm.Messages) == 0 {
+		return 0, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, msg := range pm.Messages {
+		if msg.Header.Offset != m.next {
+			return 0, fmt.Errorf("%w: membership log %s: offset %d follows %d; it must not be subject to retention",
+				ErrOffsetGap, m.t, msg.Header.Offset, int64(m.next)-1)
+		}
+		m.applyLocked(msg.Header.Offset, msg.Header.Timestamp, msg.Payload)
+		m.next++
+	}
+	m.reconcileLocked(time.Now())
+	return len(pm.Messages), nil
+}
+
+// applyLocked applies one record and notes what it says about this member.
+func (m *Membership) applyLocked(off, ts uint64, payload []byte) {
+	r, out := m.st.apply(off, ts, payload)
+	switch {
+	case r.Kind == kindJoin && r.Nonce == m.nonce && m.self == 0 && out.joined != 0:
+		m.self = out.joined
+		m.refSend, m.refTs = m.joinSent, m.st.now
+		m.updateLeaseLocked()
+		m.log.Info("iggy: joined group", "member", m.self, "members", len(m.st.ids))
+		m.signalJoined()
+	case r.Kind == kindJoin && r.Nonce == m.nonce && m.self == 0 && out.rejected:
+		m.err = fmt.Errorf("%w: group %s has %d partitions, this member expects %d", ErrGroupMismatch, m.topology, m.st.partitions, m.partitions)
+		m.signalJoined()
+	case m.self != 0 && r.M == m.self && out.counted:
+		if at, ok := m.sent[r.Seq]; ok {
+			m.refSend, m.refTs = at, m.st.now
+			for s := range m.sent {
+				if s <= r.Seq {
+					delete(m.sent, s)
+				}
+			}
+		}
+	}
+	if m.self != 0 {
+		if m.st.members[m.self] == nil {
+			now := time.Now()
+			m.log.Warn("iggy: the group declared this member dead; joining again", "member", m.self)
+			m.endAllLockedAt(Evicted, now)
+			m.newIncarnationLocked(0)
+			return
+		}
+		m.updateLeaseLocked()
+	}
+}
+
+func (m *Membership) signalJoined() {
+	select {
+	case <-m.joined:
+	default:
+		close(m.joined)
+	}
+}
+
+// updateLeaseLocked computes until when this member may claim: until the
+// broker could reach its deadline. The broker stamped the reference record
+// after its send began, so broker time at local time t is at most refTs +
+// (t - refSend).
+func (m *Membership) updateLeaseLocked() {
+	d, ok := m.st.deadline(m.self)
+	if !ok || m.refSend.IsZero() {
+		return
+	}
+	end := m.refSend.Add(time.Duration(int64(d)-int64(m.refTs))*time.Microsecond - m.cfg.margin)
+	if end.Equal(m.leaseEnd) {
+		return
+	}
+	if m.cfg.trace != nil {
+		m.cfg.trace(traceEvent{Kind: "lease", Member: m.self, At: end})
+	}
+	m.leaseEnd = end
+}
+
+// checkLeaseLocked ends every claim when the lease ran out, and starts a
+// new incarnation: the group may declare this one dead at any moment.
+func (m *Membership) checkLeaseLocked(now time.Time) {
+	if m.self == 0 || now.Before(m.leaseEnd) {
+		return
+	}
+	m.log.Warn("iggy: membership lease expired; joining again", "member", m.self, "lease_end", m.leaseEnd)
+	m.endAllLockedAt(Expired, now)
+	m.newIncarnationLocked(m.self)
+}
+
+// reconcileLocked makes the claims follow the log: partitions granted to
+// this member are gained (while the lease holds), revocations are passed
+// on, and releases the log has applied are forgotten.
+func (m *Membership) reconcileLocked(now time.Time) {
+	m.checkLeaseLocked(now)
+	if m.self == 0 || m.closing {
+		return
+	}
+	for p, rs := range m.released {
+		if int(p) >= len(m.st.parts) || m.st.parts[p].owner != m.self || m.st.parts[p].epoch != rs.epoch {
+			delete(m.released, p)
+		}
+	}
+	for p, e := range m.claims {
+		if int(p) >= len(m.st.parts) || m.st.parts[p].owner != m.self || m.st.parts[p].epoch != e {
+			m.endClaimLocked(p, e, Evicted, now)
+		}
+	}
+	for i, ps := range m.st.parts {
+		p := uint32(i)
+		if ps.owner != m.self {
+			continue
+		}
+		if rs := m.released[p]; rs != nil && rs.epoch == ps.epoch {
+			continue
+		}
+		if _, ok := m.claims[p]; !ok {
+			if m.cfg.trace != nil {
+				m.cfg.trace(traceEvent{Kind: "claim", Member: m.self, P: p, E: ps.epoch, At: now})
+			}
+			m.claims[p] = ps.epoch
+			m.emitLocked(Assignment{Kind: Gained, Partition: p, Epoch: ps.epoch})
+		}
+		if ps.revoking && m.revokeSent[p] != ps.epoch {
+			m.revokeSent[p] = ps.epoch
+			m.emitLocked(Assignment{Kind: Revoking, Partition: p, Epoch: ps.epoch})
+		}
+	}
+}
+
+// endClaimLocked stops claiming p; the claim ended at now, or at the end
+// of the lease if that came first.
+func (m *Membership) endClaimLocked(p uint32, e Epoch, why LossReason, now time.Time) {
+	delete(m.claims, p)
+	delete(m.revokeSent, p)
+	at := now
+	if m.leaseEnd.Before(at) {
+		at = m.leaseEnd
+	}
+	if m.cfg.trace != nil {
+		m.cfg.trace(traceEvent{Kind: "end", Member: m.self, P: p, E: e, At: at})
+	}
+	m.emitLocked(Assignment{Kind: Lost, Partition: p, Epoch: e, Reason: why})
+}
+
+func (m *Membership) endAllLocked(why LossReason) { m.endAllLockedAt(why, time.Now()) }
+
+func (m *Membership) endAllLockedAt(why LossReason, now time.Time) {
+	ps := make([]uint32, 0, len(m.claims))
+	for p := range m.claims {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	for _, p := range ps {
+		m.endClaimLocked(p, m.claims[p], why, now)
+	}
+}
+
+// newIncarnation prepares a join under a fresh nonce; old, if not 0, is
+// the incarnation it replaces.
+func (m *Membership) newIncarnation(old MemberID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.newIncarnationLocked(old)
+}
+
+func (m *Membership) newIncarnationLocked(old MemberID) {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	m.nonce = hex.EncodeToString(b[:])
+	m.self, m.old = 0, old
+	m.joinSent, m.joinPosted = time.Time{}, false
+	m.seq = 0
+	clear(m.sent)
+	clear(m.released)
+	m.refSend, m.refTs, m.leaseEnd = time.Time{}, 0, time.Time{}
+}
+
+func (m *Membership) nextSeqLocked() uint64 {
+	m.seq++
+	m.sent[m.seq] = time.Now()
+	return m.seq
+}
+
+// fail ends the membership for good.
+func (m *Membership) fail(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err == nil {
+		m.err = err
+	}
+	m.log.Error("iggy: membership ended", "member", m.self, "err", err)
+	m.endAllLocked(Closed)
+	m.signalJoined()
+}
+
+// beat writes heartbeats, and repeats releases whose write failed.
+func (m *Membership) beat() {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		m.gate.RLock()
+		m.mu.Lock()
+		self := m.self
+		var retry []uint32
+		for p, rs := range m.released {
+			if !rs.sent {
+				retry = append(retry, p)
+			}
+		}
+		var r record
+		if self != 0 && m.err == nil {
+			r = record{Kind: kindBeat, M: self, Seq: m.nextSeqLocked()}
+		}
+		m.mu.Unlock()
+		if self != 0 {
+			if err := m.append(m.ctx, &r); err != nil && !m.stopped() {
+				m.log.Debug("iggy: heartbeat failed", "member", self, "err", err)
+			}
+			for _, p := range retry {
+				m.mu.Lock()
+				rs := m.released[p]
+				m.mu.Unlock()
+				if rs != nil {
+					_ = m.sendRelease(m.ctx, p, rs)
+				}
+			}
+		}
+		m.gate.RUnlock()
+	}
+}
+
+// append writes one record to the membership log.
+func (m *Membership) append(ctx context.Context, r *record) error {
+	msg, err := iggcon.NewIggyMessage(r.encode())
+	if err != nil {
+		return fmt.Errorf("%w: membership record: %w", ErrInvalidMessage, err)
+	}
+	msgs := []iggcon.IggyMessage{msg}
+	return m.wr.callOnce(ctx, func(s *tcp.IggyTcpClient) error {
+		return s.SendMessages(m.t.sid, m.t.tid, iggcon.PartitionId(0), msgs)
+	})
+}
+
+func (m *Membership) emitLocked(a Assignment) {
+	m.queue = append(m.queue, a)
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliver hands queued assignments to Assignments in order.
+func (m *Membership) deliver() {
+	defer m.dwg.Done()
+	defer close(m.out)
+	for {
+		m.mu.Lock()
+		var a Assignment
+		has := len(m.queue) > 0
+		if has {
+			a = m.queue[0]
+		}
+		m.mu.Unlock()
+		if !has {
+			select {
+			case <-m.wake:
+				continue
+			case <-m.ended:
+				m.mu.Lock()
+				empty := len(m.queue) == 0
+				m.mu.Unlock()
+				if empty {
+					return // the membership ended: nothing more will come
+				}
+				continue
+			case <-m.dstop:
+				return
+			}
+		}
+		select {
+		case m.out <- a:
+			m.mu.Lock()
+			m.queue = m.queue[1:]
+			m.mu.Unlock()
+		case <-m.dstop:
+			return
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package iggy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/iggy/foreign/go/client/tcp"
+	iggcon "github.com/apache/iggy/foreign/go/contracts"
+)
+
+const childEnv = "STRAND_GROUP_CHILD"
+
+// TestGroupChildProcess is a member of the group in a process of its own,
+// started by TestGroupProcessesKilledStoppedResumed; it skips otherwise.
+// It writes its claims to a file, one JSON line each, and leaves the group
+// on SIGTERM.
+func TestGroupChildProcess(t *testing.T) {
+	name := os.Getenv(childEnv)
+	if name == "" {
+		t.Skip("run by TestGroupProcessesKilledStoppedResumed")
+	}
+	f, err := os.OpenFile(os.Getenv(childEnv+"_TRACE"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	cl, err := Connect(ctx, os.Getenv(childEnv+"_ADDR"), WithLogger(testLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	trace := func(ev traceEvent) {
+		b, _ := json.Marshal(ev)
+		_, _ = f.Write(append(b, '\n')) // one write a line: a SIGKILL leaves whole lines
+	}
+	m, err := cl.JoinGroup(ctx, os.Getenv(childEnv+"_STREAM"), "accounts", 6, WithSessionTimeout(testSession),
+		WithHeartbeat(testHeartbeat), WithGroupPollInterval(testPoll), WithMemberName(name),
+		WithGroupLogger(testLogger()), withTrace(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for a := range m.Assignments() {
+			if a.Kind == Revoking {
+				_ = m.Release(ctx, a.Partition)
+			}
+		}
+	}()
+	<-ctx.Done()
+	m.Close()
+}
+
+// groupView reads the whole membership log as any reader would.
+func groupView(ctx context.Context, c *Client, stream, topic string) (*groupState, error) {
+	tr, err := newTopicRef(stream, topic)
+	if err != nil {
+		return nil, err
+	}
+	st := newGroupState()
+	for off := uint64(0); ; {
+		var pm *iggcon.PolledMessage
+		pid := uint32(0)
+		err := c.admin.call(ctx, func(s *tcp.IggyTcpClient) error {
+			var err error
+			pm, err = s.PollMessages(tr.sid, tr.tid, iggcon.DefaultConsumer(), iggcon.OffsetPollingStrategy(off), 1000, false, &pid)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if pm == nil || len(pm.Messages) == 0 {
+			return st, nil
+		}
+		for _, msg := range pm.Messages {
+			st.apply(msg.Header.Offset, msg.Header.Timestamp, msg.Payload)
+			off = msg.Header.Offset + 1
+		}
+	}
+}
+
+// names returns the group's members by name, with how many partitions
+// each owns, or "" if a partition is revoking or unowned.
+func settledNames(st *groupState) string {
+	count := map[string]int{}
+	for _, p := range st.parts {
+		m := st.members[p.owner]
+		if m == nil || p.revoking {
+			return ""
+		}
+		count[m.name]++
+	}
+	var out []string
+	for _, id := range st.ids {
+		out = append(out, fmt.Sprintf("%s:%d", st.members[id].name, count[st.members[id].name]))
+	}
+	sort.Strings(out)
+	return fmt.Sprint(out)
+}
+
+func TestGroupProcessesKilledStoppedResumed(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("a child does not start children")
+	}
+	tg := newTarget(t)
+	tg.faults(t)
+	admin := tg.connect(t)
+	stream, _ := tg.topic(t, admin, 1)
+	dir := t.TempDir()
+	type child struct {
+		cmd   *exec.Cmd
+		trace string
+	}
+	children := map[string]*child{}
+	for _, name := range []string{"p0", "p1", "p2"} {
+		c := &child{trace: filepath.Join(dir, name+".trace")}
+		c.cmd = exec.Command(os.Args[0], "-test.run=^TestGroupChildProcess$", "-test.count=1")
+		c.cmd.Env = append(os.Environ(), childEnv+"="+name, childEnv+"_ADDR="+tg.addr,
+			childEnv+"_STREAM="+stream, childEnv+"_TRACE="+c.trace)
+		out, err := os.Create(filepath.Join(dir, name+".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.cmd.Stdout, c.cmd.Stderr = out, out
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+		t.Cleanup(func() {
+			if t.Failed() {
+				b, _ := os.ReadFile(out.Name())
+				t.Logf("output of %s:\n%s", name, b)
+			}
+		})
+		children[name] = c
+		t.Cleanup(func() {
+			_ = c.cmd.Process.Signal(syscall.SIGCONT)
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Wait()
+		})
+	}
+	wait := func(what, want string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		var got string
+		for time.Since(start) < 20*time.Second {
+			st, err := groupView(ctxT(t, 5*time.Second), admin, stream, "strand-members-accounts")
+			if err == nil {
+				if got = settledNames(st); got == want {
+					return time.Since(start)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s: group is %q, want %q", what, got, want)
+		return 0
+	}
+	wait("three processes joined", "[p0:2 p1:2 p2:2]")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(children["p0"].cmd.Process.Signal(syscall.SIGKILL))
+	t.Logf("SIGKILL: partitions moved after %v", wait("after SIGKILL of p0", "[p1:3 p2:3]"))
+	_ = children["p0"].cmd.Wait()
+	must(children["p1"].cmd.Process.Signal(syscall.SIGSTOP))
+	t.Logf("SIGSTOP: partitions moved after %v", wait("after SIGSTOP of p1", "[p2:6]"))
+	must(children["p1"].cmd.Process.Signal(syscall.SIGCONT))
+	t.Logf("SIGCONT: the resumed process rejoined and the group settled after %v", wait("after SIGCONT of p1", "[p1:3 p2:3]"))
+	for _, name := range []string{"p1", "p2"} {
+		must(children[name].cmd.Process.Signal(syscall.SIGTERM))
+		if err := children[name].cmd.Wait(); err != nil {
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatal(err)
+			}
+			t.Fatalf("child %s: %v", name, err)
+		}
+	}
+	var events []traceEvent // each file is in its member's order
+	for _, c := range children {
+		f, err := os.Open(c.trace)
+		must(err)
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var ev traceEvent
+			must(json.Unmarshal(sc.Bytes(), &ev))
+			events = append(events, ev)
+		}
+		f.Close()
+	}
+	byPart := checkHistory(t, events)
+	changes := 0
+	for _, cs := range byPart {
+		changes += len(cs)
+	}
+	t.Logf("%d claims over 6 partitions, none overlapping, epochs rising", changes)
+}

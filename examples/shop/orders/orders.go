@@ -1,0 +1,187 @@
+// Package orders is the domain of strand's shop example: orders keyed by
+// order id, and two read models of them built by one topology
+// (NewTopology):
+//
+//   - "orders" (keyed by OrderID): each order's customer, total and lines,
+//     projected straight from the source topic;
+//   - "customers" (keyed by CustomerID): each customer's order lines and
+//     total spend, fed through topology.KeyBy, which re-keys the order
+//     events by customer through a repartition topic the topology owns;
+//
+// and one output topic, "receipts", that topology.To publishes a Receipt
+// to, exactly once, for every positive order line. Workload generates a
+// seeded stream of order lines in which some orders change customer half
+// way; Reference folds it sequentially, which is what every row and the
+// receipts must equal.
+package orders
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/topology"
+)
+
+// Names of the example's Iggy stream and topics.
+const (
+	Stream        = "shop"
+	Topic         = "orders"
+	ReceiptsTopic = "receipts"
+	DLQTopic      = "orders.dlq"
+)
+
+// OrderID and CustomerID are the two keys.
+type (
+	OrderID    uint64
+	CustomerID string
+)
+
+// Line is one order line: the event of the source topic, keyed by Order.
+type Line struct {
+	Order    OrderID    `json:"order"`
+	Customer CustomerID `json:"customer"`
+	Amount   int64      `json:"amount"`
+	// N is the line's position in the workload (1-based), which the
+	// checks use to see every line applied once and in order.
+	N int `json:"n"`
+}
+
+// Receipt is what the receipts topic gets for a line of positive amount.
+type Receipt struct {
+	Order  OrderID `json:"order"`
+	Amount int64   `json:"amount"`
+	N      int     `json:"n"`
+}
+
+// Order is a row of the orders table.
+type Order struct {
+	Customer CustomerID `json:"customer"`
+	Total    int64      `json:"total"`
+	Lines    int        `json:"lines"`
+}
+
+// Customer is a row of the customers table.
+type Customer struct {
+	Lines int   `json:"lines"`
+	Total int64 `json:"total"`
+	// LastN is the position of the last line applied, per order: a line
+	// older than the one before it of the same order would be out of
+	// order, which the fold refuses to hide (OutOfOrder counts it).
+	LastN      map[OrderID]int `json:"last_n"`
+	OutOfOrder int             `json:"out_of_order"`
+}
+
+// Declarations of the two event types.
+var (
+	Lines    = stream.DeclareFunc[OrderID](1, func(l Line) OrderID { return l.Order })
+	Receipts = stream.DeclareFunc[OrderID](2, func(r Receipt) OrderID { return r.Order })
+)
+
+// TagLine is the type tag of Line.
+const TagLine planner.Tag = 1
+
+// Shop is the built topology and its tables.
+type Shop struct {
+	Topology  *topology.Topology
+	Orders    *topology.Table[OrderID, Order]
+	Customers *topology.Table[CustomerID, Customer]
+}
+
+// NewTopology returns the shop topology over the stream's topics.
+func NewTopology(streamName string) *Shop { return newTopology(streamName, true) }
+
+// NewSingleStage returns the shop topology without its KeyBy and To steps
+// (the orders table alone): the baseline of the two-stage benchmark.
+func NewSingleStage(streamName string) *Shop { return newTopology(streamName, false) }
+
+func newTopology(streamName string, twoStage bool) *Shop {
+	t := topology.New("shop")
+	src := topology.Source[OrderID](t, streamName+"/"+Topic)
+	s := &Shop{
+		Topology:  t,
+		Orders:    topology.NewTable[OrderID, Order](t, "orders", stream.JSON[Order]()),
+		Customers: topology.NewTable[CustomerID, Customer](t, "customers", stream.JSON[Customer]()),
+	}
+	lines := topology.On(src, Lines)
+	topology.Project(lines, s.Orders, func(o *Order, l Line) error {
+		o.Customer, o.Total, o.Lines = l.Customer, o.Total+l.Amount, o.Lines+1
+		return nil
+	})
+	if !twoStage {
+		return s
+	}
+	topology.To(lines, "receipts", streamName+"/"+ReceiptsTopic, Receipts,
+		func(_ context.Context, order OrderID, l Line, emit func(Receipt)) error {
+			if l.Amount > 0 {
+				emit(Receipt{Order: order, Amount: l.Amount, N: l.N})
+			}
+			return nil
+		})
+	byCustomer := topology.KeyBy(lines, "by-customer", func(l Line) (CustomerID, error) {
+		if l.Customer == "" {
+			return "", fmt.Errorf("order %d line %d has no customer", l.Order, l.N)
+		}
+		return l.Customer, nil
+	})
+	topology.Project(byCustomer, s.Customers, func(c *Customer, l Line) error {
+		c.Lines++
+		c.Total += l.Amount
+		if c.LastN == nil {
+			c.LastN = map[OrderID]int{}
+		}
+		if l.N < c.LastN[l.Order] {
+			c.OutOfOrder++
+		}
+		c.LastN[l.Order] = l.N
+		return nil
+	})
+	return s
+}
+
+// Workload returns n order lines over the given numbers of orders and
+// customers; one line in ten moves its order to another customer, so an
+// order's lines go to several customers, in order.
+func Workload(n, orders, customers int, seed uint64) []Line {
+	r := rand.New(rand.NewPCG(seed, 1))
+	owner := make([]CustomerID, orders)
+	for i := range owner {
+		owner[i] = CustomerID(fmt.Sprintf("customer-%04d", r.IntN(customers)))
+	}
+	out := make([]Line, n)
+	for i := range out {
+		o := r.IntN(orders)
+		out[i] = Line{Order: OrderID(o + 1), Customer: owner[o], Amount: int64(r.IntN(250) - 50), N: i + 1}
+		if r.IntN(10) == 0 {
+			owner[o] = CustomerID(fmt.Sprintf("customer-%04d", r.IntN(customers)))
+		}
+	}
+	return out
+}
+
+// Reference folds lines sequentially: the tables and receipts the
+// topology must produce.
+func Reference(lines []Line) (map[OrderID]Order, map[CustomerID]Customer, []Receipt) {
+	orders := map[OrderID]Order{}
+	customers := map[CustomerID]Customer{}
+	var receipts []Receipt
+	for _, l := range lines {
+		o := orders[l.Order]
+		o.Customer, o.Total, o.Lines = l.Customer, o.Total+l.Amount, o.Lines+1
+		orders[l.Order] = o
+		c := customers[l.Customer]
+		c.Lines++
+		c.Total += l.Amount
+		if c.LastN == nil {
+			c.LastN = map[OrderID]int{}
+		}
+		c.LastN[l.Order] = l.N
+		customers[l.Customer] = c
+		if l.Amount > 0 {
+			receipts = append(receipts, Receipt{Order: l.Order, Amount: l.Amount, N: l.N})
+		}
+	}
+	return orders, customers, receipts
+}
