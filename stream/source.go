@@ -80,7 +80,9 @@ type Message struct {
 }
 
 // Sink is a destination strand publishes to (a dead-letter topic, an output
-// topic). connectors/iggy implements it.
+// topic). connectors/iggy implements it. Send (and SentChecker's Sent) may
+// be called concurrently: the runtime publishes each source partition's
+// rows from a goroutine of its own, keeping their order per partition.
 type Sink interface {
 	// Send publishes msgs in order and returns nil only when all of them
 	// were accepted by the broker. On error, any prefix may have been sent.

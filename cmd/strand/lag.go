@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"text/tabwriter"
+	"time"
 
 	"github.com/strand-io/strand/stream/topology"
 )
@@ -59,13 +60,26 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	return nil
 }
 
-// inspectDir inspects a state directory, explaining the usual failure.
+// inspectDir inspects a state directory: directly, or through the App
+// that has it open (topology.Inspect's live inspection).
 func inspectDir(dir string) (*topology.Inspection, error) {
 	in, err := topology.Inspect(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w (a store can be read by one process at a time: if an App runs on it, ask the App: its stats, or its strand.lag metric)", err)
+		return nil, fmt.Errorf("%w (a store can be read by one process at a time; an App that has it open answers for it unless opened with topology.WithLiveInspect(false): ask it then, its stats or its strand.lag metric)", err)
 	}
 	return in, nil
+}
+
+// origin says where a report came from, when not simply the directory.
+func origin(w io.Writer, in *topology.Inspection) {
+	switch {
+	case in.Live != nil:
+		fmt.Fprintf(w, "  live: the store is open in a running App (pid %d, open since %s): the App made this report from a consistent copy of it (live inspection at %s)\n",
+			in.Live.PID, in.Live.Since.Format(time.RFC3339), in.Live.Addr)
+	case in.Stale != nil:
+		fmt.Fprintf(w, "  the App that had it open last (pid %d, open since %s) did not close it: it crashed or was killed; read from the directory\n",
+			in.Stale.PID, in.Stale.Since.Format(time.RFC3339))
+	}
 }
 
 func inspect(args []string, stdout, stderr io.Writer) error {
@@ -81,6 +95,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "store %s\n  layout %d, topology fingerprint %s\n", in.Dir, in.Layout, in.Fingerprint)
+	origin(stdout, in)
 	w := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "\nsources\tpartitions\tcheckpoints (partition:next)")
 	for _, s := range in.Sources {

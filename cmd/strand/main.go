@@ -67,6 +67,10 @@ headers) is replayed with its own original headers, unchanged, to the
 partition it was read from; its source classifies it again. A replayed
 event comes after every event already in its partition.
 
+Inspect and lag read a state directory that no App has open directly. While
+an App has it open (Pebble locks it), the App answers for it: inspect says
+so, and prints what the App reports from a consistent copy of its store.
+
 Exit status: 0 on success, 1 on failure, 2 on a usage error.
 `
 

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,17 +89,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	_ = raw.Close(ctx)
 
-	topo := topology.New("cli")
-	src := topology.Source[string](topo, "t/events")
-	sums := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())
-	topology.Project(topology.On(src, f.decl), sums, func(v *int64, e ev) error {
-		if e.Amount < 0 {
-			return stream.Permanent(errors.New("negative amount"))
-		}
-		*v += e.Amount
-		return nil
-	})
-	app, err := topology.Open(ctx, topo, cl, f.dir)
+	app, err := topology.Open(ctx, cliTopology(f.decl), cl, f.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +111,22 @@ func newFixture(t *testing.T) *fixture {
 
 // strand runs the command line with the fixture's environment; the
 // password must appear in neither output.
+// cliTopology sums the events' amounts per key; negative amounts are
+// refused for good (dead letters).
+func cliTopology(decl *stream.Event[string, ev]) *topology.Topology {
+	topo := topology.New("cli")
+	src := topology.Source[string](topo, "t/events")
+	sums := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())
+	topology.Project(topology.On(src, decl), sums, func(v *int64, e ev) error {
+		if e.Amount < 0 {
+			return stream.Permanent(errors.New("negative amount"))
+		}
+		*v += e.Amount
+		return nil
+	})
+	return topo
+}
+
 func (f *fixture) strand(t *testing.T, hooks replayHooks, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -278,6 +287,52 @@ func TestDLQListFiltersAndReplayIsExactlyOnceAcrossAnInterruption(t *testing.T) 
 	t.Logf("strand inspect:\n%s", out)
 	if code != 0 || !regexp.MustCompile(`sums\s+10`).MatchString(out) || !strings.Contains(out, "t/events") || !strings.Contains(out, "pending dead letters: 0") {
 		t.Fatalf("inspect: %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// inspect works on a store an App has open (the App answers, and the
+// output says so) with the figures of the stopped store, and names the App
+// that left a store without closing it.
+func TestInspectLiveStore(t *testing.T) {
+	f := newFixture(t)
+	offline, errOut, code := f.strand(t, replayHooks{}, "inspect", f.dir)
+	if code != 0 || strings.Contains(offline, "live") {
+		t.Fatalf("inspect of the stopped store: %d\n%s\n%s", code, offline, errOut)
+	}
+	app, err := topology.Open(context.Background(), cliTopology(f.decl), f.cl, f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	live, errOut, code := f.strand(t, replayHooks{}, "inspect", f.dir)
+	t.Logf("strand inspect of an open store:\n%s", live)
+	lines := strings.Split(live, "\n")
+	if code != 0 || len(lines) < 3 || !strings.HasPrefix(lines[2], fmt.Sprintf("  live: the store is open in a running App (pid %d,", os.Getpid())) {
+		t.Fatalf("inspect of the open store: %d\n%s\n%s", code, live, errOut)
+	}
+	if without := strings.Join(slices.Delete(lines, 2, 3), "\n"); without != offline {
+		t.Fatalf("the live report differs from the offline one:\n%s\nvs\n%s", without, offline)
+	}
+	out, errOut, code := f.strand(t, replayHooks{}, "lag", "-dir", f.dir)
+	if code != 0 || !strings.Contains(out, "total lag 0 records") {
+		t.Fatalf("lag of the open store: %d\n%s\n%s", code, out, errOut)
+	}
+
+	// A record left behind, as by an App killed while it had the store
+	// open.
+	rec, err := os.ReadFile(filepath.Join(f.dir, "strand-live.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "strand-live.json"), rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = f.strand(t, replayHooks{}, "inspect", f.dir)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("the App that had it open last (pid %d,", os.Getpid())) || !strings.Contains(out, "crashed or was killed") {
+		t.Fatalf("inspect of a store left open: %d\n%s\n%s", code, out, errOut)
 	}
 }
 

@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -261,40 +259,6 @@ func (a *app) startProcessor(ctx context.Context) (stop func() error, done <-cha
 		}
 		return result
 	}, ch
-}
-
-// startHTTP serves the query endpoint; a busy port falls back to a free
-// one, so that the example runs next to anything.
-func (a *app) startHTTP() (stop func(), err error) {
-	if a.cfg.http == "" {
-		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", a.cfg.http)
-	if err != nil {
-		host, _, _ := net.SplitHostPort(a.cfg.http)
-		a.log.Warn("HTTP address busy; using a free port", "addr", a.cfg.http, "err", err)
-		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
-			return nil, fmt.Errorf("listen for HTTP: %w", err)
-		}
-	}
-	a.httpAddr = ln.Addr().String()
-	var stats func() stream.Stats
-	if a.app != nil {
-		stats = func() stream.Stats { return a.app.Stats()[0] }
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", queryHandler(a.balances, stats))
-	if a.tel != nil {
-		mux.Handle("GET /metrics", a.tel.metrics)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	a.printf("query the read model: curl http://%s/accounts/1   (or /accounts?limit=10, /stats, /metrics)", a.httpAddr)
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-	}, nil
 }
 
 // endOffsets returns, per partition of the events topic, the offset after

@@ -1,87 +1,61 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
+	"net"
 
-	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream"
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/queryserver"
 )
 
-// Limits of GET /accounts.
-const (
-	defaultListLimit = 100
-	maxListLimit     = 10_000
-)
-
-// queryHandler serves the read model from the local store. Reads see
-// committed state only (one consistent snapshot per request), so they are
-// safe while the processor commits, and they never touch the broker.
+// startHTTP serves the read model with strand's query server
+// (stream/topology/queryserver) and the App's metrics on one server; a busy
+// port falls back to a free one, so that the example runs next to
+// anything. Reads see committed state only (one consistent snapshot per
+// request), so they are safe while the processor commits, and they never
+// touch the broker:
 //
-//	GET /accounts/{id}     one account as JSON; 404 when unknown
-//	GET /accounts?limit=N  the first N accounts by id (default 100, at most 10,000)
-//	GET /stats             the processor's counters per partition
-func queryHandler(balances *topology.Table[bank.AccountID, bank.Account], stats func() stream.Stats) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /accounts/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("account id %q is not an unsigned integer", r.PathValue("id")))
-			return
+//	GET /tables/balances/{id}        one account as JSON; 404 when unknown
+//	GET /tables/balances?limit=N     a page of accounts (default 100, at most 10,000), with a next cursor
+//	GET /stats                       the App's counters per source and partition
+//	GET /healthz, GET /readyz        alive; caught up with the log
+//	GET /metrics                     the App's metrics in Prometheus format
+func (a *app) startHTTP() (stop func(), err error) {
+	if a.cfg.http == "" {
+		return func() {}, nil
+	}
+	opts := []queryserver.Option{queryserver.Table(a.balances), queryserver.WithLogger(a.log)}
+	if a.tel != nil {
+		opts = append(opts, queryserver.WithHandler("GET /metrics", a.tel.metrics))
+	}
+	if a.cfg.httpPublic {
+		opts = append(opts, queryserver.AllowNonLoopback())
+	}
+	srv, err := queryserver.New(a.app, append(opts, queryserver.WithAddr(a.cfg.http))...)
+	if err != nil {
+		return nil, fmt.Errorf("-http: %w", err)
+	}
+	ln, err := srv.Listen()
+	switch {
+	case errors.Is(err, queryserver.ErrNotLoopback):
+		return nil, fmt.Errorf("-http %s: %w (or give -http-public)", a.cfg.http, err)
+	case err != nil:
+		host, _, _ := net.SplitHostPort(a.cfg.http)
+		a.log.Warn("HTTP address busy; using a free port", "addr", a.cfg.http, "err", err)
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+			return nil, fmt.Errorf("listen for HTTP: %w", err)
 		}
-		a, ok, err := balances.Get(r.Context(), bank.AccountID(id))
-		switch {
-		case err != nil:
-			writeError(w, http.StatusInternalServerError, err)
-		case !ok:
-			writeError(w, http.StatusNotFound, fmt.Errorf("account %d not found", id))
-		default:
-			writeJSON(w, http.StatusOK, a)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	a.httpAddr = ln.Addr().String()
+	a.printf("query the read model: curl http://%s/tables/balances/1   (or /tables/balances?limit=10, /stats, /readyz, /metrics)", a.httpAddr)
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			a.log.Error("query server", "err", err)
 		}
-	})
-	mux.HandleFunc("GET /accounts", func(w http.ResponseWriter, r *http.Request) {
-		limit := defaultListLimit
-		if s := r.URL.Query().Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > maxListLimit {
-				writeError(w, http.StatusBadRequest, fmt.Errorf("limit %q: want 1..%d", s, maxListLimit))
-				return
-			}
-			limit = n
-		}
-		out := make([]bank.Account, 0, min(limit, 1024))
-		err := balances.Scan(r.Context(), func(_ bank.AccountID, a bank.Account) bool {
-			out = append(out, a)
-			return len(out) < limit
-		})
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, out)
-	})
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		if stats == nil {
-			writeError(w, http.StatusNotFound, errors.New("no processor in this process"))
-			return
-		}
-		writeJSON(w, http.StatusOK, stats())
-	})
-	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, err error) {
-	writeJSON(w, status, map[string]string{"error": err.Error()})
+	}, nil
 }

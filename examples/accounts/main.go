@@ -9,7 +9,8 @@
 // one), creates the topic bank/accounts (8 partitions) and its dead-letter
 // topic bank/accounts.dlq, publishes 200,000 events of 10,000 accounts with
 // Zipf skew 1.1 plus 8 poison records, processes them with a
-// stream.Processor, serves GET /accounts/{id} and GET /accounts?limit=N on
+// stream.Processor, serves GET /tables/balances/{id} and
+// GET /tables/balances?limit=N with strand's query server on
 // 127.0.0.1:8080, shows progress once a second, and when the processor has
 // caught up prints throughput, lag, dead letters and a check of every
 // balance against a sequential fold of the log read back from the broker.
@@ -90,13 +91,14 @@ type config struct {
 	password string
 	listen   string
 
-	http     string
-	drain    bool
-	backlog  bool
-	serve    bool
-	progress time.Duration
-	verbose  bool
-	trace    bool
+	http       string
+	httpPublic bool
+	drain      bool
+	backlog    bool
+	serve      bool
+	progress   time.Duration
+	verbose    bool
+	trace      bool
 }
 
 const usageText = `accounts: strand's bank-account example.
@@ -142,7 +144,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.user, "user", "iggy", "Iggy user")
 	fs.StringVar(&c.password, "password", "iggy", "Iggy password")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8090", "address of the embedded broker in -role broker")
-	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the HTTP query endpoint (empty: none; a busy port falls back to a free one)")
+	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the query server and /metrics, a loopback one unless -http-public (empty: none; a busy port falls back to a free one)")
+	fs.BoolVar(&c.httpPublic, "http-public", false, "allow an -http address that is not a loopback one (the query server authenticates nobody)")
 	fs.BoolVar(&c.drain, "drain", false, "-role processor: exit once everything in the topic at start is processed and its dead letters are published")
 	fs.BoolVar(&c.backlog, "backlog", false, "-role all: start the processor only once everything is published, to measure it alone on a backlog")
 	fs.BoolVar(&c.serve, "serve", false, "-role all: keep serving HTTP after the check, until interrupted")

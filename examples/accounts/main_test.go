@@ -126,36 +126,52 @@ func realServer(t *testing.T) []string {
 	return []string{"-iggy", addr, "-user", user, "-password", pass, "-stream", name}
 }
 
-// queryHTTP checks the query endpoint against the store.
+// queryHTTP checks the query server against the store.
 func queryHTTP(t *testing.T, a *app) {
 	t.Helper()
 	ctx := context.Background()
 	base := "http://" + a.httpAddr
-	var first []bank.Account
-	getJSON(t, base+"/accounts?limit=5", http.StatusOK, &first)
-	if len(first) != 5 {
-		t.Fatalf("GET /accounts?limit=5 returned %d accounts", len(first))
+	var first struct {
+		Rows []struct {
+			Key       string       `json:"key"`
+			Partition uint32       `json:"partition"`
+			Value     bank.Account `json:"value"`
+		} `json:"rows"`
+		Next string `json:"next"`
 	}
-	for i := 1; i < len(first); i++ {
-		if first[i].ID <= first[i-1].ID {
-			t.Fatalf("GET /accounts is not ordered by id: %d after %d", first[i].ID, first[i-1].ID)
+	getJSON(t, base+"/tables/balances?limit=5", http.StatusOK, &first)
+	if len(first.Rows) != 5 || first.Next == "" {
+		t.Fatalf("GET /tables/balances?limit=5 returned %d accounts, next %q", len(first.Rows), first.Next)
+	}
+	for i, r := range first.Rows {
+		if r.Key != fmt.Sprint(r.Value.ID) {
+			t.Fatalf("row key %q holds account %d", r.Key, r.Value.ID)
+		}
+		if i > 0 && r.Partition == first.Rows[i-1].Partition && r.Value.ID <= first.Rows[i-1].Value.ID {
+			t.Fatalf("GET /tables/balances is not ordered by id within partition %d: %d after %d", r.Partition, r.Value.ID, first.Rows[i-1].Value.ID)
 		}
 	}
 	var one bank.Account
-	getJSON(t, fmt.Sprintf("%s/accounts/%d", base, first[0].ID), http.StatusOK, &one)
-	want, ok, err := a.balances.Get(ctx, first[0].ID)
-	if err != nil || !ok || one != want || one != first[0] {
-		t.Fatalf("GET /accounts/%d = %+v; store has %+v (%v, %v)", first[0].ID, one, want, ok, err)
+	id := first.Rows[0].Value.ID
+	getJSON(t, fmt.Sprintf("%s/tables/balances/%d", base, id), http.StatusOK, &one)
+	want, ok, err := a.balances.Get(ctx, id)
+	if err != nil || !ok || one != want || one != first.Rows[0].Value {
+		t.Fatalf("GET /tables/balances/%d = %+v; store has %+v (%v, %v)", id, one, want, ok, err)
 	}
 	var e map[string]string
-	getJSON(t, base+"/accounts/999999999", http.StatusNotFound, &e)
-	if !strings.Contains(e["error"], "not found") {
+	getJSON(t, base+"/tables/balances/999999999", http.StatusNotFound, &e)
+	if !strings.Contains(e["error"], `no key "999999999"`) {
 		t.Fatalf("unknown account: %v", e)
 	}
-	getJSON(t, base+"/accounts/abc", http.StatusBadRequest, &e)
-	getJSON(t, base+"/accounts?limit=0", http.StatusBadRequest, &e)
-	var st map[string]any
+	getJSON(t, base+"/tables/balances/abc", http.StatusBadRequest, &e)
+	getJSON(t, base+"/tables/balances?limit=0", http.StatusBadRequest, &e)
+	var st []map[string]any
 	getJSON(t, base+"/stats", http.StatusOK, &st)
+	if len(st) != 1 || st[0]["Source"] != a.cfg.source() {
+		t.Fatalf("GET /stats = %v", st)
+	}
+	var ready map[string]string
+	getJSON(t, base+"/readyz", http.StatusOK, &ready)
 }
 
 func getJSON(t *testing.T, url string, status int, v any) {

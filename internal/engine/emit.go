@@ -94,8 +94,11 @@ func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, o
 func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error, fail *runResult) {
 	b := rc.b
 	for _, h := range r.emits {
+		// Each step sees the events the steps before it kept: a record
+		// dead-lettered or cut off by one is not emitted by the next.
 		kept := 0
-		for j := 0; j < len(buf.events); j++ {
+		j := 0
+		for ; j < len(buf.events); j++ {
 			i := buf.idx[j]
 			out, err := callEmit(rc.ctx, h, key, buf.events[j], buf.env[:0])
 			buf.env = out[:0]
@@ -103,15 +106,13 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 				b.deadLetter(i, stream.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))
 				if b.poison == stream.HoldPoisonedKey {
 					hold = err
-					buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
-					break
+					break // the rest is held, still pending
 				}
 				continue
 			}
 			if err != nil {
-				buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
 				fail = &runResult{end: runFailed, err: fmt.Errorf("To %q: %w", h.step, err), at: i}
-				break
+				break // the rest is not applied this time
 			}
 			for _, env := range out {
 				b.emits[i] = append(b.emits[i], emitted{dest: h.dest, env: env})
@@ -120,12 +121,8 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 			buf.events[kept], buf.idx[kept] = buf.events[j], i
 			kept++
 		}
-		if hold == nil && fail == nil {
-			buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
-		}
-		if hold != nil || fail != nil {
-			return hold, fail
-		}
+		clear(buf.events[kept:])
+		buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
 	}
-	return nil, nil
+	return hold, fail
 }

@@ -233,9 +233,11 @@ type runBuf[E any] struct {
 func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 	r := &eventRunner[K, E]{ev: d.Event, alg: d.Algebra(), keys: d.KeyCodec()}
 	r.bufs.New = func() any { return new(runBuf[E]) }
-	defer slices.SortStableFunc(r.emits, func(a, b *emitHandler[K, E]) int {
-		return cmp.Compare(b.mode, a.mode) // EmitKeyBy before EmitTo
-	})
+	defer func() {
+		slices.SortStableFunc(r.emits, func(a, b *emitHandler[K, E]) int {
+			return cmp.Compare(b.mode, a.mode) // EmitKeyBy before EmitTo
+		})
+	}()
 	for _, h := range hs {
 		switch h := h.(type) {
 		case *handleHandler[K, E]:

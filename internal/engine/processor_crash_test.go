@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -270,6 +271,7 @@ func isKilled(err error) bool {
 // record is magic, id, payload length, payload and a CRC; opening cuts a
 // torn tail.
 type fileSink struct {
+	mu    sync.Mutex // the outbox sends from one goroutine per partition
 	f     *os.File
 	count map[[16]byte]int
 	total int
@@ -319,6 +321,8 @@ func openFileSink(path string) (*fileSink, error) {
 }
 
 func (s *fileSink) Send(ctx context.Context, msgs []stream.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, m := range msgs {
 		b := binary.BigEndian.AppendUint32(nil, fileSinkMagic)
 		b = append(b, m.ID[:]...)
@@ -335,6 +339,8 @@ func (s *fileSink) Send(ctx context.Context, msgs []stream.Message) error {
 }
 
 func (s *fileSink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := make([]bool, len(msgs))
 	for i, m := range msgs {
 		out[i] = s.count[m.ID] > 0

@@ -85,6 +85,7 @@ type openOptions struct {
 	drain      time.Duration
 	clock      Clock
 	tel        telemetryOptions // see telemetry.go
+	liveOff    bool             // see live.go
 }
 
 // Clock is the time an App's retries run on. The default is the wall
@@ -241,7 +242,8 @@ type App struct {
 
 	tel        *telemetry.Telemetry // see telemetry.go
 	endEvery   time.Duration
-	partitions []uint32 // WithPartitions, or nil for all
+	partitions []uint32     // WithPartitions, or nil for all
+	live       *liveInspect // see live.go
 
 	mu      sync.Mutex
 	closed  bool
@@ -410,6 +412,9 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 		return nil, fail(err)
 	}
 	ok, opened = true, true
+	if !o.liveOff {
+		a.live = startLive(dir, db, o.log)
+	}
 	return a, nil
 }
 
@@ -485,6 +490,7 @@ func (a *App) Close() error {
 		cancel()
 		<-done
 	}
+	a.live.stop()
 	var errs []error
 	closers := []stream.Sink{a.dlq}
 	for _, topic := range a.prog.Outputs() {

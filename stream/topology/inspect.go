@@ -2,6 +2,7 @@ package topology
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -28,6 +29,14 @@ type Inspection struct {
 	// PendingDeadLetters are the committed dead letters not yet published
 	// to the dead-letter topic, by partition and offset.
 	PendingDeadLetters []stream.DeadLetter
+	// Live is set when an App had the store open: the report was made by
+	// that App, from a consistent copy of its store as of the request (see
+	// Inspect).
+	Live *LiveApp
+	// Stale is set when the directory holds the live-inspection record of
+	// an App that is gone without closing the store (it crashed or was
+	// killed); the report was read from the directory.
+	Stale *LiveApp
 }
 
 // InspectedSource is one source of an inspected store.
@@ -53,13 +62,42 @@ type InspectedParked struct {
 	Keys, Records int
 }
 
-// Inspect reads the state directory of an App (the dir given to Open)
-// read-only: fingerprint, sources and checkpoints, tables and row counts,
+// Inspect reports what the state directory of an App (the dir given to
+// Open) holds: fingerprint, sources and checkpoints, tables and row counts,
 // parked keys and pending dead letters. It reads every key, so it costs
-// time in proportion to the store's size. The store must not be open:
-// Pebble locks the directory, and Inspect fails while an App runs on it
-// (ask the App itself: Stats, Checkpoint, PendingDeadLetters).
+// time in proportion to the store's size.
+//
+// A store that no App has open is read directly, read-only. While an App
+// has it open, Pebble locks the directory (for every other opener, read-only
+// ones included), so Inspect asks that App instead: a running App serves
+// its own report on a loopback address it records in the directory (see
+// WithLiveInspect), made from a consistent copy of its store, and the
+// result says so in Live. A record left by an App that died without closing
+// the store is reported in Stale.
 func Inspect(dir string) (*Inspection, error) {
+	in, err := inspectStore(dir)
+	rec, recErr := readLiveRecord(dir)
+	if err == nil {
+		if rec != nil {
+			in.Stale = rec.app()
+		}
+		return in, nil
+	}
+	if rec == nil {
+		if recErr != nil {
+			return nil, errors.Join(err, recErr)
+		}
+		return nil, err
+	}
+	in, lerr := askLive(dir, rec)
+	if lerr != nil {
+		return nil, fmt.Errorf("%w; the App that has it open (pid %d, live inspection at %s) did not answer either: %w", err, rec.PID, rec.Addr, lerr)
+	}
+	return in, nil
+}
+
+// inspectStore reads the store in dir directly.
+func inspectStore(dir string) (*Inspection, error) {
 	in, err := engine.Inspect(dir)
 	if err != nil {
 		return nil, fmt.Errorf("topology: inspect %s: %w", dir, err)

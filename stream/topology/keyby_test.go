@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
@@ -62,6 +64,33 @@ const receiptsTopic = "shop/receipts"
 // newShop builds the two-stage topology; keyErr, when set, is the KeyBy
 // key function's failure for some events.
 func newShop(keyFn func(orderPlaced) (string, error), opts ...topology.Option) *shop {
+	return newFlakyShop(keyFn, nil, opts...)
+}
+
+// failOnce fails the first try of each event whose Seq it selects.
+type failOnce struct {
+	mu     sync.Mutex
+	pick   func(seq int) bool
+	failed map[int]bool
+}
+
+func (f *failOnce) fail(seq int) bool {
+	if f == nil || !f.pick(seq) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failed[seq] {
+		return false
+	}
+	f.failed[seq] = true
+	return true
+}
+
+// newFlakyShop is newShop whose To function and customers fold fail the
+// first try of the events fl picks (the fold after changing the row in
+// place).
+func newFlakyShop(keyFn func(orderPlaced) (string, error), fl *failOnce, opts ...topology.Option) *shop {
 	s := &shop{topo: topology.New("shop", opts...)}
 	s.placed = stream.DeclareFunc[uint64](tagOrderPlaced, func(e orderPlaced) uint64 { return e.Order })
 	s.receipts = stream.DeclareFunc[uint64](tagReceipt, func(e receipt) uint64 { return e.Order })
@@ -77,6 +106,9 @@ func newShop(keyFn func(orderPlaced) (string, error), opts ...topology.Option) *
 		if e.Amount > 0 {
 			emit(receipt{Order: order, Amount: e.Amount, Seq: e.Seq})
 		}
+		if e.Seq%2 == 0 && fl.fail(e.Seq) {
+			return errors.New("receipt service down")
+		}
 		return nil
 	})
 	if keyFn == nil {
@@ -87,6 +119,9 @@ func newShop(keyFn func(orderPlaced) (string, error), opts ...topology.Option) *
 		v.Orders++
 		v.Total += e.Amount
 		v.Seen = append(v.Seen, e.Seq)
+		if e.Seq%2 == 1 && fl.fail(e.Seq) {
+			return errors.New("customer store down")
+		}
 		return nil
 	})
 	return s
@@ -248,6 +283,43 @@ func TestPropertyKeyByAndTo(t *testing.T) {
 	}
 }
 
+// Transient failures of the To function and of the re-keyed projection
+// (after it changed the row in place) are retried: nothing is lost,
+// doubled, or half-applied, with restarts in between.
+func TestPropertyKeyByAndToWithFailures(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 11))
+			events := shopWorkload(300+r.IntN(1000), 1+r.IntN(60), 1+r.IntN(15), seed+100)
+			fl := &failOnce{pick: func(seq int) bool { return seq%5 < 2 }, failed: map[int]bool{}}
+			s := newFlakyShop(nil, fl, topology.WithRetry(3, time.Millisecond, time.Millisecond))
+			d := topologytest.NewDriver(t, s.topo, topologytest.Partitions(uint32(1+r.IntN(4))),
+				topologytest.BatchSizes(func() int { return 1 + r.IntN(200) }))
+			for i := 0; i < len(events); {
+				n := min(1+r.IntN(300), len(events)-i)
+				topologytest.Pipe(d, s.placed, events[i:i+n]...)
+				i += n
+				d.Step()
+				d.AdvanceClock(time.Second)
+				if r.IntN(4) == 0 {
+					d.Restart()
+				}
+			}
+			for range 50 {
+				d.Advance()
+				if k, _ := d.Parked(); k == 0 {
+					break
+				}
+				d.AdvanceClock(time.Second)
+			}
+			checkShop(t, s, events, nil, topologytest.Outputs(d, receiptsTopic, s.receipts))
+			if dls := d.DeadLetters(); len(dls) != 0 {
+				t.Fatalf("%d dead letters: %v", len(dls), dls[0])
+			}
+		})
+	}
+}
+
 // A KeyBy key function that errors, panics or gives an unusable key
 // dead-letters its record with ReasonKeyBy; the others are exact.
 func TestKeyByBadKeysAreDeadLetters(t *testing.T) {
@@ -301,5 +373,58 @@ func TestKeyByBuildErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
+	}
+}
+
+// A record carrying the strand-origin of an outbox message applied before
+// (a message published twice) is dropped, counted as redelivered; one of
+// another origin stream, or a later one, is applied.
+func TestOriginDuplicatesAreDroppedOnce(t *testing.T) {
+	topo := topology.New("dedupe")
+	decl := stream.DeclareFunc[uint64](tagOrderPlaced, func(e orderPlaced) uint64 { return e.Order })
+	src := topology.Source[uint64](topo, "in")
+	tab := topology.NewTable[uint64, orderRow](topo, "orders", stream.JSON[orderRow]())
+	topology.Project(topology.On(src, decl), tab, func(v *orderRow, e orderPlaced) error {
+		v.Total += e.Amount
+		v.Lines++
+		return nil
+	})
+	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(2))
+	origin := func(stream byte, seq uint64) []byte {
+		o := make([]byte, 16)
+		o[0] = stream
+		for i := range 8 {
+			o[15-i] = byte(seq >> (8 * i))
+		}
+		return o
+	}
+	pipe := func(o []byte, amount int64) {
+		rec, err := decl.Record(0, 0, orderPlaced{Order: 1, Amount: amount})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Headers.Origin = o
+		d.PipeRecord("in", rec)
+	}
+	pipe(origin(1, 1), 1)
+	pipe(origin(1, 2), 10)
+	pipe(origin(1, 2), 100)  // a repeat of seq 2
+	pipe(origin(1, 1), 1000) // a late repeat of seq 1
+	pipe(origin(2, 1), 10000)
+	pipe(nil, 100000) // no origin: always applied
+	d.Advance()
+	d.Restart() // the origins survive a restart
+	pipe(origin(1, 2), 1_000_000)
+	pipe(origin(1, 3), 10_000_000)
+	d.Advance()
+	v, _, err := tab.Get(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Total != 10_110_011 || v.Lines != 5 {
+		t.Fatalf("row %+v, want total 10110011 over 5 lines", v)
+	}
+	if got := d.App().Stats()[0].Total.Redelivered; got != 1 {
+		t.Fatalf("Redelivered = %d after the restart, want 1", got)
 	}
 }

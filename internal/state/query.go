@@ -1,0 +1,94 @@
+package state
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Partitions returns the count given to SetPartitions (0 before).
+func (t *Table[K, V]) Partitions() uint32 { return t.parts.Load() }
+
+// AppendKey appends k's bytes, as the table's key codec encodes them, to
+// dst.
+func (t *Table[K, V]) AppendKey(dst []byte, k K) ([]byte, error) {
+	if t.keys == nil {
+		return dst, fmt.Errorf("%w: table %q has no key codec", ErrInvalidTable, t.name)
+	}
+	out, err := t.keys.Append(dst, k)
+	if err != nil {
+		return dst, fmt.Errorf("state: table %q: encode key %v: %w", t.name, k, err)
+	}
+	return out, nil
+}
+
+// ScanPartition calls fn with the committed rows of the table filed under
+// one partition, in key byte order, starting after the key bytes after
+// (from the first row when after is nil), until fn returns false. fn gets
+// the row's key bytes (valid only during the call), its key and its value.
+// Like Scan it reads one consistent state from one Pebble iterator, and a
+// key or value that cannot be decoded stops it with an error naming it.
+func (t *Table[K, V]) ScanPartition(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) error {
+	b, err := t.binding()
+	if err != nil {
+		return err
+	}
+	if err := b.db.enter(); err != nil {
+		return err
+	}
+	defer b.db.exit()
+	lower := appendTableKey(make([]byte, 0, rowKeyExtra+len(after)+1), b.id, partition, after)
+	if after != nil {
+		lower = append(lower, 0) // the smallest key after after
+	}
+	it, err := b.db.pdb.NewIter(&pebble.IterOptions{
+		LowerBound: lower,
+		UpperBound: prefixEnd(appendTableKey(nil, b.id, partition, nil)),
+	})
+	if err != nil {
+		return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		kb := it.Key()[rowKeyExtra:]
+		k, err := t.keys.Decode(kb)
+		if err != nil {
+			return fmt.Errorf("state: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("state: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
+		}
+		v, err := t.values.Decode(val)
+		if err != nil {
+			return fmt.Errorf("state: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
+		}
+		if !fn(kb, k, v) {
+			return nil
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+	}
+	return nil
+}
+
+// CopyTo writes a consistent copy of the store as it is now into dir, which
+// must not exist: its files hard-linked where the file system allows (so a
+// copy inside the store's own directory costs next to nothing), the
+// write-ahead log synced and copied first, so every commit that returned is
+// in the copy. ScanReadOnly reads the copy while db stays open.
+func (db *DB) CopyTo(dir string) error {
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.exit()
+	if err := db.pdb.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("state: copy %s to %s: %w", db.dir, dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+// Package queryserver is a read-only HTTP query server over a running
+// topology.App: JSON reads of the tables an application registers, the
+// App's stats, and health and readiness answers. It writes nothing, ever.
+//
+//	srv, err := queryserver.New(app, queryserver.Table(balances))
+//	go srv.ListenAndServe(ctx) // 127.0.0.1:8080 unless WithAddr says otherwise
+//
+// or mount it on a server of one's own: a *Server is an http.Handler.
+//
+// # Endpoints
+//
+//	GET /tables/{table}/{key}  the key's committed value as JSON; 404 only when the row does not exist
+//	GET /tables/{table}        a page of rows: ?limit=N&prefix=P&after=CURSOR → {"rows":[{"key","partition","value"}],"next"}
+//	GET /tables                the registered tables and their partition counts
+//	GET /stats                 App.Stats as JSON
+//	GET /healthz               200 while the process answers
+//	GET /readyz                200 once the App has caught up with its sources, 503 with the reason before
+//
+// HEAD is answered like GET; every other method is refused with 405, and
+// every error is a JSON object {"error": "..."}: 400 for a key or a
+// parameter that cannot be read (naming what was wrong), 404 for an unknown
+// table or endpoint, 503 for a retryable unavailability (with Retry-After),
+// 502 when the owner of a key did not answer, 508 for a forwarding loop.
+//
+// # Keys
+//
+// A key travels in the URL as its string form: the string itself for keys
+// of a string kind, the decimal number for signed and unsigned integer
+// kinds (these are parsed and formatted by default), and whatever a
+// KeyParser and KeyFormatter say for any other key type. Scan rows carry the
+// same string form. A key is escaped like any path segment; it may contain
+// slashes.
+//
+// # Scans
+//
+// A scan reads the partitions this instance serves (see Router) in
+// partition order, and each partition in the order of its key bytes (for
+// integer keys, numeric order). prefix keeps the rows whose key string form
+// starts with it; it filters the rows read, it does not seek, so a page
+// reads at most WithScanBudget rows and may come back short, or empty, with
+// a next cursor: a client follows next until a page has none. A cursor
+// names the last row read (its partition and key bytes), so following it
+// resumes exactly after that row, whatever was committed in between: no
+// row present through the whole scan is missed or repeated. limit defaults
+// to 100 and is refused above WithMaxLimit (default 10,000).
+//
+// # Scale-out
+//
+// Several Apps can share the partitions of a topology's sources
+// (topology.WithPartitions), each with its own query server. A Router says
+// for each table partition whether this instance serves it, another one
+// owns it (at which query address), or it is unavailable for now (its
+// state is restoring, say). The default router serves the partitions the
+// App processes and answers 503 for the others (their rows are in no store
+// here); StaticRouter routes by a fixed partition → owner map. A get of a key
+// owned elsewhere is forwarded to the owner once (the forwarded request
+// carries the Strand-Forwarded header; an owner that would forward it again
+// answers 508), or redirected to it with WithRedirect. A key's partition is
+// stream.PartitionOf(its key bytes, the table's partition count), where
+// strand's publishers put its events. Scans read only the partitions served
+// locally and list the others in "skipped".
+//
+// # Binding
+//
+// ListenAndServe binds to a loopback address (default 127.0.0.1:8080) and
+// refuses any other unless AllowNonLoopback is given: the server has no
+// authentication of its own.
+package queryserver

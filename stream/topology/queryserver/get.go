@@ -1,0 +1,146 @@
+package queryserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// handleGet answers GET /tables/{table}/{key}: locally, by forwarding to
+// the owner, by a redirect, or 503 when the key's partition is unavailable.
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	t, name, ok := s.table(w, r)
+	if !ok {
+		return
+	}
+	ks := r.PathValue("key")
+	if ks == "" {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("table %q: empty key (GET /tables/%s/{key})", name, name))
+		return
+	}
+	l, err := t.locate(ks)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	n := t.partitions()
+	q := Query{Table: name, Partitions: n, Partition: partitionOf(l.bytes, n), Key: l.bytes}
+	w.Header().Set(HeaderPartition, strconv.FormatUint(uint64(q.Partition), 10))
+	rt, err := s.route(r, q)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	switch rt.Kind {
+	case Unavailable:
+		unavailable(w, q, rt)
+		return
+	case Remote:
+		s.toOwner(w, r, q, rt.Owner)
+		return
+	}
+	body, found, err := t.get(r.Context(), l)
+	switch {
+	case err != nil:
+		readErr(w, r, err)
+	case !found:
+		writeError(w, http.StatusNotFound, fmt.Errorf("table %q has no key %q", name, ks))
+	default:
+		writeBody(w, http.StatusOK, body)
+	}
+}
+
+// hopped reports whether r was forwarded or redirected here by another
+// instance.
+func hopped(r *http.Request) bool {
+	return r.Header.Get(HeaderForwarded) != "" || r.URL.Query().Has(hopParam)
+}
+
+// ownerURL is the URL of r's path and query on the owner's server; hop
+// marks it as redirected.
+func ownerURL(owner string, r *http.Request, hop bool) (string, error) {
+	base := owner
+	if !strings.Contains(owner, "://") {
+		base = "http://" + owner
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.RawQuery != "" {
+		return "", fmt.Errorf("owner address %q is neither host:port nor an http(s) base URL", owner)
+	}
+	target := strings.TrimSuffix(u.Scheme+"://"+u.Host+u.EscapedPath(), "/") + r.URL.EscapedPath()
+	query := r.URL.RawQuery
+	if hop {
+		q := r.URL.Query()
+		q.Set(hopParam, "1")
+		query = q.Encode()
+	}
+	if query != "" {
+		target += "?" + query
+	}
+	return target, nil
+}
+
+// hopByHop are the headers a proxy does not pass on (RFC 9110 §7.6.1),
+// with Accept-Encoding, which the forwarding transport sets itself.
+var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Proxy-Authorization": true, "Accept-Encoding": true}
+
+// toOwner forwards a get to the owner of its partition, or redirects to
+// it; a request that was already forwarded or redirected here is not sent
+// on: the instances disagree on the owner (508).
+func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, q Query, owner string) {
+	if hopped(r) {
+		s.log.Warn("strand: query server refused to forward a forwarded request", "table", q.Table, "partition", q.Partition, "owner", owner)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusLoopDetected, fmt.Errorf(
+			"partition %d of table %q: another instance sent this request here as to its owner, but this instance routes it to %s; the instances disagree on ownership (changing now?): retry", q.Partition, q.Table, owner))
+		return
+	}
+	target, err := ownerURL(owner, r, s.cfg.redirect)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("router: partition %d of table %q: %w", q.Partition, q.Table, err))
+		return
+	}
+	w.Header().Set(HeaderOwner, owner)
+	if s.cfg.redirect {
+		w.Header().Set("Location", target)
+		writeJSON(w, http.StatusTemporaryRedirect, map[string]string{"location": target})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.forwardTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, target, nil)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("forward to %s: %w", owner, err))
+		return
+	}
+	for k, vs := range r.Header {
+		if !hopByHop[k] {
+			req.Header[k] = vs
+		}
+	}
+	req.Header.Set(HeaderForwarded, "1")
+	resp, err := s.cfg.client.Do(req)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client is gone
+		}
+		s.log.Warn("strand: query server cannot reach the owner of a partition", "table", q.Table, "partition", q.Partition, "owner", owner, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusBadGateway, fmt.Errorf("partition %d of table %q is owned by %s, which did not answer: %w", q.Partition, q.Table, owner, err))
+		return
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		if !hopByHop[k] && k != "Content-Length" {
+			w.Header()[k] = vs
+		}
+	}
+	w.Header().Set(HeaderOwner, owner)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
