@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -72,7 +73,8 @@ func FuzzForeignClassify(f *testing.F) {
 		f.Fatal(err)
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	task, err := prog.NewTask(context.Background(), db, foreignSource, 0, WithClock(func() time.Time { return now }))
+	task, err := prog.NewTask(context.Background(), db, foreignSource, 0, WithClock(func() time.Time { return now }),
+		WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		f.Fatal(err)
 	}

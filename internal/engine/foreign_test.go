@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -143,7 +144,8 @@ func newForeignFixture(t *testing.T, mod func(*Spec)) *foreignFixture {
 
 func (fx *foreignFixture) task(t *testing.T) *Task {
 	t.Helper()
-	task, err := fx.prog.NewTask(context.Background(), fx.db, foreignSource, 0, WithClock(func() time.Time { return fx.now }))
+	task, err := fx.prog.NewTask(context.Background(), fx.db, foreignSource, 0, WithClock(func() time.Time { return fx.now }),
+		WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
