@@ -55,12 +55,17 @@ const (
 	// key (the key function failed or panicked, or the key does not encode
 	// to 1..MaxKeyLen bytes), so the event could not be forwarded.
 	ReasonKeyBy Reason = 12
+	// ReasonUnclassified: the record is of a foreign source and its
+	// classifier could not classify it (the error wraps ErrUnclassified).
+	ReasonUnclassified Reason = 13
+
+	reasonLast = ReasonUnclassified
 )
 
 // String returns the reason as written in dead-letter headers:
 // "bad-headers", "unknown-type", "undecodable", "bad-key",
 // "permanent-failure", "retries-exhausted", "key-mismatch", "bad-sequence",
-// "duplicate", "gap-timeout", "hold-overflow", "key-by".
+// "duplicate", "gap-timeout", "hold-overflow", "key-by", "unclassified".
 func (r Reason) String() string {
 	switch r {
 	case ReasonBadHeaders:
@@ -87,6 +92,8 @@ func (r Reason) String() string {
 		return "hold-overflow"
 	case ReasonKeyBy:
 		return "key-by"
+	case ReasonUnclassified:
+		return "unclassified"
 	}
 	return "reason-" + strconv.Itoa(int(r))
 }
@@ -100,6 +107,11 @@ const (
 	HeaderDLQPartition = "strand-dlq-partition"
 	HeaderDLQOffset    = "strand-dlq-offset"
 	HeaderDLQAttempts  = "strand-dlq-attempts"
+	// HeaderDLQRaw marks the dead letter of a record of a foreign source:
+	// its value, a decimal count n, says that the message's first n headers
+	// are the original message's headers (DeadLetter.Raw), written back
+	// as they were.
+	HeaderDLQRaw = "strand-dlq-raw"
 )
 
 // HeaderDLQEmptyPayload is set (to "1") on a dead-letter message whose
@@ -109,7 +121,7 @@ const HeaderDLQEmptyPayload = "strand-dlq-empty-payload"
 
 // ParseReason returns the Reason whose String is s.
 func ParseReason(s string) (Reason, error) {
-	for r := ReasonBadHeaders; r <= ReasonKeyBy; r++ {
+	for r := ReasonBadHeaders; r <= reasonLast; r++ {
 		if r.String() == s {
 			return r, nil
 		}
@@ -120,14 +132,30 @@ func ParseReason(s string) (Reason, error) {
 // ParseDeadLetter reads back a dead-letter message as Message wrote it and
 // the runtime published it (header values cut to 255 bytes, an empty
 // payload sent as one zero byte): what a consumer of a dead-letter topic
-// sees. Err holds the error text. A message without the dead-letter
+// sees. Err holds the error text; Raw, for a record of a foreign source,
+// the original headers (no message id). A message without the dead-letter
 // headers is refused with an error wrapping ErrBadHeaders.
 func ParseDeadLetter(m Message) (DeadLetter, error) {
+	var d DeadLetter
+	headers := m.Headers
+	for i := len(headers) - 1; i >= 0; i-- {
+		if headers[i].Name != HeaderDLQRaw {
+			continue
+		}
+		// A foreign record's own headers come first; the dead letter's,
+		// after them, are read from the rest only.
+		n, err := strconv.ParseUint(string(headers[i].Value), 10, 32)
+		if err != nil || n > uint64(i) {
+			return d, fmt.Errorf("%w: dead-letter message: %s %q does not count headers before it", ErrBadHeaders, HeaderDLQRaw, headers[i].Value)
+		}
+		d.Raw = (&RawMessage{Headers: headers[:n:n]}).Clone()
+		headers = headers[n:]
+		break
+	}
 	hv := map[string][]byte{}
-	for _, f := range m.Headers {
+	for _, f := range headers {
 		hv[f.Name] = f.Value
 	}
-	var d DeadLetter
 	for _, name := range []string{HeaderDLQReason, HeaderDLQSource, HeaderDLQPartition, HeaderDLQOffset} {
 		if hv[name] == nil {
 			return d, fmt.Errorf("%w: dead-letter message without %s", ErrBadHeaders, name)
@@ -185,10 +213,14 @@ type DeadLetter struct {
 	// unapplied record as MaxAttempts counts; 0 when the record was refused
 	// before any handler saw it (bad headers, unknown type, decode).
 	Attempts int
-	// Headers are the record's strand headers; zero when HeaderErr was set.
+	// Headers are the record's strand headers (for a record of a foreign
+	// source, what its classifier gave); zero when HeaderErr was set.
 	Headers Headers
 	// Payload is the record's payload, unchanged.
 	Payload []byte
+	// Raw is set when the record is of a foreign source: the original
+	// message's headers (Record.Raw), which a replay writes back.
+	Raw *RawMessage
 }
 
 // Message turns d into a message for a dead-letter topic: the original
@@ -197,10 +229,19 @@ type DeadLetter struct {
 // message id is derived from source, partition and offset, so re-sending
 // the same dead letter sends the same id. The key is the original key, or
 // "source/partition" when the headers were bad.
+//
+// The dead letter of a record of a foreign source (Raw set) starts with the
+// original message's headers, kinds kept, followed by the strand headers
+// its classifier gave (when it gave valid ones), the dead-letter headers
+// and HeaderDLQRaw, which counts the original ones.
 func (d DeadLetter) Message() Message {
 	m := Message{Payload: d.Payload, ID: d.ID()}
+	if d.Raw != nil {
+		m.Headers = append(m.Headers, d.Raw.Headers...)
+	}
+	nraw := len(m.Headers)
 	if len(d.Headers.Key) > 0 {
-		if fs, err := d.Headers.AppendFields(nil); err == nil {
+		if fs, err := d.Headers.AppendFields(m.Headers); err == nil {
 			m.Headers = fs
 			m.Key = append([]byte(nil), d.Headers.Key...)
 		}
@@ -223,6 +264,9 @@ func (d DeadLetter) Message() Message {
 		Field{Name: HeaderDLQOffset, Value: []byte(strconv.FormatUint(d.Offset, 10))},
 		Field{Name: HeaderDLQAttempts, Value: []byte(strconv.Itoa(d.Attempts))},
 	)
+	if d.Raw != nil {
+		m.Headers = append(m.Headers, Field{Name: HeaderDLQRaw, Value: []byte(strconv.Itoa(nraw))})
+	}
 	return m
 }
 
@@ -241,11 +285,21 @@ func (d DeadLetter) String() string {
 	return fmt.Sprintf("dead letter %s/%d@%d (%s): %v", d.Source, d.Partition, d.Offset, d.Reason, d.Err)
 }
 
-const deadLetterVersion = 1
+// Row versions of dead letters and records: 2 is 1 followed by the raw
+// message, written for records of foreign sources only.
+const (
+	deadLetterVersion        = 1
+	deadLetterVersionForeign = 2
+)
 
-// AppendBinary appends the row encoding of d (version 1) to dst.
+// AppendBinary appends the row encoding of d (version 1, or 2 with the raw
+// message of a foreign record) to dst.
 func (d DeadLetter) AppendBinary(dst []byte) ([]byte, error) {
-	dst = append(dst, deadLetterVersion, byte(d.Reason))
+	v := byte(deadLetterVersion)
+	if d.Raw != nil {
+		v = deadLetterVersionForeign
+	}
+	dst = append(dst, v, byte(d.Reason))
 	dst = rowenc.AppendString(dst, d.Source)
 	dst = binary.BigEndian.AppendUint32(dst, d.Partition)
 	dst = binary.BigEndian.AppendUint64(dst, d.Offset)
@@ -258,6 +312,9 @@ func (d DeadLetter) AppendBinary(dst []byte) ([]byte, error) {
 	dst = rowenc.AppendString(dst, errText)
 	dst = appendHeaders(dst, d.Headers)
 	dst = rowenc.AppendString(dst, string(d.Payload))
+	if d.Raw != nil {
+		dst = appendRaw(dst, d.Raw)
+	}
 	return dst, nil
 }
 
@@ -265,7 +322,8 @@ func (d DeadLetter) AppendBinary(dst []byte) ([]byte, error) {
 // key are copied.
 func (d *DeadLetter) UnmarshalBinary(data []byte) error {
 	r := rowenc.Reader{B: data}
-	if v := r.Byte(); v != deadLetterVersion {
+	v := r.Byte()
+	if v != deadLetterVersion && v != deadLetterVersionForeign {
 		return fmt.Errorf("%w: dead letter row version %d unknown", ErrCodec, v)
 	}
 	d.Reason = Reason(r.Byte())
@@ -281,6 +339,10 @@ func (d *DeadLetter) UnmarshalBinary(data []byte) error {
 	}
 	d.Headers = readHeaders(&r)
 	d.Payload = r.Bytes()
+	d.Raw = nil
+	if v == deadLetterVersionForeign {
+		d.Raw = readRaw(&r)
+	}
 	if r.Err != nil {
 		return fmt.Errorf("%w: dead letter row: %w", ErrCodec, r.Err)
 	}
@@ -315,24 +377,37 @@ func readHeaders(r *rowenc.Reader) Headers {
 	return h
 }
 
-const recordVersion = 1
+const (
+	recordVersion        = 1
+	recordVersionForeign = 2
+)
 
-// AppendBinary appends the row encoding of r (offset, timestamp, headers
-// and payload; not the partition, which the row's place gives) to dst, as
-// the runtime stores records that wait (parked behind a failure).
+// AppendBinary appends the row encoding of r (offset, timestamp, headers,
+// payload and, for a record of a foreign source, its raw message; not the
+// partition, which the row's place gives) to dst, as the runtime stores
+// records that wait (parked behind a failure, held by the re-sequencer).
 func (r Record) AppendBinary(dst []byte) ([]byte, error) {
-	dst = append(dst, recordVersion)
+	v := byte(recordVersion)
+	if r.Raw != nil {
+		v = recordVersionForeign
+	}
+	dst = append(dst, v)
 	dst = binary.BigEndian.AppendUint64(dst, r.Offset)
 	dst = binary.BigEndian.AppendUint64(dst, r.Timestamp)
 	dst = appendHeaders(dst, r.Headers)
-	return rowenc.AppendString(dst, string(r.Payload)), nil
+	dst = rowenc.AppendString(dst, string(r.Payload))
+	if r.Raw != nil {
+		dst = appendRaw(dst, r.Raw)
+	}
+	return dst, nil
 }
 
 // UnmarshalBinary decodes a row written by AppendBinary; it leaves
 // r.Partition alone. The key and payload are copied.
 func (r *Record) UnmarshalBinary(data []byte) error {
 	rd := rowenc.Reader{B: data}
-	if v := rd.Byte(); v != recordVersion {
+	v := rd.Byte()
+	if v != recordVersion && v != recordVersionForeign {
 		return fmt.Errorf("%w: record row version %d unknown", ErrCodec, v)
 	}
 	r.Offset = rd.U64()
@@ -340,6 +415,10 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 	r.Headers = readHeaders(&rd)
 	r.Payload = rd.Bytes()
 	r.HeaderErr = nil
+	r.Raw = nil
+	if v == recordVersionForeign {
+		r.Raw = readRaw(&rd)
+	}
 	if rd.Err != nil {
 		return fmt.Errorf("%w: record row: %w", ErrCodec, rd.Err)
 	}

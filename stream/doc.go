@@ -12,6 +12,9 @@
 //   - Connector interfaces: Source and PartitionReader (what a topology
 //     reads), Sink and SentChecker (what it publishes dead letters to),
 //     Connector (opens both by topic name). connectors/iggy implements them.
+//   - Foreign input (docs/design.md, "Foreign input"): ForeignMessage,
+//     Classified and RawMessage, for topics whose producers write no strand
+//     headers, read through a ForeignConnector.
 //   - What a runtime reports: DeadLetter and Reason, PartitionError, Stats.
 //
 // Package topology builds and runs topologies from these declarations.

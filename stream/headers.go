@@ -95,6 +95,10 @@ func (h Headers) Validate() error {
 type Field struct {
 	Name  string
 	Value []byte
+	// NameKind and ValueKind are the types the broker gave the name and
+	// the value, for headers of foreign messages (RawMessage); 0, the kind
+	// of every header strand writes, means a string name and a raw value.
+	NameKind, ValueKind FieldKind
 }
 
 // AppendFields validates h and appends its header fields to dst: key, type,

@@ -19,6 +19,12 @@ type Record struct {
 	HeaderErr error
 	// Payload is the encoded event body.
 	Payload []byte
+	// Raw is set on every record of a foreign source (ForeignConnector)
+	// and nil on records of strand sources: the message's id and user
+	// headers as the broker delivered them. The source's classifier reads
+	// them, and a dead letter of the record keeps them, so that a replay
+	// writes the message back as it was.
+	Raw *RawMessage
 }
 
 // Source is a partitioned, append-only log that a processor reads. strand's
@@ -65,6 +71,12 @@ type Message struct {
 	Headers []Field
 	// Payload is the message body.
 	Payload []byte
+	// Partition, when HasPartition is set, is the destination partition,
+	// instead of the one the destination's partitioning picks for Key: a
+	// replayed foreign record goes back to the partition its producer
+	// chose.
+	Partition    uint32
+	HasPartition bool
 }
 
 // Sink is a destination strand publishes to (a dead-letter topic, an output

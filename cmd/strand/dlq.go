@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -204,8 +205,13 @@ func replayID(d stream.DeadLetter) [16]byte {
 }
 
 // replayMessage is the message that replays d to its source topic: the
-// original strand headers and payload.
+// original strand headers and payload; for a record of a foreign source,
+// the original message's own headers (kinds kept) and payload, to the
+// partition it was read from.
 func replayMessage(d stream.DeadLetter) (stream.Message, error) {
+	if d.Raw != nil {
+		return replayForeign(d)
+	}
 	if len(d.Headers.Key) == 0 {
 		return stream.Message{}, fmt.Errorf("no valid strand headers")
 	}
@@ -217,6 +223,25 @@ func replayMessage(d stream.DeadLetter) (stream.Message, error) {
 		return stream.Message{}, err
 	}
 	return stream.Message{Key: d.Headers.Key, ID: replayID(d), Headers: fields, Payload: d.Payload}, nil
+}
+
+// replayForeign is replayMessage for the dead letter of a foreign record.
+// Its producer chose the partition, so the replay goes back to that one;
+// the key (the classifier's, or source/partition) only names the message.
+func replayForeign(d stream.DeadLetter) (stream.Message, error) {
+	if d.Reason == stream.ReasonBadHeaders {
+		return stream.Message{}, fmt.Errorf("its user headers were malformed and were not kept")
+	}
+	if len(d.Payload) == 0 {
+		return stream.Message{}, fmt.Errorf("empty payload")
+	}
+	key := bytes.Clone(d.Headers.Key)
+	if len(key) == 0 {
+		key = []byte(d.Source + "/" + strconv.FormatUint(uint64(d.Partition), 10))
+		key = key[max(0, len(key)-stream.MaxKeyLen):]
+	}
+	return stream.Message{Key: key, ID: replayID(d), Headers: d.Raw.Headers, Payload: d.Payload,
+		Partition: d.Partition, HasPartition: true}, nil
 }
 
 // replayHooks let tests interrupt a replay.

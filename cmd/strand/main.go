@@ -47,7 +47,9 @@ Iggy connection (dlq, lag):
 
 Filters (dlq list, dlq replay), all optional, combined with AND:
   -reason R[,R...]    dead-letter reasons: bad-headers, unknown-type, undecodable,
-                      bad-key, permanent-failure, retries-exhausted, key-mismatch
+                      bad-key, permanent-failure, retries-exhausted, key-mismatch,
+                      bad-sequence, duplicate, gap-timeout, hold-overflow,
+                      key-by, unclassified
   -key K              the record's key: text, or 0x followed by hex for bytes
   -source S           the source topic the record was read from (STREAM/TOPIC)
   -partition N        the source partition
@@ -60,7 +62,10 @@ checks the end of the destination partition for that id (as strand's
 dead-letter publication does): a replay interrupted and run again, or run
 twice, sends every dead letter once. Records without valid strand headers
 (reason bad-headers) cannot be replayed and are counted as skipped. A
-replayed event comes after every event already in its partition.
+record of a foreign source (a topic whose producers write no strand
+headers) is replayed with its own original headers, unchanged, to the
+partition it was read from; its source classifies it again. A replayed
+event comes after every event already in its partition.
 
 Inspect and lag read a state directory that no App has open directly. While
 an App has it open (Pebble locks it), the App answers for it: inspect says

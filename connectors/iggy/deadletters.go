@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 )
 
@@ -17,7 +16,7 @@ const SentCheckWindow = 10_000
 var _ stream.SentChecker = (*Sink)(nil)
 
 // Sent reports, for each message, whether a message with its ID is among the
-// last messages of the partition its key goes to (the number of messages
+// last messages of the partition it goes to (its key's, or its Partition) (the number of messages
 // asked about in that partition plus SentCheckWindow). It makes the Sink a
 // stream.SentChecker, so that a stream.Processor publishing dead letters to
 // it never duplicates one after a crash: dead letters carry IDs derived from
@@ -38,7 +37,10 @@ func (s *Sink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) 
 		if msgs[i].ID == ([16]byte{}) {
 			continue
 		}
-		pt := xxh32.Partition(msgs[i].Key, s.p.parts)
+		pt, err := s.partitionOf(&msgs[i])
+		if err != nil {
+			continue // Send refuses it: not sent
+		}
 		if _, ok := byPart[pt]; !ok {
 			order = append(order, pt)
 		}

@@ -6,7 +6,10 @@
 // (Offset strategy, auto-commit off) and hand over records with their strand
 // headers already parsed, and a Publisher / Sink that writes events with the
 // strand headers of docs/design.md §5 into the partition that Iggy's
-// messages-key partitioning would choose for their key.
+// messages-key partitioning would choose for their key. A Source made with
+// WithForeign (Client.OpenForeignSource) reads a topic of producers that
+// write no strand headers: each record carries its raw message instead
+// (docs/design.md, "Foreign input").
 //
 // # What the SDK lacks and this package adds
 //

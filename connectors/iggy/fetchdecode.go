@@ -99,6 +99,9 @@ type fetchInfo struct {
 type fetchDecoder struct {
 	t         topicRef // for HeaderErr messages
 	partition uint32
+	// foreign: the topic's producers write no strand headers; deliver each
+	// record's raw message instead of parsing strand headers (foreign.go).
+	foreign bool
 }
 
 // decode decodes reply, the payload of a PollMessages reply, into records,
@@ -114,7 +117,9 @@ type fetchDecoder struct {
 // error wrapping ErrProtocol; a first offset after want gives ErrOffsetGap.
 // decode never panics, whatever reply holds. Strand headers are parsed
 // without allocating unless they are malformed (then HeaderErr is set, as
-// by the SDK path).
+// by the SDK path). A foreign decoder parses no strand headers: it gives
+// every record its raw message (Record.Raw), in two more allocations per
+// reply, and sets HeaderErr only for a malformed user-header block.
 func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetchInfo, error) {
 	var info fetchInfo
 	if len(reply) == 0 {
@@ -140,6 +145,7 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetch
 	}
 
 	var recs []stream.Record
+	var fa foreignArena
 	decoded := 0
 	next := want     // offset the next delivered record must have
 	open := true     // still delivering: no hole met yet
@@ -183,11 +189,14 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetch
 		}
 		recs = append(recs, stream.Record{Partition: d.partition, Offset: off, Timestamp: ts, Payload: payload})
 		rec := &recs[len(recs)-1]
-		hd, err := parseStrandHeaders(uh)
+		var err error
+		if d.foreign {
+			err = fa.raw(rec, h[8:24], uh, cap(recs))
+		} else if rec.Headers, err = parseStrandHeaders(uh); err != nil {
+			rec.Headers = stream.Headers{}
+		}
 		if err != nil {
 			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
-		} else {
-			rec.Headers = hd
 		}
 		next++
 	}

@@ -23,10 +23,15 @@ func tlvSize(name string, value []byte) int { return 1 + 4 + len(name) + 1 + 4 +
 // appendTLV appends one user header: a String key holding name and a Raw
 // value (Iggy's user-header TLV, protocol reference §2.6).
 func appendTLV(dst []byte, name string, value []byte) []byte {
-	dst = append(dst, kindString)
+	return appendKindTLV(dst, kindString, name, kindRaw, value)
+}
+
+// appendKindTLV appends one user header with the given kinds.
+func appendKindTLV(dst []byte, nameKind byte, name string, valueKind byte, value []byte) []byte {
+	dst = append(dst, nameKind)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(name)))
 	dst = append(dst, name...)
-	dst = append(dst, kindRaw)
+	dst = append(dst, valueKind)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(value)))
 	return append(dst, value...)
 }
@@ -61,7 +66,9 @@ func appendStrandHeaders(dst []byte, h *stream.Headers) ([]byte, error) {
 }
 
 // appendFields appends fields as Iggy user headers, checking Iggy's limits:
-// names and values 1..255 bytes.
+// names and values 1..255 bytes, kinds 1..15. A field's kinds are written
+// as given (a foreign message's, replayed), 0 as a String name and a Raw
+// value.
 func appendFields(dst []byte, fields []stream.Field) ([]byte, error) {
 	for i, f := range fields {
 		if len(f.Name) == 0 || len(f.Name) > 255 {
@@ -70,7 +77,17 @@ func appendFields(dst []byte, fields []stream.Field) ([]byte, error) {
 		if len(f.Value) == 0 || len(f.Value) > 255 {
 			return dst, fmt.Errorf("%w: header %q value is %d bytes, Iggy allows 1..255", ErrInvalidMessage, f.Name, len(f.Value))
 		}
-		dst = appendTLV(dst, f.Name, f.Value)
+		if !f.NameKind.Valid() || !f.ValueKind.Valid() {
+			return dst, fmt.Errorf("%w: header %q has kinds %s and %s, Iggy knows 1..%d", ErrInvalidMessage, f.Name, f.NameKind, f.ValueKind, kindMax)
+		}
+		nk, vk := byte(f.NameKind), byte(f.ValueKind)
+		if nk == 0 {
+			nk = kindString
+		}
+		if vk == 0 {
+			vk = kindRaw
+		}
+		dst = appendKindTLV(dst, nk, f.Name, vk, f.Value)
 	}
 	return dst, nil
 }

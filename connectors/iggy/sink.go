@@ -52,7 +52,10 @@ func (s *Sink) PartitionOf(key []byte) uint32 { return s.p.PartitionOf(key) }
 // 1..255 bytes, an empty payload) fails the whole call before anything is
 // sent, with an error wrapping ErrInvalidMessage. On any other error, per
 // partition a prefix of msgs may have been sent. Message headers become
-// Iggy user headers with String keys and Raw values.
+// Iggy user headers with String keys and Raw values, unless a field gives
+// other kinds (stream.Field.NameKind, ValueKind). A message with
+// HasPartition goes to that partition (one the topic does not have fails
+// the call, ErrInvalidMessage).
 func (s *Sink) Send(ctx context.Context, msgs []stream.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -84,9 +87,25 @@ func (s *Sink) Send(ctx context.Context, msgs []stream.Message) error {
 			return fmt.Errorf("iggy: send to %s: message %d (key %q): %w: user headers are %d bytes, Iggy allows %d",
 				p.t, i, m.Key, ErrInvalidMessage, len(arena)-start, maxUserHeaders)
 		}
-		items[i] = p.newItem(xxh32.Partition(m.Key, p.parts), m.ID, now, m.Payload, arena[start:len(arena):len(arena)])
+		part, err := s.partitionOf(m)
+		if err != nil {
+			return fmt.Errorf("iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
+		}
+		items[i] = p.newItem(part, m.ID, now, m.Payload, arena[start:len(arena):len(arena)])
 	}
 	return p.sendItems(ctx, items)
+}
+
+// partitionOf returns the partition m goes to: m.Partition with
+// HasPartition, else its key's.
+func (s *Sink) partitionOf(m *stream.Message) (uint32, error) {
+	if !m.HasPartition {
+		return xxh32.Partition(m.Key, s.p.parts), nil
+	}
+	if m.Partition >= s.p.parts {
+		return 0, fmt.Errorf("%w: partition %d, the topic has %d", ErrInvalidMessage, m.Partition, s.p.parts)
+	}
+	return m.Partition, nil
 }
 
 // Flush waits until every message sent so far is resolved (see
@@ -117,7 +136,8 @@ type StoredMessage struct {
 	// epoch.
 	Timestamp uint64
 	// Headers are the message's user headers, in order; names are the key
-	// bytes. Nil when HeaderErr is set.
+	// bytes, kinds other than a String name and a Raw value are kept
+	// (stream.Field.NameKind, ValueKind). Nil when HeaderErr is set.
 	Headers []stream.Field
 	// HeaderErr is set when the user headers are malformed.
 	HeaderErr error
@@ -146,8 +166,15 @@ func tail(ctx context.Context, k *conn, t topicRef, partition uint32, n int) ([]
 		sm := &out[i]
 		sm.Partition, sm.Offset, sm.ID, sm.Timestamp = partition, m.Header.Offset, m.Header.Id, m.Header.Timestamp
 		sm.Payload = m.Payload[:len(m.Payload):len(m.Payload)]
-		sm.HeaderErr = walkTLV(m.UserHeaders, func(_ byte, key []byte, _ byte, value []byte) error {
-			sm.Headers = append(sm.Headers, stream.Field{Name: string(key), Value: value})
+		sm.HeaderErr = walkTLV(m.UserHeaders, func(kk byte, key []byte, vk byte, value []byte) error {
+			f := stream.Field{Name: string(key), Value: value}
+			if kk != kindString {
+				f.NameKind = stream.FieldKind(kk)
+			}
+			if vk != kindRaw {
+				f.ValueKind = stream.FieldKind(vk)
+			}
+			sm.Headers = append(sm.Headers, f)
 			return nil
 		})
 		if sm.HeaderErr != nil {

@@ -22,6 +22,7 @@ type srcConfig struct {
 	pollBatch        int
 	idleMin, idleMax time.Duration
 	consumer         string
+	foreign          bool // WithForeign (foreign.go)
 }
 
 func defaultSrcConfig() srcConfig {
@@ -155,7 +156,7 @@ func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (strea
 		src:       s,
 		k:         k,
 		req:       req,
-		dec:       fetchDecoder{t: s.t, partition: partition},
+		dec:       fetchDecoder{t: s.t, partition: partition, foreign: s.cfg.foreign},
 		partition: partition,
 		next:      from,
 		idle:      s.cfg.idleMin,

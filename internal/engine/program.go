@@ -62,6 +62,9 @@ type SourceSpec struct {
 	// sequenced types (docs/design.md §10). NewProgram fills its defaults
 	// in a copy.
 	Resequence *ResequenceSpec
+	// Foreign, when set, makes the source foreign: its records carry no
+	// strand headers and are classified (foreign.go).
+	Foreign *ForeignSpec
 }
 
 // Program is a compiled topology: per source, the declared event types and
@@ -92,6 +95,9 @@ type programSource struct {
 	// dests.
 	emits bool
 	dests []string
+	// foreign classifies the source's records (foreign.go); nil: they
+	// carry strand headers.
+	foreign *ForeignSpec
 }
 
 // route is everything the executor needs for one type tag.
@@ -353,6 +359,7 @@ func (c *compiler) compileSource(si int, src SourceSpec) {
 	if ps.reseq != nil {
 		fp.add("resequence", src.Name, ps.reseq.Start.String())
 	}
+	c.compileForeign(ps, src)
 	for _, tag := range tags {
 		g := groups[tag]
 		r, err := g.d.newRunner(g.handlers)

@@ -632,6 +632,7 @@ func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.T
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	t.classifyForeign(records) // before anything reads their headers
 	now := t.clock()
 	res := Result{Next: t.next}
 
@@ -828,7 +829,7 @@ func (t *Task) prepare(b *batch, nParked int) {
 			continue
 		}
 		if r.HeaderErr != nil {
-			b.deadLetter(i, stream.ReasonBadHeaders, r.HeaderErr)
+			b.deadLetter(i, headerErrReason(r.HeaderErr), r.HeaderErr)
 			continue
 		}
 		if r.Headers.Origin != nil && !b.fromRow[i] && b.duplicate(r) {
@@ -1246,6 +1247,7 @@ func (t *Task) writeDeadLetters(b *batch, res *Result) {
 		}
 		dl.Headers.Key = bytes.Clone(dl.Headers.Key)
 		dl.Payload = bytes.Clone(dl.Payload)
+		t.foreignDeadLetter(&dl, r)
 		row, _ := dl.AppendBinary(nil)
 		b.tx.PutRow(state.FamilyDeadLetters, t.partition, deadLetterRow(t.src.name, r.Offset), row)
 		res.DeadLetters = append(res.DeadLetters, dl)
@@ -1310,6 +1312,7 @@ func mergeSorted(a, b []uint64) []uint64 {
 func ownRecord(r stream.Record) stream.Record {
 	r.Headers.Key = bytes.Clone(r.Headers.Key)
 	r.Payload = bytes.Clone(r.Payload)
+	r.Raw = r.Raw.Clone()
 	return r
 }
 

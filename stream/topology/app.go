@@ -316,7 +316,7 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 				return nil, fail(err)
 			}
 		}
-		src, err := conn.OpenSource(ctx, sn)
+		src, err := p.openSource(ctx, conn, sn) // foreign.go
 		if err != nil {
 			return nil, fail(fmt.Errorf("source %q: %w", sn, err))
 		}

@@ -145,6 +145,7 @@ type sourceNode struct {
 	// events it carries (its partition count is the topic's).
 	outputs []string
 	feeder  string
+	foreign *engine.ForeignSpec // ForeignSource (foreign.go)
 }
 
 type tableNode struct {
@@ -432,7 +433,8 @@ func (t *Topology) Build() (*Program, error) {
 		if len(n.handlers) == 0 {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
-		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq})
+		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
+			Foreign: n.foreign})
 	}
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
