@@ -67,8 +67,12 @@ type outboxPart struct {
 	wake chan struct{} // a commit wrote rows
 	// unsure: rows ordered below it may have been published already (by
 	// an earlier run, or by a failed Send), so they are checked with the
-	// stream.SentChecker before being sent. Guarded by outbox.mu.
-	unsure uint64
+	// stream.SentChecker before being sent. started is unsure at Run:
+	// rows below it are an earlier run's, and graced says whether the
+	// grace for that run's sends in flight was given. Guarded by
+	// outbox.mu.
+	unsure, started uint64
+	graced          bool
 }
 
 func newOutbox(p *Processor, kind outboxKind) *outbox {
@@ -79,7 +83,7 @@ func newOutbox(p *Processor, kind outboxKind) *outbox {
 // next. Call it for every partition before run.
 func (o *outbox) start(pt uint32, next uint64) {
 	o.mu.Lock()
-	o.parts[pt] = &outboxPart{wake: make(chan struct{}, 1), unsure: next}
+	o.parts[pt] = &outboxPart{wake: make(chan struct{}, 1), unsure: next, started: next}
 	o.mu.Unlock()
 }
 
@@ -262,33 +266,60 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 // tells (a sink that cannot tell gets them again).
 func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow, error) {
 	o.mu.Lock()
-	unsure := o.parts[pt].unsure
+	part := o.parts[pt]
+	unsure, started, graced := part.unsure, part.started, part.graced
 	o.mu.Unlock()
-	bySink := map[string][]int{}
-	for i, r := range rows {
-		if r.order < unsure {
-			bySink[r.dest] = append(bySink[r.dest], i)
-		}
-	}
 	skip := make([]bool, len(rows))
-	for _, idx := range bySink {
-		checks, ok := rows[idx[0]].sink.(stream.SentChecker)
-		if !ok {
-			continue
+	var inherited bool // rows an earlier run may have been sending
+	check := func(only func(r outRow) bool) error {
+		bySink := map[string][]int{}
+		for i, r := range rows {
+			if !skip[i] && only(r) {
+				bySink[r.dest] = append(bySink[r.dest], i)
+			}
 		}
-		msgs := make([]stream.Message, len(idx))
-		for j, i := range idx {
-			msgs[j] = rows[i].msg
+		for _, idx := range bySink {
+			checks, ok := rows[idx[0]].sink.(stream.SentChecker)
+			if !ok {
+				continue
+			}
+			msgs := make([]stream.Message, len(idx))
+			for j, i := range idx {
+				msgs[j] = rows[i].msg
+			}
+			sent, err := checks.Sent(ctx, msgs)
+			if err == nil && len(sent) != len(msgs) {
+				err = fmt.Errorf("stream.SentChecker returned %d answers for %d messages", len(sent), len(msgs))
+			}
+			if err != nil {
+				return err
+			}
+			for j, i := range idx {
+				skip[i] = sent[j]
+				if !sent[j] && rows[i].order < started {
+					inherited = true
+				}
+			}
 		}
-		sent, err := checks.Sent(ctx, msgs)
-		if err == nil && len(sent) != len(msgs) {
-			err = fmt.Errorf("stream.SentChecker returned %d answers for %d messages", len(sent), len(msgs))
+		return nil
+	}
+	if err := check(func(r outRow) bool { return r.order < unsure }); err != nil {
+		return nil, err
+	}
+	if inherited && !graced {
+		// A send of the process that ran before may still be on its way
+		// to the broker (it was killed with the request in a socket
+		// buffer): give it a moment to land, once per run, and look again.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(o.p.opts.outboxGrace):
 		}
-		if err != nil {
+		o.mu.Lock()
+		part.graced = true
+		o.mu.Unlock()
+		if err := check(func(r outRow) bool { return r.order < started }); err != nil {
 			return nil, err
-		}
-		for j, i := range idx {
-			skip[i] = sent[j]
 		}
 	}
 	out := make([]outRow, 0, len(rows))

@@ -123,6 +123,7 @@ type processorOptions struct {
 	drainTimeout time.Duration
 	dlqBackoff   [2]time.Duration
 	outboxSinks  map[string]stream.Sink
+	outboxGrace  time.Duration
 	observe      observeOptions // see observe.go
 }
 
@@ -138,6 +139,12 @@ const DefaultPollSize = 4096
 func WithDeadLetterSink(s stream.Sink) ProcessorOption {
 	return func(o *processorOptions) { o.sink = s }
 }
+
+// DefaultOutboxGrace is how long a restarted processor waits, once, before
+// it looks again for the rows of the run before it that a SentChecker did
+// not find: a send of a killed process can still be in a socket buffer on
+// its way to the broker when its successor first looks.
+const DefaultOutboxGrace = 500 * time.Millisecond
 
 // WithOutboxSinks gives the processor the sinks of the topics its
 // source's To and KeyBy steps publish to, by topic name (Program.Outputs).
@@ -304,6 +311,7 @@ func NewProcessor(prog *Program, db *state.DB, src stream.Source, opts ...Proces
 		prefetch:     1,
 		drainTimeout: 30 * time.Second,
 		dlqBackoff:   [2]time.Duration{100 * time.Millisecond, 10 * time.Second},
+		outboxGrace:  DefaultOutboxGrace,
 	}
 	for _, opt := range opts {
 		if opt != nil {
