@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/strand-io/strand/stream"
 )
@@ -48,5 +49,8 @@ func (c *Client) OpenSink(ctx context.Context, name string, partitions uint32) (
 			return nil, err
 		}
 	}
-	return NewSink(ctx, c, s, t)
+	// The runtime hands a sink rounds of up to thousands of messages in
+	// one Send: a linger of a millisecond lets each partition's batch fill
+	// with the whole round instead of leaving with its first message.
+	return NewSink(ctx, c, s, t, WithLinger(time.Millisecond), WithConnections(int(max(1, min(partitions, 4)))))
 }

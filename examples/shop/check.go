@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"strings"
 
 	"github.com/strand-io/strand/connectors/iggy"
@@ -52,8 +51,8 @@ func check(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, s
 	if err := shop.Customers.Scan(ctx, func(k orders.CustomerID, v orders.Customer) bool {
 		customers++
 		w := wantCustomers[k]
-		if v.Lines != w.Lines || v.Total != w.Total || v.OutOfOrder != 0 || !maps.Equal(v.LastN, w.LastN) {
-			bad("customer %s = %d lines, total %d, %d out of order; want %d lines, total %d", k, v.Lines, v.Total, v.OutOfOrder, w.Lines, w.Total)
+		if v != w {
+			bad("customer %s = %+v, want %+v", k, v, w)
 		}
 		return true
 	}); err != nil {

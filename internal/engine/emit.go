@@ -34,9 +34,11 @@ func (m EmitMode) String() string {
 }
 
 // EmitFunc derives from one event of key the envelopes it publishes,
-// appended to out. It sees every event of a run, in log order, unreduced:
-// what it publishes does not depend on how the log was batched.
-type EmitFunc[K, E any] func(ctx context.Context, key K, e E, out []stream.Envelope) ([]stream.Envelope, error)
+// appended to out; payload is the event's encoded payload as the record
+// carried it (a KeyBy forwards it as is). It sees every event of a run, in
+// log order, unreduced: what it publishes does not depend on how the log
+// was batched. Envelopes may alias payload.
+type EmitFunc[K, E any] func(ctx context.Context, key K, e E, payload []byte, out []stream.Envelope) ([]stream.Envelope, error)
 
 // Emit returns a handler that publishes what fn derives from each event of
 // ev to the topic dest, exactly once: the envelopes of the records a batch
@@ -74,13 +76,13 @@ type emitted struct {
 }
 
 // callEmit calls an emitting function and turns a panic into an error.
-func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, out []stream.Envelope) (res []stream.Envelope, err error) {
+func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, payload []byte, out []stream.Envelope) (res []stream.Envelope, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = out, fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return h.fn(ctx, key, e, out)
+	return h.fn(ctx, key, e, payload, out)
 }
 
 // emit runs the run's emitting handlers over its decoded events, KeyBy
@@ -100,7 +102,7 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 		j := 0
 		for ; j < len(buf.events); j++ {
 			i := buf.idx[j]
-			out, err := callEmit(rc.ctx, h, key, buf.events[j], buf.env[:0])
+			out, err := callEmit(rc.ctx, h, key, buf.events[j], b.records[i].Payload, buf.env[:0])
 			buf.env = out[:0]
 			if err != nil && h.mode == EmitKeyBy {
 				b.deadLetter(i, stream.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))

@@ -160,10 +160,43 @@ type messageKind struct {
 	// never walks over the tombstones of the rows before.
 	mu   sync.Mutex
 	from map[uint32]uint64
+	// mem[pt] holds rows committed during this run, as the commits
+	// handed them over (push), contiguous in seq: when its first row is
+	// from[pt], a round is taken from memory instead of read back from
+	// the store. The store stays the truth: a queue that would grow past
+	// memRows is dropped, and rows are read back until the queue's start
+	// is reached again.
+	mem map[uint32][]outRow
 }
 
+// memRows bounds the rows a partition's outbox keeps in memory.
+const memRows = 1 << 16
+
 func newMessageKind(p *Processor) *messageKind {
-	return &messageKind{p: p, from: map[uint32]uint64{}}
+	return &messageKind{p: p, from: map[uint32]uint64{}, mem: map[uint32][]outRow{}}
+}
+
+// push hands the rows a commit of partition pt wrote to its publisher.
+func (k *messageKind) push(pt uint32, rows []outRow) {
+	if len(rows) == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	q := k.mem[pt]
+	switch {
+	case len(q) > 0 && q[len(q)-1].order+1 != rows[0].order, len(q)+len(rows) > memRows:
+		q = nil // not contiguous, or too many: read them back instead
+	}
+	if len(q) == 0 && len(rows) > memRows {
+		k.mem[pt] = nil
+		return
+	}
+	for _, r := range rows {
+		r.sink = k.p.opts.outboxSinks[r.dest]
+		q = append(q, r)
+	}
+	k.mem[pt] = q
 }
 
 func (*messageKind) what() string           { return "outbox messages" }
@@ -174,6 +207,22 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow,
 	p := k.p
 	prefix := outboxPrefix(p.name)
 	k.mu.Lock()
+	if q := k.mem[pt]; len(q) > 0 && q[0].order <= k.from[pt] {
+		// Drop what was deleted; the rest is in memory from from[pt] on.
+		for len(q) > 0 && q[0].order < k.from[pt] {
+			q = q[1:]
+		}
+		k.mem[pt] = q
+		if len(q) > 0 && q[0].order == k.from[pt] {
+			n := len(q)
+			if limit > 0 {
+				n = min(n, limit)
+			}
+			out := slices.Clone(q[:n])
+			k.mu.Unlock()
+			return out, nil
+		}
+	}
 	from := binary.BigEndian.AppendUint64(slices.Clip(prefix), k.from[pt])
 	k.mu.Unlock()
 	var out []outRow
@@ -229,6 +278,14 @@ func (k *messageKind) afterSend(pt uint32, rows []outRow) error {
 func (k *messageKind) afterDelete(pt uint32, rows []outRow) error {
 	k.mu.Lock()
 	k.from[pt] = max(k.from[pt], rows[len(rows)-1].order+1)
+	q := k.mem[pt]
+	for len(q) > 0 && q[0].order < k.from[pt] {
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		q = nil // let the backing array go
+	}
+	k.mem[pt] = q
 	k.mu.Unlock()
 	return nil
 }

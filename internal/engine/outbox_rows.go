@@ -204,7 +204,9 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 			}
 			hs = append(hs, stream.Field{Name: stream.HeaderOrigin, Value: id[:]})
 			m := stream.Message{Key: em.env.Headers.Key, ID: id, Headers: hs, Payload: em.env.Payload}
-			b.tx.PutRow(state.FamilyOutbox, t.partition, outboxRow(t.src.name, next), encodeOutboxMessage(nil, em.dest, m))
+			key := outboxRow(t.src.name, next)
+			b.tx.AppendRow(state.FamilyOutbox, t.partition, key, encodeOutboxMessage(make([]byte, 0, 64+len(m.Payload)+len(m.Key)), em.dest, m))
+			res.outbox = append(res.outbox, outRow{key: key, order: next, dest: em.dest, msg: m})
 			next++
 			res.Emitted++
 		}

@@ -516,6 +516,7 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		pl.outboxes.dead.notify(pl.part)
 	}
 	if res.Emitted > 0 && pl.outboxes.msgs != nil {
+		pl.outboxes.msgs.kind.(*messageKind).push(pl.part, res.outbox)
 		pl.outboxes.msgs.notify(pl.part)
 	}
 	return nil

@@ -244,6 +244,9 @@ type Result struct {
 	// Redelivered counts the records dropped because they are outbox
 	// messages applied before (published twice).
 	Emitted, Redelivered int
+	// outbox holds the outbox rows the commit wrote, in seq order, for the
+	// partition's publisher (it sends them from memory).
+	outbox []outRow
 	// Failures lists the keys whose processing stopped at a failing run.
 	Failures []Failure
 }

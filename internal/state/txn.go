@@ -53,6 +53,27 @@ type Txn struct {
 	err         error             // first misuse, returned by Commit
 	stats       CommitStats       // set by a successful Commit (see CommitStats)
 	lazy        bool              // commit without waiting for the WAL's fsync (Lazy)
+	appended    []appendedRow     // AppendRow, in the order given
+}
+
+type appendedRow struct{ key, value []byte }
+
+// AppendRow is PutRow for a writer of many fresh rows in key order (an
+// outbox): value is not copied (the Txn owns it from now on), and the row
+// is kept in a list rather than a map, so it costs one key allocation.
+// The rows of one Txn's AppendRow calls must come in increasing key order
+// and must not be touched by PutRow or DeleteRow of the same Txn.
+func (tx *Txn) AppendRow(f Family, partition uint32, key, value []byte) {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if !tx.usable("append row") {
+		return
+	}
+	if f.Reserved() {
+		tx.fail(fmt.Errorf("%w: append row %q of family %s partition %d", ErrReservedFamily, key, f, partition))
+		return
+	}
+	tx.appended = append(tx.appended, appendedRow{rowKey(f, partition, key), value})
 }
 
 // Lazy makes Commit return without waiting for the write-ahead log's fsync,
@@ -273,6 +294,11 @@ func (tx *Txn) write() error {
 		}
 		if err != nil {
 			return fmt.Errorf("state: commit: %s row: %w", Family(k[0]), err)
+		}
+	}
+	for _, r := range tx.appended {
+		if err := b.Set(r.key, r.value, nil); err != nil {
+			return fmt.Errorf("state: commit: %s row: %w", Family(r.key[0]), err)
 		}
 	}
 	if b.Empty() {

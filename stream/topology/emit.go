@@ -54,7 +54,7 @@ func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event
 		return s
 	}
 	n.outputs = append(n.outputs, topic)
-	emitFn := func(ctx context.Context, key K, e E, envs []stream.Envelope) ([]stream.Envelope, error) {
+	emitFn := func(ctx context.Context, key K, e E, _ []byte, envs []stream.Envelope) ([]stream.Envelope, error) {
 		var encErr error
 		err := fn(ctx, key, e, func(e2 E2) {
 			if encErr != nil {
@@ -164,8 +164,8 @@ func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), 
 		t.errs = append(t.errs, fmt.Errorf("%s: %w", where, err))
 	}
 	from := n.name
-	emitFn := func(_ context.Context, _ K, e E, envs []stream.Envelope) ([]stream.Envelope, error) {
-		env, err := rekeyEnvelope(rekeyed, key, e)
+	emitFn := func(_ context.Context, _ K, e E, payload []byte, envs []stream.Envelope) ([]stream.Envelope, error) {
+		env, err := rekeyEnvelope(rekeyed, key, e, payload)
 		if err != nil {
 			return envs, err
 		}
@@ -183,9 +183,10 @@ func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), 
 	return &Stream[K2, E]{src: src, decl: rekeyed}
 }
 
-// rekeyEnvelope encodes e under its new key: what the repartition topic
+// rekeyEnvelope is e under its new key, with the payload it came with (the
+// declaration's payload codec is the source's): what the repartition topic
 // carries.
-func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e E) (stream.Envelope, error) {
+func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e E, payload []byte) (stream.Envelope, error) {
 	if err := d.Err(); err != nil {
 		return stream.Envelope{}, err
 	}
@@ -200,10 +201,6 @@ func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e
 	h := stream.Headers{Key: kb, Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
 	if err := h.Validate(); err != nil {
 		return stream.Envelope{}, err
-	}
-	payload, err := d.PayloadCodec().Append(nil, e)
-	if err != nil {
-		return stream.Envelope{}, fmt.Errorf("encode the payload: %w", err)
 	}
 	return stream.Envelope{Headers: h, Payload: payload}, nil
 }
