@@ -631,6 +631,28 @@ type waiter struct {
 	mu   sync.Mutex
 	err  error
 	nerr int
+	// failed lists the partitions where a message of this Send failed:
+	// its later messages for them are not sent (failedBefore), so that per
+	// partition what a failed Send delivered is a prefix of its messages.
+	failed map[uint32]bool
+}
+
+// failPart notes that a message of the Send for partition part failed.
+func (w *waiter) failPart(part uint32) {
+	w.mu.Lock()
+	if w.failed == nil {
+		w.failed = map[uint32]bool{}
+	}
+	w.failed[part] = true
+	w.mu.Unlock()
+}
+
+// failedBefore reports whether an earlier message of the Send for part
+// failed.
+func (w *waiter) failedBefore(part uint32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed[part]
 }
 
 func (w *waiter) resolve(err error) {
@@ -828,8 +850,12 @@ func (s *sender) take(q *pqueue) {
 	i := q.head
 	for ; i < len(q.msgs) && len(s.bmsgs) < cfg.batchMessages; i++ {
 		sl := q.slots[i]
-		if sl.withdrawn() {
-			sl.resolve(errWithdrawn)
+		if sl.withdrawn() || sl.w != nil && sl.w.failedBefore(q.part) {
+			if sl.withdrawn() {
+				sl.resolve(errWithdrawn)
+			} else {
+				sl.resolve(errEarlierFailed)
+			}
 			skipped++
 			freed += int64(sl.size)
 			q.bytes -= int(sl.size)
@@ -859,6 +885,11 @@ func (s *sender) take(q *pqueue) {
 }
 
 var errWithdrawn = errors.New("iggy: withdrawn by its publisher before it was sent")
+
+// errEarlierFailed resolves a message of a Send (Sink.Send, Publisher.Send)
+// not sent because an earlier message of the same call to the same
+// partition failed.
+var errEarlierFailed = errors.New("iggy: not sent: an earlier message of the same send to this partition failed")
 
 // broadcast wakes Flush waiters. It must hold mu.
 func (s *sender) broadcast() {
@@ -998,6 +1029,9 @@ func (s *sender) detach(q *pqueue) []slot {
 func (s *sender) resolveAll(q *pqueue, slots []slot, err error) {
 	var freed int64
 	for _, sl := range slots {
+		if err != nil && sl.w != nil {
+			sl.w.failPart(q.part)
+		}
 		sl.resolve(err)
 		freed += int64(sl.size)
 	}

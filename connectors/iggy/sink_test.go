@@ -3,8 +3,11 @@ package iggy
 import (
 	"bytes"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
 
 	"github.com/strand-io/strand/stream"
 )
@@ -103,5 +106,61 @@ func TestSinkRefusesMessagesIggyCannotCarry(t *testing.T) {
 	}
 	if n := count(t, c, s, topic, 0); n != 0 {
 		t.Fatalf("%d messages were sent", n)
+	}
+}
+
+// A Send whose batch for a partition fails sends none of its later
+// messages to that partition: what reached a partition is a prefix of the
+// call's messages for it, whatever batches the call was cut into (the
+// runtime's outbox relies on it to keep each origin's messages in order).
+func TestSinkFailedSendDeliversAPrefixPerPartition(t *testing.T) {
+	tg := newTarget(t)
+	if tg.srv == nil {
+		t.Skip("needs the embedded broker's fault injection")
+	}
+	c := tg.connect(t)
+	s, topic := tg.topic(t, c, 1)
+	ctx := ctxT(t, 10*time.Second)
+	sink, err := NewSink(ctx, c, s, topic, WithBatchSize(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(ctx)
+	for round := range 6 {
+		var msgs []stream.Message
+		for i := range 3000 {
+			msgs = append(msgs, stream.Message{Key: []byte("k"), ID: MessageID([]byte{byte(round)}, []byte{byte(i), byte(i >> 8)}), Payload: []byte{byte(i)}})
+		}
+		before, err := sink.Tail(ctx, 0, 100_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Fail the (round+1)th request of the send: an inner batch.
+		tg.srv.Control(failNth(round+1))
+		err = sink.Send(ctx, msgs)
+		after, terr := sink.Tail(ctx, 0, 100_000)
+		if terr != nil {
+			t.Fatal(terr)
+		}
+		got := after[len(before):]
+		for i := range got {
+			if got[i].ID != msgs[i].ID {
+				t.Fatalf("round %d: message %d in the partition is %x, want %x (a prefix of the send); send error %v", round, i, got[i].ID, msgs[i].ID, err)
+			}
+		}
+		if err == nil || len(got) == len(msgs) {
+			t.Fatalf("round %d: send = %v with %d of %d delivered, want an error and a prefix", round, err, len(got), len(msgs))
+		}
+	}
+}
+
+// failNth fails the nth SendMessages request it sees (1-based), once.
+func failNth(n int) iggytest.ControlFunc {
+	var seen atomic.Int64
+	return func(req *iggytest.Request) iggytest.Reply {
+		if req.Command == iggytest.CmdSendMessages && seen.Add(1) == int64(n) {
+			return iggytest.Reply{Action: iggytest.Fail, Status: iggytest.StatusError}
+		}
+		return iggytest.Reply{}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,8 +91,22 @@ func check(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, s
 		return err
 	}
 	ids := map[[16]byte]int{}
+	type stream8 struct {
+		part   uint32
+		origin [8]byte
+	}
+	lastSeq := map[stream8]uint64{}
 	for _, m := range fwd {
 		ids[m.ID]++
+		// The design relies on one origin's messages reaching a
+		// partition in the order of their sequence numbers (the id's last
+		// 8 bytes).
+		k := stream8{m.Partition, [8]byte(m.ID[:8])}
+		seq := binary.BigEndian.Uint64(m.ID[8:])
+		if last, ok := lastSeq[k]; ok && seq <= last {
+			bad("repartition topic partition %d offset %d: origin %x seq %d after seq %d", m.Partition, m.Offset, m.ID[:8], seq, last)
+		}
+		lastSeq[k] = max(lastSeq[k], seq)
 	}
 	dups := 0
 	for _, n := range ids {

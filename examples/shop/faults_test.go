@@ -148,6 +148,12 @@ func TestBrokerFaultsWhileForwarding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, st := range app.Stats() {
+		t.Logf("%s: %+v", st.Source, st.Total)
+		for _, ps := range st.Partitions {
+			t.Logf("  %d: next %d end %d pending %d", ps.Partition, ps.Next, ps.End, ps.OutboxPending)
+		}
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

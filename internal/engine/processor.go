@@ -146,6 +146,12 @@ func WithDeadLetterSink(s stream.Sink) ProcessorOption {
 // its way to the broker when its successor first looks.
 const DefaultOutboxGrace = 500 * time.Millisecond
 
+// WithOutboxGrace sets the wait of DefaultOutboxGrace (0: none, for sinks
+// that have no sends in flight across a restart, such as in-memory ones).
+func WithOutboxGrace(d time.Duration) ProcessorOption {
+	return func(o *processorOptions) { o.outboxGrace = max(d, 0) }
+}
+
 // WithOutboxSinks gives the processor the sinks of the topics its
 // source's To and KeyBy steps publish to, by topic name (Program.Outputs).
 // NewProcessor refuses a processor whose source publishes to a topic

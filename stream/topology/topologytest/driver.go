@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
@@ -125,7 +127,10 @@ func (d *Driver) open() {
 	d.tb.Helper()
 	opts := append([]topology.OpenOption{topology.WithLogger(d.log), topology.WithClock(d.clock),
 		topology.WithDurability(topology.NoSync), topology.WithPrefetch(0)}, d.opts...)
-	app, err := d.prog.Open(context.Background(), d.conn, d.dir, opts...)
+	// The in-memory sinks have no send in flight across a restart: no
+	// grace for one (engine.DefaultOutboxGrace) is needed.
+	octx := runhooks.With(context.Background(), engine.WithOutboxGrace(0))
+	app, err := d.prog.Open(octx, d.conn, d.dir, opts...)
 	if err != nil {
 		d.tb.Fatalf("topologytest: %v", err)
 	}
