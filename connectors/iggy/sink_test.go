@@ -136,7 +136,7 @@ func TestSinkFailedSendDeliversAPrefixPerPartition(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Fail the (round+1)th request of the send: an inner batch.
-		tg.srv.Control(failNth(round+1))
+		tg.srv.Control(failNth(round + 1))
 		err = sink.Send(ctx, msgs)
 		after, terr := sink.Tail(ctx, 0, 100_000)
 		if terr != nil {
