@@ -428,3 +428,28 @@ func TestOriginDuplicatesAreDroppedOnce(t *testing.T) {
 		t.Fatalf("Redelivered = %d after the restart, want 1", got)
 	}
 }
+
+// Under HoldPoisonedKey, an event KeyBy cannot key holds its source key's
+// later events (all its handlers' too) until the key is released; the
+// other keys go on.
+func TestKeyByPoisonHoldsItsKey(t *testing.T) {
+	s := newShop(func(e orderPlaced) (string, error) {
+		if e.Seq == 5 {
+			return "", errors.New("no customer")
+		}
+		return e.Customer, nil
+	}, topology.WithPoisonPolicy(stream.HoldPoisonedKey))
+	events := shopWorkload(200, 10, 4, 8)
+	d := topologytest.NewDriver(t, s.topo, topologytest.BatchSize(30))
+	topologytest.Pipe(d, s.placed, events...)
+	d.Advance()
+	poisoned := events[5].Order
+	held := func(e orderPlaced) bool { return e.Order == poisoned && e.Seq >= 5 }
+	checkShop(t, s, events, held, topologytest.Outputs(d, receiptsTopic, s.receipts))
+	if dls := d.DeadLetters(); len(dls) != 1 || dls[0].Reason != stream.ReasonKeyBy {
+		t.Fatalf("dead letters %v, want the one KeyBy could not key", dls)
+	}
+	if k, _ := d.Parked(); k != 1 {
+		t.Fatalf("%d keys parked, want the poisoned order's", k)
+	}
+}
