@@ -222,4 +222,17 @@ func printScale(w io.Writer, rs []scenario.Result, naiveOf func(scenario.Result)
 			mib(int64(r.Extra["batches"])), mib(r.InputBytes), r.Commits, r.Verified, load1(r.Load))
 	}
 	_ = tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "store\tkeys\tskew\tvariant\tvalue cache hit\tentries\tfilter skips/event\tPebble reads/event\t(found)\tblock cache hit\tread amp\tcompaction debt\tcompactions\tflushes\tstalls\tstall s\tsstables\t")
+	for _, r := range rs {
+		if _, ok := r.Extra["pebble_reads"]; !ok {
+			continue
+		}
+		fmt.Fprintf(tw, "store\t%s\t%.2f\t%s\t%.1f%%\t%s\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t\n",
+			count(r.Extra["keys"]), r.Extra["skew"], r.Variant, 100*r.Extra["vc_hit"], count(r.Extra["vc_entries"]),
+			r.Extra["filter_skips"], r.Extra["pebble_reads"], r.Extra["pebble_found"], 100*r.Extra["bc_hit"], r.Extra["read_amp"],
+			mib(int64(r.Extra["compaction_debt"])), r.Extra["compactions"], r.Extra["flushes"], r.Extra["stalls"], r.Extra["stall_s"],
+			mib(int64(r.Extra["live_bytes"])))
+	}
+	_ = tw.Flush()
 }

@@ -52,7 +52,9 @@ type cacheShard[V any] struct {
 	m    map[string]*cacheEntry[V]
 	ring []*cacheEntry[V]
 	hand int
-	_    [24]byte // keep shards on separate cache lines
+	// hits and misses count lookups (Stats).
+	hits, misses int64
+	_            [8]byte // keep shards on separate cache lines
 }
 
 type valueCache[V any] struct {
@@ -74,6 +76,9 @@ func (c *valueCache[V]) lookup(h uint64, key []byte) (ce *cacheEntry[V], v V, pr
 	if ce = s.m[string(key)]; ce != nil {
 		ce.ref = true
 		v, present = ce.v, ce.present
+		s.hits++
+	} else {
+		s.misses++
 	}
 	gen = s.gen
 	s.mu.Unlock()
@@ -150,6 +155,17 @@ func (c *valueCache[V]) purge() {
 		s.m, s.ring, s.hand = nil, nil, 0
 		s.mu.Unlock()
 	}
+}
+
+// stats returns the lookups that hit and missed, and the entries.
+func (c *valueCache[V]) stats() (hits, misses, entries int64) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		hits, misses, entries = hits+s.hits, misses+s.misses, entries+int64(len(s.m))
+		s.mu.Unlock()
+	}
+	return hits, misses, entries
 }
 
 // len returns the number of cached entries (tests).

@@ -60,6 +60,7 @@ type options struct {
 	durability     Durability
 	cacheSize      int64
 	valueCacheSize int64
+	keyFilterSize  int64
 	logger         *slog.Logger
 	fs             vfs.FS // tests only
 }
@@ -81,6 +82,13 @@ func WithCacheSize(bytes int64) Option { return func(o *options) { o.cacheSize =
 // use more memory than the budget when the codec is compact. Zero disables
 // the cache.
 func WithValueCacheSize(bytes int64) Option { return func(o *options) { o.valueCacheSize = bytes } }
+
+// WithKeyFilterSize bounds the in-memory filter of the table rows that are
+// in the store (default [DefaultKeyFilterSize]), which lets a Read of a row
+// that does not exist yet skip Pebble. It takes about 1.5 bytes per row and
+// grows with the rows up to this budget; past it, more absent rows are read
+// from Pebble. Zero disables it.
+func WithKeyFilterSize(bytes int64) Option { return func(o *options) { o.keyFilterSize = bytes } }
 
 // WithLogger sets the logger for Pebble's messages. Pebble's informational
 // messages (flushes, WAL recovery) are logged at Debug level, its errors at

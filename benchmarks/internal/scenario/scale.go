@@ -192,6 +192,7 @@ func ScaleStrand(ctx context.Context, o ScaleOptions) (Result, error) {
 	commits, err := eachPartition(n, func(p uint32) (int, error) { return submitPacked(ctx, s, tasks[p], p, o.Batch) })
 	m.stop(res)
 	s.memory()
+	storeStats(res, db.Stats())
 	if perr := writeHeapProfile(o.MemProfile); perr != nil && err == nil {
 		err = perr
 	}
@@ -285,6 +286,38 @@ func ScaleInput(ctx context.Context, o ScaleOptions) (Result, error) {
 	s.memory()
 	res.Verified = err == nil
 	return *res, err
+}
+
+// The store figures of a strand run, in Result.Extra (see state.Stats):
+// "vc_hit" (value cache hits per first read of a key in a batch), "vc_entries",
+// "filter_skips" and "pebble_reads" / "pebble_found" (reads per event),
+// "bc_hit" (Pebble block cache hit rate), "read_amp", "compaction_debt"
+// (bytes), "compactions", "flushes", "stalls", "stall_s", "live_bytes".
+func storeStats(res *Result, st state.Stats) {
+	x := res.Extra
+	per := func(n int64) float64 {
+		if res.Events == 0 {
+			return 0
+		}
+		return float64(n) / float64(res.Events)
+	}
+	if n := st.ValueCacheHits + st.ValueCacheMisses; n > 0 {
+		x["vc_hit"] = float64(st.ValueCacheHits) / float64(n)
+	}
+	if n := st.BlockCacheHits + st.BlockCacheMisses; n > 0 {
+		x["bc_hit"] = float64(st.BlockCacheHits) / float64(n)
+	}
+	x["vc_entries"] = float64(st.ValueCacheEntries)
+	x["filter_skips"] = per(st.KeyFilterSkips)
+	x["pebble_reads"] = per(st.PebbleReads)
+	x["pebble_found"] = per(st.PebbleReadsFound)
+	x["read_amp"] = float64(st.ReadAmp)
+	x["compaction_debt"] = float64(st.CompactionDebt)
+	x["compactions"] = float64(st.Compactions)
+	x["flushes"] = float64(st.Flushes)
+	x["stalls"] = float64(st.WriteStalls)
+	x["stall_s"] = st.WriteStallTime.Seconds()
+	x["live_bytes"] = float64(st.LiveBytes)
 }
 
 // startScaleMeasure is startMeasure without its GC and peak reset (the
