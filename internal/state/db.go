@@ -29,7 +29,7 @@ type DB struct {
 	log    *slog.Logger
 	seed   maphash.Seed
 	budget cacheBudget
-	filter *keyFilter      // table rows certainly not in Pebble (keyfilter.go)
+	filter *keyFilter     // table rows certainly not in Pebble (keyfilter.go)
 	bg     sync.WaitGroup // the key filter's load
 	stats  *dbStats
 
