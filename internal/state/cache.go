@@ -3,6 +3,7 @@ package state
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // The value cache keeps decoded committed values of table rows so that a
@@ -35,7 +36,7 @@ import (
 const (
 	cacheShards    = 64
 	cacheShardMask = cacheShards - 1
-	entryOverhead  = 64 // rough bytes per entry besides key and encoded value
+	mapSlotSize    = 32 // a map slot (key string header, pointer, control byte) with the map's slack
 )
 
 type cacheBudget struct {
@@ -205,11 +206,14 @@ func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, 
 	return ce
 }
 
-// entrySize is what an entry counts against the budget: its key, its
-// encoded value (which stands for what the decoded value holds outside the
-// entry) and a fixed overhead for the entry and the map's slot.
+// entrySize is what an entry counts against the budget: the entry itself
+// (with the decoded value's fixed part), its map slot, its key's bytes and
+// its encoded value's length, which stands for what the decoded value
+// holds outside the entry (strings, slices; for fixed fields it counts
+// them twice). Measured at a million cached accounts, the Go heap the
+// cache held was within 10% of this.
 func entrySize[V any](key string, encLen int) int64 {
-	return int64(len(key) + encLen + entryOverhead)
+	return int64(unsafe.Sizeof(cacheEntry[V]{})) + mapSlotSize + int64(len(key)+encLen)
 }
 
 // evict removes entries of s other than keep until the DB is within budget

@@ -41,8 +41,8 @@ const (
 	DefaultCacheSize int64 = 64 << 20
 
 	// DefaultValueCacheSize is the budget of the decoded-value cache unless
-	// [WithValueCacheSize] sets another: 32 MiB.
-	DefaultValueCacheSize int64 = 32 << 20
+	// [WithValueCacheSize] sets another: 64 MiB.
+	DefaultValueCacheSize int64 = 64 << 20
 )
 
 // The block cache must stay at least 4x the memtable size: Pebble charges
@@ -77,10 +77,10 @@ func WithCacheSize(bytes int64) Option { return func(o *options) { o.cacheSize =
 
 // WithValueCacheSize bounds the per-database cache of decoded committed table
 // values that lets [Table.Read] skip a Pebble read and a decode for hot keys
-// (default 32 MiB). The size of an entry is estimated as its key length plus
-// its encoded value length plus a fixed overhead, so the decoded values may
-// use more memory than the budget when the codec is compact. Zero disables
-// the cache.
+// (default 64 MiB). An entry counts its own size, its map slot, its key and
+// its encoded value's length (standing for what the decoded value holds
+// outside the entry), so the budget is close to the Go heap the cache
+// holds. Zero disables the cache.
 func WithValueCacheSize(bytes int64) Option { return func(o *options) { o.valueCacheSize = bytes } }
 
 // WithKeyFilterSize bounds the in-memory filter of the table rows that are

@@ -308,6 +308,7 @@ func storeStats(res *Result, st state.Stats) {
 		x["bc_hit"] = float64(st.BlockCacheHits) / float64(n)
 	}
 	x["vc_entries"] = float64(st.ValueCacheEntries)
+	x["vc_bytes"] = float64(st.ValueCacheBytes)
 	x["filter_skips"] = per(st.KeyFilterSkips)
 	x["pebble_reads"] = per(st.PebbleReads)
 	x["pebble_found"] = per(st.PebbleReadsFound)
