@@ -37,7 +37,7 @@ func (d Durability) String() string {
 
 const (
 	// DefaultCacheSize is Pebble's block cache budget unless [WithCacheSize]
-	// sets another: 64 MiB, which holds 8 MiB memtables with room for blocks.
+	// sets another: 64 MiB, which holds 16 MiB memtables with room for blocks.
 	DefaultCacheSize int64 = 64 << 20
 
 	// DefaultValueCacheSize is the budget of the decoded-value cache unless
@@ -49,7 +49,7 @@ const (
 // the live, the recycled and any queued memtables against the cache, and a
 // cache smaller than that silently holds no blocks at all (measured).
 const (
-	maxMemTableSize int64 = 8 << 20
+	maxMemTableSize int64 = 16 << 20
 	minCacheSize    int64 = 4 << 20
 )
 
@@ -70,7 +70,7 @@ func WithDurability(d Durability) Option { return func(o *options) { o.durabilit
 
 // WithCacheSize sets Pebble's block cache budget in bytes (default 64 MiB,
 // minimum 4 MiB). Memtables are charged against this budget, so the memtable
-// size is derived from it: a quarter of the cache, at most 8 MiB. For larger
+// size is derived from it: a quarter of the cache, at most 16 MiB. For larger
 // state, grow the cache. The memory is allocated outside the Go heap when cgo
 // is enabled, so GOMEMLIMIT does not see it.
 func WithCacheSize(bytes int64) Option { return func(o *options) { o.cacheSize = bytes } }
