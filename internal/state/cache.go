@@ -60,6 +60,7 @@ type cacheShard[V any] struct {
 	m          map[string]*cacheEntry[V]
 	head, tail *cacheEntry[V] // newest and oldest
 	hand       *cacheEntry[V] // next eviction candidate; nil: the tail
+	free       *cacheEntry[V] // evicted entries for reuse, linked by next
 	// hits and misses count lookups (Stats).
 	hits, misses int64
 	_            [8]byte // keep shards on separate cache lines
@@ -122,7 +123,7 @@ func (c *valueCache[V]) put(h uint64, key string, ce *cacheEntry[V], v V, presen
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
 	s.gen++
-	if ce == nil || !ce.live {
+	if ce == nil || !ce.live || ce.key != key { // gone, or reused for another key
 		ce = s.m[key]
 	}
 	if ce != nil {
@@ -160,7 +161,7 @@ func (c *valueCache[V]) purge() {
 			c.budget.used.Add(-ce.size)
 			ce.live, ce.prev, ce.next = false, nil, nil
 		}
-		s.m, s.head, s.tail, s.hand = nil, nil, nil, nil
+		s.m, s.head, s.tail, s.hand, s.free = nil, nil, nil, nil, nil
 		s.mu.Unlock()
 	}
 }
@@ -192,7 +193,13 @@ func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, 
 	if s.m == nil {
 		s.m = make(map[string]*cacheEntry[V])
 	}
-	ce := &cacheEntry[V]{key: key, v: v, present: present, live: true, size: entrySize[V](key, encLen)}
+	ce := s.free
+	if ce != nil {
+		s.free = ce.next
+	} else {
+		ce = new(cacheEntry[V])
+	}
+	*ce = cacheEntry[V]{key: key, v: v, present: present, live: true, size: entrySize[V](key, encLen)}
 	s.m[key] = ce
 	ce.prev = s.head
 	if s.head != nil {
@@ -249,8 +256,10 @@ func (c *valueCache[V]) remove(s *cacheShard[V], ce *cacheEntry[V]) {
 	} else {
 		s.head = ce.prev
 	}
-	ce.prev, ce.next = nil, nil
 	c.budget.used.Add(-ce.size)
+	// Reused by a later insert of this shard; a Txn may still hold it (put
+	// checks its key).
 	var zero V
-	ce.v, ce.live = zero, false
+	ce.v, ce.live, ce.prev, ce.next = zero, false, nil, s.free
+	s.free = ce
 }
