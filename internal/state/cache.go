@@ -36,7 +36,7 @@ import (
 const (
 	cacheShards    = 64
 	cacheShardMask = cacheShards - 1
-	mapSlotSize    = 32 // a map slot (key string header, pointer, control byte) with the map's slack
+	mapSlotSize    = 24 // a map slot (hash, pointer, control byte) with the map's slack
 )
 
 type cacheBudget struct {
@@ -46,6 +46,7 @@ type cacheBudget struct {
 
 type cacheEntry[V any] struct {
 	key        string // immutable; Txns use it as their map key too
+	h          uint64 // hash of key: the shard map's key
 	v          V
 	present    bool
 	visited    bool
@@ -57,8 +58,8 @@ type cacheEntry[V any] struct {
 type cacheShard[V any] struct {
 	mu         sync.Mutex
 	gen        uint64
-	m          map[string]*cacheEntry[V]
-	head, tail *cacheEntry[V] // newest and oldest
+	m          map[uint64]*cacheEntry[V] // by key hash; the entry's key is checked
+	head, tail *cacheEntry[V]            // newest and oldest
 	hand       *cacheEntry[V] // next eviction candidate; nil: the tail
 	free       *cacheEntry[V] // evicted entries for reuse, linked by next
 	// hits and misses count lookups (Stats).
@@ -82,11 +83,12 @@ func (c *valueCache[V]) enabled() bool { return c.budget.limit > 0 }
 func (c *valueCache[V]) lookup(h uint64, key []byte) (ce *cacheEntry[V], v V, present bool, gen uint64) {
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
-	if ce = s.m[string(key)]; ce != nil {
+	if ce = s.m[h]; ce != nil && ce.key == string(key) {
 		ce.visited = true
 		v, present = ce.v, ce.present
 		s.hits++
 	} else {
+		ce = nil // absent, or another key of the same hash (not cached)
 		s.misses++
 	}
 	gen = s.gen
@@ -105,8 +107,8 @@ func (c *valueCache[V]) fill(h uint64, key string, v V, present bool, encLen int
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
 	if s.gen == gen {
-		if _, ok := s.m[key]; !ok {
-			ce = c.insert(s, key, v, present, encLen)
+		if _, ok := s.m[h]; !ok { // cached meanwhile, or a key of the same hash is
+			ce = c.insert(s, h, key, v, present, encLen)
 		}
 	}
 	s.mu.Unlock()
@@ -124,7 +126,11 @@ func (c *valueCache[V]) put(h uint64, key string, ce *cacheEntry[V], v V, presen
 	s.mu.Lock()
 	s.gen++
 	if ce == nil || !ce.live || ce.key != key { // gone, or reused for another key
-		ce = s.m[key]
+		ce = s.m[h]
+		if ce != nil && ce.key != key { // another key of the same hash: it goes
+			c.remove(s, ce)
+			ce = nil
+		}
 	}
 	if ce != nil {
 		size := entrySize[V](key, encLen)
@@ -132,7 +138,7 @@ func (c *valueCache[V]) put(h uint64, key string, ce *cacheEntry[V], v V, presen
 		ce.v, ce.present, ce.size = v, present, size
 		c.evict(s, ce)
 	} else {
-		c.insert(s, key, v, present, encLen)
+		c.insert(s, h, key, v, present, encLen)
 	}
 	s.mu.Unlock()
 }
@@ -145,7 +151,7 @@ func (c *valueCache[V]) invalidate(h uint64, key string) {
 	s := &c.shards[h&cacheShardMask]
 	s.mu.Lock()
 	s.gen++
-	if ce, ok := s.m[key]; ok {
+	if ce, ok := s.m[h]; ok && ce.key == key {
 		c.remove(s, ce)
 	}
 	s.mu.Unlock()
@@ -189,9 +195,9 @@ func (c *valueCache[V]) len() int {
 	return n
 }
 
-func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, encLen int) *cacheEntry[V] {
+func (c *valueCache[V]) insert(s *cacheShard[V], h uint64, key string, v V, present bool, encLen int) *cacheEntry[V] {
 	if s.m == nil {
-		s.m = make(map[string]*cacheEntry[V])
+		s.m = make(map[uint64]*cacheEntry[V])
 	}
 	ce := s.free
 	if ce != nil {
@@ -199,8 +205,8 @@ func (c *valueCache[V]) insert(s *cacheShard[V], key string, v V, present bool, 
 	} else {
 		ce = new(cacheEntry[V])
 	}
-	*ce = cacheEntry[V]{key: key, v: v, present: present, live: true, size: entrySize[V](key, encLen)}
-	s.m[key] = ce
+	*ce = cacheEntry[V]{key: key, h: h, v: v, present: present, live: true, size: entrySize[V](key, encLen)}
+	s.m[h] = ce
 	ce.prev = s.head
 	if s.head != nil {
 		s.head.next = ce
@@ -242,7 +248,7 @@ func (c *valueCache[V]) evict(s *cacheShard[V], keep *cacheEntry[V]) {
 }
 
 func (c *valueCache[V]) remove(s *cacheShard[V], ce *cacheEntry[V]) {
-	delete(s.m, ce.key)
+	delete(s.m, ce.h)
 	if s.hand == ce {
 		s.hand = ce.next
 	}
