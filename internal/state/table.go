@@ -272,17 +272,13 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 		}
 		return err
 	}
-	enc, err := tt.encode(s, t.values, e.v)
-	if err != nil {
+	if err := tt.encode(s, t.values, e); err != nil {
 		e.v = old
 		if rerr := t.revert(tt, s, k); rerr != nil {
 			return rerr
 		}
 		return fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
 	}
-	s.mu.Lock()
-	e.enc, e.present, e.dirty = enc, true, true
-	s.mu.Unlock()
 	return nil
 }
 

@@ -409,9 +409,10 @@ func (tt *txnTable[V]) memOf(s *txnShard[V]) *shardMem[V] {
 	return s.mem
 }
 
-// encode appends v's encoding to the arena of s and returns it. It takes
-// s's lock (the codec may panic: the lock is released).
-func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], v V) ([]byte, error) {
+// encode appends the encoding of e's value to the arena of s and makes e a
+// write of it. It takes s's lock (the codec may panic: the lock is
+// released).
+func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], e *txnEntry[V]) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := tt.memOf(s)
@@ -425,14 +426,15 @@ func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], v V) ([]byte, error) {
 	}
 	a := m.chunks[m.chunk]
 	n := len(a)
-	enc, err := c.Append(a[n:n:cap(a)], v)
+	enc, err := c.Append(a[n:n:cap(a)], e.v)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(enc) > 0 && len(enc) <= cap(a)-n && &enc[0] == &a[:n+1][n] {
 		m.chunks[m.chunk] = a[:n+len(enc)] // written in place: keep it
 	}
-	return enc, nil
+	e.enc, e.present, e.dirty = enc, true, true
+	return nil
 }
 
 // release clears s's memory and returns it to the pool; s's lock is held
