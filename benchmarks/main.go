@@ -79,6 +79,7 @@ type config struct {
 	scale10M      bool
 	scaleVariants string
 	memprofile    string
+	scaleTimeline string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -116,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.scalePerKey, "scale-per-key", 3, "scale scenario: events per key touched (a run has max(-events, this × keys) events)")
 	fs.BoolVar(&c.scale10M, "scale-10m", false, "scale scenario: also run 10,000,000 keys (30M events by default: minutes, several GiB)")
 	fs.StringVar(&c.scaleVariants, "scale-variants", "naive,strand,input", "scale scenario: which of naive, strand, input to run (e.g. strand alone to profile it)")
+	fs.StringVar(&c.scaleTimeline, "scale-timeline", "", "scale scenario: write the strand run's samples (one a second: events, RSS, Go heap, store size, compaction debt, stalls) to PREFIX-<size>-<codec>.csv")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -568,7 +570,7 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-memprofile", c.memprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(), "-poll-idle-max", c.idleMax.String(),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-scale-timeline", c.scaleTimeline, "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(), "-poll-idle-max", c.idleMax.String(),
 	}
 }
 
@@ -615,6 +617,9 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers}
 		if cfg.memprofile != "" {
 			o.MemProfile = fmt.Sprintf("%s-%s-%s-%s.pprof", cfg.memprofile, pj.scenario, pj.variant, pj.codec)
+		}
+		if cfg.scaleTimeline != "" {
+			o.Timeline = fmt.Sprintf("%s-%s-%s.csv", cfg.scaleTimeline, pj.scenario, pj.codec)
 		}
 		var r scenario.Result
 		switch j.variant {

@@ -41,6 +41,10 @@ type ScaleOptions struct {
 	// MemProfile, when set, receives a heap profile taken right after the
 	// timed section (before the store closes): what the processing holds.
 	MemProfile string
+	// Timeline, when set, names a CSV file that receives the strand run's
+	// samples, one a second (see timeline); the per-tenth rates are in
+	// Result.Extra either way.
+	Timeline string
 }
 
 // The scale scenario's memory figures, in Result.Extra (bytes):
@@ -73,6 +77,8 @@ type scaleRun struct {
 	peakHeap chan uint64
 	stopHeap chan struct{}
 	buffers  atomic.Int64 // bytes of the feeders' record buffers and arenas
+	// committed, when set, counts the events of committed batches.
+	committed *atomic.Int64
 }
 
 // addBuffers counts a feeder's buffers towards the "batches" figure.
@@ -189,10 +195,15 @@ func ScaleStrand(ctx context.Context, o ScaleOptions) (Result, error) {
 	if err != nil {
 		return *res, err
 	}
+	tl := startTimeline(db, s.dir)
+	s.committed = &tl.committed
 	commits, err := eachPartition(n, func(p uint32) (int, error) { return submitPacked(ctx, s, tasks[p], p, o.Batch) })
 	m.stop(res)
 	s.memory()
 	storeStats(res, db.Stats())
+	if terr := tl.finish(res, int64(s.in.Len()), o.Timeline); terr != nil && err == nil {
+		err = terr
+	}
 	if perr := writeHeapProfile(o.MemProfile); perr != nil && err == nil {
 		err = perr
 	}
@@ -383,6 +394,9 @@ func submitPacked(ctx context.Context, s *scaleRun, task *engine.Task, p uint32,
 			return fmt.Errorf("batch before offset %d: %w", off, err)
 		}
 		commits++
+		if s.committed != nil {
+			s.committed.Add(int64(r.Records))
+		}
 		return nil
 	}
 	for k, off := 0, int(task.Next()); off < in.PartitionLen(p); k ^= 1 {
