@@ -236,18 +236,20 @@ func printScale(w io.Writer, rs []scenario.Result, naiveOf func(scenario.Result)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "timeline\tkeys\tskew\tevents\tevents/s per tenth of the events (1st … 10th)\tlast/first\tmax RSS\tmax store\tend store\tmax compaction debt\t")
+	fmt.Fprintln(tw, "timeline\tkeys\tskew\tevents\tevents/s per tenth of the events (1st … 10th)\tlast/first\tCPU µs/event per tenth\tlast/first\tmax RSS\tmax store\tend store\tmax compaction debt\t")
 	for _, r := range rs {
 		first, ok := r.Extra["tenth_1_rate"]
 		if !ok || r.Variant != "strand" {
 			continue
 		}
-		var tenths []string
+		var tenths, cpus []string
 		for i := 1; i <= 10; i++ {
 			tenths = append(tenths, count(r.Extra[fmt.Sprintf("tenth_%d_rate", i)]))
+			cpus = append(cpus, fmt.Sprintf("%.2f", r.Extra[fmt.Sprintf("tenth_%d_cpu_us", i)]))
 		}
-		fmt.Fprintf(tw, "timeline\t%s\t%.2f\t%d\t%s\t%.2f\t%s\t%s\t%s\t%s\t\n", count(r.Extra["keys"]), r.Extra["skew"], r.Events,
-			strings.Join(tenths, " "), r.Extra["tenth_10_rate"]/first, mib(int64(r.Extra["timeline_max_rss"])),
+		fmt.Fprintf(tw, "timeline\t%s\t%.2f\t%d\t%s\t%.2f\t%s\t%.2f\t%s\t%s\t%s\t%s\t\n", count(r.Extra["keys"]), r.Extra["skew"], r.Events,
+			strings.Join(tenths, " "), r.Extra["tenth_10_rate"]/first, strings.Join(cpus, " "), r.Extra["tenth_10_cpu_us"]/r.Extra["tenth_1_cpu_us"],
+			mib(int64(r.Extra["timeline_max_rss"])),
 			mib(int64(r.Extra["timeline_max_store"])), mib(int64(r.Extra["timeline_end_store"])), mib(int64(r.Extra["timeline_max_debt"])))
 	}
 	_ = tw.Flush()
