@@ -80,6 +80,7 @@ type config struct {
 	scaleVariants string
 	memprofile    string
 	scaleTimeline string
+	valueCacheMiB int64
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -118,6 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.scale10M, "scale-10m", false, "scale scenario: also run 10,000,000 keys (30M events by default: minutes, several GiB)")
 	fs.StringVar(&c.scaleVariants, "scale-variants", "naive,strand,input", "scale scenario: which of naive, strand, input to run (e.g. strand alone to profile it)")
 	fs.StringVar(&c.scaleTimeline, "scale-timeline", "", "scale scenario: write the strand run's samples (one a second: events, RSS, Go heap, store size, compaction debt, stalls) to PREFIX-<size>-<codec>.csv")
+	fs.Int64Var(&c.valueCacheMiB, "scale-value-cache", 0, "scale scenario: strand's value cache budget in MiB (0: the default, 64)")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -570,7 +572,7 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-memprofile", c.memprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-scale-timeline", c.scaleTimeline, "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(), "-poll-idle-max", c.idleMax.String(),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-scale-timeline", c.scaleTimeline, "-scale-value-cache", fmt.Sprint(c.valueCacheMiB), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(), "-poll-idle-max", c.idleMax.String(),
 	}
 }
 
@@ -614,7 +616,7 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 		w := cfg.workload()
 		w.Events, w.Accounts, w.Skew = z.events, z.keys, z.skew
 		pj := job{"scale-" + strings.ReplaceAll(j.scenario[len("scale:"):], ":", "-"), j.variant, j.codec}
-		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers}
+		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers, ValueCache: cfg.valueCacheMiB << 20}
 		if cfg.memprofile != "" {
 			o.MemProfile = fmt.Sprintf("%s-%s-%s-%s.pprof", cfg.memprofile, pj.scenario, pj.variant, pj.codec)
 		}

@@ -41,6 +41,9 @@ type ScaleOptions struct {
 	// MemProfile, when set, receives a heap profile taken right after the
 	// timed section (before the store closes): what the processing holds.
 	MemProfile string
+	// ValueCache, when positive, is the store's value cache budget in
+	// bytes (state.WithValueCacheSize); 0 keeps the default.
+	ValueCache int64
 	// Timeline, when set, names a CSV file that receives the strand run's
 	// samples, one a second (see timeline); the per-tenth rates are in
 	// Result.Extra either way.
@@ -177,7 +180,11 @@ func ScaleStrand(ctx context.Context, o ScaleOptions) (Result, error) {
 	}
 	n := s.in.Partitions()
 	topo.SetPartitions(n)
-	db, err := state.Open(s.dir, state.WithDurability(state.Sync), state.WithLogger(quietLogger()))
+	sopts := []state.Option{state.WithDurability(state.Sync), state.WithLogger(quietLogger())}
+	if o.ValueCache > 0 {
+		sopts = append(sopts, state.WithValueCacheSize(o.ValueCache))
+	}
+	db, err := state.Open(s.dir, sopts...)
 	if err != nil {
 		return *res, err
 	}
