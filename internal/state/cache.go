@@ -60,8 +60,8 @@ type cacheShard[V any] struct {
 	gen        uint64
 	m          map[uint64]*cacheEntry[V] // by key hash; the entry's key is checked
 	head, tail *cacheEntry[V]            // newest and oldest
-	hand       *cacheEntry[V] // next eviction candidate; nil: the tail
-	free       *cacheEntry[V] // evicted entries for reuse, linked by next
+	hand       *cacheEntry[V]            // next eviction candidate; nil: the tail
+	free       *cacheEntry[V]            // evicted entries for reuse, linked by next
 	// hits and misses count lookups (Stats).
 	hits, misses int64
 	_            [8]byte // keep shards on separate cache lines
