@@ -64,7 +64,7 @@ type cacheShard[V any] struct {
 	free       *cacheEntry[V]            // evicted entries for reuse, linked by next
 	// hits and misses count lookups (Stats).
 	hits, misses int64
-	_            [8]byte // keep shards on separate cache lines
+	_            [56]byte // keep shards on separate cache lines (128 bytes each)
 }
 
 type valueCache[V any] struct {
