@@ -58,6 +58,7 @@ type config struct {
 	dir           string
 	cpuprofile    string
 	inProcess     bool
+	serveBroker   bool
 	child         string
 	broker        string
 	latencyShares string
@@ -71,12 +72,15 @@ type config struct {
 	pubConns      int
 	latencyTrace  string
 	latencyTick   time.Duration
+	idleMax       time.Duration
 	scaleKeys     string
 	scaleSkews    string
 	scalePerKey   int
 	scale10M      bool
 	scaleVariants string
 	memprofile    string
+	scaleTimeline string
+	valueCacheMiB int64
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -96,7 +100,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each measured section to PREFIX-<scenario>-<variant>-<codec>.pprof")
 	fs.BoolVar(&c.inProcess, "inprocess", false, "run every measurement in this process (peak RSS is then cumulative)")
 	fs.StringVar(&c.child, "child", "", "internal: run one measurement (scenario/variant/codec) and print it as JSON")
-	fs.StringVar(&c.broker, "broker", "memory", "embedded broker storage for e2e and latency: memory or disk")
+	fs.StringVar(&c.broker, "broker", "memory", "embedded broker for e2e and latency: memory or disk (in this process), or process (in memory, in a process of its own)")
+	fs.BoolVar(&c.serveBroker, scenario.ServeBrokerFlag, false, "internal: serve the embedded broker for -broker process (prints its address, stops when stdin closes)")
 	fs.StringVar(&c.latencyShares, "latency-share", "0.5", "latency scenario: producer rate(s) as share(s) of the e2e peak, comma-separated (e.g. 0.25,0.5)")
 	fs.Float64Var(&c.latencyRate, "latency-rate", 0, "latency scenario: producer rate in events/s (default: latency-share × the e2e peak, measured first if needed)")
 	fs.DurationVar(&c.latencyFor, "latency-duration", 20*time.Second, "latency scenario: how long the paced producer runs")
@@ -106,12 +111,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.workers, "workers", 0, "keys run at once per partition (topology.WithWorkers; 0: GOMAXPROCS)")
 	fs.IntVar(&c.pubConns, "pub-conns", 1, "e2e and latency: the producer's connections to the broker")
 	fs.StringVar(&c.latencyTrace, "latency-trace", "", "latency scenario: write one CSV line per commit (time, partition, events, worst latency) to PREFIX-<rate>.csv")
+	fs.DurationVar(&c.idleMax, "poll-idle-max", 0, "e2e and latency: the processor's readers wait at most this long before polling an empty partition again (iggy.WithIdleBackoff from 1ms; 0: the connector's default, 50ms)")
 	fs.DurationVar(&c.latencyTick, "latency-tick", 5*time.Millisecond, "latency scenario: the producer sends what came due at most once per tick (its linger time)")
 	fs.StringVar(&c.scaleKeys, "scale-keys", "10000,100000,1000000", "scale scenario: keys touched per run, comma-separated")
 	fs.StringVar(&c.scaleSkews, "scale-skews", "1.1,1.01", "scale scenario: Zipf exponents (> 1; 1.01 stands for ~1.0), comma-separated")
 	fs.IntVar(&c.scalePerKey, "scale-per-key", 3, "scale scenario: events per key touched (a run has max(-events, this × keys) events)")
 	fs.BoolVar(&c.scale10M, "scale-10m", false, "scale scenario: also run 10,000,000 keys (30M events by default: minutes, several GiB)")
 	fs.StringVar(&c.scaleVariants, "scale-variants", "naive,strand,input", "scale scenario: which of naive, strand, input to run (e.g. strand alone to profile it)")
+	fs.StringVar(&c.scaleTimeline, "scale-timeline", "", "scale scenario: write the strand run's samples (one a second: events, RSS, Go heap, store size, compaction debt, stalls) to PREFIX-<size>-<codec>.csv")
+	fs.Int64Var(&c.valueCacheMiB, "scale-value-cache", 0, "scale scenario: strand's value cache budget in MiB (0: the default, 64)")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -151,8 +159,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if _, err := c.shares(); err != nil {
 		return c, err
 	}
-	if c.broker != "memory" && c.broker != "disk" {
-		return c, fmt.Errorf("benchmarks: -broker %q: want memory or disk", c.broker)
+	if c.broker != "memory" && c.broker != "disk" && c.broker != "process" {
+		return c, fmt.Errorf("benchmarks: -broker %q: want memory, disk or process", c.broker)
 	}
 	return c, nil
 }
@@ -247,9 +255,12 @@ func realMain() int {
 	// The Iggy SDK prints through the standard logger on every login.
 	restore := iggy.RouteStdLog(slog.New(slog.DiscardHandler))
 	defer restore()
-	if cfg.child != "" {
+	switch {
+	case cfg.serveBroker:
+		err = scenario.ServeBroker(ctx, os.Stdin, os.Stdout)
+	case cfg.child != "":
 		err = runChild(ctx, cfg, os.Stdout)
-	} else {
+	default:
 		err = run(ctx, cfg, os.Stdout, os.Stderr)
 	}
 	if err != nil {
@@ -304,7 +315,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "mix: %s; %d accounts touched\n", g.Mix(), g.Accounts())
 	}
-	fmt.Fprintf(stdout, "embedded broker (e2e, latency): %s\n\n", map[string]string{"memory": "in memory", "disk": "with a data directory"}[cfg.broker])
+	fmt.Fprintf(stdout, "embedded broker (e2e, latency): %s\n\n", map[string]string{"memory": "in memory", "disk": "with a data directory", "process": "in memory, in a process of its own"}[cfg.broker])
 	codecs := cfg.codecList()
 	shares, err := cfg.shares()
 	if err != nil {
@@ -561,7 +572,7 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-memprofile", c.memprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-scale-timeline", c.scaleTimeline, "-scale-value-cache", fmt.Sprint(c.valueCacheMiB), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(), "-poll-idle-max", c.idleMax.String(),
 	}
 }
 
@@ -605,9 +616,12 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 		w := cfg.workload()
 		w.Events, w.Accounts, w.Skew = z.events, z.keys, z.skew
 		pj := job{"scale-" + strings.ReplaceAll(j.scenario[len("scale:"):], ":", "-"), j.variant, j.codec}
-		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers}
+		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers, ValueCache: cfg.valueCacheMiB << 20}
 		if cfg.memprofile != "" {
 			o.MemProfile = fmt.Sprintf("%s-%s-%s-%s.pprof", cfg.memprofile, pj.scenario, pj.variant, pj.codec)
+		}
+		if cfg.scaleTimeline != "" {
+			o.Timeline = fmt.Sprintf("%s-%s-%s.csv", cfg.scaleTimeline, pj.scenario, pj.codec)
 		}
 		var r scenario.Result
 		switch j.variant {
@@ -638,7 +652,7 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 			return scenario.CoreStrand(ctx, o)
 		}
 	case "e2e":
-		o := scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns}
+		o := scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns, IdleMax: cfg.idleMax}
 		switch j.variant {
 		case "strand":
 			return scenario.E2EStrand(ctx, o, false)
@@ -651,7 +665,7 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 		}
 	case "latency":
 		o := scenario.LatencyOptions{
-			E2EOptions: scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns},
+			E2EOptions: scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns, IdleMax: cfg.idleMax},
 			Rate:       cfg.latencyRate, Duration: cfg.latencyFor, Tick: cfg.latencyTick,
 		}
 		if cfg.latencyTrace != "" {

@@ -222,4 +222,35 @@ func printScale(w io.Writer, rs []scenario.Result, naiveOf func(scenario.Result)
 			mib(int64(r.Extra["batches"])), mib(r.InputBytes), r.Commits, r.Verified, load1(r.Load))
 	}
 	_ = tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "store\tkeys\tskew\tvariant\tvalue cache hit\tentries\tfilter skips/event\tPebble reads/event\t(found)\tblock cache hit\tread amp\tcompaction debt\tcompactions\tflushes\tstalls\tstall s\tsstables\t")
+	for _, r := range rs {
+		if _, ok := r.Extra["pebble_reads"]; !ok {
+			continue
+		}
+		fmt.Fprintf(tw, "store\t%s\t%.2f\t%s\t%.1f%%\t%s\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t\n",
+			count(r.Extra["keys"]), r.Extra["skew"], r.Variant, 100*r.Extra["vc_hit"], count(r.Extra["vc_entries"]),
+			r.Extra["filter_skips"], r.Extra["pebble_reads"], r.Extra["pebble_found"], 100*r.Extra["bc_hit"], r.Extra["read_amp"],
+			mib(int64(r.Extra["compaction_debt"])), r.Extra["compactions"], r.Extra["flushes"], r.Extra["stalls"], r.Extra["stall_s"],
+			mib(int64(r.Extra["live_bytes"])))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "timeline\tkeys\tskew\tevents\tevents/s per tenth of the events (1st … 10th)\tlast/first\tCPU µs/event per tenth\tlast/first\tmax RSS\tmax store\tend store\tmax compaction debt\t")
+	for _, r := range rs {
+		first, ok := r.Extra["tenth_1_rate"]
+		if !ok || r.Variant != "strand" {
+			continue
+		}
+		var tenths, cpus []string
+		for i := 1; i <= 10; i++ {
+			tenths = append(tenths, count(r.Extra[fmt.Sprintf("tenth_%d_rate", i)]))
+			cpus = append(cpus, fmt.Sprintf("%.2f", r.Extra[fmt.Sprintf("tenth_%d_cpu_us", i)]))
+		}
+		fmt.Fprintf(tw, "timeline\t%s\t%.2f\t%d\t%s\t%.2f\t%s\t%.2f\t%s\t%s\t%s\t%s\t\n", count(r.Extra["keys"]), r.Extra["skew"], r.Events,
+			strings.Join(tenths, " "), r.Extra["tenth_10_rate"]/first, strings.Join(cpus, " "), r.Extra["tenth_10_cpu_us"]/r.Extra["tenth_1_cpu_us"],
+			mib(int64(r.Extra["timeline_max_rss"])),
+			mib(int64(r.Extra["timeline_max_store"])), mib(int64(r.Extra["timeline_end_store"])), mib(int64(r.Extra["timeline_max_debt"])))
+	}
+	_ = tw.Flush()
 }

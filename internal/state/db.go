@@ -30,6 +30,9 @@ type DB struct {
 	log    *slog.Logger
 	seed   maphash.Seed
 	budget cacheBudget
+	filter *keyFilter     // table rows certainly not in Pebble (keyfilter.go)
+	bg     sync.WaitGroup // the key filter's load
+	stats  *dbStats
 
 	// closed and inflight guard the Pebble handle: an operation that reaches
 	// Pebble enters (inflight+1, then checks closed); Close sets closed and
@@ -56,7 +59,7 @@ type DB struct {
 // format of an existing store by itself. Only one process can have a
 // directory open at a time.
 func Open(dir string, opts ...Option) (*DB, error) {
-	o := options{cacheSize: DefaultCacheSize, valueCacheSize: DefaultValueCacheSize}
+	o := options{cacheSize: DefaultCacheSize, valueCacheSize: DefaultValueCacheSize, keyFilterSize: DefaultKeyFilterSize}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -74,6 +77,9 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if o.valueCacheSize < 0 {
 		return nil, fmt.Errorf("state: open %s: negative value cache size %d", dir, o.valueCacheSize)
 	}
+	if o.keyFilterSize < 0 {
+		return nil, fmt.Errorf("state: open %s: negative key filter size %d", dir, o.keyFilterSize)
+	}
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
@@ -81,7 +87,10 @@ func Open(dir string, opts ...Option) (*DB, error) {
 
 	cache := pebble.NewCache(o.cacheSize)
 	defer cache.Unref() // the DB holds its own reference
-	pdb, err := pebble.Open(dir, o.pebbleOptions(cache, log))
+	stats := new(dbStats)
+	popts := o.pebbleOptions(cache, log)
+	popts.EventListener = stats.listener()
+	pdb, err := pebble.Open(dir, popts)
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
@@ -91,6 +100,7 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		wopts:    pebble.Sync,
 		log:      log,
 		seed:     maphash.MakeSeed(),
+		stats:    stats,
 		registry: make(map[string]uint32),
 		attached: make(map[string]attacher),
 	}
@@ -102,6 +112,11 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if err := db.loadMeta(); err != nil {
 		_ = pdb.Close()
 		return nil, err
+	}
+	if o.keyFilterSize > 0 {
+		db.filter = newKeyFilter(expectedTableKeys(pdb), o.keyFilterSize)
+		db.bg.Add(1)
+		go db.loadKeyFilter()
 	}
 	return db, nil
 }
@@ -176,6 +191,7 @@ func (db *DB) Close() error {
 		db.drainCond.Wait()
 	}
 	db.drainMu.Unlock()
+	db.bg.Wait()
 	db.mu.Lock()
 	for _, t := range db.attached {
 		t.release(db)
@@ -418,6 +434,7 @@ type attacher interface {
 	boundTo() *DB
 	bind(db *DB, id uint32)
 	release(db *DB)
+	cacheStats() (hits, misses, entries int64)
 }
 
 // Attach binds tables to the database, so that they can be read and written.

@@ -47,5 +47,10 @@
 // between concurrent committers (group commit), so many partition pipelines
 // committing at once pay for far fewer fsyncs than commits. Each table keeps a
 // bounded, write-through cache of decoded committed values, so a hot key is
-// read from Pebble and decoded once, not once per batch.
+// read from Pebble and decoded once, not once per batch. A Read of a row that
+// does not exist yet (a key's first event) costs no Pebble read either: the
+// DB keeps a Bloom filter of every table row in the store ([WithKeyFilterSize]),
+// built by a background scan when it opens and kept up to date by every
+// commit. A finished transaction's memory is reused by the next one of the
+// same table. [DB.Stats] tells how reads were served.
 package state

@@ -37,19 +37,19 @@ func (d Durability) String() string {
 
 const (
 	// DefaultCacheSize is Pebble's block cache budget unless [WithCacheSize]
-	// sets another: 64 MiB, which holds 8 MiB memtables with room for blocks.
+	// sets another: 64 MiB, which holds 16 MiB memtables with room for blocks.
 	DefaultCacheSize int64 = 64 << 20
 
 	// DefaultValueCacheSize is the budget of the decoded-value cache unless
-	// [WithValueCacheSize] sets another: 32 MiB.
-	DefaultValueCacheSize int64 = 32 << 20
+	// [WithValueCacheSize] sets another: 64 MiB.
+	DefaultValueCacheSize int64 = 64 << 20
 )
 
 // The block cache must stay at least 4x the memtable size: Pebble charges
 // the live, the recycled and any queued memtables against the cache, and a
 // cache smaller than that silently holds no blocks at all (measured).
 const (
-	maxMemTableSize int64 = 8 << 20
+	maxMemTableSize int64 = 16 << 20
 	minCacheSize    int64 = 4 << 20
 )
 
@@ -60,6 +60,7 @@ type options struct {
 	durability     Durability
 	cacheSize      int64
 	valueCacheSize int64
+	keyFilterSize  int64
 	logger         *slog.Logger
 	fs             vfs.FS // tests only
 }
@@ -69,18 +70,25 @@ func WithDurability(d Durability) Option { return func(o *options) { o.durabilit
 
 // WithCacheSize sets Pebble's block cache budget in bytes (default 64 MiB,
 // minimum 4 MiB). Memtables are charged against this budget, so the memtable
-// size is derived from it: a quarter of the cache, at most 8 MiB. For larger
+// size is derived from it: a quarter of the cache, at most 16 MiB. For larger
 // state, grow the cache. The memory is allocated outside the Go heap when cgo
 // is enabled, so GOMEMLIMIT does not see it.
 func WithCacheSize(bytes int64) Option { return func(o *options) { o.cacheSize = bytes } }
 
 // WithValueCacheSize bounds the per-database cache of decoded committed table
 // values that lets [Table.Read] skip a Pebble read and a decode for hot keys
-// (default 32 MiB). The size of an entry is estimated as its key length plus
-// its encoded value length plus a fixed overhead, so the decoded values may
-// use more memory than the budget when the codec is compact. Zero disables
-// the cache.
+// (default 64 MiB). An entry counts its own size, its map slot, its key and
+// its encoded value's length (standing for what the decoded value holds
+// outside the entry), so the budget is close to the Go heap the cache
+// holds. Zero disables the cache.
 func WithValueCacheSize(bytes int64) Option { return func(o *options) { o.valueCacheSize = bytes } }
+
+// WithKeyFilterSize bounds the in-memory filter of the table rows that are
+// in the store (default [DefaultKeyFilterSize]), which lets a Read of a row
+// that does not exist yet skip Pebble. It takes about 1.5 bytes per row and
+// grows with the rows up to this budget; past it, more absent rows are read
+// from Pebble. Zero disables it.
+func WithKeyFilterSize(bytes int64) Option { return func(o *options) { o.keyFilterSize = bytes } }
 
 // WithLogger sets the logger for Pebble's messages. Pebble's informational
 // messages (flushes, WAL recovery) are logged at Debug level, its errors at

@@ -116,9 +116,12 @@ type propMachine struct {
 
 func newPropMachine(t *rapid.T) *propMachine {
 	cacheSize := rapid.SampledFrom([]int64{0, 300, DefaultValueCacheSize}).Draw(t, "valueCacheSize")
+	// The key filter off, saturated from the start (every read goes to
+	// Pebble), or of the default size.
+	filterSize := rapid.SampledFrom([]int64{0, 32, DefaultKeyFilterSize}).Draw(t, "keyFilterSize")
 	pm := &propMachine{
 		fs:   vfs.NewMem(),
-		opts: []Option{WithValueCacheSize(cacheSize)},
+		opts: []Option{WithValueCacheSize(cacheSize), WithKeyFilterSize(filterSize)},
 		tables: [2]propTable{
 			sliceTable{withParts(NewTable("alpha", String(), JSON[[]int64]()), 3)},
 			vecTable{withParts(NewTable("beta", String(), JSON[vec]()), 3)},
@@ -354,6 +357,9 @@ func TestTxnAgainstModel(t *testing.T) {
 				}
 				pm.close(t)
 				pm.open(t)
+				if rapid.Bool().Draw(t, "waitKeyFilter") {
+					waitKeyFilter(t, pm.db) // else reads may go on while it loads
+				}
 			},
 			"": pm.check,
 		})

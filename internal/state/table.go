@@ -8,6 +8,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"math"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -40,6 +41,7 @@ func (t *Table[K, V]) SetPartitions(n uint32) { t.parts.Store(n) }
 type binding[V any] struct {
 	db    *DB
 	id    uint32
+	mem   sync.Pool // *shardMem[V] of finished Txns, for the next ones
 	cache *valueCache[V]
 	keys  atomic.Int64 // keys in the table's part of the last finished Txn: sizes the next
 }
@@ -82,6 +84,13 @@ func (t *Table[K, V]) boundTo() *DB {
 
 func (t *Table[K, V]) bind(db *DB, id uint32) {
 	t.b.Store(&binding[V]{db: db, id: id, cache: newValueCache[V](&db.budget)})
+}
+
+func (t *Table[K, V]) cacheStats() (hits, misses, entries int64) {
+	if b := t.b.Load(); b != nil {
+		return b.cache.stats()
+	}
+	return 0, 0, 0
 }
 
 // release drops the table's cached values when db closes.
@@ -182,7 +191,7 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	} else {
 		kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
 		var encLen int
-		v, present, encLen, err = t.load(b.db, kc, partition, key)
+		v, present, encLen, err = t.load(b.db, kc, h, partition, key)
 		if err != nil {
 			return zero, false, err
 		}
@@ -227,25 +236,23 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 	s := tt.shard(h)
 	s.mu.Lock()
 	e := s.m[string(k)]
-	var v V
 	var present bool
 	if e != nil {
-		v, present = e.v, e.present
+		present = e.present
 	}
 	s.mu.Unlock()
 	if e == nil {
-		var ce *cacheEntry[V]
-		var ks string
-		v, present, ce, ks, err = t.resolve(tx, b, h, k, partition, key)
+		v, p, ce, ks, err := t.resolve(tx, b, h, k, partition, key)
 		if err != nil {
 			return err
 		}
 		if ks == "" {
 			ks = string(k)
 		}
+		present = p
 		s.mu.Lock()
 		if e = s.m[ks]; e != nil { // the same key from another goroutine: keep its entry
-			v, present = e.v, e.present
+			present = e.present
 		} else {
 			e = tt.newEntry(s)
 			e.v, e.h, e.present, e.ce = v, h, present, ce
@@ -253,22 +260,25 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 		}
 		s.mu.Unlock()
 	}
-	if err := fn(&v, present); err != nil {
+	// fn folds into the entry's value in place (no other goroutine uses
+	// this key of the Txn meanwhile, and none reads the entry before the
+	// Txn commits); old is what the entry goes back to if fn or the
+	// encoding fails.
+	old := e.v
+	if err := fn(&e.v, present); err != nil {
+		e.v = old
 		if rerr := t.revert(tt, s, k); rerr != nil {
 			return rerr
 		}
 		return err
 	}
-	enc, err := t.values.Append(nil, v)
-	if err != nil {
+	if err := tt.encode(s, t.values, e); err != nil {
+		e.v = old
 		if rerr := t.revert(tt, s, k); rerr != nil {
 			return rerr
 		}
 		return fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
 	}
-	s.mu.Lock()
-	e.v, e.enc, e.present, e.dirty = v, enc, true, true
-	s.mu.Unlock()
 	return nil
 }
 
@@ -322,7 +332,7 @@ func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], k []byte) error {
 	// a copy, so the value cannot share memory with the bytes Pebble gets.
 	v, err := t.values.Decode(bytes.Clone(e.enc))
 	if err != nil {
-		return fmt.Errorf("state: table %q: revert key %q: decode the last written value: %w", t.name, k[rowKeyExtra:], err)
+		return fmt.Errorf("state: table %q: revert key %q: decode the last written value: %w", t.name, string(k[rowKeyExtra:]), err) // a copy: k stays on the caller's stack
 	}
 	e.v = v
 	return nil
@@ -364,7 +374,7 @@ func (t *Table[K, V]) resolve(tx *Txn, b *binding[V], h uint64, k []byte, partit
 	}
 	kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
 	var encLen int
-	v, present, encLen, err = t.load(b.db, kc, partition, key)
+	v, present, encLen, err = t.load(b.db, kc, h, partition, key)
 	if err != nil {
 		return v, false, nil, "", err
 	}
@@ -400,12 +410,18 @@ func prevValue[V any](prev *Txn, id uint32, h uint64, k []byte) (v V, present, o
 	return v, present, ok
 }
 
-// load reads and decodes the committed value of Pebble key k.
-func (t *Table[K, V]) load(db *DB, k []byte, partition uint32, key []byte) (v V, present bool, encLen int, err error) {
+// load reads and decodes the committed value of Pebble key k, whose hash
+// is h. A key the key filter knows is not in Pebble is not read.
+func (t *Table[K, V]) load(db *DB, k []byte, h uint64, partition uint32, key []byte) (v V, present bool, encLen int, err error) {
 	if err := db.enter(); err != nil {
 		return v, false, 0, err
 	}
 	defer db.exit()
+	if db.filter.absent(h) {
+		db.stats.skips.Add(1)
+		return v, false, 0, nil
+	}
+	db.stats.reads.Add(1)
 	present, err = db.get(k, func(val []byte) error {
 		encLen = len(val)
 		var derr error
@@ -417,6 +433,9 @@ func (t *Table[K, V]) load(db *DB, k []byte, partition uint32, key []byte) (v V,
 	})
 	if err != nil {
 		return v, false, 0, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, partition, err)
+	}
+	if present {
+		db.stats.found.Add(1)
 	}
 	return v, present, encLen, nil
 }
@@ -496,11 +515,12 @@ func (t *Table[K, V]) Get(ctx context.Context, k K) (V, bool, error) {
 	if n > 0 {
 		home = xxh32.Partition(key, n)
 	}
-	buf := make([]byte, 0, rowKeyExtra+len(key))
-	v, present, _, err := t.load(b.db, appendTableKey(buf, b.id, home, key), home, key)
+	buf := appendTableKey(make([]byte, 0, rowKeyExtra+len(key)), b.id, home, key)
+	v, present, _, err := t.load(b.db, buf, b.db.hash(buf), home, key)
 	for p := uint32(0); err == nil && !present && p < n; p++ {
 		if p != home {
-			v, present, _, err = t.load(b.db, appendTableKey(buf[:0], b.id, p, key), p, key)
+			buf = appendTableKey(buf[:0], b.id, p, key)
+			v, present, _, err = t.load(b.db, buf, b.db.hash(buf), p, key)
 		}
 	}
 	return v, present, err

@@ -363,7 +363,7 @@ func tableOf[V any](tx *Txn, b *binding[V], name string, shared bool) (*txnTable
 	if existing != nil {
 		return castTxnTable[V](existing, name)
 	}
-	tt := &txnTable[V]{name: name, cache: b.cache, shared: shared, last: &b.keys}
+	tt := &txnTable[V]{name: name, cache: b.cache, filter: b.db.filter, shared: shared, last: &b.keys, mem: &b.mem}
 	// Size each shard for the keys the table's last Txn had (plus a
 	// quarter), so that one slab and one map allocation usually suffice.
 	tt.hint = int(min(max(b.keys.Load()*5/4/txnShards, 4), 4096))
@@ -396,9 +396,11 @@ const (
 type txnTable[V any] struct {
 	name   string
 	cache  *valueCache[V]
+	filter *keyFilter    // nil when disabled
 	shared bool          // values may share memory with the cache's (see aliasFree)
 	hint   int           // expected keys per shard
 	last   *atomic.Int64 // where to leave this Txn's key count for the next
+	mem    *sync.Pool    // the table's spare *shardMem[V]
 	shards [txnShards]txnShard[V]
 }
 
@@ -406,7 +408,91 @@ type txnShard[V any] struct {
 	mu   sync.Mutex
 	m    map[string]*txnEntry[V] // Pebble key → entry
 	slab []txnEntry[V]           // entries are carved from here; a full slab is replaced, never grown
-	_    [24]byte
+	mem  *shardMem[V]            // where m, the slabs and the encodings live
+	_    [16]byte
+}
+
+// shardMem is the memory of one txnShard: its map, its entry slabs and the
+// arena its values are encoded into. When the Txn ends (after its entries
+// were published or rolled back, and no one can reach them any more) it is
+// cleared and reused by a later Txn of the table, so that a batch does not
+// allocate what the one before it threw away.
+type shardMem[V any] struct {
+	m      map[string]*txnEntry[V]
+	slabs  [][]txnEntry[V] // every slab, the one in use last
+	spare  int             // slabs[spare:] are cleared and unused
+	chunks [][]byte        // encoding arena: chunks[chunk] is being filled
+	chunk  int
+}
+
+// arenaChunk is the size of an encoding arena chunk; a value whose encoding
+// does not fit in the rest of a chunk is allocated on its own.
+const arenaChunk = 16 << 10
+
+// memOf returns s's memory, taking it from the pool on first use; s's lock
+// is held.
+func (tt *txnTable[V]) memOf(s *txnShard[V]) *shardMem[V] {
+	if s.mem == nil {
+		if m, ok := tt.mem.Get().(*shardMem[V]); ok {
+			s.mem = m
+		} else {
+			s.mem = &shardMem[V]{}
+		}
+		if s.mem.m == nil {
+			s.mem.m = make(map[string]*txnEntry[V], tt.hint)
+		}
+		s.m = s.mem.m
+	}
+	return s.mem
+}
+
+// encode appends the encoding of e's value to the arena of s and makes e a
+// write of it. It takes s's lock (the codec may panic: the lock is
+// released).
+func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], e *txnEntry[V]) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := tt.memOf(s)
+	if len(m.chunks) == 0 || cap(m.chunks[m.chunk])-len(m.chunks[m.chunk]) < 256 {
+		if len(m.chunks) > 0 {
+			m.chunk++
+		}
+		if m.chunk == len(m.chunks) {
+			m.chunks = append(m.chunks, make([]byte, 0, arenaChunk))
+		}
+	}
+	a := m.chunks[m.chunk]
+	n := len(a)
+	enc, err := c.Append(a[n:n:cap(a)], e.v)
+	if err != nil {
+		return err
+	}
+	if len(enc) > 0 && len(enc) <= cap(a)-n && &enc[0] == &a[:n+1][n] {
+		m.chunks[m.chunk] = a[:n+len(enc)] // written in place: keep it
+	}
+	e.enc, e.present, e.dirty = enc, true, true
+	return nil
+}
+
+// release clears s's memory and returns it to the pool; s's lock is held
+// and its entries are no longer reachable.
+func (tt *txnTable[V]) release(s *txnShard[V]) {
+	m := s.mem
+	s.m, s.slab, s.mem = nil, nil, nil
+	if m == nil {
+		return
+	}
+	clear(m.m)
+	for i, sl := range m.slabs[:m.spare] {
+		clear(sl[:cap(sl)])
+		m.slabs[i] = sl[:0]
+	}
+	m.spare = 0
+	for i := range m.chunks {
+		m.chunks[i] = m.chunks[i][:0]
+	}
+	m.chunk = 0
+	tt.mem.Put(m)
 }
 
 // txnEntry is one key's value in a Txn: written (dirty) or read (clean).
@@ -421,13 +507,18 @@ type txnEntry[V any] struct {
 
 // newEntry returns a zeroed entry for shard s, whose lock is held.
 func (tt *txnTable[V]) newEntry(s *txnShard[V]) *txnEntry[V] {
-	if s.m == nil {
-		s.m = make(map[string]*txnEntry[V], tt.hint)
-	}
+	m := tt.memOf(s)
 	if len(s.slab) == cap(s.slab) {
-		s.slab = make([]txnEntry[V], 0, max(tt.hint, 2*cap(s.slab)))
+		if m.spare < len(m.slabs) {
+			s.slab = m.slabs[m.spare]
+		} else {
+			s.slab = make([]txnEntry[V], 0, max(tt.hint, 2*cap(s.slab)))
+			m.slabs = append(m.slabs, s.slab)
+		}
+		m.spare++
 	}
 	s.slab = s.slab[:len(s.slab)+1]
+	m.slabs[m.spare-1] = s.slab
 	return &s.slab[len(s.slab)-1]
 }
 
@@ -549,6 +640,11 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch) error {
 			if e.dirty {
 				part, p := sortPrefix(k)
 				keys = append(keys, dirtyKey{part: part, p: p, k: k, enc: e.enc, present: e.present})
+				if e.present && tt.filter != nil {
+					// Before Pebble has it: the filter never says "absent"
+					// of a row that may be committed.
+					tt.filter.add(e.h)
+				}
 			}
 		}
 		s.mu.Unlock()
@@ -587,7 +683,7 @@ func (tt *txnTable[V]) published() {
 				tt.cache.invalidate(e.h, k)
 			}
 		}
-		s.m, s.slab = nil, nil
+		tt.release(s)
 		s.mu.Unlock()
 	}
 	tt.last.Store(int64(n))
@@ -606,7 +702,7 @@ func (tt *txnTable[V]) rollback() {
 				tt.cache.invalidate(e.h, k)
 			}
 		}
-		s.m, s.slab = nil, nil
+		tt.release(s)
 		s.mu.Unlock()
 	}
 	tt.last.Store(int64(n))

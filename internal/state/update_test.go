@@ -84,3 +84,31 @@ func TestUpdate(t *testing.T) {
 		t.Fatalf("account = %+v, want history [1]", a)
 	}
 }
+
+// TestUpdateDoesNotAllocate guards the no-failure path of Update against
+// heap escapes: folding into a key the Txn already holds allocates nothing
+// (the key buffer stays on the stack, the value is encoded into the Txn's
+// arena). A failure path that formats the stack key buffer into an error
+// once made every Update allocate it.
+func TestUpdateDoesNotAllocate(t *testing.T) {
+	db := openMem(t, nil)
+	defer mustClose(t, db)
+	tab := NewTable("t", String(), JSON[int64]())
+	if err := db.Attach(tab); err != nil {
+		t.Fatal(err)
+	}
+	tx := db.NewTxn()
+	defer tx.Discard()
+	key := []byte("k")
+	add := func(v *int64, _ bool) error { *v++; return nil }
+	if err := tab.Update(tx, 0, key, add); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := tab.Update(tx, 0, key, add); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("Update of a key the Txn holds allocates %v times; want 0", n)
+	}
+}

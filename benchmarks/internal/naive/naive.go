@@ -37,14 +37,14 @@ func (quiet) Fatalf(format string, args ...any) {
 }
 
 // Open opens a store in dir with the options stream/state uses (64 MiB
-// cache, 8 MiB memtables, stop at 4, bloom filters). sync selects fsync per
+// cache, 16 MiB memtables, stop at 4, bloom filters). sync selects fsync per
 // commit.
 func Open(dir string, decls workload.Decls, sync bool) (*Store, error) {
 	cache := pebble.NewCache(64 << 20)
 	defer cache.Unref()
 	opts := &pebble.Options{
 		Cache:                       cache,
-		MemTableSize:                8 << 20,
+		MemTableSize:                16 << 20,
 		MemTableStopWritesThreshold: 4,
 		FormatMajorVersion:          pebble.FormatValueSeparation,
 		Logger:                      quiet{},

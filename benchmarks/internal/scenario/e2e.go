@@ -34,13 +34,18 @@ type E2EOptions struct {
 	Batch int
 	// Dir is where stores and the broker's data directory go.
 	Dir string
-	// Broker is "memory" (default) or "disk" (iggytest.WithDataDir).
+	// Broker is "memory" (default), "disk" (iggytest.WithDataDir) or
+	// "process" (in memory, in a process of its own: see ServeBrokerFlag).
 	Broker string
 	// CPUProfile, when set, receives a CPU profile of the timed section.
 	CPUProfile string
 	// PublisherConnections is the producer's connection count
 	// (iggy.WithConnections; 0 means 1).
 	PublisherConnections int
+	// IdleMax is the longest the processor's readers wait before polling
+	// an empty partition again (iggy.WithIdleBackoff from 1 ms; 0: the
+	// connector's default, 50 ms).
+	IdleMax time.Duration
 	// Log is the pre-encoded log; nil makes one.
 	Log *workload.Log
 }
@@ -106,12 +111,32 @@ func drainVariant(base string, drain bool) string {
 }
 
 // broker is an embedded Iggy broker with the accounts topic, and a client.
+// With -broker process it runs in a process of its own (proc), else in
+// this one (srv).
 type broker struct {
-	srv *iggytest.Server
-	cl  *iggy.Client
+	srv  *iggytest.Server
+	proc *brokerProcess
+	cl   *iggy.Client
 }
 
 func startBroker(ctx context.Context, dir, kind string, partitions uint32) (*broker, error) {
+	if kind == "process" {
+		proc, addr, err := startBrokerProcess(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cl, err := iggy.Connect(ctx, addr, iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(quietLogger()))
+		if err != nil {
+			proc.close()
+			return nil, err
+		}
+		if err := cl.EnsureTopic(ctx, iggyStream, iggyTopic, partitions); err != nil {
+			_ = cl.Close()
+			proc.close()
+			return nil, err
+		}
+		return &broker{proc: proc, cl: cl}, nil
+	}
 	opts := []iggytest.Option{iggytest.WithLogger(quietLogger())}
 	if kind == "disk" {
 		d := filepath.Join(dir, "broker")
@@ -139,6 +164,10 @@ func startBroker(ctx context.Context, dir, kind string, partitions uint32) (*bro
 
 func (b *broker) close() {
 	_ = b.cl.Close()
+	if b.proc != nil {
+		b.proc.close()
+		return
+	}
 	_ = b.srv.Close()
 }
 
@@ -208,7 +237,7 @@ type processor struct {
 	proc *engine.Processor
 }
 
-func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log, batch int, hooks engine.Hooks) (*processor, error) {
+func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log, batch int, idleMax time.Duration, hooks engine.Hooks) (*processor, error) {
 	topo, err := workload.NewTopology(log.Decls, 0)
 	if err != nil {
 		return nil, err
@@ -219,7 +248,11 @@ func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log,
 	if err != nil {
 		return nil, err
 	}
-	src, err := iggy.NewSource(b.cl, iggyStream, iggyTopic, iggy.WithPollBatch(batch))
+	srcOpts := []iggy.SourceOption{iggy.WithPollBatch(batch)}
+	if idleMax > 0 {
+		srcOpts = append(srcOpts, iggy.WithIdleBackoff(min(time.Millisecond, idleMax), idleMax))
+	}
+	src, err := iggy.NewSource(b.cl, iggyStream, iggyTopic, srcOpts...)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -292,7 +325,7 @@ func E2EStrand(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 		pr.committed(p, r.Next)
 		return nil
 	}}
-	proc, err := newProcessor(ctx, filepath.Join(dir, "store"), b, log, o.Batch, hooks)
+	proc, err := newProcessor(ctx, filepath.Join(dir, "store"), b, log, o.Batch, o.IdleMax, hooks)
 	if err != nil {
 		return res, err
 	}
@@ -345,8 +378,11 @@ func E2EStrand(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 }
 
 func brokerKind(k string) string {
-	if k == "disk" {
+	switch k {
+	case "disk":
 		return "with a data directory"
+	case "process":
+		return "in memory, in a process of its own"
 	}
 	return "in memory"
 }

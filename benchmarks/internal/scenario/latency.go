@@ -117,7 +117,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		marks[p] = append(marks[p], commitMark{from: prev, to: r.Next, at: now, polled: polledAt[p], began: beganAt[p]})
 		return nil
 	}
-	proc, err := newProcessor(ctx, filepath.Join(dir, "store"), b, log, o.Batch, hooks)
+	proc, err := newProcessor(ctx, filepath.Join(dir, "store"), b, log, o.Batch, o.IdleMax, hooks)
 	if err != nil {
 		return res, err
 	}
@@ -189,7 +189,11 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 		return res, err
 	}
 	res.Verified = true
-	res.Note = fmt.Sprintf("broker %s; %.0f events per commit on average", brokerKind(o.Broker), float64(log.Len())/math.Max(1, float64(res.Commits)))
+	idle := "50ms (default)"
+	if o.IdleMax > 0 {
+		idle = o.IdleMax.String()
+	}
+	res.Note = fmt.Sprintf("broker %s; %.0f events per commit on average; readers' idle backoff up to %s", brokerKind(o.Broker), float64(log.Len())/math.Max(1, float64(res.Commits)), idle)
 	return res, nil
 }
 

@@ -41,6 +41,13 @@ type ScaleOptions struct {
 	// MemProfile, when set, receives a heap profile taken right after the
 	// timed section (before the store closes): what the processing holds.
 	MemProfile string
+	// ValueCache, when positive, is the store's value cache budget in
+	// bytes (state.WithValueCacheSize); 0 keeps the default.
+	ValueCache int64
+	// Timeline, when set, names a CSV file that receives the strand run's
+	// samples, one a second (see timeline); the per-tenth rates are in
+	// Result.Extra either way.
+	Timeline string
 }
 
 // The scale scenario's memory figures, in Result.Extra (bytes):
@@ -73,6 +80,8 @@ type scaleRun struct {
 	peakHeap chan uint64
 	stopHeap chan struct{}
 	buffers  atomic.Int64 // bytes of the feeders' record buffers and arenas
+	// committed, when set, counts the events of committed batches.
+	committed *atomic.Int64
 }
 
 // addBuffers counts a feeder's buffers towards the "batches" figure.
@@ -171,7 +180,11 @@ func ScaleStrand(ctx context.Context, o ScaleOptions) (Result, error) {
 	}
 	n := s.in.Partitions()
 	topo.SetPartitions(n)
-	db, err := state.Open(s.dir, state.WithDurability(state.Sync), state.WithLogger(quietLogger()))
+	sopts := []state.Option{state.WithDurability(state.Sync), state.WithLogger(quietLogger())}
+	if o.ValueCache > 0 {
+		sopts = append(sopts, state.WithValueCacheSize(o.ValueCache))
+	}
+	db, err := state.Open(s.dir, sopts...)
 	if err != nil {
 		return *res, err
 	}
@@ -189,9 +202,15 @@ func ScaleStrand(ctx context.Context, o ScaleOptions) (Result, error) {
 	if err != nil {
 		return *res, err
 	}
+	tl := startTimeline(db, s.dir)
+	s.committed = &tl.committed
 	commits, err := eachPartition(n, func(p uint32) (int, error) { return submitPacked(ctx, s, tasks[p], p, o.Batch) })
 	m.stop(res)
 	s.memory()
+	storeStats(res, db.Stats())
+	if terr := tl.finish(res, int64(s.in.Len()), o.Timeline); terr != nil && err == nil {
+		err = terr
+	}
 	if perr := writeHeapProfile(o.MemProfile); perr != nil && err == nil {
 		err = perr
 	}
@@ -287,6 +306,39 @@ func ScaleInput(ctx context.Context, o ScaleOptions) (Result, error) {
 	return *res, err
 }
 
+// The store figures of a strand run, in Result.Extra (see state.Stats):
+// "vc_hit" (value cache hits per first read of a key in a batch), "vc_entries",
+// "filter_skips" and "pebble_reads" / "pebble_found" (reads per event),
+// "bc_hit" (Pebble block cache hit rate), "read_amp", "compaction_debt"
+// (bytes), "compactions", "flushes", "stalls", "stall_s", "live_bytes".
+func storeStats(res *Result, st state.Stats) {
+	x := res.Extra
+	per := func(n int64) float64 {
+		if res.Events == 0 {
+			return 0
+		}
+		return float64(n) / float64(res.Events)
+	}
+	if n := st.ValueCacheHits + st.ValueCacheMisses; n > 0 {
+		x["vc_hit"] = float64(st.ValueCacheHits) / float64(n)
+	}
+	if n := st.BlockCacheHits + st.BlockCacheMisses; n > 0 {
+		x["bc_hit"] = float64(st.BlockCacheHits) / float64(n)
+	}
+	x["vc_entries"] = float64(st.ValueCacheEntries)
+	x["vc_bytes"] = float64(st.ValueCacheBytes)
+	x["filter_skips"] = per(st.KeyFilterSkips)
+	x["pebble_reads"] = per(st.PebbleReads)
+	x["pebble_found"] = per(st.PebbleReadsFound)
+	x["read_amp"] = float64(st.ReadAmp)
+	x["compaction_debt"] = float64(st.CompactionDebt)
+	x["compactions"] = float64(st.Compactions)
+	x["flushes"] = float64(st.Flushes)
+	x["stalls"] = float64(st.WriteStalls)
+	x["stall_s"] = st.WriteStallTime.Seconds()
+	x["live_bytes"] = float64(st.LiveBytes)
+}
+
 // startScaleMeasure is startMeasure without its GC and peak reset (the
 // scale run did them before opening the store, which is part of what it
 // measures).
@@ -349,6 +401,9 @@ func submitPacked(ctx context.Context, s *scaleRun, task *engine.Task, p uint32,
 			return fmt.Errorf("batch before offset %d: %w", off, err)
 		}
 		commits++
+		if s.committed != nil {
+			s.committed.Add(int64(r.Records))
+		}
 		return nil
 	}
 	for k, off := 0, int(task.Next()); off < in.PartitionLen(p); k ^= 1 {
