@@ -423,6 +423,7 @@ type shardMem[V any] struct {
 	spare  int             // slabs[spare:] are cleared and unused
 	chunks [][]byte        // encoding arena: chunks[chunk] is being filled
 	chunk  int
+	last   int // length of the last encoding
 }
 
 // arenaChunk is the size of an encoding arena chunk; a value whose encoding
@@ -453,7 +454,9 @@ func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], e *txnEntry[V]) error 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := tt.memOf(s)
-	if len(m.chunks) == 0 || cap(m.chunks[m.chunk])-len(m.chunks[m.chunk]) < 256 {
+	// A new chunk when the rest of this one may not hold a value as large
+	// as the last (values larger than a quarter chunk are allocated alone).
+	if need := max(256, min(m.last, arenaChunk/4)); len(m.chunks) == 0 || cap(m.chunks[m.chunk])-len(m.chunks[m.chunk]) < need {
 		if len(m.chunks) > 0 {
 			m.chunk++
 		}
@@ -470,6 +473,7 @@ func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], e *txnEntry[V]) error 
 	if len(enc) > 0 && len(enc) <= cap(a)-n && &enc[0] == &a[:n+1][n] {
 		m.chunks[m.chunk] = a[:n+len(enc)] // written in place: keep it
 	}
+	m.last = len(enc)
 	e.enc, e.present, e.dirty = enc, true, true
 	return nil
 }

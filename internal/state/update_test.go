@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -110,5 +112,40 @@ func TestUpdateDoesNotAllocate(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("Update of a key the Txn holds allocates %v times; want 0", n)
+	}
+}
+
+// TestUpdateEncodingsInTheArena writes values of many sizes (some larger
+// than an arena chunk) through Update across several Txns, reusing the
+// Txns' memory, and reads every one back after each commit.
+func TestUpdateEncodingsInTheArena(t *testing.T) {
+	ctx := context.Background()
+	db := openMem(t, nil)
+	defer mustClose(t, db)
+	tab := NewTable("t", String(), String())
+	if err := db.Attach(tab); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for round := range 4 {
+		tx := db.NewTxn()
+		for i := range 300 {
+			k := fmt.Sprintf("k%03d", i)
+			size := (i*997 + round*131) % (3 * arenaChunk / 2)
+			v := strings.Repeat(string(rune('a'+(i+round)%26)), size)
+			if err := tab.Update(tx, 0, []byte(k), func(cur *string, _ bool) error { *cur = v; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range want {
+			got, ok, err := tab.Get(ctx, k)
+			if err != nil || !ok || got != v {
+				t.Fatalf("round %d: Get(%s) = %d bytes %v %v; want %d bytes", round, k, len(got), ok, err, len(v))
+			}
+		}
 	}
 }
