@@ -204,7 +204,8 @@ func WithCacheSize(bytes int64) OpenOption {
 }
 
 // WithValueCacheSize bounds the cache of decoded table values that saves
-// hot keys a read and a decode (default 32 MiB; 0 turns it off).
+// hot keys a read and a decode (default 64 MiB, counting what each entry
+// really holds; 0 turns it off).
 func WithValueCacheSize(bytes int64) OpenOption {
 	return func(o *openOptions) error {
 		if bytes < 0 {
