@@ -214,9 +214,10 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow,
 		}
 		k.mem[pt] = q
 		if len(q) > 0 && q[0].order == k.from[pt] {
-			n := len(q)
-			if limit > 0 {
-				n = min(n, limit)
+			n, size := 0, 0
+			for n < len(q) && (limit <= 0 || n < limit && size < outboxRoundBytes) {
+				size += len(q[n].msg.Payload)
+				n++
 			}
 			out := slices.Clone(q[:n])
 			k.mu.Unlock()

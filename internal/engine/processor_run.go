@@ -62,7 +62,8 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.log.Warn("strand: processor has no dead-letter sink; dead letters stay in the store")
 	}
 	if len(p.prog.sources[p.name].dests) > 0 {
-		outboxes.msgs = newOutbox(p, newMessageKind(p))
+		outboxes.messages = newMessageKind(p)
+		outboxes.msgs = newOutbox(p, outboxes.messages)
 	}
 	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
@@ -119,7 +120,10 @@ func drainContext(ctx, runCtx context.Context, timeout time.Duration) (drainCtx 
 
 // outboxes are a processor's outboxes: of its dead letters and of its To
 // and KeyBy messages; nil when it has none of that kind.
-type outboxes struct{ dead, msgs *outbox }
+type outboxes struct {
+	dead, msgs *outbox
+	messages   *messageKind // msgs's kind, which commits hand their rows to
+}
 
 func (o outboxes) all() []*outbox {
 	var out []*outbox
@@ -516,7 +520,7 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		pl.outboxes.dead.notify(pl.part)
 	}
 	if res.Emitted > 0 && pl.outboxes.msgs != nil {
-		pl.outboxes.msgs.kind.(*messageKind).push(pl.part, res.outbox)
+		pl.outboxes.messages.push(pl.part, res.outbox)
 		pl.outboxes.msgs.notify(pl.part)
 	}
 	return nil
