@@ -125,6 +125,11 @@ type processorOptions struct {
 	outboxSinks  map[string]stream.Sink
 	outboxGrace  time.Duration
 	observe      observeOptions // see observe.go
+	// gate, when set, is called before an outbox sends rows of a
+	// partition that it read from the store: it returns once their
+	// commits may be published (scale-out: once they are confirmed in the
+	// partition's changelog), or an error (ErrFenced: never).
+	gate func(ctx context.Context, partition uint32) error
 }
 
 // DefaultPollSize is the most records one poll asks for, unless

@@ -221,6 +221,9 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 
 // runs reports whether the App processes partition pt of its sources.
 func (a *App) runs(pt uint32) bool {
+	if a.grp != nil {
+		return a.Phase(pt) == Serving
+	}
 	if len(a.partitions) == 0 {
 		return true
 	}
