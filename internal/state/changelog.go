@@ -549,6 +549,9 @@ func (db *DB) SnapshotPartition(ctx context.Context, p uint32, chunkBytes int, f
 	if chunkBytes <= 0 {
 		return fmt.Errorf("state: snapshot partition %d: chunk size %d is not positive", p, chunkBytes)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := db.enter(); err != nil {
 		return err
 	}
@@ -597,17 +600,12 @@ func (db *DB) SnapshotPartition(ctx context.Context, p uint32, chunkBytes int, f
 		return it.Error()
 	})
 	if err == nil {
-		if fnErr = flush(); fnErr != nil {
-			err = fnErr
-		}
+		fnErr = flush()
 	}
-	if fnErr != nil {
+	switch {
+	case fnErr != nil:
 		return fnErr
-	}
-	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return err
-		}
+	case err != nil:
 		return fmt.Errorf("state: snapshot partition %d: %w", p, err)
 	}
 	return nil
