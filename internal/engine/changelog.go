@@ -24,7 +24,7 @@ const (
 	clogRoundRows   = 1024
 	clogRoundBytes  = 4 << 20
 	clogChunkBytes  = 1 << 20
-	clogPollRecords = 512
+	clogPollRecords = 128
 	clogResendAfter = 2 * time.Second
 )
 
@@ -664,7 +664,7 @@ func (c *Changelog) publish(ctx context.Context, p uint32, part *clogPart) error
 	}
 }
 
-var errStopRows = errors.New("stop")
+
 
 // confirm reads p's changelog after its fence: it confirms this owner's
 // commits (deleting their rows), notes its snapshots, and marks p lost at

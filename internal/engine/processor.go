@@ -166,6 +166,14 @@ func WithOutboxSinks(sinks map[string]stream.Sink) ProcessorOption {
 	return func(o *processorOptions) { o.outboxSinks = sinks }
 }
 
+// WithPublishGate makes every outbox of the processor call gate before it
+// sends rows of a partition, after it read them: the rows are sent only
+// once gate returned nil. An error wrapping ErrFenced stops the processor;
+// other errors are retried like a failed send.
+func WithPublishGate(gate func(ctx context.Context, partition uint32) error) ProcessorOption {
+	return func(o *processorOptions) { o.gate = gate }
+}
+
 // WithPollSize sets the most records one poll of a partition returns
 // (default DefaultPollSize). Bigger polls make bigger batches: fewer commits
 // and more reduction per key, at the cost of latency and memory.

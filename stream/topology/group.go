@@ -505,8 +505,11 @@ func (a *App) runGroup(ctx context.Context) error {
 			}
 		})
 	}
+	// A partition's changelog outlives Run's context: at a stop it is
+	// flushed after the processors stopped (leaveGroup), then cancelled.
+	serveCtx := context.WithoutCancel(ctx)
 	startServe := func(p uint32, e stream.Epoch) {
-		sctx, cancel := context.WithCancel(ctx)
+		sctx, cancel := context.WithCancel(serveCtx)
 		done := make(chan struct{})
 		gr.setPhase(p, func(st *partState) { st.phase, st.cancel, st.done = Serving, cancel, done })
 		bg.Go(func() {

@@ -28,14 +28,14 @@ func startInstance(t *testing.T, cl *iggy.Client, name, dir string, opts ...topo
 	topo, n, _ := counter("grp")
 	g := cl.Group("s", iggy.WithSessionTimeout(2*time.Second))
 	app, err := topology.Open(context.Background(), topo, cl, dir,
-		append([]topology.OpenOption{topology.WithGroup(g), topology.WithQueryAddr("127.0.0.1:1" + name[len(name)-1:]),
+		append([]topology.OpenOption{topology.WithGroup(g), topology.WithQueryAddr("instance-"+name),
 			topology.WithLogger(testLogger(t, name))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{name: name, dir: dir, app: app, n: n, stop: cancel, done: make(chan error, 1)}
-	go func() { in.done <- app.Run(ctx) }()
+	go func() { err := app.Run(ctx); t.Logf("%s: Run returned %v", name, err); in.done <- err }()
 	return in
 }
 
@@ -75,6 +75,15 @@ func settled(t *testing.T, n uint32, ins ...*instance) map[uint32]*instance {
 				}
 			}
 			if owner[p] == nil {
+				ok = false
+			}
+		}
+		served := map[*instance]int{}
+		for _, in := range owner {
+			served[in]++
+		}
+		for _, in := range ins {
+			if served[in] < int(n)/len(ins) { // not balanced yet
 				ok = false
 			}
 		}
