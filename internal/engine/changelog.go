@@ -353,12 +353,12 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch stream.Epoch) e
 }
 
 type rebuilt struct {
-	last, lastOff      uint64
-	lastEpoch          stream.Epoch
-	fenceOff           uint64
-	applied            int
-	reused, snapshot   bool
-	took               time.Duration
+	last, lastOff    uint64
+	lastEpoch        stream.Epoch
+	fenceOff         uint64
+	applied          int
+	reused, snapshot bool
+	took             time.Duration
 }
 
 // rebuild reads the changelog of p up to the fence of (epoch, member) and
@@ -590,7 +590,7 @@ func (c *Changelog) publish(ctx context.Context, p uint32, part *clogPart) error
 	backoff := 50 * time.Millisecond
 	for {
 		c.mu.Lock()
-		v, hi := part.verified, part.hi
+		v, hi, progress := part.verified, part.hi, part.progress
 		c.mu.Unlock()
 		if v != lastVerified {
 			lastVerified, stuckSince = v, time.Now()
@@ -658,13 +658,11 @@ func (c *Changelog) publish(ctx context.Context, p uint32, part *clogPart) error
 		case <-part.lostC:
 			return nil
 		case <-part.wake:
-		case <-part.progress:
+		case <-progress:
 		case <-timer.C:
 		}
 	}
 }
-
-
 
 // confirm reads p's changelog after its fence: it confirms this owner's
 // commits (deleting their rows), notes its snapshots, and marks p lost at

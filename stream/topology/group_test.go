@@ -28,7 +28,7 @@ func startInstance(t *testing.T, cl *iggy.Client, name, dir string, opts ...topo
 	topo, n, _ := counter("grp")
 	g := cl.Group("s", iggy.WithSessionTimeout(2*time.Second))
 	app, err := topology.Open(context.Background(), topo, cl, dir,
-		append([]topology.OpenOption{topology.WithGroup(g), topology.WithQueryAddr("instance-"+name),
+		append([]topology.OpenOption{topology.WithGroup(g), topology.WithQueryAddr("instance-" + name),
 			topology.WithLogger(testLogger(t, name))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
