@@ -140,6 +140,9 @@ func (c *Changelog) Stamp(p uint32, cps []state.Checkpoint) (uint64, []byte, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if part.lost || c.parts[p] != part {
+		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, ErrFenced)
+	}
 	meta := ClogMeta{Epoch: epoch, Member: part.member, Seq: part.next}
 	for _, cp := range cps {
 		meta.Ranges = append(meta.Ranges, ClogRange{Source: cp.Source, From: part.last[cp.Source], Next: cp.Next})
@@ -179,14 +182,13 @@ func (c *Changelog) Done(p uint32, seq uint64, ok bool) {
 
 // Gate returns once every commit of partition p stamped so far is
 // confirmed in the changelog (so that rows an outbox read may be
-// published), or ErrFenced once p is lost. A partition this changelog does
-// not keep passes at once.
+// published), or ErrFenced once p is lost or not kept here.
 func (c *Changelog) Gate(ctx context.Context, p uint32) error {
 	c.mu.Lock()
 	part := c.parts[p]
 	if part == nil {
 		c.mu.Unlock()
-		return nil
+		return fmt.Errorf("publish rows of partition %d: %w", p, ErrFenced)
 	}
 	target := part.next - 1
 	c.mu.Unlock()

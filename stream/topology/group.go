@@ -190,6 +190,9 @@ func (v ChangelogVerdict) String() string { return engine.ClogVerdict(v).String(
 // record, entry by entry, as every reader does (Judge).
 type ChangelogHistory struct{ h engine.ClogHistory }
 
+// Epoch returns the current epoch: the highest fence judged so far.
+func (h *ChangelogHistory) Epoch() stream.Epoch { return h.h.Epoch }
+
 // Judge classifies the next entry of the partition and advances.
 func (h *ChangelogHistory) Judge(e ChangelogEntry) ChangelogVerdict {
 	r := engine.ClogRecord{Kind: engine.ClogKind(e.Kind), Meta: engine.ClogMeta{Epoch: e.Epoch, Member: e.Member, Seq: e.Seq}}
