@@ -344,7 +344,7 @@ func (f *fakeMember) Owns(p uint32) (stream.Epoch, bool) {
 	return e, ok
 }
 func (f *fakeMember) Release(ctx context.Context, p uint32) error { return nil }
-func (f *fakeMember) Members() []stream.Member                   { return nil }
+func (f *fakeMember) Members() []stream.Member                    { return nil }
 func (f *fakeMember) Owner(p uint32) (stream.Member, stream.Epoch, bool) {
 	return stream.Member{}, 0, false
 }
