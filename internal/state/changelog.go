@@ -542,7 +542,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 // (a row larger than that is a chunk of its own). Each chunk is a batch
 // representation of Sets that [DB.ApplyLogged] accepts; it is only valid
 // during the call (fn copies it to keep it), so memory stays bounded by about
-// one chunk. A partition without rows calls fn never. SnapshotPartition
+// one chunk. For a partition without rows fn is not called. SnapshotPartition
 // stops at the first error from fn and returns it unchanged. fn may call
 // other methods of the DB, but not Close.
 func (db *DB) SnapshotPartition(ctx context.Context, p uint32, chunkBytes int, fn func(writes []byte) error) error {
