@@ -62,7 +62,8 @@ type CommitLogger interface {
 	// checkpoints are the checkpoints the commit sets, sorted by source. It
 	// returns the commit's seq and the head value to store; an error fails
 	// the commit (nothing is written; Commit returns an error wrapping it).
-	// Stamp may read the DB but must not commit to partition p.
+	// Stamp and Done may read the DB, but must not commit to partition p or
+	// call LogPartition or SetCommitLogger (the lock is held).
 	Stamp(p uint32, checkpoints []Checkpoint) (seq uint64, head []byte, err error)
 	// Done follows every successful Stamp once the batch was applied (ok)
 	// or failed (!ok), still under the partition's lock.
