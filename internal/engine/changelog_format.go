@@ -3,12 +3,12 @@ package engine
 import (
 	"cmp"
 	"encoding/binary"
-	"hash/fnv"
-	"maps"
-	"slices"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
 
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
