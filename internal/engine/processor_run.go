@@ -47,6 +47,9 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	parts, err := p.runPartitions(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	return p.run(ctx, parts)
@@ -65,6 +68,9 @@ func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 	}
 	n, err := p.src.Partitions(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
 	}
 	parts = slices.Sorted(slices.Values(parts))

@@ -479,6 +479,13 @@ func (a *App) runGroup(ctx context.Context) error {
 		}
 		return errors.Join(rest...)
 	}
+	// Whatever makes Run return, the processors stop first (committing
+	// what is in flight), then every partition's changelog is flushed and
+	// stopped; the deferred bg.Wait above runs after this.
+	defer func() {
+		_ = stopGen()
+		a.leaveGroup(log, clog)
+	}()
 	stopPart := func(p uint32) {
 		gr.mu.Lock()
 		st := gr.parts[p]
@@ -535,13 +542,10 @@ func (a *App) runGroup(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			err := handleGenErr(stopGen())
-			a.leaveGroup(log, clog)
-			return err
+			return handleGenErr(stopGen())
 		case asg, ok := <-assignments:
 			if !ok {
 				err := handleGenErr(stopGen())
-				a.leaveGroup(log, clog)
 				if merr := m.Err(); merr != nil {
 					return errors.Join(err, fmt.Errorf("topology %q: the group membership ended: %w", a.prog.Name(), merr))
 				}
@@ -648,7 +652,6 @@ func (a *App) runGroup(ctx context.Context) error {
 		case err := <-genDone:
 			genDone = nil
 			if err := handleGenErr(err); err != nil {
-				a.leaveGroup(log, clog)
 				return err
 			}
 			dirty = true
@@ -657,7 +660,6 @@ func (a *App) runGroup(ctx context.Context) error {
 			if dirty {
 				dirty = false
 				if err := handleGenErr(stopGen()); err != nil {
-					a.leaveGroup(log, clog)
 					return err
 				}
 				startGen()
@@ -682,20 +684,25 @@ func (a *App) leaveGroup(log *slog.Logger, clog *engine.Changelog) {
 		sts[p] = st
 	}
 	gr.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
 	for _, p := range parts {
-		if sts[p].phase == Serving {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := clog.Flush(ctx, p); err != nil {
-				log.Warn("strand: changelog not confirmed at stop; the next owner redoes the last commits", "partition", p, "err", err)
+		wg.Go(func() {
+			if sts[p].phase == Serving {
+				if err := clog.Flush(ctx, p); err != nil {
+					log.Warn("strand: changelog not confirmed at stop; the next owner redoes the last commits", "partition", p, "err", err)
+				}
 			}
-			cancel()
-		}
-		if sts[p].cancel != nil {
-			sts[p].cancel()
-			<-sts[p].done
-		}
-		clog.Forget(p)
+			if sts[p].cancel != nil {
+				sts[p].cancel()
+				<-sts[p].done
+			}
+			clog.Forget(p)
+			gr.setPhase(p, func(st *partState) { st.phase = NotOwned })
+		})
 	}
+	wg.Wait()
 }
 
 // flatten returns the errors err joins (itself if it joins none).
