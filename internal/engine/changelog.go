@@ -221,6 +221,29 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 	}
 }
 
+// Check returns ErrFenced unless p is kept here and this member still owns
+// it with the epoch it was restored under (its lease holds): outboxes call
+// it at the last moment before a send, so that an owner resumed after a
+// pause does not send what the new owner sends.
+func (c *Changelog) Check(p uint32) error {
+	c.mu.Lock()
+	part := c.parts[p]
+	c.mu.Unlock()
+	if part == nil {
+		return fmt.Errorf("publish rows of partition %d: %w", p, ErrFenced)
+	}
+	c.mu.Lock()
+	lost, epoch := part.lost, part.epoch
+	c.mu.Unlock()
+	if lost {
+		return fmt.Errorf("publish rows of partition %d: %w", p, ErrFenced)
+	}
+	if e, ok := c.m.Owns(p); !ok || e != epoch {
+		return fmt.Errorf("publish rows of partition %d with epoch %d: %w", p, epoch, ErrFenced)
+	}
+	return nil
+}
+
 // Flush waits until every commit of p is confirmed in the changelog.
 func (c *Changelog) Flush(ctx context.Context, p uint32) error { return c.Gate(ctx, p) }
 

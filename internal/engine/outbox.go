@@ -230,6 +230,11 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 			if err := k.beforeSend(pt, send); err != nil {
 				return fatal(stream.OpHook, first, err)
 			}
+			if check := p.opts.check; check != nil {
+				if err := check(pt); err != nil {
+					return fatal(k.op(), first, err)
+				}
+			}
 			if err := sendRows(ctx, send); err != nil {
 				o.raiseUnsure(pt, last+1)
 				p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, 0, true) })

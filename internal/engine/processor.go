@@ -130,6 +130,9 @@ type processorOptions struct {
 	// commits may be published (scale-out: once they are confirmed in the
 	// partition's changelog), or an error (ErrFenced: never).
 	gate func(ctx context.Context, partition uint32) error
+	// check, when set, is called right before an outbox sends rows of a
+	// partition: an error (ErrFenced) stops the outbox instead.
+	check func(partition uint32) error
 }
 
 // DefaultPollSize is the most records one poll asks for, unless
@@ -169,9 +172,11 @@ func WithOutboxSinks(sinks map[string]stream.Sink) ProcessorOption {
 // WithPublishGate makes every outbox of the processor call gate before it
 // sends rows of a partition, after it read them: the rows are sent only
 // once gate returned nil. An error wrapping ErrFenced stops the processor;
-// other errors are retried like a failed send.
-func WithPublishGate(gate func(ctx context.Context, partition uint32) error) ProcessorOption {
-	return func(o *processorOptions) { o.gate = gate }
+// other errors are retried like a failed send. check, if not nil, is
+// called at the last moment before the send (after the hooks): an error
+// stops the processor without sending (scale-out: the owner's lease).
+func WithPublishGate(gate func(ctx context.Context, partition uint32) error, check func(partition uint32) error) ProcessorOption {
+	return func(o *processorOptions) { o.gate, o.check = gate, check }
 }
 
 // WithPollSize sets the most records one poll of a partition returns

@@ -413,7 +413,7 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 		popts = append(popts, engine.WithProcessorClock(o.clock))
 	}
 	if a.grp != nil {
-		popts = append(popts, engine.WithPublishGate(a.grp.gate))
+		popts = append(popts, engine.WithPublishGate(a.grp.gate, a.grp.check))
 	}
 	popts = append(popts, runhooks.From(ctx)...)
 	for _, src := range sources {

@@ -280,6 +280,18 @@ func (gr *group) gate(ctx context.Context, p uint32) error {
 	return clog.Gate(ctx, p)
 }
 
+// check is the processors' last check before a send: the partition is
+// still this instance's.
+func (gr *group) check(p uint32) error {
+	gr.mu.Lock()
+	clog := gr.clog
+	gr.mu.Unlock()
+	if clog == nil {
+		return fmt.Errorf("partition %d: %w", p, engine.ErrFenced)
+	}
+	return clog.Check(p)
+}
+
 func (gr *group) setPhase(p uint32, fn func(st *partState)) {
 	gr.mu.Lock()
 	defer gr.mu.Unlock()
