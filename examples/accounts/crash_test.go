@@ -36,7 +36,6 @@ const (
 	childArgsEnv  = "STRAND_ACCOUNTS_ARGS"
 	childKillEnv  = "STRAND_ACCOUNTS_KILL"
 	childPlainDLQ = "STRAND_ACCOUNTS_PLAIN_DLQ"
-	readyLine     = "processor running"
 	selfKillLine  = "SELF-KILL"
 )
 

@@ -6,6 +6,7 @@ package topology
 
 import (
 	"errors"
+	"time"
 
 	"github.com/strand-io/strand/stream"
 )
@@ -66,3 +67,48 @@ type CheckpointRange struct {
 
 // DecodeChangelog is a stand-in.
 func DecodeChangelog(payload []byte) (ChangelogEntry, error) { return ChangelogEntry{}, errTmpNoGroup }
+
+// ChangelogSnapshotEnd is a stand-in.
+const ChangelogSnapshotEnd ChangelogKind = 4
+
+// ChangelogTopic is a stand-in.
+func ChangelogTopic(streamName, topology string) string {
+	return streamName + "/strand-changelog-" + topology
+}
+
+// PartitionStatus is a stand-in.
+type PartitionStatus struct {
+	Partition uint32
+	Phase     Phase
+	Epoch     stream.Epoch
+	Restore   RestoreProgress
+}
+
+// RestoreProgress is a stand-in.
+type RestoreProgress struct {
+	From, Offset, End uint64
+	Applied           int
+	Snapshot          bool
+	Reused            bool
+	Done              bool
+	Took              time.Duration
+}
+
+// Ownership is a stand-in.
+func (a *App) Ownership() []PartitionStatus { return nil }
+
+// String is a stand-in.
+func (p Phase) String() string {
+	switch p {
+	case NotOwned:
+		return "not owned"
+	case Restoring:
+		return "restoring"
+	case Serving:
+		return "serving"
+	}
+	return "Phase(?)"
+}
+
+// String is a stand-in.
+func (k ChangelogKind) String() string { return "kind" }

@@ -97,10 +97,10 @@ func TestGroupRoute(t *testing.T) {
 	ph := &phases{m: map[uint32]topology.Phase{0: topology.Serving, 1: topology.Restoring}}
 	m := &fakeMembership{self: 7}
 	m.set(
-		owning(7, "127.0.0.1:9007", 1, 2),   // 2: granted here, not restoring yet
+		owning(7, "127.0.0.1:9007", 1, 2),    // 2: granted here, not restoring yet
 		owning(8, "127.0.0.1:9008", 0, 3, 4), // 0: served here still (the App knows best)
-		owning(9, "", 5),                    // announced no query address
-		owning(3, "127.0.0.1:9007", 6),      // an earlier incarnation of this instance
+		owning(9, "", 5),                     // announced no query address
+		owning(3, "127.0.0.1:9007", 6),       // an earlier incarnation of this instance
 		owning(8, "127.0.0.1:9008", 7),
 	) // 8: nobody's
 	for _, tc := range []struct {
@@ -155,7 +155,9 @@ func TestGroupRoutingOverHTTP(t *testing.T) {
 	mA, mB := &fakeMembership{self: 1}, &fakeMembership{self: 2}
 	server := func(ph *phases, m *fakeMembership) *httptest.Server {
 		srv, err := queryserver.New(d.App(), queryserver.Table(totals), queryserver.WithRouter(queryserver.RouterFunc(
-			func(_ context.Context, q queryserver.Query) queryserver.Route { return queryserver.GroupRoute(ph.of, m, q) })))
+			func(_ context.Context, q queryserver.Query) queryserver.Route {
+				return queryserver.GroupRoute(ph.of, m, q)
+			})))
 		if err != nil {
 			t.Fatal(err)
 		}
