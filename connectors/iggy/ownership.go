@@ -14,115 +14,73 @@ import (
 
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+
+	"github.com/strand-io/strand/stream"
 )
 
-// Epoch is one grant of one partition to one member: the position (offset
-// + 1) in the membership log of the record at which the grant took effect.
-// The epochs of a partition strictly increase with every grant, so a store
-// that remembers the highest epoch it accepted for a partition can refuse
+// Epoch is stream.Epoch: here, the position (offset + 1) in the
+// membership log of the record at which a grant took effect. The epochs of
+// a partition strictly increase with every grant, so a store that
+// remembers the highest epoch it accepted for a partition can refuse
 // whatever an earlier owner sends after it lost the partition. Epochs are
 // comparable only within one membership log.
-type Epoch uint64
+type Epoch = stream.Epoch
 
-// MemberID identifies one incarnation of a member of a group: the position
-// (offset + 1) of its join record in the membership log. An instance that
-// was declared dead joins again under a new MemberID.
-type MemberID uint64
+// MemberID is stream.MemberID: here, the position (offset + 1) of the
+// member's join record in the membership log. An instance that was
+// declared dead joins again under a new MemberID.
+type MemberID = stream.MemberID
 
-// AssignmentKind says what an Assignment reports.
-type AssignmentKind uint8
+// AssignmentKind is stream.AssignmentKind: what an Assignment reports.
+type AssignmentKind = stream.AssignmentKind
 
+// The kinds of Assignment (stream.Gained, stream.Revoking, stream.Lost).
 const (
 	// Gained: the member owns the partition from now on, with Epoch.
-	Gained AssignmentKind = iota + 1
+	Gained = stream.Gained
 	// Revoking: the group asks the member to give the partition up: stop
 	// processing it, then call Release. A member that does not release it
 	// within its session timeout is declared dead.
-	Revoking
+	Revoking = stream.Revoking
 	// Lost: the member no longer owns the partition (Reason says why) and
 	// must not change anything on its behalf any more.
-	Lost
+	Lost = stream.Lost
 )
 
-func (k AssignmentKind) String() string {
-	switch k {
-	case Gained:
-		return "gained"
-	case Revoking:
-		return "revoking"
-	case Lost:
-		return "lost"
-	}
-	return fmt.Sprintf("AssignmentKind(%d)", uint8(k))
-}
+// LossReason is stream.LossReason: why a partition was lost.
+type LossReason = stream.LossReason
 
-// LossReason says why a partition was lost.
-type LossReason uint8
-
+// The reasons of a Lost assignment (stream.NotLost, ... stream.Closed).
 const (
 	// NotLost is the reason of assignments other than Lost.
-	NotLost LossReason = iota
+	NotLost = stream.NotLost
 	// Released: Release was called for the partition.
-	Released
+	Released = stream.Released
 	// Expired: the member could not confirm in time that the group still
 	// counts it (it was stalled, cut off from the broker, or kept a
 	// revoked partition too long), so it stopped claiming anything before
 	// the others may declare it dead; it joins again as a new member.
-	Expired
+	Expired = stream.Expired
 	// Evicted: the membership log declared the member dead.
-	Evicted
+	Evicted = stream.Evicted
 	// Closed: the Membership (or its Client) was closed.
-	Closed
+	Closed = stream.Closed
 )
 
-func (r LossReason) String() string {
-	switch r {
-	case NotLost:
-		return "not lost"
-	case Released:
-		return "released"
-	case Expired:
-		return "lease expired"
-	case Evicted:
-		return "evicted"
-	case Closed:
-		return "closed"
-	}
-	return fmt.Sprintf("LossReason(%d)", uint8(r))
-}
+// Assignment is stream.Assignment: one change of what this member owns.
+type Assignment = stream.Assignment
 
-// Assignment is one change of what this member owns.
-type Assignment struct {
-	Kind      AssignmentKind
-	Partition uint32
-	Epoch     Epoch
-	Reason    LossReason // for Lost
-}
+// PartitionOwnership is stream.PartitionOwnership: one partition a member
+// owns.
+type PartitionOwnership = stream.PartitionOwnership
 
-func (a Assignment) String() string {
-	if a.Kind == Lost {
-		return fmt.Sprintf("%s partition %d epoch %d (%s)", a.Kind, a.Partition, a.Epoch, a.Reason)
-	}
-	return fmt.Sprintf("%s partition %d epoch %d", a.Kind, a.Partition, a.Epoch)
-}
+// Member is stream.Member: a member of the group as the membership log
+// says at the offset this instance has read (Name is WithMemberName, Addr
+// is WithQueryAddr, LastSeen the broker time of its last record). Use it
+// to route a key's partition to the instance that serves it.
+type Member = stream.Member
 
-// PartitionOwnership is one partition a member owns.
-type PartitionOwnership struct {
-	Partition uint32
-	Epoch     Epoch
-	Revoking  bool // its owner is asked to release it
-}
-
-// Member is a member of the group as the membership log says at the
-// offset this instance has read: use it to route a key's partition to the
-// instance that serves it.
-type Member struct {
-	ID         MemberID
-	Name       string // WithMemberName
-	Addr       string // WithQueryAddr: opaque to this package
-	Partitions []PartitionOwnership
-	LastSeen   time.Time // broker time of its last record
-}
+var _ stream.Membership = (*Membership)(nil)
 
 // ErrNotOwner means a partition is not owned by this member (Release).
 var ErrNotOwner = errors.New("iggy: partition not owned by this member")

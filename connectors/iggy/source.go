@@ -57,11 +57,16 @@ func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
 
 // WithConsumer names the Iggy consumer under which Advise stores offsets
 // (default "strand"), so that monitoring tools show the processor's
-// progress under that name. Give each processor its own.
+// progress under that name. Give each processor its own. Names that start
+// with "strand-bookmark:" are refused: they hold bookmarks
+// (Client.SetBookmark).
 func WithConsumer(name string) SourceOption {
 	return func(c *srcConfig) error {
 		if name == "" || len(name) > 255 {
 			return fmt.Errorf("iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
+		}
+		if reservedConsumer(name) {
+			return fmt.Errorf("iggy.WithConsumer: name %q: the prefix %q is reserved for bookmarks", name, bookmarkPrefix)
 		}
 		c.consumer = name
 		return nil
