@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +68,9 @@ type app struct {
 	// executable again); echo gets their output, prefixed.
 	launch launcher
 	echo   io.Writer
+
+	hcOnce sync.Once
+	hc     *http.Client // httpClient
 }
 
 // report is what a bounded run measured and checked.
@@ -149,6 +154,9 @@ func (a *app) openDir() error {
 
 // closeAll releases what run opened, in reverse order.
 func (a *app) closeAll() {
+	if a.hc != nil {
+		a.hc.CloseIdleConnections()
+	}
 	if a.app != nil {
 		if err := a.app.Close(); err != nil {
 			a.log.Error("close the app", "err", err)

@@ -154,8 +154,7 @@ func (a *app) checkGroup(ctx context.Context, via string, ends []uint64, rep *re
 	}
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	hc := &http.Client{Timeout: 15 * time.Second}
-	got, qs, err := fetchAccounts(qctx, hc, via, ids, 8)
+	got, qs, err := fetchAccounts(qctx, a.httpClient(), via, ids, 8)
 	if err != nil {
 		return fmt.Errorf("check through %s: %w", via, err)
 	}
@@ -200,7 +199,7 @@ func (a *app) runGroupCheck(ctx context.Context) (report, error) {
 	}
 	addrs := func() []string {
 		out := []string{a.cfg.query}
-		if gs, err := fetchStatus(ctx, a.cfg.query); err == nil {
+		if gs, err := fetchStatus(ctx, a.httpClient(), a.cfg.query); err == nil {
 			for _, m := range gs.Members {
 				if m.Addr != "" && m.Addr != a.cfg.query {
 					out = append(out, m.Addr)
@@ -211,7 +210,7 @@ func (a *app) runGroupCheck(ctx context.Context) (report, error) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if err := waitGroupCaughtUp(wctx, addrs, ends); err != nil {
+	if err := waitGroupCaughtUp(wctx, a.httpClient(), addrs, ends); err != nil {
 		return rep, err
 	}
 	if err := a.checkGroup(ctx, a.cfg.query, ends, &rep); err != nil {
@@ -243,6 +242,13 @@ func (d deadLetterSet) repeatedIDs() error {
 		return nil
 	}
 	return fmt.Errorf("%w: message ids more than once: %v", bank.ErrDeadLetters, rep)
+}
+
+// httpClient returns the run's client of query servers (the instances'
+// /group, the check's gets), made on first use and released by closeAll.
+func (a *app) httpClient() *http.Client {
+	a.hcOnce.Do(func() { a.hc = newHTTPClient(15 * time.Second) })
+	return a.hc
 }
 
 // splitHostPort splits "host:port" with a numeric port.

@@ -221,18 +221,23 @@ func (a *app) instanceHTTP(n int) string {
 	return joinHostPort(host, port+n)
 }
 
-// statusClient reads the instances' /group.
-var statusClient = &http.Client{Timeout: 2 * time.Second}
+// newHTTPClient returns a client of the instances' query servers with a
+// transport of its own (CloseIdleConnections releases it).
+func newHTTPClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: http.DefaultTransport.(*http.Transport).Clone()}
+}
 
 // fetchStatus reads the /group of the instance whose query server is at
 // addr.
-func fetchStatus(ctx context.Context, addr string) (groupStatus, error) {
+func fetchStatus(ctx context.Context, hc *http.Client, addr string) (groupStatus, error) {
 	var gs groupStatus
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a stopped instance does not answer
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/group", nil)
 	if err != nil {
 		return gs, err
 	}
-	resp, err := statusClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return gs, err
 	}
@@ -247,13 +252,13 @@ func fetchStatus(ctx context.Context, addr string) (groupStatus, error) {
 }
 
 // fetchStatuses reads the /group of every address that answers.
-func fetchStatuses(ctx context.Context, addrs []string) []groupStatus {
+func fetchStatuses(ctx context.Context, hc *http.Client, addrs []string) []groupStatus {
 	out := make([]groupStatus, len(addrs))
 	ok := make([]bool, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
 		wg.Go(func() {
-			gs, err := fetchStatus(ctx, addr)
+			gs, err := fetchStatus(ctx, hc, addr)
 			out[i], ok[i] = gs, err == nil
 		})
 	}
@@ -305,11 +310,20 @@ func groupCaughtUp(statuses []groupStatus, ends []uint64) (bool, string) {
 }
 
 // waitGroupCaughtUp waits until the instances whose query servers addrs
-// returns serve every partition up to ends (groupCaughtUp), or ctx ends.
-func waitGroupCaughtUp(ctx context.Context, addrs func() []string, ends []uint64) error {
+// returns serve every partition up to ends (groupCaughtUp), or ctx ends,
+// or no instance has answered for noneFor.
+func waitGroupCaughtUp(ctx context.Context, hc *http.Client, addrs func() []string, ends []uint64) error {
+	const noneFor = 10 * time.Second
 	why := "no instance answered"
+	lastAnswer := time.Now()
 	for {
-		if ok, w := groupCaughtUp(fetchStatuses(ctx, addrs()), ends); ok {
+		sts := fetchStatuses(ctx, hc, addrs())
+		if len(sts) > 0 {
+			lastAnswer = time.Now()
+		} else if time.Since(lastAnswer) > noneFor {
+			return fmt.Errorf("the group did not catch up: no instance answered for %v", noneFor)
+		}
+		if ok, w := groupCaughtUp(sts, ends); ok {
 			return nil
 		} else if w != "" {
 			why = w
@@ -411,12 +425,23 @@ func (a *app) runInstances(ctx context.Context) (rep report, err error) {
 	go a.reportInstances(pctx, addrs, func() int64 { return base + prod.sent() })
 	if a.cfg.killAfter > 0 {
 		victim := live()[len(live())-1]
+		killed := make(chan struct{})
 		t := time.AfterFunc(a.cfg.killAfter, func() {
+			defer close(killed)
 			a.printf("killing instance %d (pid %d) with SIGKILL; the group gives its partitions to the others within the session timeout (%v)",
 				victim.N, victim.cmd.Process.Pid, a.cfg.sessionTimeout)
+			at := time.Now()
 			victim.Kill()
+			if _, ok := a.waitAllServed(pctx, addrs); ok {
+				a.printf("rebalance: every partition is served again %v after the SIGKILL", time.Since(at).Round(time.Millisecond))
+			}
 		})
-		defer t.Stop()
+		defer func() {
+			if !t.Stop() {
+				cancelProgress() // ends waitAllServed
+				<-killed
+			}
+		}()
 	}
 	if err := prod.run(ctx); err != nil {
 		return rep, err
@@ -433,7 +458,7 @@ func (a *app) runInstances(ctx context.Context) (rep report, err error) {
 	if len(live()) == 0 {
 		return rep, errors.New("every instance is gone")
 	}
-	if err := waitGroupCaughtUp(ctx, addrs, ends); err != nil {
+	if err := waitGroupCaughtUp(ctx, a.httpClient(), addrs, ends); err != nil {
 		return rep, err
 	}
 	rep.ProcessTime = time.Since(start)
@@ -454,6 +479,30 @@ func (a *app) runInstances(ctx context.Context) (rep report, err error) {
 	return rep, nil
 }
 
+// waitAllServed waits until the instances serve every partition again
+// and returns how long that took, or false when ctx ended first.
+func (a *app) waitAllServed(ctx context.Context, addrs func() []string) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		served := map[uint32]bool{}
+		for _, gs := range fetchStatuses(ctx, a.httpClient(), addrs()) {
+			for _, p := range gs.Partitions {
+				if p.Phase == "serving" {
+					served[p.Partition] = true
+				}
+			}
+		}
+		if len(served) == int(a.cfg.partitions) {
+			return time.Since(start), true
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // reportInstances prints, every -progress interval, the producer's count,
 // what the group has committed, and each instance's partitions with the
 // progress of their restores, until ctx ends.
@@ -469,7 +518,7 @@ func (a *app) reportInstances(ctx context.Context, addrs func() []string, publis
 			return
 		case <-t.C:
 		}
-		sts := fetchStatuses(ctx, addrs())
+		sts := fetchStatuses(ctx, a.httpClient(), addrs())
 		slices.SortFunc(sts, func(x, y groupStatus) int { return x.Instance - y.Instance })
 		var next, lag uint64
 		parts := make([]string, 0, len(sts))
