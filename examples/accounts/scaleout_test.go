@@ -41,8 +41,9 @@ type cluster struct {
 	t    *testing.T
 	srv  *iggytest.Server
 	root string
-	pa   *app // connects, produces, checks
-	prod *producer
+	pa     *app // connects, produces, checks
+	prod   *producer
+	launch launcher
 
 	stopProducer context.CancelFunc
 	prodDone     chan error
@@ -59,13 +60,23 @@ type clusterConfig struct {
 	rate          float64
 	poisonSpacing int
 	snapshotEvery int
+	// stopPoint, when set, arms the instances' stop hooks (stopHooks):
+	// SIGUSR1 makes an instance stop itself there.
+	stopPoint string
 }
 
 func newCluster(t *testing.T, cc clusterConfig) *cluster {
 	t.Helper()
 	restore := iggy.RouteStdLog(slog.New(slog.DiscardHandler))
 	t.Cleanup(restore)
-	c := &cluster{t: t, root: t.TempDir(), insts: map[int]*instance{}}
+	c := &cluster{t: t, root: t.TempDir(), insts: map[int]*instance{}, launch: testLauncher}
+	if cc.stopPoint != "" {
+		c.launch = func(args []string) *exec.Cmd {
+			cmd := testLauncher(args)
+			cmd.Env = append(cmd.Env, childStopEnv+"="+cc.stopPoint)
+			return cmd
+		}
+	}
 	srv, err := iggytest.NewServer(iggytest.WithDataDir(filepath.Join(c.root, "broker")))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +150,7 @@ func testLauncher(args []string) *exec.Cmd {
 func (c *cluster) start(n int) *instance {
 	c.t.Helper()
 	args := c.pa.instanceArgs(n, "127.0.0.1:0")
-	in, err := startInstance(testLauncher, n, args, &c.logs)
+	in, err := startInstance(c.launch, n, args, &c.logs)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -381,6 +392,15 @@ func TestScaleOut(t *testing.T) {
 	if rep.Changelog.OwnershipChanges < minChanges {
 		t.Errorf("%d ownership changes, want at least %d", rep.Changelog.OwnershipChanges, minChanges)
 	}
+	// -role check -query agrees, through another instance if there is one.
+	other := live[(slices.Index(live, via)+1)%len(live)]
+	crep, out, err := testRun(t, context.Background(), []string{"-role", "check", "-iggy", c.srv.Addr(), "-query", other.Addr(),
+		"-accounts", "2000", "-progress", "0"}, nil)
+	if err != nil {
+		t.Errorf("-role check -query %s (instance %d): %v\n%s", other.Addr(), other.N, err, out)
+	} else if crep.Check.Events != int(events) || crep.Query == nil || crep.Query.Via != other.Addr() {
+		t.Errorf("-role check -query %s: %+v", other.Addr(), crep)
+	}
 	// Every instance that was not killed stops cleanly.
 	for _, in := range c.live() {
 		in.Stop(15 * time.Second)
@@ -403,17 +423,26 @@ func signaled(in *instance, sig syscall.Signal) bool {
 	return ok && ws.Signaled() && ws.Signal() == sig
 }
 
-// TestScaleOutZombie: the owner of some partitions is paused (SIGSTOP)
-// for several session timeouts, so that the group declares it dead and the
-// other instances take its partitions over and process them; then it is
-// continued (SIGCONT) with whatever it had in flight. Its late work never
-// counts: in the changelog of each of its partitions, every record it
-// wrote after the new owner's fence (of a higher epoch) is fenced, the
-// valid history stays contiguous, every account equals the sequential
-// reference and the dead-letter topic holds no extra or repeated letter.
+// TestScaleOutZombie: the owner of some partitions pauses (it SIGSTOPs
+// itself at a chosen point with work in flight: inside a batch, right
+// after a commit, or with dead letters committed and about to be sent)
+// for several session timeouts, so that the group declares it dead and
+// the other instances take its partitions over and process them; then it
+// is continued (SIGCONT) and goes on with what it had in flight. Its late
+// work never counts: in the changelog of each of its partitions, every
+// record it wrote after the new owner's fence (of a higher epoch) is
+// fenced, the valid history stays contiguous, every account equals the
+// sequential reference and the dead-letter topic holds no extra or
+// repeated letter.
 func TestScaleOutZombie(t *testing.T) {
+	for _, point := range []string{"commit", "after-commit", "dlq-before-send"} {
+		t.Run(point, func(t *testing.T) { zombie(t, point) })
+	}
+}
+
+func zombie(t *testing.T, point string) {
 	rng := rand.New(rand.NewPCG(seed(t), 15))
-	c := newCluster(t, clusterConfig{accounts: 1000, rate: 1500, poisonSpacing: 300, snapshotEvery: 20})
+	c := newCluster(t, clusterConfig{accounts: 1000, rate: 1500, poisonSpacing: 150, snapshotEvery: 20, stopPoint: point})
 	for n := 1; n <= 3; n++ {
 		c.start(n)
 	}
@@ -445,11 +474,27 @@ func TestScaleOutZombie(t *testing.T) {
 		t.Fatalf("the victim, instance %d, serves nothing: %+v", victim.N, vs)
 	}
 	zombie := stream.MemberID(vs.Member)
-	t.Logf("pausing instance %d (member %d), which serves partitions %v with epochs %v", victim.N, zombie, parts, epochs)
-	if err := victim.Signal(syscall.SIGSTOP); err != nil {
+	t.Logf("instance %d (member %d) serves partitions %v with epochs %v; arming it to stop at %s", victim.N, zombie, parts, epochs, point)
+	if err := victim.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(victim.Tail(tailLines), selfStopLine) {
+		if time.Now().After(deadline) {
+			t.Logf("instance %d did not stop itself at %s within 15s; stopping it from outside", victim.N, point)
+			if err := victim.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	stopped := time.Now()
+	if out := victim.Tail(tailLines); strings.Contains(out, selfStopLine) {
+		line := out[strings.Index(out, selfStopLine):]
+		line, _, _ = strings.Cut(line, "\n")
+		t.Logf("instance %d stopped itself: %s", victim.N, line)
+	}
 	by := c.waitServed(30*time.Second, parts, victim)
 	t.Logf("after %v the others serve its partitions: %v", time.Since(stopped).Round(time.Millisecond), by)
 	// Let the new owners process for a while (the producer publishes),
@@ -461,15 +506,14 @@ func TestScaleOutZombie(t *testing.T) {
 	t.Logf("continued instance %d after %v", victim.N, time.Since(stopped).Round(time.Millisecond))
 	time.Sleep(2*sessionTimeout + time.Duration(rng.IntN(1000))*time.Millisecond)
 
-	others := c.addrs(victim)
-	if len(others) == 0 {
-		t.Fatal("no other instance")
-	}
 	var via *instance
 	for _, in := range c.live() {
 		if in != victim {
 			via = in
 		}
+	}
+	if via == nil {
+		t.Fatal("no other instance runs")
 	}
 	rep, events, poison := c.finish(via)
 	verify(t, rep, events, poison)
@@ -507,7 +551,7 @@ func TestScaleOutZombie(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("the paused owner wrote %d changelog records after it was fenced, all fenced; %d fenced commits in all", late, rep.Changelog.Fenced)
+	t.Logf("the paused owner wrote %d changelog records after it was fenced, none valid; %d fenced commits in all", late, rep.Changelog.Fenced)
 	victim.Stop(15 * time.Second)
 	if victim.err != nil {
 		t.Errorf("the continued instance stopped with %v:\n%s", victim.err, victim.Tail(40))
