@@ -38,9 +38,9 @@ const sessionTimeout = time.Second
 
 // cluster is a broker, a producer and the instances of one group.
 type cluster struct {
-	t    *testing.T
-	srv  *iggytest.Server
-	root string
+	t      *testing.T
+	srv    *iggytest.Server
+	root   string
 	pa     *app // connects, produces, checks
 	prod   *producer
 	launch launcher
