@@ -237,6 +237,20 @@ func summarize(cps []*clPartition, ends []uint64) *clSummary {
 	return s
 }
 
+// reached reports whether the valid history of every partition reaches
+// its source partition's end.
+func (s *clSummary) reached(cps []*clPartition, ends []uint64) bool {
+	if len(cps) != len(ends) {
+		return false
+	}
+	for p, cp := range cps {
+		if cp.Next < ends[p] {
+			return false
+		}
+	}
+	return true
+}
+
 // err returns the problems as one error, or nil.
 func (s *clSummary) err() error {
 	if s == nil || len(s.Problems) == 0 {

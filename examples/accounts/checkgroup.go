@@ -178,12 +178,20 @@ func (a *app) checkGroup(ctx context.Context, via string, ends []uint64, rep *re
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	clogs, err := a.readChangelog(ctx)
-	if err != nil {
-		return fmt.Errorf("check: read the changelog: %w", err)
+	// A commit's changelog record may reach the broker a moment after the
+	// commit: wait a little for the valid history to reach the log's end.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		clogs, err := a.readChangelog(ctx)
+		if err != nil {
+			return fmt.Errorf("check: read the changelog: %w", err)
+		}
+		rep.Changelog = summarize(clogs, ends)
+		if rep.Changelog.reached(clogs, ends) || time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	rep.Changelog = summarize(clogs, ends)
-	return nil
 }
 
 // runGroupCheck is -role check -query: the group behind the query server

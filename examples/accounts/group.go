@@ -126,6 +126,9 @@ func (a *app) status(ctx context.Context) groupStatus {
 				s := st[0].Partitions[i]
 				p.Next, p.End, p.Pending = s.Next, s.End, s.OutboxPending
 			}
+			if next, ok, err := a.app.Checkpoint(a.cfg.source(), ps.Partition); err == nil && ok {
+				p.Next = next // what the store holds, whatever the stats say
+			}
 			if pendingDL == nil {
 				p.Pending++
 			} else {

@@ -133,7 +133,13 @@ func (c *cluster) close() {
 		c.srv = nil
 	}
 	if c.t.Failed() {
-		c.t.Logf("instance output (last lines):\n%s", tail(c.logs.String(), 150))
+		all := c.logs.String()
+		if f, err := os.CreateTemp("", "strand-scaleout-*.log"); err == nil {
+			_, _ = f.WriteString(all)
+			_ = f.Close()
+			c.t.Logf("every instance's output is in %s", f.Name())
+		}
+		c.t.Logf("instance output (last lines):\n%s", tail(all, 150))
 	}
 }
 
@@ -282,7 +288,10 @@ func verify(t *testing.T, rep report, events, poison int64) {
 	if err := rep.Changelog.err(); err != nil {
 		t.Error(err)
 	}
-	if rep.Check.Events != int(events) || rep.DeadLetters != int(poison) || poison == 0 {
+	// A record the producer was stopped in the middle of sending may be
+	// in the log without being counted: the check counts what the log
+	// holds.
+	if rep.Check.Events < int(events) || rep.DeadLetters < int(poison) || poison == 0 {
 		t.Errorf("checked %d events and %d dead letters; the producer published %d events and %d poison records",
 			rep.Check.Events, rep.DeadLetters, events, poison)
 	}
