@@ -206,6 +206,14 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 		for _, r := range rows {
 			first, last = min(first, r.order), max(last, r.order)
 		}
+		if gate := p.opts.gate; gate != nil {
+			if err := gate(ctx, pt); err != nil {
+				if errors.Is(err, ErrFenced) {
+					return fatal(k.op(), first, err)
+				}
+				return fmt.Errorf("stream: source %q partition %d: wait to publish %s %d..%d: %w", p.name, pt, k.what(), first, last, err)
+			}
+		}
 		send, err := o.unsent(ctx, pt, rows)
 		if err != nil {
 			p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, 0, true) })

@@ -125,6 +125,11 @@ type processorOptions struct {
 	outboxSinks  map[string]stream.Sink
 	outboxGrace  time.Duration
 	observe      observeOptions // see observe.go
+	// gate, when set, is called before an outbox sends rows of a
+	// partition that it read from the store: it returns once their
+	// commits may be published (scale-out: once they are confirmed in the
+	// partition's changelog), or an error (ErrFenced: never).
+	gate func(ctx context.Context, partition uint32) error
 }
 
 // DefaultPollSize is the most records one poll asks for, unless
@@ -159,6 +164,14 @@ func WithOutboxGrace(d time.Duration) ProcessorOption {
 // exactly-once publication across crashes; others at-least-once.
 func WithOutboxSinks(sinks map[string]stream.Sink) ProcessorOption {
 	return func(o *processorOptions) { o.outboxSinks = sinks }
+}
+
+// WithPublishGate makes every outbox of the processor call gate before it
+// sends rows of a partition, after it read them: the rows are sent only
+// once gate returned nil. An error wrapping ErrFenced stops the processor;
+// other errors are retried like a failed send.
+func WithPublishGate(gate func(ctx context.Context, partition uint32) error) ProcessorOption {
+	return func(o *processorOptions) { o.gate = gate }
 }
 
 // WithPollSize sets the most records one poll of a partition returns

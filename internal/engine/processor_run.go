@@ -49,6 +49,37 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return p.run(ctx, parts)
+}
+
+// RunPartitions is Run over the given partitions only, whatever
+// WithPartitions said (scale-out runs the partitions its instance owns).
+// An empty set returns at once.
+func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("stream: run source %q: %w", p.name, ErrRunning)
+	}
+	defer p.running.Store(false)
+	if len(parts) == 0 {
+		return nil
+	}
+	n, err := p.src.Partitions(ctx)
+	if err != nil {
+		return fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+	}
+	parts = slices.Sorted(slices.Values(parts))
+	for i, pt := range parts {
+		if pt >= n {
+			return fmt.Errorf("stream: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
+		}
+		if i > 0 && parts[i-1] == pt {
+			return fmt.Errorf("stream: run source %q: partition %d given twice", p.name, pt)
+		}
+	}
+	return p.run(ctx, parts)
+}
+
+func (p *Processor) run(ctx context.Context, parts []uint32) error {
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

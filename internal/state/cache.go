@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -155,6 +156,22 @@ func (c *valueCache[V]) invalidate(h uint64, key string) {
 		c.remove(s, ce)
 	}
 	s.mu.Unlock()
+}
+
+// dropPartition drops every entry of the given partition (keys are
+// table row keys: family, partition, table id, key).
+func (c *valueCache[V]) dropPartition(p uint32) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		s.gen++
+		for _, ce := range s.m {
+			if len(ce.key) >= prefixLen && binary.BigEndian.Uint32([]byte(ce.key[1:prefixLen])) == p {
+				c.remove(s, ce)
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // purge drops every entry.

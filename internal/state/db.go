@@ -43,6 +43,8 @@ type DB struct {
 	drainMu   sync.Mutex
 	drainCond sync.Cond
 
+	clog changelog // which partitions' commits are logged, and to whom (changelog.go)
+
 	mu       sync.Mutex        // serializes metadata writes (Attach, EnsureFingerprint)
 	registry map[string]uint32 // persisted table name → id
 	attached map[string]attacher
@@ -435,6 +437,8 @@ type attacher interface {
 	bind(db *DB, id uint32)
 	release(db *DB)
 	cacheStats() (hits, misses, entries int64)
+	forget(db *DB, keys []tableKey) // drop applied keys from the value cache (changelog.go)
+	dropPartition(db *DB, p uint32) // drop a partition's cached values (changelog.go)
 }
 
 // Attach binds tables to the database, so that they can be read and written.

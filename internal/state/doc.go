@@ -36,9 +36,26 @@
 //	checkpoints  FamilyCheckpoint | partition | source name      → next offset (u64 BE)
 //	table rows   FamilyTable      | partition | table id (u32)  | key bytes → encoded value
 //	other rows   FamilyOutbox ... | partition | key bytes        → value bytes
+//	changelog    FamilyChangelog  | partition | seq (u64 BE)     → EncodeLogged(head, writes)
+//	log head     FamilyLogHead    | partition                    → head of the last logged commit
 //
 // Table ids are assigned on first [DB.Attach] and persisted by name, so a
 // table keeps its rows across restarts as long as its name stays the same.
+//
+// # Changelog
+//
+// A partition's state can move to another store (scale-out: one owner per
+// partition across instances). While [DB.LogPartition] marks a partition
+// logged, every commit that writes its rows also writes, in the same atomic
+// batch, its FamilyLogHead row (the head value the [CommitLogger] stamps the
+// commit with) and a FamilyChangelog row holding the commit's writes as a
+// Pebble batch representation (head row included, changelog rows not). The
+// engine publishes the changelog rows and deletes them; another store
+// rebuilds the partition with [DB.DropPartition], the chunks of a
+// [DB.SnapshotPartition] and the changelog rows after the snapshot's head,
+// each applied with [DB.ApplyLogged]. A logged commit must write rows of one
+// partition only ([ErrMixedPartitions]). Commits of partitions not logged
+// are unchanged.
 //
 // # Costs
 //

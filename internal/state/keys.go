@@ -39,6 +39,17 @@ const (
 	// of another partition's outbox (by its sequence number) that a
 	// partition applied: duplicates of published messages are dropped.
 	FamilyOrigins Family = 0x15
+	// FamilyChangelog rows (partition, seq u64 BE) hold logged commits
+	// waiting to be published: value = [EncodeLogged](head, writes), where
+	// writes is the commit's Pebble batch representation (see
+	// [DB.LogPartition]). The engine deletes a row once it is published.
+	FamilyChangelog Family = 0x16
+	// FamilyLogHead holds one row per partition (empty rest of key): the
+	// head value of the partition's last logged (or applied) commit, written
+	// in that commit's batch (see [DB.LogHead]). Like FamilyChangelog it is
+	// not reserved, so the engine can read and delete its rows, but only
+	// logged commits and [DB.ApplyLogged] should write it.
+	FamilyLogHead Family = 0x17
 )
 
 // Reserved reports whether f is managed by this package itself (metadata,
@@ -66,6 +77,10 @@ func (f Family) String() string {
 		return "parked"
 	case FamilyOrigins:
 		return "origins"
+	case FamilyChangelog:
+		return "changelog"
+	case FamilyLogHead:
+		return "log-head"
 	}
 	return "family(0x" + strconv.FormatUint(uint64(f), 16) + ")"
 }

@@ -86,6 +86,9 @@ type openOptions struct {
 	clock      Clock
 	tel        telemetryOptions // see telemetry.go
 	liveOff    bool             // see live.go
+	group      stream.Group     // see group.go
+	queryAddr  string
+	snapEvery  *int
 }
 
 // Clock is the time an App's retries run on. The default is the wall
@@ -245,6 +248,7 @@ type App struct {
 	endEvery   time.Duration
 	partitions []uint32     // WithPartitions, or nil for all
 	live       *liveInspect // see live.go
+	grp        *group       // WithGroup (group.go), or nil
 
 	mu      sync.Mutex
 	closed  bool
@@ -391,6 +395,13 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	if err != nil {
 		return nil, fail(fmt.Errorf("dead-letter topic %q: %w", dlqTopic, err))
 	}
+	if o.group != nil {
+		if err := a.openGroup(ctx, conn, &o, counts); err != nil {
+			return nil, fail(err)
+		}
+	} else if o.queryAddr != "" || o.snapEvery != nil {
+		return nil, fail(errors.New("topology.WithQueryAddr and topology.WithSnapshotEvery need topology.WithGroup"))
+	}
 	popts := []engine.ProcessorOption{
 		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),
 		engine.WithProcessorLogger(o.log), engine.WithDrainTimeout(o.drain), engine.WithOutboxSinks(sinks),
@@ -400,6 +411,9 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	}
 	if o.clock != nil {
 		popts = append(popts, engine.WithProcessorClock(o.clock))
+	}
+	if a.grp != nil {
+		popts = append(popts, engine.WithPublishGate(a.grp.gate))
 	}
 	popts = append(popts, runhooks.From(ctx)...)
 	for _, src := range sources {
@@ -460,6 +474,9 @@ func (a *App) Run(ctx context.Context) error {
 		close(done)
 	}()
 
+	if a.grp != nil {
+		return a.runGroup(ctx)
+	}
 	errs := make([]error, len(a.procs))
 	var wg sync.WaitGroup
 	for i, proc := range a.procs {
@@ -496,6 +513,9 @@ func (a *App) Close() error {
 	closers := []stream.Sink{a.dlq}
 	for _, topic := range a.prog.Outputs() {
 		closers = append(closers, a.sinks[topic])
+	}
+	if a.grp != nil {
+		closers = append(closers, a.grp.sink)
 	}
 	for _, sk := range closers {
 		if c, ok := sk.(interface{ Close(context.Context) error }); ok {

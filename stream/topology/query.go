@@ -31,6 +31,7 @@ func (t *Table[K, V]) ScanPartition(ctx context.Context, partition uint32, after
 }
 
 // Processes reports whether the App processes partition p of its sources:
-// every partition, or those given to WithPartitions. The rows of the
-// others are not in its store.
+// every partition, or those given to WithPartitions; in a group
+// (WithGroup), the partitions it serves now (Phase). The rows of the
+// others are not in its store, or not current.
 func (a *App) Processes(p uint32) bool { return a.runs(p) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/telemetry"
+	"github.com/strand-io/strand/stream"
 )
 
 // telemetryOptions are the OpenTelemetry options of Open.
@@ -178,7 +180,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				break
 			}
 			for _, ps := range t.proc.Stats().Partitions {
-				if ps.OutboxPending > 0 {
+				if ps.OutboxPending > 0 && a.runs(ps.Partition) {
 					caught = false // To and KeyBy messages still to publish
 				}
 			}
@@ -207,6 +209,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				}
 				targets[i].ends = ends
 			}
+			pending = slices.DeleteFunc(pending, func(d stream.DeadLetter) bool { return !a.runs(d.Partition) })
 			if len(pending) == 0 && !grew {
 				return nil
 			}
@@ -221,6 +224,9 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 
 // runs reports whether the App processes partition pt of its sources.
 func (a *App) runs(pt uint32) bool {
+	if a.grp != nil {
+		return a.Phase(pt) == Serving
+	}
 	if len(a.partitions) == 0 {
 		return true
 	}

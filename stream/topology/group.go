@@ -1,0 +1,711 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream"
+)
+
+// Scale-out (docs/design.md, "Scale-out"): the instances of one topology
+// share the partitions of its sources through a stream.Group; each keeps
+// the partitions it owns in its own store, logs every commit of them to the
+// partition's changelog on the broker, and rebuilds a partition it gains
+// from that changelog before it processes it.
+
+// WithGroup makes the App one instance of a group of instances of its
+// topology (same name, same sources) that share the partitions of its
+// sources: Run joins the group and processes only the partitions it owns,
+// each one after it rebuilt its rows from the partition's changelog. The
+// sources must all have the same partition count, and the connector must
+// be a stream.ForeignConnector (it reads the changelog's raw records);
+// WithPartitions cannot be combined with it.
+func WithGroup(g stream.Group) OpenOption {
+	return func(o *openOptions) error {
+		if g == nil {
+			return errors.New("topology.WithGroup: nil group")
+		}
+		o.group = g
+		return nil
+	}
+}
+
+// WithQueryAddr sets the query address (host:port of the instance's query
+// server) the App announces to its group, so that the other instances can
+// forward queries of the partitions it owns. Only with WithGroup.
+func WithQueryAddr(addr string) OpenOption {
+	return func(o *openOptions) error {
+		if strings.ContainsAny(addr, " \t\n") {
+			return fmt.Errorf("topology.WithQueryAddr: %q is not an address", addr)
+		}
+		o.queryAddr = addr
+		return nil
+	}
+}
+
+// DefaultSnapshotEvery is the number of commits of a partition between two
+// of its snapshots, unless WithSnapshotEvery says otherwise.
+const DefaultSnapshotEvery = 2000
+
+// WithSnapshotEvery sets how many commits of a partition go between two
+// snapshots of its rows in its changelog (0: no snapshots). A new owner
+// restores from the latest snapshot and the commits after it, so this
+// bounds the restore time. Only with WithGroup.
+func WithSnapshotEvery(commits int) OpenOption {
+	return func(o *openOptions) error {
+		if commits < 0 {
+			return fmt.Errorf("topology.WithSnapshotEvery: %d, want 0 or more", commits)
+		}
+		o.snapEvery = &commits
+		return nil
+	}
+}
+
+// Phase is what an instance of a group does with one partition.
+type Phase uint8
+
+const (
+	// NotOwned: another instance owns the partition (or nobody yet).
+	NotOwned Phase = iota
+	// Restoring: this instance owns it and is rebuilding its rows.
+	Restoring
+	// Serving: this instance owns it, processes it, and its rows here
+	// are the partition's.
+	Serving
+)
+
+func (p Phase) String() string {
+	switch p {
+	case NotOwned:
+		return "not owned"
+	case Restoring:
+		return "restoring"
+	case Serving:
+		return "serving"
+	}
+	return fmt.Sprintf("Phase(%d)", uint8(p))
+}
+
+// PartitionStatus is one partition's state in an instance of a group.
+type PartitionStatus struct {
+	Partition uint32
+	Phase     Phase
+	Epoch     stream.Epoch
+	// Restore is how far the last restore of the partition went.
+	Restore RestoreProgress
+}
+
+// RestoreProgress is how far the rebuilding of a partition from its
+// changelog is: it read up to Offset of the changelog, which ended at End
+// when it began (0: unknown); Applied commits and snapshot chunks so far.
+type RestoreProgress struct {
+	From, Offset, End uint64
+	Applied           int
+	Snapshot          bool // it began from a snapshot
+	Reused            bool // the local rows were current and kept
+	Done              bool
+	Took              time.Duration
+}
+
+// ChangelogTopic returns the name of the changelog topic of a topology
+// whose first source is in Iggy stream streamName.
+func ChangelogTopic(streamName, topology string) string {
+	return streamName + "/strand-changelog-" + topology
+}
+
+// ChangelogKind is the kind of a changelog record.
+type ChangelogKind uint8
+
+const (
+	// ChangelogFence: a new owner took the partition over (Epoch, Member).
+	ChangelogFence = ChangelogKind(engine.ClogFence)
+	// ChangelogCommit: one commit of the partition.
+	ChangelogCommit = ChangelogKind(engine.ClogCommit)
+	// ChangelogSnapshot: part of a snapshot of the partition's rows.
+	ChangelogSnapshot = ChangelogKind(engine.ClogSnapshotChunk)
+	// ChangelogSnapshotEnd: a snapshot is complete.
+	ChangelogSnapshotEnd = ChangelogKind(engine.ClogSnapshotEnd)
+)
+
+func (k ChangelogKind) String() string { return engine.ClogKind(k).String() }
+
+// CheckpointRange is the offsets [From, Next) of one source a commit covers.
+type CheckpointRange struct {
+	Source     string
+	From, Next uint64
+}
+
+// ChangelogEntry is one decoded changelog record.
+type ChangelogEntry struct {
+	Kind        ChangelogKind
+	Epoch       stream.Epoch
+	Member      stream.MemberID
+	Seq         uint64 // commit: its number in the partition; snapshot end: the last commit it holds
+	Checkpoints []CheckpointRange
+}
+
+// DecodeChangelog decodes the payload of a changelog record (read, for
+// example, with an Iggy client's OpenForeignSource).
+func DecodeChangelog(payload []byte) (ChangelogEntry, error) {
+	r, err := engine.DecodeClog(payload)
+	if err != nil {
+		return ChangelogEntry{}, err
+	}
+	e := ChangelogEntry{Kind: ChangelogKind(r.Kind), Epoch: r.Meta.Epoch, Member: r.Meta.Member, Seq: r.Meta.Seq}
+	for _, rg := range r.Meta.Ranges {
+		e.Checkpoints = append(e.Checkpoints, CheckpointRange{Source: rg.Source, From: rg.From, Next: rg.Next})
+	}
+	return e, nil
+}
+
+// ChangelogVerdict is what the rules of a changelog say about an entry.
+type ChangelogVerdict uint8
+
+const (
+	// ChangelogValid: a commit of the partition's history (or a fence that
+	// raised its epoch).
+	ChangelogValid = ChangelogVerdict(engine.ClogValid)
+	// ChangelogFenced: a commit of a deposed owner, after a newer fence;
+	// no reader applies it.
+	ChangelogFenced = ChangelogVerdict(engine.ClogFenced)
+	// ChangelogDuplicate: a commit sent again.
+	ChangelogDuplicate = ChangelogVerdict(engine.ClogDuplicate)
+	// ChangelogInconsistent: a gap in the commit numbers, or an epoch
+	// without its fence.
+	ChangelogInconsistent = ChangelogVerdict(engine.ClogInconsistent)
+	// ChangelogOther: another kind of record.
+	ChangelogOther = ChangelogVerdict(engine.ClogOther)
+)
+
+func (v ChangelogVerdict) String() string { return engine.ClogVerdict(v).String() }
+
+// ChangelogHistory follows one partition's changelog from its first
+// record, entry by entry, as every reader does (Judge).
+type ChangelogHistory struct{ h engine.ClogHistory }
+
+// Epoch returns the current epoch: the highest fence judged so far.
+func (h *ChangelogHistory) Epoch() stream.Epoch { return h.h.Epoch }
+
+// Judge classifies the next entry of the partition and advances.
+func (h *ChangelogHistory) Judge(e ChangelogEntry) ChangelogVerdict {
+	r := engine.ClogRecord{Kind: engine.ClogKind(e.Kind), Meta: engine.ClogMeta{Epoch: e.Epoch, Member: e.Member, Seq: e.Seq}}
+	return ChangelogVerdict(h.h.Next(&r))
+}
+
+// Phase returns what this App does with partition p: Serving for every
+// partition it processes outside a group; in a group, what it does now.
+func (a *App) Phase(p uint32) Phase {
+	if a.grp == nil {
+		if a.runs(p) {
+			return Serving
+		}
+		return NotOwned
+	}
+	a.grp.mu.Lock()
+	defer a.grp.mu.Unlock()
+	if st := a.grp.parts[p]; st != nil {
+		return st.phase
+	}
+	return NotOwned
+}
+
+// Membership returns the App's membership of its group while Run is in
+// it, else nil.
+func (a *App) Membership() stream.Membership {
+	if a.grp == nil {
+		return nil
+	}
+	a.grp.mu.Lock()
+	defer a.grp.mu.Unlock()
+	return a.grp.m
+}
+
+// Ownership returns the partitions this instance of a group owns or
+// restores, in partition order (nil outside a group).
+func (a *App) Ownership() []PartitionStatus {
+	if a.grp == nil {
+		return nil
+	}
+	a.grp.mu.Lock()
+	defer a.grp.mu.Unlock()
+	out := make([]PartitionStatus, 0, len(a.grp.parts))
+	for p, st := range a.grp.parts {
+		out = append(out, PartitionStatus{Partition: p, Phase: st.phase, Epoch: st.epoch, Restore: st.restore})
+	}
+	slices.SortFunc(out, func(x, y PartitionStatus) int { return int(x.Partition) - int(y.Partition) })
+	return out
+}
+
+// group is an App's part in its group.
+type group struct {
+	g          stream.Group
+	addr       string
+	snapEvery  int
+	partitions uint32
+	topic      string
+	sink       stream.Sink
+	src        stream.Source
+	marks      stream.Bookmarks
+	clog       *engine.Changelog // of the current Run
+
+	mu    sync.Mutex
+	m     stream.Membership
+	parts map[uint32]*partState
+}
+
+type partState struct {
+	phase   Phase
+	epoch   stream.Epoch
+	restore RestoreProgress
+	cancel  context.CancelFunc // of the restore or of Serve
+	done    chan struct{}      // closed when the restore or Serve returned
+}
+
+// gate is the processors' publish gate: rows of a partition are published
+// once their commits are in its changelog.
+func (gr *group) gate(ctx context.Context, p uint32) error {
+	gr.mu.Lock()
+	clog := gr.clog
+	gr.mu.Unlock()
+	if clog == nil {
+		return fmt.Errorf("partition %d: %w", p, engine.ErrFenced)
+	}
+	return clog.Gate(ctx, p)
+}
+
+func (gr *group) setPhase(p uint32, fn func(st *partState)) {
+	gr.mu.Lock()
+	defer gr.mu.Unlock()
+	st := gr.parts[p]
+	if st == nil {
+		st = &partState{}
+		gr.parts[p] = st
+	}
+	fn(st)
+	if st.phase == NotOwned {
+		delete(gr.parts, p)
+	}
+}
+
+// openGroup prepares the group part of Open.
+func (a *App) openGroup(ctx context.Context, conn stream.Connector, o *openOptions, counts map[string]uint32) error {
+	if len(o.partitions) > 0 {
+		return errors.New("topology.WithPartitions cannot be combined with topology.WithGroup: the group decides the partitions")
+	}
+	fc, ok := conn.(stream.ForeignConnector)
+	if !ok {
+		return fmt.Errorf("topology.WithGroup: the connector (%T) cannot read raw records (stream.ForeignConnector), which the changelog needs", conn)
+	}
+	var n uint32
+	for _, sn := range a.prog.Sources() {
+		if n == 0 {
+			n = counts[sn]
+		} else if counts[sn] != n {
+			return fmt.Errorf("topology.WithGroup: sources have %d and %d partitions (%q); a group shares partitions of one count", n, counts[sn], sn)
+		}
+	}
+	first := a.prog.Sources()[0]
+	streamName, _, ok := strings.Cut(first, "/")
+	if !ok {
+		return fmt.Errorf("topology.WithGroup: source %q is not named stream/topic", first)
+	}
+	topic := ChangelogTopic(streamName, a.prog.Name())
+	sink, err := conn.OpenSink(ctx, topic, n)
+	if err != nil {
+		return fmt.Errorf("changelog topic %q: %w", topic, err)
+	}
+	src, err := fc.OpenForeignSource(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("changelog topic %q: %w", topic, err)
+	}
+	got, err := src.Partitions(ctx)
+	if err != nil {
+		return fmt.Errorf("changelog topic %q: partition count: %w", topic, err)
+	}
+	if got != n {
+		return fmt.Errorf("changelog topic %q has %d partitions, the sources %d", topic, got, n)
+	}
+	a.sinks[topic] = sink
+	snapEvery := DefaultSnapshotEvery
+	if o.snapEvery != nil {
+		snapEvery = *o.snapEvery
+	}
+	marks, _ := conn.(stream.Bookmarks)
+	a.grp = &group{g: o.group, addr: o.queryAddr, snapEvery: snapEvery, partitions: n, topic: topic,
+		sink: sink, src: src, marks: marks, parts: map[uint32]*partState{}}
+	return nil
+}
+
+// restored reports a finished restore.
+type restored struct {
+	p     uint32
+	epoch stream.Epoch
+	err   error
+}
+
+// served reports a Serve that returned.
+type served struct {
+	p     uint32
+	epoch stream.Epoch
+	err   error
+}
+
+// runGroup is Run in a group.
+func (a *App) runGroup(ctx context.Context) error {
+	gr := a.grp
+	log := a.log.With(slog.String("component", "strand/group"), slog.String("topology", a.prog.Name()))
+	m, err := gr.g.Join(ctx, a.prog.Name(), gr.partitions, gr.addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("topology %q: join the group: %w", a.prog.Name(), err)
+	}
+	clog := engine.NewChangelog(a.db, gr.sink, gr.src, gr.topic, gr.marks, m, engine.ChangelogOptions{
+		Sources: a.prog.Sources(), SnapshotEvery: gr.snapEvery, Logger: a.log,
+		Progress: func(rp engine.RestoreProgress) {
+			gr.setPhase(rp.Partition, func(st *partState) {
+				if st.phase == NotOwned {
+					return
+				}
+				st.restore = RestoreProgress{From: rp.From, Offset: rp.Offset, End: rp.End, Applied: rp.Applied,
+					Snapshot: rp.Snapshot, Reused: rp.Reused, Done: rp.Done}
+			})
+		},
+	})
+	a.db.SetCommitLogger(clog)
+	// Every partition is logged: a commit of a partition this instance
+	// does not own fails (ErrFenced) instead of changing its rows unseen.
+	for p := range gr.partitions {
+		a.db.LogPartition(p, true)
+	}
+	gr.mu.Lock()
+	gr.m, gr.clog = m, clog
+	gr.mu.Unlock()
+	log.Info("strand: joined the group", "member", m.ID(), "partitions", gr.partitions, "query_addr", gr.addr)
+	defer func() {
+		gr.mu.Lock()
+		gr.m, gr.clog = nil, nil
+		gr.parts = map[uint32]*partState{}
+		gr.mu.Unlock()
+		_ = m.Close()
+		for p := range gr.partitions {
+			a.db.LogPartition(p, false)
+		}
+		a.db.SetCommitLogger(nil)
+		log.Info("strand: left the group")
+	}()
+
+	restoredC := make(chan restored, gr.partitions)
+	servedC := make(chan served, gr.partitions)
+	regainC := make(chan restored, gr.partitions)
+	var bg sync.WaitGroup // restores and Serves
+	defer bg.Wait()
+
+	// The processors run the serving partitions, as one generation; a
+	// change of the set stops the generation (committing what is in
+	// flight) and starts the next one.
+	var (
+		genCancel context.CancelFunc
+		genDone   chan error
+	)
+	startGen := func() {
+		var parts []uint32
+		gr.mu.Lock()
+		for p, st := range gr.parts {
+			if st.phase == Serving {
+				parts = append(parts, p)
+			}
+		}
+		gr.mu.Unlock()
+		slices.Sort(parts)
+		genDone = nil
+		if len(parts) == 0 {
+			return
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		genCancel = cancel
+		done := make(chan error, 1)
+		genDone = done
+		log.Info("strand: processing partitions", "partitions", parts)
+		go func() {
+			errs := make([]error, len(a.procs))
+			var wg sync.WaitGroup
+			for i, proc := range a.procs {
+				wg.Go(func() {
+					errs[i] = proc.RunPartitions(gctx, parts)
+					if errs[i] != nil {
+						cancel()
+					}
+				})
+			}
+			wg.Wait()
+			done <- errors.Join(errs...)
+		}()
+	}
+	stopGen := func() error {
+		if genDone == nil {
+			return nil
+		}
+		genCancel()
+		err := <-genDone
+		genDone = nil
+		return err
+	}
+	// handleGenErr sorts a generation's failure: partitions fenced are
+	// dropped, anything else is returned.
+	handleGenErr := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		var rest []error
+		for _, e := range flatten(err) {
+			var pe *engine.PartitionError
+			if errors.Is(e, engine.ErrFenced) {
+				if errors.As(e, &pe) {
+					log.Warn("strand: partition fenced while processing; dropping it", "partition", pe.Partition)
+					clog.Lost(pe.Partition)
+				}
+				continue
+			}
+			rest = append(rest, e)
+		}
+		return errors.Join(rest...)
+	}
+	stopPart := func(p uint32) {
+		gr.mu.Lock()
+		st := gr.parts[p]
+		gr.mu.Unlock()
+		if st != nil && st.cancel != nil {
+			st.cancel()
+			<-st.done
+		}
+		clog.Forget(p)
+		gr.setPhase(p, func(st *partState) { st.phase = NotOwned })
+	}
+	startRestore := func(p uint32, e stream.Epoch) {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		gr.setPhase(p, func(st *partState) {
+			st.phase, st.epoch, st.cancel, st.done, st.restore = Restoring, e, cancel, done, RestoreProgress{}
+		})
+		bg.Go(func() {
+			defer close(done)
+			start := time.Now()
+			err := clog.Restore(rctx, p, e)
+			gr.setPhase(p, func(st *partState) {
+				if st.epoch == e && st.phase == Restoring {
+					st.restore.Took = time.Since(start)
+				}
+			})
+			if rctx.Err() == nil {
+				restoredC <- restored{p, e, err}
+			}
+		})
+	}
+	// A partition's changelog outlives Run's context: at a stop it is
+	// flushed after the processors stopped (leaveGroup), then cancelled.
+	serveCtx := context.WithoutCancel(ctx)
+	startServe := func(p uint32, e stream.Epoch) {
+		sctx, cancel := context.WithCancel(serveCtx)
+		done := make(chan struct{})
+		gr.setPhase(p, func(st *partState) { st.phase, st.cancel, st.done = Serving, cancel, done })
+		bg.Go(func() {
+			defer close(done)
+			err := clog.Serve(sctx, p)
+			if sctx.Err() == nil {
+				servedC <- served{p, e, err}
+			}
+		})
+	}
+
+	assignments := m.Assignments()
+	dirty := false
+	var settle <-chan time.Time
+	for {
+		if dirty && settle == nil {
+			settle = time.After(20 * time.Millisecond) // let a burst of changes in
+		}
+		select {
+		case <-ctx.Done():
+			err := handleGenErr(stopGen())
+			a.leaveGroup(log, clog)
+			return err
+		case asg, ok := <-assignments:
+			if !ok {
+				err := handleGenErr(stopGen())
+				a.leaveGroup(log, clog)
+				if merr := m.Err(); merr != nil {
+					return errors.Join(err, fmt.Errorf("topology %q: the group membership ended: %w", a.prog.Name(), merr))
+				}
+				return err
+			}
+			log.Info("strand: assignment", "kind", asg.Kind.String(), "partition", asg.Partition, "epoch", asg.Epoch, "reason", asg.Reason.String())
+			switch asg.Kind {
+			case stream.Gained:
+				if ph := a.Phase(asg.Partition); ph != NotOwned {
+					// Gained again under a newer epoch: what runs under
+					// the old one stops first.
+					clog.Lost(asg.Partition)
+					dirty = dirty || ph == Serving
+					stopPart(asg.Partition)
+				}
+				startRestore(asg.Partition, asg.Epoch)
+			case stream.Revoking:
+				if a.Phase(asg.Partition) == Serving {
+					if err := handleGenErr(stopGen()); err != nil {
+						return err
+					}
+					fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					if err := clog.Flush(fctx, asg.Partition); err != nil {
+						log.Warn("strand: changelog of a revoked partition not confirmed in time; its last commits are redone by the next owner", "partition", asg.Partition, "err", err)
+					}
+					cancel()
+					dirty = true
+				}
+				stopPart(asg.Partition)
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := m.Release(rctx, asg.Partition); err != nil {
+					log.Warn("strand: release failed", "partition", asg.Partition, "err", err)
+				}
+				cancel()
+			case stream.Lost:
+				clog.Lost(asg.Partition)
+				if a.Phase(asg.Partition) == Serving {
+					dirty = true
+				}
+				stopPart(asg.Partition)
+			}
+		case r := <-restoredC:
+			gr.mu.Lock()
+			st := gr.parts[r.p]
+			current := st != nil && st.phase == Restoring && st.epoch == r.epoch
+			gr.mu.Unlock()
+			if !current {
+				continue
+			}
+			if errors.Is(r.err, errRetryRestore) {
+				startRestore(r.p, r.epoch)
+				continue
+			}
+			if r.err != nil {
+				if errors.Is(r.err, engine.ErrFenced) {
+					log.Warn("strand: partition fenced while restoring", "partition", r.p, "err", r.err)
+					stopPart(r.p)
+					continue
+				}
+				log.Error("strand: restore failed; trying again", "partition", r.p, "err", r.err)
+				p, e := r.p, r.epoch
+				time.AfterFunc(time.Second, func() {
+					if ep, ok := m.Owns(p); ok && ep == e && ctx.Err() == nil {
+						select {
+						case restoredC <- restored{p, e, errRetryRestore}:
+						default:
+						}
+					}
+				})
+				continue
+			}
+			startServe(r.p, r.epoch)
+			dirty = true
+		case s := <-servedC:
+			gr.mu.Lock()
+			st := gr.parts[s.p]
+			current := st != nil && st.phase == Serving && st.epoch == s.epoch
+			gr.mu.Unlock()
+			if !current {
+				continue
+			}
+			dirty = true
+			stopPart(s.p)
+			if s.err != nil && !errors.Is(s.err, engine.ErrFenced) {
+				// Still ours: restore it again (the store may be ahead
+				// of the changelog), after a pause.
+				log.Error("strand: changelog of a partition failed; restoring it again", "partition", s.p, "err", s.err)
+				p, e := s.p, s.epoch
+				time.AfterFunc(time.Second, func() {
+					if ep, ok := m.Owns(p); ok && ep == e && ctx.Err() == nil {
+						select {
+						case regainC <- restored{p, e, nil}:
+						default:
+						}
+					}
+				})
+			}
+		case r := <-regainC:
+			if a.Phase(r.p) == NotOwned {
+				if ep, ok := m.Owns(r.p); ok && ep == r.epoch {
+					startRestore(r.p, r.epoch)
+				}
+			}
+		case err := <-genDone:
+			genDone = nil
+			if err := handleGenErr(err); err != nil {
+				a.leaveGroup(log, clog)
+				return err
+			}
+			dirty = true
+		case <-settle:
+			settle = nil
+			if dirty {
+				dirty = false
+				if err := handleGenErr(stopGen()); err != nil {
+					a.leaveGroup(log, clog)
+					return err
+				}
+				startGen()
+			}
+		}
+	}
+}
+
+// errRetryRestore marks a restore to try again (see runGroup).
+var errRetryRestore = errors.New("retry the restore")
+
+// leaveGroup ends Run's part in the group once the processors stopped:
+// each serving partition's changelog is flushed (bounded), then every
+// partition stops.
+func (a *App) leaveGroup(log *slog.Logger, clog *engine.Changelog) {
+	gr := a.grp
+	gr.mu.Lock()
+	var parts []uint32
+	sts := map[uint32]*partState{}
+	for p, st := range gr.parts {
+		parts = append(parts, p)
+		sts[p] = st
+	}
+	gr.mu.Unlock()
+	for _, p := range parts {
+		if sts[p].phase == Serving {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := clog.Flush(ctx, p); err != nil {
+				log.Warn("strand: changelog not confirmed at stop; the next owner redoes the last commits", "partition", p, "err", err)
+			}
+			cancel()
+		}
+		if sts[p].cancel != nil {
+			sts[p].cancel()
+			<-sts[p].done
+		}
+		clog.Forget(p)
+	}
+}
+
+// flatten returns the errors err joins (itself if it joins none).
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
