@@ -65,5 +65,5 @@ curl -s "http://${http}1/group"
 echo
 "$bin" -role check -iggy "$broker" -query "${http}1"
 status=$?
-grep -h 'level=WARN\|level=ERROR' "$dir"/instance-*.log | head -n 20
+grep -h 'level=WARN\|level=ERROR' "$dir"/instance-*.log | grep -v 'dead letter' | head -n 20
 exit "$status"

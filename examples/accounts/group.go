@@ -46,7 +46,8 @@ type partStatus struct {
 	Epoch     uint64 `json:"epoch"`
 	// Next is the committed checkpoint of a serving partition, End its
 	// source's end offset as last seen.
-	Next, End uint64
+	Next uint64 `json:"next"`
+	End  uint64 `json:"end"`
 	// Pending counts what its commits still have to publish: outbox
 	// messages and dead letters.
 	Pending int            `json:"pending"`
@@ -55,11 +56,17 @@ type partStatus struct {
 
 // restoreStatus is how far the last restore of a partition went.
 type restoreStatus struct {
-	From, Offset, End uint64
-	Applied           int
-	Snapshot, Reused  bool
-	Done              bool
-	TookMS            int64 `json:"took_ms"`
+	// From and Offset are where in the partition's changelog the restore
+	// began and how far it read; End is where the changelog ended when it
+	// began.
+	From     uint64 `json:"from"`
+	Offset   uint64 `json:"offset"`
+	End      uint64 `json:"end"`
+	Applied  int    `json:"applied"`  // commits and snapshot chunks applied
+	Snapshot bool   `json:"snapshot"` // it began from a snapshot
+	Reused   bool   `json:"reused"`   // the local store was current and kept
+	Done     bool   `json:"done"`
+	TookMS   int64  `json:"took_ms"`
 }
 
 // fraction returns how much of the restore is done, 0..1.

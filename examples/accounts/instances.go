@@ -504,14 +504,17 @@ func (a *app) waitAllServed(ctx context.Context, addrs func() []string) (time.Du
 }
 
 // reportInstances prints, every -progress interval, the producer's count,
-// what the group has committed, and each instance's partitions with the
-// progress of their restores, until ctx ends.
+// what the group has committed (a partition nobody serves now counts with
+// what its last owner had committed), the lag behind the log's end, and
+// each instance's partitions with the progress of their restores, until
+// ctx ends.
 func (a *app) reportInstances(ctx context.Context, addrs func() []string, published func() int64) {
 	if a.cfg.progress <= 0 {
 		return
 	}
 	t := time.NewTicker(a.cfg.progress)
 	defer t.Stop()
+	committed := make([]uint64, a.cfg.partitions)
 	for {
 		select {
 		case <-ctx.Done():
@@ -520,18 +523,21 @@ func (a *app) reportInstances(ctx context.Context, addrs func() []string, publis
 		}
 		sts := fetchStatuses(ctx, a.httpClient(), addrs())
 		slices.SortFunc(sts, func(x, y groupStatus) int { return x.Instance - y.Instance })
-		var next, lag uint64
 		parts := make([]string, 0, len(sts))
 		for _, gs := range sts {
 			for _, p := range gs.Partitions {
-				next += p.Next
-				if p.End > p.Next {
-					lag += p.End - p.Next
+				if p.Phase == "serving" && int(p.Partition) < len(committed) {
+					committed[p.Partition] = p.Next
 				}
 			}
 			parts = append(parts, fmt.Sprintf("[%d] %s", gs.Instance, gs.describe()))
 		}
+		next := sum(committed)
+		lag := "?"
+		if ends, err := a.endOffsets(ctx); err == nil && sum(ends) >= next {
+			lag = commas(int64(sum(ends) - next))
+		}
 		a.printf("progress: published %s, committed %s, lag %s; partitions %s",
-			commas(published()), commas(int64(next)), commas(int64(lag)), strings.Join(parts, " | "))
+			commas(published()), commas(int64(next)), lag, strings.Join(parts, " | "))
 	}
 }
