@@ -336,6 +336,10 @@ func waitGroupCaughtUp(ctx context.Context, hc *http.Client, addrs func() []stri
 	}
 }
 
+// caughtUpTimeout bounds how long a -instances run waits, once the
+// producer is done, for the group to commit everything.
+const caughtUpTimeout = 3 * time.Minute
+
 // runInstances is -role all with -instances N: the broker (unless -iggy)
 // and the producer in this process, N processors of one group as child
 // processes, then the check of every account through one instance's query
@@ -458,7 +462,13 @@ func (a *app) runInstances(ctx context.Context) (rep report, err error) {
 	if len(live()) == 0 {
 		return rep, errors.New("every instance is gone")
 	}
-	if err := waitGroupCaughtUp(ctx, a.httpClient(), addrs, ends); err != nil {
+	// Catching up takes about as long as the backlog at the end of
+	// publishing; a group that cannot (a partition served by nobody or by
+	// two instances for minutes) is a failure, with the reason.
+	wctx, cancelWait := context.WithTimeout(ctx, caughtUpTimeout)
+	err = waitGroupCaughtUp(wctx, a.httpClient(), addrs, ends)
+	cancelWait()
+	if err != nil {
 		return rep, err
 	}
 	rep.ProcessTime = time.Since(start)

@@ -134,12 +134,18 @@ func (c *cluster) close() {
 	}
 	if c.t.Failed() {
 		all := c.logs.String()
-		if f, err := os.CreateTemp("", "strand-scaleout-*.log"); err == nil {
-			_, _ = f.WriteString(all)
-			_ = f.Close()
-			c.t.Logf("every instance's output is in %s", f.Name())
-		}
+		keepLogs(c.t, all)
 		c.t.Logf("instance output (last lines):\n%s", tail(all, 150))
+	}
+}
+
+// keepLogs writes the output of a failed test's instances to a file that
+// outlives the test, and logs its name.
+func keepLogs(t *testing.T, all string) {
+	if f, err := os.CreateTemp("", "strand-scaleout-*.log"); err == nil {
+		_, _ = f.WriteString(all)
+		_ = f.Close()
+		t.Logf("every instance's output is in %s", f.Name())
 	}
 }
 
@@ -607,8 +613,11 @@ func TestInstances(t *testing.T) {
 	}
 	a := newApp(cfg, &out, &logs)
 	a.launch, a.echo = testLauncher, &logs
-	rep, err := a.run(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := a.run(ctx)
 	if err != nil || t.Failed() {
+		keepLogs(t, logs.String())
 		t.Logf("output:\n%s\nlogs:\n%s", out.String(), tail(logs.String(), 80))
 	}
 	if err != nil {

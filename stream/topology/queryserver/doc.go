@@ -55,7 +55,8 @@
 // (topology.WithGroup, announcing its query server's address with
 // topology.WithQueryAddr) is routed by the group's membership, which every
 // member reads from the broker: a partition the App serves
-// (App.Phase(p) == topology.Serving) is local; one it is restoring is
+// (App.Phase(p) == topology.Serving) while the membership still grants it
+// to this member (Membership.Owns) is local; one it is restoring is
 // unavailable ("partition N is restoring"); one another member owns is
 // remote, at the address that member announced; and a partition without an
 // owner, or whose owner announced no address, is unavailable. Table

@@ -89,16 +89,16 @@ func (ph *phases) set(p uint32, to topology.Phase) {
 	ph.m[p] = to
 }
 
-// The group router's decision in every case: this instance's phase wins
-// for the partitions it serves or restores; the membership says where the
-// others are; nothing is Local unless it is Serving here, so nothing is
-// answered 404 from a store that does not hold it.
+// The group router's decision in every case: a partition is Local only
+// when it is Serving here and the membership still grants it here; one
+// being restored here is unavailable; the membership says where the others
+// are. So nothing is answered from a store that is not the partition's.
 func TestGroupRoute(t *testing.T) {
-	ph := &phases{m: map[uint32]topology.Phase{0: topology.Serving, 1: topology.Restoring}}
+	ph := &phases{m: map[uint32]topology.Phase{0: topology.Serving, 1: topology.Restoring, 9: topology.Serving}}
 	m := &fakeMembership{self: 7}
 	m.set(
-		owning(7, "127.0.0.1:9007", 1, 2),    // 2: granted here, not restoring yet
-		owning(8, "127.0.0.1:9008", 0, 3, 4), // 0: served here still (the App knows best)
+		owning(7, "127.0.0.1:9007", 1, 2, 9), // 2: granted here, not restoring yet
+		owning(8, "127.0.0.1:9008", 0, 3, 4), // 0: still Serving here, but lost (the App is stopping it)
 		owning(9, "", 5),                     // announced no query address
 		owning(3, "127.0.0.1:9007", 6),       // an earlier incarnation of this instance
 		owning(8, "127.0.0.1:9008", 7),
@@ -109,7 +109,8 @@ func TestGroupRoute(t *testing.T) {
 		owner  string
 		reason string
 	}{
-		{0, queryserver.Local, "", ""},
+		{9, queryserver.Local, "", ""},
+		{0, queryserver.Remote, "127.0.0.1:9008", ""},
 		{1, queryserver.Unavailable, "", "partition 1 is restoring"},
 		{2, queryserver.Unavailable, "", "changing hands at this instance"},
 		{3, queryserver.Remote, "127.0.0.1:9008", ""},
@@ -119,7 +120,7 @@ func TestGroupRoute(t *testing.T) {
 		{7, queryserver.Remote, "127.0.0.1:9008", ""},
 		{8, queryserver.Unavailable, "", "partition 8 has no owner"},
 	} {
-		rt := queryserver.GroupRoute(ph.of, m, queryserver.Query{Table: "totals", Partition: tc.p, Partitions: 9})
+		rt := queryserver.GroupRoute(ph.of, m, queryserver.Query{Table: "totals", Partition: tc.p, Partitions: 10})
 		if rt.Kind != tc.kind || rt.Owner != tc.owner || !strings.Contains(rt.Reason, tc.reason) {
 			t.Errorf("partition %d: %+v, want %v to %q, reason containing %q", tc.p, rt, tc.kind, tc.owner, tc.reason)
 		}

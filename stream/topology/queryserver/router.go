@@ -120,7 +120,10 @@ const (
 // groupRoute routes q by the group's membership m, phase being this
 // instance's phase of each partition (App.Phase):
 //
-//   - Serving here: Local.
+//   - Serving here, and the membership still grants it here
+//     (Membership.Owns: this member's lease holds): Local. A partition
+//     this instance no longer owns is not answered from its store, even
+//     while the App is still stopping it.
 //   - Restoring here: Unavailable, "partition N is restoring".
 //   - Owned by another member with a query address: Remote to it.
 //   - Otherwise Unavailable: nobody owns it yet, the group grants it to
@@ -135,7 +138,9 @@ func groupRoute(phase func(uint32) topology.Phase, m stream.Membership, q Query)
 	p := q.Partition
 	switch phase(p) {
 	case topology.Serving:
-		return Route{Kind: Local}
+		if _, owned := m.Owns(p); owned {
+			return Route{Kind: Local}
+		}
 	case topology.Restoring:
 		return Route{Kind: Unavailable, RetryAfter: movingRetry, Reason: fmt.Sprintf("partition %d is restoring", p)}
 	}
