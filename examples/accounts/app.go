@@ -68,6 +68,9 @@ type app struct {
 	// executable again); echo gets their output, prefixed.
 	launch launcher
 	echo   io.Writer
+	// dumpOnFailure: a failed -instances run ends its instances with
+	// SIGQUIT, which prints their goroutines' stacks (tests).
+	dumpOnFailure bool
 
 	hcOnce sync.Once
 	hc     *http.Client // httpClient

@@ -91,6 +91,18 @@ func (in *instance) Stop(grace time.Duration) {
 	}
 }
 
+// Quit makes the instance print the stacks of its goroutines and exit
+// (SIGQUIT), for a failure's diagnosis, and waits until it is gone.
+func (in *instance) Quit(grace time.Duration) {
+	_ = in.Signal(syscall.SIGCONT)
+	_ = in.Signal(syscall.SIGQUIT)
+	select {
+	case <-in.exited:
+	case <-time.After(grace):
+		in.Kill()
+	}
+}
+
 // launcher starts the processes of instances: by default this program's
 // executable again; the tests re-execute their test binary.
 type launcher func(args []string) *exec.Cmd
@@ -376,6 +388,10 @@ func (a *app) runInstances(ctx context.Context) (rep report, err error) {
 		defer mu.Unlock()
 		var wg sync.WaitGroup
 		for _, in := range insts {
+			if err != nil && a.dumpOnFailure {
+				wg.Go(func() { in.Quit(10 * time.Second) })
+				continue
+			}
 			wg.Go(func() { in.Stop(15 * time.Second) })
 		}
 		wg.Wait()

@@ -112,6 +112,10 @@ func (c *cluster) close() {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, in := range all {
+		if c.t.Failed() {
+			wg.Go(func() { in.Quit(10 * time.Second) }) // their stacks go to the logs
+			continue
+		}
 		wg.Go(func() { in.Stop(10 * time.Second) })
 	}
 	wg.Wait()
@@ -612,7 +616,7 @@ func TestInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newApp(cfg, &out, &logs)
-	a.launch, a.echo = testLauncher, &logs
+	a.launch, a.echo, a.dumpOnFailure = testLauncher, &logs, true
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	rep, err := a.run(ctx)
