@@ -115,11 +115,18 @@ func selfLauncher() (launcher, error) {
 	return func(args []string) *exec.Cmd { return exec.Command(exe, args...) }, nil
 }
 
-// startInstance starts instance n with args; echo, when not nil, gets its
+// startInstance starts instance n with args and the Iggy password in its
+// environment (not on its command line); echo, when not nil, gets its
 // output lines prefixed with "[n] ".
-func startInstance(launch launcher, n int, args []string, echo io.Writer) (*instance, error) {
+func startInstance(launch launcher, n int, args []string, password string, echo io.Writer) (*instance, error) {
 	in := &instance{N: n, addrKnown: make(chan struct{}), ready: make(chan struct{}), exited: make(chan struct{})}
 	in.cmd = launch(args)
+	if password != "" {
+		if in.cmd.Env == nil {
+			in.cmd.Env = os.Environ()
+		}
+		in.cmd.Env = append(in.cmd.Env, passwordEnv+"="+password)
+	}
 	stdout, err := in.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -198,7 +205,7 @@ func (in *instance) waitAddr(timeout time.Duration) error {
 func (a *app) instanceArgs(n int, http string) []string {
 	c := a.cfg
 	args := []string{"-role", "processor", "-group", "-instance", strconv.Itoa(n),
-		"-iggy", a.addr, "-user", c.user, "-password", c.password,
+		"-iggy", a.addr, "-user", c.user,
 		"-stream", c.stream, "-topic", c.topic, "-dlq", c.dlq,
 		"-partitions", strconv.Itoa(int(c.partitions)), "-dlq-partitions", strconv.Itoa(int(c.dlqPartitions)),
 		"-codec", string(c.codec), "-data", a.dir, "-http", http,
@@ -419,7 +426,7 @@ func (a *app) runInstances(ctx context.Context) (rep report, err error) {
 	a.printf("starting %d processor instances of one group (session timeout %v, a snapshot every %d commits), each with its store under %s/state-N and its query server",
 		a.cfg.instances, a.cfg.sessionTimeout, a.cfg.snapshotEvery, a.dir)
 	for n := 1; n <= a.cfg.instances; n++ {
-		in, err := startInstance(a.launch, n, a.instanceArgs(n, a.instanceHTTP(n)), a.echo)
+		in, err := startInstance(a.launch, n, a.instanceArgs(n, a.instanceHTTP(n)), a.cfg.password, a.echo)
 		if err != nil {
 			return rep, err
 		}

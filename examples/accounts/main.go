@@ -164,7 +164,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.nosync, "nosync", false, "commit without fsync (faster; a machine crash may lose the last commits, a process crash loses nothing)")
 	fs.StringVar(&c.iggy, "iggy", "", "address of an Iggy 0.8 server (host:port); empty: start the embedded broker")
 	fs.StringVar(&c.user, "user", "iggy", "Iggy user")
-	fs.StringVar(&c.password, "password", "iggy", "Iggy password")
+	fs.StringVar(&c.password, "password", "", "Iggy password (default: $"+passwordEnv+", or iggy)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8090", "address of the embedded broker in -role broker")
 	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the query server and /metrics, a loopback one unless -http-public (empty: none; a busy port falls back to a free one)")
 	fs.BoolVar(&c.httpPublic, "http-public", false, "allow an -http address that is not a loopback one (the query server authenticates nobody)")
@@ -183,6 +183,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.trace, "trace", false, "print spans to stdout: the producer's publish spans (one per 10,000 events) and strand's process spans linked to them (metrics are always served at /metrics)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.password == "" {
+		c.password = envOr(passwordEnv, "iggy")
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q (flags only; see -help)", fs.Args())
@@ -261,6 +264,18 @@ func (c config) workload() bank.Workload {
 }
 
 func (c config) source() string { return c.stream + "/" + c.topic }
+
+// passwordEnv, when set, is the default of -password: how a -instances
+// run hands the password to its instances without a command line that
+// anyone on the machine can read.
+const passwordEnv = "STRAND_IGGY_PASSWORD"
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
 // grouped reports whether the run's processors form a group.
 func (c config) grouped() bool { return c.group || c.instances > 1 }

@@ -166,7 +166,7 @@ func testLauncher(args []string) *exec.Cmd {
 func (c *cluster) start(n int) *instance {
 	c.t.Helper()
 	args := c.pa.instanceArgs(n, "127.0.0.1:0")
-	in, err := startInstance(c.launch, n, args, &c.logs)
+	in, err := startInstance(c.launch, n, args, c.pa.cfg.password, &c.logs)
 	if err != nil {
 		c.t.Fatal(err)
 	}
