@@ -28,7 +28,6 @@ type instance struct {
 	cmd *exec.Cmd
 
 	addrKnown chan struct{} // closed once Addr is set
-	ready     chan struct{} // closed once it says it runs
 	exited    chan struct{} // closed once it exited; then err is set
 	err       error
 
@@ -119,7 +118,7 @@ func selfLauncher() (launcher, error) {
 // environment (not on its command line); echo, when not nil, gets its
 // output lines prefixed with "[n] ".
 func startInstance(launch launcher, n int, args []string, password string, echo io.Writer) (*instance, error) {
-	in := &instance{N: n, addrKnown: make(chan struct{}), ready: make(chan struct{}), exited: make(chan struct{})}
+	in := &instance{N: n, addrKnown: make(chan struct{}), exited: make(chan struct{})}
 	in.cmd = launch(args)
 	if password != "" {
 		if in.cmd.Env == nil {
@@ -139,7 +138,7 @@ func startInstance(launch launcher, n int, args []string, password string, echo 
 		return nil, fmt.Errorf("start instance %d: %w", n, err)
 	}
 	var echoMu sync.Mutex
-	var addrOnce, readyOnce sync.Once
+	var addrOnce sync.Once
 	var readers sync.WaitGroup
 	read := func(r io.Reader) {
 		defer readers.Done()
@@ -167,9 +166,6 @@ func startInstance(launch launcher, n int, args []string, password string, echo 
 						close(in.addrKnown)
 					})
 				}
-			}
-			if strings.Contains(line, readyLine) {
-				readyOnce.Do(func() { close(in.ready) })
 			}
 		}
 		_, _ = io.Copy(io.Discard, r)

@@ -277,9 +277,6 @@ func envOr(name, def string) string {
 	return def
 }
 
-// grouped reports whether the run's processors form a group.
-func (c config) grouped() bool { return c.group || c.instances > 1 }
-
 // stateDir is the store's directory under the data directory: state, or
 // state-N for instance N of a group.
 func (c config) stateDir() string {
