@@ -7,10 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +34,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...
 		return err
 	}
 	a := newApp(cfg, stdout, stderr)
+	a.echo = stderr
 	a.procOpts = extra
 	_, err = a.run(ctx)
 	return err
@@ -56,8 +60,20 @@ type app struct {
 	cl       *iggy.Client
 	app      *topology.App
 	balances *topology.Table[bank.AccountID, bank.Account]
-	tel      *telemetry // metrics at /metrics, spans to stdout with -trace
+	tel      *telemetry   // metrics at /metrics, spans to stdout with -trace
+	ln       net.Listener // of the query server, until it serves
 	httpAddr string
+
+	// launch starts the processes of -instances (default: this program's
+	// executable again); echo gets their output, prefixed.
+	launch launcher
+	echo   io.Writer
+	// dumpOnFailure: a failed -instances run ends its instances with
+	// SIGQUIT, which prints their goroutines' stacks (tests).
+	dumpOnFailure bool
+
+	hcOnce sync.Once
+	hc     *http.Client // httpClient
 }
 
 // report is what a bounded run measured and checked.
@@ -76,6 +92,9 @@ type report struct {
 	Reseq                  stream.Counters
 	HeldNow                int
 	RefDuplicates, RefHeld int
+	// a group's run: the check through a query server, the changelog
+	Query     *queryStats
+	Changelog *clSummary
 }
 
 func newApp(cfg config, stdout, stderr io.Writer) *app {
@@ -110,7 +129,13 @@ func (a *app) run(ctx context.Context) (rep report, err error) {
 	case "processor":
 		return rep, a.runProcessor(ctx)
 	case "check":
+		if a.cfg.query != "" {
+			return a.runGroupCheck(ctx)
+		}
 		return a.runCheck(ctx)
+	}
+	if a.cfg.instances > 1 {
+		return a.runInstances(ctx)
 	}
 	return a.runAll(ctx)
 }
@@ -132,6 +157,9 @@ func (a *app) openDir() error {
 
 // closeAll releases what run opened, in reverse order.
 func (a *app) closeAll() {
+	if a.hc != nil {
+		a.hc.CloseIdleConnections()
+	}
 	if a.app != nil {
 		if err := a.app.Close(); err != nil {
 			a.log.Error("close the app", "err", err)
@@ -218,9 +246,12 @@ func (a *app) openApp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	app, err := topology.Open(ctx, topo, conn, filepath.Join(a.dir, "state"),
-		append(tel.options(), topology.WithDurability(dur), topology.WithLogger(a.log),
-			topology.WithDeadLetterTopic(a.cfg.stream+"/"+a.cfg.dlq))...)
+	opts := append(tel.options(), topology.WithDurability(dur), topology.WithLogger(a.log),
+		topology.WithDeadLetterTopic(a.cfg.stream+"/"+a.cfg.dlq))
+	if a.cfg.group {
+		opts = append(opts, a.groupOptions()...)
+	}
+	app, err := topology.Open(ctx, topo, conn, filepath.Join(a.dir, a.cfg.stateDir()), opts...)
 	if err != nil {
 		return err
 	}
@@ -405,6 +436,10 @@ func (a *app) runProcessor(ctx context.Context) error {
 	if err := a.connect(ctx); err != nil {
 		return err
 	}
+	if err := a.listenHTTP(); err != nil {
+		return err
+	}
+	defer a.closeListener()
 	if err := a.openApp(ctx); err != nil {
 		return err
 	}
@@ -415,15 +450,24 @@ func (a *app) runProcessor(ctx context.Context) error {
 			return err
 		}
 	}
-	stopHTTP, err := a.startHTTP()
+	stopHTTP, err := a.serveHTTP()
 	if err != nil {
 		return err
 	}
 	defer stopHTTP()
 	stop, done := a.startProcessor(ctx)
-	a.log.Info("processor running", "source", a.cfg.source(), "store", filepath.Join(a.dir, "state"))
+	if a.cfg.group {
+		a.log.Info(readyLine, "source", a.cfg.source(), "store", filepath.Join(a.dir, a.cfg.stateDir()),
+			"instance", a.cfg.instance, "query_addr", a.httpAddr, "session_timeout", a.cfg.sessionTimeout)
+	} else {
+		a.log.Info(readyLine, "source", a.cfg.source(), "store", filepath.Join(a.dir, a.cfg.stateDir()))
+	}
 	pctx, cancelProgress := context.WithCancel(ctx)
-	go a.reportProgress(pctx, &progress{}, func() int64 { return -1 })
+	if a.cfg.group {
+		go a.reportGroupProgress(pctx)
+	} else {
+		go a.reportProgress(pctx, &progress{}, func() int64 { return -1 })
+	}
 	defer cancelProgress()
 	if a.cfg.drain {
 		if err := a.waitCaughtUp(ctx, done); err != nil {
@@ -478,6 +522,10 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	if err := a.connect(ctx); err != nil {
 		return rep, err
 	}
+	if err := a.listenHTTP(); err != nil {
+		return rep, err
+	}
+	defer a.closeListener()
 	if err := a.openApp(ctx); err != nil {
 		return rep, err
 	}
@@ -495,7 +543,7 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 		return rep, err
 	}
 	defer prod.close(ctx)
-	stopHTTP, err := a.startHTTP()
+	stopHTTP, err := a.serveHTTP()
 	if err != nil {
 		return rep, err
 	}
@@ -619,23 +667,23 @@ func (a *app) check(ctx context.Context, ends []uint64, rep *report) error {
 		return fmt.Errorf("check: %w", err)
 	}
 	rep.RefDuplicates, rep.RefHeld = ref.Duplicates(), ref.Held()
-	got, err := a.deadLetterOrigins(ctx)
+	dls, err := a.deadLetters(ctx)
 	if err != nil {
 		return fmt.Errorf("check: read the dead-letter topic back: %w", err)
 	}
-	rep.DeadLetters = len(got)
-	rep.DLQErr = bank.CheckDeadLetters(ref.Poison(), got)
+	rep.DeadLetters = len(dls.origins)
+	rep.DLQErr = errors.Join(bank.CheckDeadLetters(ref.Poison(), dls.origins), dls.repeatedIDs())
 	return nil
 }
 
-// deadLetterOrigins reads the whole dead-letter topic and returns the
-// origins of the dead letters of this program's source.
-func (a *app) deadLetterOrigins(ctx context.Context) ([]bank.Origin, error) {
-	var out []bank.Origin
+// deadLetters reads the whole dead-letter topic and returns the origins
+// and message ids of the dead letters of this program's source.
+func (a *app) deadLetters(ctx context.Context) (deadLetterSet, error) {
+	var out deadLetterSet
 	for p := range a.cfg.dlqPartitions {
 		msgs, err := a.cl.Tail(ctx, a.cfg.stream, a.cfg.dlq, p, math.MaxInt32)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		for _, m := range msgs {
 			var src, part, off string
@@ -655,9 +703,10 @@ func (a *app) deadLetterOrigins(ctx context.Context) ([]bank.Origin, error) {
 			pn, err1 := strconv.ParseUint(part, 10, 32)
 			on, err2 := strconv.ParseUint(off, 10, 64)
 			if err := errors.Join(err1, err2); err != nil {
-				return nil, fmt.Errorf("dead letter at %s/%s partition %d offset %d has bad origin headers: %w", a.cfg.stream, a.cfg.dlq, p, m.Offset, err)
+				return out, fmt.Errorf("dead letter at %s/%s partition %d offset %d has bad origin headers: %w", a.cfg.stream, a.cfg.dlq, p, m.Offset, err)
 			}
-			out = append(out, bank.Origin{Partition: uint32(pn), Offset: on})
+			out.origins = append(out.origins, bank.Origin{Partition: uint32(pn), Offset: on})
+			out.ids = append(out.ids, m.ID)
 		}
 	}
 	return out, nil
@@ -671,8 +720,14 @@ func (a *app) summary(rep report) {
 		lag += fmt.Sprintf(", at most %s when sampled every %v", commas(rep.MaxLag), a.cfg.progress)
 	}
 	how := "end to end, publishing and processing at once"
-	if a.cfg.backlog {
+	switch {
+	case a.cfg.backlog:
 		how = "the processor alone, on a backlog"
+	case a.cfg.instances > 1:
+		how = fmt.Sprintf("end to end, by a group of %d instances", a.cfg.instances)
+		if a.cfg.killAfter > 0 {
+			how += " (one killed on the way)"
+		}
 	}
 	a.printf("processed %s records in %v, %s: %s records/s (exactly-once, %s commits, %s codec, %d partitions); %s",
 		commas(int64(rep.Records)), rep.ProcessTime.Round(time.Millisecond), how, commas(int64(perSecond(int64(rep.Records), rep.ProcessTime))),
@@ -686,6 +741,18 @@ func (a *app) summary(rep report) {
 }
 
 func (a *app) printCheck(rep report) {
+	if cl := rep.Changelog; cl != nil {
+		verdict := "valid commits contiguous across owners, epochs rising: ok"
+		if err := cl.err(); err != nil {
+			verdict = "WRONG: " + err.Error()
+		}
+		a.printf("changelog: %d partitions, %s commits (%s fenced, %s duplicates), %d snapshot records, %d ownership changes among %d members: %s",
+			cl.Partitions, commas(int64(cl.Commits)), commas(int64(cl.Fenced)), commas(int64(cl.Duplicates)), cl.Snapshots, cl.OwnershipChanges, cl.Members, verdict)
+	}
+	if q := rep.Query; q != nil {
+		a.printf("queries: %s accounts asked of the query server at %s, %s answered by their owners (forwarded), %s retried (partition restoring or changing hands)",
+			commas(q.Gets), q.Via, commas(q.Forwarded), commas(q.Retried))
+	}
 	if rep.DLQErr == nil {
 		a.printf("dead letters: %d in %s/%s, every poison record exactly once: ok", rep.DeadLetters, a.cfg.stream, a.cfg.dlq)
 	} else {
@@ -701,7 +768,7 @@ func (a *app) printCheck(rep report) {
 
 // verdict returns an error when the check or the dead letters are wrong.
 func (a *app) verdict(rep report) error {
-	return errors.Join(rep.Check.Err(), rep.DLQErr)
+	return errors.Join(rep.Check.Err(), rep.DLQErr, rep.Changelog.err())
 }
 
 func sum(xs []uint64) uint64 {

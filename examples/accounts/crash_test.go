@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ const (
 	childArgsEnv  = "STRAND_ACCOUNTS_ARGS"
 	childKillEnv  = "STRAND_ACCOUNTS_KILL"
 	childPlainDLQ = "STRAND_ACCOUNTS_PLAIN_DLQ"
-	readyLine     = "processor running"
+	childStopEnv  = "STRAND_ACCOUNTS_STOP"
 	selfKillLine  = "SELF-KILL"
 )
 
@@ -49,6 +50,9 @@ func childMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	hooks, err := killHooks(os.Getenv(childKillEnv))
+	if err == nil && os.Getenv(childStopEnv) != "" {
+		hooks, err = stopHooks(os.Getenv(childStopEnv))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -82,6 +86,63 @@ func die(where string) {
 	fmt.Fprintf(os.Stderr, "%s %s\n", selfKillLine, where)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
+}
+
+// selfStopLine is what a child prints when it stops itself.
+const selfStopLine = "SELF-STOP"
+
+// stopHooks returns hooks that make the process stop itself (SIGSTOP,
+// for a parent to SIGCONT) once a SIGUSR1 armed them, at point:
+//
+//	commit           0-3 ms into a batch: while it executes or commits
+//	after-commit     right after a commit
+//	dlq-before-send  dead letters committed, about to be sent
+//
+// so that a zombie test pauses an owner with work in flight.
+func stopHooks(point string) (engine.Hooks, error) {
+	var h engine.Hooks
+	var armed atomic.Bool
+	usr := make(chan os.Signal, 1)
+	signal.Notify(usr, syscall.SIGUSR1)
+	go func() {
+		for range usr {
+			armed.Store(true)
+		}
+	}()
+	var once sync.Once
+	stop := func(where string, p uint32) {
+		once.Do(func() {
+			fmt.Fprintf(os.Stderr, "%s %s partition %d\n", selfStopLine, where, p)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		})
+	}
+	switch point {
+	case "commit":
+		h.BeforeProcess = func(p uint32, records []stream.Record) error {
+			if len(records) > 0 && armed.Load() {
+				d := time.Duration(rand.Int64N(int64(3 * time.Millisecond)))
+				time.AfterFunc(d, func() { stop(point, p) })
+			}
+			return nil
+		}
+	case "after-commit":
+		h.AfterCommit = func(p uint32, _ engine.Result) error {
+			if armed.Load() {
+				stop(point, p)
+			}
+			return nil
+		}
+	case "dlq-before-send":
+		h.BeforeDeadLetterSend = func(p uint32, _ []stream.DeadLetter) error {
+			if armed.Load() {
+				stop(point, p)
+			}
+			return nil
+		}
+	default:
+		return h, fmt.Errorf("bad stop point %q", point)
+	}
+	return h, nil
 }
 
 // killHooks returns hooks that kill the process, for mode "point:p" (p the

@@ -5,14 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 
 	"github.com/strand-io/strand/stream/topology/queryserver"
 )
 
-// startHTTP serves the read model with strand's query server
-// (stream/topology/queryserver) and the App's metrics on one server; a busy
-// port falls back to a free one, so that the example runs next to
-// anything. Reads see committed state only (one consistent snapshot per
+// listenHTTP listens on the -http address (a busy port falls back to a
+// free one, so that the example runs next to anything); the query server
+// serves on it once the App is open (serveHTTP). It listens first because
+// an instance of a group announces its query address when it joins.
+func (a *app) listenHTTP() error {
+	if a.cfg.http == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(a.cfg.http)
+	if err != nil {
+		return fmt.Errorf("-http %q: %w", a.cfg.http, err)
+	}
+	if !a.cfg.httpPublic {
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("-http %s: %w (or give -http-public)", a.cfg.http, queryserver.ErrNotLoopback)
+		}
+	}
+	ln, err := net.Listen("tcp", a.cfg.http)
+	if err != nil {
+		a.log.Warn("HTTP address busy; using a free port", "addr", a.cfg.http, "err", err)
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+			return fmt.Errorf("listen for HTTP: %w", err)
+		}
+	}
+	a.ln, a.httpAddr = ln, ln.Addr().String()
+	return nil
+}
+
+// serveHTTP serves the read model with strand's query server
+// (stream/topology/queryserver) and the App's metrics on the listener of
+// listenHTTP. Reads see committed state only (one consistent snapshot per
 // request), so they are safe while the processor commits, and they never
 // touch the broker:
 //
@@ -21,41 +49,52 @@ import (
 //	GET /stats                       the App's counters per source and partition
 //	GET /healthz, GET /readyz        alive; caught up with the log
 //	GET /metrics                     the App's metrics in Prometheus format
-func (a *app) startHTTP() (stop func(), err error) {
-	if a.cfg.http == "" {
+//	GET /group                       an instance of a group: its member, its partitions and their phases
+//
+// An instance of a group serves the accounts of the partitions it owns and
+// forwards a get of any other account to its owner (the query server's
+// default router follows the group's membership); a partition being
+// restored answers 503 with Retry-After.
+func (a *app) serveHTTP() (stop func(), err error) {
+	if a.ln == nil {
 		return func() {}, nil
 	}
-	opts := []queryserver.Option{queryserver.Table(a.balances), queryserver.WithLogger(a.log)}
+	opts := []queryserver.Option{queryserver.Table(a.balances), queryserver.WithLogger(a.log),
+		queryserver.WithHandler("GET /group", http.HandlerFunc(a.handleGroup))}
 	if a.tel != nil {
 		opts = append(opts, queryserver.WithHandler("GET /metrics", a.tel.metrics))
 	}
 	if a.cfg.httpPublic {
 		opts = append(opts, queryserver.AllowNonLoopback())
 	}
-	srv, err := queryserver.New(a.app, append(opts, queryserver.WithAddr(a.cfg.http))...)
+	srv, err := queryserver.New(a.app, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("-http: %w", err)
 	}
-	ln, err := srv.Listen()
-	switch {
-	case errors.Is(err, queryserver.ErrNotLoopback):
-		return nil, fmt.Errorf("-http %s: %w (or give -http-public)", a.cfg.http, err)
-	case err != nil:
-		host, _, _ := net.SplitHostPort(a.cfg.http)
-		a.log.Warn("HTTP address busy; using a free port", "addr", a.cfg.http, "err", err)
-		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
-			return nil, fmt.Errorf("listen for HTTP: %w", err)
-		}
-	}
+	ln := a.ln
+	a.ln = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	a.httpAddr = ln.Addr().String()
-	a.printf("query the read model: curl http://%s/tables/balances/1   (or /tables/balances?limit=10, /stats, /readyz, /metrics)", a.httpAddr)
+	if a.cfg.group {
+		// The parent of a -instances run reads this line for the address.
+		a.printf("%s %d: http://%s", queryLine, a.cfg.instance, a.httpAddr)
+	}
+	a.printf("query the read model: curl http://%s/tables/balances/1   (or /tables/balances?limit=10, /stats, /readyz, /metrics%s)",
+		a.httpAddr, map[bool]string{true: ", /group", false: ""}[a.cfg.group])
 	return func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
 			a.log.Error("query server", "err", err)
 		}
 	}, nil
+}
+
+// closeListener closes a listener that never served (a run that failed
+// before serveHTTP).
+func (a *app) closeListener() {
+	if a.ln != nil {
+		_ = a.ln.Close()
+		a.ln = nil
+	}
 }

@@ -26,8 +26,20 @@
 //	broker     the embedded broker alone on -listen, until interrupted
 //	producer   publish the workload to -iggy, then exit
 //	processor  process -iggy into the store under -data and serve HTTP until
-//	           interrupted; with -drain, exit once caught up
-//	check      compare the store under -data with the log of -iggy
+//	           interrupted; with -drain, exit once caught up; with -group,
+//	           as one instance of a group that shares the partitions
+//	check      compare the store under -data (or, with -query, the accounts
+//	           served by a group through one instance) with the log of -iggy
+//
+// Scale-out: -role processor -group -instance I joins the group of the
+// processors of the topology (through a membership log on Iggy): the
+// group gives each partition to one instance at a time, every instance
+// keeps its own store (state-I under -data) rebuilt from the partition's
+// changelog on Iggy when it takes a partition over, and every instance's
+// query server answers for every account, forwarding to the owner of its
+// partition. -role all -instances N runs N such processors as child
+// processes of this one (-kill-after D kills one of them mid-way) and
+// checks every account through one instance's query server.
 //
 // With -iggy host:port (and -user, -password) every role uses a real Iggy
 // 0.8 server instead of the embedded one.
@@ -39,6 +51,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -99,6 +112,15 @@ type config struct {
 	progress   time.Duration
 	verbose    bool
 	trace      bool
+
+	// Scale-out.
+	instances      int
+	group          bool
+	instance       int
+	sessionTimeout time.Duration
+	snapshotEvery  int
+	killAfter      time.Duration
+	query          string
 }
 
 const usageText = `accounts: strand's bank-account example.
@@ -137,12 +159,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.stream, "stream", bank.Stream, "Iggy stream")
 	fs.StringVar(&c.topic, "topic", bank.Topic, "Iggy topic of the events")
 	fs.StringVar(&c.dlq, "dlq", bank.DLQTopic, "Iggy topic of the dead letters (in the same stream)")
-	fs.StringVar(&c.data, "data", "", "data directory: broker/ holds the embedded broker's log, state/ the Pebble store (default: a fresh directory under "+os.TempDir()+", removed at exit)")
+	fs.StringVar(&c.data, "data", "", "data directory: broker/ holds the embedded broker's log, state/ the Pebble store (state-N/ that of instance N of a group) (default: a fresh directory under "+os.TempDir()+", removed at exit)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the default data directory at exit")
 	fs.BoolVar(&c.nosync, "nosync", false, "commit without fsync (faster; a machine crash may lose the last commits, a process crash loses nothing)")
 	fs.StringVar(&c.iggy, "iggy", "", "address of an Iggy 0.8 server (host:port); empty: start the embedded broker")
 	fs.StringVar(&c.user, "user", "iggy", "Iggy user")
-	fs.StringVar(&c.password, "password", "iggy", "Iggy password")
+	fs.StringVar(&c.password, "password", "", "Iggy password (default: $"+passwordEnv+", or iggy)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8090", "address of the embedded broker in -role broker")
 	fs.StringVar(&c.http, "http", "127.0.0.1:8080", "address of the query server and /metrics, a loopback one unless -http-public (empty: none; a busy port falls back to a free one)")
 	fs.BoolVar(&c.httpPublic, "http-public", false, "allow an -http address that is not a loopback one (the query server authenticates nobody)")
@@ -151,9 +173,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.serve, "serve", false, "-role all: keep serving HTTP after the check, until interrupted")
 	fs.DurationVar(&c.progress, "progress", time.Second, "progress report interval (0: none)")
 	fs.BoolVar(&c.verbose, "v", false, "verbose logs")
+	fs.IntVar(&c.instances, "instances", 1, "-role all: run this many processor instances as child processes sharing the partitions (a group; see -group), and check every account through one instance's query server")
+	fs.BoolVar(&c.group, "group", false, "-role processor: run as one instance of the group of processors that share the partitions (with -instance; see the package doc)")
+	fs.IntVar(&c.instance, "instance", 1, "-role processor -group: this instance's number, which names its store (state-N under -data) and its member")
+	fs.DurationVar(&c.sessionTimeout, "session-timeout", 5*time.Second, "-group: how long an instance may go silent before the others take its partitions over")
+	fs.IntVar(&c.snapshotEvery, "snapshot-every", 200, "-group: commits of a partition between two snapshots of its state in its changelog (0: none; a restore then replays the whole changelog)")
+	fs.DurationVar(&c.killAfter, "kill-after", 0, "-role all -instances N (N >= 2): SIGKILL the last instance this long after the processors start; the others take its partitions over (0: never)")
+	fs.StringVar(&c.query, "query", "", "-role check: check the accounts through the query server at this address (host:port of any instance of a group) instead of a store under -data")
 	fs.BoolVar(&c.trace, "trace", false, "print spans to stdout: the producer's publish spans (one per 10,000 events) and strand's process spans linked to them (metrics are always served at /metrics)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.password == "" {
+		c.password = envOr(passwordEnv, "iggy")
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q (flags only; see -help)", fs.Args())
@@ -189,10 +221,42 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if (c.role == "producer" || c.role == "processor" || c.role == "check") && c.iggy == "" {
 		return c, fmt.Errorf("-role %s needs -iggy host:port (start a broker with -role broker)", c.role)
 	}
-	if c.role == "check" && c.data == "" {
-		return c, errors.New("-role check needs -data: the directory of the processor's store")
+	if c.role == "check" && c.data == "" && c.query == "" {
+		return c, errors.New("-role check needs -data (the directory of the processor's store) or -query (the query server of an instance of a group)")
 	}
-	return c, nil
+	return c, c.checkScaleOut()
+}
+
+// checkScaleOut refuses scale-out flags that do not fit the role.
+func (c config) checkScaleOut() error {
+	switch {
+	case c.instances < 1 || c.instances > 16:
+		return fmt.Errorf("-instances %d: want 1..16", c.instances)
+	case c.instances > 1 && c.role != "all":
+		return fmt.Errorf("-instances %d is for -role all (start -role processor -group once per instance otherwise)", c.instances)
+	case c.instances > 1 && c.backlog:
+		return errors.New("-instances and -backlog do not go together")
+	case c.group && c.role != "processor":
+		return errors.New("-group is for -role processor")
+	case c.group && c.drain:
+		return errors.New("-group and -drain do not go together: an instance of a group owns only some partitions; use -role check -query")
+	case c.instance < 0 || c.instance > 9999:
+		return fmt.Errorf("-instance %d: want 0..9999", c.instance)
+	case c.sessionTimeout < 100*time.Millisecond:
+		return fmt.Errorf("-session-timeout %v: want at least 100ms", c.sessionTimeout)
+	case c.snapshotEvery < 0:
+		return fmt.Errorf("-snapshot-every %d: want >= 0", c.snapshotEvery)
+	case c.killAfter < 0 || (c.killAfter > 0 && c.instances < 2):
+		return fmt.Errorf("-kill-after %v: want a duration > 0 with -instances 2 or more", c.killAfter)
+	case c.query != "" && c.role != "check":
+		return errors.New("-query is for -role check")
+	}
+	if c.query != "" {
+		if _, _, err := net.SplitHostPort(c.query); err != nil {
+			return fmt.Errorf("-query %q: want host:port: %w", c.query, err)
+		}
+	}
+	return nil
 }
 
 func (c config) workload() bank.Workload {
@@ -200,3 +264,24 @@ func (c config) workload() bank.Workload {
 }
 
 func (c config) source() string { return c.stream + "/" + c.topic }
+
+// passwordEnv, when set, is the default of -password: how a -instances
+// run hands the password to its instances without a command line that
+// anyone on the machine can read.
+const passwordEnv = "STRAND_IGGY_PASSWORD"
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// stateDir is the store's directory under the data directory: state, or
+// state-N for instance N of a group.
+func (c config) stateDir() string {
+	if c.group {
+		return fmt.Sprintf("state-%d", c.instance)
+	}
+	return "state"
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/strand-io/strand/stream/topology"
+	"maps"
 	"slices"
 	"strings"
 
@@ -218,24 +219,33 @@ var ErrMismatch = errors.New("bank: balances differ from the sequential referenc
 // Compare reads every account of the balances table (one consistent
 // snapshot of committed state) and compares it with the reference.
 func (r *Reference) Compare(ctx context.Context, balances *topology.Table[AccountID, Account]) (Check, error) {
-	c := Check{Accounts: len(r.accounts), Events: r.applied}
-	seen := make(map[AccountID]bool, len(r.accounts))
-	err := balances.Scan(ctx, func(id AccountID, got Account) bool {
-		seen[id] = true
-		want, ok := r.accounts[id]
-		switch {
-		case !ok:
-			c.Mismatches = append(c.Mismatches, Mismatch{ID: id, Got: got, Extra: true})
-		case got != *want:
-			c.Mismatches = append(c.Mismatches, Mismatch{ID: id, Want: *want, Got: got})
-		}
+	got := make(map[AccountID]Account, len(r.accounts))
+	err := balances.Scan(ctx, func(id AccountID, a Account) bool {
+		got[id] = a
 		return true
 	})
 	if err != nil {
-		return c, fmt.Errorf("bank: scan balances: %w", err)
+		return Check{Accounts: len(r.accounts), Events: r.applied}, fmt.Errorf("bank: scan balances: %w", err)
+	}
+	return r.CompareAccounts(got), nil
+}
+
+// CompareAccounts compares the reference with accounts read some other
+// way (through a query server, say): every account of the reference must
+// be in got with its value, and got must hold no other account.
+func (r *Reference) CompareAccounts(got map[AccountID]Account) Check {
+	c := Check{Accounts: len(r.accounts), Events: r.applied}
+	for id, a := range got {
+		want, ok := r.accounts[id]
+		switch {
+		case !ok:
+			c.Mismatches = append(c.Mismatches, Mismatch{ID: id, Got: a, Extra: true})
+		case a != *want:
+			c.Mismatches = append(c.Mismatches, Mismatch{ID: id, Want: *want, Got: a})
+		}
 	}
 	for id, want := range r.accounts {
-		if !seen[id] {
+		if _, ok := got[id]; !ok {
 			c.Mismatches = append(c.Mismatches, Mismatch{ID: id, Want: *want, Missing: true})
 		}
 	}
@@ -248,7 +258,14 @@ func (r *Reference) Compare(ctx context.Context, balances *topology.Table[Accoun
 		}
 		return 0
 	})
-	return c, nil
+	return c
+}
+
+// IDs returns the ids of the reference's accounts, in increasing order.
+func (r *Reference) IDs() []AccountID {
+	ids := slices.Collect(maps.Keys(r.accounts))
+	slices.Sort(ids)
+	return ids
 }
 
 // ReadLog reads partition of src from offset 0 up to (not including) end

@@ -46,19 +46,36 @@
 //
 // # Scale-out
 //
-// Several Apps can share the partitions of a topology's sources
-// (topology.WithPartitions), each with its own query server. A Router says
-// for each table partition whether this instance serves it, another one
-// owns it (at which query address), or it is unavailable for now (its
-// state is restoring, say). The default router serves the partitions the
-// App processes and answers 503 for the others (their rows are in no store
-// here); StaticRouter routes by a fixed partition → owner map. A get of a key
-// owned elsewhere is forwarded to the owner once (the forwarded request
-// carries the Strand-Forwarded header; an owner that would forward it again
-// answers 508), or redirected to it with WithRedirect. A key's partition is
-// stream.PartitionOf(its key bytes, the table's partition count), where
-// strand's publishers put its events. Scans read only the partitions served
-// locally and list the others in "skipped".
+// Several Apps can share the partitions of a topology's sources, each with
+// its own query server. A Router says for each table partition whether
+// this instance serves it, another one owns it (at which query address),
+// or it is unavailable for now (its state is restoring, say).
+//
+// The default router follows the App. An App of a group
+// (topology.WithGroup, announcing its query server's address with
+// topology.WithQueryAddr) is routed by the group's membership, which every
+// member reads from the broker: a partition the App serves
+// (App.Phase(p) == topology.Serving) while the membership still grants it
+// to this member (Membership.Owns) is local; one it is restoring is
+// unavailable ("partition N is restoring"); one another member owns is
+// remote, at the address that member announced; and a partition without an
+// owner, or whose owner announced no address, is unavailable. Table
+// partition p is source partition p: a table has as many partitions as the
+// sources it is projected from. An App opened with static
+// topology.WithPartitions serves the partitions it processes and answers
+// 503 for the others (their rows are in no store here), unless
+// StaticRouter (a fixed partition → owner map) or another WithRouter says
+// where they are.
+//
+// A get of a key owned elsewhere is forwarded to the owner once (the
+// forwarded request carries the Strand-Forwarded header; an owner that
+// would forward it again answers 508, which happens only while the
+// instances' views of the membership disagree), or redirected to it with
+// WithRedirect. A key's partition is stream.PartitionOf(its key bytes, the
+// table's partition count), where strand's publishers put its events.
+// Scans read only the partitions served locally and list the others in
+// "skipped". Every unavailable answer is a 503 with Retry-After: a client
+// retries it, and is never told 404 for a key that exists elsewhere.
 //
 // # Binding
 //

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -87,17 +88,85 @@ func LocalRouter() Router {
 	return RouterFunc(func(context.Context, Query) Route { return Route{Kind: Local} })
 }
 
-// appRouter is the default: the partitions app processes are local; the
-// others are in no store here, and without a router nobody knows where
-// they are, so they are unavailable rather than answered 404.
+// appRouter is the default. In group mode (the App was opened with
+// topology.WithGroup and has joined: App.Membership is not nil) it routes
+// by the group's membership (groupRouter). Otherwise the partitions app
+// processes are local; the others are in no store here, and without a
+// router nobody knows where they are, so they are unavailable rather than
+// answered 404.
 func appRouter(app *topology.App) Router {
 	return RouterFunc(func(_ context.Context, q Query) Route {
+		if m := app.Membership(); m != nil {
+			return groupRoute(app.Phase, m, q)
+		}
 		if app.Processes(q.Partition) {
 			return Route{Kind: Local}
 		}
-		return Route{Kind: Unavailable, RetryAfter: 5 * time.Second,
-			Reason: fmt.Sprintf("this instance does not process partition %d (topology.WithPartitions) and was given no queryserver.WithRouter to find its owner", q.Partition)}
+		return Route{Kind: Unavailable, RetryAfter: unownedRetry,
+			Reason: fmt.Sprintf("this instance does not process partition %d (not one of its topology.WithPartitions, or it has not joined its group yet) and was given no queryserver.WithRouter to find its owner", q.Partition)}
 	})
+}
+
+// Retry-After of the default router's unavailable answers.
+const (
+	// unownedRetry: a partition no instance processes or owns, or whose
+	// owner announced no address; a client should come back in a while.
+	unownedRetry = 5 * time.Second
+	// movingRetry: a partition being restored or handed over; a restore
+	// takes seconds, a hand-over less than a session timeout.
+	movingRetry = time.Second
+)
+
+// groupRoute routes q by the group's membership m, phase being this
+// instance's phase of each partition (App.Phase):
+//
+//   - Serving here, and the membership still grants it here
+//     (Membership.Owns: this member's lease holds): Local. A partition
+//     this instance no longer owns is not answered from its store, even
+//     while the App is still stopping it.
+//   - Restoring here: Unavailable, "partition N is restoring".
+//   - Owned by another member with a query address: Remote to it.
+//   - Otherwise Unavailable: nobody owns it yet, the group grants it to
+//     this instance which has not started restoring it (or is giving it
+//     up), its owner announced no query address, or the owner is an
+//     earlier incarnation of this very instance (same address) that the
+//     group has not declared dead yet.
+//
+// It never answers Local for a partition this instance does not serve,
+// so a key is never answered 404 from a store that does not hold it.
+func groupRoute(phase func(uint32) topology.Phase, m stream.Membership, q Query) Route {
+	p := q.Partition
+	switch phase(p) {
+	case topology.Serving:
+		if _, owned := m.Owns(p); owned {
+			return Route{Kind: Local}
+		}
+	case topology.Restoring:
+		return Route{Kind: Unavailable, RetryAfter: movingRetry, Reason: fmt.Sprintf("partition %d is restoring", p)}
+	}
+	owner, epoch, ok := m.Owner(p)
+	if !ok {
+		return Route{Kind: Unavailable, RetryAfter: movingRetry,
+			Reason: fmt.Sprintf("partition %d has no owner (the group is assigning it)", p)}
+	}
+	self := m.ID()
+	if owner.ID == self {
+		return Route{Kind: Unavailable, RetryAfter: movingRetry,
+			Reason: fmt.Sprintf("partition %d is changing hands at this instance (epoch %d)", p, epoch)}
+	}
+	if owner.Addr == "" {
+		return Route{Kind: Unavailable, RetryAfter: unownedRetry,
+			Reason: fmt.Sprintf("partition %d: owner has no query address (member %d, %s, was opened without topology.WithQueryAddr)", p, owner.ID, owner.Name)}
+	}
+	if self != 0 {
+		for _, mb := range m.Members() {
+			if mb.ID == self && mb.Addr == owner.Addr {
+				return Route{Kind: Unavailable, RetryAfter: movingRetry,
+					Reason: fmt.Sprintf("partition %d is owned by member %d, an earlier incarnation of this instance (same query address %s) that the group has not yet declared dead", p, owner.ID, owner.Addr)}
+			}
+		}
+	}
+	return Route{Kind: Remote, Owner: owner.Addr}
 }
 
 // StaticRouter routes by a fixed map from partition to the query address
@@ -112,7 +181,7 @@ func StaticRouter(self string, owners map[uint32]string) Router {
 		owner, ok := m[q.Partition]
 		switch {
 		case !ok:
-			return Route{Kind: Unavailable, RetryAfter: 5 * time.Second,
+			return Route{Kind: Unavailable, RetryAfter: unownedRetry,
 				Reason: fmt.Sprintf("partition %d has no owner in the static routing table", q.Partition)}
 		case owner == self:
 			return Route{Kind: Local}

@@ -94,9 +94,10 @@ func AllowNonLoopback() Option {
 }
 
 // WithRouter sets the router that says where each table partition is
-// served. The default serves the partitions the App processes
-// (App.Processes) and answers 503 for the others, whose rows are in no
-// store here.
+// served. The default routes an App of a group by the group's membership
+// (see "Scale-out" in the package documentation); for any other App it
+// serves the partitions the App processes (App.Processes) and answers 503
+// for the others, whose rows are in no store here.
 func WithRouter(r Router) Option {
 	return func(c *config) error {
 		if r == nil {

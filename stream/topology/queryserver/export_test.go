@@ -1,0 +1,4 @@
+package queryserver
+
+// GroupRoute exposes the group router's decision to the tests.
+var GroupRoute = groupRoute
