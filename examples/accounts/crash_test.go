@@ -114,6 +114,9 @@ func stopHooks(point string) (engine.Hooks, error) {
 		once.Do(func() {
 			fmt.Fprintf(os.Stderr, "%s %s partition %d\n", selfStopLine, where, p)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			// The stop is delivered asynchronously: without a pause here
+			// the caller could go on for a moment before it takes effect.
+			time.Sleep(50 * time.Millisecond)
 		})
 	}
 	switch point {
