@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"syscall"
 	"time"
@@ -72,6 +73,7 @@ type config struct {
 	drain                    bool
 	single                   bool
 	cpuprofile               string
+	trace                    string
 	progress                 time.Duration
 	verbose                  bool
 }
@@ -94,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.drain, "drain", false, "processor: exit once caught up")
 	fs.BoolVar(&c.verbose, "v", false, "log strand's info lines")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	fs.DurationVar(&c.progress, "progress", 0, "print the processor's progress at this interval (0: never)")
 	fs.BoolVar(&c.single, "single-stage", false, "run the orders table alone (no KeyBy, no To): the benchmark's baseline; skips the check")
 	if err := fs.Parse(args); err != nil {
@@ -134,6 +137,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if cfg.trace != "" {
+		f, err := os.Create(cfg.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if cfg.role == "all" {
 		return runAll(ctx, cfg, log, stdout)
@@ -231,7 +245,7 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	go func() { done <- app.Run(runCtx) }()
 	fmt.Fprintln(stdout, readyLine)
 	if cfg.progress > 0 {
@@ -270,8 +284,8 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 				applied += st.Total.Applied
 			}
 			el := time.Since(start)
-			fmt.Fprintf(stdout, "caught up in %v: %d records applied over both stages (%.0f/s)\n",
-				el.Round(time.Millisecond), applied, float64(applied)/el.Seconds())
+			fmt.Fprintf(stdout, "caught up in %v: %d records applied over both stages (%.0f/s), %v of CPU\n",
+				el.Round(time.Millisecond), applied, float64(applied)/el.Seconds(), (cpuTime() - cpu0).Round(time.Millisecond))
 		}
 		stop()
 	}
