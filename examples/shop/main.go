@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -72,7 +73,7 @@ type config struct {
 	seed                     uint64
 	drain                    bool
 	single                   bool
-	cpuprofile               string
+	cpuprofile, memprofile   string
 	trace                    string
 	progress                 time.Duration
 	verbose                  bool
@@ -96,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.drain, "drain", false, "processor: exit once caught up")
 	fs.BoolVar(&c.verbose, "v", false, "log strand's info lines")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&c.memprofile, "memprofile", "", "write an allocation profile of the run to this file")
 	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	fs.DurationVar(&c.progress, "progress", 0, "print the processor's progress at this interval (0: never)")
 	fs.BoolVar(&c.single, "single-stage", false, "run the orders table alone (no KeyBy, no To): the benchmark's baseline; skips the check")
@@ -137,6 +139,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if cfg.memprofile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			f, err := os.Create(cfg.memprofile)
+			if err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
 	}
 	if cfg.trace != "" {
 		f, err := os.Create(cfg.trace)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -312,6 +313,9 @@ func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow
 	part := o.parts[pt]
 	unsure, started, graced := part.unsure, part.started, part.graced
 	o.mu.Unlock()
+	if !slices.ContainsFunc(rows, func(r outRow) bool { return r.order < unsure }) {
+		return rows, nil // none can have been published
+	}
 	skip := make([]bool, len(rows))
 	var inherited bool // rows an earlier run may have been sending
 	check := func(only func(r outRow) bool) error {
@@ -385,15 +389,31 @@ func sendRows(ctx context.Context, rows []outRow) error {
 		err  error
 	}
 	var dests []*dest
-	by := map[string]*dest{}
 	for _, r := range rows {
-		d := by[r.dest]
-		if d == nil {
-			d = &dest{name: r.dest, sink: r.sink}
-			by[r.dest] = d
-			dests = append(dests, d)
+		if !slices.ContainsFunc(dests, func(d *dest) bool { return d.name == r.dest }) {
+			dests = append(dests, &dest{name: r.dest, sink: r.sink})
 		}
-		d.msgs = append(d.msgs, r.msg)
+	}
+	if len(dests) == 1 {
+		dests[0].msgs = make([]stream.Message, len(rows))
+		for i := range rows {
+			dests[0].msgs[i] = rows[i].msg
+		}
+	} else {
+		counts := make([]int, len(dests))
+		idx := make([]int, len(rows))
+		for i := range rows {
+			j := slices.IndexFunc(dests, func(d *dest) bool { return d.name == rows[i].dest })
+			idx[i] = j
+			counts[j]++
+		}
+		for j, d := range dests {
+			d.msgs = make([]stream.Message, 0, counts[j])
+		}
+		for i := range rows {
+			d := dests[idx[i]]
+			d.msgs = append(d.msgs, rows[i].msg)
+		}
 	}
 	if len(dests) == 1 {
 		dests[0].err = dests[0].sink.Send(ctx, dests[0].msgs)

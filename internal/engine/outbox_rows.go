@@ -150,22 +150,48 @@ func (e *outboxEncoder) end(headerLen int) []byte {
 }
 
 // outboxMessage builds the message of seq with strand headers h, and the
-// given origin stream, appending its header fields to fields and its
-// origin bytes to ids (both may be shared by many messages).
-func outboxMessage(origin [8]byte, seq uint64, h *stream.Headers, payload []byte, fields []stream.Field, ids []byte) (stream.Message, []stream.Field, []byte, error) {
+// given origin stream, appending its header fields to fields and their
+// values to vals (both may be shared by many messages).
+func outboxMessage(origin [8]byte, seq uint64, h *stream.Headers, payload []byte, fields []stream.Field, vals []byte) (stream.Message, []stream.Field, []byte, error) {
 	var id [originLen]byte
 	copy(id[:], origin[:])
 	binary.BigEndian.PutUint64(id[8:], seq)
 	fstart := len(fields)
-	fields, err := h.AppendFields(fields)
+	fields, vals, err := appendStrandFields(fields, vals, h)
 	if err != nil {
-		return stream.Message{}, fields[:fstart], ids, err
+		return stream.Message{}, fields[:fstart], vals, err
 	}
-	istart := len(ids)
-	ids = append(ids, id[:]...)
-	fields = append(fields, stream.Field{Name: stream.HeaderOrigin, Value: ids[istart:len(ids):len(ids)]})
+	fields = append(fields, stream.Field{Name: stream.HeaderOrigin, Value: sub(&vals, id[:])})
 	m := stream.Message{Key: h.Key, ID: id, Headers: fields[fstart:len(fields):len(fields)], Payload: payload}
-	return m, fields, ids, nil
+	return m, fields, vals, nil
+}
+
+// appendStrandFields is h.AppendFields(fields) with the values appended
+// to vals instead of allocated one by one.
+func appendStrandFields(fields []stream.Field, vals []byte, h *stream.Headers) ([]stream.Field, []byte, error) {
+	if err := h.Validate(); err != nil {
+		return fields, vals, err
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[:], uint32(h.Tag))
+	fields = append(fields,
+		stream.Field{Name: stream.HeaderKey, Value: sub(&vals, h.Key)},
+		stream.Field{Name: stream.HeaderType, Value: sub(&vals, b[:4])},
+		stream.Field{Name: stream.HeaderProps, Value: sub(&vals, []byte{stream.PropsVersion, byte(h.Ordering), byte(h.Algebra)})},
+	)
+	if h.HasSeq {
+		binary.LittleEndian.PutUint64(b[:], h.Seq)
+		fields = append(fields, stream.Field{Name: stream.HeaderSeq, Value: sub(&vals, b[:])})
+	}
+	return fields, vals, nil
+}
+
+// sub appends b to *vals and returns the appended bytes (capacity capped,
+// so that later appends never write into them).
+func sub(vals *[]byte, b []byte) []byte {
+	start := len(*vals)
+	*vals = append(*vals, b...)
+	return (*vals)[start:len(*vals):len(*vals)]
 }
 
 // outboxRowMsg is one message decoded from an outbox row.
@@ -204,7 +230,7 @@ func decodeOutboxRow(seq uint64, value []byte) ([]outboxRowMsg, error) {
 	}
 	out := make([]outboxRowMsg, 0, n)
 	fields := make([]stream.Field, 0, 5*n)
-	ids := make([]byte, 0, originLen*n)
+	vals := make([]byte, 0, (originLen+16)*int(n)+len(value))
 	for i := range n {
 		d := r.uvarint()
 		var h stream.Headers
@@ -227,7 +253,7 @@ func decodeOutboxRow(seq uint64, value []byte) ([]outboxRowMsg, error) {
 		}
 		var m stream.Message
 		var err error
-		m, fields, ids, err = outboxMessage(origin, seq+i, &h, payload, fields, ids)
+		m, fields, vals, err = outboxMessage(origin, seq+i, &h, payload, fields, vals)
 		if err != nil {
 			return nil, fmt.Errorf("outbox row %d: message %d: %w", seq, i, err)
 		}
@@ -441,7 +467,7 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 	// Per message: the strand headers (stream.Headers.AppendFields: key,
 	// type, props, seq) and the origin.
 	fields := make([]stream.Field, 0, n*5)
-	ids := make([]byte, 0, n*originLen)
+	vals := make([]byte, 0, size+n*(originLen+16))
 	enc := outboxEncoder{buf: make([]byte, 0, size+(n/outboxRowMessages+1)*(64+len(dests)*64))}
 	headerLen := 0
 	var key []byte
@@ -467,14 +493,14 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 				headerLen, rowBytes = len(enc.buf)-before, 0
 			}
 			h := &em.env.Headers
-			m, f, id, err := outboxMessage(t.origin, next, h, em.env.Payload, fields, ids)
+			m, f, v, err := outboxMessage(t.origin, next, h, em.env.Payload, fields, vals)
 			if err != nil {
 				// The emitting handler validated the envelope; a failure
 				// here is a bug, and the batch must not commit.
 				b.setFatal(fmt.Errorf("outbox message of offset %d: %w", b.records[i].Offset, err))
 				return
 			}
-			fields, ids = f, id
+			fields, vals = f, v
 			enc.add(slices.Index(dests, em.dest), h, em.env.Payload)
 			rowBytes += len(em.env.Payload)
 			rows = append(rows, outRow{key: key, order: next, dest: em.dest, msg: m, size: len(m.Payload)})
