@@ -350,6 +350,9 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 			return nil
 		}
 		seq := binary.BigEndian.Uint64(key[len(prefix):])
+		if inMem && seq >= first {
+			return errStopRows // memory has the rest
+		}
 		if n, err := outboxRowCount(seq, value); err == nil && seq+uint64(n) <= next {
 			return nil // published this run, its delete not committed
 		}
@@ -378,6 +381,21 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 	})
 	if err != nil && !errors.Is(err, errStopRows) {
 		return nil, err
+	}
+	if len(out) == 0 && inMem {
+		// Nothing waits below memory's first message (at the start of a
+		// run, when the store held no row of an earlier one): go on from
+		// memory. Rows start where commits do, as memory's chunks do.
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if mp.next == next {
+			mp.next, mp.rowFrom = first, max(mp.rowFrom, first)
+		}
+		q.dropBelow(mp.next)
+		if f, ok := q.first(); ok && f == mp.next {
+			return q.take(limit), nil
+		}
+		return nil, nil
 	}
 	if errors.Is(err, errStopRows) {
 		out = wholeRows(out)
