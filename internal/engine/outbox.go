@@ -70,12 +70,14 @@ type outboxKind interface {
 
 // outbox publishes the committed rows of one kind, for every partition of
 // a processor, and deletes them once published. Rows are sent in order, a
-// round at a time per partition, partitions concurrently (one goroutine
-// each); a row is deleted only after its sink accepted it, so a crash
-// sends it again, and a sink that implements stream.SentChecker is asked
-// first which of the rows an earlier run (or a failed Send) may have
-// published, so none is published twice. Failures of a sink are retried
-// with backoff and never stop the processor; only a store failure does.
+// round at a time per partition (a round's destinations concurrently),
+// partitions concurrently (one goroutine each); a row is deleted only
+// after its sink accepted all of its messages, so a crash sends them
+// again, and a sink that implements stream.SentChecker is asked first
+// which of the rows an earlier run (or a failed Send) may have published,
+// so none is published twice. Failures of a sink are retried with backoff
+// and never stop the processor; only a store failure does. The message
+// outbox also paces its pipelines while its sinks keep up (await).
 type outbox struct {
 	p    *Processor
 	kind outboxKind
