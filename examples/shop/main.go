@@ -72,7 +72,7 @@ type config struct {
 	partitions               uint32
 	seed                     uint64
 	drain                    bool
-	single                   bool
+	single, noReceipts       bool
 	cpuprofile, memprofile   string
 	trace                    string
 	progress                 time.Duration
@@ -101,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	fs.DurationVar(&c.progress, "progress", 0, "print the processor's progress at this interval (0: never)")
 	fs.BoolVar(&c.single, "single-stage", false, "run the orders table alone (no KeyBy, no To): the benchmark's baseline; skips the check")
+	fs.BoolVar(&c.noReceipts, "no-receipts", false, "run the two stages without the receipts (no To): orders, and customers through KeyBy")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -112,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-role %s needs -iggy", c.role)
 	case (c.role == "processor" || c.role == "check") && c.data == "":
 		return c, fmt.Errorf("-role %s needs -data", c.role)
+	case c.single && c.noReceipts:
+		return c, errors.New("-single-stage and -no-receipts exclude each other")
 	case c.events < 1 || c.orders < 1 || c.customer < 1 || c.partitions < 1:
 		return c, errors.New("-events, -orders, -customers and -partitions must be at least 1")
 	}
@@ -244,10 +247,7 @@ const readyLine = "processor running"
 // process runs the topology until ctx is done or, with -drain, until it has
 // caught up.
 func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, stdout io.Writer) error {
-	shop := orders.NewTopology(orders.Stream)
-	if cfg.single {
-		shop = orders.NewSingleStage(orders.Stream)
-	}
+	shop := shopTopology(cfg)
 	app, err := topology.Open(ctx, shop.Topology, cl, cfg.data, topology.WithLogger(log),
 		topology.WithDeadLetterTopic(orders.Stream+"/"+orders.DLQTopic))
 	if err != nil {
@@ -305,4 +305,15 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 		return err
 	}
 	return app.Close()
+}
+
+// shopTopology returns the topology the flags ask for.
+func shopTopology(cfg config) *orders.Shop {
+	switch {
+	case cfg.single:
+		return orders.NewSingleStage(orders.Stream)
+	case cfg.noReceipts:
+		return orders.NewWithoutReceipts(orders.Stream)
+	}
+	return orders.NewTopology(orders.Stream)
 }
