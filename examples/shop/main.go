@@ -37,7 +37,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"syscall"
 	"time"
@@ -70,8 +72,9 @@ type config struct {
 	partitions               uint32
 	seed                     uint64
 	drain                    bool
-	single                   bool
-	cpuprofile               string
+	single, noReceipts       bool
+	cpuprofile, memprofile   string
+	trace                    string
 	progress                 time.Duration
 	verbose                  bool
 }
@@ -94,8 +97,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.drain, "drain", false, "processor: exit once caught up")
 	fs.BoolVar(&c.verbose, "v", false, "log strand's info lines")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&c.memprofile, "memprofile", "", "write an allocation profile of the run to this file")
+	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	fs.DurationVar(&c.progress, "progress", 0, "print the processor's progress at this interval (0: never)")
 	fs.BoolVar(&c.single, "single-stage", false, "run the orders table alone (no KeyBy, no To): the benchmark's baseline; skips the check")
+	fs.BoolVar(&c.noReceipts, "no-receipts", false, "run the two stages without the receipts (no To): orders, and customers through KeyBy")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -107,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-role %s needs -iggy", c.role)
 	case (c.role == "processor" || c.role == "check") && c.data == "":
 		return c, fmt.Errorf("-role %s needs -data", c.role)
+	case c.single && c.noReceipts:
+		return c, errors.New("-single-stage and -no-receipts exclude each other")
 	case c.events < 1 || c.orders < 1 || c.customer < 1 || c.partitions < 1:
 		return c, errors.New("-events, -orders, -customers and -partitions must be at least 1")
 	}
@@ -134,6 +142,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if cfg.memprofile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			f, err := os.Create(cfg.memprofile)
+			if err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
+	}
+	if cfg.trace != "" {
+		f, err := os.Create(cfg.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if cfg.role == "all" {
 		return runAll(ctx, cfg, log, stdout)
@@ -218,10 +247,7 @@ const readyLine = "processor running"
 // process runs the topology until ctx is done or, with -drain, until it has
 // caught up.
 func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, stdout io.Writer) error {
-	shop := orders.NewTopology(orders.Stream)
-	if cfg.single {
-		shop = orders.NewSingleStage(orders.Stream)
-	}
+	shop := shopTopology(cfg)
 	app, err := topology.Open(ctx, shop.Topology, cl, cfg.data, topology.WithLogger(log),
 		topology.WithDeadLetterTopic(orders.Stream+"/"+orders.DLQTopic))
 	if err != nil {
@@ -231,7 +257,7 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	go func() { done <- app.Run(runCtx) }()
 	fmt.Fprintln(stdout, readyLine)
 	if cfg.progress > 0 {
@@ -270,8 +296,8 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 				applied += st.Total.Applied
 			}
 			el := time.Since(start)
-			fmt.Fprintf(stdout, "caught up in %v: %d records applied over both stages (%.0f/s)\n",
-				el.Round(time.Millisecond), applied, float64(applied)/el.Seconds())
+			fmt.Fprintf(stdout, "caught up in %v: %d records applied over both stages (%.0f/s), %v of CPU\n",
+				el.Round(time.Millisecond), applied, float64(applied)/el.Seconds(), (cpuTime() - cpu0).Round(time.Millisecond))
 		}
 		stop()
 	}
@@ -279,4 +305,15 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 		return err
 	}
 	return app.Close()
+}
+
+// shopTopology returns the topology the flags ask for.
+func shopTopology(cfg config) *orders.Shop {
+	switch {
+	case cfg.single:
+		return orders.NewSingleStage(orders.Stream)
+	case cfg.noReceipts:
+		return orders.NewWithoutReceipts(orders.Stream)
+	}
+	return orders.NewTopology(orders.Stream)
 }

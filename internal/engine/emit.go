@@ -95,6 +95,14 @@ func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, p
 // records that end up not applied are never written.
 func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error, fail *runResult) {
 	b := rc.b
+	// Each record's envelopes go in a slice of its own, carved from one
+	// allocation for the run with room for one per step (a record that
+	// emits more grows its own slice only).
+	per := len(r.emits)
+	arena := make([]emitted, len(buf.events)*per)
+	for j, i := range buf.idx {
+		b.emits[i] = arena[j*per : j*per : (j+1)*per]
+	}
 	for _, h := range r.emits {
 		// Each step sees the events the steps before it kept: a record
 		// dead-lettered or cut off by one is not emitted by the next.

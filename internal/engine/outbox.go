@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,8 +14,23 @@ import (
 
 // Limits of one publication round of an outbox.
 const (
-	outboxRoundMessages = 4096
+	outboxRoundMessages = 16384
 	outboxRoundBytes    = 4 << 20
+)
+
+// Flow control of the message outbox (outbox.await): a commit that leaves
+// more messages of its partition waiting than it wrote itself (and more
+// than outboxFlowRows) makes the pipeline wait for the publisher, as long
+// as the publisher keeps publishing: not after a failed send, and never
+// longer than outboxStall without a round published. So the publisher
+// sends one commit's messages while the pipeline executes the next batch;
+// a healthy but slower sink paces its sources, and the rows are deleted
+// while still in Pebble's memtable (a backlog is flushed and compacted,
+// then read back); a failing or stuck sink never holds them up for more
+// than outboxStall.
+const (
+	outboxFlowRows = 4096
+	outboxStall    = time.Second
 )
 
 // outRow is one committed row an outbox publishes: a dead letter or an
@@ -25,8 +41,12 @@ type outRow struct {
 	dest  string // the sink's name; rows of one dest go to one sink
 	sink  stream.Sink
 	msg   stream.Message
+	size  int // payload bytes, for the bounds of a round and of memory
+	// last says that the row ends with this message: the row is deleted
+	// once it is published (dead letters: every row).
+	last bool
 	// letter is the dead letter the row holds (dead-letter rows only).
-	letter stream.DeadLetter
+	letter *stream.DeadLetter
 }
 
 // outboxKind is what one outbox publishes: how its rows are read, where
@@ -36,9 +56,11 @@ type outboxKind interface {
 	what() string
 	family() state.Family
 	op() stream.PartitionOp
-	// rows reads the committed rows of partition pt in order: at most
-	// limit rows and about outboxRoundBytes of payload (limit 0: all).
-	rows(ctx context.Context, pt uint32, limit int) ([]outRow, error)
+	// rows reads the committed rows of partition pt in order, from the
+	// first one not published by this run: at most limit rows and about
+	// outboxRoundBytes of payload (limit 0: all). final is the last pass
+	// of Run: look in the store even where memory says nothing waits.
+	rows(ctx context.Context, pt uint32, limit int, final bool) ([]outRow, error)
 	beforeSend(pt uint32, rows []outRow) error
 	afterSend(pt uint32, rows []outRow) error
 	afterDelete(pt uint32, rows []outRow) error
@@ -48,15 +70,19 @@ type outboxKind interface {
 
 // outbox publishes the committed rows of one kind, for every partition of
 // a processor, and deletes them once published. Rows are sent in order, a
-// round at a time per partition, partitions concurrently (one goroutine
-// each); a row is deleted only after its sink accepted it, so a crash
-// sends it again, and a sink that implements stream.SentChecker is asked
-// first which of the rows an earlier run (or a failed Send) may have
-// published, so none is published twice. Failures of a sink are retried
-// with backoff and never stop the processor; only a store failure does.
+// round at a time per partition (a round's destinations concurrently),
+// partitions concurrently (one goroutine each); a row is deleted only
+// after its sink accepted all of its messages, so a crash sends them
+// again, and a sink that implements stream.SentChecker is asked first
+// which of the rows an earlier run (or a failed Send) may have published,
+// so none is published twice. Failures of a sink are retried with backoff
+// and never stop the processor; only a store failure does. The message
+// outbox also paces its pipelines while its sinks keep up (await).
 type outbox struct {
 	p    *Processor
 	kind outboxKind
+	// runCtx is Run's context once run started (await waits only then).
+	runCtx context.Context
 
 	mu    sync.Mutex
 	parts map[uint32]*outboxPart
@@ -73,17 +99,30 @@ type outboxPart struct {
 	// outbox.mu.
 	unsure, started uint64
 	graced          bool
+
+	// Flow control (await), guarded by outbox.mu: progress is closed and
+	// replaced when a round was published or failed; failing is set by a
+	// failed round and cleared by a published one; alive is when the
+	// publisher last published a round or started publishing after idling.
+	progress chan struct{}
+	failing  bool
+	alive    time.Time
 }
 
 func newOutbox(p *Processor, kind outboxKind) *outbox {
-	return &outbox{p: p, kind: kind, parts: map[uint32]*outboxPart{}}
+	o := &outbox{p: p, kind: kind, parts: map[uint32]*outboxPart{}}
+	if mk, ok := kind.(*messageKind); ok {
+		mk.ob = o
+	}
+	return o
 }
 
 // start registers a partition whose rows at Run are all ordered below
 // next. Call it for every partition before run.
 func (o *outbox) start(pt uint32, next uint64) {
 	o.mu.Lock()
-	o.parts[pt] = &outboxPart{wake: make(chan struct{}, 1), unsure: next, started: next}
+	o.parts[pt] = &outboxPart{wake: make(chan struct{}, 1), unsure: next, started: next,
+		progress: make(chan struct{}), alive: time.Now()}
 	o.mu.Unlock()
 }
 
@@ -115,6 +154,7 @@ func (f fatalError) Unwrap() error { return f.err }
 // loop has.
 func (o *outbox) run(runCtx, drainCtx context.Context, pipelinesDone <-chan struct{}, fail func(error)) {
 	o.mu.Lock()
+	o.runCtx = runCtx
 	pts := make([]uint32, 0, len(o.parts))
 	for pt := range o.parts {
 		pts = append(pts, pt)
@@ -144,7 +184,9 @@ func (o *outbox) runPartition(runCtx, drainCtx context.Context, pipelinesDone <-
 	for {
 		var retryC <-chan time.Time
 		if runCtx.Err() == nil {
-			err := o.drainPartition(runCtx, pt)
+			o.flow(pt, func(part *outboxPart) { part.alive = time.Now() })
+			err := o.drainPartition(runCtx, pt, false)
+			o.flow(pt, func(part *outboxPart) { part.failing = err != nil })
 			var fe fatalError
 			switch {
 			case errors.As(err, &fe):
@@ -163,7 +205,7 @@ func (o *outbox) runPartition(runCtx, drainCtx context.Context, pipelinesDone <-
 		case <-part.wake:
 		case <-retryC:
 		case <-pipelinesDone:
-			err := o.drainPartition(drainCtx, pt)
+			err := o.drainPartition(drainCtx, pt, true)
 			var fe fatalError
 			if errors.As(err, &fe) {
 				return fe.err
@@ -178,8 +220,9 @@ func (o *outbox) runPartition(runCtx, drainCtx context.Context, pipelinesDone <-
 }
 
 // drainPartition publishes and deletes the rows of partition pt, round by
-// round, until none is left.
-func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
+// round, until none is left; final is the last pass of Run (see
+// outboxKind.rows).
+func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) error {
 	p, k := o.p, o.kind
 	fatal := func(op stream.PartitionOp, order uint64, err error) error {
 		return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: order, Op: op, Err: err}}
@@ -191,7 +234,7 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 		return fatal(k.op(), order, fmt.Errorf("%s: %w", what, err))
 	}
 	for {
-		rows, err := k.rows(ctx, pt, outboxRoundMessages)
+		rows, err := k.rows(ctx, pt, outboxRoundMessages, final)
 		if err != nil {
 			var fe fatalError
 			if errors.As(err, &fe) {
@@ -246,12 +289,16 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 			}
 		}
 
-		// Lost in a crash, the deletes only make the rows unsure again:
-		// the next run checks them (SentChecker) instead of sending them.
+		// A row goes once all of its messages are published (the round
+		// holds its last one). Lost in a crash, the deletes only make the
+		// rows unsure again: the next run checks them (SentChecker)
+		// instead of sending them.
 		tx := p.db.NewTxn()
 		tx.Lazy()
 		for _, r := range rows {
-			tx.DeleteRow(k.family(), pt, r.key)
+			if r.last {
+				tx.DeleteRow(k.family(), pt, r.key)
+			}
 		}
 		if err := tx.Commit(ctx); err != nil {
 			o.raiseUnsure(pt, last+1)
@@ -261,16 +308,7 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32) error {
 		if err := k.afterDelete(pt, rows); err != nil {
 			return fatal(stream.OpHook, first, err)
 		}
-		if len(rows) < outboxRoundMessages {
-			// A short round may have been cut by bytes: look again.
-			more, err := k.rows(ctx, pt, 1)
-			if err != nil {
-				return storeErr("read "+k.what(), 0, err)
-			}
-			if len(more) == 0 {
-				return nil
-			}
-		}
+		o.flow(pt, func(part *outboxPart) { part.alive, part.failing = time.Now(), false })
 	}
 }
 
@@ -282,6 +320,9 @@ func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow
 	part := o.parts[pt]
 	unsure, started, graced := part.unsure, part.started, part.graced
 	o.mu.Unlock()
+	if !slices.ContainsFunc(rows, func(r outRow) bool { return r.order < unsure }) {
+		return rows, nil // none can have been published
+	}
 	skip := make([]bool, len(rows))
 	var inherited bool // rows an earlier run may have been sending
 	check := func(only func(r outRow) bool) error {
@@ -344,22 +385,56 @@ func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow
 	return out, nil
 }
 
-// sendRows sends rows to their sinks, each sink's messages in row order,
-// sinks in the order of their first row.
+// sendRows sends rows to their sinks, each sink's messages in row order in
+// one Send, the sinks concurrently: their orders are independent. It
+// returns once every Send has returned, with the first sink's error.
 func sendRows(ctx context.Context, rows []outRow) error {
-	var dests []string
-	sinks := map[string]stream.Sink{}
-	msgs := map[string][]stream.Message{}
+	type dest struct {
+		name string
+		sink stream.Sink
+		msgs []stream.Message
+		err  error
+	}
+	var dests []*dest
 	for _, r := range rows {
-		if _, ok := msgs[r.dest]; !ok {
-			dests = append(dests, r.dest)
-			sinks[r.dest] = r.sink
+		if !slices.ContainsFunc(dests, func(d *dest) bool { return d.name == r.dest }) {
+			dests = append(dests, &dest{name: r.dest, sink: r.sink})
 		}
-		msgs[r.dest] = append(msgs[r.dest], r.msg)
+	}
+	if len(dests) == 1 {
+		dests[0].msgs = make([]stream.Message, len(rows))
+		for i := range rows {
+			dests[0].msgs[i] = rows[i].msg
+		}
+	} else {
+		counts := make([]int, len(dests))
+		idx := make([]int, len(rows))
+		for i := range rows {
+			j := slices.IndexFunc(dests, func(d *dest) bool { return d.name == rows[i].dest })
+			idx[i] = j
+			counts[j]++
+		}
+		for j, d := range dests {
+			d.msgs = make([]stream.Message, 0, counts[j])
+		}
+		for i := range rows {
+			d := dests[idx[i]]
+			d.msgs = append(d.msgs, rows[i].msg)
+		}
+	}
+	if len(dests) == 1 {
+		dests[0].err = dests[0].sink.Send(ctx, dests[0].msgs)
+	} else {
+		var wg sync.WaitGroup
+		for _, d := range dests[1:] {
+			wg.Go(func() { d.err = d.sink.Send(ctx, d.msgs) })
+		}
+		dests[0].err = dests[0].sink.Send(ctx, dests[0].msgs)
+		wg.Wait()
 	}
 	for _, d := range dests {
-		if err := sinks[d].Send(ctx, msgs[d]); err != nil {
-			return fmt.Errorf("to %s: %w", d, err)
+		if d.err != nil {
+			return fmt.Errorf("to %s: %w", d.name, d.err)
 		}
 	}
 	return nil
@@ -370,4 +445,57 @@ func (o *outbox) raiseUnsure(pt uint32, next uint64) {
 	o.mu.Lock()
 	o.parts[pt].unsure = max(o.parts[pt].unsure, next)
 	o.mu.Unlock()
+}
+
+// flow changes the flow-control state of partition pt and wakes await.
+func (o *outbox) flow(pt uint32, fn func(part *outboxPart)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	part := o.parts[pt]
+	if part == nil {
+		return
+	}
+	fn(part)
+	close(part.progress)
+	part.progress = make(chan struct{})
+}
+
+// await is the flow control of a pipeline that just committed n outbox
+// messages of partition pt: it returns once at most max(n, outboxFlowRows)
+// of them wait, or at once when the publisher is failing, has not
+// published a round for outboxStall, or Run is ending.
+func (o *outbox) await(pt uint32, n int) {
+	o.mu.Lock()
+	ctx, part := o.runCtx, o.parts[pt]
+	o.mu.Unlock()
+	if ctx == nil || part == nil {
+		return
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if ctx.Err() != nil || o.p.outboxPending(pt) <= int64(max(n, outboxFlowRows)) {
+			return
+		}
+		o.mu.Lock()
+		failing, idle, ch := part.failing, time.Since(part.alive), part.progress
+		o.mu.Unlock()
+		if failing || idle >= outboxStall {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(outboxStall - idle)
+		} else {
+			timer.Reset(outboxStall - idle)
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+	}
 }

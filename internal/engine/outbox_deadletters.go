@@ -94,15 +94,16 @@ func (deadLetterKind) what() string           { return "dead letters" }
 func (deadLetterKind) family() state.Family   { return state.FamilyDeadLetters }
 func (deadLetterKind) op() stream.PartitionOp { return stream.OpDeadLetters }
 
-func (k deadLetterKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow, error) {
+func (k deadLetterKind) rows(ctx context.Context, pt uint32, limit int, _ bool) ([]outRow, error) {
 	pending, err := k.p.deadLetterRows(ctx, pt, limit)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]outRow, len(pending))
-	for i, r := range pending {
+	for i := range pending {
+		r := &pending[i]
 		out[i] = outRow{key: r.key, order: r.letter.Offset, dest: "dead-letter sink", sink: k.p.opts.sink,
-			msg: deadLetterMessage(r.letter), letter: r.letter}
+			msg: deadLetterMessage(r.letter), size: len(r.letter.Payload), last: true, letter: &r.letter}
 	}
 	return out, nil
 }
@@ -110,7 +111,7 @@ func (k deadLetterKind) rows(ctx context.Context, pt uint32, limit int) ([]outRo
 func letters(rows []outRow) []stream.DeadLetter {
 	out := make([]stream.DeadLetter, len(rows))
 	for i := range rows {
-		out[i] = rows[i].letter
+		out[i] = *rows[i].letter
 	}
 	return out
 }
@@ -152,82 +153,195 @@ func (deadLetterKind) count(ps *stream.PartitionStats, n int, failed bool) {
 
 // messageKind is the outbox of a processor's emitting handlers (To,
 // KeyBy): the rows of state.FamilyOutbox of its source (outbox_rows.go),
-// each published to the sink of its destination topic.
+// runs of messages each published to the sink of its destination topic.
 type messageKind struct {
-	p *Processor
-	// from[pt] is the seq of the partition's first row that may still be
-	// there: rows are deleted in seq order, so a scan starts there and
-	// never walks over the tombstones of the rows before.
-	mu   sync.Mutex
-	from map[uint32]uint64
-	// mem[pt] holds rows committed during this run, as the commits
-	// handed them over (push), contiguous in seq: when its first row is
-	// from[pt], a round is taken from memory instead of read back from
-	// the store. The store stays the truth: a queue that would grow past
-	// memRows is dropped, and rows are read back until the queue's start
-	// is reached again.
-	mem map[uint32][]outRow
+	p  *Processor
+	ob *outbox // the outbox publishing these rows (flow control)
+
+	mu    sync.Mutex
+	parts map[uint32]*msgPart
 }
 
-// memRows bounds the rows a partition's outbox keeps in memory.
+// msgPart is the state of one partition's message outbox; guarded by
+// messageKind.mu.
+type msgPart struct {
+	// next is the seq of the first message this run has not published
+	// (0: none published yet); rowFrom the first seq of the first row
+	// that may still be in the store. Rows are deleted in seq order, so a
+	// scan starts at rowFrom and never walks over the tombstones before.
+	next, rowFrom uint64
+	// mem holds the messages committed during this run, as the commits
+	// handed them over (push), contiguous in seq: when its first message
+	// is next, a round is taken from memory instead of read back from the
+	// store. The store stays the truth: a queue that would grow past
+	// memRows is dropped, and rows are read back until the queue's start
+	// is reached again. pushed is the seq after the last message pushed.
+	mem    memQueue
+	pushed uint64
+}
+
+// memRows bounds the messages a partition's outbox keeps in memory.
 const memRows = 1 << 16
 
-func newMessageKind(p *Processor) *messageKind {
-	return &messageKind{p: p, from: map[uint32]uint64{}, mem: map[uint32][]outRow{}}
+// memQueue is the messages of one partition's outbox that commits handed
+// over, contiguous in seq: the commits' own slices, not copies.
+type memQueue struct {
+	chunks [][]outRow
+	rows   int
 }
 
-// push hands the rows a commit of partition pt wrote to its publisher.
+// first returns the seq of the first message, if any.
+func (q *memQueue) first() (uint64, bool) {
+	if q.rows == 0 {
+		return 0, false
+	}
+	return q.chunks[0][0].order, true
+}
+
+// dropBelow drops the messages ordered below seq.
+func (q *memQueue) dropBelow(seq uint64) {
+	for len(q.chunks) > 0 {
+		c := q.chunks[0]
+		if c[len(c)-1].order < seq {
+			q.rows -= len(c)
+			q.chunks[0] = nil
+			q.chunks = q.chunks[1:]
+			continue
+		}
+		if n := int(min(seq-min(seq, c[0].order), uint64(len(c)))); n > 0 {
+			q.rows -= n
+			q.chunks[0] = c[n:]
+		}
+		break
+	}
+	if len(q.chunks) == 0 {
+		q.chunks = nil // let the backing array go
+	}
+}
+
+// take copies the first messages of the queue for a round: at most limit
+// (0: all) and about outboxRoundBytes of payload, cut after the last
+// message of a row when the bounds cut a row.
+func (q *memQueue) take(limit int) []outRow {
+	n := q.rows
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	if c := q.chunks[0]; n <= len(c) || limit > 0 && len(c) >= limit/2 {
+		// The first commit's messages make the round (most often the
+		// only ones waiting): no copy.
+		size := 0
+		for i := range c {
+			if i == n || limit > 0 && size >= outboxRoundBytes {
+				return wholeRows(c[:i:i])
+			}
+			size += c[i].size
+		}
+		return c[:len(c):len(c)]
+	}
+	out := make([]outRow, 0, n)
+	size := 0
+	for _, c := range q.chunks {
+		for i := range c {
+			if len(out) == n || limit > 0 && size >= outboxRoundBytes {
+				return wholeRows(out)
+			}
+			out = append(out, c[i])
+			size += c[i].size
+		}
+	}
+	return out
+}
+
+// wholeRows cuts a round after its last message that ends a row, if any:
+// a row is deleted once all of its messages are published, and a round
+// that ends rows deletes them.
+func wholeRows(rows []outRow) []outRow {
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].last {
+			return rows[:i+1]
+		}
+	}
+	return rows
+}
+
+func newMessageKind(p *Processor) *messageKind {
+	return &messageKind{p: p, parts: map[uint32]*msgPart{}}
+}
+
+// part returns the state of partition pt; k.mu is held.
+func (k *messageKind) part(pt uint32) *msgPart {
+	mp := k.parts[pt]
+	if mp == nil {
+		mp = &msgPart{}
+		k.parts[pt] = mp
+	}
+	return mp
+}
+
+// push hands the messages a commit of partition pt wrote to its publisher,
+// which owns them from now on, wakes it, and makes the pipeline wait while
+// too many messages of pt wait (outbox.await). The pipeline calls it after
+// each commit that wrote outbox rows, in commit order.
 func (k *messageKind) push(pt uint32, rows []outRow) {
+	k.add(pt, rows)
+	if k.ob != nil && len(rows) > 0 {
+		k.ob.notify(pt)
+		k.ob.await(pt, len(rows))
+	}
+}
+
+// add queues the messages of a commit of partition pt in memory.
+func (k *messageKind) add(pt uint32, rows []outRow) {
 	if len(rows) == 0 {
 		return
 	}
+	for i := range rows {
+		rows[i].sink = k.p.opts.outboxSinks[rows[i].dest]
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	q := k.mem[pt]
-	switch {
-	case len(q) > 0 && q[len(q)-1].order+1 != rows[0].order, len(q)+len(rows) > memRows:
-		q = nil // not contiguous, or too many: read them back instead
+	mp := k.part(pt)
+	q := &mp.mem
+	if mp.pushed != rows[0].order || q.rows+len(rows) > memRows {
+		*q = memQueue{} // not contiguous, or too many: read them back instead
 	}
-	if len(q) == 0 && len(rows) > memRows {
-		k.mem[pt] = nil
+	mp.pushed = rows[len(rows)-1].order + 1
+	if len(rows) > memRows {
 		return
 	}
-	for _, r := range rows {
-		r.sink = k.p.opts.outboxSinks[r.dest]
-		q = append(q, r)
-	}
-	k.mem[pt] = q
+	q.chunks = append(q.chunks, rows)
+	q.rows += len(rows)
 }
 
 func (*messageKind) what() string           { return "outbox messages" }
 func (*messageKind) family() state.Family   { return state.FamilyOutbox }
 func (*messageKind) op() stream.PartitionOp { return stream.OpOutbox }
 
-func (k *messageKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow, error) {
+func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool) ([]outRow, error) {
 	p := k.p
 	prefix := outboxPrefix(p.name)
 	k.mu.Lock()
-	if q := k.mem[pt]; len(q) > 0 && q[0].order <= k.from[pt] {
-		// Drop what was deleted; the rest is in memory from from[pt] on.
-		for len(q) > 0 && q[0].order < k.from[pt] {
-			q = q[1:]
-		}
-		k.mem[pt] = q
-		if len(q) > 0 && q[0].order == k.from[pt] {
-			n, size := 0, 0
-			for n < len(q) && (limit <= 0 || n < limit && size < outboxRoundBytes) {
-				size += len(q[n].msg.Payload)
-				n++
-			}
-			out := slices.Clone(q[:n])
-			k.mu.Unlock()
-			return out, nil
-		}
+	mp := k.part(pt)
+	next, rowFrom := mp.next, mp.rowFrom
+	q := &mp.mem
+	q.dropBelow(next) // what was published
+	first, inMem := q.first()
+	switch {
+	case inMem && first == next:
+		out := q.take(limit)
+		k.mu.Unlock()
+		return out, nil
+	case !inMem && mp.pushed != 0 && next >= mp.pushed && !final:
+		// Every message committed since the first push was published:
+		// nothing waits (the commit of any later one pushes and wakes).
+		k.mu.Unlock()
+		return nil, nil
 	}
-	from := binary.BigEndian.AppendUint64(slices.Clip(prefix), k.from[pt])
 	k.mu.Unlock()
 	var out []outRow
 	size := 0
+	from := binary.BigEndian.AppendUint64(slices.Clip(prefix), rowFrom)
 	err := p.db.RowsFrom(ctx, state.FamilyOutbox, pt, from, func(key, value []byte) error {
 		if !bytes.HasPrefix(key, prefix) || len(key) != len(prefix)+8 {
 			if len(out) > 0 && !bytes.HasPrefix(key, prefix[:len(prefix)-1]) {
@@ -236,24 +350,55 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int) ([]outRow,
 			return nil
 		}
 		seq := binary.BigEndian.Uint64(key[len(prefix):])
-		dest, m, err := decodeOutboxMessage(value)
+		if inMem && seq >= first {
+			return errStopRows // memory has the rest
+		}
+		if n, err := outboxRowCount(seq, value); err == nil && seq+uint64(n) <= next {
+			return nil // published this run, its delete not committed
+		}
+		key = bytes.Clone(key)
+		msgs, err := decodeOutboxRow(seq, bytes.Clone(value))
 		if err != nil {
-			return fmt.Errorf("stream: source %q partition %d: outbox row %d: %w", p.name, pt, seq, err)
+			return fmt.Errorf("stream: source %q partition %d: %w", p.name, pt, err)
 		}
-		sink := p.opts.outboxSinks[dest]
-		if sink == nil {
-			return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: seq, Op: stream.OpOutbox,
-				Err: fmt.Errorf("outbox message %d is for topic %q, which the topology does not publish to", seq, dest)}}
-		}
-		out = append(out, outRow{key: bytes.Clone(key), order: seq, dest: dest, sink: sink, msg: m})
-		size += len(m.Payload)
-		if limit > 0 && (len(out) >= limit || size >= outboxRoundBytes) {
-			return errStopRows
+		for i, m := range msgs {
+			if m.seq < next {
+				continue
+			}
+			sink := p.opts.outboxSinks[m.dest]
+			if sink == nil {
+				return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: m.seq, Op: stream.OpOutbox,
+					Err: fmt.Errorf("outbox message %d is for topic %q, which the topology does not publish to", m.seq, m.dest)}}
+			}
+			out = append(out, outRow{key: key, order: m.seq, dest: m.dest, sink: sink, msg: m.msg,
+				size: len(m.msg.Payload), last: i == len(msgs)-1})
+			size += len(m.msg.Payload)
+			if limit > 0 && (len(out) >= limit || size >= outboxRoundBytes) {
+				return errStopRows
+			}
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStopRows) {
 		return nil, err
+	}
+	if len(out) == 0 && inMem {
+		// Nothing waits below memory's first message (at the start of a
+		// run, when the store held no row of an earlier one): go on from
+		// memory. Rows start where commits do, as memory's chunks do.
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if mp.next == next {
+			mp.next, mp.rowFrom = first, max(mp.rowFrom, first)
+		}
+		q.dropBelow(mp.next)
+		if f, ok := q.first(); ok && f == mp.next {
+			return q.take(limit), nil
+		}
+		return nil, nil
+	}
+	if errors.Is(err, errStopRows) {
+		out = wholeRows(out)
 	}
 	return out, nil
 }
@@ -278,16 +423,16 @@ func (k *messageKind) afterSend(pt uint32, rows []outRow) error {
 
 func (k *messageKind) afterDelete(pt uint32, rows []outRow) error {
 	k.mu.Lock()
-	k.from[pt] = max(k.from[pt], rows[len(rows)-1].order+1)
-	q := k.mem[pt]
-	for len(q) > 0 && q[0].order < k.from[pt] {
-		q = q[1:]
+	defer k.mu.Unlock()
+	mp := k.part(pt)
+	mp.next = max(mp.next, rows[len(rows)-1].order+1)
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].last {
+			mp.rowFrom = max(mp.rowFrom, rows[i].order+1)
+			break
+		}
 	}
-	if len(q) == 0 {
-		q = nil // let the backing array go
-	}
-	k.mem[pt] = q
-	k.mu.Unlock()
+	mp.mem.dropBelow(mp.next)
 	return nil
 }
 
@@ -307,14 +452,30 @@ func outMessages(rows []outRow) []stream.Message {
 	return out
 }
 
-// countOutbox returns how many outbox rows of the processor's source wait
-// in partition pt.
+// outboxPending returns how many outbox rows of partition pt wait to be
+// published, as Stats counts them.
+func (p *Processor) outboxPending(pt uint32) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := p.stats[pt]
+	if ps == nil {
+		return 0
+	}
+	return p.outboxBase[pt] + int64(ps.OutboxCommitted) - int64(ps.OutboxPublished)
+}
+
+// countOutbox returns how many outbox messages of the processor's source
+// wait in partition pt.
 func (p *Processor) countOutbox(ctx context.Context, pt uint32) (int, error) {
 	prefix := outboxPrefix(p.name)
 	n := 0
-	err := p.db.Rows(ctx, state.FamilyOutbox, pt, func(key, _ []byte) error {
+	err := p.db.Rows(ctx, state.FamilyOutbox, pt, func(key, value []byte) error {
 		if bytes.HasPrefix(key, prefix) && len(key) == len(prefix)+8 {
-			n++
+			c, err := outboxRowCount(binary.BigEndian.Uint64(key[len(prefix):]), value)
+			if err != nil {
+				c = 1 // the publisher reports it
+			}
+			n += c
 		}
 		return nil
 	})

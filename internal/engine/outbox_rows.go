@@ -5,26 +5,45 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
+	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/rowenc"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 )
 
 // Outbox rows (docs/design.md §11). What a batch's emitting handlers (To,
 // KeyBy) publish is written in the batch's commit to state.FamilyOutbox,
-// under the source partition, one row per message:
+// under the source partition, as runs of consecutive messages, a row per
+// run (at most outboxRowMessages messages and about outboxRowBytes of
+// payload; a batch writes one row or a few):
 //
 //	key:   AppendString(source) 0x00 seq(u64 BE)
+//	value: version(2) origin(8) uvarint(#dests) {AppendString(dest)}
+//	       uvarint(#messages) #messages × {uvarint(dest index) AppendString(key)
+//	       tag(u32 BE) ordering(1) algebra(1) flags(1) [seq(u64 BE) if flags&1]
+//	       AppendString(payload)}
+//
+// seq is the first message's; message i of the row has seq+i. seq numbers
+// the partition's outbox messages from 1 in commit order; the row
+// AppendString(source) 0x01 holds the next one. A message's strand headers
+// are its key, tag, ordering, algebra and (flags&1) producer seq, written as
+// stream.Headers.AppendFields writes them; its id and its strand-origin
+// header are its origin: the row's origin stream, xxh32(topology "\x00"
+// source) (u32 BE) and partition (u32 BE), then its seq (u64 BE). Stores
+// written before runs hold rows of version 1, one message each (its seq is
+// the key's), which are still read:
+//
 //	value: version(1) AppendString(dest) AppendString(key) AppendString(id)
 //	       uvarint(#headers) {AppendString(name) AppendString(value)} AppendString(payload)
 //
-// seq numbers the partition's outbox messages from 1 in commit order; the
-// row AppendString(source) 0x01 holds the next one. The message's id and
-// its strand-origin header are its origin: xxh32(topology "\x00" source)
-// (u32 BE), partition (u32 BE), seq (u64 BE). The outbox publisher (outbox.go)
-// sends rows in seq order and deletes them once the broker has them.
+// The outbox publisher (outbox.go) sends messages in seq order and deletes
+// a row once the broker has all of its messages. A run per row rather
+// than a message per row keeps the store's work per message (write-ahead
+// log entries, memtable entries, tombstones, flushes) to a fraction.
 //
 // A topology that reads a topic carrying origins keeps, per partition and
 // per origin stream (the first 8 bytes of the origin), the highest seq it
@@ -42,17 +61,16 @@ import (
 const (
 	outboxRowMessage = 0x00
 	outboxRowNext    = 0x01
-	outboxVersion    = 1
+	outboxVersion1   = 1 // one message per row (read only)
+	outboxVersion2   = 2 // a run of messages per row
 	// originLen is the length of a strand-origin header and a message id.
 	originLen = 16
+	// Bounds of one row's run of messages.
+	outboxRowMessages = 4096
+	outboxRowBytes    = 1 << 20
+	// outboxFlagSeq marks a message with a producer seq (HasSeq).
+	outboxFlagSeq = 1
 )
-
-// outboxMessage is one decoded outbox row.
-type outboxMessage struct {
-	seq  uint64
-	dest string
-	msg  stream.Message
-}
 
 func outboxPrefix(source string) []byte {
 	return append(rowenc.AppendString(nil, source), outboxRowMessage)
@@ -75,26 +93,266 @@ func originStream(topology, source string, partition uint32) [8]byte {
 	return o
 }
 
-func encodeOutboxMessage(dst []byte, dest string, m stream.Message) []byte {
-	dst = append(dst, outboxVersion)
-	dst = rowenc.AppendString(dst, dest)
-	dst = rowenc.AppendString(dst, string(m.Key))
-	dst = rowenc.AppendString(dst, string(m.ID[:]))
-	dst = binary.AppendUvarint(dst, uint64(len(m.Headers)))
-	for _, f := range m.Headers {
-		dst = rowenc.AppendString(dst, f.Name)
-		dst = rowenc.AppendString(dst, string(f.Value))
-	}
-	return rowenc.AppendString(dst, string(m.Payload))
+// appendBytes appends b prefixed with its length as a uvarint (as
+// rowenc.AppendString, without converting b to a string).
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
 }
 
+// outboxEncoder encodes the runs of one batch's outbox rows into one
+// buffer: begin starts a row, add appends a message, end closes the row and
+// returns its value.
+type outboxEncoder struct {
+	buf   []byte
+	start int      // where the current row's value starts in buf
+	count int      // messages in the current row
+	dests []string // the current row's destinations, by index
+}
+
+func (e *outboxEncoder) begin(origin [8]byte, dests []string) {
+	e.start, e.count, e.dests = len(e.buf), 0, dests
+	e.buf = append(e.buf, outboxVersion2)
+	e.buf = append(e.buf, origin[:]...)
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(dests)))
+	for _, d := range dests {
+		e.buf = rowenc.AppendString(e.buf, d)
+	}
+}
+
+func (e *outboxEncoder) add(dest int, h *stream.Headers, payload []byte) {
+	e.count++
+	e.buf = binary.AppendUvarint(e.buf, uint64(dest))
+	e.buf = appendBytes(e.buf, h.Key)
+	e.buf = binary.BigEndian.AppendUint32(e.buf, uint32(h.Tag))
+	var flags byte
+	if h.HasSeq {
+		flags |= outboxFlagSeq
+	}
+	e.buf = append(e.buf, byte(h.Ordering), byte(h.Algebra), flags)
+	if h.HasSeq {
+		e.buf = binary.BigEndian.AppendUint64(e.buf, h.Seq)
+	}
+	e.buf = appendBytes(e.buf, payload)
+}
+
+// end returns the value of the current row: the header written by begin,
+// the message count, then the messages. The count goes between them, so
+// the messages are moved up by its width.
+func (e *outboxEncoder) end(headerLen int) []byte {
+	var cnt [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(cnt[:], uint64(e.count))
+	msgsAt := e.start + headerLen
+	e.buf = append(e.buf, cnt[:n]...)
+	copy(e.buf[msgsAt+n:], e.buf[msgsAt:len(e.buf)-n])
+	copy(e.buf[msgsAt:], cnt[:n])
+	return e.buf[e.start:len(e.buf):len(e.buf)]
+}
+
+// outboxMessage builds the message of seq with strand headers h, and the
+// given origin stream, appending its header fields to fields and their
+// values to vals (both may be shared by many messages).
+func outboxMessage(origin [8]byte, seq uint64, h *stream.Headers, payload []byte, fields []stream.Field, vals []byte) (stream.Message, []stream.Field, []byte, error) {
+	var id [originLen]byte
+	copy(id[:], origin[:])
+	binary.BigEndian.PutUint64(id[8:], seq)
+	fstart := len(fields)
+	fields, vals, err := appendStrandFields(fields, vals, h)
+	if err != nil {
+		return stream.Message{}, fields[:fstart], vals, err
+	}
+	fields = append(fields, stream.Field{Name: stream.HeaderOrigin, Value: sub(&vals, id[:])})
+	m := stream.Message{Key: h.Key, ID: id, Headers: fields[fstart:len(fields):len(fields)], Payload: payload}
+	return m, fields, vals, nil
+}
+
+// appendStrandFields is h.AppendFields(fields) with the values appended
+// to vals instead of allocated one by one.
+func appendStrandFields(fields []stream.Field, vals []byte, h *stream.Headers) ([]stream.Field, []byte, error) {
+	if err := h.Validate(); err != nil {
+		return fields, vals, err
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[:], uint32(h.Tag))
+	fields = append(fields,
+		stream.Field{Name: stream.HeaderKey, Value: sub(&vals, h.Key)},
+		stream.Field{Name: stream.HeaderType, Value: sub(&vals, b[:4])},
+		stream.Field{Name: stream.HeaderProps, Value: sub(&vals, []byte{stream.PropsVersion, byte(h.Ordering), byte(h.Algebra)})},
+	)
+	if h.HasSeq {
+		binary.LittleEndian.PutUint64(b[:], h.Seq)
+		fields = append(fields, stream.Field{Name: stream.HeaderSeq, Value: sub(&vals, b[:])})
+	}
+	return fields, vals, nil
+}
+
+// sub appends b to *vals and returns the appended bytes (capacity capped,
+// so that later appends never write into them).
+func sub(vals *[]byte, b []byte) []byte {
+	start := len(*vals)
+	*vals = append(*vals, b...)
+	return (*vals)[start:len(*vals):len(*vals)]
+}
+
+// outboxRowMsg is one message decoded from an outbox row.
+type outboxRowMsg struct {
+	seq  uint64
+	dest string
+	msg  stream.Message
+}
+
+// decodeOutboxRow decodes the outbox row whose key holds seq: its
+// messages in order. value must not change afterwards: the messages alias
+// it. Counting only (msgs nil) skips building them.
+func decodeOutboxRow(seq uint64, value []byte) ([]outboxRowMsg, error) {
+	if len(value) == 0 {
+		return nil, fmt.Errorf("outbox row %d: empty", seq)
+	}
+	switch value[0] {
+	case outboxVersion1:
+		dest, m, err := decodeOutboxMessage(value)
+		if err != nil {
+			return nil, fmt.Errorf("outbox row %d: %w", seq, err)
+		}
+		return []outboxRowMsg{{seq: seq, dest: dest, msg: m}}, nil
+	case outboxVersion2:
+	default:
+		return nil, fmt.Errorf("outbox row %d: version %d, want %d or %d", seq, value[0], outboxVersion1, outboxVersion2)
+	}
+	r := outboxReader{b: value[1:]}
+	origin := [8]byte(r.take(8))
+	dests, n := r.runHeader()
+	if r.err != nil {
+		return nil, fmt.Errorf("outbox row %d: %w", seq, r.err)
+	}
+	if n == 0 || n > uint64(len(r.b)) || seq+n < seq {
+		return nil, fmt.Errorf("outbox row %d: %d messages in %d bytes", seq, n, len(r.b))
+	}
+	out := make([]outboxRowMsg, 0, n)
+	fields := make([]stream.Field, 0, 5*n)
+	vals := make([]byte, 0, (originLen+16)*int(n)+len(value))
+	for i := range n {
+		d := r.uvarint()
+		var h stream.Headers
+		h.Key = r.bytes()
+		h.Tag = planner.Tag(binary.BigEndian.Uint32(r.take(4)))
+		t := r.take(3)
+		h.Ordering, h.Algebra = planner.Ordering(t[0]), algebra.Kind(t[1])
+		flags := t[2]
+		if flags&outboxFlagSeq != 0 {
+			h.Seq, h.HasSeq = binary.BigEndian.Uint64(r.take(8)), true
+		}
+		payload := r.bytes()
+		switch {
+		case r.err != nil:
+			return nil, fmt.Errorf("outbox row %d: message %d: %w", seq, i, r.err)
+		case d >= uint64(len(dests)):
+			return nil, fmt.Errorf("outbox row %d: message %d: destination %d of %d", seq, i, d, len(dests))
+		case flags&^outboxFlagSeq != 0:
+			return nil, fmt.Errorf("outbox row %d: message %d: flags %#x", seq, i, flags)
+		}
+		var m stream.Message
+		var err error
+		m, fields, vals, err = outboxMessage(origin, seq+i, &h, payload, fields, vals)
+		if err != nil {
+			return nil, fmt.Errorf("outbox row %d: message %d: %w", seq, i, err)
+		}
+		out = append(out, outboxRowMsg{seq: seq + i, dest: dests[d], msg: m})
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("outbox row %d: %d bytes after the messages", seq, len(r.b))
+	}
+	return out, nil
+}
+
+// outboxReader decodes a row of version 2; its byte strings alias the
+// row. The first problem sticks in err; reads after it return zeros (take
+// returns a zeroed slice of the length asked).
+type outboxReader struct {
+	b   []byte
+	err error
+}
+
+func (r *outboxReader) take(n int) []byte {
+	if r.err == nil && len(r.b) < n {
+		r.err = rowenc.ErrShort
+	}
+	if r.err != nil {
+		return make([]byte, n)
+	}
+	out := r.b[:n:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *outboxReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = rowenc.ErrShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *outboxReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.err = rowenc.ErrShort
+	}
+	if r.err != nil {
+		return nil
+	}
+	return r.take(int(n))
+}
+
+// runHeader reads the destinations and the message count of a row of
+// version 2, after its origin.
+func (r *outboxReader) runHeader() (dests []string, n uint64) {
+	nd := r.uvarint()
+	if r.err == nil && nd > uint64(len(r.b)) {
+		r.err = fmt.Errorf("%d destinations in %d bytes", nd, len(r.b))
+	}
+	if r.err != nil {
+		return nil, 0
+	}
+	dests = make([]string, 0, nd)
+	for range nd {
+		dests = append(dests, string(r.bytes()))
+	}
+	return dests, r.uvarint()
+}
+
+// outboxRowCount returns how many messages the outbox row holds, without
+// decoding them.
+func outboxRowCount(seq uint64, value []byte) (int, error) {
+	if len(value) > 0 && value[0] == outboxVersion1 {
+		return 1, nil
+	}
+	if len(value) == 0 || value[0] != outboxVersion2 {
+		_, err := decodeOutboxRow(seq, value) // names the problem
+		return 0, err
+	}
+	r := outboxReader{b: value[1:]}
+	r.take(8)
+	_, n := r.runHeader()
+	if r.err != nil {
+		return 0, fmt.Errorf("outbox row %d: %w", seq, r.err)
+	}
+	return int(min(n, uint64(len(value)))), nil
+}
+
+// decodeOutboxMessage decodes a row of version 1.
 func decodeOutboxMessage(b []byte) (dest string, m stream.Message, err error) {
 	r := rowenc.Reader{B: b}
-	if v := r.Byte(); r.Err == nil && v != outboxVersion {
-		return "", m, fmt.Errorf("outbox row version %d, want %d", v, outboxVersion)
+	if v := r.Byte(); r.Err == nil && v != outboxVersion1 {
+		return "", m, fmt.Errorf("outbox row version %d, want %d", v, outboxVersion1)
 	}
 	dest = r.String()
-	m.Key = bytes.Clone(r.Bytes())
+	m.Key = r.Bytes()
 	if id := r.Bytes(); r.Err == nil && len(id) != originLen {
 		return "", m, fmt.Errorf("outbox row with a message id of %d bytes", len(id))
 	} else {
@@ -106,9 +364,9 @@ func decodeOutboxMessage(b []byte) (dest string, m stream.Message, err error) {
 	}
 	for range n {
 		name := r.String()
-		m.Headers = append(m.Headers, stream.Field{Name: name, Value: bytes.Clone(r.Bytes())})
+		m.Headers = append(m.Headers, stream.Field{Name: name, Value: r.Bytes()})
 	}
-	m.Payload = bytes.Clone(r.Bytes())
+	m.Payload = r.Bytes()
 	if r.Err == nil && len(r.B) != 0 {
 		r.Err = fmt.Errorf("%d bytes after the payload", len(r.B))
 	}
@@ -177,7 +435,9 @@ func (b *batch) duplicate(r *stream.Record) bool {
 
 // writeOutbox writes what the applied records of b publish as outbox rows,
 // in record order, and the origins b saw; the Task takes both over in
-// applyStaged.
+// applyStaged. The rows and the messages handed to the publisher share a
+// few allocations per batch: a batch can stage tens of thousands of
+// messages.
 func (t *Task) writeOutbox(b *batch, res *Result) {
 	for s, seq := range b.origins {
 		key := append(rowenc.AppendString(nil, t.src.name), s[:]...)
@@ -186,34 +446,71 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 	if b.emits == nil {
 		return
 	}
-	next := t.outNext
+	n, size := 0, 0
+	var dests []string
 	for i := range b.records {
 		if b.status[i] != statusApplied {
 			continue
 		}
 		for _, em := range b.emits[i] {
-			var id [originLen]byte
-			copy(id[:], t.origin[:])
-			binary.BigEndian.PutUint64(id[8:], next)
-			hs, err := em.env.Headers.AppendFields(nil)
+			n++
+			size += 32 + len(em.env.Headers.Key) + len(em.env.Payload)
+			if !slices.Contains(dests, em.dest) {
+				dests = append(dests, em.dest)
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	rows := make([]outRow, 0, n)
+	// Per message: the strand headers (stream.Headers.AppendFields: key,
+	// type, props, seq) and the origin.
+	fields := make([]stream.Field, 0, n*5)
+	vals := make([]byte, 0, size+n*(originLen+16))
+	enc := outboxEncoder{buf: make([]byte, 0, size+(n/outboxRowMessages+1)*(64+len(dests)*64))}
+	headerLen := 0
+	var key []byte
+	rowBytes := 0
+	next := t.outNext
+	endRow := func() {
+		b.tx.AppendRow(state.FamilyOutbox, t.partition, key, enc.end(headerLen))
+		rows[len(rows)-1].last = true
+	}
+	for i := range b.records {
+		if b.status[i] != statusApplied {
+			continue
+		}
+		for _, em := range b.emits[i] {
+			if key != nil && (enc.count == outboxRowMessages || rowBytes >= outboxRowBytes) {
+				endRow()
+				key = nil
+			}
+			if key == nil {
+				key = outboxRow(t.src.name, next)
+				before := len(enc.buf)
+				enc.begin(t.origin, dests)
+				headerLen, rowBytes = len(enc.buf)-before, 0
+			}
+			h := &em.env.Headers
+			m, f, v, err := outboxMessage(t.origin, next, h, em.env.Payload, fields, vals)
 			if err != nil {
 				// The emitting handler validated the envelope; a failure
 				// here is a bug, and the batch must not commit.
 				b.setFatal(fmt.Errorf("outbox message of offset %d: %w", b.records[i].Offset, err))
 				return
 			}
-			hs = append(hs, stream.Field{Name: stream.HeaderOrigin, Value: id[:]})
-			m := stream.Message{Key: em.env.Headers.Key, ID: id, Headers: hs, Payload: em.env.Payload}
-			key := outboxRow(t.src.name, next)
-			b.tx.AppendRow(state.FamilyOutbox, t.partition, key, encodeOutboxMessage(make([]byte, 0, 64+len(m.Payload)+len(m.Key)), em.dest, m))
-			res.outbox = append(res.outbox, outRow{key: key, order: next, dest: em.dest, msg: m})
+			fields, vals = f, v
+			enc.add(slices.Index(dests, em.dest), h, em.env.Payload)
+			rowBytes += len(em.env.Payload)
+			rows = append(rows, outRow{key: key, order: next, dest: em.dest, msg: m, size: len(m.Payload)})
 			next++
-			res.Emitted++
 		}
 	}
-	if next != t.outNext {
-		b.tx.PutRow(state.FamilyOutbox, t.partition, outboxNextRow(t.src.name), binary.BigEndian.AppendUint64(nil, next))
-	}
+	endRow()
+	res.outbox = rows
+	res.Emitted = len(rows)
+	b.tx.PutRow(state.FamilyOutbox, t.partition, outboxNextRow(t.src.name), binary.BigEndian.AppendUint64(nil, next))
 	b.outNext = next
 }
 

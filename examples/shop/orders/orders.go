@@ -89,13 +89,17 @@ type Shop struct {
 }
 
 // NewTopology returns the shop topology over the stream's topics.
-func NewTopology(streamName string) *Shop { return newTopology(streamName, true) }
+func NewTopology(streamName string) *Shop { return newTopology(streamName, true, true) }
 
 // NewSingleStage returns the shop topology without its KeyBy and To steps
 // (the orders table alone): the baseline of the two-stage benchmark.
-func NewSingleStage(streamName string) *Shop { return newTopology(streamName, false) }
+func NewSingleStage(streamName string) *Shop { return newTopology(streamName, false, false) }
 
-func newTopology(streamName string, twoStage bool) *Shop {
+// NewWithoutReceipts returns the shop topology without its To step: the
+// orders table and the customers table fed through KeyBy.
+func NewWithoutReceipts(streamName string) *Shop { return newTopology(streamName, true, false) }
+
+func newTopology(streamName string, twoStage, receipts bool) *Shop {
 	t := topology.New("shop")
 	src := topology.Source[OrderID](t, streamName+"/"+Topic)
 	s := &Shop{
@@ -111,13 +115,15 @@ func newTopology(streamName string, twoStage bool) *Shop {
 	if !twoStage {
 		return s
 	}
-	topology.To(lines, "receipts", streamName+"/"+ReceiptsTopic, Receipts,
-		func(_ context.Context, order OrderID, l Line, emit func(Receipt)) error {
-			if l.Amount > 0 {
-				emit(Receipt{Order: order, Amount: l.Amount, N: l.N})
-			}
-			return nil
-		})
+	if receipts {
+		topology.To(lines, "receipts", streamName+"/"+ReceiptsTopic, Receipts,
+			func(_ context.Context, order OrderID, l Line, emit func(Receipt)) error {
+				if l.Amount > 0 {
+					emit(Receipt{Order: order, Amount: l.Amount, N: l.N})
+				}
+				return nil
+			})
+	}
 	byCustomer := topology.KeyBy(lines, "by-customer", func(l Line) (CustomerID, error) {
 		if l.Customer == "" {
 			return "", fmt.Errorf("order %d line %d has no customer", l.Order, l.N)
