@@ -442,7 +442,7 @@ func TestOutboxPublishGate(t *testing.T) {
 	}
 	db := fx.openDB(t)
 	defer closeDB(t, db)
-	p := newProc(t, fx, db, WithPollSize(50), WithPublishGate(gate), WithDeadLetterBackoff(time.Millisecond, 2*time.Millisecond),
+	p := newProc(t, fx, db, WithPollSize(50), WithPublishGate(gate, nil), WithDeadLetterBackoff(time.Millisecond, 2*time.Millisecond),
 		WithOutboxSinks(map[string]stream.Sink{outTopicA: a, outTopicB: b}))
 	run := startProcessor(p)
 	waitFor(t, "applied, the gate asked again and again", func() bool { return caughtUp(p, fx.src) && calls.Load() > 3 })
