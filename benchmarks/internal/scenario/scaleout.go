@@ -55,19 +55,25 @@ type ScaleoutOptions struct {
 	Keys, History int
 	SnapshotEvery int
 
-	// Workload is the log of the pause, throughput and query
-	// measurements (partitions, accounts, skew).
+	// Workload is the log of the throughput measurement, and the
+	// partitions, accounts and skew of the pause and query measurements.
 	Workload workload.Config
-	// Instances is the instance count of the throughput measurement.
+	// Base is how many events the pause and query measurements publish
+	// and process before they measure (0: Workload.Events).
+	Base int
+	// Instances is the instance count of the pause measurement (at
+	// least 2; the throughput measurement's is its variant).
 	Instances int
-	// Session is the group's session timeout (0: 10s, the default).
+	// Session is the group's session timeout (0: 10s, the default; the
+	// pause measurement's is in its scenario name).
 	Session time.Duration
 	// Rate is the producer's pace during the pause measurement
 	// (events/s).
 	Rate float64
 	// Queries is how many gets of each kind the query measurement makes.
 	Queries int
-	// Clients is how many clients make them at once.
+	// Clients is how many clients make them at once (the query
+	// measurement's scenario name carries it).
 	Clients int
 	// Router is the instances' query router: "own" (GroupRouter, the
 	// default) or "default" (the query server's own).
@@ -579,4 +585,13 @@ func ends(log *workload.Log) []uint64 {
 		out[p] = uint64(log.PartitionLen(uint32(p)))
 	}
 	return out
+}
+
+// base returns the workload of the pause and query measurements.
+func (o ScaleoutOptions) base() workload.Config {
+	w := o.Workload
+	if o.Base > 0 {
+		w.Events = o.Base
+	}
+	return w
 }

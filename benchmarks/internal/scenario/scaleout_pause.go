@@ -117,7 +117,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	if rate <= 0 {
 		rate = 20_000
 	}
-	w := o.Workload
+	w := o.base()
 	base := w.Events
 	steady, tail := 2*time.Second, 3*time.Second
 	paced := int(rate * (steady + 3*session + 10*time.Second + tail).Seconds())

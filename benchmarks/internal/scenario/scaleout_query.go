@@ -34,7 +34,7 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	if variant != "get" {
 		return res, fmt.Errorf("scaleout: query: unknown variant %q", variant)
 	}
-	log, err := workload.Encode(o.Workload, workload.NewDecls(o.Codec))
+	log, err := workload.Encode(o.base(), workload.NewDecls(o.Codec))
 	if err != nil {
 		return res, err
 	}
