@@ -83,6 +83,8 @@ type Changelog struct {
 	m     stream.Membership
 	opts  ChangelogOptions
 	log   *slog.Logger
+	// tables is the digest of the store's table ids (ClogMeta.Tables).
+	tables uint32
 
 	mu    sync.Mutex
 	parts map[uint32]*clogPart
@@ -120,7 +122,7 @@ func NewChangelog(db *state.DB, sink stream.Sink, src stream.Source, topic strin
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Changelog{db: db, sink: sink, src: src, topic: topic, marks: marks, m: m, opts: opts,
+	return &Changelog{db: db, sink: sink, src: src, topic: topic, marks: marks, m: m, opts: opts, tables: tablesDigest(db.TableIDs()),
 		log:   opts.Logger.With(slog.String("component", "strand/changelog")),
 		parts: map[uint32]*clogPart{}}
 }
@@ -143,7 +145,7 @@ func (c *Changelog) Stamp(p uint32, cps []state.Checkpoint) (uint64, []byte, err
 	if part.lost || c.parts[p] != part {
 		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, ErrFenced)
 	}
-	meta := ClogMeta{Epoch: epoch, Member: part.member, Seq: part.next}
+	meta := ClogMeta{Epoch: epoch, Member: part.member, Seq: part.next, Tables: c.tables}
 	for _, cp := range cps {
 		meta.Ranges = append(meta.Ranges, ClogRange{Source: cp.Source, From: part.last[cp.Source], Next: cp.Next})
 	}
@@ -297,7 +299,7 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch stream.Epoch) e
 	delete(c.parts, p)
 	c.mu.Unlock()
 	member := c.m.ID()
-	fence, err := encodeClog(ClogFence, &ClogMeta{Epoch: epoch, Member: member}, nil)
+	fence, err := encodeClog(ClogFence, &ClogMeta{Epoch: epoch, Member: member, Tables: c.tables}, nil)
 	if err != nil {
 		return err
 	}
@@ -472,6 +474,8 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch stream.Epoch, m
 					if r.Meta.Epoch != localHead.Epoch {
 						return res, restartError{levelSnapshot} // another owner's commit where the store has its own
 					}
+				} else if err := c.sameTables(&r); err != nil {
+					return res, fmt.Errorf("partition %d: commit %d at offset %d: %w", p, r.Meta.Seq, off, err)
 				} else if err := c.db.ApplyLogged(ctx, p, r.Writes); err != nil {
 					return res, fmt.Errorf("partition %d: apply commit %d at offset %d: %w", p, r.Meta.Seq, off, err)
 				} else {
@@ -530,6 +534,9 @@ func (c *Changelog) loadSnapshot(ctx context.Context, p uint32, x uint64) (ClogM
 			case ClogSnapshotChunk:
 				if r.Meta.Index != next {
 					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x: chunk %d where %d was due", id, r.Meta.Index, next)
+				}
+				if err := c.sameTables(&r); err != nil {
+					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x chunk %d: %w", id, next, err)
 				}
 				if err := c.db.ApplyLogged(ctx, p, r.Writes); err != nil {
 					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x chunk %d: %w", id, next, err)
@@ -790,7 +797,7 @@ func (c *Changelog) snapshot(ctx context.Context, p uint32, part *clogPart) erro
 	var lastChunk []byte
 	err := c.db.SnapshotPartition(ctx, p, clogChunkBytes, func(w []byte) error {
 		lastChunk = append(lastChunk[:0], w...)
-		pl, err := encodeClog(ClogSnapshotChunk, &ClogMeta{Epoch: epoch, Member: member, Snapshot: id, Index: chunks}, w)
+		pl, err := encodeClog(ClogSnapshotChunk, &ClogMeta{Epoch: epoch, Member: member, Snapshot: id, Index: chunks, Tables: c.tables}, w)
 		if err != nil {
 			return err
 		}
@@ -867,6 +874,18 @@ func snapshotHead(p uint32, id uint64, lastChunk []byte) (uint64, error) {
 		return 0, err
 	}
 	return m.Seq, nil
+}
+
+// ErrTablesDiffer is wrapped by a restore that found rows of a writer whose
+// store numbers the topology's tables otherwise than this one.
+var ErrTablesDiffer = errors.New("stream: the instances number their tables differently")
+
+// sameTables refuses rows of a writer that numbers its tables otherwise.
+func (c *Changelog) sameTables(r *ClogRecord) error {
+	if r.Meta.Tables != 0 && r.Meta.Tables != c.tables {
+		return fmt.Errorf("%w: member %d wrote it with table digest %08x, this store's is %08x", ErrTablesDiffer, r.Meta.Member, r.Meta.Tables, c.tables)
+	}
+	return nil
 }
 
 // retry calls fn until it succeeds or ctx ends, backing off.

@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
 
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
@@ -65,6 +69,10 @@ type ClogMeta struct {
 	Member stream.MemberID `json:"m"`
 	Seq    uint64          `json:"s,omitempty"` // commit: its number; snapshot end: the last commit it holds
 	Ranges []ClogRange     `json:"r,omitempty"` // commit
+	// Tables is a digest of the writer's table ids (fence, commit, chunk):
+	// rows carry them, so a store applies rows only from a writer that
+	// numbers its tables alike.
+	Tables uint32 `json:"t,omitempty"`
 	// Snapshot records.
 	Snapshot uint64 `json:"snap,omitempty"`   // the snapshot's id
 	Index    uint32 `json:"i,omitempty"`      // chunk: its index
@@ -206,4 +214,14 @@ func (h *ClogHistory) Next(r *ClogRecord) ClogVerdict {
 		return ClogValid
 	}
 	return ClogOther
+}
+
+// tablesDigest digests a store's table ids (state.DB.TableIDs).
+func tablesDigest(ids map[string]uint32) uint32 {
+	h := fnv.New32a()
+	for _, name := range slices.SortedFunc(maps.Keys(ids), cmp.Compare[string]) {
+		h.Write([]byte(name))
+		h.Write(binary.BigEndian.AppendUint32([]byte{0}, ids[name]))
+	}
+	return max(h.Sum32(), 1)
 }

@@ -62,7 +62,8 @@ type CommitLogger interface {
 	// checkpoints are the checkpoints the commit sets, sorted by source. It
 	// returns the commit's seq and the head value to store; an error fails
 	// the commit (nothing is written; Commit returns an error wrapping it).
-	// Stamp may read the DB but must not commit to partition p.
+	// Stamp and Done may read the DB, but must not commit to partition p or
+	// call LogPartition or SetCommitLogger (the lock is held).
 	Stamp(p uint32, checkpoints []Checkpoint) (seq uint64, head []byte, err error)
 	// Done follows every successful Stamp once the batch was applied (ok)
 	// or failed (!ok), still under the partition's lock.
@@ -542,7 +543,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 // (a row larger than that is a chunk of its own). Each chunk is a batch
 // representation of Sets that [DB.ApplyLogged] accepts; it is only valid
 // during the call (fn copies it to keep it), so memory stays bounded by about
-// one chunk. A partition without rows calls fn never. SnapshotPartition
+// one chunk. For a partition without rows fn is not called. SnapshotPartition
 // stops at the first error from fn and returns it unchanged. fn may call
 // other methods of the DB, but not Close.
 func (db *DB) SnapshotPartition(ctx context.Context, p uint32, chunkBytes int, fn func(writes []byte) error) error {

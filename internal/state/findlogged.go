@@ -32,3 +32,16 @@ func FindLogged(writes []byte, f Family, partition uint32, key []byte) ([]byte, 
 	}
 	return bytes.Clone(val), true, nil
 }
+
+// TableIDs returns the id of every table name this store has ever
+// attached. Rows of a logged commit carry these ids, so two stores can
+// exchange logged writes only if they agree on them.
+func (db *DB) TableIDs() map[string]uint32 {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	out := make(map[string]uint32, len(db.registry))
+	for name, id := range db.registry {
+		out[name] = id
+	}
+	return out
+}

@@ -46,7 +46,9 @@ const (
 	FamilyChangelog Family = 0x16
 	// FamilyLogHead holds one row per partition (empty rest of key): the
 	// head value of the partition's last logged (or applied) commit, written
-	// in that commit's batch (see [DB.LogHead]).
+	// in that commit's batch (see [DB.LogHead]). Like FamilyChangelog it is
+	// not reserved, so the engine can read and delete its rows, but only
+	// logged commits and [DB.ApplyLogged] should write it.
 	FamilyLogHead Family = 0x17
 )
 

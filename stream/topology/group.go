@@ -352,8 +352,9 @@ type restored struct {
 
 // served reports a Serve that returned.
 type served struct {
-	p   uint32
-	err error
+	p     uint32
+	epoch stream.Epoch
+	err   error
 }
 
 // runGroup is Run in a group.
@@ -404,6 +405,7 @@ func (a *App) runGroup(ctx context.Context) error {
 
 	restoredC := make(chan restored, gr.partitions)
 	servedC := make(chan served, gr.partitions)
+	regainC := make(chan restored, gr.partitions)
 	var bg sync.WaitGroup // restores and Serves
 	defer bg.Wait()
 
@@ -519,7 +521,7 @@ func (a *App) runGroup(ctx context.Context) error {
 			defer close(done)
 			err := clog.Serve(sctx, p)
 			if sctx.Err() == nil {
-				servedC <- served{p, err}
+				servedC <- served{p, e, err}
 			}
 		})
 	}
@@ -548,6 +550,13 @@ func (a *App) runGroup(ctx context.Context) error {
 			log.Info("strand: assignment", "kind", asg.Kind.String(), "partition", asg.Partition, "epoch", asg.Epoch, "reason", asg.Reason.String())
 			switch asg.Kind {
 			case stream.Gained:
+				if ph := a.Phase(asg.Partition); ph != NotOwned {
+					// Gained again under a newer epoch: what runs under
+					// the old one stops first.
+					clog.Lost(asg.Partition)
+					dirty = dirty || ph == Serving
+					stopPart(asg.Partition)
+				}
 				startRestore(asg.Partition, asg.Epoch)
 			case stream.Revoking:
 				if a.Phase(asg.Partition) == Serving {
@@ -607,13 +616,35 @@ func (a *App) runGroup(ctx context.Context) error {
 			startServe(r.p, r.epoch)
 			dirty = true
 		case s := <-servedC:
-			if s.err != nil && !errors.Is(s.err, engine.ErrFenced) {
-				log.Error("strand: changelog of a partition failed; dropping the partition", "partition", s.p, "err", s.err)
+			gr.mu.Lock()
+			st := gr.parts[s.p]
+			current := st != nil && st.phase == Serving && st.epoch == s.epoch
+			gr.mu.Unlock()
+			if !current {
+				continue
 			}
-			if a.Phase(s.p) == Serving {
-				dirty = true
-			}
+			dirty = true
 			stopPart(s.p)
+			if s.err != nil && !errors.Is(s.err, engine.ErrFenced) {
+				// Still ours: restore it again (the store may be ahead
+				// of the changelog), after a pause.
+				log.Error("strand: changelog of a partition failed; restoring it again", "partition", s.p, "err", s.err)
+				p, e := s.p, s.epoch
+				time.AfterFunc(time.Second, func() {
+					if ep, ok := m.Owns(p); ok && ep == e && ctx.Err() == nil {
+						select {
+						case regainC <- restored{p, e, nil}:
+						default:
+						}
+					}
+				})
+			}
+		case r := <-regainC:
+			if a.Phase(r.p) == NotOwned {
+				if ep, ok := m.Owns(r.p); ok && ep == r.epoch {
+					startRestore(r.p, r.epoch)
+				}
+			}
 		case err := <-genDone:
 			genDone = nil
 			if err := handleGenErr(err); err != nil {
