@@ -70,6 +70,9 @@ type ScaleoutOptions struct {
 	// Rate is the producer's pace during the pause measurement
 	// (events/s).
 	Rate float64
+	// Steady and Tail are how long the pause measurement lets the group
+	// work before the kill and after the move (0: 2s and 3s).
+	Steady, Tail time.Duration
 	// Queries is how many gets of each kind the query measurement makes.
 	Queries int
 	// Clients is how many clients make them at once (the query
@@ -120,8 +123,11 @@ func startScaleoutBroker(ctx context.Context, partitions uint32) (*scaleoutBroke
 // cpu returns the broker process's CPU time so far.
 func (b *scaleoutBroker) cpu() time.Duration { return procCPU(b.proc.cmd.Process.Pid) }
 
+// close closes the client and kills the broker process: it holds nothing
+// to keep, and a graceful stop of the embedded broker takes a second.
 func (b *scaleoutBroker) close() {
 	_ = b.cl.Close()
+	_ = b.proc.cmd.Process.Kill()
 	b.proc.close()
 }
 

@@ -302,7 +302,7 @@ func (in *instance) stop() error {
 	in.wg.Wait()
 	select {
 	case err := <-in.runErr:
-		return err
+		return stoppedErr(err)
 	default:
 		return nil
 	}

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +120,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	}
 	w := o.base()
 	base := w.Events
-	steady, tail := 2*time.Second, 3*time.Second
+	steady, tail := cmp.Or(o.Steady, 2*time.Second), cmp.Or(o.Tail, 3*time.Second)
 	paced := int(rate * (steady + 3*session + 10*time.Second + tail).Seconds())
 	w.Events = base + paced
 	log, err := workload.Encode(w, workload.NewDecls(o.Codec))

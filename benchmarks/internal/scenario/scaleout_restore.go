@@ -215,7 +215,19 @@ func runApp(ctx context.Context, app *topology.App) *running {
 func (r *running) stop() error {
 	r.cancel()
 	<-r.done
-	return r.err
+	return stoppedErr(r.err)
+}
+
+// stoppedErr is the error of a Run that was stopped: nil when it only
+// says that the stop cancelled a call in flight. (A stop that lands while
+// a processor asks the source for its partition count, as a generation of
+// a group starts, makes Run return that call's context error instead of
+// nil.)
+func stoppedErr(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 // waitCheckpoint waits until app committed partition 0 of the accounts

@@ -48,9 +48,9 @@ func TestMain(m *testing.M) {
 
 func smallOptions(t *testing.T) scenario.ScaleoutOptions {
 	w := workload.Default()
-	w.Events, w.Accounts, w.Partitions = 6000, 300, 4
+	w.Events, w.Accounts, w.Partitions = 3000, 200, 4
 	return scenario.ScaleoutOptions{Codec: workload.Binary, Dir: t.TempDir(), Workload: w,
-		Keys: 3000, History: 3, SnapshotEvery: 1, Session: time.Second, Rate: 2000, Queries: 200, Clients: 2, Instances: 2}
+		Keys: 2000, History: 3, SnapshotEvery: 1, Session: time.Second, Rate: 500, Queries: 200, Clients: 2, Instances: 2}
 }
 
 func TestScaleoutRestoreSmoke(t *testing.T) {
@@ -62,7 +62,7 @@ func TestScaleoutRestoreSmoke(t *testing.T) {
 			t.Fatalf("%s: %v", v, err)
 		}
 		t.Logf("%s: %.3f s %+v", v, r.Seconds, r.Extra)
-		if !r.Verified || r.Seconds <= 0 || r.Events != 9000 {
+		if !r.Verified || r.Seconds <= 0 || r.Events != 6000 {
 			t.Errorf("%s: %+v", v, r)
 		}
 		if v == scenario.RestoreSnapshot && r.Extra["from_snapshot"] != 1 {
@@ -78,6 +78,7 @@ func TestScaleoutPauseSmoke(t *testing.T) {
 	ctx := context.Background()
 	o := smallOptions(t)
 	o.Instances = 3
+	o.Session, o.Steady, o.Tail = 500*time.Millisecond, 300*time.Millisecond, 200*time.Millisecond
 	for _, v := range []string{scenario.PauseLeave, scenario.PauseKill} {
 		r, err := scenario.ScaleoutPause(ctx, o, v)
 		if err != nil {
