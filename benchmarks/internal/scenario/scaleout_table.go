@@ -250,16 +250,17 @@ func PrintScaleout(w io.Writer, runs [][]Result) {
 		}
 		_ = tw.Flush()
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "\nrestore CPU\tkeys\tevents/key\tnaive CPU s\tchangelog CPU s\tsnapshot CPU s\tbroker CPU s (naive / changelog / snapshot)\tbuild s (changelog / snapshot)\tchangelog records (changelog / snapshot)\t")
+		fmt.Fprintln(tw, "\nrestore CPU\tkeys\tevents/key\tnaive CPU s\tchangelog CPU s\tsnapshot CPU s\tbroker CPU s (naive / changelog / snapshot)\tpeak RSS MiB (naive / changelog / snapshot)\tfirst owner s (changelog / snapshot)\tchangelog records (changelog / snapshot)\t")
 		for _, sc := range restores {
 			n, c, s := by[sc+"/"+RestoreNaive], by[sc+"/"+RestoreChangelog], by[sc+"/"+RestoreSnapshot]
 			if len(n) == 0 || len(c) == 0 || len(s) == 0 {
 				continue
 			}
 			ns, cs, ss := summarize(n), summarize(c), summarize(s)
-			fmt.Fprintf(tw, "restore CPU\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f / %.2f / %.2f\t%.1f / %.1f\t%.0f / %.0f\t\n",
+			fmt.Fprintf(tw, "restore CPU\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f / %.2f / %.2f\t%.0f / %.0f / %.0f\t%.1f / %.1f\t%.0f / %.0f\t\n",
 				countOf(ns.Extra["keys"]), ns.Extra["history"], ns.CPUSeconds, cs.CPUSeconds, ss.CPUSeconds,
-				ns.Extra["broker_cpu_s"], cs.Extra["broker_cpu_s"], ss.Extra["broker_cpu_s"], cs.Extra["build_s"], ss.Extra["build_s"],
+				ns.Extra["broker_cpu_s"], cs.Extra["broker_cpu_s"], ss.Extra["broker_cpu_s"],
+				float64(ns.PeakRSS)/(1<<20), float64(cs.PeakRSS)/(1<<20), float64(ss.PeakRSS)/(1<<20), cs.Extra["build_s"], ss.Extra["build_s"],
 				cs.Extra["changelog_records"], ss.Extra["changelog_records"])
 		}
 		_ = tw.Flush()
