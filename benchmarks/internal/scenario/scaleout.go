@@ -172,7 +172,7 @@ type instProc struct {
 	onStatus func(InstanceStatus) // called for every status line, in order
 	exited   chan struct{}
 	err      error // how it ended
-	killed   bool
+	ending   bool  // stop or kill was called: its end is expected
 }
 
 // startInstance starts an instance process and waits until it is ready
@@ -274,7 +274,7 @@ func (p *instProc) failed() error {
 	case <-p.exited:
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if p.killed {
+		if p.ending {
 			return nil
 		}
 		return fmt.Errorf("instance %s ended: %v", p.name, p.err)
@@ -287,7 +287,7 @@ func (p *instProc) failed() error {
 // and waits for it; after 30 s it is killed.
 func (p *instProc) stop() error {
 	p.mu.Lock()
-	p.killed = true // from now on its end is expected
+	p.ending = true // from now on its end is expected
 	p.mu.Unlock()
 	_ = p.stdin.Close()
 	select {
@@ -308,7 +308,7 @@ func (p *instProc) stop() error {
 // kill sends SIGKILL and waits for the process to end.
 func (p *instProc) kill() {
 	p.mu.Lock()
-	p.killed = true
+	p.ending = true
 	p.mu.Unlock()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.exited
