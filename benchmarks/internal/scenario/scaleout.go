@@ -251,6 +251,29 @@ func startInstance(ctx context.Context, o ScaleoutOptions, cfg InstanceConfig, o
 	}
 }
 
+// startGroup fills ps with instance processes, started one after the
+// other: each once the ones before it settled (waitSettled with ends,
+// within timeout). Instances that join at once make an instance give up
+// partitions while its processors are still starting, which can leave it
+// hung (Run does not return and its partitions stay Serving; see RESULTS.md,
+// "Scale-out"): the measurements start their groups the way an operator
+// adds instances.
+func startGroup(ctx context.Context, o ScaleoutOptions, ps []*instProc, parts uint32, ends []uint64, timeout time.Duration,
+	mk func(i int) (InstanceConfig, func(InstanceStatus))) error {
+	for i := range ps {
+		cfg, fn := mk(i)
+		p, err := startInstance(ctx, o, cfg, fn)
+		if err != nil {
+			return err
+		}
+		ps[i] = p
+		if err := waitSettled(ctx, ps[:i+1], parts, ends, timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // status returns the latest status line, and whether there was one.
 func (p *instProc) status() (InstanceStatus, bool) {
 	p.mu.Lock()
@@ -326,6 +349,26 @@ func (p *instProc) cpu() time.Duration {
 		return 0
 	default:
 		return procCPU(p.cmd.Process.Pid)
+	}
+}
+
+// dumpStacks makes every running instance print its goroutines to stderr
+// (SIGQUIT: the Go runtime prints them and exits), for a group that did
+// not settle.
+func dumpStacks(ps []*instProc) {
+	for _, p := range ps {
+		if p == nil || !p.alive() {
+			continue
+		}
+		p.mu.Lock()
+		p.ending = true
+		p.mu.Unlock()
+		fmt.Fprintf(os.Stderr, "scaleout: goroutines of instance %s (pid %d) follow\n", p.name, p.cmd.Process.Pid)
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+		}
 	}
 }
 
@@ -432,6 +475,7 @@ func waitSettled(ctx context.Context, ps []*instProc, parts uint32, ends []uint6
 					fmt.Fprintf(&b, " %d=%v@%d", i, s.Phase, s.Next)
 				}
 			}
+			dumpStacks(ps)
 			return fmt.Errorf("the instances did not settle within %v:%s", timeout, b.String())
 		}
 		select {

@@ -152,16 +152,14 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	tr := &pauseTracker{parts: make([]pausePart, w.Partitions)}
 	ps := make([]*instProc, n)
 	defer func() { _ = stopAll(ps) }()
-	for i := range n {
-		name := fmt.Sprintf("i%d", i)
-		cfg := InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
-			Session: session, SnapshotEvery: -1, StatusEvery: 10 * time.Millisecond, Router: o.router()}
-		if ps[i], err = startInstance(ctx, o, cfg, func(st InstanceStatus) { tr.observe(name, st) }); err != nil {
-			return res, err
-		}
-	}
 	t := time.Now()
-	if err := waitSettled(ctx, ps, w.Partitions, baseEnds, 2*time.Minute+3*session); err != nil {
+	err = startGroup(ctx, o, ps, w.Partitions, baseEnds, 2*time.Minute+3*session, func(i int) (InstanceConfig, func(InstanceStatus)) {
+		name := fmt.Sprintf("i%d", i)
+		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
+				Session: session, SnapshotEvery: -1, StatusEvery: 10 * time.Millisecond, Router: o.router()},
+			func(st InstanceStatus) { tr.observe(name, st) }
+	})
+	if err != nil {
 		return res, err
 	}
 	res.Extra["settle_s"] = time.Since(t).Seconds()

@@ -59,15 +59,12 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	}
 	ps := make([]*instProc, 2)
 	defer func() { _ = stopAll(ps) }()
-	for i := range ps {
+	err = startGroup(ctx, o, ps, parts, ends(log), 5*time.Minute, func(i int) (InstanceConfig, func(InstanceStatus)) {
 		name := fmt.Sprintf("i%d", i)
-		cfg := InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
-			Session: o.Session, SnapshotEvery: -1, StatusEvery: 50 * time.Millisecond, Router: o.router()}
-		if ps[i], err = startInstance(ctx, o, cfg, nil); err != nil {
-			return res, err
-		}
-	}
-	if err := waitSettled(ctx, ps, parts, ends(log), 5*time.Minute); err != nil {
+		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
+			Session: o.Session, SnapshotEvery: -1, StatusEvery: 50 * time.Millisecond, Router: o.router()}, nil
+	})
+	if err != nil {
 		return res, err
 	}
 	own, _ := owners(ps, parts)

@@ -62,15 +62,12 @@ func ScaleoutThroughput(ctx context.Context, o ScaleoutOptions, variant string) 
 	ps := make([]*instProc, n)
 	defer func() { _ = stopAll(ps) }()
 	t := time.Now()
-	for i := range n {
+	err = startGroup(ctx, o, ps, o.Workload.Partitions, nil, 2*time.Minute, func(i int) (InstanceConfig, func(InstanceStatus)) {
 		name := fmt.Sprintf("i%d", i)
-		cfg := InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: group,
-			Session: o.Session, SnapshotEvery: -1, StatusEvery: 10 * time.Millisecond, Router: o.router()}
-		if ps[i], err = startInstance(ctx, o, cfg, nil); err != nil {
-			return res, err
-		}
-	}
-	if err := waitSettled(ctx, ps, o.Workload.Partitions, nil, 2*time.Minute); err != nil {
+		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: group,
+			Session: o.Session, SnapshotEvery: -1, StatusEvery: 10 * time.Millisecond, Router: o.router()}, nil
+	})
+	if err != nil {
 		return res, err
 	}
 	res.Extra["settle_s"] = time.Since(t).Seconds()
