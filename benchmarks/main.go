@@ -1,7 +1,7 @@
 // Command benchmarks runs strand's benchmark scenarios and prints each
 // figure next to the naive baseline measured in the same run:
 //
-//	go run ./benchmarks -scenario core|e2e|latency|restart|scale|all [-events N] [-quick]
+//	go run ./benchmarks -scenario core|e2e|latency|restart|scale|scaleout|all [-events N] [-quick]
 //
 // core runs the accounts workload (issue 5) through stream.Task per
 // partition without a broker, and through a naive consumer (per-event
@@ -13,7 +13,12 @@
 // 1,000,000 keys and times the first committed batch. scale (issue 17, not
 // part of all) runs the core workload with 10k, 100k and 1M keys touched
 // (-scale-keys, -scale-10m) at two skews, with the input held off the Go
-// heap so that the processing's own memory can be told apart.
+// heap so that the processing's own memory can be told apart. scaleout
+// (issue 14, not part of all; benchmarks/scaleout-bench.sh runs it in full)
+// measures a group of instances: restore time of a partition by a new owner
+// against state size and history, the rebalance pause after a SIGKILL, the
+// throughput of 1, 2 and 3 instance processes and the query server's
+// latency for local and forwarded gets.
 //
 // Each measurement runs in its own child process (this binary, re-executed),
 // so its peak resident memory (rusage maxrss) is its own. benchmarks/run.sh
@@ -35,6 +40,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -81,13 +87,28 @@ type config struct {
 	memprofile    string
 	scaleTimeline string
 	valueCacheMiB int64
+
+	scaleoutParts     string
+	scaleoutKeys      string
+	scaleoutHistory   string
+	scaleoutSnapEvery int
+	scaleoutSessions  string
+	scaleoutPauseN    int
+	scaleoutRate      float64
+	scaleoutBase      int
+	scaleoutInstances string
+	scaleoutQueries   int
+	scaleoutClients   string
+	scaleoutRouter    string
+	scaleoutLogs      string
+	scaleoutInstance  string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.scenario, "scenario", "all", "core, e2e, latency, restart, scale or all (= core,e2e,latency,restart; comma-separated list allowed)")
+	fs.StringVar(&c.scenario, "scenario", "all", "core, e2e, latency, restart, scale, scaleout or all (= core,e2e,latency,restart; comma-separated list allowed)")
 	fs.IntVar(&c.events, "events", 1_000_000, "events per run")
 	fs.IntVar(&c.accounts, "accounts", 10_000, "accounts (keys)")
 	fs.Float64Var(&c.skew, "skew", 1.1, "Zipf exponent of the account chosen per event (> 1)")
@@ -121,6 +142,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.scaleTimeline, "scale-timeline", "", "scale scenario: write the strand run's samples (one a second: events, RSS, Go heap, store size, compaction debt, stalls) to PREFIX-<size>-<codec>.csv")
 	fs.Int64Var(&c.valueCacheMiB, "scale-value-cache", 0, "scale scenario: strand's value cache budget in MiB (0: the default, 64)")
 	fs.IntVar(&c.reps, "reps", 1, "run every measurement this many times (interleaved with its baseline) and report the median")
+	fs.StringVar(&c.scaleoutParts, "scaleout-parts", strings.Join(scenario.ScaleoutParts, ","), "scaleout scenario: which of restore, pause, throughput, query to run")
+	fs.StringVar(&c.scaleoutKeys, "scaleout-keys", "100000,1000000", "scaleout restore: keys (accounts) of the one partition, comma-separated")
+	fs.StringVar(&c.scaleoutHistory, "scaleout-history", "1,2,4", "scaleout restore: events per key (1: one open each; h: h-1 updates per key more), comma-separated")
+	fs.IntVar(&c.scaleoutSnapEvery, "scaleout-snapshot-every", 20, "scaleout restore: commits between snapshots (topology.WithSnapshotEvery) of the snapshot variant")
+	fs.StringVar(&c.scaleoutSessions, "scaleout-sessions", "2s", "scaleout pause: session timeouts of the group (iggy.WithSessionTimeout), comma-separated")
+	fs.IntVar(&c.scaleoutPauseN, "scaleout-pause-instances", 3, "scaleout pause: instance processes (one is killed)")
+	fs.Float64Var(&c.scaleoutRate, "scaleout-rate", 20000, "scaleout pause: producer rate in events/s while an instance is killed")
+	fs.IntVar(&c.scaleoutBase, "scaleout-base", 100000, "scaleout pause and query: events published and processed before the measurement (over -accounts, -partitions)")
+	fs.StringVar(&c.scaleoutInstances, "scaleout-instances", "1,2,3", "scaleout throughput: instance counts, comma-separated (-events events; one instance outside any group is the extra baseline)")
+	fs.IntVar(&c.scaleoutQueries, "scaleout-queries", 20000, "scaleout query: gets of each kind (local, forwarded)")
+	fs.StringVar(&c.scaleoutClients, "scaleout-clients", "1,4", "scaleout query: concurrent clients, comma-separated")
+	fs.StringVar(&c.scaleoutRouter, "scaleout-router", "own", "scaleout: the instances' query router: own (over the group's membership) or default (the query server's)")
+	fs.StringVar(&c.scaleoutLogs, "scaleout-logs", "", "scaleout: write every instance's log to this directory")
+	fs.StringVar(&c.scaleoutInstance, scenario.InstanceFlag, "", "internal: run one instance process of the scaleout scenario (JSON config)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -139,6 +174,36 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if !set["scale-keys"] {
 			c.scaleKeys = "10000,100000"
 		}
+		if !set["scaleout-keys"] {
+			c.scaleoutKeys = "20000"
+		}
+		if !set["scaleout-history"] {
+			c.scaleoutHistory = "1,4"
+		}
+		if !set["scaleout-sessions"] {
+			c.scaleoutSessions = "1s"
+		}
+		if !set["scaleout-instances"] {
+			c.scaleoutInstances = "1,2"
+		}
+		if !set["scaleout-queries"] {
+			c.scaleoutQueries = 2000
+		}
+		if !set["scaleout-base"] {
+			c.scaleoutBase = 20000
+		}
+		if !set["scaleout-snapshot-every"] {
+			c.scaleoutSnapEvery = 4
+		}
+	}
+	if _, err := c.scaleoutPlan(); err != nil {
+		return c, err
+	}
+	if c.scaleoutRouter != "own" && c.scaleoutRouter != "default" {
+		return c, fmt.Errorf("benchmarks: -scaleout-router %q: want own or default", c.scaleoutRouter)
+	}
+	if c.scaleoutSnapEvery < 1 || c.scaleoutPauseN < 2 || c.scaleoutRate <= 0 || c.scaleoutBase < 1 || c.scaleoutQueries < 1 {
+		return c, errors.New("benchmarks: -scaleout-snapshot-every, -scaleout-rate, -scaleout-base and -scaleout-queries must be positive and -scaleout-pause-instances at least 2")
 	}
 	if _, err := c.scaleSizes(); err != nil {
 		return c, err
@@ -218,6 +283,63 @@ func (c config) scaleSizes() ([]scaleSize, error) {
 	return out, nil
 }
 
+// scaleoutPlan is what the scaleout scenario measures.
+func (c config) scaleoutPlan() (scenario.ScaleoutPlan, error) {
+	var p scenario.ScaleoutPlan
+	ints := func(flag, list string) ([]int, error) {
+		var out []int
+		for _, f := range strings.Split(list, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("benchmarks: -%s %q: want positive integers", flag, list)
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	var err error
+	for _, part := range strings.Split(c.scaleoutParts, ",") {
+		if !slices.Contains(scenario.ScaleoutParts, part) {
+			return p, fmt.Errorf("benchmarks: -scaleout-parts %q: want some of %s", c.scaleoutParts, strings.Join(scenario.ScaleoutParts, ","))
+		}
+		p.Parts = append(p.Parts, part)
+	}
+	if p.Keys, err = ints("scaleout-keys", c.scaleoutKeys); err != nil {
+		return p, err
+	}
+	if p.History, err = ints("scaleout-history", c.scaleoutHistory); err != nil {
+		return p, err
+	}
+	if p.Instances, err = ints("scaleout-instances", c.scaleoutInstances); err != nil {
+		return p, err
+	}
+	if p.Clients, err = ints("scaleout-clients", c.scaleoutClients); err != nil {
+		return p, err
+	}
+	for _, f := range strings.Split(c.scaleoutSessions, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 100*time.Millisecond {
+			return p, fmt.Errorf("benchmarks: -scaleout-sessions %q: want durations of at least 100ms", c.scaleoutSessions)
+		}
+		p.Sessions = append(p.Sessions, d)
+	}
+	return p, nil
+}
+
+// scaleoutOptions are the options of a scaleout measurement in a child.
+func (c config) scaleoutOptions(cd workload.Codec) (scenario.ScaleoutOptions, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return scenario.ScaleoutOptions{}, err
+	}
+	w := c.workload()
+	return scenario.ScaleoutOptions{
+		Codec: cd, Dir: c.dir, Exe: exe, Env: append(os.Environ(), childEnv+"=1"), Logs: c.scaleoutLogs,
+		SnapshotEvery: c.scaleoutSnapEvery, Workload: w, Base: c.scaleoutBase, Instances: c.scaleoutPauseN,
+		Rate: c.scaleoutRate, Queries: c.scaleoutQueries, Router: c.scaleoutRouter,
+	}, nil
+}
+
 func (c config) shares() ([]float64, error) {
 	var out []float64
 	for _, f := range strings.Split(c.latencyShares, ",") {
@@ -258,6 +380,8 @@ func realMain() int {
 	switch {
 	case cfg.serveBroker:
 		err = scenario.ServeBroker(ctx, os.Stdin, os.Stdout)
+	case cfg.scaleoutInstance != "":
+		err = scenario.ServeInstance(ctx, cfg.scaleoutInstance, os.Stdin, os.Stdout)
 	case cfg.child != "":
 		err = runChild(ctx, cfg, os.Stdout)
 	default:
@@ -290,10 +414,10 @@ func scenarios(s string) ([]string, error) {
 	var out []string
 	for _, x := range strings.Split(s, ",") {
 		switch x {
-		case "core", "e2e", "latency", "restart", "scale":
+		case "core", "e2e", "latency", "restart", "scale", "scaleout":
 			out = append(out, x)
 		default:
-			return nil, fmt.Errorf("benchmarks: unknown scenario %q (want core, e2e, latency, restart, scale or all)", x)
+			return nil, fmt.Errorf("benchmarks: unknown scenario %q (want core, e2e, latency, restart, scale, scaleout or all)", x)
 		}
 	}
 	return out, nil
@@ -429,15 +553,46 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 					return err
 				}
 			}
+		case "scaleout":
+			plan, err := cfg.scaleoutPlan()
+			if err != nil {
+				return err
+			}
+			groups, err := plan.Jobs()
+			if err != nil {
+				return err
+			}
+			for _, g := range groups {
+				var jobs []job
+				for _, sj := range g {
+					jobs = append(jobs, job{sj.Scenario, sj.Variant, string(codecs[0])})
+				}
+				if err := rounds(jobs...); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	var results []scenario.Result
+	var scaleout [][]scenario.Result
 	for _, j := range order {
+		if scenario.IsScaleout(j.scenario) {
+			scaleout = append(scaleout, runs[j])
+			continue
+		}
 		results = append(results, median(runs[j]))
 	}
 	roundRatios(results, runs)
 	fmt.Fprintln(stdout)
-	printTable(stdout, results)
+	if len(results) > 0 {
+		printTable(stdout, results)
+	}
+	if len(scaleout) > 0 {
+		if len(results) > 0 {
+			fmt.Fprintln(stdout)
+		}
+		scenario.PrintScaleout(stdout, scaleout)
+	}
 	fmt.Fprintf(stdout, "\nload average at end: %s\n", sysstat.Load())
 	return nil
 }
@@ -572,7 +727,13 @@ func childArgs(c config) []string {
 		"-dir", c.dir, "-cpuprofile", c.cpuprofile, "-memprofile", c.memprofile, "-broker", c.broker,
 		"-latency-share", c.latencyShares, "-latency-rate", fmt.Sprint(c.latencyRate),
 		"-latency-duration", c.latencyFor.String(), "-restart-keys", fmt.Sprint(c.restartKeys),
-		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1", "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-scale-timeline", c.scaleTimeline, "-scale-value-cache", fmt.Sprint(c.valueCacheMiB), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(), "-poll-idle-max", c.idleMax.String(),
+		"-naive-workers", fmt.Sprint(c.naiveWorkers), "-reps", "1",
+		"-scaleout-parts", c.scaleoutParts, "-scaleout-keys", c.scaleoutKeys, "-scaleout-history", c.scaleoutHistory,
+		"-scaleout-snapshot-every", fmt.Sprint(c.scaleoutSnapEvery), "-scaleout-sessions", c.scaleoutSessions,
+		"-scaleout-pause-instances", fmt.Sprint(c.scaleoutPauseN), "-scaleout-rate", fmt.Sprint(c.scaleoutRate),
+		"-scaleout-base", fmt.Sprint(c.scaleoutBase), "-scaleout-instances", c.scaleoutInstances,
+		"-scaleout-queries", fmt.Sprint(c.scaleoutQueries), "-scaleout-clients", c.scaleoutClients,
+		"-scaleout-router", c.scaleoutRouter, "-scaleout-logs", c.scaleoutLogs, "-scale-keys", c.scaleKeys, "-scale-skews", c.scaleSkews, "-scale-per-key", fmt.Sprint(c.scalePerKey), "-scale-timeline", c.scaleTimeline, "-scale-value-cache", fmt.Sprint(c.valueCacheMiB), "-workers", fmt.Sprint(c.workers), "-pub-conns", fmt.Sprint(c.pubConns), "-latency-trace", c.latencyTrace, "-latency-tick", c.latencyTick.String(), "-poll-idle-max", c.idleMax.String(),
 	}
 }
 
@@ -607,6 +768,13 @@ func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error)
 	cd, err := workload.ParseCodec(j.codec)
 	if err != nil {
 		return scenario.Result{}, err
+	}
+	if scenario.IsScaleout(j.scenario) {
+		o, err := cfg.scaleoutOptions(cd)
+		if err != nil {
+			return scenario.Result{}, err
+		}
+		return scenario.RunScaleout(ctx, o, scenario.ScaleoutJob{Scenario: j.scenario, Variant: j.variant})
 	}
 	if strings.HasPrefix(j.scenario, "scale:") {
 		z, err := parseScaleName(j.scenario)
