@@ -226,16 +226,8 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 // it at the last moment before a send, so that an owner resumed after a
 // pause does not send what the new owner sends.
 func (c *Changelog) Check(p uint32) error {
-	c.mu.Lock()
-	part := c.parts[p]
-	c.mu.Unlock()
-	if part == nil {
-		return fmt.Errorf("publish rows of partition %d: %w", p, ErrFenced)
-	}
-	c.mu.Lock()
-	lost, epoch := part.lost, part.epoch
-	c.mu.Unlock()
-	if lost {
+	epoch, kept := c.EpochOf(p)
+	if !kept {
 		return fmt.Errorf("publish rows of partition %d: %w", p, ErrFenced)
 	}
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
@@ -364,6 +356,8 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch stream.Epoch) e
 	}
 	pos, _ := json.Marshal(position{Seq: res.last, Offset: res.lastOff, Epoch: res.lastEpoch})
 	tx.PutRow(state.FamilyChangelog, p, positionKey, pos)
+	// The applied writes were not synced one by one; this commit (with
+	// the store's durability) makes them durable with it.
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("partition %d: store the changelog position: %w", p, err)
 	}

@@ -376,8 +376,9 @@ type tableKey struct {
 
 // ApplyLogged applies writes, the writes of a logged commit of partition p
 // (from [DecodeLogged]) or a chunk of [DB.SnapshotPartition], to this
-// store as one atomic batch with the DB's durability; it is never logged
-// itself. Writes that are malformed, or that write a key outside partition p
+// store as one atomic batch without waiting for the write-ahead log's
+// fsync (a restore applies many; call [DB.SyncWAL] once after the last, or
+// commit a Txn, to make them durable); it is never logged itself. Writes that are malformed, or that write a key outside partition p
 // or of FamilyMeta or FamilyChangelog, are refused with an error wrapping
 // [ErrBadLoggedWrites], and nothing is applied.
 //
@@ -435,7 +436,7 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 			db.filter.add(t.h)
 		}
 	}
-	if err := b.Commit(db.wopts); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("state: apply %d logged writes of partition %d to %s: %w", n, p, db.dir, err)
 	}
 	// After Pebble has them: a Read that filled an old value meanwhile is
