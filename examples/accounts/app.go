@@ -645,13 +645,12 @@ func (a *app) runAll(ctx context.Context) (rep report, err error) {
 	return rep, nil
 }
 
-// check reads the events topic back from the broker, folds it
-// sequentially, compares every balance, and compares the dead-letter topic
-// with the poison records found in the log.
-func (a *app) check(ctx context.Context, ends []uint64, rep *report) error {
+// reference reads the events topic back from the broker up to ends and
+// folds it sequentially.
+func (a *app) reference(ctx context.Context, ends []uint64) (*bank.Reference, error) {
 	src, err := iggy.NewSource(a.cl, a.cfg.stream, a.cfg.topic, iggy.WithConsumer("strand-accounts-check"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ref := bank.NewReference(a.ev)
 	for p, end := range ends {
@@ -660,8 +659,19 @@ func (a *app) check(ctx context.Context, ends []uint64, rep *report) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("check: read the log back: %w", err)
+			return nil, fmt.Errorf("check: read the log back: %w", err)
 		}
+	}
+	return ref, nil
+}
+
+// check reads the events topic back from the broker, folds it
+// sequentially, compares every balance, and compares the dead-letter topic
+// with the poison records found in the log.
+func (a *app) check(ctx context.Context, ends []uint64, rep *report) error {
+	ref, err := a.reference(ctx, ends)
+	if err != nil {
+		return err
 	}
 	if rep.Check, err = ref.Compare(ctx, a.balances); err != nil {
 		return fmt.Errorf("check: %w", err)

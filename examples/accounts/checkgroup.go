@@ -13,9 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream"
 )
 
 // queryStats is what a check through a query server saw.
@@ -128,19 +126,9 @@ func getAccount(ctx context.Context, hc *http.Client, via string, id bank.Accoun
 // exactly once, no message id twice) and the changelog (valid commits
 // contiguous across owners, epochs rising).
 func (a *app) checkGroup(ctx context.Context, via string, ends []uint64, rep *report) error {
-	src, err := iggy.NewSource(a.cl, a.cfg.stream, a.cfg.topic, iggy.WithConsumer("strand-accounts-check"))
+	ref, err := a.reference(ctx, ends)
 	if err != nil {
 		return err
-	}
-	ref := bank.NewReference(a.ev)
-	for p, end := range ends {
-		err := bank.ReadLog(ctx, src, uint32(p), end, func(rec stream.Record) error {
-			_ = ref.ApplyRecord(rec)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("check: read the log back: %w", err)
-		}
 	}
 	ids := ref.IDs()
 	inRef := make(map[bank.AccountID]bool, len(ids))

@@ -103,21 +103,11 @@ type scaleoutBroker struct {
 }
 
 func startScaleoutBroker(ctx context.Context, partitions uint32) (*scaleoutBroker, error) {
-	proc, addr, err := startBrokerProcess(ctx)
+	b, err := startBroker(ctx, "", "process", partitions)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := iggy.Connect(ctx, addr, iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(quietLogger()))
-	if err != nil {
-		proc.close()
-		return nil, err
-	}
-	if err := cl.EnsureTopic(ctx, iggyStream, iggyTopic, partitions); err != nil {
-		_ = cl.Close()
-		proc.close()
-		return nil, err
-	}
-	return &scaleoutBroker{proc: proc, addr: addr, cl: cl}, nil
+	return &scaleoutBroker{proc: b.proc, addr: b.cl.Addr(), cl: b.cl}, nil
 }
 
 // cpu returns the broker process's CPU time so far.
