@@ -308,8 +308,11 @@ func (r *Reader) linger(ctx context.Context, recs []stream.Record, count int) []
 			break
 		}
 		more, _, err := r.dec.decode(reply, offset)
-		if err != nil || len(more) == 0 {
+		if err != nil {
 			break
+		}
+		if len(more) == 0 {
+			break // the partition stopped growing
 		}
 		recs = append(recs, more...)
 		r.next = offset + uint64(len(more))

@@ -98,7 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "workload seed")
 	fs.BoolVar(&c.drain, "drain", false, "processor: exit once caught up")
 	fs.BoolVar(&c.verbose, "v", false, "log strand's info lines")
-	fs.DurationVar(&c.pollLinger, "poll-linger", 0, "processor: how long a reader that reached the end of a partition may wait for a fuller batch (iggy.WithPollLinger; 0..1s)")
+	fs.DurationVar(&c.pollLinger, "poll-linger", 5*time.Millisecond, "processor: how long a reader that reached the end of a partition may wait for a fuller batch (iggy.WithPollLinger; 0..1s)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile to this file: of the processing span (Run to caught up) with -drain or role all, else of the run")
 	fs.StringVar(&c.memprofile, "memprofile", "", "write an allocation profile of the run to this file")
 	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
