@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -297,6 +298,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 func (r *Reader) linger(ctx context.Context, recs []stream.Record, count int) []stream.Record {
 	s := r.src
 	deadline := time.Now().Add(s.cfg.linger)
+	grown := false
 	for len(recs) < count {
 		wait := min(pollLingerStep, time.Until(deadline))
 		if wait <= 0 || !sleep(ctx, wait, r.k.life.Done()) || r.closed.Load() {
@@ -307,15 +309,17 @@ func (r *Reader) linger(ctx context.Context, recs []stream.Record, count int) []
 		if err != nil {
 			break
 		}
-		more, _, err := r.dec.decode(reply, offset)
-		if err != nil {
-			break
+		if !grown && len(reply) > fetchPrefixSize {
+			// Room for the whole batch, once: the replies to come are
+			// decoded straight into it.
+			recs, grown = slices.Grow(recs, count-len(recs)), true
 		}
-		if len(more) == 0 {
-			break // the partition stopped growing
+		before := len(recs)
+		recs, _, err = r.dec.decodeAppend(recs, reply, offset)
+		if err != nil || len(recs) == before {
+			break // the partition stopped growing, or the next Poll reports why
 		}
-		recs = append(recs, more...)
-		r.next = offset + uint64(len(more))
+		r.next = offset + uint64(len(recs)-before)
 	}
 	return recs
 }
