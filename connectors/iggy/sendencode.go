@@ -62,7 +62,7 @@ func sendFrameSize(h sendHead, msgs []iggcon.IggyMessage) int {
 func encodeSend(buf []byte, h sendHead, part uint32, msgs []iggcon.IggyMessage) []byte {
 	size := sendFrameSize(h, msgs)
 	if cap(buf) < size {
-		buf = make([]byte, 0, size)
+		buf = make([]byte, 0, size+size/4) // room for the next, larger batches
 	}
 	b := buf[:0]
 	b = binary.LittleEndian.AppendUint32(b, uint32(size-4))
