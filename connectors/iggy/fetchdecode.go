@@ -5,8 +5,7 @@ import (
 	"fmt"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // The PollMessages command as SDK v0.8.0 and servers 0.7/0.8 speak it
@@ -120,7 +119,7 @@ type fetchDecoder struct {
 // by the SDK path). A foreign decoder parses no strand headers: it gives
 // every record its raw message (Record.Raw), in two more allocations per
 // reply, and sets HeaderErr only for a malformed user-header block.
-func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetchInfo, error) {
+func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fetchInfo, error) {
 	var info fetchInfo
 	if len(reply) == 0 {
 		return nil, info, nil
@@ -144,7 +143,7 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetch
 		return nil, info, nil
 	}
 
-	var recs []stream.Record
+	var recs []connector.Record
 	var fa foreignArena
 	decoded := 0
 	next := want     // offset the next delivered record must have
@@ -182,18 +181,18 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetch
 				gapAt = off
 				continue
 			}
-			recs = make([]stream.Record, 0, int(info.count)-decoded+1)
+			recs = make([]connector.Record, 0, int(info.count)-decoded+1)
 		} else if off != next {
 			open = false
 			continue
 		}
-		recs = append(recs, stream.Record{Partition: d.partition, Offset: off, Timestamp: ts, Payload: payload})
+		recs = append(recs, connector.Record{Partition: d.partition, Offset: off, Timestamp: ts, Payload: payload})
 		rec := &recs[len(recs)-1]
 		var err error
 		if d.foreign {
 			err = fa.raw(rec, h[8:24], uh, cap(recs))
 		} else if rec.Headers, err = parseStrandHeaders(uh); err != nil {
-			rec.Headers = stream.Headers{}
+			rec.Headers = connector.Headers{}
 		}
 		if err != nil {
 			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
