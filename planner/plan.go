@@ -89,7 +89,7 @@
 // is never ignored: New and Planner.Plan treat it as AcqRel, the strictest
 // reading, so such an event is a full barrier for its key (it plans exactly
 // as AcqRel does: it cuts before itself and heads the new segment). Code that reads
-// orderings from the wire should still validate them (stream.Headers does)
+// orderings from the wire should still validate them (connector.Headers does)
 // and report bad input; the planner's rule only makes sure that a bad value
 // can cost throughput but never order.
 //

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -94,10 +95,10 @@ func TestKeyCodecsRefuseBadLengths(t *testing.T) {
 	if _, err := s.Append(nil, ""); !errors.Is(err, stream.ErrCodec) {
 		t.Fatalf("empty key: %v", err)
 	}
-	if _, err := s.Append(nil, strings.Repeat("x", stream.MaxKeyLen+1)); !errors.Is(err, stream.ErrCodec) {
+	if _, err := s.Append(nil, strings.Repeat("x", connector.MaxKeyLen+1)); !errors.Is(err, stream.ErrCodec) {
 		t.Fatalf("long key: %v", err)
 	}
-	if _, err := s.Append(nil, strings.Repeat("x", stream.MaxKeyLen)); err != nil {
+	if _, err := s.Append(nil, strings.Repeat("x", connector.MaxKeyLen)); err != nil {
 		t.Fatalf("MaxKeyLen key: %v", err)
 	}
 	if _, err := stream.Uint64Key[uint64]().Decode([]byte{1, 2, 3}); !errors.Is(err, stream.ErrCodec) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ErrBadDeclaration is wrapped by every error about an event declaration:
@@ -331,7 +332,7 @@ func (d *Event[K, E]) Decode(payload []byte) (e E, err error) {
 // Envelope encodes e for publishing: key bytes, type tag, ordering and
 // algebra kind in the strand headers, and the encoded payload. It returns
 // an error (and publishes nothing) when the declaration is bad, the key
-// encodes to 0 or more than MaxKeyLen bytes, FenceBy returns an invalid
+// encodes to 0 or more than connector.MaxKeyLen bytes, FenceBy returns an invalid
 // ordering, or the payload does not encode. It allocates the key and the
 // payload afresh.
 func (d *Event[K, E]) Envelope(e E) (Envelope, error) {
@@ -342,7 +343,7 @@ func (d *Event[K, E]) Envelope(e E) (Envelope, error) {
 	if err != nil {
 		return Envelope{}, fmt.Errorf("type tag %d (%s): encode key: %w", d.tag, d.name, err)
 	}
-	h := Headers{Key: key, Tag: d.tag, Ordering: d.Ordering(e), Algebra: d.alg.Kind()}
+	h := connector.Headers{Key: key, Tag: d.tag, Ordering: d.Ordering(e), Algebra: d.alg.Kind()}
 	if err := h.Validate(); err != nil {
 		return Envelope{}, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
 	}
@@ -362,12 +363,12 @@ func (d *Event[K, E]) Envelope(e E) (Envelope, error) {
 // Record encodes e as the record at offset of partition, as a source would
 // deliver it: the test driver and benchmarks use it to feed topologies
 // without a broker.
-func (d *Event[K, E]) Record(partition uint32, offset uint64, e E) (Record, error) {
+func (d *Event[K, E]) Record(partition uint32, offset uint64, e E) (connector.Record, error) {
 	env, err := d.Envelope(e)
 	if err != nil {
-		return Record{}, err
+		return connector.Record{}, err
 	}
-	return Record{Partition: partition, Offset: offset, Headers: env.Headers, Payload: env.Payload}, nil
+	return connector.Record{Partition: partition, Offset: offset, Headers: env.Headers, Payload: env.Payload}, nil
 }
 
 var _ Encoder[struct{}] = (*Event[string, struct{}])(nil)

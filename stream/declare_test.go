@@ -8,6 +8,7 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 type AccountID uint64
@@ -46,7 +47,7 @@ func TestEnvelopeCarriesTheDeclaration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := stream.ParseHeaders(fields[0].Value, fields[1].Value, fields[2].Value, nil)
+	back, err := connector.ParseHeaders(fields[0].Value, fields[1].Value, fields[2].Value, nil)
 	if err != nil || back.Tag != 2 || back.Algebra != algebra.Associative {
 		t.Fatalf("ParseHeaders = %+v, %v", back, err)
 	}
@@ -77,7 +78,7 @@ func TestFenceByChoosesPerEvent(t *testing.T) {
 		}
 	}
 	bad := stream.Declare[AccountID, Status](6, stream.FenceBy(func(Status) planner.Ordering { return 3 }))
-	if _, err := bad.Envelope(Status{Account: 1}); !errors.Is(err, stream.ErrBadHeaders) {
+	if _, err := bad.Envelope(Status{Account: 1}); !errors.Is(err, connector.ErrBadHeaders) {
 		t.Fatalf("invalid per-event fence: %v, want ErrBadHeaders", err)
 	}
 }
@@ -134,46 +135,7 @@ func TestEnvelopeRefusesBadKeys(t *testing.T) {
 	long := stream.DeclareFunc(1, func(s string) string { return s }, stream.KeyCodec(stream.CodecFunc(
 		func(dst []byte, s string) ([]byte, error) { return append(dst, s...), nil },
 		func(b []byte) (string, error) { return string(b), nil })))
-	if _, err := long.Envelope(strings.Repeat("k", 300)); !errors.Is(err, stream.ErrBadHeaders) {
+	if _, err := long.Envelope(strings.Repeat("k", 300)); !errors.Is(err, connector.ErrBadHeaders) {
 		t.Fatalf("300-byte key from a lax codec: %v", err)
-	}
-}
-
-func TestDeadLetterRoundTripAndMessage(t *testing.T) {
-	dl := stream.DeadLetter{
-		Source: "bank/accounts", Partition: 3, Offset: 77, Timestamp: 5,
-		Reason: stream.ReasonDecode, Err: errors.New("bad json"), Attempts: 2,
-		Headers: stream.Headers{Key: []byte("k"), Tag: 4, Ordering: planner.Release, Seq: 9, HasSeq: true},
-		Payload: []byte("{"),
-	}
-	b, err := dl.AppendBinary(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back stream.DeadLetter
-	if err := back.UnmarshalBinary(b); err != nil {
-		t.Fatal(err)
-	}
-	if back.Source != dl.Source || back.Offset != 77 || back.Err.Error() != "bad json" || back.Headers.Seq != 9 || string(back.Payload) != "{" || back.Attempts != 2 {
-		t.Fatalf("round trip %+v", back)
-	}
-	if err := back.UnmarshalBinary(b[:len(b)-3]); !errors.Is(err, stream.ErrCodec) {
-		t.Fatalf("truncated row: %v", err)
-	}
-	m := dl.Message()
-	if m.ID != dl.ID() || string(m.Key) != "k" {
-		t.Fatalf("message %+v", m)
-	}
-	got := map[string]string{}
-	for _, f := range m.Headers {
-		got[f.Name] = string(f.Value)
-	}
-	if got[stream.HeaderDLQReason] != "undecodable" || got[stream.HeaderDLQOffset] != "77" || got[stream.HeaderDLQPartition] != "3" ||
-		got[stream.HeaderDLQSource] != "bank/accounts" || got[stream.HeaderDLQError] != "bad json" || got[stream.HeaderKey] != "k" {
-		t.Fatalf("headers %v", got)
-	}
-	bare := stream.DeadLetter{Source: "s", Partition: 1, Reason: stream.ReasonBadHeaders}
-	if k := string(bare.Message().Key); k != "s/1" {
-		t.Fatalf("key of a dead letter without headers: %q", k)
 	}
 }

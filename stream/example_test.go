@@ -17,7 +17,7 @@ func (o Opened) Key() AccountID { return o.Account }
 
 // Example declares two event types and turns events into what a publisher
 // sends (strand headers and an encoded payload) and what a consumer's
-// executor reads back (a Record, planned from its headers alone). Package
+// executor reads back (a connector.Record, planned from its headers alone). Package
 // topology consumes the same declarations.
 func Example() {
 	opened := stream.Declare[AccountID, Opened](1, stream.Fence(planner.Acquire))

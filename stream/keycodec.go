@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"reflect"
 	"unsafe"
+
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Key codecs turn a key value into the key bytes that travel in the
 // strand-key header, pick the partition and prefix table rows. Every key
-// codec here refuses keys that encode to 0 or more than MaxKeyLen bytes.
+// codec here refuses keys that encode to 0 or more than connector.MaxKeyLen bytes.
 // Integer keys encode big-endian (signed ones with the sign bit flipped),
 // so table scans return keys in numeric order.
 //
@@ -93,20 +95,20 @@ func (a anyKey[K, U]) Decode(data []byte) (K, error) {
 }
 
 func keyLenErr(n int, k any) error {
-	return fmt.Errorf("%w: key %v encodes to %d bytes, want 1..%d", ErrCodec, k, n, MaxKeyLen)
+	return fmt.Errorf("%w: key %v encodes to %d bytes, want 1..%d", ErrCodec, k, n, connector.MaxKeyLen)
 }
 
 type stringKey[K ~string] struct{}
 
 func (stringKey[K]) Append(dst []byte, k K) ([]byte, error) {
-	if len(k) == 0 || len(k) > MaxKeyLen {
+	if len(k) == 0 || len(k) > connector.MaxKeyLen {
 		return dst, keyLenErr(len(k), k)
 	}
 	return append(dst, k...), nil
 }
 
 func (stringKey[K]) Decode(data []byte) (K, error) {
-	if len(data) == 0 || len(data) > MaxKeyLen {
+	if len(data) == 0 || len(data) > connector.MaxKeyLen {
 		return "", keyLenErr(len(data), data)
 	}
 	return K(data), nil
@@ -115,14 +117,14 @@ func (stringKey[K]) Decode(data []byte) (K, error) {
 type bytesKey[K ~[]byte] struct{}
 
 func (bytesKey[K]) Append(dst []byte, k K) ([]byte, error) {
-	if len(k) == 0 || len(k) > MaxKeyLen {
+	if len(k) == 0 || len(k) > connector.MaxKeyLen {
 		return dst, keyLenErr(len(k), k)
 	}
 	return append(dst, k...), nil
 }
 
 func (bytesKey[K]) Decode(data []byte) (K, error) {
-	if len(data) == 0 || len(data) > MaxKeyLen {
+	if len(data) == 0 || len(data) > connector.MaxKeyLen {
 		return nil, keyLenErr(len(data), data)
 	}
 	return K(append([]byte(nil), data...)), nil

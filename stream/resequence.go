@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ErrBadSequence is wrapped by the error of a record of a sequenced type
@@ -163,7 +165,7 @@ func (g GapNotice) String() string {
 // arrive: the record as read (offset, headers with its sequence number,
 // payload) and when it was held, on the processor's clock.
 type HeldRecord struct {
-	Record
+	connector.Record
 	// Since is when the record was held.
 	Since time.Time
 }

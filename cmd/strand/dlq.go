@@ -14,12 +14,13 @@ import (
 	"text/tabwriter"
 
 	"github.com/strand-io/strand/connectors/iggy"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // filter selects dead letters.
 type filter struct {
-	reasons   map[stream.Reason]bool
+	reasons   map[deadletter.Reason]bool
 	key       []byte
 	hasKey    bool
 	source    string
@@ -32,10 +33,10 @@ func (f *filter) register(fs *flag.FlagSet) {
 	f.to = math.MaxUint64
 	fs.Func("reason", "only these dead-letter reasons, comma-separated", func(s string) error {
 		if f.reasons == nil {
-			f.reasons = map[stream.Reason]bool{}
+			f.reasons = map[deadletter.Reason]bool{}
 		}
 		for _, name := range strings.Split(s, ",") {
-			r, err := stream.ParseReason(strings.TrimSpace(name))
+			r, err := deadletter.ParseReason(strings.TrimSpace(name))
 			if err != nil {
 				return fmt.Errorf("unknown reason %q", name)
 			}
@@ -72,7 +73,7 @@ func (f *filter) check() error {
 	return nil
 }
 
-func (f *filter) match(d stream.DeadLetter) bool {
+func (f *filter) match(d deadletter.Letter) bool {
 	switch {
 	case f.reasons != nil && !f.reasons[d.Reason]:
 		return false
@@ -90,7 +91,7 @@ func (f *filter) match(d stream.DeadLetter) bool {
 type stored struct {
 	dlqPartition uint32
 	dlqOffset    uint64
-	letter       stream.DeadLetter
+	letter       deadletter.Letter
 }
 
 // readDeadLetters reads every message of the dead-letter topic, partition
@@ -117,7 +118,7 @@ func readDeadLetters(ctx context.Context, cl *iggy.Client, topic string, f *filt
 				foreign++
 				continue
 			}
-			d, err := stream.ParseDeadLetter(stream.Message{ID: m.ID, Headers: m.Headers, Payload: m.Payload})
+			d, err := deadletter.Parse(connector.Message{ID: m.ID, Headers: m.Headers, Payload: m.Payload})
 			if err != nil {
 				foreign++
 				continue
@@ -196,7 +197,7 @@ func keyText(k []byte) string {
 
 // replayID is the message id of a dead letter's replay: derived from the
 // dead letter's own id, so that every replay of it carries the same id.
-func replayID(d stream.DeadLetter) [16]byte {
+func replayID(d deadletter.Letter) [16]byte {
 	id := d.ID()
 	h := sha256.Sum256(append([]byte("strand-replay\x00"), id[:]...))
 	var out [16]byte
@@ -208,39 +209,39 @@ func replayID(d stream.DeadLetter) [16]byte {
 // original strand headers and payload; for a record of a foreign source,
 // the original message's own headers (kinds kept) and payload, to the
 // partition it was read from.
-func replayMessage(d stream.DeadLetter) (stream.Message, error) {
+func replayMessage(d deadletter.Letter) (connector.Message, error) {
 	if d.Raw != nil {
 		return replayForeign(d)
 	}
 	if len(d.Headers.Key) == 0 {
-		return stream.Message{}, fmt.Errorf("no valid strand headers")
+		return connector.Message{}, fmt.Errorf("no valid strand headers")
 	}
 	if len(d.Payload) == 0 {
-		return stream.Message{}, fmt.Errorf("empty payload")
+		return connector.Message{}, fmt.Errorf("empty payload")
 	}
 	fields, err := d.Headers.AppendFields(nil)
 	if err != nil {
-		return stream.Message{}, err
+		return connector.Message{}, err
 	}
-	return stream.Message{Key: d.Headers.Key, ID: replayID(d), Headers: fields, Payload: d.Payload}, nil
+	return connector.Message{Key: d.Headers.Key, ID: replayID(d), Headers: fields, Payload: d.Payload}, nil
 }
 
 // replayForeign is replayMessage for the dead letter of a foreign record.
 // Its producer chose the partition, so the replay goes back to that one;
 // the key (the classifier's, or source/partition) only names the message.
-func replayForeign(d stream.DeadLetter) (stream.Message, error) {
-	if d.Reason == stream.ReasonBadHeaders {
-		return stream.Message{}, fmt.Errorf("its user headers were malformed and were not kept")
+func replayForeign(d deadletter.Letter) (connector.Message, error) {
+	if d.Reason == deadletter.ReasonBadHeaders {
+		return connector.Message{}, fmt.Errorf("its user headers were malformed and were not kept")
 	}
 	if len(d.Payload) == 0 {
-		return stream.Message{}, fmt.Errorf("empty payload")
+		return connector.Message{}, fmt.Errorf("empty payload")
 	}
 	key := bytes.Clone(d.Headers.Key)
 	if len(key) == 0 {
 		key = []byte(d.Source + "/" + strconv.FormatUint(uint64(d.Partition), 10))
-		key = key[max(0, len(key)-stream.MaxKeyLen):]
+		key = key[max(0, len(key)-connector.MaxKeyLen):]
 	}
-	return stream.Message{Key: key, ID: replayID(d), Headers: d.Raw.Headers, Payload: d.Payload,
+	return connector.Message{Key: key, ID: replayID(d), Headers: d.Raw.Headers, Payload: d.Payload,
 		Partition: d.Partition, HasPartition: true}, nil
 }
 
@@ -286,7 +287,7 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	// Group by destination, in the dead-letter topic's order.
 	type dest struct {
 		name string
-		msgs []stream.Message
+		msgs []connector.Message
 	}
 	var dests []*dest
 	byName := map[string]*dest{}
@@ -338,14 +339,14 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 
 // replayTo sends msgs in batches, each after asking the sink which of them
 // it already holds (Sink.Sent) and sending only the others.
-func replayTo(ctx context.Context, sink *iggy.Sink, msgs []stream.Message, batch int, dry bool, hooks replayHooks, progress func(sent, already int)) error {
+func replayTo(ctx context.Context, sink *iggy.Sink, msgs []connector.Message, batch int, dry bool, hooks replayHooks, progress func(sent, already int)) error {
 	for start := 0; start < len(msgs); start += batch {
 		chunk := msgs[start:min(start+batch, len(msgs))]
 		have, err := sink.Sent(ctx, chunk)
 		if err != nil {
 			return fmt.Errorf("replay to %s: check the destination: %w", sink.Name(), err)
 		}
-		var todo []stream.Message
+		var todo []connector.Message
 		for i, m := range chunk {
 			if !have[i] {
 				todo = append(todo, m)

@@ -17,6 +17,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -154,7 +155,7 @@ func TestForeignDeadLettersListAndReplay(t *testing.T) {
 		if !ok || orig.Partition != p || orig.Offset == last.Offset || len(msgs) != 6 {
 			t.Fatalf("partition %d ends with %q at offset %d (%d messages); want the replay of the bad message read there", p, last.Payload, last.Offset, len(msgs))
 		}
-		if !reflect.DeepEqual(last.Headers, orig.Headers) || last.Headers[1].NameKind != stream.FieldInt32 || last.Headers[1].ValueKind != stream.FieldBool {
+		if !reflect.DeepEqual(last.Headers, orig.Headers) || last.Headers[1].NameKind != connector.FieldInt32 || last.Headers[1].ValueKind != connector.FieldBool {
 			t.Fatalf("partition %d: replayed headers %+v, original %+v", p, last.Headers, orig.Headers)
 		}
 	}

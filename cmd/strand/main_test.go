@@ -18,6 +18,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -83,7 +84,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if err := raw.Send(ctx, []stream.Message{{Key: []byte(fmt.Sprintf("raw%d", i)), Payload: []byte("no headers")}}); err != nil {
+		if err := raw.Send(ctx, []connector.Message{{Key: []byte(fmt.Sprintf("raw%d", i)), Payload: []byte("no headers")}}); err != nil {
 			t.Fatal(err)
 		}
 	}

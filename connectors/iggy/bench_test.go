@@ -12,6 +12,7 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // benchEvent marshals to about 100 bytes of JSON.
@@ -28,7 +29,7 @@ type benchEncoder struct{}
 func (benchEncoder) Envelope(e benchEvent) (stream.Envelope, error) {
 	b, err := json.Marshal(e)
 	return stream.Envelope{
-		Headers: stream.Headers{Key: fmt.Appendf(nil, "account-%d", e.Account), Tag: 2, Ordering: planner.Relaxed, Algebra: algebra.Associative},
+		Headers: connector.Headers{Key: fmt.Appendf(nil, "account-%d", e.Account), Tag: 2, Ordering: planner.Relaxed, Algebra: algebra.Associative},
 		Payload: b,
 	}, err
 }
@@ -174,7 +175,7 @@ func benchConsume(b *testing.B, readers int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rs := make([]stream.PartitionReader, readers)
+	rs := make([]connector.PartitionReader, readers)
 	want := make([]uint64, readers)
 	for part := range readers {
 		if rs[part], err = src.Open(ctx, uint32(part), 0); err != nil {
@@ -216,7 +217,7 @@ func benchConsume(b *testing.B, readers int) {
 
 // BenchmarkParseStrandHeaders is the per-record header cost of a poll.
 func BenchmarkParseStrandHeaders(b *testing.B) {
-	h := stream.Headers{Key: []byte("account-1234"), Tag: 2, Ordering: planner.Relaxed, Seq: 7, HasSeq: true}
+	h := connector.Headers{Key: []byte("account-1234"), Tag: 2, Ordering: planner.Relaxed, Seq: 7, HasSeq: true}
 	buf, _ := appendStrandHeaders(nil, &h)
 	b.ReportAllocs()
 	for b.Loop() {

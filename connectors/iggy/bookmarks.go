@@ -8,11 +8,10 @@ import (
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
-var _ stream.Bookmarks = (*Client)(nil)
+var _ connector.Bookmarks = (*Client)(nil)
 
 // bookmarkPrefix starts the name of the Iggy consumer that holds a
 // bookmark, so that bookmarks and the consumers of Reader.Advise

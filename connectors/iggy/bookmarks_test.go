@@ -8,8 +8,7 @@ import (
 	"time"
 
 	ierror "github.com/apache/iggy/foreign/go/errors"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Bookmarks are named offsets per partition kept by the broker: set, read
@@ -26,15 +25,15 @@ func TestBookmarks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(ctx)
-	var msgs []stream.Message // offsets 0..9 in partition 0, 0..4 in partition 1
+	var msgs []connector.Message // offsets 0..9 in partition 0, 0..4 in partition 1
 	for i := range 15 {
-		msgs = append(msgs, stream.Message{Key: []byte("k"), Payload: []byte("p"), Partition: uint32(i / 10), HasPartition: true})
+		msgs = append(msgs, connector.Message{Key: []byte("k"), Payload: []byte("p"), Partition: uint32(i / 10), HasPartition: true})
 	}
 	if err := sink.Send(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	var bm stream.Bookmarks = c
-	check := func(c stream.Bookmarks, p uint32, bname string, want uint64, wantOK bool) {
+	var bm connector.Bookmarks = c
+	check := func(c connector.Bookmarks, p uint32, bname string, want uint64, wantOK bool) {
 		t.Helper()
 		got, ok, err := c.Bookmark(ctx, name, p, bname)
 		if err != nil || ok != wantOK || got != want {

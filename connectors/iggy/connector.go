@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
-var _ stream.Connector = (*Client)(nil)
+var _ connector.Connector = (*Client)(nil)
 
 // splitTopic splits a topology's topic name, "stream/topic".
 func splitTopic(name string) (stream, topic string, err error) {
@@ -21,10 +21,10 @@ func splitTopic(name string) (stream, topic string, err error) {
 }
 
 // OpenSource returns the Source of the topic named "stream/topic", which
-// must exist; it makes the Client a stream.Connector, the way a topology's
+// must exist; it makes the Client a connector.Connector, the way a topology's
 // App (package topology) reaches Iggy. The Source has the options given to
 // Connect with WithSourceOptions.
-func (c *Client) OpenSource(ctx context.Context, name string) (stream.Source, error) {
+func (c *Client) OpenSource(ctx context.Context, name string) (connector.Source, error) {
 	s, t, err := splitTopic(name)
 	if err != nil {
 		return nil, err
@@ -37,9 +37,9 @@ func (c *Client) OpenSource(ctx context.Context, name string) (stream.Source, er
 
 // OpenSink returns a Sink publishing to the topic named "stream/topic",
 // creating the stream and the topic (with the given partition count) when
-// missing; an existing topic keeps its own partition count. The Sink implements stream.SentChecker, so the App publishes
+// missing; an existing topic keeps its own partition count. The Sink implements connector.SentChecker, so the App publishes
 // dead letters exactly once across crashes.
-func (c *Client) OpenSink(ctx context.Context, name string, partitions uint32) (stream.Sink, error) {
+func (c *Client) OpenSink(ctx context.Context, name string, partitions uint32) (connector.Sink, error) {
 	s, t, err := splitTopic(name)
 	if err != nil {
 		return nil, err

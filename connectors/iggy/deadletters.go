@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // SentCheckWindow is how many messages beyond the ones asked about Sink.Sent
@@ -13,12 +13,12 @@ import (
 // before the check.
 const SentCheckWindow = 10_000
 
-var _ stream.SentChecker = (*Sink)(nil)
+var _ connector.SentChecker = (*Sink)(nil)
 
 // Sent reports, for each message, whether a message with its ID is among the
 // last messages of the partition it goes to (its key's, or its Partition) (the number of messages
 // asked about in that partition plus SentCheckWindow). It makes the Sink a
-// stream.SentChecker, so that a stream.Processor publishing dead letters to
+// connector.SentChecker, so that a stream.Processor publishing dead letters to
 // it never duplicates one after a crash: dead letters carry IDs derived from
 // their origin, and a restarted processor sends only those Sent does not
 // find.
@@ -29,7 +29,7 @@ var _ stream.SentChecker = (*Sink)(nil)
 // again (never lost). It costs one topic lookup and one poll per 10,000
 // messages searched, per partition involved. A message with a zero ID is
 // reported as not sent.
-func (s *Sink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) {
+func (s *Sink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, error) {
 	out := make([]bool, len(msgs))
 	byPart := map[uint32][]int{}
 	var order []uint32

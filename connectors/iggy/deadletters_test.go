@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/strand-io/strand/internal/engine"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/state"
@@ -25,11 +28,11 @@ func TestSinkSentFindsPublishedIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(ctx)
-	msg := func(i int) stream.Message {
+	msg := func(i int) connector.Message {
 		key := []byte(keyName(i % 5))
-		return stream.Message{Key: key, ID: MessageID([]byte("dlq"), []byte{byte(i)}), Payload: []byte{'x'}}
+		return connector.Message{Key: key, ID: MessageID([]byte("dlq"), []byte{byte(i)}), Payload: []byte{'x'}}
 	}
-	var sent, all []stream.Message
+	var sent, all []connector.Message
 	for i := range 20 {
 		if i%2 == 0 {
 			sent = append(sent, msg(i))
@@ -39,7 +42,7 @@ func TestSinkSentFindsPublishedIDs(t *testing.T) {
 	if err := sink.Send(ctx, sent); err != nil {
 		t.Fatal(err)
 	}
-	all = append(all, stream.Message{Key: []byte("k"), Payload: []byte{'x'}}) // no id
+	all = append(all, connector.Message{Key: []byte("k"), Payload: []byte{'x'}}) // no id
 	got, err := sink.Sent(ctx, all)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +61,7 @@ type poisonEncoder struct{}
 func (poisonEncoder) Envelope(e event) (stream.Envelope, error) {
 	b, err := json.Marshal(e)
 	return stream.Envelope{
-		Headers: stream.Headers{Key: []byte(e.Key), Tag: 99, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative},
+		Headers: connector.Headers{Key: []byte(e.Key), Tag: 99, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative},
 		Payload: b,
 	}, err
 }
@@ -221,7 +224,7 @@ func (r *dlqRig) check() {
 // an Iggy topic with poison events, "crashes" it right after a dead-letter
 // publication and before the rows' deletion, restarts it on the same store,
 // and finds every dead letter exactly once in the dead-letter topic: Sink
-// implements stream.SentChecker.
+// implements connector.SentChecker.
 func TestProcessorDeadLettersThroughIggyExactlyOnce(t *testing.T) {
 	tg := newTarget(t)
 	r := newDLQRig(t, tg, tg.connect(t))
@@ -230,7 +233,7 @@ func TestProcessorDeadLettersThroughIggyExactlyOnce(t *testing.T) {
 	errCrash := errors.New("simulated crash")
 	var crashed atomic.Bool
 	db := r.open()
-	err := r.run(db, engine.Hooks{AfterDeadLetterSend: func(uint32, []stream.DeadLetter) error {
+	err := r.run(db, engine.Hooks{AfterDeadLetterSend: func(uint32, []deadletter.Letter) error {
 		if crashed.CompareAndSwap(false, true) {
 			return errCrash
 		}

@@ -11,9 +11,9 @@
 // write no strand headers: each record carries its raw message instead
 // (docs/design.md, "Foreign input").
 //
-// For scale-out, Client.Group is a stream.Group: its members share a
+// For scale-out, Client.Group is a connector.Group: its members share a
 // topology's partitions through a membership log on Iggy (Client.JoinGroup,
-// docs/design.md "Ownership"), and the Client is stream.Bookmarks, named
+// docs/design.md "Ownership"), and the Client is connector.Bookmarks, named
 // offsets per partition kept as the stored offsets of Iggy consumers.
 //
 // # What the SDK lacks and this package adds

@@ -4,15 +4,15 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
-var _ stream.EndOffsetter = (*Source)(nil)
+var _ connector.EndOffsetter = (*Source)(nil)
 
 // EndOffsets returns, for every partition of the source's topic, the
 // offset the next message appended to it will get (0 for an empty
 // partition), in one round trip on the client's admin connection. It makes
-// Source a stream.EndOffsetter: processors use it to measure their lag.
+// Source a connector.EndOffsetter: processors use it to measure their lag.
 func (s *Source) EndOffsets(ctx context.Context) ([]uint64, error) {
 	return endOffsets(ctx, s.cl, s.t)
 }

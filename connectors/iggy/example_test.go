@@ -13,6 +13,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 type Deposited struct {
@@ -27,7 +28,7 @@ type depositEncoder struct{}
 func (depositEncoder) Envelope(d Deposited) (stream.Envelope, error) {
 	body, err := json.Marshal(d)
 	return stream.Envelope{
-		Headers: stream.Headers{Key: []byte(strconv.FormatUint(d.Account, 10)), Tag: 2, Ordering: planner.Relaxed, Algebra: algebra.Associative},
+		Headers: connector.Headers{Key: []byte(strconv.FormatUint(d.Account, 10)), Tag: 2, Ordering: planner.Relaxed, Algebra: algebra.Associative},
 		Payload: body,
 	}, err
 }

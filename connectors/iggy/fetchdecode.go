@@ -5,8 +5,7 @@ import (
 	"fmt"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // The PollMessages command as SDK v0.8.0 and servers 0.7/0.8 speak it
@@ -120,14 +119,14 @@ type fetchDecoder struct {
 // by the SDK path). A foreign decoder parses no strand headers: it gives
 // every record its raw message (Record.Raw), in two more allocations per
 // reply, and sets HeaderErr only for a malformed user-header block.
-func (d *fetchDecoder) decode(reply []byte, want uint64) ([]stream.Record, fetchInfo, error) {
+func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fetchInfo, error) {
 	return d.decodeAppend(nil, reply, want)
 }
 
 // decodeAppend is decode appending the records to dst (a reader that
 // lingers joins several replies into one batch); it returns dst unchanged,
 // with the error, when the reply gives no record.
-func (d *fetchDecoder) decodeAppend(dst []stream.Record, reply []byte, want uint64) ([]stream.Record, fetchInfo, error) {
+func (d *fetchDecoder) decodeAppend(dst []connector.Record, reply []byte, want uint64) ([]connector.Record, fetchInfo, error) {
 	var info fetchInfo
 	if len(reply) == 0 {
 		return dst, info, nil
@@ -193,19 +192,19 @@ func (d *fetchDecoder) decodeAppend(dst []stream.Record, reply []byte, want uint
 			}
 			hint = int(info.count) - decoded + 1
 			if cap(recs)-len(recs) < hint {
-				recs = append(make([]stream.Record, 0, len(recs)+hint), recs...)
+				recs = append(make([]connector.Record, 0, len(recs)+hint), recs...)
 			}
 		} else if off != next {
 			open = false
 			continue
 		}
-		recs = append(recs, stream.Record{Partition: d.partition, Offset: off, Timestamp: ts, Payload: payload})
+		recs = append(recs, connector.Record{Partition: d.partition, Offset: off, Timestamp: ts, Payload: payload})
 		rec := &recs[len(recs)-1]
 		var err error
 		if d.foreign {
 			err = fa.raw(rec, h[8:24], uh, hint)
 		} else if rec.Headers, err = parseStrandHeaders(uh); err != nil {
-			rec.Headers = stream.Headers{}
+			rec.Headers = connector.Headers{}
 		}
 		if err != nil {
 			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)

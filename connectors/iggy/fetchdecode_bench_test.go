@@ -8,8 +8,7 @@ import (
 
 	binaryserialization "github.com/apache/iggy/foreign/go/binary_serialization"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // benchReply is a PollMessages reply of n 100-byte JSON events with strand
@@ -95,7 +94,7 @@ func BenchmarkPollPath(b *testing.B) {
 	r := pr.(*Reader)
 	paths := []struct {
 		name string
-		poll func(context.Context, *Reader, uint64, int) ([]stream.Record, error)
+		poll func(context.Context, *Reader, uint64, int) ([]connector.Record, error)
 	}{{"sdk", sdkPoll}, {"strand", newPoll}}
 	for _, path := range paths {
 		b.Run(path.name, func(b *testing.B) {

@@ -17,14 +17,14 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // sdkRecords is what Reader.Poll did before it decoded replies itself: the
 // SDK's decoded messages turned into records, delivering only the
 // contiguous run that starts at want. It is the reference the new decoder
 // is checked and measured against.
-func sdkRecords(t topicRef, partition uint32, ms []iggcon.IggyMessage, want uint64) ([]stream.Record, error) {
+func sdkRecords(t topicRef, partition uint32, ms []iggcon.IggyMessage, want uint64) ([]connector.Record, error) {
 	for len(ms) > 0 && ms[0].Header.Offset < want {
 		ms = ms[1:]
 	}
@@ -39,7 +39,7 @@ func sdkRecords(t topicRef, partition uint32, ms []iggcon.IggyMessage, want uint
 		n++
 	}
 	ms = ms[:n]
-	recs := make([]stream.Record, n)
+	recs := make([]connector.Record, n)
 	for i := range ms {
 		m := &ms[i]
 		rec := &recs[i]
@@ -58,7 +58,7 @@ func sdkRecords(t topicRef, partition uint32, ms []iggcon.IggyMessage, want uint
 }
 
 // sdkPoll polls through the SDK's PollMessages on r's connection.
-func sdkPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]stream.Record, error) {
+func sdkPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]connector.Record, error) {
 	s := r.src
 	var polled *iggcon.PolledMessage
 	err := r.k.call(ctx, func(c *tcp.IggyTcpClient) error {
@@ -76,7 +76,7 @@ func sdkPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]stream
 }
 
 // newPoll polls through the connector's own encoding and decoding.
-func newPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]stream.Record, error) {
+func newPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]connector.Record, error) {
 	reply, err := r.k.roundTrip(ctx, r.req.at(offset, uint32(count)))
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func randomHeaders(rng *rand.Rand) []byte {
 	for i := range key {
 		key[i] = byte('a' + rng.IntN(26))
 	}
-	h := stream.Headers{Key: key, Tag: planner.Tag(rng.Uint32()), Ordering: planner.Relaxed, Algebra: algebra.Associative}
+	h := connector.Headers{Key: key, Tag: planner.Tag(rng.Uint32()), Ordering: planner.Relaxed, Algebra: algebra.Associative}
 	if rng.IntN(2) == 0 {
 		h.Seq, h.HasSeq = rng.Uint64(), true
 	}
@@ -110,8 +110,8 @@ func randomHeaders(rng *rand.Rand) []byte {
 		b, _ := appendStrandHeaders(nil, &h)
 		return b[:len(b)-1-rng.IntN(5)] // truncated
 	default:
-		b := appendTLV(nil, stream.HeaderKey, key)
-		return appendTLV(b, stream.HeaderKey, key) // twice
+		b := appendTLV(nil, connector.HeaderKey, key)
+		return appendTLV(b, connector.HeaderKey, key) // twice
 	}
 }
 
@@ -149,7 +149,7 @@ func sendRaw(t testing.TB, c *Client, s, topic string, part uint32, payloads, he
 
 // sameRecords reports the first difference between two record slices;
 // HeaderErr is compared by its message.
-func sameRecords(a, b []stream.Record) error {
+func sameRecords(a, b []connector.Record) error {
 	if len(a) != len(b) {
 		return fmt.Errorf("%d records vs %d", len(a), len(b))
 	}
@@ -195,7 +195,7 @@ func TestFetchDecodeMatchesSDK(t *testing.T) {
 	}
 	r := open(t, src, 1, 0)
 	ctx := ctxT(t, 60*time.Second)
-	compare := func(offset uint64, count int) []stream.Record {
+	compare := func(offset uint64, count int) []connector.Record {
 		t.Helper()
 		want, werr := sdkPoll(ctx, r, offset, count)
 		got, gerr := newPoll(ctx, r, offset, count)
@@ -340,7 +340,7 @@ func buildReply(partition uint32, msgs []testMsg) []byte {
 }
 
 func strandTLV(key string, seq uint64) []byte {
-	h := stream.Headers{Key: []byte(key), Tag: 3, Ordering: planner.Relaxed, Algebra: algebra.Associative, Seq: seq, HasSeq: true}
+	h := connector.Headers{Key: []byte(key), Tag: 3, Ordering: planner.Relaxed, Algebra: algebra.Associative, Seq: seq, HasSeq: true}
 	b, _ := appendStrandHeaders(nil, &h)
 	return b
 }
@@ -418,7 +418,7 @@ func TestFetchDecodeCases(t *testing.T) {
 		ms := msgsFrom(5, 6)
 		ms[1].headers = ms[1].headers[:7]
 		recs, _, err := d.decode(buildReply(3, ms), 5)
-		if err != nil || len(recs) != 2 || recs[0].HeaderErr != nil || !errors.Is(recs[1].HeaderErr, stream.ErrBadHeaders) {
+		if err != nil || len(recs) != 2 || recs[0].HeaderErr != nil || !errors.Is(recs[1].HeaderErr, connector.ErrBadHeaders) {
 			t.Fatalf("%d records, %v", len(recs), err)
 		}
 	})
@@ -514,7 +514,7 @@ func TestFetchDecodeAppend(t *testing.T) {
 		t.Fatalf("%d records, %v", len(first), err)
 	}
 	for _, room := range []int{0, 10} {
-		batch := append(make([]stream.Record, 0, len(first)+room), first...)
+		batch := append(make([]connector.Record, 0, len(first)+room), first...)
 		batch, _, err = d.decodeAppend(batch, buildReply(3, msgsFrom(7, 8, 9)), 7)
 		if err != nil || len(batch) != 5 {
 			t.Fatalf("room %d: %d records, %v", room, len(batch), err)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"unsafe"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Foreign topics (docs/design.md, "Foreign input"): topics whose producers
@@ -12,10 +12,10 @@ import (
 // raw message, its id and every user header with its kinds, for the
 // topology's classifier.
 
-var _ stream.ForeignConnector = (*Client)(nil)
+var _ connector.ForeignConnector = (*Client)(nil)
 
 // WithForeign makes the Source read a foreign topic: its records carry
-// their raw message (stream.Record.Raw: the message id and every user
+// their raw message (connector.Record.Raw: the message id and every user
 // header, kinds kept) and no parsed strand headers; HeaderErr is set only
 // when a message's user-header block is malformed. A traceparent header,
 // if any, is still found (Headers.TraceParent). A topology reads such a
@@ -29,8 +29,8 @@ func WithForeign() SourceOption {
 
 // OpenForeignSource returns the Source of the foreign topic named
 // "stream/topic", which must exist (OpenSource with WithForeign); it makes
-// the Client a stream.ForeignConnector.
-func (c *Client) OpenForeignSource(ctx context.Context, name string) (stream.Source, error) {
+// the Client a connector.ForeignConnector.
+func (c *Client) OpenForeignSource(ctx context.Context, name string) (connector.Source, error) {
 	s, t, err := splitTopic(name)
 	if err != nil {
 		return nil, err
@@ -46,24 +46,24 @@ func (c *Client) OpenForeignSource(ctx context.Context, name string) (stream.Sou
 // record: a record keeps the slice it was given) when a reply holds more
 // headers than guessed.
 type foreignArena struct {
-	raws   []stream.RawMessage
-	fields []stream.Field
+	raws   []connector.RawMessage
+	fields []connector.Field
 }
 
 // raw fills rec.Raw from the message's id and user-header block uh, whose
 // names and values it aliases (the reply is never reused). n is how many
 // records the reply can give. A malformed block gives an error wrapping
-// stream.ErrBadHeaders and leaves rec.Raw with the id and no headers.
-func (a *foreignArena) raw(rec *stream.Record, id []byte, uh []byte, n int) error {
+// connector.ErrBadHeaders and leaves rec.Raw with the id and no headers.
+func (a *foreignArena) raw(rec *connector.Record, id []byte, uh []byte, n int) error {
 	if a.raws == nil {
-		a.raws = make([]stream.RawMessage, 0, n)
+		a.raws = make([]connector.RawMessage, 0, n)
 	}
-	a.raws = append(a.raws, stream.RawMessage{})
+	a.raws = append(a.raws, connector.RawMessage{})
 	m := &a.raws[len(a.raws)-1]
 	copy(m.ID[:], id)
 	rec.Raw = m
 	if len(uh) == 0 {
-		m.Headers = []stream.Field{}
+		m.Headers = []connector.Field{}
 		return nil
 	}
 	if a.fields == nil {
@@ -71,24 +71,24 @@ func (a *foreignArena) raw(rec *stream.Record, id []byte, uh []byte, n int) erro
 		// the first one that has any (producers are alike).
 		k := 0
 		_ = walkTLV(uh, func(byte, []byte, byte, []byte) error { k++; return nil })
-		a.fields = make([]stream.Field, 0, max(k, 1)*(n-len(a.raws)+1))
+		a.fields = make([]connector.Field, 0, max(k, 1)*(n-len(a.raws)+1))
 	}
 	start := len(a.fields)
 	err := walkTLV(uh, func(kk byte, key []byte, vk byte, value []byte) error {
 		if cap(a.fields) == len(a.fields) {
-			grown := make([]stream.Field, len(a.fields)-start, 2*cap(a.fields)+8)
+			grown := make([]connector.Field, len(a.fields)-start, 2*cap(a.fields)+8)
 			copy(grown, a.fields[start:])
 			a.fields, start = grown, 0
 		}
-		f := stream.Field{Name: unsafe.String(unsafe.SliceData(key), len(key)), Value: value}
+		f := connector.Field{Name: unsafe.String(unsafe.SliceData(key), len(key)), Value: value}
 		if kk != kindString {
-			f.NameKind = stream.FieldKind(kk)
+			f.NameKind = connector.FieldKind(kk)
 		}
 		if vk != kindRaw {
-			f.ValueKind = stream.FieldKind(vk)
+			f.ValueKind = connector.FieldKind(vk)
 		}
 		a.fields = append(a.fields, f)
-		if f.Name == stream.HeaderTraceParent && rec.Headers.TraceParent == nil {
+		if f.Name == connector.HeaderTraceParent && rec.Headers.TraceParent == nil {
 			rec.Headers.TraceParent = value
 		}
 		return nil

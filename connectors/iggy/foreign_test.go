@@ -14,27 +14,27 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // normal is f as the foreign decoder reports it: a String name and a Raw
 // value are the default kinds (0).
-func normal(f stream.Field) stream.Field {
-	if f.NameKind == stream.FieldString {
+func normal(f connector.Field) connector.Field {
+	if f.NameKind == connector.FieldString {
 		f.NameKind = 0
 	}
-	if f.ValueKind == stream.FieldRaw {
+	if f.ValueKind == connector.FieldRaw {
 		f.ValueKind = 0
 	}
 	return f
 }
 
-func genField(t *rapid.T, label string) stream.Field {
-	return stream.Field{
+func genField(t *rapid.T, label string) connector.Field {
+	return connector.Field{
 		Name:      string(rapid.SliceOfN(rapid.Byte(), 1, 255).Draw(t, label+" name")),
 		Value:     rapid.SliceOfN(rapid.Byte(), 1, 255).Draw(t, label+" value"),
-		NameKind:  stream.FieldKind(rapid.IntRange(0, 15).Draw(t, label+" name kind")),
-		ValueKind: stream.FieldKind(rapid.IntRange(0, 15).Draw(t, label+" value kind")),
+		NameKind:  connector.FieldKind(rapid.IntRange(0, 15).Draw(t, label+" name kind")),
+		ValueKind: connector.FieldKind(rapid.IntRange(0, 15).Draw(t, label+" value kind")),
 	}
 }
 
@@ -47,21 +47,21 @@ func TestForeignDecodeRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 40).Draw(t, "messages")
 		ms := make([]testMsg, n)
-		want := make([][]stream.Field, n)
+		want := make([][]connector.Field, n)
 		for i := range ms {
-			var fs []stream.Field
+			var fs []connector.Field
 			for j := range rapid.IntRange(0, 12).Draw(t, fmt.Sprint("headers ", i)) {
 				fs = append(fs, genField(t, fmt.Sprint(i, "/", j)))
 			}
 			if rapid.Bool().Draw(t, fmt.Sprint("strand headers ", i)) {
-				fs = append(fs, stream.Field{Name: stream.HeaderKey, Value: []byte("k")})
+				fs = append(fs, connector.Field{Name: connector.HeaderKey, Value: []byte("k")})
 			}
 			uh, err := appendFields(nil, fs)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ms[i] = testMsg{offset: uint64(10 + i), ts: 99, payload: []byte{byte(i)}, headers: uh}
-			want[i] = []stream.Field{}
+			want[i] = []connector.Field{}
 			for _, f := range fs {
 				want[i] = append(want[i], normal(f))
 			}
@@ -92,7 +92,7 @@ func TestForeignDecodeCases(t *testing.T) {
 	ref, _ := newTopicRef("s", "t")
 	d := fetchDecoder{t: ref, partition: 0, foreign: true}
 	tp := []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-	good := appendTLV(nil, stream.HeaderTraceParent, tp)
+	good := appendTLV(nil, connector.HeaderTraceParent, tp)
 	ms := []testMsg{
 		{offset: 0, ts: 1, payload: []byte(`{"a":1}`)},                        // no headers at all
 		{offset: 1, ts: 1, payload: []byte("x"), headers: good},               // a traceparent
@@ -109,7 +109,7 @@ func TestForeignDecodeCases(t *testing.T) {
 	if r := recs[1]; r.HeaderErr != nil || !bytes.Equal(r.Headers.TraceParent, tp) || len(r.Raw.Headers) != 1 {
 		t.Errorf("traceparent: %+v", r)
 	}
-	if r := recs[2]; !errors.Is(r.HeaderErr, stream.ErrBadHeaders) || r.Raw == nil || r.Raw.Headers != nil || r.Headers.TraceParent != nil {
+	if r := recs[2]; !errors.Is(r.HeaderErr, connector.ErrBadHeaders) || r.Raw == nil || r.Raw.Headers != nil || r.Headers.TraceParent != nil {
 		t.Errorf("truncated: %+v", r)
 	}
 	if r := recs[3]; r.HeaderErr != nil || len(r.Headers.Key) != 0 || len(r.Raw.Headers) != 4 {
@@ -139,9 +139,9 @@ func TestForeignDecodeAllocations(t *testing.T) {
 func foreignMsgs(n int) []testMsg {
 	ms := make([]testMsg, n)
 	for i := range ms {
-		uh, _ := appendFields(nil, []stream.Field{
-			{Name: "content-type", Value: []byte("application/json"), ValueKind: stream.FieldString},
-			{Name: "event-type", Value: []byte("order.placed"), ValueKind: stream.FieldString},
+		uh, _ := appendFields(nil, []connector.Field{
+			{Name: "content-type", Value: []byte("application/json"), ValueKind: connector.FieldString},
+			{Name: "event-type", Value: []byte("order.placed"), ValueKind: connector.FieldString},
 		})
 		ms[i] = testMsg{offset: uint64(i), ts: 1, payload: fmt.Appendf(nil, `{"order":"o-%d","amount":%d,"note":"%080d"}`, i%97, i, 0), headers: uh}
 	}
@@ -253,7 +253,7 @@ func TestForeignSourceReadsWhatTheSDKWrote(t *testing.T) {
 			}
 			for j, h := range rec.Raw.Headers {
 				wk, wv := want[j].Key, want[j].Value
-				wf := normal(stream.Field{NameKind: stream.FieldKind(wk.Kind), ValueKind: stream.FieldKind(wv.Kind)})
+				wf := normal(connector.Field{NameKind: connector.FieldKind(wk.Kind), ValueKind: connector.FieldKind(wv.Kind)})
 				if h.Name != string(wk.Value) || !bytes.Equal(h.Value, wv.Value) || h.NameKind != wf.NameKind || h.ValueKind != wf.ValueKind {
 					t.Fatalf("record %d header %d: %+v, want %+v", i, j, h, want[j])
 				}
@@ -278,18 +278,18 @@ func TestSinkKindsAndPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(ctx)
-	hs := []stream.Field{
+	hs := []connector.Field{
 		{Name: "a", Value: []byte("x")},
-		{Name: "\x07\x00\x00\x00", Value: []byte{1, 0, 0, 0, 0, 0, 0, 0}, NameKind: stream.FieldInt32, ValueKind: stream.FieldUint64},
-		{Name: "s", Value: []byte("text"), ValueKind: stream.FieldString},
+		{Name: "\x07\x00\x00\x00", Value: []byte{1, 0, 0, 0, 0, 0, 0, 0}, NameKind: connector.FieldInt32, ValueKind: connector.FieldUint64},
+		{Name: "s", Value: []byte("text"), ValueKind: connector.FieldString},
 	}
 	key := []byte("some key")
 	target := (sink.PartitionOf(key) + 1) % 4
-	m := stream.Message{Key: key, ID: MessageID([]byte("kinds")), Headers: hs, Payload: []byte("p"), Partition: target, HasPartition: true}
-	if sent, err := sink.Sent(ctx, []stream.Message{m}); err != nil || sent[0] {
+	m := connector.Message{Key: key, ID: MessageID([]byte("kinds")), Headers: hs, Payload: []byte("p"), Partition: target, HasPartition: true}
+	if sent, err := sink.Sent(ctx, []connector.Message{m}); err != nil || sent[0] {
 		t.Fatalf("Sent before: %v %v", sent, err)
 	}
-	if err := sink.Send(ctx, []stream.Message{m}); err != nil {
+	if err := sink.Send(ctx, []connector.Message{m}); err != nil {
 		t.Fatal(err)
 	}
 	tail, err := sink.Tail(ctx, target, 10)
@@ -299,17 +299,17 @@ func TestSinkKindsAndPartition(t *testing.T) {
 	if !reflect.DeepEqual(tail[0].Headers, hs) {
 		t.Fatalf("headers read back %+v, want %+v", tail[0].Headers, hs)
 	}
-	if sent, err := sink.Sent(ctx, []stream.Message{m}); err != nil || !sent[0] {
+	if sent, err := sink.Sent(ctx, []connector.Message{m}); err != nil || !sent[0] {
 		t.Fatalf("Sent after: %v %v", sent, err)
 	}
 	bad := m
 	bad.Partition = 4
-	if err := sink.Send(ctx, []stream.Message{bad}); !errors.Is(err, ErrInvalidMessage) {
+	if err := sink.Send(ctx, []connector.Message{bad}); !errors.Is(err, ErrInvalidMessage) {
 		t.Fatalf("Send to partition 4 of 4: %v", err)
 	}
 	badKind := m
-	badKind.Headers = []stream.Field{{Name: "a", Value: []byte("x"), ValueKind: 16}}
-	if err := sink.Send(ctx, []stream.Message{badKind}); !errors.Is(err, ErrInvalidMessage) {
+	badKind.Headers = []connector.Field{{Name: "a", Value: []byte("x"), ValueKind: 16}}
+	if err := sink.Send(ctx, []connector.Message{badKind}); !errors.Is(err, ErrInvalidMessage) {
 		t.Fatalf("Send with kind 16: %v", err)
 	}
 }

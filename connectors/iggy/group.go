@@ -4,19 +4,19 @@ import (
 	"context"
 	"slices"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
-// group is the stream.Group that Client.Group returns.
+// group is the connector.Group that Client.Group returns.
 type group struct {
 	cl     *Client
 	stream string
 	opts   []GroupOption
 }
 
-var _ stream.Group = (*group)(nil)
+var _ connector.Group = (*group)(nil)
 
-// Group returns the stream.Group whose members share partitions through a
+// Group returns the connector.Group whose members share partitions through a
 // membership log in the Iggy stream streamName (see JoinGroup: the log is
 // streamName/"strand-members-<topology>" unless WithMembershipTopic says
 // otherwise); the front door takes it with topology.WithGroup. opts
@@ -27,12 +27,12 @@ var _ stream.Group = (*group)(nil)
 // topology, partitions, opts..., WithQueryAddr(addr)): the member
 // announces addr (empty: no address), whatever a WithQueryAddr among opts
 // says. The Membership it returns is a *Membership.
-func (c *Client) Group(streamName string, opts ...GroupOption) stream.Group {
+func (c *Client) Group(streamName string, opts ...GroupOption) connector.Group {
 	return &group{cl: c, stream: streamName, opts: slices.Clone(opts)}
 }
 
 // Join joins the group as a new member (Client.JoinGroup).
-func (g *group) Join(ctx context.Context, topology string, partitions uint32, addr string) (stream.Membership, error) {
+func (g *group) Join(ctx context.Context, topology string, partitions uint32, addr string) (connector.Membership, error) {
 	opts := append(slices.Clip(g.opts), WithQueryAddr(addr))
 	m, err := g.cl.JoinGroup(ctx, g.stream, topology, partitions, opts...)
 	if err != nil {

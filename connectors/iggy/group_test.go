@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // runMember answers the group's requests as an engine would: it releases
 // every partition it is asked to give up. It returns when Assignments is
 // closed.
-func runMember(t *testing.T, m stream.Membership, wg *sync.WaitGroup) {
+func runMember(t *testing.T, m connector.Membership, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for a := range m.Assignments() {
-			if a.Kind != stream.Revoking {
+			if a.Kind != connector.Revoking {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -42,7 +42,7 @@ func TestGroupSplitsPartitionsAndSharesAddresses(t *testing.T) {
 		WithGroupPollInterval(testPoll), WithGroupLogger(testLogger()),
 		WithQueryAddr("overridden by Join")}
 	addrs := []string{"10.0.0.1:7000", "10.0.0.2:7000"}
-	var ms []stream.Membership
+	var ms []connector.Membership
 	var wg sync.WaitGroup
 	defer func() {
 		for _, m := range ms {
@@ -51,7 +51,7 @@ func TestGroupSplitsPartitionsAndSharesAddresses(t *testing.T) {
 		wg.Wait()
 	}()
 	for i, addr := range addrs {
-		var g stream.Group = tg.connect(t).Group(s, append(opts, WithMemberName(addr))...)
+		var g connector.Group = tg.connect(t).Group(s, append(opts, WithMemberName(addr))...)
 		m, err := g.Join(ctxT(t, 10*time.Second), "accounts", 8, addr)
 		if err != nil {
 			t.Fatalf("Join %d: %v", i, err)
@@ -65,7 +65,7 @@ func TestGroupSplitsPartitionsAndSharesAddresses(t *testing.T) {
 	// settled: every partition owned by exactly one member, 4 each, and
 	// both members' views agree with what the owners claim.
 	settled := func() string {
-		owner := map[uint32]stream.MemberID{}
+		owner := map[uint32]connector.MemberID{}
 		for _, m := range ms {
 			n := 0
 			for p := range uint32(8) {
@@ -106,7 +106,7 @@ func TestGroupSplitsPartitionsAndSharesAddresses(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	addrOf := map[stream.MemberID]string{ms[0].ID(): addrs[0], ms[1].ID(): addrs[1]}
+	addrOf := map[connector.MemberID]string{ms[0].ID(): addrs[0], ms[1].ID(): addrs[1]}
 	for i, m := range ms {
 		for _, mb := range m.Members() {
 			if mb.Addr != addrOf[mb.ID] || mb.Name != addrOf[mb.ID] {
@@ -118,7 +118,7 @@ func TestGroupSplitsPartitionsAndSharesAddresses(t *testing.T) {
 			if !ok {
 				t.Fatalf("member %d: Owner(%d) found none", i, p)
 			}
-			var self stream.Membership
+			var self connector.Membership
 			for _, o := range ms {
 				if o.ID() == mb.ID {
 					self = o

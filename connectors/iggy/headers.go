@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Iggy user-header kinds used here (the SDK's iggcon.Raw and iggcon.String).
@@ -37,10 +37,10 @@ func appendKindTLV(dst []byte, nameKind byte, name string, valueKind byte, value
 }
 
 // strandHeadersSize is the encoded size of h's strand headers.
-func strandHeadersSize(h *stream.Headers) int {
-	n := 3*10 + len(stream.HeaderKey) + len(h.Key) + len(stream.HeaderType) + 4 + len(stream.HeaderProps) + 3
+func strandHeadersSize(h *connector.Headers) int {
+	n := 3*10 + len(connector.HeaderKey) + len(h.Key) + len(connector.HeaderType) + 4 + len(connector.HeaderProps) + 3
 	if h.HasSeq {
-		n += 10 + len(stream.HeaderSeq) + 8
+		n += 10 + len(connector.HeaderSeq) + 8
 	}
 	return n
 }
@@ -48,19 +48,19 @@ func strandHeadersSize(h *stream.Headers) int {
 // appendStrandHeaders validates h and appends its strand headers as Iggy user
 // headers, byte for byte what encoding h.AppendFields would give, without
 // allocating per field.
-func appendStrandHeaders(dst []byte, h *stream.Headers) ([]byte, error) {
+func appendStrandHeaders(dst []byte, h *connector.Headers) ([]byte, error) {
 	if err := h.Validate(); err != nil {
 		return dst, err
 	}
 	var b [8]byte
-	dst = appendTLV(dst, stream.HeaderKey, h.Key)
+	dst = appendTLV(dst, connector.HeaderKey, h.Key)
 	binary.LittleEndian.PutUint32(b[:4], uint32(h.Tag))
-	dst = appendTLV(dst, stream.HeaderType, b[:4])
-	b[0], b[1], b[2] = stream.PropsVersion, byte(h.Ordering), byte(h.Algebra)
-	dst = appendTLV(dst, stream.HeaderProps, b[:3])
+	dst = appendTLV(dst, connector.HeaderType, b[:4])
+	b[0], b[1], b[2] = connector.PropsVersion, byte(h.Ordering), byte(h.Algebra)
+	dst = appendTLV(dst, connector.HeaderProps, b[:3])
 	if h.HasSeq {
 		binary.LittleEndian.PutUint64(b[:], h.Seq)
-		dst = appendTLV(dst, stream.HeaderSeq, b[:])
+		dst = appendTLV(dst, connector.HeaderSeq, b[:])
 	}
 	return dst, nil
 }
@@ -69,7 +69,7 @@ func appendStrandHeaders(dst []byte, h *stream.Headers) ([]byte, error) {
 // names and values 1..255 bytes, kinds 1..15. A field's kinds are written
 // as given (a foreign message's, replayed), 0 as a String name and a Raw
 // value.
-func appendFields(dst []byte, fields []stream.Field) ([]byte, error) {
+func appendFields(dst []byte, fields []connector.Field) ([]byte, error) {
 	for i, f := range fields {
 		if len(f.Name) == 0 || len(f.Name) > 255 {
 			return dst, fmt.Errorf("%w: header %d name %q is %d bytes, Iggy allows 1..255", ErrInvalidMessage, i, f.Name, len(f.Name))
@@ -94,7 +94,7 @@ func appendFields(dst []byte, fields []stream.Field) ([]byte, error) {
 
 // walkTLV calls fn for every user header in b, in order, with slices of b.
 // It allocates nothing and reports a structural error (truncation, a kind
-// outside 1..15, a length outside 1..255) wrapping stream.ErrBadHeaders.
+// outside 1..15, a length outside 1..255) wrapping connector.ErrBadHeaders.
 func walkTLV(b []byte, fn func(keyKind byte, key []byte, valueKind byte, value []byte) error) error {
 	for pos := 0; pos < len(b); {
 		var kk, vk byte
@@ -115,16 +115,16 @@ func walkTLV(b []byte, fn func(keyKind byte, key []byte, valueKind byte, value [
 
 func tlvItem(b []byte, pos int, what string) (kind byte, v []byte, next int, err error) {
 	if len(b)-pos < 5 {
-		return 0, nil, 0, fmt.Errorf("%w: user headers truncated at byte %d (header %s)", stream.ErrBadHeaders, pos, what)
+		return 0, nil, 0, fmt.Errorf("%w: user headers truncated at byte %d (header %s)", connector.ErrBadHeaders, pos, what)
 	}
 	kind = b[pos]
 	if kind == 0 || kind > kindMax {
-		return 0, nil, 0, fmt.Errorf("%w: user header %s kind %d at byte %d, want 1..%d", stream.ErrBadHeaders, what, kind, pos, kindMax)
+		return 0, nil, 0, fmt.Errorf("%w: user header %s kind %d at byte %d, want 1..%d", connector.ErrBadHeaders, what, kind, pos, kindMax)
 	}
 	n := binary.LittleEndian.Uint32(b[pos+1:])
 	pos += 5
 	if n == 0 || n > 255 || uint64(n) > uint64(len(b)-pos) {
-		return 0, nil, 0, fmt.Errorf("%w: user header %s length %d at byte %d does not fit (1..255, %d bytes left)", stream.ErrBadHeaders, what, n, pos-4, len(b)-pos)
+		return 0, nil, 0, fmt.Errorf("%w: user header %s length %d at byte %d does not fit (1..255, %d bytes left)", connector.ErrBadHeaders, what, n, pos-4, len(b)-pos)
 	}
 	return kind, b[pos : pos+int(n) : pos+int(n)], pos + int(n), nil
 }
@@ -132,25 +132,25 @@ func tlvItem(b []byte, pos int, what string) (kind byte, v []byte, next int, err
 // parseStrandHeaders finds the strand headers in an Iggy user-header block
 // and parses them. The returned Key aliases b. Foreign headers are skipped;
 // a strand header that appears twice is an error. It allocates only to
-// report an error, which wraps stream.ErrBadHeaders.
-func parseStrandHeaders(b []byte) (stream.Headers, error) {
+// report an error, which wraps connector.ErrBadHeaders.
+func parseStrandHeaders(b []byte) (connector.Headers, error) {
 	var key, typ, props, seq, tp, origin []byte
 	for pos := 0; pos < len(b); {
 		var k, v []byte
 		var err error
 		if _, k, pos, err = tlvItem(b, pos, "key"); err != nil {
-			return stream.Headers{}, err
+			return connector.Headers{}, err
 		}
 		if _, v, pos, err = tlvItem(b, pos, "value"); err != nil {
-			return stream.Headers{}, err
+			return connector.Headers{}, err
 		}
-		if string(k) == stream.HeaderTraceParent {
+		if string(k) == connector.HeaderTraceParent {
 			if tp == nil { // not a strand header: the first one counts
 				tp = v
 			}
 			continue
 		}
-		if string(k) == stream.HeaderOrigin {
+		if string(k) == connector.HeaderOrigin {
 			if origin == nil {
 				origin = v
 			}
@@ -158,23 +158,23 @@ func parseStrandHeaders(b []byte) (stream.Headers, error) {
 		}
 		var slot *[]byte
 		switch string(k) {
-		case stream.HeaderKey:
+		case connector.HeaderKey:
 			slot = &key
-		case stream.HeaderType:
+		case connector.HeaderType:
 			slot = &typ
-		case stream.HeaderProps:
+		case connector.HeaderProps:
 			slot = &props
-		case stream.HeaderSeq:
+		case connector.HeaderSeq:
 			slot = &seq
 		default:
 			continue
 		}
 		if *slot != nil {
-			return stream.Headers{}, fmt.Errorf("%w: %s header appears twice", stream.ErrBadHeaders, k)
+			return connector.Headers{}, fmt.Errorf("%w: %s header appears twice", connector.ErrBadHeaders, k)
 		}
 		*slot = v
 	}
-	h, err := stream.ParseHeaders(key, typ, props, seq)
+	h, err := connector.ParseHeaders(key, typ, props, seq)
 	if err == nil {
 		h.TraceParent, h.Origin = tp, origin
 	}

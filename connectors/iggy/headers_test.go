@@ -10,13 +10,13 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
-func genHeaders() *rapid.Generator[stream.Headers] {
-	return rapid.Custom(func(t *rapid.T) stream.Headers {
-		h := stream.Headers{
-			Key:      rapid.SliceOfN(rapid.Byte(), 1, stream.MaxKeyLen).Draw(t, "key"),
+func genHeaders() *rapid.Generator[connector.Headers] {
+	return rapid.Custom(func(t *rapid.T) connector.Headers {
+		h := connector.Headers{
+			Key:      rapid.SliceOfN(rapid.Byte(), 1, connector.MaxKeyLen).Draw(t, "key"),
 			Tag:      planner.Tag(rapid.Uint32().Draw(t, "tag")),
 			Ordering: rapid.SampledFrom([]planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}).Draw(t, "ordering"),
 			Algebra:  algebra.Kind(rapid.IntRange(0, 4).Draw(t, "algebra")),
@@ -29,7 +29,7 @@ func genHeaders() *rapid.Generator[stream.Headers] {
 }
 
 // sdkTLV encodes fields as the SDK would: String keys, Raw values.
-func sdkTLV(t testing.TB, fields []stream.Field) []byte {
+func sdkTLV(t testing.TB, fields []connector.Field) []byte {
 	entries := make([]iggcon.HeaderEntry, len(fields))
 	for i, f := range fields {
 		k, err := iggcon.NewHeaderKeyString(f.Name)
@@ -96,7 +96,7 @@ func TestParseStrandHeadersSkipsForeignHeaders(t *testing.T) {
 }
 
 func TestParseStrandHeadersErrors(t *testing.T) {
-	h := stream.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}
+	h := connector.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}
 	good, _ := appendStrandHeaders(nil, &h)
 	fields, _ := h.AppendFields(nil)
 	tests := []struct {
@@ -108,21 +108,21 @@ func TestParseStrandHeadersErrors(t *testing.T) {
 		{"kind zero", append([]byte{0}, good[1:]...)},
 		{"only the key header", sdkTLV(t, fields[:1])},
 		{"key header twice", append(append([]byte(nil), good...), sdkTLV(t, fields[:1])...)},
-		{"props of an unknown version", sdkTLV(t, []stream.Field{fields[0], fields[1], {Name: stream.HeaderProps, Value: []byte{9, 1, 0}}})},
-		{"a type header of 3 bytes", sdkTLV(t, []stream.Field{fields[0], {Name: stream.HeaderType, Value: []byte{1, 2, 3}}, fields[2]})},
+		{"props of an unknown version", sdkTLV(t, []connector.Field{fields[0], fields[1], {Name: connector.HeaderProps, Value: []byte{9, 1, 0}}})},
+		{"a type header of 3 bytes", sdkTLV(t, []connector.Field{fields[0], {Name: connector.HeaderType, Value: []byte{1, 2, 3}}, fields[2]})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseStrandHeaders(tc.in)
-			if !errors.Is(err, stream.ErrBadHeaders) {
-				t.Fatalf("got %v, want an error wrapping stream.ErrBadHeaders", err)
+			if !errors.Is(err, connector.ErrBadHeaders) {
+				t.Fatalf("got %v, want an error wrapping connector.ErrBadHeaders", err)
 			}
 		})
 	}
 }
 
 func TestParseStrandHeadersDoesNotAllocate(t *testing.T) {
-	h := stream.Headers{Key: []byte("account-42"), Tag: 3, Ordering: planner.Acquire, Seq: 9, HasSeq: true}
+	h := connector.Headers{Key: []byte("account-42"), Tag: 3, Ordering: planner.Acquire, Seq: 9, HasSeq: true}
 	b, _ := appendStrandHeaders(nil, &h)
 	allocs := testing.AllocsPerRun(100, func() {
 		if _, err := parseStrandHeaders(b); err != nil {
@@ -135,12 +135,12 @@ func TestParseStrandHeadersDoesNotAllocate(t *testing.T) {
 }
 
 func TestAppendFieldsChecksIggyLimits(t *testing.T) {
-	for _, f := range []stream.Field{
+	for _, f := range []connector.Field{
 		{Name: "", Value: []byte("x")},
 		{Name: "reason", Value: nil},
 		{Name: "reason", Value: make([]byte, 256)},
 	} {
-		if _, err := appendFields(nil, []stream.Field{f}); !errors.Is(err, ErrInvalidMessage) {
+		if _, err := appendFields(nil, []connector.Field{f}); !errors.Is(err, ErrInvalidMessage) {
 			t.Errorf("field %q (%d-byte value): got %v, want ErrInvalidMessage", f.Name, len(f.Value), err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestAppendFieldsChecksIggyLimits(t *testing.T) {
 // FuzzWalkTLV checks that the walker never panics and accepts whatever the
 // SDK's decoder accepts, with the same entries.
 func FuzzWalkTLV(f *testing.F) {
-	h := stream.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed, HasSeq: true, Seq: 3}
+	h := connector.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed, HasSeq: true, Seq: 3}
 	good, _ := appendStrandHeaders(nil, &h)
 	f.Add(good)
 	f.Add(good[:7])

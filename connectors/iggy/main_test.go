@@ -17,6 +17,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 func TestMain(m *testing.M) {
@@ -125,7 +126,7 @@ func (eventEncoder) Envelope(e event) (stream.Envelope, error) {
 		return stream.Envelope{}, err
 	}
 	return stream.Envelope{
-		Headers: stream.Headers{Key: []byte(e.Key), Tag: 7, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative, Seq: e.Seq, HasSeq: true},
+		Headers: connector.Headers{Key: []byte(e.Key), Tag: 7, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative, Seq: e.Seq, HasSeq: true},
 		Payload: b,
 	}, nil
 }

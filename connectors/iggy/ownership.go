@@ -14,73 +14,72 @@ import (
 
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
-// Epoch is stream.Epoch: here, the position (offset + 1) in the
+// Epoch is connector.Epoch: here, the position (offset + 1) in the
 // membership log of the record at which a grant took effect. The epochs of
 // a partition strictly increase with every grant, so a store that
 // remembers the highest epoch it accepted for a partition can refuse
 // whatever an earlier owner sends after it lost the partition. Epochs are
 // comparable only within one membership log.
-type Epoch = stream.Epoch
+type Epoch = connector.Epoch
 
-// MemberID is stream.MemberID: here, the position (offset + 1) of the
+// MemberID is connector.MemberID: here, the position (offset + 1) of the
 // member's join record in the membership log. An instance that was
 // declared dead joins again under a new MemberID.
-type MemberID = stream.MemberID
+type MemberID = connector.MemberID
 
-// AssignmentKind is stream.AssignmentKind: what an Assignment reports.
-type AssignmentKind = stream.AssignmentKind
+// AssignmentKind is connector.AssignmentKind: what an Assignment reports.
+type AssignmentKind = connector.AssignmentKind
 
-// The kinds of Assignment (stream.Gained, stream.Revoking, stream.Lost).
+// The kinds of Assignment (connector.Gained, connector.Revoking, connector.Lost).
 const (
 	// Gained: the member owns the partition from now on, with Epoch.
-	Gained = stream.Gained
+	Gained = connector.Gained
 	// Revoking: the group asks the member to give the partition up: stop
 	// processing it, then call Release. A member that does not release it
 	// within its session timeout is declared dead.
-	Revoking = stream.Revoking
+	Revoking = connector.Revoking
 	// Lost: the member no longer owns the partition (Reason says why) and
 	// must not change anything on its behalf any more.
-	Lost = stream.Lost
+	Lost = connector.Lost
 )
 
-// LossReason is stream.LossReason: why a partition was lost.
-type LossReason = stream.LossReason
+// LossReason is connector.LossReason: why a partition was lost.
+type LossReason = connector.LossReason
 
-// The reasons of a Lost assignment (stream.NotLost, ... stream.Closed).
+// The reasons of a Lost assignment (connector.NotLost, ... connector.Closed).
 const (
 	// NotLost is the reason of assignments other than Lost.
-	NotLost = stream.NotLost
+	NotLost = connector.NotLost
 	// Released: Release was called for the partition.
-	Released = stream.Released
+	Released = connector.Released
 	// Expired: the member could not confirm in time that the group still
 	// counts it (it was stalled, cut off from the broker, or kept a
 	// revoked partition too long), so it stopped claiming anything before
 	// the others may declare it dead; it joins again as a new member.
-	Expired = stream.Expired
+	Expired = connector.Expired
 	// Evicted: the membership log declared the member dead.
-	Evicted = stream.Evicted
+	Evicted = connector.Evicted
 	// Closed: the Membership (or its Client) was closed.
-	Closed = stream.Closed
+	Closed = connector.Closed
 )
 
-// Assignment is stream.Assignment: one change of what this member owns.
-type Assignment = stream.Assignment
+// Assignment is connector.Assignment: one change of what this member owns.
+type Assignment = connector.Assignment
 
-// PartitionOwnership is stream.PartitionOwnership: one partition a member
+// PartitionOwnership is connector.PartitionOwnership: one partition a member
 // owns.
-type PartitionOwnership = stream.PartitionOwnership
+type PartitionOwnership = connector.PartitionOwnership
 
-// Member is stream.Member: a member of the group as the membership log
+// Member is connector.Member: a member of the group as the membership log
 // says at the offset this instance has read (Name is WithMemberName, Addr
 // is WithQueryAddr, LastSeen the broker time of its last record). Use it
 // to route a key's partition to the instance that serves it.
-type Member = stream.Member
+type Member = connector.Member
 
-var _ stream.Membership = (*Membership)(nil)
+var _ connector.Membership = (*Membership)(nil)
 
 // ErrNotOwner means a partition is not owned by this member (Release).
 var ErrNotOwner = errors.New("iggy: partition not owned by this member")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // PublisherOption configures a Publisher or a Sink.
@@ -395,7 +396,7 @@ func (p *Publisher) buildEnvelopes(envs []stream.Envelope, tp []byte) ([]item, e
 	for i := range envs {
 		hsize += strandHeadersSize(&envs[i].Headers)
 		if tp != nil {
-			hsize += tlvSize(stream.HeaderTraceParent, tp)
+			hsize += tlvSize(connector.HeaderTraceParent, tp)
 		}
 	}
 	arena := make([]byte, 0, hsize)
@@ -412,7 +413,7 @@ func (p *Publisher) buildEnvelopes(envs []stream.Envelope, tp []byte) ([]item, e
 			return nil, fmt.Errorf("iggy: publish to %s: event %d: %w", p.t, i, err)
 		}
 		if tp != nil {
-			arena = appendTLV(arena, stream.HeaderTraceParent, tp)
+			arena = appendTLV(arena, connector.HeaderTraceParent, tp)
 		}
 		h := arena[start:len(arena):len(arena)]
 		var id [16]byte

@@ -15,6 +15,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 func newPublisher(t testing.TB, c *Client, s, topic string, opts ...PublisherOption) *Publisher {
@@ -47,16 +48,16 @@ func TestInvalidEventsAreRefusedBeforeAnythingIsSent(t *testing.T) {
 	s, topic := tg.topic(t, c, 1)
 	p := newPublisher(t, c, s, topic)
 	ctx := ctxT(t, 10*time.Second)
-	good := stream.Envelope{Headers: stream.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("{}")}
+	good := stream.Envelope{Headers: connector.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("{}")}
 	tests := []struct {
 		name string
 		bad  stream.Envelope
 		want error
 	}{
 		{"empty payload", stream.Envelope{Headers: good.Headers}, ErrInvalidMessage},
-		{"empty key", stream.Envelope{Headers: stream.Headers{Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}, stream.ErrBadHeaders},
-		{"key of 256 bytes", stream.Envelope{Headers: stream.Headers{Key: make([]byte, 256), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}, stream.ErrBadHeaders},
-		{"invalid ordering", stream.Envelope{Headers: stream.Headers{Key: []byte("k"), Tag: 1, Ordering: 3}, Payload: []byte("x")}, stream.ErrBadHeaders},
+		{"empty key", stream.Envelope{Headers: connector.Headers{Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}, connector.ErrBadHeaders},
+		{"key of 256 bytes", stream.Envelope{Headers: connector.Headers{Key: make([]byte, 256), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}, connector.ErrBadHeaders},
+		{"invalid ordering", stream.Envelope{Headers: connector.Headers{Key: []byte("k"), Tag: 1, Ordering: 3}, Payload: []byte("x")}, connector.ErrBadHeaders},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,7 +219,7 @@ func TestCloseFailsWhatCannotBeDelivered(t *testing.T) {
 			t.Fatalf("callback got %v, want ErrClosed", err)
 		}
 	}
-	if err := p.Enqueue(context.Background(), stream.Envelope{Headers: stream.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}, nil); !errors.Is(err, ErrClosed) {
+	if err := p.Enqueue(context.Background(), stream.Envelope{Headers: connector.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Enqueue after Close: %v", err)
 	}
 }

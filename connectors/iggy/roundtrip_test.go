@@ -16,6 +16,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // keyName is the key of key number i.
@@ -64,7 +65,7 @@ func publishAll(t testing.TB, p *Publisher, keys, total, g int) {
 }
 
 // consumed is what consumeAll read, per partition.
-type consumed [][]stream.Record
+type consumed [][]connector.Record
 
 // consumeAll reads every partition from offset 0 until want records in all
 // arrived (then a little longer, to catch duplicates), concurrently. hooks,
@@ -78,7 +79,7 @@ func consumeAll(t testing.TB, src *Source, parts uint32, want int, hooks ...func
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, parts)
-	readers := make([]stream.PartitionReader, parts)
+	readers := make([]connector.PartitionReader, parts)
 	for p := range parts {
 		r, err := src.Open(ctx, p, 0)
 		if err != nil {
@@ -372,9 +373,9 @@ func TestHeadersRoundTrip(t *testing.T) {
 	}
 	defer p.Close(context.Background())
 	envs := []stream.Envelope{
-		{Headers: stream.Headers{Key: []byte{0, 1, 2, 255}, Tag: 0xdeadbeef, Ordering: 6, Algebra: 4}, Payload: []byte("a")},
-		{Headers: stream.Headers{Key: make([]byte, 255), Tag: 1, Ordering: 2, Algebra: 1, Seq: 1<<64 - 1, HasSeq: true}, Payload: []byte("b")},
-		{Headers: stream.Headers{Key: []byte("k"), Tag: 2, Ordering: 4, Algebra: 0, Seq: 0, HasSeq: true}, Payload: make([]byte, 70_000)},
+		{Headers: connector.Headers{Key: []byte{0, 1, 2, 255}, Tag: 0xdeadbeef, Ordering: 6, Algebra: 4}, Payload: []byte("a")},
+		{Headers: connector.Headers{Key: make([]byte, 255), Tag: 1, Ordering: 2, Algebra: 1, Seq: 1<<64 - 1, HasSeq: true}, Payload: []byte("b")},
+		{Headers: connector.Headers{Key: []byte("k"), Tag: 2, Ordering: 4, Algebra: 0, Seq: 0, HasSeq: true}, Payload: make([]byte, 70_000)},
 	}
 	if err := p.Send(ctx, envs...); err != nil {
 		t.Fatal(err)
@@ -418,9 +419,9 @@ func TestForeignMessagesAreDeliveredWithHeaderErr(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(context.Background())
-	err = sink.Send(ctx, []stream.Message{
+	err = sink.Send(ctx, []connector.Message{
 		{Key: []byte("k"), Payload: []byte("no strand headers")},
-		{Key: []byte("k"), Headers: []stream.Field{{Name: stream.HeaderKey, Value: []byte("k")}}, Payload: []byte("partial")},
+		{Key: []byte("k"), Headers: []connector.Field{{Name: connector.HeaderKey, Value: []byte("k")}}, Payload: []byte("partial")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -436,7 +437,7 @@ func TestForeignMessagesAreDeliveredWithHeaderErr(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var recs []stream.Record
+	var recs []connector.Record
 	for len(recs) < 3 {
 		more, err := r.Poll(ctx, 10)
 		if err != nil {
@@ -448,8 +449,8 @@ func TestForeignMessagesAreDeliveredWithHeaderErr(t *testing.T) {
 		if got := recs[i].HeaderErr != nil; got != want {
 			t.Fatalf("record %d: HeaderErr = %v, want set=%v", i, recs[i].HeaderErr, want)
 		}
-		if want && !errors.Is(recs[i].HeaderErr, stream.ErrBadHeaders) {
-			t.Fatalf("record %d: HeaderErr %v does not wrap stream.ErrBadHeaders", i, recs[i].HeaderErr)
+		if want && !errors.Is(recs[i].HeaderErr, connector.ErrBadHeaders) {
+			t.Fatalf("record %d: HeaderErr %v does not wrap connector.ErrBadHeaders", i, recs[i].HeaderErr)
 		}
 	}
 }

@@ -11,11 +11,11 @@ import (
 	ierror "github.com/apache/iggy/foreign/go/errors"
 
 	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Sink publishes strand's own messages (dead letters, outbox entries) to one
-// topic as a stream.Sink. It is a Publisher underneath, with the same
+// topic as a connector.Sink. It is a Publisher underneath, with the same
 // batching, ordering and retry guarantees; each message goes to partition
 // XXH32(Key) % partitions and carries its Message.ID (a fresh unique id when
 // zero), so that Tail can tell which messages a previous run already
@@ -30,7 +30,7 @@ type Sink struct {
 	items sync.Pool
 }
 
-var _ stream.Sink = (*Sink)(nil)
+var _ connector.Sink = (*Sink)(nil)
 
 // NewSink returns a sink for stream/topic, which must exist (see
 // Client.EnsureTopic). Options are those of a Publisher; WithMessageIDs does
@@ -58,10 +58,10 @@ func (s *Sink) PartitionOf(key []byte) uint32 { return s.p.PartitionOf(key) }
 // sent, with an error wrapping ErrInvalidMessage. On any other error, per
 // partition a prefix of msgs may have been sent. Message headers become
 // Iggy user headers with String keys and Raw values, unless a field gives
-// other kinds (stream.Field.NameKind, ValueKind). A message with
+// other kinds (connector.Field.NameKind, ValueKind). A message with
 // HasPartition goes to that partition (one the topic does not have fails
 // the call, ErrInvalidMessage).
-func (s *Sink) Send(ctx context.Context, msgs []stream.Message) error {
+func (s *Sink) Send(ctx context.Context, msgs []connector.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -78,8 +78,8 @@ func (s *Sink) Send(ctx context.Context, msgs []stream.Message) error {
 	now := uint64(time.Now().UnixMicro())
 	for i := range msgs {
 		m := &msgs[i]
-		if len(m.Key) == 0 || len(m.Key) > stream.MaxKeyLen {
-			return fmt.Errorf("iggy: send to %s: message %d: %w: key is %d bytes, want 1..%d", p.t, i, ErrInvalidMessage, len(m.Key), stream.MaxKeyLen)
+		if len(m.Key) == 0 || len(m.Key) > connector.MaxKeyLen {
+			return fmt.Errorf("iggy: send to %s: message %d: %w: key is %d bytes, want 1..%d", p.t, i, ErrInvalidMessage, len(m.Key), connector.MaxKeyLen)
 		}
 		if err := checkPayload(m.Payload); err != nil {
 			return fmt.Errorf("iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
@@ -121,7 +121,7 @@ func (s *Sink) putItems(items []item) {
 
 // partitionOf returns the partition m goes to: m.Partition with
 // HasPartition, else its key's.
-func (s *Sink) partitionOf(m *stream.Message) (uint32, error) {
+func (s *Sink) partitionOf(m *connector.Message) (uint32, error) {
 	if !m.HasPartition {
 		return xxh32.Partition(m.Key, s.p.parts), nil
 	}
@@ -160,8 +160,8 @@ type StoredMessage struct {
 	Timestamp uint64
 	// Headers are the message's user headers, in order; names are the key
 	// bytes, kinds other than a String name and a Raw value are kept
-	// (stream.Field.NameKind, ValueKind). Nil when HeaderErr is set.
-	Headers []stream.Field
+	// (connector.Field.NameKind, ValueKind). Nil when HeaderErr is set.
+	Headers []connector.Field
 	// HeaderErr is set when the user headers are malformed.
 	HeaderErr error
 	// Payload is the message body.
@@ -190,12 +190,12 @@ func tail(ctx context.Context, k *conn, t topicRef, partition uint32, n int) ([]
 		sm.Partition, sm.Offset, sm.ID, sm.Timestamp = partition, m.Header.Offset, m.Header.Id, m.Header.Timestamp
 		sm.Payload = m.Payload[:len(m.Payload):len(m.Payload)]
 		sm.HeaderErr = walkTLV(m.UserHeaders, func(kk byte, key []byte, vk byte, value []byte) error {
-			f := stream.Field{Name: string(key), Value: value}
+			f := connector.Field{Name: string(key), Value: value}
 			if kk != kindString {
-				f.NameKind = stream.FieldKind(kk)
+				f.NameKind = connector.FieldKind(kk)
 			}
 			if vk != kindRaw {
-				f.ValueKind = stream.FieldKind(vk)
+				f.ValueKind = connector.FieldKind(vk)
 			}
 			sm.Headers = append(sm.Headers, f)
 			return nil

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // What a Sink sends with HasPartition lands in exactly that partition, and
@@ -30,16 +29,16 @@ func TestSinkMessagesReadBackByAForeignSource(t *testing.T) {
 	}
 	defer sink.Close(ctx)
 
-	var msgs []stream.Message
+	var msgs []connector.Message
 	for i := range 24 {
 		key := fmt.Appendf(nil, "key-%d", i)
-		hs := []stream.Field{
+		hs := []connector.Field{
 			{Name: "n", Value: fmt.Appendf(nil, "%d", i)},
 			{Name: "bin", Value: []byte{0, 0xff, byte(i), 0}},
-			{Name: "\x07\x00\x00\x00", Value: []byte{byte(i), 0, 0, 0, 0, 0, 0, 0}, NameKind: stream.FieldInt32, ValueKind: stream.FieldUint64},
-			{Name: strings.Repeat("k", 255), Value: bytes.Repeat([]byte{byte(i)}, 255), ValueKind: stream.FieldString},
+			{Name: "\x07\x00\x00\x00", Value: []byte{byte(i), 0, 0, 0, 0, 0, 0, 0}, NameKind: connector.FieldInt32, ValueKind: connector.FieldUint64},
+			{Name: strings.Repeat("k", 255), Value: bytes.Repeat([]byte{byte(i)}, 255), ValueKind: connector.FieldString},
 		}
-		msgs = append(msgs, stream.Message{
+		msgs = append(msgs, connector.Message{
 			Key: key, ID: MessageID(key), Headers: hs[:i%5], Payload: fmt.Appendf(nil, "payload %d", i),
 			// Never the key's own partition.
 			Partition: (sink.PartitionOf(key) + 1 + uint32(i%3)) % 4, HasPartition: true,
@@ -51,22 +50,22 @@ func TestSinkMessagesReadBackByAForeignSource(t *testing.T) {
 	for i := range big {
 		big[i] = byte(i * 7)
 	}
-	var full []stream.Field
+	var full []connector.Field
 	for i := range maxUserHeaders / (10 + 255 + 255) {
-		full = append(full, stream.Field{Name: fmt.Sprintf("%255d", i), Value: bytes.Repeat([]byte{byte(i)}, 255)})
+		full = append(full, connector.Field{Name: fmt.Sprintf("%255d", i), Value: bytes.Repeat([]byte{byte(i)}, 255)})
 	}
 	msgs = append(msgs,
-		stream.Message{Key: []byte("big"), ID: MessageID([]byte("big")), Payload: big, Partition: 2, HasPartition: true},
-		stream.Message{Key: []byte("full"), ID: MessageID([]byte("full")), Headers: full, Payload: []byte("f"), Partition: 1, HasPartition: true},
-		stream.Message{Key: []byte("by key"), ID: MessageID([]byte("by key")), Payload: []byte("k")},
+		connector.Message{Key: []byte("big"), ID: MessageID([]byte("big")), Payload: big, Partition: 2, HasPartition: true},
+		connector.Message{Key: []byte("full"), ID: MessageID([]byte("full")), Headers: full, Payload: []byte("f"), Partition: 1, HasPartition: true},
+		connector.Message{Key: []byte("by key"), ID: MessageID([]byte("by key")), Payload: []byte("k")},
 	)
 	byKey := &msgs[len(msgs)-1]
 	byKey.Partition = sink.PartitionOf(byKey.Key)
 
-	tooBig := stream.Message{Key: []byte("x"), Payload: make([]byte, iggcon.MaxPayloadSize+1), Partition: 0, HasPartition: true}
-	tooMany := stream.Message{Key: []byte("x"), Payload: []byte("x"), Headers: append(full[:len(full):len(full)], stream.Field{Name: "a", Value: bytes.Repeat([]byte("v"), 255)})}
-	for _, bad := range []stream.Message{tooBig, tooMany} {
-		if err := sink.Send(ctx, append([]stream.Message{msgs[0]}, bad)); !errors.Is(err, ErrInvalidMessage) {
+	tooBig := connector.Message{Key: []byte("x"), Payload: make([]byte, iggcon.MaxPayloadSize+1), Partition: 0, HasPartition: true}
+	tooMany := connector.Message{Key: []byte("x"), Payload: []byte("x"), Headers: append(full[:len(full):len(full)], connector.Field{Name: "a", Value: bytes.Repeat([]byte("v"), 255)})}
+	for _, bad := range []connector.Message{tooBig, tooMany} {
+		if err := sink.Send(ctx, append([]connector.Message{msgs[0]}, bad)); !errors.Is(err, ErrInvalidMessage) {
 			t.Fatalf("Send of %d payload bytes, %d header fields: %v, want ErrInvalidMessage", len(bad.Payload), len(bad.Headers), err)
 		}
 	}
@@ -74,7 +73,7 @@ func TestSinkMessagesReadBackByAForeignSource(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := map[[16]byte]*stream.Message{}
+	want := map[[16]byte]*connector.Message{}
 	perPart := make([]uint64, 4)
 	for i := range msgs {
 		want[msgs[i].ID] = &msgs[i]

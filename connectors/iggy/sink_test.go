@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 func TestSinkSendsAndTailFindsWhatWasPublished(t *testing.T) {
@@ -22,13 +21,13 @@ func TestSinkSendsAndTailFindsWhatWasPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(ctx)
-	var msgs []stream.Message
+	var msgs []connector.Message
 	for i := range 30 {
 		key := []byte(keyName(i % 3))
-		msgs = append(msgs, stream.Message{
+		msgs = append(msgs, connector.Message{
 			Key:     key,
 			ID:      MessageID([]byte("outbox"), key, []byte{byte(i)}),
-			Headers: []stream.Field{{Name: "strand-reason", Value: []byte("handler failed")}, {Name: "strand-origin", Value: []byte{byte(i)}}},
+			Headers: []connector.Field{{Name: "strand-reason", Value: []byte("handler failed")}, {Name: "strand-origin", Value: []byte{byte(i)}}},
 			Payload: []byte{'{', byte('a' + i%26), '}'},
 		})
 	}
@@ -38,7 +37,7 @@ func TestSinkSendsAndTailFindsWhatWasPublished(t *testing.T) {
 	// The last 5 of each partition, in offset order, carry the ids, headers
 	// and payloads sent, in the order sent.
 	for part := range sink.Partitions() {
-		var want []stream.Message
+		var want []connector.Message
 		for _, m := range msgs {
 			if sink.PartitionOf(m.Key) == part {
 				want = append(want, m)
@@ -93,14 +92,14 @@ func TestSinkRefusesMessagesIggyCannotCarry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(ctx)
-	good := stream.Message{Key: []byte("k"), Payload: []byte("x")}
-	for _, bad := range []stream.Message{
+	good := connector.Message{Key: []byte("k"), Payload: []byte("x")}
+	for _, bad := range []connector.Message{
 		{Payload: []byte("x")},
 		{Key: make([]byte, 256), Payload: []byte("x")},
 		{Key: []byte("k")},
-		{Key: []byte("k"), Payload: []byte("x"), Headers: []stream.Field{{Name: "error", Value: make([]byte, 300)}}},
+		{Key: []byte("k"), Payload: []byte("x"), Headers: []connector.Field{{Name: "error", Value: make([]byte, 300)}}},
 	} {
-		if err := sink.Send(ctx, []stream.Message{good, bad}); !errors.Is(err, ErrInvalidMessage) {
+		if err := sink.Send(ctx, []connector.Message{good, bad}); !errors.Is(err, ErrInvalidMessage) {
 			t.Fatalf("got %v, want ErrInvalidMessage", err)
 		}
 	}
@@ -127,9 +126,9 @@ func TestSinkFailedSendDeliversAPrefixPerPartition(t *testing.T) {
 	}
 	defer sink.Close(ctx)
 	for round := range 6 {
-		var msgs []stream.Message
+		var msgs []connector.Message
 		for i := range 3000 {
-			msgs = append(msgs, stream.Message{Key: []byte("k"), ID: MessageID([]byte{byte(round)}, []byte{byte(i), byte(i >> 8)}), Payload: []byte{byte(i)}})
+			msgs = append(msgs, connector.Message{Key: []byte("k"), ID: MessageID([]byte{byte(round)}, []byte{byte(i), byte(i >> 8)}), Payload: []byte{byte(i)}})
 		}
 		before, err := sink.Tail(ctx, 0, 100_000)
 		if err != nil {
@@ -183,9 +182,9 @@ func TestSinkSendToAClosingSenderFailsCleanly(t *testing.T) {
 	closing.mu.Lock()
 	closing.closing = true
 	closing.mu.Unlock()
-	var msgs []stream.Message
+	var msgs []connector.Message
 	for i := range 40 {
-		msgs = append(msgs, stream.Message{Key: []byte(keyName(i)), Payload: []byte("x"), Partition: uint32(i % 4), HasPartition: true})
+		msgs = append(msgs, connector.Message{Key: []byte(keyName(i)), Payload: []byte("x"), Partition: uint32(i % 4), HasPartition: true})
 	}
 	err = sink.Send(ctx, msgs)
 	if !errors.Is(err, ErrClosed) {

@@ -12,8 +12,7 @@ import (
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
-
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // SourceOption configures a Source.
@@ -101,7 +100,7 @@ func WithConsumer(name string) SourceOption {
 	}
 }
 
-// Source is one Iggy topic read as a stream.Source: each partition is read
+// Source is one Iggy topic read as a connector.Source: each partition is read
 // by its own Reader on its own connection, from an offset the caller owns
 // (the processor's checkpoint). It polls with the Offset strategy and
 // auto-commit off; Iggy's stored consumer offsets are only written by
@@ -117,8 +116,8 @@ type Source struct {
 }
 
 var (
-	_ stream.Source          = (*Source)(nil)
-	_ stream.PartitionReader = (*Reader)(nil)
+	_ connector.Source          = (*Source)(nil)
+	_ connector.PartitionReader = (*Reader)(nil)
 )
 
 // NewSource returns a Source for stream/topic. It does no I/O: a missing
@@ -167,7 +166,7 @@ func (s *Source) Partitions(ctx context.Context) (uint32, error) {
 // It checks that the partition exists (one round trip on the client's
 // connection), so a missing topic or partition fails here; the reader's own
 // connection is made by its first Poll, which retries until it succeeds.
-func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (stream.PartitionReader, error) {
+func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (connector.PartitionReader, error) {
 	d, err := topicDetails(ctx, s.cl.admin, s.t)
 	if err != nil {
 		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
@@ -237,7 +236,7 @@ func (r *Reader) Next() uint64 { return r.next }
 // on the SDK's connection, rather than by the SDK: one allocation for the
 // reply and one for the records, instead of a message struct, a header
 // struct and slice growth per message.
-func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
+func (r *Reader) Poll(ctx context.Context, max int) ([]connector.Record, error) {
 	s := r.src
 	count := s.cfg.pollBatch
 	if max > 0 && max < count {
@@ -295,7 +294,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
 // or the linger time is up (WithPollLinger). It returns recs with what it
 // got appended; any failure just ends the batch (the next Poll meets it
 // again and handles it).
-func (r *Reader) linger(ctx context.Context, recs []stream.Record, count int) []stream.Record {
+func (r *Reader) linger(ctx context.Context, recs []connector.Record, count int) []connector.Record {
 	s := r.src
 	deadline := time.Now().Add(s.cfg.linger)
 	grown := false

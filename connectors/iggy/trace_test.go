@@ -10,6 +10,7 @@ import (
 
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // A publisher writes the traceparent of the span its context carries on
@@ -32,7 +33,7 @@ func TestTraceParentRoundTripAndEndOffsets(t *testing.T) {
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
 		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled})
-	env := stream.Envelope{Headers: stream.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}
+	env := stream.Envelope{Headers: connector.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte("x")}
 	if err := pub.Send(trace.ContextWithSpanContext(ctx, sc), env, env); err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +71,9 @@ func TestTraceParentRoundTripAndEndOffsets(t *testing.T) {
 }
 
 func TestParseStrandHeadersWithTraceParentDoesNotAllocate(t *testing.T) {
-	h := stream.Headers{Key: []byte("account-42"), Tag: 3, Ordering: planner.Acquire}
+	h := connector.Headers{Key: []byte("account-42"), Tag: 3, Ordering: planner.Acquire}
 	b, _ := appendStrandHeaders(nil, &h)
-	b = appendTLV(b, stream.HeaderTraceParent, []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
+	b = appendTLV(b, connector.HeaderTraceParent, []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
 	allocs := testing.AllocsPerRun(100, func() {
 		got, err := parseStrandHeaders(b)
 		if err != nil || len(got.TraceParent) != traceParentLen {

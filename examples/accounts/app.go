@@ -23,6 +23,8 @@ import (
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -52,7 +54,7 @@ type app struct {
 	caughtUp func(a *app)
 	// wrapDLQ, when set, wraps the dead-letter sink (a test hides its
 	// SentChecker to show that the crash test catches duplicates).
-	wrapDLQ func(stream.Sink) stream.Sink
+	wrapDLQ func(connector.Sink) connector.Sink
 
 	dir      string
 	srv      *iggytest.Server
@@ -235,7 +237,7 @@ func (a *app) openApp(ctx context.Context) error {
 	}
 	topo, balances := bank.NewTopology(a.ev, a.cfg.source())
 	a.balances = balances
-	var conn stream.Connector = a.cl
+	var conn connector.Connector = a.cl
 	if a.wrapDLQ != nil {
 		conn = wrappedConnector{a.cl, a.wrapDLQ}
 	}
@@ -262,11 +264,11 @@ func (a *app) openApp(ctx context.Context) error {
 // wrappedConnector wraps the sinks it opens (a test hides the SentChecker
 // of the dead-letter sink to show that the crash test catches duplicates).
 type wrappedConnector struct {
-	stream.Connector
-	wrap func(stream.Sink) stream.Sink
+	connector.Connector
+	wrap func(connector.Sink) connector.Sink
 }
 
-func (c wrappedConnector) OpenSink(ctx context.Context, topic string, partitions uint32) (stream.Sink, error) {
+func (c wrappedConnector) OpenSink(ctx context.Context, topic string, partitions uint32) (connector.Sink, error) {
 	s, err := c.Connector.OpenSink(ctx, topic, partitions)
 	if err != nil {
 		return nil, err
@@ -654,7 +656,7 @@ func (a *app) reference(ctx context.Context, ends []uint64) (*bank.Reference, er
 	}
 	ref := bank.NewReference(a.ev)
 	for p, end := range ends {
-		err := bank.ReadLog(ctx, src, uint32(p), end, func(rec stream.Record) error {
+		err := bank.ReadLog(ctx, src, uint32(p), end, func(rec connector.Record) error {
 			_ = ref.ApplyRecord(rec)
 			return nil
 		})
@@ -699,11 +701,11 @@ func (a *app) deadLetters(ctx context.Context) (deadLetterSet, error) {
 			var src, part, off string
 			for _, h := range m.Headers {
 				switch h.Name {
-				case stream.HeaderDLQSource:
+				case deadletter.HeaderSource:
 					src = string(h.Value)
-				case stream.HeaderDLQPartition:
+				case deadletter.HeaderPartition:
 					part = string(h.Value)
-				case stream.HeaderDLQOffset:
+				case deadletter.HeaderOffset:
 					off = string(h.Value)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -40,7 +40,7 @@ type clEntry struct {
 	Verdict clVerdict
 	// Current is the partition's epoch (its highest fence) when the
 	// entry was read, before the entry.
-	Current stream.Epoch
+	Current connector.Epoch
 }
 
 // clPartition is one partition's changelog, judged.
@@ -64,8 +64,8 @@ type clPartition struct {
 
 // clOwner is one ownership of a partition, from its fence.
 type clOwner struct {
-	Epoch  stream.Epoch
-	Member stream.MemberID
+	Epoch  connector.Epoch
+	Member connector.MemberID
 	Offset uint64 // of its fence in the changelog
 }
 
@@ -79,8 +79,8 @@ type clOwner struct {
 // of the fence that opened it, written by that fence's member.
 func judgeChangelog(p uint32, source string, entries []clEntry) *clPartition {
 	cp := &clPartition{Partition: p, Entries: entries}
-	var cur stream.Epoch
-	fencer := map[stream.Epoch]stream.MemberID{}
+	var cur connector.Epoch
+	fencer := map[connector.Epoch]connector.MemberID{}
 	var last *clEntry
 	problem := func(e *clEntry, format string, args ...any) {
 		if len(cp.Problems) < 20 {
@@ -181,7 +181,7 @@ func (a *app) readChangelog(ctx context.Context) ([]*clPartition, error) {
 	for p, end := range ends {
 		var entries []clEntry
 		var bad []string
-		err := bank.ReadLog(ctx, src, uint32(p), end, func(rec stream.Record) error {
+		err := bank.ReadLog(ctx, src, uint32(p), end, func(rec connector.Record) error {
 			e, err := topology.DecodeChangelog(rec.Payload)
 			if err != nil {
 				bad = append(bad, fmt.Sprintf("partition %d, changelog offset %d: %v", p, rec.Offset, err))
@@ -214,7 +214,7 @@ type clSummary struct {
 // valid history reaches its source partition's end.
 func summarize(cps []*clPartition, ends []uint64) *clSummary {
 	s := &clSummary{Partitions: len(cps)}
-	members := map[stream.MemberID]bool{}
+	members := map[connector.MemberID]bool{}
 	for p, cp := range cps {
 		s.Fences += cp.Fences
 		s.Commits += cp.Commits

@@ -4,22 +4,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
 const src = "bank/accounts"
 
-func fence(e stream.Epoch, m stream.MemberID) clEntry {
+func fence(e connector.Epoch, m connector.MemberID) clEntry {
 	return clEntry{ChangelogEntry: topology.ChangelogEntry{Kind: topology.ChangelogFence, Epoch: e, Member: m}}
 }
 
-func commit(e stream.Epoch, m stream.MemberID, seq, from, next uint64) clEntry {
+func commit(e connector.Epoch, m connector.MemberID, seq, from, next uint64) clEntry {
 	return clEntry{ChangelogEntry: topology.ChangelogEntry{Kind: topology.ChangelogCommit, Epoch: e, Member: m, Seq: seq,
 		Checkpoints: []topology.CheckpointRange{{Source: src, From: from, Next: next}}}}
 }
 
-func snapshot(e stream.Epoch, m stream.MemberID) clEntry {
+func snapshot(e connector.Epoch, m connector.MemberID) clEntry {
 	return clEntry{ChangelogEntry: topology.ChangelogEntry{Kind: topology.ChangelogSnapshot, Epoch: e, Member: m}}
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -22,10 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
+
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream"
 )
 
 // The crash test re-executes this test binary as the processor: with
@@ -65,7 +67,7 @@ func childMain() int {
 	a := newApp(cfg, os.Stdout, os.Stderr)
 	a.procOpts = []engine.ProcessorOption{engine.WithHooks(hooks)}
 	if os.Getenv(childPlainDLQ) != "" {
-		a.wrapDLQ = func(s stream.Sink) stream.Sink { return plainSink{s} }
+		a.wrapDLQ = func(s connector.Sink) connector.Sink { return plainSink{s} }
 	}
 	if _, err := a.run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -76,9 +78,11 @@ func childMain() int {
 
 // plainSink hides the SentChecker of a sink: dead letters are then
 // published at least once, not exactly once.
-type plainSink struct{ s stream.Sink }
+type plainSink struct{ s connector.Sink }
 
-func (p plainSink) Send(ctx context.Context, msgs []stream.Message) error { return p.s.Send(ctx, msgs) }
+func (p plainSink) Send(ctx context.Context, msgs []connector.Message) error {
+	return p.s.Send(ctx, msgs)
+}
 
 // die reports where it is and SIGKILLs this process: no deferred function,
 // no flush, no graceful anything.
@@ -121,7 +125,7 @@ func stopHooks(point string) (engine.Hooks, error) {
 	}
 	switch point {
 	case "commit":
-		h.BeforeProcess = func(p uint32, records []stream.Record) error {
+		h.BeforeProcess = func(p uint32, records []connector.Record) error {
 			if len(records) > 0 && armed.Load() {
 				d := time.Duration(rand.Int64N(int64(3 * time.Millisecond)))
 				time.AfterFunc(d, func() { stop(point, p) })
@@ -136,7 +140,7 @@ func stopHooks(point string) (engine.Hooks, error) {
 			return nil
 		}
 	case "dlq-before-send":
-		h.BeforeDeadLetterSend = func(p uint32, _ []stream.DeadLetter) error {
+		h.BeforeDeadLetterSend = func(p uint32, _ []deadletter.Letter) error {
 			if armed.Load() {
 				stop(point, p)
 			}
@@ -173,7 +177,7 @@ func killHooks(mode string) (engine.Hooks, error) {
 	switch point {
 	case "commit":
 		var once sync.Once
-		h.BeforeProcess = func(_ uint32, records []stream.Record) error {
+		h.BeforeProcess = func(_ uint32, records []connector.Record) error {
 			if len(records) > 0 && hit() {
 				once.Do(func() {
 					d := time.Duration(rand.Int64N(int64(3 * time.Millisecond)))
@@ -190,21 +194,21 @@ func killHooks(mode string) (engine.Hooks, error) {
 			return nil
 		}
 	case "dlq-before-send":
-		h.BeforeDeadLetterSend = func(uint32, []stream.DeadLetter) error {
+		h.BeforeDeadLetterSend = func(uint32, []deadletter.Letter) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "dlq-after-send":
-		h.AfterDeadLetterSend = func(uint32, []stream.DeadLetter) error {
+		h.AfterDeadLetterSend = func(uint32, []deadletter.Letter) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "dlq-after-delete":
-		h.AfterDeadLetterDelete = func(uint32, []stream.DeadLetter) error {
+		h.AfterDeadLetterDelete = func(uint32, []deadletter.Letter) error {
 			if hit() {
 				die(point)
 			}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // producer publishes a workload through an iggy.Publisher, with poison
@@ -146,7 +146,7 @@ func (p *producer) run(ctx context.Context) error {
 			return err
 		}
 		if sentPoison < p.poison && n == p.poisonAfter(sentPoison) {
-			if err := p.raw.Send(ctx, []stream.Message{bank.Poison(sentPoison, p.w.Accounts)}); err != nil {
+			if err := p.raw.Send(ctx, []connector.Message{bank.Poison(sentPoison, p.w.Accounts)}); err != nil {
 				if ctx.Err() != nil {
 					break
 				}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -503,18 +503,18 @@ func zombie(t *testing.T, point string) {
 			victim, vs = in, gs
 		}
 	}
-	epochs := map[uint32]stream.Epoch{}
+	epochs := map[uint32]connector.Epoch{}
 	var parts []uint32
 	for _, p := range vs.Partitions {
 		if p.Phase == "serving" {
-			epochs[p.Partition] = stream.Epoch(p.Epoch)
+			epochs[p.Partition] = connector.Epoch(p.Epoch)
 			parts = append(parts, p.Partition)
 		}
 	}
 	if len(parts) == 0 || vs.Member == 0 {
 		t.Fatalf("the victim, instance %d, serves nothing: %+v", victim.N, vs)
 	}
-	zombie := stream.MemberID(vs.Member)
+	zombie := connector.MemberID(vs.Member)
 	t.Logf("instance %d (member %d) serves partitions %v with epochs %v; arming it to stop at %s", victim.N, zombie, parts, epochs, point)
 	if err := victim.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 	"github.com/strand-io/strand/examples/shop/orders"
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/runhooks"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // The crash test re-executes this test binary as the processor: with
@@ -100,14 +100,14 @@ func killHooks(mode string) (engine.Hooks, error) {
 			return nil
 		}
 	case "outbox-before-send":
-		h.BeforeOutboxSend = func(uint32, []stream.Message) error {
+		h.BeforeOutboxSend = func(uint32, []connector.Message) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "outbox-after-send":
-		h.AfterOutboxSend = func(uint32, []stream.Message) error {
+		h.AfterOutboxSend = func(uint32, []connector.Message) error {
 			if hit() {
 				die(point)
 			}

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // SnapshotBookmark is the name under which the offset of a partition's
-// latest complete snapshot is kept (stream.Bookmarks) on its changelog.
+// latest complete snapshot is kept (connector.Bookmarks) on its changelog.
 const SnapshotBookmark = "strand-snapshot"
 
 // Limits of one changelog send and of a snapshot chunk.
@@ -37,9 +37,9 @@ var positionKey = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
 type position struct {
-	Seq    uint64       `json:"s"`
-	Offset uint64       `json:"o"`
-	Epoch  stream.Epoch `json:"e"`
+	Seq    uint64          `json:"s"`
+	Offset uint64          `json:"o"`
+	Epoch  connector.Epoch `json:"e"`
 }
 
 // RestoreProgress is how far the restore of a partition is.
@@ -76,11 +76,11 @@ type ChangelogOptions struct {
 // the changelog when this instance gains it (docs/design.md, "Scale-out").
 type Changelog struct {
 	db    *state.DB
-	sink  stream.Sink
-	src   stream.Source
+	sink  connector.Sink
+	src   connector.Source
 	topic string
-	marks stream.Bookmarks // may be nil
-	m     stream.Membership
+	marks connector.Bookmarks // may be nil
+	m     connector.Membership
 	opts  ChangelogOptions
 	log   *slog.Logger
 	// tables is the digest of the store's table ids (ClogMeta.Tables).
@@ -93,8 +93,8 @@ type Changelog struct {
 // clogPart is one owned partition's changelog state; guarded by
 // Changelog.mu.
 type clogPart struct {
-	epoch  stream.Epoch
-	member stream.MemberID
+	epoch  connector.Epoch
+	member connector.MemberID
 	next   uint64            // number of the next commit to stamp
 	hi     uint64            // the last commit stamped and applied
 	last   map[string]uint64 // per source, the checkpoint of the last commit
@@ -118,7 +118,7 @@ type clogPart struct {
 // NewChangelog returns the changelog of db over sink and src (the
 // changelog topic named topic, read with raw payloads), for the
 // partitions m grants. Install it with db.SetCommitLogger.
-func NewChangelog(db *state.DB, sink stream.Sink, src stream.Source, topic string, marks stream.Bookmarks, m stream.Membership, opts ChangelogOptions) *Changelog {
+func NewChangelog(db *state.DB, sink connector.Sink, src connector.Source, topic string, marks connector.Bookmarks, m connector.Membership, opts ChangelogOptions) *Changelog {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -268,7 +268,7 @@ func (c *Changelog) Owned(p uint32) bool {
 }
 
 // EpochOf returns the epoch p is kept with.
-func (c *Changelog) EpochOf(p uint32) (stream.Epoch, bool) {
+func (c *Changelog) EpochOf(p uint32) (connector.Epoch, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if part := c.parts[p]; part != nil {
@@ -278,10 +278,10 @@ func (c *Changelog) EpochOf(p uint32) (stream.Epoch, bool) {
 }
 
 func (c *Changelog) send(ctx context.Context, p uint32, payloads ...[]byte) error {
-	msgs := make([]stream.Message, len(payloads))
+	msgs := make([]connector.Message, len(payloads))
 	key := binary.BigEndian.AppendUint32(nil, p)
 	for i, pl := range payloads {
-		msgs[i] = stream.Message{Key: key, Payload: pl, Partition: p, HasPartition: true}
+		msgs[i] = connector.Message{Key: key, Payload: pl, Partition: p, HasPartition: true}
 	}
 	return c.sink.Send(ctx, msgs)
 }
@@ -305,7 +305,7 @@ func (r restartError) Error() string { return fmt.Sprintf("restart the restore a
 // else from the latest snapshot and the commits after it, else from the
 // changelog's start), and from then on logs the commits of p. Call Serve
 // for p afterwards.
-func (c *Changelog) Restore(ctx context.Context, p uint32, epoch stream.Epoch) error {
+func (c *Changelog) Restore(ctx context.Context, p uint32, epoch connector.Epoch) error {
 	c.mu.Lock()
 	if old := c.parts[p]; old != nil && !old.lost {
 		old.lost = true
@@ -375,7 +375,7 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch stream.Epoch) e
 
 type rebuilt struct {
 	last, lastOff    uint64
-	lastEpoch        stream.Epoch
+	lastEpoch        connector.Epoch
 	fenceOff         uint64
 	applied          int
 	reused, snapshot bool
@@ -385,7 +385,7 @@ type rebuilt struct {
 // rebuild reads the changelog of p up to the fence of (epoch, member) and
 // applies what the store lacks. With reuse it first tries to keep the
 // local rows; errRestart means they could not be kept.
-func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch stream.Epoch, member stream.MemberID, level int) (rebuilt, error) {
+func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch, member connector.MemberID, level int) (rebuilt, error) {
 	start := time.Now()
 	var res rebuilt
 	var h ClogHistory
@@ -443,7 +443,7 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch stream.Epoch, m
 	}
 	defer rd.Close()
 	var end uint64
-	if eo, ok := c.src.(stream.EndOffsetter); ok {
+	if eo, ok := c.src.(connector.EndOffsetter); ok {
 		if ends, err := eo.EndOffsets(ctx); err == nil && int(p) < len(ends) {
 			end = ends[p]
 		}

@@ -11,7 +11,7 @@ import (
 	"slices"
 
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ErrFenced means a partition is owned by another instance now (a higher
@@ -65,10 +65,10 @@ type ClogRange struct {
 // payload). For a commit it is also the partition's head row in the
 // store: the last commit the store reflects.
 type ClogMeta struct {
-	Epoch  stream.Epoch    `json:"e"`
-	Member stream.MemberID `json:"m"`
-	Seq    uint64          `json:"s,omitempty"` // commit: its number; snapshot end: the last commit it holds
-	Ranges []ClogRange     `json:"r,omitempty"` // commit
+	Epoch  connector.Epoch    `json:"e"`
+	Member connector.MemberID `json:"m"`
+	Seq    uint64             `json:"s,omitempty"` // commit: its number; snapshot end: the last commit it holds
+	Ranges []ClogRange        `json:"r,omitempty"` // commit
 	// Tables is a digest of the writer's table ids (fence, commit, chunk):
 	// rows carry them, so a store applies rows only from a writer that
 	// numbers its tables alike.
@@ -154,8 +154,8 @@ func parseHead(head []byte) (ClogMeta, error) {
 // else (a gap, an epoch above the current one without its fence) means
 // the reader did not start where it should.
 type ClogHistory struct {
-	Epoch stream.Epoch // the current epoch
-	Last  uint64       // the last valid commit's number (0: none)
+	Epoch connector.Epoch // the current epoch
+	Last  uint64          // the last valid commit's number (0: none)
 }
 
 // ClogVerdict is what ClogHistory.Next says about a record.

@@ -5,15 +5,15 @@ import (
 	"testing"
 
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // The rules of the valid history, case by case.
 func TestClogHistoryRules(t *testing.T) {
-	commit := func(e stream.Epoch, seq uint64) *ClogRecord {
+	commit := func(e connector.Epoch, seq uint64) *ClogRecord {
 		return &ClogRecord{Kind: ClogCommit, Meta: ClogMeta{Epoch: e, Seq: seq}}
 	}
-	fence := func(e stream.Epoch) *ClogRecord { return &ClogRecord{Kind: ClogFence, Meta: ClogMeta{Epoch: e}} }
+	fence := func(e connector.Epoch) *ClogRecord { return &ClogRecord{Kind: ClogFence, Meta: ClogMeta{Epoch: e}} }
 	steps := []struct {
 		r    *ClogRecord
 		want ClogVerdict

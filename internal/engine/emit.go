@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // EmitMode says what an error of an emitting handler's function means.
@@ -18,7 +19,7 @@ const (
 	EmitTo EmitMode = iota + 1
 	// EmitKeyBy: the function gives the event its new key
 	// (topology.KeyBy); an error means the event cannot be forwarded at
-	// all, and the record is dead-lettered with stream.ReasonKeyBy.
+	// all, and the record is dead-lettered with deadletter.ReasonKeyBy.
 	EmitKeyBy
 )
 
@@ -113,7 +114,7 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 			out, err := callEmit(rc.ctx, h, key, buf.events[j], b.records[i].Payload, buf.env[:0])
 			buf.env = out[:0]
 			if err != nil && h.mode == EmitKeyBy {
-				b.deadLetter(i, stream.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))
+				b.deadLetter(i, deadletter.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))
 				if b.poison == stream.HoldPoisonedKey {
 					hold = err
 					break // the rest is held, still pending

@@ -10,6 +10,8 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // Foreign input (docs/design.md, "Foreign input"). A foreign source's
@@ -18,7 +20,7 @@ import (
 // ordering, so that from there on they are records like any other. The
 // classifier sees the raw message (Record.Raw and the payload). A record it
 // cannot classify gets HeaderErr wrapping stream.ErrUnclassified, which
-// prepare dead-letters as stream.ReasonUnclassified. Records read back from
+// prepare dead-letters as deadletter.ReasonUnclassified. Records read back from
 // rows (parked, held) were classified when they arrived and are not
 // classified again.
 
@@ -102,7 +104,7 @@ const foreignChunk = 256
 // nothing. Records below the checkpoint are left alone: prepare ignores
 // them. Large batches are classified on up to the program's workers
 // goroutines, each record by itself, so the outcome does not depend on how.
-func (t *Task) classifyForeign(records []stream.Record) {
+func (t *Task) classifyForeign(records []connector.Record) {
 	f := t.src.foreign
 	if f == nil || len(records) == 0 {
 		return
@@ -121,7 +123,7 @@ func (t *Task) classifyForeign(records []stream.Record) {
 	wg.Wait()
 }
 
-func (t *Task) classifyRange(f *ForeignSpec, records []stream.Record) {
+func (t *Task) classifyRange(f *ForeignSpec, records []connector.Record) {
 	var arena []byte // key bytes of the records, in chunks
 	for i := range records {
 		r := &records[i]
@@ -129,7 +131,7 @@ func (t *Task) classifyRange(f *ForeignSpec, records []stream.Record) {
 			continue
 		}
 		if r.Raw == nil {
-			r.Raw = &stream.RawMessage{}
+			r.Raw = &connector.RawMessage{}
 		}
 		if r.HeaderErr != nil {
 			// The source could not read the message's headers (or an
@@ -137,7 +139,7 @@ func (t *Task) classifyRange(f *ForeignSpec, records []stream.Record) {
 			// dead letter either way, for prepare.
 			continue
 		}
-		if cap(arena)-len(arena) < stream.MaxKeyLen {
+		if cap(arena)-len(arena) < connector.MaxKeyLen {
 			arena = make([]byte, 0, max(4096, 16*(len(records)-i)))
 		}
 		m := stream.ForeignMessage{Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
@@ -147,7 +149,7 @@ func (t *Task) classifyRange(f *ForeignSpec, records []stream.Record) {
 			err = t.setForeignHeaders(r, c)
 		}
 		if err != nil {
-			r.Headers = stream.Headers{TraceParent: r.Headers.TraceParent}
+			r.Headers = connector.Headers{TraceParent: r.Headers.TraceParent}
 			r.HeaderErr = fmt.Errorf("%w: source %q partition %d offset %d: %w", stream.ErrUnclassified, t.src.name, r.Partition, r.Offset, err)
 			continue
 		}
@@ -171,9 +173,9 @@ func runClassify(f *ForeignSpec, m *stream.ForeignMessage, buf []byte) (c foreig
 // and algebra of the type as declared (the classifier's fence for FenceBy
 // types), the sequence number when given. The traceparent the source found
 // stays.
-func (t *Task) setForeignHeaders(r *stream.Record, c foreignClass) error {
-	if len(c.key) == 0 || len(c.key) > stream.MaxKeyLen {
-		return fmt.Errorf("the key is %d bytes, want 1..%d", len(c.key), stream.MaxKeyLen)
+func (t *Task) setForeignHeaders(r *connector.Record, c foreignClass) error {
+	if len(c.key) == 0 || len(c.key) > connector.MaxKeyLen {
+		return fmt.Errorf("the key is %d bytes, want 1..%d", len(c.key), connector.MaxKeyLen)
 	}
 	o := c.ordering
 	if o != 0 && !o.Valid() {
@@ -189,7 +191,7 @@ func (t *Task) setForeignHeaders(r *stream.Record, c foreignClass) error {
 	if o == 0 {
 		o = planner.Relaxed
 	}
-	r.Headers = stream.Headers{Key: c.key[:len(c.key):len(c.key)], Tag: c.tag, Ordering: o, Algebra: kind,
+	r.Headers = connector.Headers{Key: c.key[:len(c.key):len(c.key)], Tag: c.tag, Ordering: o, Algebra: kind,
 		Seq: c.seq, HasSeq: c.seq != 0, TraceParent: r.Headers.TraceParent}
 	return nil
 }
@@ -197,22 +199,22 @@ func (t *Task) setForeignHeaders(r *stream.Record, c foreignClass) error {
 // headerErrReason is the dead-letter reason of a record with HeaderErr
 // set: unclassified for a foreign record its classifier refused, bad
 // headers otherwise.
-func headerErrReason(err error) stream.Reason {
+func headerErrReason(err error) deadletter.Reason {
 	if errors.Is(err, stream.ErrUnclassified) {
-		return stream.ReasonUnclassified
+		return deadletter.ReasonUnclassified
 	}
-	return stream.ReasonBadHeaders
+	return deadletter.ReasonBadHeaders
 }
 
 // foreignDeadLetter gives the dead letter of a record of a foreign source
 // the record's raw message, owned, so that a replay writes it back.
-func (t *Task) foreignDeadLetter(d *stream.DeadLetter, r *stream.Record) {
+func (t *Task) foreignDeadLetter(d *deadletter.Letter, r *connector.Record) {
 	if t.src.foreign == nil {
 		return
 	}
 	d.Raw = r.Raw.Clone()
 	if d.Raw == nil {
-		d.Raw = &stream.RawMessage{}
+		d.Raw = &connector.RawMessage{}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // BenchmarkForeignTasks measures what classification costs: b.N deposits
@@ -51,7 +52,7 @@ func benchForeignTasks(b *testing.B, foreign *ForeignSpec, workers int) {
 		b.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	recs := make([]stream.Record, b.N)
+	recs := make([]connector.Record, b.N)
 	for i := range recs {
 		acct := fmt.Sprintf("acct-%d", rng.IntN(10_000))
 		if foreign == nil {
@@ -61,7 +62,7 @@ func benchForeignTasks(b *testing.B, foreign *ForeignSpec, workers int) {
 			}
 			continue
 		}
-		recs[i] = fMsg(uint64(i), "deposit", fmt.Sprintf(`{"a":%q,"n":1}`, acct), stream.Field{Name: "key", Value: []byte(acct)})
+		recs[i] = fMsg(uint64(i), "deposit", fmt.Sprintf(`{"a":%q,"n":1}`, acct), connector.Field{Name: "key", Value: []byte(acct)})
 	}
 	db, err := state.Open(b.TempDir(), state.WithDurability(state.NoSync))
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // fuzzClassify is a classifier that does whatever the message's "ctl"
@@ -81,15 +83,15 @@ func FuzzForeignClassify(f *testing.F) {
 	next := uint64(0)
 	f.Fuzz(func(t *testing.T, payload, ctl []byte, n uint8) {
 		count := 1 + int(n)%8
-		var recs []stream.Record
+		var recs []connector.Record
 		for i := range count {
-			hs := []stream.Field{}
+			hs := []connector.Field{}
 			if len(ctl) > 0 {
 				c := slices.Clone(ctl[:min(len(ctl), 255)])
 				c[0] += byte(i) // vary the behaviour within the batch
-				hs = append(hs, stream.Field{Name: "ctl", Value: c})
+				hs = append(hs, connector.Field{Name: "ctl", Value: c})
 			}
-			recs = append(recs, stream.Record{Offset: next, Payload: slices.Clone(payload), Raw: &stream.RawMessage{Headers: hs}})
+			recs = append(recs, connector.Record{Offset: next, Payload: slices.Clone(payload), Raw: &connector.RawMessage{Headers: hs}})
 			next++
 		}
 		first := recs[0].Offset
@@ -113,7 +115,7 @@ func FuzzForeignClassify(f *testing.F) {
 			if d.Raw == nil {
 				t.Fatalf("dead letter %v without its raw message", d)
 			}
-			if d.Reason == stream.ReasonUnclassified && !errors.Is(d.Err, stream.ErrUnclassified) {
+			if d.Reason == deadletter.ReasonUnclassified && !errors.Is(d.Err, stream.ErrUnclassified) {
 				t.Fatalf("dead letter %v: error does not wrap ErrUnclassified", d)
 			}
 		}

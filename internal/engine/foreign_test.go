@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/rowfmt"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // The foreign fixture: JSON messages of a producer that writes no strand
@@ -153,14 +156,14 @@ func (fx *foreignFixture) task(t *testing.T) *Task {
 }
 
 // fMsg is a foreign record: JSON body, headers as the producer wrote them.
-func fMsg(offset uint64, typ, body string, extra ...stream.Field) stream.Record {
-	hs := []stream.Field{{Name: "type", Value: []byte(typ), ValueKind: stream.FieldString}}
+func fMsg(offset uint64, typ, body string, extra ...connector.Field) connector.Record {
+	hs := []connector.Field{{Name: "type", Value: []byte(typ), ValueKind: connector.FieldString}}
 	hs = append(hs, extra...)
-	return stream.Record{Offset: offset, Timestamp: 1000 + offset, Payload: []byte(body),
-		Raw: &stream.RawMessage{ID: [16]byte{byte(offset), 0xAA}, Headers: hs}}
+	return connector.Record{Offset: offset, Timestamp: 1000 + offset, Payload: []byte(body),
+		Raw: &connector.RawMessage{ID: [16]byte{byte(offset), 0xAA}, Headers: hs}}
 }
 
-func mode(m string) stream.Field { return stream.Field{Name: "mode", Value: []byte(m)} }
+func mode(m string) connector.Field { return connector.Field{Name: "mode", Value: []byte(m)} }
 
 func (fx *foreignFixture) balance(t *testing.T, acct string) int64 {
 	t.Helper()
@@ -174,7 +177,7 @@ func (fx *foreignFixture) balance(t *testing.T, acct string) int64 {
 func TestForeignRecordsAreClassifiedAndApplied(t *testing.T) {
 	fx := newForeignFixture(t, nil)
 	task := fx.task(t)
-	res, err := task.Process(context.Background(), []stream.Record{
+	res, err := task.Process(context.Background(), []connector.Record{
 		fMsg(0, "deposit", `{"a":"x","n":5}`),
 		fMsg(1, "deposit", `{"a":"y","n":7}`),
 		fMsg(2, "noise", `{"a":"x"}`),
@@ -199,7 +202,7 @@ func TestForeignRecordsAreClassifiedAndApplied(t *testing.T) {
 func TestForeignHeadersFromClassification(t *testing.T) {
 	fx := newForeignFixture(t, nil)
 	task := fx.task(t)
-	recs := []stream.Record{
+	recs := []connector.Record{
 		fMsg(0, "deposit", `{"a":"x","n":5,"f":4}`), // a static Relaxed type: the fence given is ignored
 		fMsg(1, "reset", `{"a":"x"}`),
 		fMsg(2, "status", `{"a":"x","f":4,"s":9}`),
@@ -208,7 +211,7 @@ func TestForeignHeadersFromClassification(t *testing.T) {
 	}
 	recs[1].Headers.TraceParent = []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	task.classifyForeign(recs)
-	want := []stream.Headers{
+	want := []connector.Headers{
 		{Key: []byte("x"), Tag: 1, Ordering: planner.Relaxed, Algebra: algebra.Associative},
 		{Key: []byte("x"), Tag: 2, Ordering: planner.Acquire, Algebra: algebra.NonAssociative, TraceParent: recs[1].Headers.TraceParent},
 		{Key: []byte("x"), Tag: 3, Ordering: planner.Release, Algebra: algebra.NonAssociative, Seq: 9, HasSeq: true},
@@ -234,30 +237,30 @@ func TestForeignHeadersFromClassification(t *testing.T) {
 func TestForeignUnclassifiableRecordsAreDeadLetters(t *testing.T) {
 	cases := []struct {
 		name   string
-		rec    stream.Record
-		reason stream.Reason
+		rec    connector.Record
+		reason deadletter.Reason
 		text   string
 	}{
-		{"error", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("error")), stream.ReasonUnclassified, "no idea"},
-		{"not JSON", fMsg(1, "deposit", `{"a":`), stream.ReasonUnclassified, "not JSON"},
-		{"panic", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("panic")), stream.ReasonUnclassified, "panicked: classifier bug"},
-		{"key of 256 bytes", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("longkey")), stream.ReasonUnclassified, "encode the key"},
-		{"empty key", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("nokey")), stream.ReasonUnclassified, "encode the key"},
-		{"invalid fence", fMsg(1, "status", `{"a":"x"}`, mode("badfence")), stream.ReasonUnclassified, "invalid ordering 3"},
-		{"unknown tag", fMsg(1, "withdrawal", `{"a":"x","n":1}`), stream.ReasonUnknownType, "type tag 77"},
-		{"header error from the source", func() stream.Record {
+		{"error", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("error")), deadletter.ReasonUnclassified, "no idea"},
+		{"not JSON", fMsg(1, "deposit", `{"a":`), deadletter.ReasonUnclassified, "not JSON"},
+		{"panic", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("panic")), deadletter.ReasonUnclassified, "panicked: classifier bug"},
+		{"key of 256 bytes", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("longkey")), deadletter.ReasonUnclassified, "encode the key"},
+		{"empty key", fMsg(1, "deposit", `{"a":"x","n":1}`, mode("nokey")), deadletter.ReasonUnclassified, "encode the key"},
+		{"invalid fence", fMsg(1, "status", `{"a":"x"}`, mode("badfence")), deadletter.ReasonUnclassified, "invalid ordering 3"},
+		{"unknown tag", fMsg(1, "withdrawal", `{"a":"x","n":1}`), deadletter.ReasonUnknownType, "type tag 77"},
+		{"header error from the source", func() connector.Record {
 			r := fMsg(1, "deposit", `{"a":"x","n":1}`)
-			r.HeaderErr = fmt.Errorf("%w: user headers truncated", stream.ErrBadHeaders)
+			r.HeaderErr = fmt.Errorf("%w: user headers truncated", connector.ErrBadHeaders)
 			return r
-		}(), stream.ReasonBadHeaders, "truncated"},
-		{"payload the type does not decode", fMsg(1, "deposit", `{"a":"x","n":"many"}`), stream.ReasonDecode, "type tag 1"},
+		}(), deadletter.ReasonBadHeaders, "truncated"},
+		{"payload the type does not decode", fMsg(1, "deposit", `{"a":"x","n":"many"}`), deadletter.ReasonDecode, "type tag 1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newForeignFixture(t, nil)
 			task := fx.task(t)
 			raw := tc.rec.Raw.Clone()
-			res, err := task.Process(context.Background(), []stream.Record{
+			res, err := task.Process(context.Background(), []connector.Record{
 				fMsg(0, "deposit", `{"a":"x","n":5}`), tc.rec, fMsg(2, "deposit", `{"a":"x","n":6}`),
 			})
 			if err != nil {
@@ -270,7 +273,7 @@ func TestForeignUnclassifiableRecordsAreDeadLetters(t *testing.T) {
 			if d.Reason != tc.reason || d.Err == nil || !strings.Contains(d.Err.Error(), tc.text) || d.Offset != 1 || d.Source != foreignSource {
 				t.Fatalf("dead letter %v, want %s with %q at offset 1", d, tc.reason, tc.text)
 			}
-			if tc.reason == stream.ReasonUnclassified && (!errors.Is(d.Err, stream.ErrUnclassified) || len(d.Headers.Key) != 0) {
+			if tc.reason == deadletter.ReasonUnclassified && (!errors.Is(d.Err, stream.ErrUnclassified) || len(d.Headers.Key) != 0) {
 				t.Fatalf("unclassified dead letter %v: error does not wrap ErrUnclassified, or it has headers %+v", d, d.Headers)
 			}
 			if d.Raw == nil || fmt.Sprint(d.Raw) != fmt.Sprint(raw) || string(d.Payload) != string(tc.rec.Payload) {
@@ -280,10 +283,10 @@ func TestForeignUnclassifiableRecordsAreDeadLetters(t *testing.T) {
 				t.Fatalf("balance %d, want 11: the other records applied", b)
 			}
 			// The committed row reads back the same.
-			var pend []stream.DeadLetter
+			var pend []deadletter.Letter
 			err = fx.db.Rows(context.Background(), state.FamilyDeadLetters, 0, func(_, v []byte) error {
-				var d stream.DeadLetter
-				if err := d.UnmarshalBinary(v); err != nil {
+				var d deadletter.Letter
+				if err := rowfmt.DecodeLetter(v, &d); err != nil {
 					return err
 				}
 				pend = append(pend, d)
@@ -303,7 +306,7 @@ func TestForeignUnclassifiableRecordsAreDeadLetters(t *testing.T) {
 // event names: no key-mismatch check on foreign records.
 func TestForeignKeyIsTheClassifiers(t *testing.T) {
 	fx := newForeignFixture(t, nil)
-	res, err := fx.task(t).Process(context.Background(), []stream.Record{
+	res, err := fx.task(t).Process(context.Background(), []connector.Record{
 		fMsg(0, "deposit", `{"a":"x","n":5}`, mode("otherkey")),
 		fMsg(1, "deposit", `{"a":"y","n":2}`, mode("otherkey")),
 	})
@@ -320,9 +323,9 @@ func TestForeignKeyIsTheClassifiers(t *testing.T) {
 func TestForeignParkedRecordKeepsItsRawMessage(t *testing.T) {
 	fx := newForeignFixture(t, nil)
 	task := fx.task(t)
-	rec := fMsg(0, "deposit", `{"a":"refused","n":5}`, stream.Field{Name: "n", Value: []byte{1, 0, 0, 0}, NameKind: stream.FieldRaw, ValueKind: stream.FieldUint32})
+	rec := fMsg(0, "deposit", `{"a":"refused","n":5}`, connector.Field{Name: "n", Value: []byte{1, 0, 0, 0}, NameKind: connector.FieldRaw, ValueKind: connector.FieldUint32})
 	raw := rec.Raw.Clone()
-	res, err := task.Process(context.Background(), []stream.Record{rec})
+	res, err := task.Process(context.Background(), []connector.Record{rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +338,7 @@ func TestForeignParkedRecordKeepsItsRawMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.DeadLetters) != 1 || res.DeadLetters[0].Reason != stream.ReasonExhausted {
+	if len(res.DeadLetters) != 1 || res.DeadLetters[0].Reason != deadletter.ReasonExhausted {
 		t.Fatalf("result %+v, want the record dead-lettered after its second try", res)
 	}
 	d := res.DeadLetters[0]
@@ -350,7 +353,7 @@ func TestForeignLargeBatchKeys(t *testing.T) {
 	fx := newForeignFixture(t, nil)
 	task := fx.task(t)
 	const n = 5000
-	recs := make([]stream.Record, n)
+	recs := make([]connector.Record, n)
 	for i := range recs {
 		key := fmt.Sprintf("acct-%d-%s", i, strings.Repeat("z", i%200))
 		recs[i] = fMsg(uint64(i), "deposit", fmt.Sprintf(`{"a":%q,"n":%d}`, key, i))

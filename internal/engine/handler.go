@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream"
 	"reflect"
 	"slices"
 	"sync"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 
 	"github.com/strand-io/strand/internal/state"
 )
@@ -417,7 +419,7 @@ func callHandle[K, E any](ctx context.Context, h *handleHandler[K, E], key K, ev
 // under HoldPoisonedKey: the rest of the run is held behind the poison.
 func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf[E]) (next int, hold error) {
 	b := rc.b
-	at, reason := from, stream.ReasonDecode
+	at, reason := from, deadletter.ReasonDecode
 	poison := func(err error) error {
 		b.deadLetter(recs[at], reason, err)
 		if b.poison == stream.HoldPoisonedKey {
@@ -429,7 +431,7 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 	defer func() {
 		if p := recover(); p != nil {
 			what := "payload codec"
-			if reason == stream.ReasonKeyMismatch {
+			if reason == deadletter.ReasonKeyMismatch {
 				what = "key function or key codec"
 			}
 			next = at + 1
@@ -439,14 +441,14 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 	payload := r.ev.PayloadCodec()
 	for ; at < len(recs); at++ {
 		i := recs[at]
-		reason = stream.ReasonDecode
+		reason = deadletter.ReasonDecode
 		e, err := payload.Decode(b.records[i].Payload)
 		if err != nil {
 			err = fmt.Errorf("type tag %d (%s): %w", r.ev.Tag(), r.ev.Name(), err)
 		} else if b.t.src.foreign == nil { // a foreign record's key is its classifier's (foreign.go)
 			// The record was partitioned and planned by its header key:
 			// an event that names another key must not be applied to it.
-			reason = stream.ReasonKeyMismatch
+			reason = deadletter.ReasonKeyMismatch
 			buf.key, err = r.keyOf(buf.key[:0], e, rc.key)
 		}
 		if err != nil {
@@ -462,8 +464,8 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 }
 
 // errOf is the sentinel a panic during decoding wraps.
-func errOf(r stream.Reason) error {
-	if r == stream.ReasonKeyMismatch {
+func errOf(r deadletter.Reason) error {
+	if r == deadletter.ReasonKeyMismatch {
 		return ErrKeyMismatch
 	}
 	return stream.ErrCodec
@@ -485,7 +487,7 @@ func (r *eventRunner[K, E]) keyOf(buf []byte, e E, header []byte) (out []byte, e
 }
 
 // ErrKeyBy is wrapped by the error of a record that a KeyBy step could
-// not give its new key (stream.ReasonKeyBy).
+// not give its new key (deadletter.ReasonKeyBy).
 var ErrKeyBy = errors.New("strand: KeyBy could not key the event")
 
 // ErrKeyMismatch is wrapped by the error of a record whose decoded event

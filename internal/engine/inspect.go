@@ -8,8 +8,9 @@ import (
 	"strings"
 
 	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/internal/rowfmt"
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // Inspection is what a store holds, read without a topology (Inspect).
@@ -23,7 +24,7 @@ type Inspection struct {
 	Tables      []InspectedTable
 	Parked      []InspectedParked
 	// DeadLetters are the committed dead letters not yet published.
-	DeadLetters []stream.DeadLetter
+	DeadLetters []deadletter.Letter
 }
 
 // InspectedCheckpoint is one committed checkpoint.
@@ -86,8 +87,8 @@ func Inspect(dir string) (Inspection, error) {
 				pk.Records++
 			}
 		case state.FamilyDeadLetters:
-			var d stream.DeadLetter
-			if err := d.UnmarshalBinary(bytes.Clone(value)); err != nil {
+			var d deadletter.Letter
+			if err := rowfmt.DecodeLetter(bytes.Clone(value), &d); err != nil {
 				return fmt.Errorf("stream: inspect %s: dead-letter row %x: %w", dir, rest, err)
 			}
 			in.DeadLetters = append(in.DeadLetters, d)

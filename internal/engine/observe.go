@@ -9,7 +9,7 @@ import (
 
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Observer receives a processor's measurements (package internal/telemetry
@@ -35,7 +35,7 @@ type Commit struct {
 	// for a retry, when the pipeline saw it done).
 	Start, End time.Time
 	// Records is the polled batch (nil for a retry).
-	Records []stream.Record
+	Records []connector.Record
 	// Result is the Task's result.
 	Result Result
 	// Store describes the Pebble commit; zero for retries and for batches
@@ -49,7 +49,7 @@ type observeOptions struct {
 }
 
 // DefaultEndOffsetInterval is how often a processor asks a source that is a
-// stream.EndOffsetter for its end offsets, unless WithEndOffsetInterval says
+// connector.EndOffsetter for its end offsets, unless WithEndOffsetInterval says
 // otherwise.
 const DefaultEndOffsetInterval = time.Second
 
@@ -59,7 +59,7 @@ func WithObserver(o Observer) ProcessorOption {
 }
 
 // WithEndOffsetInterval sets how often Run asks a source that implements
-// stream.EndOffsetter for its end offsets (for PartitionStats.End and the
+// connector.EndOffsetter for its end offsets (for PartitionStats.End and the
 // lag); d < 0 never asks (the end is then only what the reader polled).
 func WithEndOffsetInterval(d time.Duration) ProcessorOption {
 	return func(opts *processorOptions) { opts.observe.endEvery = d }
@@ -96,10 +96,10 @@ func (pl *pipeline) observeRetry(start time.Time, res Result) {
 }
 
 // watchEnds starts asking the source for its end offsets periodically, if
-// it is a stream.EndOffsetter, and returns a function that stops it and
+// it is a connector.EndOffsetter, and returns a function that stops it and
 // waits for it.
 func (p *Processor) watchEnds(ctx context.Context) (stop func()) {
-	eo, ok := p.src.(stream.EndOffsetter)
+	eo, ok := p.src.(connector.EndOffsetter)
 	every := p.opts.observe.endEvery
 	if every == 0 {
 		every = DefaultEndOffsetInterval
@@ -128,7 +128,7 @@ func (p *Processor) watchEnds(ctx context.Context) (stop func()) {
 
 // refreshEnds asks eo for the end offsets and records them in the stats of
 // the partitions the processor runs or has run.
-func (p *Processor) refreshEnds(ctx context.Context, eo stream.EndOffsetter) ([]uint64, error) {
+func (p *Processor) refreshEnds(ctx context.Context, eo connector.EndOffsetter) ([]uint64, error) {
 	ends, err := eo.EndOffsets(ctx)
 	if err != nil {
 		return nil, err
@@ -145,12 +145,12 @@ func (p *Processor) refreshEnds(ctx context.Context, eo stream.EndOffsetter) ([]
 }
 
 // EndOffsets asks the source for the end offsets of its partitions now (it
-// must be a stream.EndOffsetter) and records them in the stats. The
+// must be a connector.EndOffsetter) and records them in the stats. The
 // result is indexed by partition.
 func (p *Processor) EndOffsets(ctx context.Context) ([]uint64, error) {
-	eo, ok := p.src.(stream.EndOffsetter)
+	eo, ok := p.src.(connector.EndOffsetter)
 	if !ok {
-		return nil, fmt.Errorf("stream: source %q cannot report its end offsets (not a stream.EndOffsetter)", p.name)
+		return nil, fmt.Errorf("stream: source %q cannot report its end offsets (not a connector.EndOffsetter)", p.name)
 	}
 	ends, err := p.refreshEnds(ctx, eo)
 	if err != nil {

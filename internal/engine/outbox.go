@@ -10,6 +10,8 @@ import (
 
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // Limits of one publication round of an outbox.
@@ -39,14 +41,14 @@ type outRow struct {
 	key   []byte // the row's key, deleted once published
 	order uint64 // the row's position: the record's offset, or the message's seq
 	dest  string // the sink's name; rows of one dest go to one sink
-	sink  stream.Sink
-	msg   stream.Message
+	sink  connector.Sink
+	msg   connector.Message
 	size  int // payload bytes, for the bounds of a round and of memory
 	// last says that the row ends with this message: the row is deleted
 	// once it is published (dead letters: every row).
 	last bool
 	// letter is the dead letter the row holds (dead-letter rows only).
-	letter *stream.DeadLetter
+	letter *deadletter.Letter
 }
 
 // outboxKind is what one outbox publishes: how its rows are read, where
@@ -73,7 +75,7 @@ type outboxKind interface {
 // round at a time per partition (a round's destinations concurrently),
 // partitions concurrently (one goroutine each); a row is deleted only
 // after its sink accepted all of its messages, so a crash sends them
-// again, and a sink that implements stream.SentChecker is asked first
+// again, and a sink that implements connector.SentChecker is asked first
 // which of the rows an earlier run (or a failed Send) may have published,
 // so none is published twice. Failures of a sink are retried with backoff
 // and never stop the processor; only a store failure does. The message
@@ -93,7 +95,7 @@ type outboxPart struct {
 	wake chan struct{} // a commit wrote rows
 	// unsure: rows ordered below it may have been published already (by
 	// an earlier run, or by a failed Send), so they are checked with the
-	// stream.SentChecker before being sent. started is unsure at Run:
+	// connector.SentChecker before being sent. started is unsure at Run:
 	// rows below it are an earlier run's, and graced says whether the
 	// grace for that run's sends in flight was given. Guarded by
 	// outbox.mu.
@@ -313,7 +315,7 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) erro
 }
 
 // unsent returns the rows to send: all of them but those an earlier run or
-// a failed Send published already, as their sink's stream.SentChecker
+// a failed Send published already, as their sink's connector.SentChecker
 // tells (a sink that cannot tell gets them again).
 func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow, error) {
 	o.mu.Lock()
@@ -333,17 +335,17 @@ func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow
 			}
 		}
 		for _, idx := range bySink {
-			checks, ok := rows[idx[0]].sink.(stream.SentChecker)
+			checks, ok := rows[idx[0]].sink.(connector.SentChecker)
 			if !ok {
 				continue
 			}
-			msgs := make([]stream.Message, len(idx))
+			msgs := make([]connector.Message, len(idx))
 			for j, i := range idx {
 				msgs[j] = rows[i].msg
 			}
 			sent, err := checks.Sent(ctx, msgs)
 			if err == nil && len(sent) != len(msgs) {
-				err = fmt.Errorf("stream.SentChecker returned %d answers for %d messages", len(sent), len(msgs))
+				err = fmt.Errorf("connector.SentChecker returned %d answers for %d messages", len(sent), len(msgs))
 			}
 			if err != nil {
 				return err
@@ -391,8 +393,8 @@ func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow
 func sendRows(ctx context.Context, rows []outRow) error {
 	type dest struct {
 		name string
-		sink stream.Sink
-		msgs []stream.Message
+		sink connector.Sink
+		msgs []connector.Message
 		err  error
 	}
 	var dests []*dest
@@ -402,7 +404,7 @@ func sendRows(ctx context.Context, rows []outRow) error {
 		}
 	}
 	if len(dests) == 1 {
-		dests[0].msgs = make([]stream.Message, len(rows))
+		dests[0].msgs = make([]connector.Message, len(rows))
 		for i := range rows {
 			dests[0].msgs[i] = rows[i].msg
 		}
@@ -415,7 +417,7 @@ func sendRows(ctx context.Context, rows []outRow) error {
 			counts[j]++
 		}
 		for j, d := range dests {
-			d.msgs = make([]stream.Message, 0, counts[j])
+			d.msgs = make([]connector.Message, 0, counts[j])
 		}
 		for i := range rows {
 			d := dests[idx[i]]

@@ -11,14 +11,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/internal/rowfmt"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // pendingDeadLetter is one committed dead-letter row of the processor's source.
 type pendingDeadLetter struct {
 	key    []byte
-	letter stream.DeadLetter
+	letter deadletter.Letter
 }
 
 var errStopRows = errors.New("stop")
@@ -37,8 +40,8 @@ func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([
 			}
 			return nil
 		}
-		var d stream.DeadLetter
-		if err := d.UnmarshalBinary(value); err != nil {
+		var d deadletter.Letter
+		if err := rowfmt.DecodeLetter(value, &d); err != nil {
 			return fmt.Errorf("stream: source %q partition %d: dead-letter row %x: %w", p.name, pt, key, err)
 		}
 		out = append(out, pendingDeadLetter{key: bytes.Clone(key), letter: d})
@@ -58,21 +61,21 @@ func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([
 // publishes to: header values of 1..255 bytes (an empty one, such as the
 // error text of a dead letter without error, is left out; a longer one is
 // cut at a UTF-8 boundary) and a non-empty payload (see
-// stream.HeaderDLQEmptyPayload).
-func deadLetterMessage(d stream.DeadLetter) stream.Message {
+// deadletter.HeaderEmptyPayload).
+func deadLetterMessage(d deadletter.Letter) connector.Message {
 	m := d.Message()
 	hs := m.Headers[:0]
 	for _, f := range m.Headers {
 		if len(f.Value) == 0 {
 			continue
 		}
-		if len(f.Value) > stream.MaxKeyLen {
-			v := f.Value[:stream.MaxKeyLen]
-			for !utf8.Valid(v) && len(v) > stream.MaxKeyLen-utf8.UTFMax {
+		if len(f.Value) > connector.MaxKeyLen {
+			v := f.Value[:connector.MaxKeyLen]
+			for !utf8.Valid(v) && len(v) > connector.MaxKeyLen-utf8.UTFMax {
 				v = v[:len(v)-1] // drop a cut rune
 			}
 			if !utf8.Valid(v) {
-				v = f.Value[:stream.MaxKeyLen] // not text: cut anywhere
+				v = f.Value[:connector.MaxKeyLen] // not text: cut anywhere
 			}
 			f.Value = v
 		}
@@ -80,7 +83,7 @@ func deadLetterMessage(d stream.DeadLetter) stream.Message {
 	}
 	m.Headers = hs
 	if len(m.Payload) == 0 {
-		m.Headers = append(m.Headers, stream.Field{Name: stream.HeaderDLQEmptyPayload, Value: []byte("1")})
+		m.Headers = append(m.Headers, connector.Field{Name: deadletter.HeaderEmptyPayload, Value: []byte("1")})
 		m.Payload = []byte{0}
 	}
 	return m
@@ -108,8 +111,8 @@ func (k deadLetterKind) rows(ctx context.Context, pt uint32, limit int, _ bool) 
 	return out, nil
 }
 
-func letters(rows []outRow) []stream.DeadLetter {
-	out := make([]stream.DeadLetter, len(rows))
+func letters(rows []outRow) []deadletter.Letter {
+	out := make([]deadletter.Letter, len(rows))
 	for i := range rows {
 		out[i] = *rows[i].letter
 	}
@@ -444,8 +447,8 @@ func (*messageKind) count(ps *stream.PartitionStats, n int, failed bool) {
 	ps.OutboxPublished += uint64(n)
 }
 
-func outMessages(rows []outRow) []stream.Message {
-	out := make([]stream.Message, len(rows))
+func outMessages(rows []outRow) []connector.Message {
+	out := make([]connector.Message, len(rows))
 	for i := range rows {
 		out[i] = rows[i].msg
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Outbox rows (docs/design.md §11). What a batch's emitting handlers (To,
@@ -31,7 +31,7 @@ import (
 // the partition's outbox messages from 1 in commit order; the row
 // AppendString(source) 0x01 holds the next one. A message's strand headers
 // are its key, tag, ordering, algebra and (flags&1) producer seq, written as
-// stream.Headers.AppendFields writes them; its id and its strand-origin
+// connector.Headers.AppendFields writes them; its id and its strand-origin
 // header are its origin: the row's origin stream, xxh32(topology "\x00"
 // source) (u32 BE) and partition (u32 BE), then its seq (u64 BE). Stores
 // written before runs hold rows of version 1, one message each (its seq is
@@ -120,7 +120,7 @@ func (e *outboxEncoder) begin(origin [8]byte, dests []string) {
 	}
 }
 
-func (e *outboxEncoder) add(dest int, h *stream.Headers, payload []byte) {
+func (e *outboxEncoder) add(dest int, h *connector.Headers, payload []byte) {
 	e.count++
 	e.buf = binary.AppendUvarint(e.buf, uint64(dest))
 	e.buf = appendBytes(e.buf, h.Key)
@@ -152,36 +152,36 @@ func (e *outboxEncoder) end(headerLen int) []byte {
 // outboxMessage builds the message of seq with strand headers h, and the
 // given origin stream, appending its header fields to fields and their
 // values to vals (both may be shared by many messages).
-func outboxMessage(origin [8]byte, seq uint64, h *stream.Headers, payload []byte, fields []stream.Field, vals []byte) (stream.Message, []stream.Field, []byte, error) {
+func outboxMessage(origin [8]byte, seq uint64, h *connector.Headers, payload []byte, fields []connector.Field, vals []byte) (connector.Message, []connector.Field, []byte, error) {
 	var id [originLen]byte
 	copy(id[:], origin[:])
 	binary.BigEndian.PutUint64(id[8:], seq)
 	fstart := len(fields)
 	fields, vals, err := appendStrandFields(fields, vals, h)
 	if err != nil {
-		return stream.Message{}, fields[:fstart], vals, err
+		return connector.Message{}, fields[:fstart], vals, err
 	}
-	fields = append(fields, stream.Field{Name: stream.HeaderOrigin, Value: sub(&vals, id[:])})
-	m := stream.Message{Key: h.Key, ID: id, Headers: fields[fstart:len(fields):len(fields)], Payload: payload}
+	fields = append(fields, connector.Field{Name: connector.HeaderOrigin, Value: sub(&vals, id[:])})
+	m := connector.Message{Key: h.Key, ID: id, Headers: fields[fstart:len(fields):len(fields)], Payload: payload}
 	return m, fields, vals, nil
 }
 
 // appendStrandFields is h.AppendFields(fields) with the values appended
 // to vals instead of allocated one by one.
-func appendStrandFields(fields []stream.Field, vals []byte, h *stream.Headers) ([]stream.Field, []byte, error) {
+func appendStrandFields(fields []connector.Field, vals []byte, h *connector.Headers) ([]connector.Field, []byte, error) {
 	if err := h.Validate(); err != nil {
 		return fields, vals, err
 	}
 	var b [8]byte
 	binary.LittleEndian.PutUint32(b[:], uint32(h.Tag))
 	fields = append(fields,
-		stream.Field{Name: stream.HeaderKey, Value: sub(&vals, h.Key)},
-		stream.Field{Name: stream.HeaderType, Value: sub(&vals, b[:4])},
-		stream.Field{Name: stream.HeaderProps, Value: sub(&vals, []byte{stream.PropsVersion, byte(h.Ordering), byte(h.Algebra)})},
+		connector.Field{Name: connector.HeaderKey, Value: sub(&vals, h.Key)},
+		connector.Field{Name: connector.HeaderType, Value: sub(&vals, b[:4])},
+		connector.Field{Name: connector.HeaderProps, Value: sub(&vals, []byte{connector.PropsVersion, byte(h.Ordering), byte(h.Algebra)})},
 	)
 	if h.HasSeq {
 		binary.LittleEndian.PutUint64(b[:], h.Seq)
-		fields = append(fields, stream.Field{Name: stream.HeaderSeq, Value: sub(&vals, b[:])})
+		fields = append(fields, connector.Field{Name: connector.HeaderSeq, Value: sub(&vals, b[:])})
 	}
 	return fields, vals, nil
 }
@@ -198,7 +198,7 @@ func sub(vals *[]byte, b []byte) []byte {
 type outboxRowMsg struct {
 	seq  uint64
 	dest string
-	msg  stream.Message
+	msg  connector.Message
 }
 
 // decodeOutboxRow decodes the outbox row whose key holds seq: its
@@ -229,11 +229,11 @@ func decodeOutboxRow(seq uint64, value []byte) ([]outboxRowMsg, error) {
 		return nil, fmt.Errorf("outbox row %d: %d messages in %d bytes", seq, n, len(r.b))
 	}
 	out := make([]outboxRowMsg, 0, n)
-	fields := make([]stream.Field, 0, 5*n)
+	fields := make([]connector.Field, 0, 5*n)
 	vals := make([]byte, 0, (originLen+16)*int(n)+len(value))
 	for i := range n {
 		d := r.uvarint()
-		var h stream.Headers
+		var h connector.Headers
 		h.Key = r.bytes()
 		h.Tag = planner.Tag(binary.BigEndian.Uint32(r.take(4)))
 		t := r.take(3)
@@ -251,7 +251,7 @@ func decodeOutboxRow(seq uint64, value []byte) ([]outboxRowMsg, error) {
 		case flags&^outboxFlagSeq != 0:
 			return nil, fmt.Errorf("outbox row %d: message %d: flags %#x", seq, i, flags)
 		}
-		var m stream.Message
+		var m connector.Message
 		var err error
 		m, fields, vals, err = outboxMessage(origin, seq+i, &h, payload, fields, vals)
 		if err != nil {
@@ -346,7 +346,7 @@ func outboxRowCount(seq uint64, value []byte) (int, error) {
 }
 
 // decodeOutboxMessage decodes a row of version 1.
-func decodeOutboxMessage(b []byte) (dest string, m stream.Message, err error) {
+func decodeOutboxMessage(b []byte) (dest string, m connector.Message, err error) {
 	r := rowenc.Reader{B: b}
 	if v := r.Byte(); r.Err == nil && v != outboxVersion1 {
 		return "", m, fmt.Errorf("outbox row version %d, want %d", v, outboxVersion1)
@@ -364,14 +364,14 @@ func decodeOutboxMessage(b []byte) (dest string, m stream.Message, err error) {
 	}
 	for range n {
 		name := r.String()
-		m.Headers = append(m.Headers, stream.Field{Name: name, Value: r.Bytes()})
+		m.Headers = append(m.Headers, connector.Field{Name: name, Value: r.Bytes()})
 	}
 	m.Payload = r.Bytes()
 	if r.Err == nil && len(r.B) != 0 {
 		r.Err = fmt.Errorf("%d bytes after the payload", len(r.B))
 	}
 	if r.Err != nil {
-		return "", stream.Message{}, fmt.Errorf("outbox row: %w", r.Err)
+		return "", connector.Message{}, fmt.Errorf("outbox row: %w", r.Err)
 	}
 	return dest, m, nil
 }
@@ -413,7 +413,7 @@ func (t *Task) loadOutbox(ctx context.Context) error {
 // duplicate reports whether r, read from the log (not a parked row), is an
 // outbox message this partition has applied already, and otherwise notes
 // its origin in the batch.
-func (b *batch) duplicate(r *stream.Record) bool {
+func (b *batch) duplicate(r *connector.Record) bool {
 	o := r.Headers.Origin
 	if len(o) != originLen {
 		return false
@@ -465,9 +465,9 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 		return
 	}
 	rows := make([]outRow, 0, n)
-	// Per message: the strand headers (stream.Headers.AppendFields: key,
+	// Per message: the strand headers (connector.Headers.AppendFields: key,
 	// type, props, seq) and the origin.
-	fields := make([]stream.Field, 0, n*5)
+	fields := make([]connector.Field, 0, n*5)
 	vals := make([]byte, 0, size+n*(originLen+16))
 	enc := outboxEncoder{buf: make([]byte, 0, size+(n/outboxRowMessages+1)*(64+len(dests)*64))}
 	headerLen := 0

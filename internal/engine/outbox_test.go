@@ -22,6 +22,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ---- a topology that emits ----
@@ -83,7 +84,7 @@ func (l *lockedRand) IntN(n int) int {
 
 func outEnvelope(key string, amount int64, part int) stream.Envelope {
 	return stream.Envelope{
-		Headers: stream.Headers{Key: []byte(key), Tag: outTag, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative,
+		Headers: connector.Headers{Key: []byte(key), Tag: outTag, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative,
 			Seq: uint64(amount), HasSeq: part == 2},
 		Payload: fmt.Appendf(nil, "%s:%d:%d", key, amount, part),
 	}
@@ -100,7 +101,7 @@ func outEnvelope(key string, amount int64, part int) stream.Envelope {
 // slows every Send by that much per message.
 type partSink struct {
 	mu     sync.Mutex
-	parts  [][]stream.Message
+	parts  [][]connector.Message
 	sends  int
 	fail   func(send int, part uint32, n int) int
 	block  chan struct{}
@@ -114,10 +115,10 @@ func (s *partSink) setFail(fail func(send int, part uint32, n int) int) {
 }
 
 func newPartSink(partitions int) *partSink {
-	return &partSink{parts: make([][]stream.Message, partitions)}
+	return &partSink{parts: make([][]connector.Message, partitions)}
 }
 
-func (s *partSink) Send(ctx context.Context, msgs []stream.Message) error {
+func (s *partSink) Send(ctx context.Context, msgs []connector.Message) error {
 	if s.perMsg > 0 {
 		time.Sleep(s.perMsg * time.Duration(len(msgs)))
 	}
@@ -131,7 +132,7 @@ func (s *partSink) Send(ctx context.Context, msgs []stream.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sends++
-	by := make([][]stream.Message, len(s.parts))
+	by := make([][]connector.Message, len(s.parts))
 	for _, m := range msgs {
 		p := xxh32.Partition(m.Key, uint32(len(s.parts)))
 		by[p] = append(by[p], m)
@@ -152,7 +153,7 @@ func (s *partSink) Send(ctx context.Context, msgs []stream.Message) error {
 	return nil
 }
 
-func (s *partSink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) {
+func (s *partSink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	have := map[[16]byte]bool{}
@@ -168,10 +169,10 @@ func (s *partSink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, err
 	return out, nil
 }
 
-func (s *partSink) partitions() [][]stream.Message {
+func (s *partSink) partitions() [][]connector.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([][]stream.Message, len(s.parts))
+	out := make([][]connector.Message, len(s.parts))
 	for i := range s.parts {
 		out[i] = slices.Clone(s.parts[i])
 	}
@@ -244,10 +245,10 @@ func checkTopic(t testing.TB, name string, s *partSink, want []string) {
 	}
 }
 
-func origin(t testing.TB, m stream.Message) []byte {
+func origin(t testing.TB, m connector.Message) []byte {
 	t.Helper()
 	for _, f := range m.Headers {
-		if f.Name == stream.HeaderOrigin {
+		if f.Name == connector.HeaderOrigin {
 			if len(f.Value) != originLen {
 				t.Fatalf("origin of %d bytes", len(f.Value))
 			}
@@ -291,13 +292,13 @@ func TestOutboxPublishesOnceInOrderThroughFailures(t *testing.T) {
 			}
 			a.setFail(fail)
 			b.setFail(fail)
-			sinks := map[string]stream.Sink{outTopicA: a, outTopicB: b}
+			sinks := map[string]connector.Sink{outTopicA: a, outTopicB: b}
 			var crashes atomic.Int64
 			for round := range 6 {
 				pipeDeposits(t, fx, 100+r.IntN(300), 25, r)
 				var hooks Hooks
 				if round%2 == 0 {
-					hooks.AfterOutboxSend = func(uint32, []stream.Message) error {
+					hooks.AfterOutboxSend = func(uint32, []connector.Message) error {
 						if crashes.Load() < int64(round/2+1) && lr.IntN(3) == 0 {
 							crashes.Add(1)
 							return errCrash
@@ -359,7 +360,7 @@ func TestOutboxPacesTheSourceToAHealthySink(t *testing.T) {
 		most.Store(max(most.Load(), p.outboxPending(pt)))
 		return nil
 	}}
-	p = newProc(t, fx, db, WithPollSize(500), WithOutboxSinks(map[string]stream.Sink{outTopicA: a, outTopicB: b}), WithHooks(hooks))
+	p = newProc(t, fx, db, WithPollSize(500), WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: b}), WithHooks(hooks))
 	run := startProcessor(p)
 	waitFor(t, "every message published", func() bool { return a.count() == records })
 	if err := run.stop(t); err != nil {
@@ -394,7 +395,7 @@ func TestOutboxNeverHoldsTheSourceOnAFailingOrStuckSink(t *testing.T) {
 			db := fx.openDB(t)
 			defer closeDB(t, db)
 			p := newProc(t, fx, db, WithPollSize(300), WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, 5*time.Millisecond),
-				WithOutboxSinks(map[string]stream.Sink{outTopicA: a, outTopicB: b}))
+				WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: b}))
 			start := time.Now()
 			run := startProcessor(p)
 			waitFor(t, "every record applied", func() bool { return caughtUp(p, fx.src) })
@@ -443,7 +444,7 @@ func TestOutboxPublishGate(t *testing.T) {
 	db := fx.openDB(t)
 	defer closeDB(t, db)
 	p := newProc(t, fx, db, WithPollSize(50), WithPublishGate(gate, nil), WithDeadLetterBackoff(time.Millisecond, 2*time.Millisecond),
-		WithOutboxSinks(map[string]stream.Sink{outTopicA: a, outTopicB: b}))
+		WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: b}))
 	run := startProcessor(p)
 	waitFor(t, "applied, the gate asked again and again", func() bool { return caughtUp(p, fx.src) && calls.Load() > 3 })
 	if a.count()+b.count() != 0 {
@@ -491,7 +492,7 @@ func TestOutboxPublishesRowsOfVersion1(t *testing.T) {
 	}
 	pipeDeposits(t, fx, 100, 5, rand.New(rand.NewPCG(7, 8)))
 	a, b := newPartSink(1), newPartSink(1)
-	p := newProc(t, fx, db, WithPollSize(10), WithOutboxGrace(0), WithOutboxSinks(map[string]stream.Sink{outTopicA: a, outTopicB: b}))
+	p := newProc(t, fx, db, WithPollSize(10), WithOutboxGrace(0), WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: b}))
 	run := startProcessor(p)
 	want := expectedOutputs(t, fx)
 	waitFor(t, "published", func() bool { return a.count() == 30+len(want[outTopicA]) && pendingNone(p) })
@@ -509,7 +510,7 @@ func TestOutboxPublishesRowsOfVersion1(t *testing.T) {
 
 // encodeOutboxV1 is the row value of version 1, as strand wrote it before
 // runs of messages.
-func encodeOutboxV1(dest string, m stream.Message) []byte {
+func encodeOutboxV1(dest string, m connector.Message) []byte {
 	dst := []byte{outboxVersion1}
 	dst = rowenc.AppendString(dst, dest)
 	dst = rowenc.AppendString(dst, string(m.Key))
@@ -523,7 +524,7 @@ func encodeOutboxV1(dest string, m stream.Message) []byte {
 }
 
 // A row of messages decodes to the messages written, with the headers
-// stream.Headers.AppendFields gives plus the origin.
+// connector.Headers.AppendFields gives plus the origin.
 func TestOutboxRowRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	origin := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
@@ -537,7 +538,7 @@ func TestOutboxRowRoundTrip(t *testing.T) {
 		n := 1 + r.IntN(300)
 		var want []outboxRowMsg
 		for i := range n {
-			h := stream.Headers{Key: randBytes(r, 1+r.IntN(stream.MaxKeyLen)), Tag: planner.Tag(r.Uint32()),
+			h := connector.Headers{Key: randBytes(r, 1+r.IntN(connector.MaxKeyLen)), Tag: planner.Tag(r.Uint32()),
 				Ordering: []planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}[r.IntN(4)],
 				Algebra:  algebra.Kind(r.IntN(int(algebra.IdempotentCommutative) + 1)), Seq: r.Uint64(), HasSeq: r.IntN(2) == 0}
 			payload := randBytes(r, r.IntN(200))
@@ -607,7 +608,7 @@ func randBytes(r *rand.Rand, n int) []byte {
 func FuzzDecodeOutboxRow(f *testing.F) {
 	var enc outboxEncoder
 	enc.begin([8]byte{9}, []string{"a/b"})
-	h := stream.Headers{Key: []byte("k"), Tag: 3, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative}
+	h := connector.Headers{Key: []byte("k"), Tag: 3, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative}
 	enc.add(0, &h, []byte("payload"))
 	h.Seq, h.HasSeq = 5, true
 	enc.add(0, &h, nil)
@@ -650,7 +651,7 @@ func TestOutboxStoreRoundsCutRows(t *testing.T) {
 	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	p := newProc(t, fx, db, WithOutboxSinks(map[string]stream.Sink{outTopicA: newPartSink(1), outTopicB: newPartSink(1)}))
+	p := newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: newPartSink(1), outTopicB: newPartSink(1)}))
 	k := newMessageKind(p)
 	var got []uint64
 	deleted := map[string]bool{}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/stream"
 	"time"
+
+	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/internal/state"
 )
@@ -20,7 +23,7 @@ type parkedKey struct {
 	next     time.Time
 	manual   bool
 	lastErr  string
-	records  []stream.Record // in offset order; they own their bytes
+	records  []connector.Record // in offset order; they own their bytes
 }
 
 // Row layout in state.FamilyParked, under the task's partition:
@@ -74,17 +77,16 @@ func (pk *parkedKey) metaValue() []byte {
 	return binary.BigEndian.AppendUint64(b, pk.failedAt)
 }
 
-// Parked records are rows in stream.Record's binary encoding (version 1,
+// Parked records are rows in connector.Record's binary encoding (version 1,
 // parkedFormat), under their partition.
-func encodeParkedRecord(r stream.Record) []byte {
-	b, _ := r.AppendBinary(nil)
-	return b
+func encodeParkedRecord(r connector.Record) []byte {
+	return rowfmt.AppendRecord(nil, r)
 }
 
-func decodeParkedRecord(partition uint32, data []byte) (stream.Record, error) {
-	r := stream.Record{Partition: partition}
-	if err := r.UnmarshalBinary(data); err != nil {
-		return stream.Record{}, fmt.Errorf("parked record: %w", err)
+func decodeParkedRecord(partition uint32, data []byte) (connector.Record, error) {
+	r := connector.Record{Partition: partition}
+	if err := rowfmt.DecodeRecord(data, &r); err != nil {
+		return connector.Record{}, fmt.Errorf("parked record: %w", err)
 	}
 	return r, nil
 }

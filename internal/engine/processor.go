@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 
 	"github.com/strand-io/strand/internal/state"
 )
@@ -51,7 +54,7 @@ import (
 // batch that refused them (an outbox), so a crash never loses one. After the
 // commit the processor publishes them to the sink (the rows of one source
 // partition in offset order, up to 512 per Send), each with a message ID
-// derived from source, partition and offset (DeadLetter.ID), and then
+// derived from source, partition and offset (deadletter.Letter.ID), and then
 // deletes their rows in a later commit. Before a Send it makes the store's
 // write-ahead log durable (state.DB.SyncWAL), so that with NoSync
 // durability too no dead letter becomes visible for a batch that a crash
@@ -59,8 +62,8 @@ import (
 // that may already be
 // published: on restart (and after any failed Send, which may have sent a
 // prefix), before sending such rows again the processor asks the sink which
-// IDs it already holds, if the sink implements stream.SentChecker, and sends only
-// the others. So with a stream.SentChecker sink every dead letter is published
+// IDs it already holds, if the sink implements connector.SentChecker, and sends only
+// the others. So with a connector.SentChecker sink every dead letter is published
 // exactly once (as far as the checker sees: connectors/iggy's Sink looks at
 // the end of the destination partition); with a plain Sink, at least once,
 // a repeat always carrying the same message ID. A sink that is down does not
@@ -92,11 +95,11 @@ import (
 type Processor struct {
 	prog   *Program
 	db     *state.DB
-	src    stream.Source
+	src    connector.Source
 	name   string
 	opts   processorOptions
 	log    *slog.Logger
-	checks stream.SentChecker // opts.sink as a stream.SentChecker, or nil
+	checks connector.SentChecker // opts.sink as a connector.SentChecker, or nil
 
 	running atomic.Bool
 
@@ -112,7 +115,7 @@ type Processor struct {
 type ProcessorOption func(*processorOptions)
 
 type processorOptions struct {
-	sink         stream.Sink
+	sink         connector.Sink
 	pollSize     int
 	prefetch     int
 	partitions   []uint32
@@ -122,7 +125,7 @@ type processorOptions struct {
 	hooks        Hooks
 	drainTimeout time.Duration
 	dlqBackoff   [2]time.Duration
-	outboxSinks  map[string]stream.Sink
+	outboxSinks  map[string]connector.Sink
 	outboxGrace  time.Duration
 	observe      observeOptions // see observe.go
 	// gate, when set, is called before an outbox sends rows of a
@@ -141,10 +144,10 @@ const DefaultPollSize = 4096
 
 // WithDeadLetterSink makes the processor publish dead letters to s (for
 // example an Iggy "<topic>.dlq" topic through connectors/iggy.NewSink). If s
-// also implements stream.SentChecker, publication is exactly-once across crashes;
+// also implements connector.SentChecker, publication is exactly-once across crashes;
 // otherwise at-least-once. Without a sink dead letters stay in the store as
 // rows (see Processor.PendingDeadLetters) and are counted, never dropped.
-func WithDeadLetterSink(s stream.Sink) ProcessorOption {
+func WithDeadLetterSink(s connector.Sink) ProcessorOption {
 	return func(o *processorOptions) { o.sink = s }
 }
 
@@ -163,9 +166,9 @@ func WithOutboxGrace(d time.Duration) ProcessorOption {
 // WithOutboxSinks gives the processor the sinks of the topics its
 // source's To and KeyBy steps publish to, by topic name (Program.Outputs).
 // NewProcessor refuses a processor whose source publishes to a topic
-// without a sink. Sinks that also implement stream.SentChecker get
+// without a sink. Sinks that also implement connector.SentChecker get
 // exactly-once publication across crashes; others at-least-once.
-func WithOutboxSinks(sinks map[string]stream.Sink) ProcessorOption {
+func WithOutboxSinks(sinks map[string]connector.Sink) ProcessorOption {
 	return func(o *processorOptions) { o.outboxSinks = sinks }
 }
 
@@ -261,10 +264,10 @@ func WithDeadLetterBackoff(minWait, maxWait time.Duration) ProcessorOption {
 type Hooks struct {
 	// AfterPoll is called on a partition's reader goroutine with every
 	// polled batch, before it is queued for the pipeline.
-	AfterPoll func(partition uint32, records []stream.Record) error
+	AfterPoll func(partition uint32, records []connector.Record) error
 	// BeforeProcess is called on the pipeline goroutine before Task.Process
 	// (records is the batch) or Task.Retry (records is nil).
-	BeforeProcess func(partition uint32, records []stream.Record) error
+	BeforeProcess func(partition uint32, records []connector.Record) error
 	// AfterCommit is called on the pipeline goroutine after Task.Process or
 	// Task.Retry committed, with its result (res.Next is the new
 	// checkpoint), before the offset is advised and dead letters are
@@ -274,19 +277,19 @@ type Hooks struct {
 	// dead letters of one source partition about to be sent (those a
 	// SentChecker found already published are not in it), after their
 	// commit is durable.
-	BeforeDeadLetterSend func(partition uint32, letters []stream.DeadLetter) error
+	BeforeDeadLetterSend func(partition uint32, letters []deadletter.Letter) error
 	// AfterDeadLetterSend is called after the sink accepted them, before
 	// their rows are deleted.
-	AfterDeadLetterSend func(partition uint32, letters []stream.DeadLetter) error
+	AfterDeadLetterSend func(partition uint32, letters []deadletter.Letter) error
 	// AfterDeadLetterDelete is called after the rows of published dead
 	// letters were deleted (committed); letters includes those a
 	// SentChecker found already published.
-	AfterDeadLetterDelete func(partition uint32, letters []stream.DeadLetter) error
+	AfterDeadLetterDelete func(partition uint32, letters []deadletter.Letter) error
 	// BeforeOutboxSend is called on the outbox goroutine with the outbox
 	// messages of one source partition about to be sent, after their
 	// commit is durable; AfterOutboxSend after the sinks accepted them,
 	// before their rows are deleted.
-	BeforeOutboxSend, AfterOutboxSend func(partition uint32, msgs []stream.Message) error
+	BeforeOutboxSend, AfterOutboxSend func(partition uint32, msgs []connector.Message) error
 }
 
 // ErrRunning is returned by Run when the processor is already running.
@@ -326,7 +329,7 @@ func addCounters(c *stream.Counters, o stream.Counters) {
 // one stored there (an error wrapping state.ErrIncompatibleTopology refuses
 // a store written by another topology), and refuses a source whose name the
 // program does not know or invalid options. It does no I/O on src: Run does.
-func NewProcessor(prog *Program, db *state.DB, src stream.Source, opts ...ProcessorOption) (*Processor, error) {
+func NewProcessor(prog *Program, db *state.DB, src connector.Source, opts ...ProcessorOption) (*Processor, error) {
 	if prog == nil || db == nil || src == nil {
 		return nil, errors.New("stream: NewProcessor: nil program, database or source")
 	}
@@ -381,7 +384,7 @@ func NewProcessor(prog *Program, db *state.DB, src stream.Source, opts ...Proces
 		live:       map[uint32]*pipeline{},
 		outboxBase: map[uint32]int64{},
 	}
-	if c, ok := o.sink.(stream.SentChecker); ok {
+	if c, ok := o.sink.(connector.SentChecker); ok {
 		p.checks = c
 	}
 	return p, nil
@@ -455,12 +458,12 @@ func (p *Processor) Release(ctx context.Context, partition uint32, key []byte) e
 // source whose rows are not yet deleted (not yet published, or published
 // and not yet confirmed), ordered by partition and offset. Without a sink
 // they accumulate here.
-func (p *Processor) PendingDeadLetters(ctx context.Context) ([]stream.DeadLetter, error) {
+func (p *Processor) PendingDeadLetters(ctx context.Context) ([]deadletter.Letter, error) {
 	parts, err := p.pendingPartitions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []stream.DeadLetter
+	var out []deadletter.Letter
 	for _, pt := range parts {
 		rows, err := p.deadLetterRows(ctx, pt, 0)
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/stream"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -19,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // The SIGKILL test runs the processor in a child process (this test binary,
@@ -93,15 +95,15 @@ func TestProcessorCrashChild(t *testing.T) {
 		}
 		switch name {
 		case "BeforeProcess":
-			hooks.BeforeProcess = func(uint32, []stream.Record) error { return kill() }
+			hooks.BeforeProcess = func(uint32, []connector.Record) error { return kill() }
 		case "AfterCommit":
 			hooks.AfterCommit = func(uint32, Result) error { return kill() }
 		case "BeforeDeadLetterSend":
-			hooks.BeforeDeadLetterSend = func(uint32, []stream.DeadLetter) error { return kill() }
+			hooks.BeforeDeadLetterSend = func(uint32, []deadletter.Letter) error { return kill() }
 		case "AfterDeadLetterSend":
-			hooks.AfterDeadLetterSend = func(uint32, []stream.DeadLetter) error { return kill() }
+			hooks.AfterDeadLetterSend = func(uint32, []deadletter.Letter) error { return kill() }
 		case "AfterDeadLetterDelete":
-			hooks.AfterDeadLetterDelete = func(uint32, []stream.DeadLetter) error { return kill() }
+			hooks.AfterDeadLetterDelete = func(uint32, []deadletter.Letter) error { return kill() }
 		default:
 			t.Fatalf("unknown hook %q", name)
 		}
@@ -246,7 +248,7 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 				continue
 			}
 			want++
-			id := stream.DeadLetter{Source: procSource, Partition: pt, Offset: r.Offset}.ID()
+			id := deadletter.Letter{Source: procSource, Partition: pt, Offset: r.Offset}.ID()
 			if n := sink.count[id]; n != 1 {
 				t.Errorf("dead letter of partition %d offset %d is in the sink %d times", pt, r.Offset, n)
 			}
@@ -320,7 +322,7 @@ func openFileSink(path string) (*fileSink, error) {
 	return s, nil
 }
 
-func (s *fileSink) Send(ctx context.Context, msgs []stream.Message) error {
+func (s *fileSink) Send(ctx context.Context, msgs []connector.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range msgs {
@@ -338,7 +340,7 @@ func (s *fileSink) Send(ctx context.Context, msgs []stream.Message) error {
 	return nil
 }
 
-func (s *fileSink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) {
+func (s *fileSink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]bool, len(msgs))

@@ -3,10 +3,13 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/state"
@@ -39,7 +42,7 @@ func ExampleProcessor() {
 		env, _ := deposits.Envelope(e)
 		src.appendEnv(env)
 	}
-	src.append(0, stream.Record{HeaderErr: fmt.Errorf("no strand headers"), Payload: []byte("?")})
+	src.append(0, connector.Record{HeaderErr: fmt.Errorf("no strand headers"), Payload: []byte("?")})
 
 	dir, _ := os.MkdirTemp("", "strand-example")
 	defer os.RemoveAll(dir)
@@ -72,7 +75,7 @@ func ExampleProcessor() {
 		fmt.Println(acct, v)
 	}
 	m := dlq.all()[0]
-	fmt.Println("dead letter:", header(m, stream.HeaderDLQReason), "from partition", header(m, stream.HeaderDLQPartition), "offset", header(m, stream.HeaderDLQOffset))
+	fmt.Println("dead letter:", header(m, deadletter.HeaderReason), "from partition", header(m, deadletter.HeaderPartition), "offset", header(m, deadletter.HeaderOffset))
 	// Output:
 	// run: <nil>
 	// alice 42

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ErrNotContiguous is wrapped by the error Run returns when a
@@ -262,7 +264,7 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 		}
 		pl := &pipeline{
 			p: p, part: pt, task: task, reader: rd, outboxes: obs,
-			batches:  make(chan []stream.Record, p.opts.prefetch+1),
+			batches:  make(chan []connector.Record, p.opts.prefetch+1),
 			slots:    make(chan struct{}, p.opts.prefetch+1),
 			advise:   make(chan uint64, 1),
 			release:  make(chan releaseReq),
@@ -305,15 +307,15 @@ type pipeline struct {
 	p        *Processor
 	part     uint32
 	task     *Task
-	reader   stream.PartitionReader
+	reader   connector.PartitionReader
 	outboxes outboxes
 	log      *slog.Logger
 
-	batches chan []stream.Record // polled batches, in offset order
-	slots   chan struct{}        // one token per batch polled and not yet processed
-	advise  chan uint64          // latest committed checkpoint to advise
-	release chan releaseReq      // Release requests
-	stopped chan struct{}        // closed when the pipeline loop has returned
+	batches chan []connector.Record // polled batches, in offset order
+	slots   chan struct{}           // one token per batch polled and not yet processed
+	advise  chan uint64             // latest committed checkpoint to advise
+	release chan releaseReq         // Release requests
+	stopped chan struct{}           // closed when the pipeline loop has returned
 
 	advised  uint64 // last offset advised (advisor goroutine, then run)
 	readFrom uint64 // next offset the reader expects (reader goroutine)
@@ -323,8 +325,8 @@ type pipeline struct {
 	// while the next batch executes.
 	pend      *Pending
 	pendFirst uint64
-	pendStart time.Time       // when pend was handed to Submit (telemetry)
-	pendRecs  []stream.Record // pend's records (telemetry)
+	pendStart time.Time          // when pend was handed to Submit (telemetry)
+	pendRecs  []connector.Record // pend's records (telemetry)
 }
 
 type releaseReq struct {
@@ -444,7 +446,7 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 }
 
 // process runs one polled batch through the Task.
-func (pl *pipeline) process(ctx context.Context, recs []stream.Record) error {
+func (pl *pipeline) process(ctx context.Context, recs []connector.Record) error {
 	h := &pl.p.opts.hooks
 	first := recs[0].Offset
 	start := time.Now()

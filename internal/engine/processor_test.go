@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -14,6 +13,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 
 	"go.uber.org/goleak"
 
@@ -135,7 +138,7 @@ func (fx *procFixture) pipeReset(t testing.TB, acct string) {
 // its partition and offset.
 func (fx *procFixture) pipePoison(acct string) (uint32, uint64) {
 	env := stream.Envelope{
-		Headers: stream.Headers{Key: []byte(acct), Tag: procTagPoison, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative},
+		Headers: connector.Headers{Key: []byte(acct), Tag: procTagPoison, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative},
 		Payload: []byte(`{"poison":true}`),
 	}
 	return fx.src.appendEnv(env)
@@ -205,7 +208,7 @@ type memSource struct {
 
 	mu      sync.Mutex
 	grew    chan struct{} // closed and replaced on every append
-	logs    [][]stream.Record
+	logs    [][]connector.Record
 	advised []uint64
 	opened  int
 	closed  int
@@ -215,7 +218,7 @@ type memSource struct {
 }
 
 func newMemSource(name string, partitions uint32) *memSource {
-	return &memSource{name: name, grew: make(chan struct{}), logs: make([][]stream.Record, partitions), advised: make([]uint64, partitions)}
+	return &memSource{name: name, grew: make(chan struct{}), logs: make([][]connector.Record, partitions), advised: make([]uint64, partitions)}
 }
 
 func (s *memSource) Name() string { return s.name }
@@ -236,10 +239,10 @@ func (s *memSource) partitions() func(func(uint32) bool) {
 
 func (s *memSource) appendEnv(env stream.Envelope) (uint32, uint64) {
 	pt := xxh32.Partition(env.Headers.Key, uint32(len(s.logs)))
-	return pt, s.append(pt, stream.Record{Headers: env.Headers, Payload: env.Payload})
+	return pt, s.append(pt, connector.Record{Headers: env.Headers, Payload: env.Payload})
 }
 
-func (s *memSource) append(pt uint32, r stream.Record) uint64 {
+func (s *memSource) append(pt uint32, r connector.Record) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.Partition, r.Offset = pt, uint64(len(s.logs[pt]))
@@ -250,7 +253,7 @@ func (s *memSource) append(pt uint32, r stream.Record) uint64 {
 	return r.Offset
 }
 
-func (s *memSource) log(pt uint32) []stream.Record {
+func (s *memSource) log(pt uint32) []connector.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.logs[pt])
@@ -266,7 +269,7 @@ func (s *memSource) total() uint64 {
 	return uint64(n)
 }
 
-func (s *memSource) Open(ctx context.Context, pt uint32, from uint64) (stream.PartitionReader, error) {
+func (s *memSource) Open(ctx context.Context, pt uint32, from uint64) (connector.PartitionReader, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if int(pt) >= len(s.logs) {
@@ -283,7 +286,7 @@ type memReader struct {
 	closed atomic.Bool
 }
 
-func (r *memReader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
+func (r *memReader) Poll(ctx context.Context, max int) ([]connector.Record, error) {
 	s := r.s
 	if s.onPoll != nil {
 		s.onPoll(r.pt, r.next)
@@ -302,7 +305,7 @@ func (r *memReader) Poll(ctx context.Context, max int) ([]stream.Record, error) 
 		log := s.logs[r.pt]
 		if r.next < uint64(len(log)) {
 			end := min(r.next+uint64(max), uint64(len(log)))
-			out := make([]stream.Record, 0, end-r.next)
+			out := make([]connector.Record, 0, end-r.next)
 			for _, rec := range log[r.next:end] {
 				if gap, ok := s.gapAt[r.pt]; ok && rec.Offset == gap {
 					continue
@@ -347,14 +350,14 @@ func (r *memReader) Close() error {
 // and answers Sent by message id.
 type memSink struct {
 	mu        sync.Mutex
-	msgs      []stream.Message
+	msgs      []connector.Message
 	failSends int // fail this many more Sends
 	prefix    int // ... after accepting this many of their messages
 	sends     int
 	checks    int
 }
 
-func (s *memSink) Send(ctx context.Context, msgs []stream.Message) error {
+func (s *memSink) Send(ctx context.Context, msgs []connector.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sends++
@@ -368,7 +371,7 @@ func (s *memSink) Send(ctx context.Context, msgs []stream.Message) error {
 	return nil
 }
 
-func (s *memSink) Sent(ctx context.Context, msgs []stream.Message) ([]bool, error) {
+func (s *memSink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checks++
@@ -394,7 +397,7 @@ func (s *memSink) byID() map[[16]byte]int {
 	return out
 }
 
-func (s *memSink) all() []stream.Message {
+func (s *memSink) all() []connector.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.msgs)
@@ -403,7 +406,9 @@ func (s *memSink) all() []stream.Message {
 // plainSink hides memSink's Sent: a sink without SentChecker.
 type plainSink struct{ s *memSink }
 
-func (p plainSink) Send(ctx context.Context, msgs []stream.Message) error { return p.s.Send(ctx, msgs) }
+func (p plainSink) Send(ctx context.Context, msgs []connector.Message) error {
+	return p.s.Send(ctx, msgs)
+}
 
 // ---- helpers ----
 
@@ -577,7 +582,7 @@ func TestProcessorOverlapsPollsAndBoundsReadAhead(t *testing.T) {
 			p := newProc(t, fx, db, WithPollSize(pollSize), WithPrefetch(prefetch), WithHooks(Hooks{
 				// A batch's commit is accounted for (AfterCommit) after the
 				// next batch started (BeforeProcess): count, not a flag.
-				BeforeProcess: func(pt uint32, recs []stream.Record) error { processing.Add(1); return nil },
+				BeforeProcess: func(pt uint32, recs []connector.Record) error { processing.Add(1); return nil },
 				AfterCommit: func(pt uint32, res Result) error {
 					committed.Store(res.Next)
 					processing.Add(-1)
@@ -616,7 +621,7 @@ func TestProcessorStopsGracefullyOnCancel(t *testing.T) {
 	db := fx.openDB(t)
 	defer func() { closeDB(t, db) }()
 	p := newProc(t, fx, db, WithPollSize(50), WithHooks(Hooks{
-		BeforeProcess: func(uint32, []stream.Record) error { started.Add(1); return nil },
+		BeforeProcess: func(uint32, []connector.Record) error { started.Add(1); return nil },
 		AfterCommit:   func(uint32, Result) error { finished.Add(1); return nil },
 	}))
 	r := startProcessor(p)
@@ -795,13 +800,13 @@ func TestProcessorRetriesParkedKeys(t *testing.T) {
 		t.Errorf("stats %+v: want retries and 1 dead letter (broken after %d attempts)", st.Total, fx.prog.maxAttempts)
 	}
 	for _, m := range sink.all() {
-		if h := header(m, stream.HeaderDLQReason); h != stream.ReasonExhausted.String() {
-			t.Errorf("dead letter reason %q, want %q", h, stream.ReasonExhausted)
+		if h := header(m, deadletter.HeaderReason); h != deadletter.ReasonExhausted.String() {
+			t.Errorf("dead letter reason %q, want %q", h, deadletter.ReasonExhausted)
 		}
 	}
 }
 
-func header(m stream.Message, name string) string {
+func header(m connector.Message, name string) string {
 	for _, f := range m.Headers {
 		if f.Name == name {
 			return string(f.Value)
@@ -824,13 +829,13 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 			}
 		},
 		"before send": func(h *Hooks, crash func() error) {
-			h.BeforeDeadLetterSend = func(uint32, []stream.DeadLetter) error { return crash() }
+			h.BeforeDeadLetterSend = func(uint32, []deadletter.Letter) error { return crash() }
 		},
 		"after send, before row deletion": func(h *Hooks, crash func() error) {
-			h.AfterDeadLetterSend = func(uint32, []stream.DeadLetter) error { return crash() }
+			h.AfterDeadLetterSend = func(uint32, []deadletter.Letter) error { return crash() }
 		},
 		"after row deletion": func(h *Hooks, crash func() error) {
-			h.AfterDeadLetterDelete = func(uint32, []stream.DeadLetter) error { return crash() }
+			h.AfterDeadLetterDelete = func(uint32, []deadletter.Letter) error { return crash() }
 		},
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
@@ -859,7 +864,7 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 					}
 				}
 				mem := &memSink{}
-				var sink stream.Sink = mem
+				var sink connector.Sink = mem
 				if !checked {
 					sink = plainSink{mem}
 				}
@@ -901,7 +906,7 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 
 				counts := mem.byID()
 				for _, o := range poison {
-					id := stream.DeadLetter{Source: procSource, Partition: o.pt, Offset: o.off}.ID()
+					id := deadletter.Letter{Source: procSource, Partition: o.pt, Offset: o.off}.ID()
 					switch n := counts[id]; {
 					case n == 1:
 					case n > 1 && !checked:
@@ -914,9 +919,9 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 					t.Errorf("sink holds %d messages, want %d", len(mem.all()), len(poison))
 				}
 				m := mem.all()[0]
-				if header(m, stream.HeaderDLQReason) != stream.ReasonUnknownType.String() || header(m, stream.HeaderDLQSource) != procSource ||
-					header(m, stream.HeaderDLQOffset) == "" || header(m, stream.HeaderDLQPartition) == "" || string(m.Payload) != `{"poison":true}` ||
-					header(m, stream.HeaderKey) == "" {
+				if header(m, deadletter.HeaderReason) != deadletter.ReasonUnknownType.String() || header(m, deadletter.HeaderSource) != procSource ||
+					header(m, deadletter.HeaderOffset) == "" || header(m, deadletter.HeaderPartition) == "" || string(m.Payload) != `{"poison":true}` ||
+					header(m, connector.HeaderKey) == "" {
 					t.Errorf("dead-letter message lacks its origin: %+v", m)
 				}
 			})
@@ -964,7 +969,7 @@ func TestProcessorWithoutSinkKeepsDeadLetters(t *testing.T) {
 	fx := newProcFixture(t, 1, nil)
 	fx.pipeDeposit(t, "a", 1)
 	_, off := fx.pipePoison("a")
-	fx.src.append(0, stream.Record{HeaderErr: errors.New("garbled headers"), Payload: []byte("x")})
+	fx.src.append(0, connector.Record{HeaderErr: errors.New("garbled headers"), Payload: []byte("x")})
 	db := fx.openDB(t)
 	defer closeDB(t, db)
 	p := newProc(t, fx, db)
@@ -977,7 +982,7 @@ func TestProcessorWithoutSinkKeepsDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pending) != 2 || pending[0].Offset != off || pending[0].Reason != stream.ReasonUnknownType || pending[1].Reason != stream.ReasonBadHeaders {
+	if len(pending) != 2 || pending[0].Offset != off || pending[0].Reason != deadletter.ReasonUnknownType || pending[1].Reason != deadletter.ReasonBadHeaders {
 		t.Fatalf("pending dead letters %v", pending)
 	}
 	if st := p.Stats(); st.Total.DeadLettered != 2 || st.Total.Published != 0 {
@@ -1022,7 +1027,7 @@ func TestNewProcessorRefuses(t *testing.T) {
 	defer closeDB(t, db)
 	cases := []struct {
 		name string
-		src  stream.Source
+		src  connector.Source
 		opts []ProcessorOption
 		is   error
 	}{
@@ -1070,21 +1075,21 @@ func TestNewProcessorRefuses(t *testing.T) {
 }
 
 func TestDeadLetterMessageFitsBrokerLimits(t *testing.T) {
-	d := stream.DeadLetter{
-		Source: procSource, Partition: 3, Offset: 9, Reason: stream.ReasonPermanent,
+	d := deadletter.Letter{
+		Source: procSource, Partition: 3, Offset: 9, Reason: deadletter.ReasonPermanent,
 		Err:     errors.New(strings.Repeat("é", 200)), // 400 bytes
-		Headers: stream.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed},
+		Headers: connector.Headers{Key: []byte("k"), Tag: 1, Ordering: planner.Relaxed},
 	}
 	m := deadLetterMessage(d)
 	for _, f := range m.Headers {
-		if len(f.Value) == 0 || len(f.Value) > stream.MaxKeyLen {
+		if len(f.Value) == 0 || len(f.Value) > connector.MaxKeyLen {
 			t.Errorf("header %q has %d bytes", f.Name, len(f.Value))
 		}
 	}
-	if e := header(m, stream.HeaderDLQError); !strings.HasPrefix(e, "permanent") && !strings.HasPrefix(e, "é") || !utf8Valid(e) {
+	if e := header(m, deadletter.HeaderError); !strings.HasPrefix(e, "permanent") && !strings.HasPrefix(e, "é") || !utf8Valid(e) {
 		t.Errorf("error header %q", e)
 	}
-	if header(m, stream.HeaderDLQEmptyPayload) != "1" || len(m.Payload) != 1 {
+	if header(m, deadletter.HeaderEmptyPayload) != "1" || len(m.Payload) != 1 {
 		t.Errorf("empty payload not marked: %+v", m)
 	}
 	if m.ID != d.ID() || m.ID == ([16]byte{}) {
@@ -1092,7 +1097,7 @@ func TestDeadLetterMessageFitsBrokerLimits(t *testing.T) {
 	}
 	d.Err, d.Payload = nil, []byte("body")
 	m = deadLetterMessage(d)
-	if header(m, stream.HeaderDLQError) != "" || header(m, stream.HeaderDLQEmptyPayload) != "" {
+	if header(m, deadletter.HeaderError) != "" || header(m, deadletter.HeaderEmptyPayload) != "" {
 		t.Errorf("message of a dead letter without error: %+v", m)
 	}
 }

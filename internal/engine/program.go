@@ -4,12 +4,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/stream"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/strand-io/strand/stream"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/state"

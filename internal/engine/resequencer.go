@@ -11,8 +11,11 @@ import (
 	"unsafe"
 
 	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/internal/rowfmt"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // ResequenceSpec turns the re-sequencer on for a source (docs/design.md §10):
@@ -111,7 +114,7 @@ type holdEntry struct {
 	seq    uint64
 	offset uint64
 	since  int64 // unix nanoseconds on the task's clock
-	rec    *stream.Record
+	rec    *connector.Record
 	gen    uint64 // the batch that held it (its row is written at the end of that batch)
 }
 
@@ -130,7 +133,7 @@ func (s *seqState) find(seq uint64) (int, bool) {
 // Row layouts, under the task's partition:
 //
 //	FamilyHolds:     uvarint-prefixed source, uvarint-prefixed key, seq (u64 BE)
-//	                 → format, since (u64 BE ns), stream.Record binary
+//	                 → format, since (u64 BE ns), connector.Record binary
 //	FamilySequences: uvarint-prefixed source, 'n', uvarint-prefixed key
 //	                 → format, next (uvarint)
 //	FamilySequences: uvarint-prefixed source, 'g', uvarint-prefixed key, from (u64 BE)
@@ -200,21 +203,21 @@ func gapRowKey(source string, key []byte, from uint64) []byte {
 	return binary.BigEndian.AppendUint64(b, from)
 }
 
-func encodeHold(since int64, r *stream.Record) []byte {
+func encodeHold(since int64, r *connector.Record) []byte {
 	b := []byte{seqFormat}
 	b = binary.BigEndian.AppendUint64(b, uint64(since))
-	b, _ = r.AppendBinary(b)
+	b = rowfmt.AppendRecord(b, *r)
 	return b
 }
 
-func decodeHold(partition uint32, v []byte) (int64, stream.Record, error) {
+func decodeHold(partition uint32, v []byte) (int64, connector.Record, error) {
 	if len(v) < 9 || v[0] != seqFormat {
-		return 0, stream.Record{}, fmt.Errorf("%w: hold row: bad format", stream.ErrCodec)
+		return 0, connector.Record{}, fmt.Errorf("%w: hold row: bad format", stream.ErrCodec)
 	}
 	since := int64(binary.BigEndian.Uint64(v[1:9]))
-	r := stream.Record{Partition: partition}
-	if err := r.UnmarshalBinary(v[9:]); err != nil {
-		return 0, stream.Record{}, fmt.Errorf("hold row: %w", err)
+	r := connector.Record{Partition: partition}
+	if err := rowfmt.DecodeRecord(v[9:], &r); err != nil {
+		return 0, connector.Record{}, fmt.Errorf("hold row: %w", err)
 	}
 	return since, r, nil
 }
@@ -367,7 +370,7 @@ func (t *Task) HeldStats() (keys, records int, oldest, timeout time.Time) {
 // (exempt from the stale check) or dead-lettered by the re-sequencer.
 type seqNote struct {
 	kind   uint8
-	reason stream.Reason
+	reason deadletter.Reason
 	err    error
 }
 
@@ -395,7 +398,7 @@ type seqBatch struct {
 	gaps     []stream.GapNotice
 	err      error
 
-	in      []stream.Record
+	in      []connector.Record
 	fromRow []bool
 	attempt []int
 	notes   []seqNote
@@ -443,7 +446,7 @@ func (sb *seqBatch) rollback() {
 	sb.undo = nil
 }
 
-func (sb *seqBatch) add(r stream.Record, n seqNote) {
+func (sb *seqBatch) add(r connector.Record, n seqNote) {
 	sb.in = append(sb.in, r)
 	sb.fromRow = append(sb.fromRow, false)
 	sb.attempt = append(sb.attempt, 1)
@@ -451,17 +454,17 @@ func (sb *seqBatch) add(r stream.Record, n seqNote) {
 }
 
 // load returns a held record, from memory or from its row.
-func (sb *seqBatch) load(key []byte, h *holdEntry) (stream.Record, error) {
+func (sb *seqBatch) load(key []byte, h *holdEntry) (connector.Record, error) {
 	if h.rec != nil {
 		return *h.rec, nil
 	}
 	t := sb.t
 	v, ok, err := t.db.Row(state.FamilyHolds, t.partition, holdRowKey(t.src.name, key, h.seq))
 	if err != nil {
-		return stream.Record{}, err
+		return connector.Record{}, err
 	}
 	if !ok {
-		return stream.Record{}, fmt.Errorf("stream: source %q partition %d: held record of key %q seq %d has no row", t.src.name, t.partition, key, h.seq)
+		return connector.Record{}, fmt.Errorf("stream: source %q partition %d: held record of key %q seq %d has no row", t.src.name, t.partition, key, h.seq)
 	}
 	_, r, err := decodeHold(t.partition, v)
 	return r, err
@@ -515,9 +518,9 @@ func (sb *seqBatch) giveUp(key []byte, s *seqState, cause stream.GapCause) error
 	if policy == stream.GapSkip {
 		return sb.releaseContiguous(key, s)
 	}
-	reason := stream.ReasonGapTimeout
+	reason := deadletter.ReasonGapTimeout
 	if cause == stream.GapOverflow {
-		reason = stream.ReasonHoldOverflow
+		reason = deadletter.ReasonHoldOverflow
 	}
 	for len(s.held) > 0 && s.held[0].seq == s.next {
 		err := fmt.Errorf("%w: seq %d..%d of key %q missing (%s)", stream.ErrGap, g.From, g.To, key, cause)
@@ -532,7 +535,7 @@ func (sb *seqBatch) giveUp(key []byte, s *seqState, cause stream.GapCause) error
 // records of sequenced types in their keys' sequence order (held ones
 // left out, released ones put where the record that released them was),
 // everything else as it came. Gaps that timed out are given up first.
-func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
+func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 	rs := t.src.reseq
 	// Timeouts first: what they release is older than the batch.
 	if deadline, ok := t.nextGapTimeout(); ok && !deadline.After(sb.now) {
@@ -569,8 +572,8 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 			if r.Headers.HasSeq {
 				what = "0 (sequence numbers start at 1)"
 			}
-			sb.add(*r, seqNote{kind: noteDead, reason: stream.ReasonBadSequence,
-				err: fmt.Errorf("%w: type tag %d is sequenced, its %s header is %s", stream.ErrBadSequence, r.Headers.Tag, stream.HeaderSeq, what)})
+			sb.add(*r, seqNote{kind: noteDead, reason: deadletter.ReasonBadSequence,
+				err: fmt.Errorf("%w: type tag %d is sequenced, its %s header is %s", stream.ErrBadSequence, r.Headers.Tag, connector.HeaderSeq, what)})
 			continue
 		}
 		key, seq := r.Headers.Key, r.Headers.Seq
@@ -589,7 +592,7 @@ func (t *Task) resequence(sb *seqBatch, records []stream.Record) error {
 		case dup:
 			sb.dups++
 			if rs.Duplicates == stream.DeadLetterDuplicates {
-				sb.add(*r, seqNote{kind: noteDead, reason: stream.ReasonDuplicate,
+				sb.add(*r, seqNote{kind: noteDead, reason: deadletter.ReasonDuplicate,
 					err: fmt.Errorf("%w: seq %d of key %q (next expected %d)", stream.ErrDuplicate, seq, key, s.next)})
 			} else {
 				sb.dropped++
@@ -707,7 +710,7 @@ func (t *Task) applySeq(sb *seqBatch) {
 // in sequence order, in the places they take in offset order: parked rows
 // reload in offset order, but the re-sequencer released them in sequence
 // order.
-func (t *Task) canonicalParked(recs []stream.Record) []stream.Record {
+func (t *Task) canonicalParked(recs []connector.Record) []connector.Record {
 	var idx []int
 	for i := range recs {
 		if rt := t.src.routes[recs[i].Headers.Tag]; rt != nil && rt.sequenced && recs[i].Headers.HasSeq {
@@ -717,14 +720,14 @@ func (t *Task) canonicalParked(recs []stream.Record) []stream.Record {
 	if len(idx) < 2 {
 		return recs
 	}
-	seqd := make([]stream.Record, len(idx))
+	seqd := make([]connector.Record, len(idx))
 	for j, i := range idx {
 		seqd[j] = recs[i]
 	}
-	if slices.IsSortedFunc(seqd, func(a, b stream.Record) int { return cmpU64(a.Headers.Seq, b.Headers.Seq) }) {
+	if slices.IsSortedFunc(seqd, func(a, b connector.Record) int { return cmpU64(a.Headers.Seq, b.Headers.Seq) }) {
 		return recs
 	}
-	slices.SortStableFunc(seqd, func(a, b stream.Record) int { return cmpU64(a.Headers.Seq, b.Headers.Seq) })
+	slices.SortStableFunc(seqd, func(a, b connector.Record) int { return cmpU64(a.Headers.Seq, b.Headers.Seq) })
 	out := slices.Clone(recs)
 	for j, i := range idx {
 		out[i] = seqd[j]

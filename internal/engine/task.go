@@ -6,14 +6,18 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/stream"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 
 	"github.com/hashicorp/go-multierror"
 
@@ -80,7 +84,7 @@ type Task struct {
 
 	clock        func() time.Time
 	log          *slog.Logger
-	onDeadLetter func(stream.DeadLetter)
+	onDeadLetter func(deadletter.Letter)
 
 	planner planner.Planner[string]
 	parked  map[string]*parkedKey
@@ -114,7 +118,7 @@ type Task struct {
 	broken  error
 
 	// scratch reused by Process
-	in      []stream.Record
+	in      []connector.Record
 	fromRow []bool
 	status  []status
 	planRec []planner.Record[string]
@@ -127,7 +131,7 @@ type TaskOption func(*taskOptions)
 type taskOptions struct {
 	clock        func() time.Time
 	log          *slog.Logger
-	onDeadLetter func(stream.DeadLetter)
+	onDeadLetter func(deadletter.Letter)
 }
 
 // WithClock sets the clock used for retry backoff (tests).
@@ -150,7 +154,7 @@ func WithLogger(l *slog.Logger) TaskOption {
 // every dead letter that commit wrote. It runs on the Task's goroutine and
 // must not block for long. It is a notification: the durable record is the
 // dead-letter row the commit wrote, which a runtime publishes.
-func OnDeadLetter(fn func(stream.DeadLetter)) TaskOption {
+func OnDeadLetter(fn func(deadletter.Letter)) TaskOption {
 	return func(o *taskOptions) { o.onDeadLetter = fn }
 }
 
@@ -229,7 +233,7 @@ type Result struct {
 	// run another version of the declarations.
 	Mismatches int
 	// DeadLetters lists the records dead-lettered by this commit.
-	DeadLetters []stream.DeadLetter
+	DeadLetters []deadletter.Letter
 	// Resequenced lists, in ascending order, the offsets of the records
 	// the re-sequencer held by this commit (they wait in its rows for
 	// their predecessors); Released counts the records it let go from its
@@ -304,7 +308,7 @@ type batch struct {
 	t       *Task
 	ctx     context.Context
 	tx      *state.Txn
-	records []stream.Record
+	records []connector.Record
 	status  []status
 	attempt []int // per record: the try this is (1 + the key's failed tries)
 	fromRow []bool
@@ -332,7 +336,7 @@ type batch struct {
 
 type deadEntry struct {
 	idx    int
-	reason stream.Reason
+	reason deadletter.Reason
 	err    error
 }
 
@@ -345,7 +349,7 @@ type failureEntry struct {
 	action string
 }
 
-func (b *batch) deadLetter(i int, reason stream.Reason, err error) {
+func (b *batch) deadLetter(i int, reason deadletter.Reason, err error) {
 	b.status[i] = statusDead
 	b.mu.Lock()
 	b.dead = append(b.dead, deadEntry{i, reason, err})
@@ -394,7 +398,7 @@ type runCtx struct {
 // If a batch was given to Submit before, Process first waits for its
 // commit; if that commit failed, Process returns an error wrapping
 // ErrTaskBroken and does nothing.
-func (t *Task) Process(ctx context.Context, records []stream.Record) (Result, error) {
+func (t *Task) Process(ctx context.Context, records []connector.Record) (Result, error) {
 	if err := t.settlePending(); err != nil {
 		return Result{Next: t.next}, err
 	}
@@ -480,7 +484,7 @@ func (t *Task) settlePending() error {
 // Retry and Release wait for the pending commit first. If Submit returns
 // an error, nothing of its batch was committed; the pending commit of the
 // previous batch, if any, goes on (its Wait says how it ended).
-func (t *Task) Submit(ctx context.Context, records []stream.Record) (*Pending, error) {
+func (t *Task) Submit(ctx context.Context, records []connector.Record) (*Pending, error) {
 	if t.broken != nil {
 		return nil, t.broken
 	}
@@ -599,7 +603,7 @@ func (t *Task) Release(ctx context.Context, key []byte) error {
 	return nil
 }
 
-func (t *Task) process(ctx context.Context, records []stream.Record) (Result, error) {
+func (t *Task) process(ctx context.Context, records []connector.Record) (Result, error) {
 	st, err := t.stage(ctx, records, nil)
 	if err != nil {
 		return Result{Next: t.next}, err
@@ -631,7 +635,7 @@ type staged struct {
 // stage runs a batch up to its commit: input, plan, execute, settle, with
 // the transaction following prev (nil: none). It returns nil when there is
 // nothing to do. On error the transaction is discarded.
-func (t *Task) stage(ctx context.Context, records []stream.Record, prev *state.Txn) (st *staged, err error) {
+func (t *Task) stage(ctx context.Context, records []connector.Record, prev *state.Txn) (st *staged, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -840,7 +844,7 @@ func (t *Task) prepare(b *batch, nParked int) {
 			continue
 		}
 		if err := r.Headers.Validate(); err != nil {
-			b.deadLetter(i, stream.ReasonBadHeaders, err)
+			b.deadLetter(i, deadletter.ReasonBadHeaders, err)
 			continue
 		}
 		key := unsafe.String(unsafe.SliceData(r.Headers.Key), len(r.Headers.Key))
@@ -860,7 +864,7 @@ func (t *Task) prepare(b *batch, nParked int) {
 			continue
 		}
 		if !known {
-			b.deadLetter(i, stream.ReasonUnknownType, fmt.Errorf("%w: type tag %d", ErrUnknownType, r.Headers.Tag))
+			b.deadLetter(i, deadletter.ReasonUnknownType, fmt.Errorf("%w: type tag %d", ErrUnknownType, r.Headers.Tag))
 			if b.poison == stream.HoldPoisonedKey {
 				if poisoned == nil {
 					poisoned = map[string]bool{}
@@ -1013,7 +1017,7 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	switch res.end {
 	case runBadKey:
 		for _, i := range pending {
-			b.deadLetter(i, stream.ReasonBadKey, errors.Unwrap(err))
+			b.deadLetter(i, deadletter.ReasonBadKey, errors.Unwrap(err))
 		}
 		if b.poison == stream.HoldPoisonedKey {
 			b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
@@ -1038,14 +1042,14 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	case errors.Is(err, stream.ErrPermanent):
 		for _, i := range pending {
 			b.attempt[i] = attempt
-			b.deadLetter(i, stream.ReasonPermanent, err)
+			b.deadLetter(i, deadletter.ReasonPermanent, err)
 		}
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
 		return true
 	case attempt >= t.prog.maxAttempts:
 		for _, i := range pending {
 			b.attempt[i] = attempt
-			b.deadLetter(i, stream.ReasonExhausted, err)
+			b.deadLetter(i, deadletter.ReasonExhausted, err)
 		}
 		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "dead-lettered"})
 		return true
@@ -1236,26 +1240,26 @@ func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
 func (t *Task) writeDeadLetters(b *batch, res *Result) {
 	for _, d := range b.dead {
 		r := &b.records[d.idx]
-		dl := stream.DeadLetter{
+		dl := deadletter.Letter{
 			Source: t.src.name, Partition: t.partition, Offset: r.Offset, Timestamp: r.Timestamp,
 			Reason: d.reason, Err: d.err, Headers: r.Headers, Payload: r.Payload,
 		}
-		if d.reason == stream.ReasonPermanent || d.reason == stream.ReasonExhausted {
+		if d.reason == deadletter.ReasonPermanent || d.reason == deadletter.ReasonExhausted {
 			dl.Attempts = b.attempt[d.idx]
 		} else if b.fromRow[d.idx] {
 			dl.Attempts = b.attempt[d.idx] - 1
 		}
 		if r.HeaderErr != nil {
-			dl.Headers = stream.Headers{}
+			dl.Headers = connector.Headers{}
 		}
 		dl.Headers.Key = bytes.Clone(dl.Headers.Key)
 		dl.Payload = bytes.Clone(dl.Payload)
 		t.foreignDeadLetter(&dl, r)
-		row, _ := dl.AppendBinary(nil)
+		row := rowfmt.AppendLetter(nil, dl)
 		b.tx.PutRow(state.FamilyDeadLetters, t.partition, deadLetterRow(t.src.name, r.Offset), row)
 		res.DeadLetters = append(res.DeadLetters, dl)
 	}
-	slices.SortFunc(res.DeadLetters, func(a, b stream.DeadLetter) int { return cmpU64(a.Offset, b.Offset) })
+	slices.SortFunc(res.DeadLetters, func(a, b deadletter.Letter) int { return cmpU64(a.Offset, b.Offset) })
 
 }
 
@@ -1312,7 +1316,7 @@ func mergeSorted(a, b []uint64) []uint64 {
 }
 
 // ownRecord copies the bytes a record aliases, to keep it past its batch.
-func ownRecord(r stream.Record) stream.Record {
+func ownRecord(r connector.Record) connector.Record {
 	r.Headers.Key = bytes.Clone(r.Headers.Key)
 	r.Payload = bytes.Clone(r.Payload)
 	r.Raw = r.Raw.Clone()

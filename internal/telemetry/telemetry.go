@@ -26,6 +26,8 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // ScopeName is the instrumentation scope of strand's meters and tracers.
@@ -296,7 +298,7 @@ type partSets struct {
 	plain   attribute.Set // base only
 	batch   attribute.Set // + commit kind batch
 	retry   attribute.Set // + commit kind retry
-	reasons map[stream.Reason]attribute.Set
+	reasons map[deadletter.Reason]attribute.Set
 	pollErr attribute.Set
 }
 
@@ -319,9 +321,9 @@ func (so *SourceObserver) sets(partition uint32) *partSets {
 		plain:   with(),
 		batch:   with(AttrCommitKind.String("batch")),
 		retry:   with(AttrCommitKind.String("retry")),
-		reasons: map[stream.Reason]attribute.Set{},
+		reasons: map[deadletter.Reason]attribute.Set{},
 	}
-	for r := stream.ReasonBadHeaders; r <= stream.ReasonKeyMismatch; r++ {
+	for r := deadletter.ReasonBadHeaders; r <= deadletter.ReasonKeyMismatch; r++ {
 		ps.reasons[r] = with(AttrReason.String(r.String()))
 	}
 	so.parts[partition] = ps
@@ -434,13 +436,13 @@ func (so *SourceObserver) span(ps *partSets, c engine.Commit) {
 type traceCarrier []byte
 
 func (c traceCarrier) Get(key string) string {
-	if key == stream.HeaderTraceParent {
+	if key == connector.HeaderTraceParent {
 		return string(c)
 	}
 	return ""
 }
 func (c traceCarrier) Set(string, string) {}
-func (c traceCarrier) Keys() []string     { return []string{stream.HeaderTraceParent} }
+func (c traceCarrier) Keys() []string     { return []string{connector.HeaderTraceParent} }
 
 func commitKind(retry bool) string {
 	if retry {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/telemetry"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,11 +24,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // batch returns a commit of n records whose traceparents come from
 // distinct producer spans.
 func batch(n, distinct int) engine.Commit {
-	recs := make([]stream.Record, n)
+	recs := make([]connector.Record, n)
 	offs := make([]uint64, n)
 	for i := range recs {
 		tp := fmt.Sprintf("00-%032x-%016x-01", i%distinct+1, i%distinct+1)
-		recs[i] = stream.Record{Offset: uint64(i), Headers: stream.Headers{Key: []byte("k"), TraceParent: []byte(tp)}}
+		recs[i] = connector.Record{Offset: uint64(i), Headers: connector.Headers{Key: []byte("k"), TraceParent: []byte(tp)}}
 		offs[i] = uint64(i)
 	}
 	now := time.Now()

@@ -14,6 +14,8 @@ import (
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // Errors of the front door. They are the same values the store reports, so
@@ -86,7 +88,7 @@ type openOptions struct {
 	clock      Clock
 	tel        telemetryOptions // see telemetry.go
 	liveOff    bool             // see live.go
-	group      stream.Group     // see group.go
+	group      connector.Group  // see group.go
 	queryAddr  string
 	snapEvery  *int
 }
@@ -239,8 +241,8 @@ func WithDrainTimeout(d time.Duration) OpenOption {
 type App struct {
 	prog  *Program
 	db    *state.DB
-	dlq   stream.Sink
-	sinks map[string]stream.Sink // To and KeyBy destinations
+	dlq   connector.Sink
+	sinks map[string]connector.Sink // To and KeyBy destinations
 	procs []*engine.Processor
 	log   *slog.Logger
 
@@ -258,7 +260,7 @@ type App struct {
 }
 
 // Open builds t (see Build) and opens an App of it; see Program.Open.
-func Open(ctx context.Context, t *Topology, conn stream.Connector, dir string, opts ...OpenOption) (*App, error) {
+func Open(ctx context.Context, t *Topology, conn connector.Connector, dir string, opts ...OpenOption) (*App, error) {
 	p, err := t.Build()
 	if err != nil {
 		return nil, err
@@ -274,7 +276,7 @@ func Open(ctx context.Context, t *Topology, conn stream.Connector, dir string, o
 // different partition counts, a missing source topic, and invalid options.
 // Open reads each source's partition count from the connector, stores it
 // in dir on the first start, and opens the dead-letter topic.
-func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, opts ...OpenOption) (*App, error) {
+func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string, opts ...OpenOption) (*App, error) {
 	o := openOptions{log: slog.Default(), pollSize: engine.DefaultPollSize, prefetch: 1,
 		cacheSize: state.DefaultCacheSize, valueCache: state.DefaultValueCacheSize, drain: 30 * time.Second}
 	for _, opt := range opts {
@@ -292,9 +294,9 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 	fail := func(err error) error { return fmt.Errorf("topology %q: open: %w", name, err) }
 
 	// Sources first: nothing is created before the topics are known.
-	sources := make([]stream.Source, 0, len(p.Sources()))
+	sources := make([]connector.Source, 0, len(p.Sources()))
 	counts := map[string]uint32{}
-	sinks := map[string]stream.Sink{} // To and KeyBy destinations
+	sinks := map[string]connector.Sink{} // To and KeyBy destinations
 	opened := false
 	defer func() {
 		if !opened {
@@ -434,7 +436,7 @@ func (p *Program) Open(ctx context.Context, conn stream.Connector, dir string, o
 }
 
 // closeSinks closes the sinks that have a Close method.
-func closeSinks(sinks map[string]stream.Sink) {
+func closeSinks(sinks map[string]connector.Sink) {
 	for _, sk := range sinks {
 		if c, ok := sk.(interface{ Close(context.Context) error }); ok {
 			ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
@@ -510,7 +512,7 @@ func (a *App) Close() error {
 	}
 	a.live.stop()
 	var errs []error
-	closers := []stream.Sink{a.dlq}
+	closers := []connector.Sink{a.dlq}
 	for _, topic := range a.prog.Outputs() {
 		closers = append(closers, a.sinks[topic])
 	}
@@ -557,8 +559,8 @@ func (a *App) Release(ctx context.Context, source string, partition uint32, key 
 
 // PendingDeadLetters returns the committed dead letters not yet published
 // to the dead-letter topic, of every source.
-func (a *App) PendingDeadLetters(ctx context.Context) ([]stream.DeadLetter, error) {
-	var out []stream.DeadLetter
+func (a *App) PendingDeadLetters(ctx context.Context) ([]deadletter.Letter, error) {
+	var out []deadletter.Letter
 	for _, p := range a.procs {
 		d, err := p.PendingDeadLetters(ctx)
 		if err != nil {

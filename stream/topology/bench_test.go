@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -17,12 +16,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/engine"
+
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -399,8 +401,8 @@ func benchPipelined(b *testing.B, ops []bankOp, ref map[uint64]balance, binaryPa
 
 // bankRecords encodes ops as the records of one partition from offset
 // first on.
-func bankRecords(tb testing.TB, decls bankDecls, ops []bankOp, first uint64) []stream.Record {
-	recs := make([]stream.Record, len(ops))
+func bankRecords(tb testing.TB, decls bankDecls, ops []bankOp, first uint64) []connector.Record {
+	recs := make([]connector.Record, len(ops))
 	for i, op := range ops {
 		e := bankEvent{Account: op.account, Amount: op.amount}
 		var env stream.Envelope
@@ -418,7 +420,7 @@ func bankRecords(tb testing.TB, decls bankDecls, ops []bankOp, first uint64) []s
 		if err != nil {
 			tb.Fatal(err)
 		}
-		recs[i] = stream.Record{Offset: first + uint64(i), Headers: env.Headers, Payload: env.Payload}
+		recs[i] = connector.Record{Offset: first + uint64(i), Headers: env.Headers, Payload: env.Payload}
 	}
 	return recs
 }

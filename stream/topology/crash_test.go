@@ -15,7 +15,7 @@ import (
 
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // The crash test of issue 5: a child process runs the driver over a long
@@ -70,8 +70,8 @@ func crashDriver(tb testing.TB, dir string, batch func() int) (*taskDriver, func
 		tdStateOptions(state.WithDurability(state.Sync)))
 	for _, e := range crashLog() {
 		if e.ty < 0 {
-			h := stream.Headers{Key: []byte(e.poison), Tag: pPlain.Tag(), Ordering: planner.Relaxed}
-			d.PipeRecord("log", stream.Record{Partition: partitionOf(e.poison, 2), Headers: h, Payload: []byte("not json")})
+			h := connector.Headers{Key: []byte(e.poison), Tag: pPlain.Tag(), Ordering: planner.Relaxed}
+			d.PipeRecord("log", connector.Record{Partition: partitionOf(e.poison, 2), Headers: h, Payload: []byte("not json")})
 			continue
 		}
 		tdPipe(d, pTypes[e.ty].decl, e.ev)

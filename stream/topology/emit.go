@@ -7,6 +7,7 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // To publishes what fn derives from the events of s to topic, exactly
@@ -129,7 +130,7 @@ func KeyByKeys[K2 any](c stream.Codec[K2]) KeyByOption {
 // type's fence and algebra hold on the new key.
 //
 // An event that key cannot key (an error, a panic, or a key that does not
-// encode to 1..255 bytes) is dead-lettered with stream.ReasonKeyBy and is
+// encode to 1..255 bytes) is dead-lettered with deadletter.ReasonKeyBy and is
 // not applied to s's other handlers either. name identifies the step
 // (unique in the topology).
 func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), opts ...KeyByOption) *Stream[K2, E] {
@@ -198,7 +199,7 @@ func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e
 	if err != nil {
 		return stream.Envelope{}, fmt.Errorf("encode the new key: %w", err)
 	}
-	h := stream.Headers{Key: kb, Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
+	h := connector.Headers{Key: kb, Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
 	if err := h.Validate(); err != nil {
 		return stream.Envelope{}, err
 	}

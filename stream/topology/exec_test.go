@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/internal/engine"
 
 	"github.com/hashicorp/go-multierror"
 
@@ -17,6 +18,8 @@ import (
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -284,7 +287,7 @@ func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
 	}
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 1 || dls[0].Offset != 0 || dls[0].Reason != stream.ReasonExhausted || dls[0].Attempts != 3 {
+	if len(dls) != 1 || dls[0].Offset != 0 || dls[0].Reason != deadletter.ReasonExhausted || dls[0].Attempts != 3 {
 		t.Fatalf("dead letters %+v", dls)
 	}
 	if c := rec.forKey("a"); len(c) != 1 || c[0].tag != 2 {
@@ -308,7 +311,7 @@ func TestPermanentErrorDeadLettersTheRun(t *testing.T) {
 	tdPipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1}, Ev{K: "a", N: 2})
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != stream.ReasonPermanent {
+	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != deadletter.ReasonPermanent {
 		t.Fatalf("dead letters %+v: want offsets 1 and 2 (the failing run's rest)", dls)
 	}
 	if res := d.Results()[0]; !slices.Equal(res.Applied, []uint64{0}) {
@@ -324,22 +327,22 @@ func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 			topo := topology.New("poison", topology.WithPoisonPolicy(policy))
 			src := topology.Source[string](topo, "log").Skip(9)
 			topology.On(src, decl).ForEach("rec", rec.sink(1))
-			var seen []stream.DeadLetter
-			d := newTaskDriver(t, topo, tdTaskOptions(engine.OnDeadLetter(func(dl stream.DeadLetter) {
+			var seen []deadletter.Letter
+			d := newTaskDriver(t, topo, tdTaskOptions(engine.OnDeadLetter(func(dl deadletter.Letter) {
 				seen = append(seen, dl)
 			})))
-			h := stream.Headers{Key: []byte("a"), Tag: 1, Ordering: planner.Relaxed}
-			tdPipe(d, decl, Ev{K: "a", N: 0})                                            // 0
-			d.PipeRecord("log", stream.Record{HeaderErr: stream.ErrBadHeaders})          // 1
-			d.PipeRecord("log", stream.Record{Headers: h, Payload: []byte("{not json")}) // 2
+			h := connector.Headers{Key: []byte("a"), Tag: 1, Ordering: planner.Relaxed}
+			tdPipe(d, decl, Ev{K: "a", N: 0})                                               // 0
+			d.PipeRecord("log", connector.Record{HeaderErr: connector.ErrBadHeaders})       // 1
+			d.PipeRecord("log", connector.Record{Headers: h, Payload: []byte("{not json")}) // 2
 			unknown := h
 			unknown.Tag = 77
-			d.PipeRecord("log", stream.Record{Headers: unknown, Payload: []byte("{}")}) // 3
+			d.PipeRecord("log", connector.Record{Headers: unknown, Payload: []byte("{}")}) // 3
 			skipped := h
 			skipped.Tag = 9
-			d.PipeRecord("log", stream.Record{Headers: skipped, Payload: []byte("{}")}) // 4
-			tdPipe(d, decl, Ev{K: "a", N: 5})                                           // 5
-			tdPipe(d, decl, Ev{K: "b", N: 6})                                           // 6
+			d.PipeRecord("log", connector.Record{Headers: skipped, Payload: []byte("{}")}) // 4
+			tdPipe(d, decl, Ev{K: "a", N: 5})                                              // 5
+			tdPipe(d, decl, Ev{K: "b", N: 6})                                              // 6
 			d.Advance()
 
 			dls := d.DeadLetters()
@@ -409,11 +412,11 @@ func TestBadKeyBytesAreDeadLettered(t *testing.T) {
 		return nil
 	})
 	d := newTaskDriver(t, topo)
-	d.PipeRecord("log", stream.Record{Headers: stream.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
+	d.PipeRecord("log", connector.Record{Headers: connector.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
 	tdPipe(d, decl, U{ID: 2})
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 1 || dls[0].Reason != stream.ReasonBadKey || !slices.Equal(got, []uint64{2}) {
+	if len(dls) != 1 || dls[0].Reason != deadletter.ReasonBadKey || !slices.Equal(got, []uint64{2}) {
 		t.Fatalf("dead letters %+v, handled %v", dls, got)
 	}
 }
@@ -426,11 +429,11 @@ func TestBadKeyBytesAreDeadLetteredForProjections(t *testing.T) {
 	table := topology.NewTable[uint64, int](topo, "count", stream.JSON[int]())
 	topology.Project(topology.On(src, decl), table, func(v *int, e U) error { *v++; return nil })
 	d := newTaskDriver(t, topo)
-	d.PipeRecord("log", stream.Record{Headers: stream.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
+	d.PipeRecord("log", connector.Record{Headers: connector.Headers{Key: []byte("abc"), Tag: 1, Ordering: planner.Relaxed}, Payload: []byte(`{"ID":1}`)})
 	tdPipe(d, decl, U{ID: 2})
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 1 || dls[0].Reason != stream.ReasonBadKey {
+	if len(dls) != 1 || dls[0].Reason != deadletter.ReasonBadKey {
 		t.Fatalf("dead letters %+v, want one bad-key", dls)
 	}
 	rows := map[uint64]int{}
@@ -454,7 +457,7 @@ func TestStaleRecordsAreIgnored(t *testing.T) {
 	task := d.Task("log", 0)
 	r0, _ := decl.Record(0, 0, Ev{K: "a"})
 	r2, _ := decl.Record(0, 2, Ev{K: "a"})
-	res, err := task.Process(context.Background(), []stream.Record{r0, r2})
+	res, err := task.Process(context.Background(), []connector.Record{r0, r2})
 	if err != nil || res.Stale != 1 || !slices.Equal(res.Applied, []uint64{2}) {
 		t.Fatalf("Process = %+v, %v", res, err)
 	}
@@ -533,7 +536,7 @@ func TestStoreFailureAbandonsTheBatch(t *testing.T) {
 	task := d.Task("log", 0)
 	r0, _ := decl.Record(0, 0, Ev{K: "a"})
 	r1, _ := decl.Record(0, 1, Ev{K: "b"})
-	if _, err := task.Process(context.Background(), []stream.Record{r0, r1}); err == nil {
+	if _, err := task.Process(context.Background(), []connector.Record{r0, r1}); err == nil {
 		t.Fatal("Process succeeded although the table refused to encode")
 	}
 	if task.Next() != 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -209,7 +210,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 		}
 
 		// Which events were dead-lettered, and why.
-		dead := map[int]stream.DeadLetter{}
+		dead := map[int]deadletter.Letter{}
 		for _, dl := range d.DeadLetters() {
 			var e PEv
 			if err := json.Unmarshal(dl.Payload, &e); err != nil {
@@ -235,9 +236,9 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 					continue
 				}
 				switch dl.Reason {
-				case stream.ReasonPermanent:
+				case deadletter.ReasonPermanent:
 					justified = justified || fl.permanent[mm]
-				case stream.ReasonExhausted:
+				case deadletter.ReasonExhausted:
 					justified = justified || fl.seen[mm] >= failMaxAttempts
 				}
 			}
@@ -245,7 +246,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 				rt.Fatalf("event %d (key %s, type %d) dead-lettered (%s, %d attempts) with no record that failed so: faults transient %d, seen %d",
 					nn, e.ev.K, e.ty, dl.Reason, dl.Attempts, fl.transient[nn], fl.seen[nn])
 			}
-			if dl.Reason == stream.ReasonExhausted && dl.Attempts != failMaxAttempts {
+			if dl.Reason == deadletter.ReasonExhausted && dl.Attempts != failMaxAttempts {
 				rt.Fatalf("event %d exhausted after %d attempts, want %d", nn, dl.Attempts, failMaxAttempts)
 			}
 		}

@@ -10,6 +10,8 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -156,11 +158,11 @@ func TestPanickingCodecAndKeyFunctionDeadLetterTheirRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.PipeRecord("log", stream.Record{Headers: env.Headers, Payload: env.Payload})
+		d.PipeRecord("log", connector.Record{Headers: env.Headers, Payload: env.Payload})
 	}
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != stream.ReasonDecode || dls[1].Offset != 2 || dls[1].Reason != stream.ReasonKeyMismatch {
+	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != deadletter.ReasonDecode || dls[1].Offset != 2 || dls[1].Reason != deadletter.ReasonKeyMismatch {
 		t.Fatalf("dead letters %+v, want offset 1 undecodable and offset 2 key-mismatch", dls)
 	}
 	if v, _, _ := table.Get(context.Background(), "a"); v != 10+40 {

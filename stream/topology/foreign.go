@@ -8,6 +8,7 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ForeignOption configures a foreign source (ForeignSource). An invalid
@@ -46,7 +47,7 @@ func ForeignKeys[K any](c stream.Codec[K]) ForeignOption {
 // to ignore, and Resequence (with Classified.Seq). A message classify
 // cannot classify (an error, a panic, a key that encodes to 0 or more than
 // 255 bytes, an invalid fence) is dead-lettered with
-// stream.ReasonUnclassified; an unknown tag is stream.ReasonUnknownType, as
+// deadletter.ReasonUnclassified; an unknown tag is deadletter.ReasonUnknownType, as
 // for any source. Dead letters of a foreign source keep the message's own
 // headers, and `strand dlq replay` writes them back unchanged to the
 // partition the message was read from.
@@ -57,7 +58,7 @@ func ForeignKeys[K any](c stream.Codec[K]) ForeignOption {
 // partitioning on anything the key is a function of), or the topic has a
 // single partition.
 //
-// The connector must implement stream.ForeignConnector (connectors/iggy's
+// The connector must implement connector.ForeignConnector (connectors/iggy's
 // Client and topologytest's driver do); Open refuses one that does not.
 // That the source is foreign is part of the topology's fingerprint. A name
 // already declared, foreign or not, is refused by Build.
@@ -102,13 +103,13 @@ func ForeignSource[K any](t *Topology, name string, classify func(stream.Foreign
 
 // openSource opens the source named name: with OpenForeignSource when the
 // topology declared it foreign.
-func (p *Program) openSource(ctx context.Context, conn stream.Connector, name string) (stream.Source, error) {
+func (p *Program) openSource(ctx context.Context, conn connector.Connector, name string) (connector.Source, error) {
 	if !p.p.Foreign(name) {
 		return conn.OpenSource(ctx, name)
 	}
-	fc, ok := conn.(stream.ForeignConnector)
+	fc, ok := conn.(connector.ForeignConnector)
 	if !ok {
-		return nil, fmt.Errorf("the source is foreign (topology.ForeignSource) and the connector %T cannot read foreign topics (stream.ForeignConnector)", conn)
+		return nil, fmt.Errorf("the source is foreign (topology.ForeignSource) and the connector %T cannot read foreign topics (connector.ForeignConnector)", conn)
 	}
 	return fc.OpenForeignSource(ctx, name)
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -174,25 +176,25 @@ func TestForeignSourceEndToEnd(t *testing.T) {
 		t.Fatalf("orders %+v\nsequential fold %+v", got, want)
 	}
 
-	var dls []stream.DeadLetter
+	var dls []deadletter.Letter
 	for p := range uint32(3) {
 		msgs, err := client.Tail(ctx, "shop", "orders.dlq", p, math.MaxInt32)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range msgs {
-			d, err := stream.ParseDeadLetter(stream.Message{ID: m.ID, Headers: m.Headers, Payload: m.Payload})
+			d, err := deadletter.Parse(connector.Message{ID: m.ID, Headers: m.Headers, Payload: m.Payload})
 			if err != nil {
 				t.Fatal(err)
 			}
 			dls = append(dls, d)
 		}
 	}
-	wantRaw := []stream.Field{
-		{Name: "content-type", Value: []byte("application/json"), ValueKind: stream.FieldString},
-		{Name: "\x07\x00\x00\x00", Value: []byte{99, 0, 0, 0}, NameKind: stream.FieldInt32, ValueKind: stream.FieldUint32},
+	wantRaw := []connector.Field{
+		{Name: "content-type", Value: []byte("application/json"), ValueKind: connector.FieldString},
+		{Name: "\x07\x00\x00\x00", Value: []byte{99, 0, 0, 0}, NameKind: connector.FieldInt32, ValueKind: connector.FieldUint32},
 	}
-	if len(dls) != 1 || dls[0].Reason != stream.ReasonUnclassified || dls[0].Raw == nil || !reflect.DeepEqual(dls[0].Raw.Headers, wantRaw) ||
+	if len(dls) != 1 || dls[0].Reason != deadletter.ReasonUnclassified || dls[0].Raw == nil || !reflect.DeepEqual(dls[0].Raw.Headers, wantRaw) ||
 		string(dls[0].Payload) != "<order id='o-3'/>" || dls[0].Source != "shop/orders" {
 		t.Fatalf("dead letters %v", dls)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -70,9 +72,9 @@ func foreignTopology(fl *flaky, opts ...topology.ForeignOption) (*topology.Topol
 // pevMessage is e as the foreign producer writes it.
 func pevMessage(d *topologytest.Driver, ty int, e PEv) stream.ForeignMessage {
 	body, _ := json.Marshal(e)
-	return stream.ForeignMessage{Partition: d.PartitionOf([]byte(e.K)), Payload: body, Headers: []stream.Field{
-		{Name: "content-type", Value: []byte("application/json"), ValueKind: stream.FieldString},
-		{Name: "event-type", Value: fmt.Appendf(nil, "t%d", ty), ValueKind: stream.FieldString},
+	return stream.ForeignMessage{Partition: d.PartitionOf([]byte(e.K)), Payload: body, Headers: []connector.Field{
+		{Name: "content-type", Value: []byte("application/json"), ValueKind: connector.FieldString},
+		{Name: "event-type", Value: fmt.Appendf(nil, "t%d", ty), ValueKind: connector.FieldString},
 	}}
 }
 
@@ -97,7 +99,7 @@ func TestForeignSourceThroughTheDriver(t *testing.T) {
 		want[k] = s
 	}
 	bad := stream.ForeignMessage{Partition: 1, Payload: []byte("<xml/>"), ID: [16]byte{7},
-		Headers: []stream.Field{{Name: "event-type", Value: []byte("t1")}, {Name: "n", Value: []byte{9}, NameKind: stream.FieldUint8, ValueKind: stream.FieldUint8}}}
+		Headers: []connector.Field{{Name: "event-type", Value: []byte("t1")}, {Name: "n", Value: []byte{9}, NameKind: connector.FieldUint8, ValueKind: connector.FieldUint8}}}
 	badAt := d.PipeForeign(foreignTopic, bad)
 	d.Advance()
 	if got := tableState(t, table); !reflect.DeepEqual(got, want) {
@@ -108,7 +110,7 @@ func TestForeignSourceThroughTheDriver(t *testing.T) {
 		t.Fatalf("%d dead letters, want 1", len(dls))
 	}
 	dl := dls[0]
-	if dl.Reason != stream.ReasonUnclassified || dl.Partition != 1 || dl.Offset != badAt || !strings.Contains(dl.Err.Error(), "not a JSON object") ||
+	if dl.Reason != deadletter.ReasonUnclassified || dl.Partition != 1 || dl.Offset != badAt || !strings.Contains(dl.Err.Error(), "not a JSON object") ||
 		!reflect.DeepEqual(dl.Raw.Headers, bad.Headers) || string(dl.Payload) != "<xml/>" {
 		t.Fatalf("dead letter %v raw %+v", dl, dl.Raw)
 	}
@@ -134,7 +136,7 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 			ty     int // index into pTypes; -1 for a bad message
 			ev     PEv
 			bad    stream.ForeignMessage
-			reason stream.Reason
+			reason deadletter.Reason
 		}
 		var log []entry
 		for i := range n {
@@ -142,20 +144,20 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 			if rapid.IntRange(0, 12).Draw(rt, "bad?") == 0 {
 				junk := rapid.SliceOfN(rapid.Byte(), 1, 40).Draw(rt, "junk")
 				var m stream.ForeignMessage
-				var reason stream.Reason
+				var reason deadletter.Reason
 				switch rapid.IntRange(0, 3).Draw(rt, "how bad") {
 				case 0: // not JSON
-					m = stream.ForeignMessage{Payload: append([]byte("#"), junk...), Headers: []stream.Field{{Name: "event-type", Value: []byte("t0")}}}
-					reason = stream.ReasonUnclassified
+					m = stream.ForeignMessage{Payload: append([]byte("#"), junk...), Headers: []connector.Field{{Name: "event-type", Value: []byte("t0")}}}
+					reason = deadletter.ReasonUnclassified
 				case 1: // no type header
-					m = stream.ForeignMessage{Payload: fmt.Appendf(nil, `{"K":%q}`, k), Headers: []stream.Field{{Name: "x", Value: junk}}}
-					reason = stream.ReasonUnclassified
+					m = stream.ForeignMessage{Payload: fmt.Appendf(nil, `{"K":%q}`, k), Headers: []connector.Field{{Name: "x", Value: junk}}}
+					reason = deadletter.ReasonUnclassified
 				case 2: // no key
-					m = stream.ForeignMessage{Payload: []byte(`{"N":1}`), Headers: []stream.Field{{Name: "event-type", Value: []byte("t2")}}}
-					reason = stream.ReasonUnclassified
+					m = stream.ForeignMessage{Payload: []byte(`{"N":1}`), Headers: []connector.Field{{Name: "event-type", Value: []byte("t2")}}}
+					reason = deadletter.ReasonUnclassified
 				default: // a type nobody handles
-					m = stream.ForeignMessage{Payload: fmt.Appendf(nil, `{"K":%q}`, k), Headers: []stream.Field{{Name: "event-type", Value: []byte("refund")}}}
-					reason = stream.ReasonUnknownType
+					m = stream.ForeignMessage{Payload: fmt.Appendf(nil, `{"K":%q}`, k), Headers: []connector.Field{{Name: "event-type", Value: []byte("refund")}}}
+					reason = deadletter.ReasonUnknownType
 				}
 				m.Partition = uint32(rapid.IntRange(0, 2).Draw(rt, "bad partition"))
 				log = append(log, entry{ty: -1, bad: m, reason: reason})
@@ -230,7 +232,7 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 				string(dl.Payload) != string(e.bad.Payload) {
 				rt.Fatalf("dead letter %v (raw %+v), want %s with headers %+v", dl, dl.Raw, e.reason, e.bad.Headers)
 			}
-			if e.reason == stream.ReasonUnclassified && !strings.Contains(dl.Err.Error(), stream.ErrUnclassified.Error()) {
+			if e.reason == deadletter.ReasonUnclassified && !strings.Contains(dl.Err.Error(), stream.ErrUnclassified.Error()) {
 				rt.Fatalf("dead letter %v: error does not say it was not classified", dl)
 			}
 		}
@@ -318,18 +320,18 @@ func TestForeignSourceBuildChecks(t *testing.T) {
 // plainConnector is a connector that cannot read foreign topics.
 type plainConnector struct{}
 
-func (plainConnector) OpenSource(context.Context, string) (stream.Source, error) {
+func (plainConnector) OpenSource(context.Context, string) (connector.Source, error) {
 	return nil, errors.New("plainConnector: no topics")
 }
 
-func (plainConnector) OpenSink(context.Context, string, uint32) (stream.Sink, error) {
+func (plainConnector) OpenSink(context.Context, string, uint32) (connector.Sink, error) {
 	return nil, errors.New("plainConnector: no topics")
 }
 
 func TestForeignSourceOpenChecks(t *testing.T) {
 	topo, _ := foreignTopology(nil)
 	_, err := topology.Open(context.Background(), topo, plainConnector{}, t.TempDir())
-	if err == nil || !strings.Contains(err.Error(), "stream.ForeignConnector") || !strings.Contains(err.Error(), foreignTopic) {
+	if err == nil || !strings.Contains(err.Error(), "connector.ForeignConnector") || !strings.Contains(err.Error(), foreignTopic) {
 		t.Fatalf("Open over a connector without foreign topics: %v", err)
 	}
 
@@ -370,7 +372,7 @@ func TestForeignSourceOpenChecks(t *testing.T) {
 // nothing in it.
 type foreignOnly struct{ plainConnector }
 
-func (foreignOnly) OpenForeignSource(_ context.Context, topic string) (stream.Source, error) {
+func (foreignOnly) OpenForeignSource(_ context.Context, topic string) (connector.Source, error) {
 	return emptySource(topic), nil
 }
 
@@ -378,6 +380,6 @@ type emptySource string
 
 func (s emptySource) Name() string                               { return string(s) }
 func (s emptySource) Partitions(context.Context) (uint32, error) { return 1, nil }
-func (s emptySource) Open(context.Context, uint32, uint64) (stream.PartitionReader, error) {
+func (s emptySource) Open(context.Context, uint32, uint64) (connector.PartitionReader, error) {
 	return nil, errors.New("emptySource: nothing to read")
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -175,11 +177,11 @@ func TestKeyMismatchIsDeadLettered(t *testing.T) {
 	}
 	h := env.Headers
 	h.Key = []byte("a")
-	d.PipeRecord("s/log", stream.Record{Headers: h, Payload: env.Payload})
+	d.PipeRecord("s/log", connector.Record{Headers: h, Payload: env.Payload})
 	topologytest.Pipe(d, decl, Ev{K: "a", Amount: 1})
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 1 || dls[0].Reason != stream.ReasonKeyMismatch || dls[0].Offset != 0 {
+	if len(dls) != 1 || dls[0].Reason != deadletter.ReasonKeyMismatch || dls[0].Offset != 0 {
 		t.Fatalf("dead letters %+v, want offset 0 as key-mismatch", dls)
 	}
 	ctx := context.Background()

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Scale-out (docs/design.md, "Scale-out"): the instances of one topology
-// share the partitions of its sources through a stream.Group; each keeps
+// share the partitions of its sources through a connector.Group; each keeps
 // the partitions it owns in its own store, logs every commit of them to the
 // partition's changelog on the broker, and rebuilds a partition it gains
 // from that changelog before it processes it.
@@ -25,9 +25,9 @@ import (
 // sources: Run joins the group and processes only the partitions it owns,
 // each one after it rebuilt its rows from the partition's changelog. The
 // sources must all have the same partition count, and the connector must
-// be a stream.ForeignConnector (it reads the changelog's raw records);
+// be a connector.ForeignConnector (it reads the changelog's raw records);
 // WithPartitions cannot be combined with it.
-func WithGroup(g stream.Group) OpenOption {
+func WithGroup(g connector.Group) OpenOption {
 	return func(o *openOptions) error {
 		if g == nil {
 			return errors.New("topology.WithGroup: nil group")
@@ -97,7 +97,7 @@ func (p Phase) String() string {
 type PartitionStatus struct {
 	Partition uint32
 	Phase     Phase
-	Epoch     stream.Epoch
+	Epoch     connector.Epoch
 	// Restore is how far the last restore of the partition went.
 	Restore RestoreProgress
 }
@@ -145,8 +145,8 @@ type CheckpointRange struct {
 // ChangelogEntry is one decoded changelog record.
 type ChangelogEntry struct {
 	Kind        ChangelogKind
-	Epoch       stream.Epoch
-	Member      stream.MemberID
+	Epoch       connector.Epoch
+	Member      connector.MemberID
 	Seq         uint64 // commit: its number in the partition; snapshot end: the last commit it holds
 	Checkpoints []CheckpointRange
 }
@@ -191,7 +191,7 @@ func (v ChangelogVerdict) String() string { return engine.ClogVerdict(v).String(
 type ChangelogHistory struct{ h engine.ClogHistory }
 
 // Epoch returns the current epoch: the highest fence judged so far.
-func (h *ChangelogHistory) Epoch() stream.Epoch { return h.h.Epoch }
+func (h *ChangelogHistory) Epoch() connector.Epoch { return h.h.Epoch }
 
 // Judge classifies the next entry of the partition and advances.
 func (h *ChangelogHistory) Judge(e ChangelogEntry) ChangelogVerdict {
@@ -218,7 +218,7 @@ func (a *App) Phase(p uint32) Phase {
 
 // Membership returns the App's membership of its group while Run is in
 // it, else nil.
-func (a *App) Membership() stream.Membership {
+func (a *App) Membership() connector.Membership {
 	if a.grp == nil {
 		return nil
 	}
@@ -245,24 +245,24 @@ func (a *App) Ownership() []PartitionStatus {
 
 // group is an App's part in its group.
 type group struct {
-	g          stream.Group
+	g          connector.Group
 	addr       string
 	snapEvery  int
 	partitions uint32
 	topic      string
-	sink       stream.Sink
-	src        stream.Source
-	marks      stream.Bookmarks
+	sink       connector.Sink
+	src        connector.Source
+	marks      connector.Bookmarks
 	clog       *engine.Changelog // of the current Run
 
 	mu    sync.Mutex
-	m     stream.Membership
+	m     connector.Membership
 	parts map[uint32]*partState
 }
 
 type partState struct {
 	phase   Phase
-	epoch   stream.Epoch
+	epoch   connector.Epoch
 	restore RestoreProgress
 	cancel  context.CancelFunc // of the restore or of Serve
 	done    chan struct{}      // closed when the restore or Serve returned
@@ -307,13 +307,13 @@ func (gr *group) setPhase(p uint32, fn func(st *partState)) {
 }
 
 // openGroup prepares the group part of Open.
-func (a *App) openGroup(ctx context.Context, conn stream.Connector, o *openOptions, counts map[string]uint32) error {
+func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOptions, counts map[string]uint32) error {
 	if len(o.partitions) > 0 {
 		return errors.New("topology.WithPartitions cannot be combined with topology.WithGroup: the group decides the partitions")
 	}
-	fc, ok := conn.(stream.ForeignConnector)
+	fc, ok := conn.(connector.ForeignConnector)
 	if !ok {
-		return fmt.Errorf("topology.WithGroup: the connector (%T) cannot read raw records (stream.ForeignConnector), which the changelog needs", conn)
+		return fmt.Errorf("topology.WithGroup: the connector (%T) cannot read raw records (connector.ForeignConnector), which the changelog needs", conn)
 	}
 	var n uint32
 	for _, sn := range a.prog.Sources() {
@@ -349,7 +349,7 @@ func (a *App) openGroup(ctx context.Context, conn stream.Connector, o *openOptio
 	if o.snapEvery != nil {
 		snapEvery = *o.snapEvery
 	}
-	marks, _ := conn.(stream.Bookmarks)
+	marks, _ := conn.(connector.Bookmarks)
 	a.grp = &group{g: o.group, addr: o.queryAddr, snapEvery: snapEvery, partitions: n, topic: topic,
 		sink: sink, src: src, marks: marks, parts: map[uint32]*partState{}}
 	return nil
@@ -358,14 +358,14 @@ func (a *App) openGroup(ctx context.Context, conn stream.Connector, o *openOptio
 // restored reports a finished restore.
 type restored struct {
 	p     uint32
-	epoch stream.Epoch
+	epoch connector.Epoch
 	err   error
 }
 
 // served reports a Serve that returned.
 type served struct {
 	p     uint32
-	epoch stream.Epoch
+	epoch connector.Epoch
 	err   error
 }
 
@@ -509,7 +509,7 @@ func (a *App) runGroup(ctx context.Context) error {
 		clog.Forget(p)
 		gr.setPhase(p, func(st *partState) { st.phase = NotOwned })
 	}
-	startRestore := func(p uint32, e stream.Epoch) {
+	startRestore := func(p uint32, e connector.Epoch) {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		gr.setPhase(p, func(st *partState) {
@@ -532,7 +532,7 @@ func (a *App) runGroup(ctx context.Context) error {
 	// A partition's changelog outlives Run's context: at a stop it is
 	// flushed after the processors stopped (leaveGroup), then cancelled.
 	serveCtx := context.WithoutCancel(ctx)
-	startServe := func(p uint32, e stream.Epoch) {
+	startServe := func(p uint32, e connector.Epoch) {
 		sctx, cancel := context.WithCancel(serveCtx)
 		done := make(chan struct{})
 		gr.setPhase(p, func(st *partState) { st.phase, st.cancel, st.done = Serving, cancel, done })
@@ -565,7 +565,7 @@ func (a *App) runGroup(ctx context.Context) error {
 			}
 			log.Info("strand: assignment", "kind", asg.Kind.String(), "partition", asg.Partition, "epoch", asg.Epoch, "reason", asg.Reason.String())
 			switch asg.Kind {
-			case stream.Gained:
+			case connector.Gained:
 				if ph := a.Phase(asg.Partition); ph != NotOwned {
 					// Gained again under a newer epoch: what runs under
 					// the old one stops first.
@@ -574,7 +574,7 @@ func (a *App) runGroup(ctx context.Context) error {
 					stopPart(asg.Partition)
 				}
 				startRestore(asg.Partition, asg.Epoch)
-			case stream.Revoking:
+			case connector.Revoking:
 				if a.Phase(asg.Partition) == Serving {
 					if err := handleGenErr(stopGen()); err != nil {
 						return err
@@ -592,7 +592,7 @@ func (a *App) runGroup(ctx context.Context) error {
 					log.Warn("strand: release failed", "partition", asg.Partition, "err", err)
 				}
 				cancel()
-			case stream.Lost:
+			case connector.Lost:
 				clog.Lost(asg.Partition)
 				if a.Phase(asg.Partition) == Serving {
 					dirty = true

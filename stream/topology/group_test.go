@@ -11,6 +11,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -139,7 +140,7 @@ func check(t *testing.T, owner map[uint32]*instance, want map[string]int64) {
 	t.Helper()
 	ctx := context.Background()
 	for k, w := range want {
-		p := stream.PartitionOf([]byte(k), uint32(len(owner)))
+		p := connector.PartitionOf([]byte(k), uint32(len(owner)))
 		in := owner[p]
 		got, ok, err := in.n.Get(ctx, k)
 		if err != nil || !ok || got != w {
@@ -168,7 +169,7 @@ func checkChangelog(t *testing.T, cl *iggy.Client, n uint32) (fenced int) {
 			t.Fatal(err)
 		}
 		var h topology.ChangelogHistory
-		var lastEpoch stream.Epoch
+		var lastEpoch connector.Epoch
 		next := uint64(0)
 		for off := uint64(0); off < ends[p]; {
 			recs, err := rd.Poll(ctx, 1000)
@@ -290,24 +291,24 @@ func (w tWriter) Write(b []byte) (int, error) {
 // process paused in the middle of a commit, that has not learned it lost
 // anything.
 type fakeMember struct {
-	id stream.MemberID
-	ch chan stream.Assignment
+	id connector.MemberID
+	ch chan connector.Assignment
 
 	mu     sync.Mutex
-	owns   map[uint32]stream.Epoch
+	owns   map[uint32]connector.Epoch
 	frozen chan struct{} // Owns waits for it to be closed when non-nil
 	inOwns chan struct{} // signalled when Owns blocks
 }
 
-func newFakeMember(id stream.MemberID) *fakeMember {
-	return &fakeMember{id: id, ch: make(chan stream.Assignment, 16), owns: map[uint32]stream.Epoch{}, inOwns: make(chan struct{}, 1)}
+func newFakeMember(id connector.MemberID) *fakeMember {
+	return &fakeMember{id: id, ch: make(chan connector.Assignment, 16), owns: map[uint32]connector.Epoch{}, inOwns: make(chan struct{}, 1)}
 }
 
-func (f *fakeMember) grant(p uint32, e stream.Epoch) {
+func (f *fakeMember) grant(p uint32, e connector.Epoch) {
 	f.mu.Lock()
 	f.owns[p] = e
 	f.mu.Unlock()
-	f.ch <- stream.Assignment{Kind: stream.Gained, Partition: p, Epoch: e}
+	f.ch <- connector.Assignment{Kind: connector.Gained, Partition: p, Epoch: e}
 }
 
 func (f *fakeMember) freeze() {
@@ -323,11 +324,11 @@ func (f *fakeMember) thaw() {
 	f.mu.Unlock()
 }
 
-func (f *fakeMember) Join(ctx context.Context, topology string, partitions uint32, addr string) (stream.Membership, error) {
+func (f *fakeMember) Join(ctx context.Context, topology string, partitions uint32, addr string) (connector.Membership, error) {
 	return f, nil
 }
-func (f *fakeMember) Assignments() <-chan stream.Assignment { return f.ch }
-func (f *fakeMember) Owns(p uint32) (stream.Epoch, bool) {
+func (f *fakeMember) Assignments() <-chan connector.Assignment { return f.ch }
+func (f *fakeMember) Owns(p uint32) (connector.Epoch, bool) {
 	f.mu.Lock()
 	fr := f.frozen
 	f.mu.Unlock()
@@ -344,13 +345,13 @@ func (f *fakeMember) Owns(p uint32) (stream.Epoch, bool) {
 	return e, ok
 }
 func (f *fakeMember) Release(ctx context.Context, p uint32) error { return nil }
-func (f *fakeMember) Members() []stream.Member                    { return nil }
-func (f *fakeMember) Owner(p uint32) (stream.Member, stream.Epoch, bool) {
-	return stream.Member{}, 0, false
+func (f *fakeMember) Members() []connector.Member                 { return nil }
+func (f *fakeMember) Owner(p uint32) (connector.Member, connector.Epoch, bool) {
+	return connector.Member{}, 0, false
 }
-func (f *fakeMember) ID() stream.MemberID { return f.id }
-func (f *fakeMember) Err() error          { return nil }
-func (f *fakeMember) Close() error        { return nil }
+func (f *fakeMember) ID() connector.MemberID { return f.id }
+func (f *fakeMember) Err() error             { return nil }
+func (f *fakeMember) Close() error           { return nil }
 
 // poisoned is a counter topology; events of another type tag (2) are
 // unknown to it: dead letters.

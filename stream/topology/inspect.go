@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/strand-io/strand/internal/engine"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // Inspection describes an App's state directory, read without its
@@ -28,7 +28,7 @@ type Inspection struct {
 	Parked []InspectedParked
 	// PendingDeadLetters are the committed dead letters not yet published
 	// to the dead-letter topic, by partition and offset.
-	PendingDeadLetters []stream.DeadLetter
+	PendingDeadLetters []deadletter.Letter
 	// Live is set when an App had the store open: the report was made by
 	// that App, from a consistent copy of its store as of the request (see
 	// Inspect).

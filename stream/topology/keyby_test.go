@@ -13,6 +13,7 @@ import (
 
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -352,8 +353,8 @@ func TestKeyByBadKeysAreDeadLetters(t *testing.T) {
 		t.Fatalf("%d dead letters, want %d", len(dls), want)
 	}
 	for _, dl := range dls {
-		if dl.Reason != stream.ReasonKeyBy {
-			t.Fatalf("dead letter %v, want reason %s", dl, stream.ReasonKeyBy)
+		if dl.Reason != deadletter.ReasonKeyBy {
+			t.Fatalf("dead letter %v, want reason %s", dl, deadletter.ReasonKeyBy)
 		}
 	}
 }
@@ -446,7 +447,7 @@ func TestKeyByPoisonHoldsItsKey(t *testing.T) {
 	poisoned := events[5].Order
 	held := func(e orderPlaced) bool { return e.Order == poisoned && e.Seq >= 5 }
 	checkShop(t, s, events, held, topologytest.Outputs(d, receiptsTopic, s.receipts))
-	if dls := d.DeadLetters(); len(dls) != 1 || dls[0].Reason != stream.ReasonKeyBy {
+	if dls := d.DeadLetters(); len(dls) != 1 || dls[0].Reason != deadletter.ReasonKeyBy {
 		t.Fatalf("dead letters %v, want the one KeyBy could not key", dls)
 	}
 	if k, _ := d.Parked(); k != 1 {

@@ -18,8 +18,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strand-io/strand/internal/rowfmt"
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // Live inspection: Pebble locks an open store's directory against every
@@ -173,11 +174,7 @@ func (l *liveInspect) report() (*liveReport, error) {
 	}
 	rep := &liveReport{Layout: in.Layout, Fingerprint: in.Fingerprint, Sources: in.Sources, Tables: in.Tables, Parked: in.Parked}
 	for _, d := range in.PendingDeadLetters {
-		b, err := d.AppendBinary(nil)
-		if err != nil {
-			return nil, err
-		}
-		rep.DeadLetters = append(rep.DeadLetters, b)
+		rep.DeadLetters = append(rep.DeadLetters, rowfmt.AppendLetter(nil, d))
 	}
 	return rep, nil
 }
@@ -267,8 +264,8 @@ func askLive(dir string, rec *liveRecord) (*Inspection, error) {
 	in := &Inspection{Dir: dir, Layout: rep.Layout, Fingerprint: rep.Fingerprint, Sources: rep.Sources,
 		Tables: rep.Tables, Parked: rep.Parked, Live: rec.app()}
 	for _, b := range rep.DeadLetters {
-		var d stream.DeadLetter
-		if err := d.UnmarshalBinary(b); err != nil {
+		var d deadletter.Letter
+		if err := rowfmt.DecodeLetter(b, &d); err != nil {
 			return nil, fmt.Errorf("read the report: dead letter: %w", err)
 		}
 		in.PendingDeadLetters = append(in.PendingDeadLetters, d)

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/internal/engine"
 
 	"github.com/strand-io/strand/internal/state"
 )

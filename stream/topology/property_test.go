@@ -16,6 +16,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -246,9 +247,9 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 		defer d.Close()
 		for _, e := range log {
 			if e.ty < 0 {
-				h := stream.Headers{Key: []byte(e.poison), Tag: pPlain.Tag(), Ordering: planner.Relaxed}
+				h := connector.Headers{Key: []byte(e.poison), Tag: pPlain.Tag(), Ordering: planner.Relaxed}
 				p := partitionOf(e.poison, partitions)
-				d.PipeRecord("log", stream.Record{Partition: p, Headers: h, Payload: []byte("not json")})
+				d.PipeRecord("log", connector.Record{Partition: p, Headers: h, Payload: []byte("not json")})
 				continue
 			}
 			topologytest.Pipe(d, pTypes[e.ty].decl, e.ev)

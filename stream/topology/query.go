@@ -9,13 +9,13 @@ import "context"
 // Partitions returns how many partitions the table's rows are filed under:
 // the partition count of the sources that feed it, as the App that opened
 // the table read it from the connector (0 before an App of its topology
-// was open). A key's rows are in partition stream.PartitionOf(key bytes,
+// was open). A key's rows are in partition connector.PartitionOf(key bytes,
 // Partitions()).
 func (t *Table[K, V]) Partitions() uint32 { return t.t.Partitions() }
 
 // AppendKey appends the bytes the table's key codec encodes k as to dst:
 // the bytes of the strand-key header of k's events, which pick their
-// partition (stream.PartitionOf). A key the codec refuses (an empty or too
+// partition (connector.PartitionOf). A key the codec refuses (an empty or too
 // long string, say) is an error naming the table.
 func (t *Table[K, V]) AppendKey(dst []byte, k K) ([]byte, error) { return t.t.AppendKey(dst, k) }
 

@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-// A table's rows are filed under stream.PartitionOf(its key bytes, its
+// A table's rows are filed under connector.PartitionOf(its key bytes, its
 // partition count); ScanPartition reads them partition by partition in key
 // byte order, resumes after given key bytes, and together the partitions
 // hold what Scan sees.
@@ -46,8 +47,8 @@ func TestScanPartitionAndKeyPlacement(t *testing.T) {
 		var keys [][]byte
 		err := n.ScanPartition(ctx, p, nil, func(kb []byte, k string, v int64) bool {
 			want, err := n.AppendKey(nil, k)
-			if err != nil || !bytes.Equal(kb, want) || stream.PartitionOf(kb, 5) != p {
-				t.Fatalf("row %q in partition %d: key bytes %q (%v), its partition %d", k, p, want, err, stream.PartitionOf(kb, 5))
+			if err != nil || !bytes.Equal(kb, want) || connector.PartitionOf(kb, 5) != p {
+				t.Fatalf("row %q in partition %d: key bytes %q (%v), its partition %d", k, p, want, err, connector.PartitionOf(kb, 5))
 			}
 			if last != nil && bytes.Compare(last, kb) >= 0 {
 				t.Fatalf("partition %d: %q after %q", p, kb, last)

@@ -93,7 +93,7 @@ func OnGapNotice(fn func(stream.GapNotice)) ResequenceOption {
 // now follow on; a higher number is held, durably, until its predecessors
 // arrive or its gap is given up (GapPolicy, HoldLimits); a lower one is a
 // duplicate (OnDuplicate). A sequenced type's record without a valid
-// strand-seq header is dead-lettered (stream.ReasonBadSequence). Types
+// strand-seq header is dead-lettered (deadletter.ReasonBadSequence). Types
 // without Sequence pass through unaffected. It returns s for chaining;
 // Build refuses a source with Resequence but no sequenced type.
 func (s *SourceNode[K]) Resequence(opts ...ResequenceOption) *SourceNode[K] {

@@ -14,6 +14,7 @@ import (
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // seqBankDecls are the benchmark's binary declarations with Sequence on
@@ -39,7 +40,7 @@ func seqBankDecls() bankDecls {
 // displacedRecords numbers each account's records in log order (strand-seq)
 // and moves a share of them up to maxLate positions later; offsets are then
 // renumbered in the new order.
-func displacedRecords(recs []stream.Record, share float64, maxLate int, seed uint64) []stream.Record {
+func displacedRecords(recs []connector.Record, share float64, maxLate int, seed uint64) []connector.Record {
 	seqs := map[string]uint64{}
 	for i := range recs {
 		seqs[string(recs[i].Headers.Key)]++
@@ -51,10 +52,10 @@ func displacedRecords(recs []stream.Record, share float64, maxLate int, seed uin
 	r := rand.New(rand.NewPCG(seed, 5))
 	type late struct {
 		at  int
-		rec stream.Record
+		rec connector.Record
 	}
 	var pending []late
-	out := make([]stream.Record, 0, len(recs))
+	out := make([]connector.Record, 0, len(recs))
 	for i, rec := range recs {
 		if r.Float64() < share {
 			pending = append(pending, late{i + 1 + r.IntN(maxLate), rec})
@@ -83,7 +84,7 @@ func displacedRecords(recs []stream.Record, share float64, maxLate int, seed uin
 // runReseqVariant processes recs through one pipelined Task (Submit) and
 // returns events/s, the most records held at once, the peak RSS (MB) and
 // the process's CPU time per event (ns).
-func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []stream.Record, ref map[uint64]balance, batch int) (float64, int, float64, float64) {
+func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []connector.Record, ref map[uint64]balance, batch int) (float64, int, float64, float64) {
 	ctx := context.Background()
 	topo, tab := bankTopology(decls)
 	if resequence {
@@ -165,7 +166,7 @@ func BenchmarkResequencer(b *testing.B) {
 		maxHeld := 0
 		for range rounds {
 			if only := os.Getenv("STRAND_BENCH_ONLY"); only != "" { // profiling one variant
-				v := map[string][]stream.Record{"off": base, "inorder": inorder, "displaced": displaced}[only]
+				v := map[string][]connector.Record{"off": base, "inorder": inorder, "displaced": displaced}[only]
 				runReseqVariant(b, map[bool]bankDecls{true: plain, false: seqd}[only == "off"], only != "off", v, ref, batch)
 				continue
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -298,11 +299,11 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 				rt.Fatalf("key %s: gaps %v, want %v", key, gs, wantGaps[key])
 			}
 		}
-		reasons := map[stream.Reason]int{}
+		reasons := map[deadletter.Reason]int{}
 		for _, dl := range d.DeadLetters() {
 			reasons[dl.Reason]++
 		}
-		if reasons[stream.ReasonDuplicate] != dups || reasons[stream.ReasonGapTimeout] != wantGapDL || len(reasons) > 2 {
+		if reasons[deadletter.ReasonDuplicate] != dups || reasons[deadletter.ReasonGapTimeout] != wantGapDL || len(reasons) > 2 {
 			rt.Fatalf("dead letters by reason %v; want %d duplicates, %d gap timeouts", reasons, dups, wantGapDL)
 		}
 	})

@@ -11,20 +11,22 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 // seqRecord is the record a publisher writes for e of decl, with its
 // strand-seq header replaced by seq (hasSeq false: no header).
-func seqRecord(t *testing.T, decl *stream.Event[string, SEv], e SEv, seq uint64, hasSeq bool) stream.Record {
+func seqRecord(t *testing.T, decl *stream.Event[string, SEv], e SEv, seq uint64, hasSeq bool) connector.Record {
 	t.Helper()
 	env, err := decl.Envelope(e)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env.Headers.Seq, env.Headers.HasSeq = seq, hasSeq
-	return stream.Record{Headers: env.Headers, Payload: env.Payload}
+	return connector.Record{Headers: env.Headers, Payload: env.Payload}
 }
 
 func plains(key string, seqs ...uint64) []SEv {
@@ -99,18 +101,18 @@ func TestResequencerBadSequenceHeadersAreDeadLettered(t *testing.T) {
 	d.PipeRecord("log", seqRecord(t, sPlain, e, 0, false)) // no header
 	d.PipeRecord("log", seqRecord(t, sPlain, e, 0, true))  // seq 0
 	bad := seqRecord(t, sPlain, e, 1, true)                // malformed: 3 bytes
-	h, err := stream.ParseHeaders(bad.Headers.Key, binary.LittleEndian.AppendUint32(nil, uint32(bad.Headers.Tag)), []byte{stream.PropsVersion, byte(bad.Headers.Ordering), byte(bad.Headers.Algebra)}, []byte{1, 2, 3})
+	h, err := connector.ParseHeaders(bad.Headers.Key, binary.LittleEndian.AppendUint32(nil, uint32(bad.Headers.Tag)), []byte{connector.PropsVersion, byte(bad.Headers.Ordering), byte(bad.Headers.Algebra)}, []byte{1, 2, 3})
 	if err == nil {
 		t.Fatalf("a 3-byte strand-seq parsed: %+v", h)
 	}
-	d.PipeRecord("log", stream.Record{Headers: stream.Headers{Key: []byte("a")}, HeaderErr: err, Payload: bad.Payload})
+	d.PipeRecord("log", connector.Record{Headers: connector.Headers{Key: []byte("a")}, HeaderErr: err, Payload: bad.Payload})
 	d.PipeRecord("log", seqRecord(t, sFree, SEv{K: "a", Amt: 7}, 0, false)) // unsequenced: no header needed
 	d.PipeRecord("log", seqRecord(t, sFree, SEv{K: "a", Amt: 1}, 5, true))  // unsequenced: header ignored
 	topologytest.Pipe(d, sPlain, plains("a", 1)...)
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 3 || dls[0].Reason != stream.ReasonBadSequence || dls[1].Reason != stream.ReasonBadSequence ||
-		dls[2].Reason != stream.ReasonBadHeaders || !strings.Contains(dls[2].Err.Error(), stream.HeaderSeq) {
+	if len(dls) != 3 || dls[0].Reason != deadletter.ReasonBadSequence || dls[1].Reason != deadletter.ReasonBadSequence ||
+		dls[2].Reason != deadletter.ReasonBadHeaders || !strings.Contains(dls[2].Err.Error(), connector.HeaderSeq) {
 		t.Fatalf("dead letters %v", dls)
 	}
 	if !strings.Contains(dls[0].Err.Error(), "missing") || !strings.Contains(dls[1].Err.Error(), "0") || dls[0].Offset != 0 || dls[1].Offset != 1 {
@@ -179,7 +181,7 @@ func TestResequencerHoldBoundOverflow(t *testing.T) {
 				t.Fatalf("%d held after the overflow", n)
 			}
 			dls := d.DeadLetters()
-			if policy == stream.GapSkip && len(dls) != 0 || policy != stream.GapSkip && (len(dls) != 3 || dls[0].Reason != stream.ReasonHoldOverflow || !errors.Is(dls[0].Err, stream.ErrGap) && !strings.Contains(dls[0].Err.Error(), "given up")) {
+			if policy == stream.GapSkip && len(dls) != 0 || policy != stream.GapSkip && (len(dls) != 3 || dls[0].Reason != deadletter.ReasonHoldOverflow || !errors.Is(dls[0].Err, stream.ErrGap) && !strings.Contains(dls[0].Err.Error(), "given up")) {
 				t.Fatalf("dead letters %v", dls)
 			}
 			mu.Lock()
@@ -275,7 +277,7 @@ func TestResequencerPublisherWritesSeqHeader(t *testing.T) {
 	}
 	found := false
 	for _, f := range fields {
-		if f.Name == stream.HeaderSeq && binary.LittleEndian.Uint64(f.Value) == 42 {
+		if f.Name == connector.HeaderSeq && binary.LittleEndian.Uint64(f.Value) == 42 {
 			found = true
 		}
 	}
@@ -340,7 +342,7 @@ func TestResequencerAbandonedBatchIsRolledBack(t *testing.T) {
 	})
 	d := newTaskDriver(t, topo)
 	task := d.Task("log", 0)
-	var recs []stream.Record
+	var recs []connector.Record
 	for i, s := range []uint64{2, 1, 4} {
 		r := seqRecord(t, sPlain, SEv{K: "a", Seq: s}, s, true)
 		r.Offset = uint64(i)

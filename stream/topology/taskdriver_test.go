@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/rowfmt"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -207,14 +210,14 @@ func tdPipeTo[K, E any](d *taskDriver, source string, decl *stream.Event[K, E], 
 			d.tb.Fatalf("topology.Pipe: %v", err)
 		}
 		p := xxh32.Partition(env.Headers.Key, d.partitions)
-		d.PipeRecord(source, stream.Record{Partition: p, Headers: env.Headers, Payload: env.Payload})
+		d.PipeRecord(source, connector.Record{Partition: p, Headers: env.Headers, Payload: env.Payload})
 	}
 }
 
 // PipeRecord appends a raw record to partition r.Partition of source, for
 // tests of bad input (set HeaderErr, an unknown tag, a broken payload). The
 // driver assigns the offset, which it returns, and a timestamp.
-func (d *taskDriver) PipeRecord(source string, r stream.Record) uint64 {
+func (d *taskDriver) PipeRecord(source string, r connector.Record) uint64 {
 	d.tb.Helper()
 	parts, ok := d.logs[source]
 	if !ok {
@@ -245,7 +248,7 @@ func (d *taskDriver) Step() bool {
 		source    string
 		partition int
 		task      *engine.Task
-		records   []stream.Record // nil: retry parked keys
+		records   []connector.Record // nil: retry parked keys
 		res       engine.Result
 		err       error
 	}
@@ -298,7 +301,7 @@ func (d *taskDriver) Step() bool {
 // below base were dropped by DropCommitted.
 type partitionLog struct {
 	base uint64
-	recs []stream.Record
+	recs []connector.Record
 }
 
 func (l *partitionLog) end() uint64 { return l.base + uint64(len(l.recs)) }
@@ -322,7 +325,7 @@ func (d *taskDriver) DropCommitted() {
 
 // cloneRecords copies the record structs (not their bytes) so that a task
 // never sees the log's backing array.
-func cloneRecords(rs []stream.Record) []stream.Record { return slices.Clone(rs) }
+func cloneRecords(rs []connector.Record) []connector.Record { return slices.Clone(rs) }
 
 // Advance steps until every piped record is processed and no parked key is
 // due at the driver's current time. It does not move the clock: keys parked
@@ -371,13 +374,13 @@ func (d *taskDriver) Task(source string, partition uint32) *engine.Task {
 // DeadLetters returns the dead letters committed to the store and not yet
 // removed, read back from their rows: what a runtime would publish. They
 // are ordered by source, partition and offset.
-func (d *taskDriver) DeadLetters() []stream.DeadLetter {
+func (d *taskDriver) DeadLetters() []deadletter.Letter {
 	d.tb.Helper()
-	var out []stream.DeadLetter
+	var out []deadletter.Letter
 	for p := range d.partitions {
 		err := d.db.Rows(context.Background(), state.FamilyDeadLetters, p, func(_, value []byte) error {
-			var dl stream.DeadLetter
-			if err := dl.UnmarshalBinary(value); err != nil {
+			var dl deadletter.Letter
+			if err := rowfmt.DecodeLetter(value, &dl); err != nil {
 				return err
 			}
 			out = append(out, dl)
@@ -387,7 +390,7 @@ func (d *taskDriver) DeadLetters() []stream.DeadLetter {
 			d.tb.Fatalf("topology.taskDriver: read dead letters of partition %d: %v", p, err)
 		}
 	}
-	slices.SortFunc(out, func(a, b stream.DeadLetter) int {
+	slices.SortFunc(out, func(a, b deadletter.Letter) int {
 		switch {
 		case a.Source != b.Source:
 			if a.Source < b.Source {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/telemetry"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // telemetryOptions are the OpenTelemetry options of Open.
@@ -70,7 +70,7 @@ func WithPropagator(p propagation.TextMapPropagator) OpenOption {
 // WithEndOffsetInterval sets how often a running App asks each source for
 // its partitions' end offsets, for the lag (stream.PartitionStats.Lag and
 // the strand.lag metric); default 1 second. Only sources that implement
-// stream.EndOffsetter are asked (connectors/iggy's do, in one round trip);
+// connector.EndOffsetter are asked (connectors/iggy's do, in one round trip);
 // for the others the end is what the readers polled up to.
 func WithEndOffsetInterval(d time.Duration) OpenOption {
 	return func(o *openOptions) error {
@@ -125,7 +125,7 @@ func (a *App) observeTelemetry() error {
 // topics of KeyBy steps count with what the topology forwarded to them
 // until then. It needs Run to be running (or to be
 // started) to make progress, and sources that report their end offsets
-// (stream.EndOffsetter; connectors/iggy's do). It returns ctx's error if
+// (connector.EndOffsetter; connectors/iggy's do). It returns ctx's error if
 // ctx ends first; a source that fails to report its end offsets (a lost
 // connection) is asked again until then. Keys parked for a retry do not hold it back: their
 // records are behind the checkpoint, in the store.
@@ -209,7 +209,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				}
 				targets[i].ends = ends
 			}
-			pending = slices.DeleteFunc(pending, func(d stream.DeadLetter) bool { return !a.runs(d.Partition) })
+			pending = slices.DeleteFunc(pending, func(d deadletter.Letter) bool { return !a.runs(d.Partition) })
 			if len(pending) == 0 && !grew {
 				return nil
 			}

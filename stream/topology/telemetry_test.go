@@ -18,6 +18,8 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -125,7 +127,7 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range bad { // no strand headers: dead-lettered as bad-headers
-		if err := raw.Send(ctx, []stream.Message{{Key: []byte(fmt.Sprintf("bad%d", i)), Payload: []byte("x")}}); err != nil {
+		if err := raw.Send(ctx, []connector.Message{{Key: []byte(fmt.Sprintf("bad%d", i)), Payload: []byte("x")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,8 +184,8 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	total := float64(events + negative + bad)
 	want("messaging.client.consumed.messages", "", "", total)
 	want("strand.events.applied", "", "", events)
-	want("strand.dead_letters", "strand.dead_letter.reason", stream.ReasonPermanent.String(), negative)
-	want("strand.dead_letters", "strand.dead_letter.reason", stream.ReasonBadHeaders.String(), bad)
+	want("strand.dead_letters", "strand.dead_letter.reason", deadletter.ReasonPermanent.String(), negative)
+	want("strand.dead_letters", "strand.dead_letter.reason", deadletter.ReasonBadHeaders.String(), bad)
 	want("strand.commits", "strand.commit.kind", "batch", float64(stats.Total.Batches))
 	want("messaging.process.duration", "", "", float64(stats.Total.Batches))
 	want("strand.batch.size", "", "", float64(stats.Total.Batches))
@@ -276,12 +278,12 @@ func TestTelemetryOptionsRefuseInvalidValues(t *testing.T) {
 // gatedConnector hands out dead-letter sinks that refuse every Send until
 // open is closed.
 type gatedConnector struct {
-	stream.Connector
+	connector.Connector
 	open  chan struct{}
 	tried atomic.Int64
 }
 
-func (c *gatedConnector) OpenSink(ctx context.Context, topic string, partitions uint32) (stream.Sink, error) {
+func (c *gatedConnector) OpenSink(ctx context.Context, topic string, partitions uint32) (connector.Sink, error) {
 	s, err := c.Connector.OpenSink(ctx, topic, partitions)
 	if err != nil {
 		return nil, err
@@ -290,7 +292,7 @@ func (c *gatedConnector) OpenSink(ctx context.Context, topic string, partitions 
 }
 
 type gatedSink struct {
-	stream.Sink
+	connector.Sink
 	c *gatedConnector
 }
 
@@ -302,7 +304,7 @@ func (s gatedSink) Close(ctx context.Context) error {
 	return nil
 }
 
-func (s gatedSink) Send(ctx context.Context, msgs []stream.Message) error {
+func (s gatedSink) Send(ctx context.Context, msgs []connector.Message) error {
 	select {
 	case <-s.c.open:
 		return s.Sink.Send(ctx, msgs)
@@ -326,7 +328,7 @@ func TestWaitCaughtUpWaitsForPendingDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := raw.Send(ctx, []stream.Message{{Key: []byte("x"), Payload: []byte("no headers")}}); err != nil {
+	if err := raw.Send(ctx, []connector.Message{{Key: []byte("x"), Payload: []byte("no headers")}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = raw.Close(ctx)

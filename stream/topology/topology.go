@@ -169,7 +169,7 @@ type SourceNode[K any] struct {
 	idx int
 }
 
-// Source adds the source named name (the name a stream.Source reports; for
+// Source adds the source named name (the name a connector.Source reports; for
 // Iggy "stream/topic") whose events are keyed by K. Declaring one source
 // name twice with different key types is refused by Build.
 func Source[K any](t *Topology, name string) *SourceNode[K] {

@@ -16,7 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Store is the naive consumer's Pebble database. ApplyBatch may be called
@@ -80,7 +80,7 @@ func checkpointKey(partition uint32) []byte {
 // ApplyBatch applies one polled batch of one partition: per record Get,
 // decode, fold, encode, Set; then the checkpoint (last offset + 1) and one
 // commit.
-func (s *Store) ApplyBatch(partition uint32, recs []stream.Record) error {
+func (s *Store) ApplyBatch(partition uint32, recs []connector.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}

@@ -10,7 +10,6 @@ package scenario
 import (
 	"context"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"io"
 	"log/slog"
 	"os"
@@ -20,11 +19,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/connector"
+
 	"github.com/strand-io/strand/benchmarks/internal/naive"
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream"
 )
 
 // Result is one measurement.
@@ -255,7 +256,7 @@ func runTasks(ctx context.Context, log *workload.Log, tasks []*engine.Task, batc
 
 func processAll(ctx context.Context, log *workload.Log, task *engine.Task, p uint32, batch int) (int, error) {
 	commits := 0
-	recs := make([]stream.Record, 0, batch)
+	recs := make([]connector.Record, 0, batch)
 	for off := int(task.Next()); off < log.PartitionLen(p); {
 		recs = log.Records(recs[:0], p, off, batch)
 		r, err := task.Process(ctx, recs)
@@ -275,7 +276,7 @@ func submitAll(ctx context.Context, log *workload.Log, task *engine.Task, p uint
 	commits := 0
 	// Two record buffers: a batch's records stay untouched while its
 	// commit may be in flight.
-	bufs := [2][]stream.Record{make([]stream.Record, 0, batch), make([]stream.Record, 0, batch)}
+	bufs := [2][]connector.Record{make([]connector.Record, 0, batch), make([]connector.Record, 0, batch)}
 	var pending *engine.Pending
 	wait := func(off int) error {
 		if pending == nil {
@@ -352,7 +353,7 @@ func CoreNaive(ctx context.Context, o CoreOptions, workers int) (Result, error) 
 	n := log.Partitions()
 	var commits int
 	if workers <= 1 {
-		recs := make([]stream.Record, 0, o.Batch)
+		recs := make([]connector.Record, 0, o.Batch)
 		for p := range n {
 			for off := 0; off < log.PartitionLen(p); off += o.Batch {
 				if err := ctx.Err(); err != nil {
@@ -376,7 +377,7 @@ func CoreNaive(ctx context.Context, o CoreOptions, workers int) (Result, error) 
 				defer wg.Done()
 				sem <- struct{}{}
 				defer func() { <-sem }()
-				recs := make([]stream.Record, 0, o.Batch)
+				recs := make([]connector.Record, 0, o.Batch)
 				c := 0
 				var err error
 				for off := 0; off < log.PartitionLen(p) && err == nil; off += o.Batch {

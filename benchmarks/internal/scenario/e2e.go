@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/benchmarks/internal/naive"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
@@ -408,7 +410,7 @@ func E2ENaive(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	readers := make([]stream.PartitionReader, log.Partitions())
+	readers := make([]connector.PartitionReader, log.Partitions())
 	for p := range log.Partitions() {
 		if readers[p], err = src.Open(ctx, p, 0); err != nil {
 			return res, err

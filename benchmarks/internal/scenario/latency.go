@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
@@ -87,14 +89,14 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	beganAt := make([]int64, log.Partitions())
 	hooks := engine.Hooks{}
 	if o.Trace != "" {
-		hooks.AfterPoll = func(p uint32, _ []stream.Record) error {
+		hooks.AfterPoll = func(p uint32, _ []connector.Record) error {
 			select {
 			case pollQueue[p] <- time.Now().UnixNano():
 			default:
 			}
 			return nil
 		}
-		hooks.BeforeProcess = func(p uint32, recs []stream.Record) error {
+		hooks.BeforeProcess = func(p uint32, recs []connector.Record) error {
 			if recs != nil {
 				select {
 				case t := <-pollQueue[p]:

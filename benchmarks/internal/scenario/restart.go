@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/engine"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
@@ -181,7 +183,7 @@ func (s *RestartStore) pick(p uint32, i int) workload.AccountID {
 // replayed and that the deposits landed), and closes it.
 func (s *RestartStore) Resume(ctx context.Context) (Timing, error) {
 	s.round++
-	batches := make([][]stream.Record, s.o.Partitions)
+	batches := make([][]connector.Record, s.o.Partitions)
 	d := s.log.Decls
 	for p := range s.o.Partitions {
 		accts := s.byPart[p]

@@ -18,7 +18,7 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ScaleOptions configure the scale scenario: the accounts workload with
@@ -85,8 +85,8 @@ type scaleRun struct {
 }
 
 // addBuffers counts a feeder's buffers towards the "batches" figure.
-func (s *scaleRun) addBuffers(recs []stream.Record, arena []byte) {
-	s.buffers.Add(int64(cap(recs))*int64(unsafe.Sizeof(stream.Record{})) + int64(cap(arena)))
+func (s *scaleRun) addBuffers(recs []connector.Record, arena []byte) {
+	s.buffers.Add(int64(cap(recs))*int64(unsafe.Sizeof(connector.Record{})) + int64(cap(arena)))
 }
 
 func newScaleRun(o ScaleOptions, variant string) (*scaleRun, error) {
@@ -245,7 +245,7 @@ func ScaleNaive(ctx context.Context, o ScaleOptions) (Result, error) {
 	if err != nil {
 		return *res, err
 	}
-	var recs []stream.Record
+	var recs []connector.Record
 	var arena []byte
 	for p := range s.in.Partitions() {
 		for off := 0; off < s.in.PartitionLen(p); off += o.Batch {
@@ -289,7 +289,7 @@ func ScaleInput(ctx context.Context, o ScaleOptions) (Result, error) {
 		return *res, err
 	}
 	_, err = eachPartition(s.in.Partitions(), func(p uint32) (int, error) {
-		var recs []stream.Record
+		var recs []connector.Record
 		var arena []byte
 		var err error
 		for off := 0; off < s.in.PartitionLen(p) && ctx.Err() == nil; off += o.Batch {
@@ -380,7 +380,7 @@ func eachPartition(n uint32, fn func(p uint32) (int, error)) (int, error) {
 func submitPacked(ctx context.Context, s *scaleRun, task *engine.Task, p uint32, batch int) (int, error) {
 	in := s.in
 	commits := 0
-	var recs [2][]stream.Record
+	var recs [2][]connector.Record
 	var arenas [2][]byte
 	defer func() {
 		for k := range recs {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // ScaleoutQuery measures the query server's latency: two instance
@@ -77,7 +77,7 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 		if err != nil {
 			return res, err
 		}
-		p := stream.PartitionOf(kb, parts)
+		p := connector.PartitionOf(kb, parts)
 		probe[p] = id
 		if own[p] == ps[0] {
 			local = append(local, id)

@@ -15,6 +15,7 @@ import (
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // AccountID is the key of every event and of the balances table.
@@ -92,27 +93,27 @@ func owner(id AccountID) string { return "owner-" + strconv.FormatUint(uint64(id
 
 // appendEvent appends e's key bytes and then its payload to dst and
 // returns the headers it carries (Key left nil) and the key's length.
-func (d Decls) appendEvent(dst []byte, e Event) ([]byte, stream.Headers, int, error) {
+func (d Decls) appendEvent(dst []byte, e Event) ([]byte, connector.Headers, int, error) {
 	ev := d.Events
 	start := len(dst)
 	dst, err := ev.Opened.KeyCodec().Append(dst, e.Account) // one key codec for all four
 	if err != nil {
-		return dst, stream.Headers{}, 0, err
+		return dst, connector.Headers{}, 0, err
 	}
 	keyLen := len(dst) - start
-	var h stream.Headers
+	var h connector.Headers
 	switch e.Kind {
 	case KindOpened:
-		h = stream.Headers{Tag: bank.TagOpened, Ordering: ev.Opened.Ordering(bank.AccountOpened{}), Algebra: ev.Opened.Algebra().Kind()}
+		h = connector.Headers{Tag: bank.TagOpened, Ordering: ev.Opened.Ordering(bank.AccountOpened{}), Algebra: ev.Opened.Algebra().Kind()}
 		dst, err = ev.Opened.PayloadCodec().Append(dst, bank.AccountOpened{Account: e.Account, Owner: owner(e.Account)})
 	case KindDeposited:
-		h = stream.Headers{Tag: bank.TagDeposited, Ordering: ev.Deposits.Ordering(bank.Deposited{}), Algebra: ev.Deposits.Algebra().Kind()}
+		h = connector.Headers{Tag: bank.TagDeposited, Ordering: ev.Deposits.Ordering(bank.Deposited{}), Algebra: ev.Deposits.Algebra().Kind()}
 		dst, err = ev.Deposits.PayloadCodec().Append(dst, bank.Deposited{Account: e.Account, Amount: e.Amount})
 	case KindWithdrawn:
-		h = stream.Headers{Tag: bank.TagWithdrawn, Ordering: ev.Withdrawals.Ordering(bank.Withdrawn{}), Algebra: ev.Withdrawals.Algebra().Kind()}
+		h = connector.Headers{Tag: bank.TagWithdrawn, Ordering: ev.Withdrawals.Ordering(bank.Withdrawn{}), Algebra: ev.Withdrawals.Algebra().Kind()}
 		dst, err = ev.Withdrawals.PayloadCodec().Append(dst, bank.Withdrawn{Account: e.Account, Amount: e.Amount})
 	case KindClosed:
-		h = stream.Headers{Tag: bank.TagClosed, Ordering: ev.Closed.Ordering(bank.AccountClosed{}), Algebra: ev.Closed.Algebra().Kind()}
+		h = connector.Headers{Tag: bank.TagClosed, Ordering: ev.Closed.Ordering(bank.AccountClosed{}), Algebra: ev.Closed.Algebra().Kind()}
 		dst, err = ev.Closed.PayloadCodec().Append(dst, bank.AccountClosed{Account: e.Account})
 	default:
 		err = fmt.Errorf("workload: unknown event kind %d", e.Kind)

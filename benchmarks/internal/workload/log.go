@@ -10,6 +10,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Config describes a workload.
@@ -250,13 +251,13 @@ func EncodeEvents(cfg Config, decls Decls, next func(i int) Event) (*Log, error)
 	for i := range cfg.Events {
 		e := next(i)
 		off := len(l.arena)
-		var h stream.Headers
+		var h connector.Headers
 		var keyLen int
 		if l.arena, h, keyLen, err = decls.appendEvent(l.arena, e); err != nil {
 			return nil, fmt.Errorf("workload: event %d: %w", i, err)
 		}
 		payLen := len(l.arena) - off - keyLen
-		if len(l.arena) > 1<<32-1 || keyLen > stream.MaxKeyLen || keyLen == 0 || payLen > 1<<16-1 {
+		if len(l.arena) > 1<<32-1 || keyLen > connector.MaxKeyLen || keyLen == 0 || payLen > 1<<16-1 {
 			return nil, fmt.Errorf("workload: event %d does not fit the log (key %d bytes, payload %d, arena %d)", i, keyLen, payLen, len(l.arena))
 		}
 		p := xxh32.Partition(l.arena[off:off+keyLen], cfg.Partitions)
@@ -339,7 +340,7 @@ func (l *Log) envelope(e *entry) stream.Envelope {
 	k := l.arena[e.off : e.off+uint32(e.keyLen) : e.off+uint32(e.keyLen)]
 	pEnd := e.off + uint32(e.keyLen) + uint32(e.payLen)
 	return stream.Envelope{
-		Headers: stream.Headers{Key: k, Tag: planner.Tag(e.tag), Ordering: e.ordering, Algebra: e.kind},
+		Headers: connector.Headers{Key: k, Tag: planner.Tag(e.tag), Ordering: e.ordering, Algebra: e.kind},
 		Payload: l.arena[e.off+uint32(e.keyLen) : pEnd : pEnd],
 	}
 }
@@ -351,12 +352,12 @@ func (l *Log) Envelope(i int) stream.Envelope { return l.envelope(&l.entries[i])
 // Records appends to dst the records of partition p at offsets
 // [from, from+n) (fewer at the end of the partition), as a source would
 // deliver them; their bytes alias the log.
-func (l *Log) Records(dst []stream.Record, p uint32, from, n int) []stream.Record {
+func (l *Log) Records(dst []connector.Record, p uint32, from, n int) []connector.Record {
 	idx := l.partitions[p]
 	end := min(from+n, len(idx))
 	for off := from; off < end; off++ {
 		env := l.envelope(&l.entries[idx[off]])
-		dst = append(dst, stream.Record{Partition: p, Offset: uint64(off), Headers: env.Headers, Payload: env.Payload})
+		dst = append(dst, connector.Record{Partition: p, Offset: uint64(off), Headers: env.Headers, Payload: env.Payload})
 	}
 	return dst
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Packed is a workload held for the scale scenario: the generator's events,
@@ -186,7 +186,7 @@ func (p *Packed) Bytes() int64 {
 // [from, from+n) (fewer at the end), encoding their keys and payloads into
 // arena (which it empties first and may grow); the records alias the
 // returned arena, which the caller may reuse once it is done with them.
-func (p *Packed) Records(dst []stream.Record, arena []byte, part uint32, from, n int) ([]stream.Record, []byte, error) {
+func (p *Packed) Records(dst []connector.Record, arena []byte, part uint32, from, n int) ([]connector.Record, []byte, error) {
 	evs := p.parts[part]
 	end := min(from+n, len(evs))
 	arena = arena[:0]
@@ -197,14 +197,14 @@ func (p *Packed) Records(dst []stream.Record, arena []byte, part uint32, from, n
 	for off := from; off < end; off++ {
 		pe := evs[off]
 		start := len(arena)
-		var h stream.Headers
+		var h connector.Headers
 		var keyLen int
 		var err error
 		arena, h, keyLen, err = p.Decls.appendEvent(arena, Event{Kind: pe.kind, Account: AccountID(pe.account), Amount: int64(pe.amount)})
 		if err != nil {
 			return dst, arena, fmt.Errorf("workload: partition %d offset %d: %w", part, off, err)
 		}
-		dst = append(dst, stream.Record{Partition: part, Offset: uint64(off), Headers: h, Timestamp: uint64(start)<<16 | uint64(keyLen)})
+		dst = append(dst, connector.Record{Partition: part, Offset: uint64(off), Headers: h, Timestamp: uint64(start)<<16 | uint64(keyLen)})
 	}
 	for i := first; i < len(dst); i++ {
 		r := &dst[i]

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 func TestCoverTouchesEveryAccount(t *testing.T) {
@@ -46,7 +46,7 @@ func TestPackedRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %d events, %d touched", cd, p.Len(), p.Touched())
 		}
 		got := map[AccountID]Account{}
-		var recs []stream.Record
+		var recs []connector.Record
 		var arena []byte
 		for part := range p.Partitions() {
 			for from := 0; from < p.PartitionLen(part); from += 700 {

@@ -12,6 +12,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
@@ -21,14 +22,14 @@ const source = bank.Stream + "/" + bank.Topic
 // read it back like a check reads the topic.
 type feed struct {
 	d   *topologytest.Driver
-	log [][]stream.Record
+	log [][]connector.Record
 }
 
 func newFeed(d *topologytest.Driver, partitions int) *feed {
-	return &feed{d: d, log: make([][]stream.Record, partitions)}
+	return &feed{d: d, log: make([][]connector.Record, partitions)}
 }
 
-func (f *feed) record(r stream.Record) {
+func (f *feed) record(r connector.Record) {
 	r.Partition = xxh32.Partition(r.Headers.Key, uint32(len(f.log)))
 	r.Offset = f.d.PipeRecord(source, r)
 	f.log[r.Partition] = append(f.log[r.Partition], r)
@@ -40,7 +41,7 @@ func (f *feed) pipe(t interface{ Fatal(...any) }, ev *bank.Events, e bank.Event)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.record(stream.Record{Headers: env.Headers, Payload: env.Payload})
+	f.record(connector.Record{Headers: env.Headers, Payload: env.Payload})
 }
 
 // pipePoison appends the i-th poison message as the Iggy reader would
@@ -50,16 +51,16 @@ func (f *feed) pipePoison(i, accounts int) {
 	var key, typ, props []byte
 	for _, f := range m.Headers {
 		switch f.Name {
-		case stream.HeaderKey:
+		case connector.HeaderKey:
 			key = f.Value
-		case stream.HeaderType:
+		case connector.HeaderType:
 			typ = f.Value
-		case stream.HeaderProps:
+		case connector.HeaderProps:
 			props = f.Value
 		}
 	}
-	h, err := stream.ParseHeaders(key, typ, props, nil)
-	r := stream.Record{Partition: xxh32.Partition(m.Key, uint32(len(f.log))), Headers: h, HeaderErr: err, Payload: m.Payload}
+	h, err := connector.ParseHeaders(key, typ, props, nil)
+	r := connector.Record{Partition: xxh32.Partition(m.Key, uint32(len(f.log))), Headers: h, HeaderErr: err, Payload: m.Payload}
 	r.Offset = f.d.PipeRecord(source, r)
 	f.log[r.Partition] = append(f.log[r.Partition], r)
 }

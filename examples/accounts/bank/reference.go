@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/stream/topology"
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology"
 
 	"github.com/strand-io/strand/stream"
 )
@@ -77,7 +79,7 @@ var keyCodec = stream.Uint64Key[AccountID]()
 // strand headers, a key that is not an account id, an unknown type tag, an
 // undecodable payload) is not applied: it is remembered as poison and the
 // reason is returned.
-func (r *Reference) ApplyRecord(rec stream.Record) error {
+func (r *Reference) ApplyRecord(rec connector.Record) error {
 	err := r.applyRecord(rec)
 	if err != nil {
 		r.poison = append(r.poison, Origin{rec.Partition, rec.Offset})
@@ -85,7 +87,7 @@ func (r *Reference) ApplyRecord(rec stream.Record) error {
 	return err
 }
 
-func (r *Reference) applyRecord(rec stream.Record) error {
+func (r *Reference) applyRecord(rec connector.Record) error {
 	if rec.HeaderErr != nil {
 		return rec.HeaderErr
 	}
@@ -272,7 +274,7 @@ func (r *Reference) IDs() []AccountID {
 // and calls fn with every record in offset order. It is how a check reads
 // the log back from the broker, independently of what the producer
 // remembers.
-func ReadLog(ctx context.Context, src stream.Source, partition uint32, end uint64, fn func(stream.Record) error) error {
+func ReadLog(ctx context.Context, src connector.Source, partition uint32, end uint64, fn func(connector.Record) error) error {
 	if end == 0 {
 		return nil
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Workload describes a stream of bank events. The zero value is invalid;
@@ -127,24 +127,24 @@ const TagUnknown = 99
 // type), and no strand headers at all. Every one must end in the
 // dead-letter topic, exactly once. Its key is one of the workload's
 // accounts, so it sits among real events.
-func Poison(i int, accounts int) stream.Message {
+func Poison(i int, accounts int) connector.Message {
 	key := binary.BigEndian.AppendUint64(nil, uint64(i%max(accounts, 1))+1)
 	var tag [4]byte
 	payload := []byte("\xffpoison-" + strconv.Itoa(i) + "\xff")
-	m := stream.Message{Key: key, Payload: payload}
+	m := connector.Message{Key: key, Payload: payload}
 	switch i % len(PoisonKind) {
 	case 0:
 		binary.LittleEndian.PutUint32(tag[:], uint32(TagDeposited))
-		m.Headers = []stream.Field{
-			{Name: stream.HeaderKey, Value: key},
-			{Name: stream.HeaderType, Value: tag[:]},
-			{Name: stream.HeaderProps, Value: []byte{9, 1, 0}},
+		m.Headers = []connector.Field{
+			{Name: connector.HeaderKey, Value: key},
+			{Name: connector.HeaderType, Value: tag[:]},
+			{Name: connector.HeaderProps, Value: []byte{9, 1, 0}},
 		}
 	case 1:
-		h := stream.Headers{Key: key, Tag: TagDeposited, Ordering: planner.Relaxed, Algebra: algebra.Associative}
+		h := connector.Headers{Key: key, Tag: TagDeposited, Ordering: planner.Relaxed, Algebra: algebra.Associative}
 		m.Headers, _ = h.AppendFields(nil)
 	case 2:
-		h := stream.Headers{Key: key, Tag: TagUnknown, Ordering: planner.Relaxed}
+		h := connector.Headers{Key: key, Tag: TagUnknown, Ordering: planner.Relaxed}
 		m.Headers, _ = h.AppendFields(nil)
 	case 3:
 		// no headers

@@ -71,7 +71,7 @@
 // forwarded request carries the Strand-Forwarded header; an owner that
 // would forward it again answers 508, which happens only while the
 // instances' views of the membership disagree), or redirected to it with
-// WithRedirect. A key's partition is stream.PartitionOf(its key bytes, the
+// WithRedirect. A key's partition is connector.PartitionOf(its key bytes, the
 // table's partition count), where strand's publishers put its events.
 // Scans read only the partitions served locally and list the others in
 // "skipped". Every unavailable answer is a 503 with Retry-After: a client

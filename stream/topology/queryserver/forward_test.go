@@ -14,6 +14,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/queryserver"
 )
@@ -181,7 +182,7 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 	kb := func(id AccountID) []byte { b, _ := balA.AppendKey(nil, id); return b }
 	forwarded := 0
 	for id := AccountID(0); id < accounts+10; id++ {
-		owner := owners[stream.PartitionOf(kb(id), 4)]
+		owner := owners[connector.PartitionOf(kb(id), 4)]
 		for _, via := range []string{addrA, addrB} {
 			u := fmt.Sprintf("http://%s/tables/balances/%d", via, id)
 			want, ok := ref[id]
@@ -253,7 +254,7 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 
 	var inP0, inP2 AccountID
 	for id := AccountID(1); inP0 == 0 || inP2 == 0; id++ {
-		switch stream.PartitionOf(kb(id), 4) {
+		switch connector.PartitionOf(kb(id), 4) {
 		case 0:
 			inP0 = id
 		case 2:

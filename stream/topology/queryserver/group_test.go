@@ -10,42 +10,42 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/queryserver"
 )
 
-// fakeMembership is a stream.Membership whose view of the group a test
+// fakeMembership is a connector.Membership whose view of the group a test
 // sets: the members, what each owns, and this member's ID.
 type fakeMembership struct {
 	mu      sync.Mutex
-	self    stream.MemberID
-	members []stream.Member
+	self    connector.MemberID
+	members []connector.Member
 }
 
-func (f *fakeMembership) Assignments() <-chan stream.Assignment { return nil }
-func (f *fakeMembership) Release(context.Context, uint32) error { return nil }
-func (f *fakeMembership) Err() error                            { return nil }
-func (f *fakeMembership) Close() error                          { return nil }
+func (f *fakeMembership) Assignments() <-chan connector.Assignment { return nil }
+func (f *fakeMembership) Release(context.Context, uint32) error    { return nil }
+func (f *fakeMembership) Err() error                               { return nil }
+func (f *fakeMembership) Close() error                             { return nil }
 
-func (f *fakeMembership) ID() stream.MemberID {
+func (f *fakeMembership) ID() connector.MemberID {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.self
 }
 
-func (f *fakeMembership) Owns(p uint32) (stream.Epoch, bool) {
+func (f *fakeMembership) Owns(p uint32) (connector.Epoch, bool) {
 	m, e, ok := f.Owner(p)
 	return e, ok && m.ID == f.ID()
 }
 
-func (f *fakeMembership) Members() []stream.Member {
+func (f *fakeMembership) Members() []connector.Member {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]stream.Member(nil), f.members...)
+	return append([]connector.Member(nil), f.members...)
 }
 
-func (f *fakeMembership) Owner(p uint32) (stream.Member, stream.Epoch, bool) {
+func (f *fakeMembership) Owner(p uint32) (connector.Member, connector.Epoch, bool) {
 	for _, m := range f.Members() {
 		for _, po := range m.Partitions {
 			if po.Partition == p {
@@ -53,19 +53,19 @@ func (f *fakeMembership) Owner(p uint32) (stream.Member, stream.Epoch, bool) {
 			}
 		}
 	}
-	return stream.Member{}, 0, false
+	return connector.Member{}, 0, false
 }
 
-func (f *fakeMembership) set(members ...stream.Member) {
+func (f *fakeMembership) set(members ...connector.Member) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.members = members
 }
 
-func owning(id stream.MemberID, addr string, parts ...uint32) stream.Member {
-	m := stream.Member{ID: id, Name: fmt.Sprintf("member-%d", id), Addr: addr}
+func owning(id connector.MemberID, addr string, parts ...uint32) connector.Member {
+	m := connector.Member{ID: id, Name: fmt.Sprintf("member-%d", id), Addr: addr}
 	for _, p := range parts {
-		m.Partitions = append(m.Partitions, stream.PartitionOwnership{Partition: p, Epoch: stream.Epoch(100 + p)})
+		m.Partitions = append(m.Partitions, connector.PartitionOwnership{Partition: p, Epoch: connector.Epoch(100 + p)})
 	}
 	return m
 }
@@ -168,11 +168,11 @@ func TestGroupRoutingOverHTTP(t *testing.T) {
 	}
 	hsA, hsB := server(phA, mA), server(phB, mB)
 	addrA, addrB = strings.TrimPrefix(hsA.URL, "http://"), strings.TrimPrefix(hsB.URL, "http://")
-	view := []stream.Member{owning(1, addrA, 0, 1), owning(2, addrB, 2, 3)}
+	view := []connector.Member{owning(1, addrA, 0, 1), owning(2, addrB, 2, 3)}
 	mA.set(view...)
 	mB.set(view...)
 
-	partOf := func(c string) uint32 { kb, _ := totals.AppendKey(nil, c); return stream.PartitionOf(kb, 4) }
+	partOf := func(c string) uint32 { kb, _ := totals.AppendKey(nil, c); return connector.PartitionOf(kb, 4) }
 	owner := map[uint32]string{0: addrA, 1: addrA, 2: addrB}
 	var restoring string
 	for c, w := range want {

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/queryserver"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -143,7 +144,7 @@ func TestGet(t *testing.T) {
 		var got Total
 		h := get(t, hs.URL+"/tables/totals/"+c, http.StatusOK, &got)
 		kb, _ := totals.AppendKey(nil, c)
-		if got != w || h.Get(queryserver.HeaderPartition) != strconv.Itoa(int(stream.PartitionOf(kb, 4))) {
+		if got != w || h.Get(queryserver.HeaderPartition) != strconv.Itoa(int(connector.PartitionOf(kb, 4))) {
 			t.Fatalf("GET %s = %+v (partition %s), want %+v", c, got, h.Get(queryserver.HeaderPartition), w)
 		}
 	}
@@ -296,7 +297,7 @@ func TestScan(t *testing.T) {
 	}
 	for _, r := range p.Rows {
 		kb, _ := totals.AppendKey(nil, r.Key)
-		if r.Value != want[r.Key] || r.Partition != stream.PartitionOf(kb, 4) {
+		if r.Value != want[r.Key] || r.Partition != connector.PartitionOf(kb, 4) {
 			t.Fatalf("row %+v, want %+v", r, want[r.Key])
 		}
 	}
@@ -401,7 +402,7 @@ func TestUnavailablePartition(t *testing.T) {
 	hits := 0
 	for c := range want {
 		kb, _ := totals.AppendKey(nil, c)
-		if stream.PartitionOf(kb, 4) != 1 {
+		if connector.PartitionOf(kb, 4) != 1 {
 			continue
 		}
 		h := errorOf(t, hs.URL+"/tables/totals/"+c, http.StatusServiceUnavailable, "partition 1 is restoring", "retry in 3s")

@@ -6,7 +6,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -45,7 +45,7 @@ type Query struct {
 	// Table is the table's name.
 	Table string
 	// Partition is the partition the key's rows are filed under,
-	// stream.PartitionOf(Key, Partitions); for a scan, each partition in
+	// connector.PartitionOf(Key, Partitions); for a scan, each partition in
 	// turn.
 	Partition uint32
 	// Partitions is the table's partition count (topology.Table.Partitions).
@@ -134,7 +134,7 @@ const (
 //
 // It never answers Local for a partition this instance does not serve,
 // so a key is never answered 404 from a store that does not hold it.
-func groupRoute(phase func(uint32) topology.Phase, m stream.Membership, q Query) Route {
+func groupRoute(phase func(uint32) topology.Phase, m connector.Membership, q Query) Route {
 	p := q.Partition
 	switch phase(p) {
 	case topology.Serving:

@@ -9,7 +9,7 @@ import (
 	"reflect"
 	"strconv"
 
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -212,4 +212,4 @@ func defaultFormat[K any](t reflect.Type) func(K) string {
 }
 
 // partitionOf is where the rows of key bytes kb are filed.
-func partitionOf(kb []byte, n uint32) uint32 { return stream.PartitionOf(kb, n) }
+func partitionOf(kb []byte, n uint32) uint32 { return connector.PartitionOf(kb, n) }

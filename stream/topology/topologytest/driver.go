@@ -32,6 +32,8 @@ import (
 	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -231,14 +233,14 @@ func PipeTo[K, E any](d *Driver, source string, decl *stream.Event[K, E], events
 			d.tb.Fatalf("topologytest.Pipe: %v", err)
 		}
 		p := xxh32.Partition(env.Headers.Key, d.parts)
-		d.PipeRecord(source, stream.Record{Partition: p, Headers: env.Headers, Payload: env.Payload})
+		d.PipeRecord(source, connector.Record{Partition: p, Headers: env.Headers, Payload: env.Payload})
 	}
 }
 
 // PipeRecord appends a raw record to partition r.Partition of source, for
 // tests of bad input (set HeaderErr, an unknown tag, a broken payload). The
 // driver assigns the offset, which it returns, and a timestamp.
-func (d *Driver) PipeRecord(source string, r stream.Record) uint64 {
+func (d *Driver) PipeRecord(source string, r connector.Record) uint64 {
 	d.tb.Helper()
 	s, ok := d.conn.sources[source]
 	if !ok {
@@ -414,7 +416,7 @@ func (d *Driver) Held() (keys, records int) {
 // DeadLetters waits until the App has published every committed dead
 // letter and returns what the dead-letter topic holds, read back as a
 // consumer of it would, in publication order.
-func (d *Driver) DeadLetters() []stream.DeadLetter {
+func (d *Driver) DeadLetters() []deadletter.Letter {
 	d.tb.Helper()
 	deadline := time.Now().Add(d.timeout)
 	for {
@@ -430,21 +432,21 @@ func (d *Driver) DeadLetters() []stream.DeadLetter {
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-	var out []stream.DeadLetter
+	var out []deadletter.Letter
 	outputs := d.prog.Outputs()
 	for name, s := range d.conn.sinks {
 		if slices.Contains(outputs, name) {
 			continue
 		}
 		for _, m := range s.messages() {
-			dl, err := stream.ParseDeadLetter(m)
+			dl, err := deadletter.Parse(m)
 			if err != nil {
 				d.tb.Fatalf("topologytest: dead-letter message: %v", err)
 			}
 			out = append(out, dl)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b stream.DeadLetter) int {
+	slices.SortStableFunc(out, func(a, b deadletter.Letter) int {
 		switch {
 		case a.Source != b.Source:
 			if a.Source < b.Source {
@@ -468,7 +470,7 @@ func (d *Driver) DeadLetters() []stream.DeadLetter {
 // Advance first to have everything committed). A message published twice
 // by the outbox (it is not, in the driver) would be there twice. An
 // unknown topic fails the test.
-func (d *Driver) Output(topic string) []stream.Message {
+func (d *Driver) Output(topic string) []connector.Message {
 	d.tb.Helper()
 	if !slices.Contains(d.prog.Outputs(), topic) {
 		d.tb.Fatalf("topologytest: the topology does not publish to %q (it publishes to %q)", topic, d.prog.Outputs())

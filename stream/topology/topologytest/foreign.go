@@ -6,14 +6,15 @@ import (
 
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
-var _ stream.ForeignConnector = (*memConnector)(nil)
+var _ connector.ForeignConnector = (*memConnector)(nil)
 
 // OpenForeignSource returns the in-memory topic named topic: its records
 // are what PipeForeign appended, each with its raw message, so the
 // in-memory connector reads foreign topics as connectors/iggy does.
-func (c *memConnector) OpenForeignSource(ctx context.Context, topic string) (stream.Source, error) {
+func (c *memConnector) OpenForeignSource(ctx context.Context, topic string) (connector.Source, error) {
 	return c.OpenSource(ctx, topic)
 }
 
@@ -35,11 +36,11 @@ func (d *Driver) PipeForeign(source string, m stream.ForeignMessage) uint64 {
 				i, f.Name, len(f.Value), f.NameKind, f.ValueKind)
 		}
 	}
-	raw := (&stream.RawMessage{ID: m.ID, Headers: m.Headers}).Clone()
+	raw := (&connector.RawMessage{ID: m.ID, Headers: m.Headers}).Clone()
 	if raw.Headers == nil {
-		raw.Headers = []stream.Field{}
+		raw.Headers = []connector.Field{}
 	}
-	return d.PipeRecord(source, stream.Record{Partition: m.Partition, Payload: slices.Clone(m.Payload), Raw: raw})
+	return d.PipeRecord(source, connector.Record{Partition: m.Partition, Payload: slices.Clone(m.Payload), Raw: raw})
 }
 
 // PartitionOf returns the partition a producer using Iggy's messages-key

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // memConnector is an in-memory broker: partitioned logs that the driver
@@ -32,7 +32,7 @@ func newMemConnector(parts uint32, names []string) *memConnector {
 	return c
 }
 
-func (c *memConnector) OpenSource(_ context.Context, topic string) (stream.Source, error) {
+func (c *memConnector) OpenSource(_ context.Context, topic string) (connector.Source, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, ok := c.sources[topic]
@@ -42,7 +42,7 @@ func (c *memConnector) OpenSource(_ context.Context, topic string) (stream.Sourc
 	return s, nil
 }
 
-func (c *memConnector) OpenSink(_ context.Context, topic string, _ uint32) (stream.Sink, error) {
+func (c *memConnector) OpenSink(_ context.Context, topic string, _ uint32) (connector.Sink, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, ok := c.sinks[topic]
@@ -61,7 +61,7 @@ type memSource struct {
 
 func (s *memSource) Name() string                               { return s.name }
 func (s *memSource) Partitions(context.Context) (uint32, error) { return uint32(len(s.logs)), nil }
-func (s *memSource) Open(_ context.Context, p uint32, from uint64) (stream.PartitionReader, error) {
+func (s *memSource) Open(_ context.Context, p uint32, from uint64) (connector.PartitionReader, error) {
 	if int(p) >= len(s.logs) {
 		return nil, fmt.Errorf("topologytest: source %q has no partition %d", s.name, p)
 	}
@@ -72,14 +72,14 @@ func (s *memSource) Open(_ context.Context, p uint32, from uint64) (stream.Parti
 // readers may see (the driver grants them batch by batch).
 type memLog struct {
 	mu      sync.Mutex
-	recs    []stream.Record
+	recs    []connector.Record
 	granted int
 	wake    chan struct{} // closed and replaced when granted grows
 }
 
 func newMemLog() *memLog { return &memLog{wake: make(chan struct{})} }
 
-func (l *memLog) append(r stream.Record) uint64 {
+func (l *memLog) append(r connector.Record) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r.Offset = uint64(len(l.recs))
@@ -111,13 +111,13 @@ type memReader struct {
 	pos uint64
 }
 
-func (r *memReader) Poll(ctx context.Context, max int) ([]stream.Record, error) {
+func (r *memReader) Poll(ctx context.Context, max int) ([]connector.Record, error) {
 	for {
 		l := r.log
 		l.mu.Lock()
 		if int(r.pos) < l.granted {
 			end := min(l.granted, int(r.pos)+max)
-			out := make([]stream.Record, 0, end-int(r.pos))
+			out := make([]connector.Record, 0, end-int(r.pos))
 			for _, rec := range l.recs[r.pos:end] {
 				rec.Headers.Key = slices.Clone(rec.Headers.Key)
 				rec.Payload = slices.Clone(rec.Payload)
@@ -150,11 +150,11 @@ type memSink struct {
 	name string
 	src  *memSource // nil: the topic is not read by the topology
 	mu   sync.Mutex
-	msgs []stream.Message
+	msgs []connector.Message
 	ids  map[[16]byte]bool
 }
 
-func (s *memSink) Send(_ context.Context, msgs []stream.Message) error {
+func (s *memSink) Send(_ context.Context, msgs []connector.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range msgs {
@@ -176,26 +176,26 @@ func (s *memSink) Send(_ context.Context, msgs []stream.Message) error {
 
 // recordOf is the record a source delivers for m: its strand headers
 // parsed from m's header fields (HeaderErr when they are missing or bad).
-func recordOf(m stream.Message) stream.Record {
+func recordOf(m connector.Message) connector.Record {
 	var key, typ, props, seq, tp, origin []byte
 	for _, f := range m.Headers {
 		switch f.Name {
-		case stream.HeaderKey:
+		case connector.HeaderKey:
 			key = f.Value
-		case stream.HeaderType:
+		case connector.HeaderType:
 			typ = f.Value
-		case stream.HeaderProps:
+		case connector.HeaderProps:
 			props = f.Value
-		case stream.HeaderSeq:
+		case connector.HeaderSeq:
 			seq = f.Value
-		case stream.HeaderTraceParent:
+		case connector.HeaderTraceParent:
 			tp = f.Value
-		case stream.HeaderOrigin:
+		case connector.HeaderOrigin:
 			origin = f.Value
 		}
 	}
-	r := stream.Record{Payload: m.Payload}
-	h, err := stream.ParseHeaders(key, typ, props, seq)
+	r := connector.Record{Payload: m.Payload}
+	h, err := connector.ParseHeaders(key, typ, props, seq)
 	if err != nil {
 		r.HeaderErr = err
 		return r
@@ -205,7 +205,7 @@ func recordOf(m stream.Message) stream.Record {
 	return r
 }
 
-func (s *memSink) Sent(_ context.Context, msgs []stream.Message) ([]bool, error) {
+func (s *memSink) Sent(_ context.Context, msgs []connector.Message) ([]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]bool, len(msgs))
@@ -215,13 +215,13 @@ func (s *memSink) Sent(_ context.Context, msgs []stream.Message) ([]bool, error)
 	return out, nil
 }
 
-func (s *memSink) messages() []stream.Message {
+func (s *memSink) messages() []connector.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.msgs)
 }
 
-var _ stream.EndOffsetter = (*memSource)(nil)
+var _ connector.EndOffsetter = (*memSource)(nil)
 
 // EndOffsets reports, per partition, the offset after the last record the
 // driver handed out: what a broker's end offset is to the App (records

@@ -1,4 +1,4 @@
-package stream
+package connector
 
 import "github.com/strand-io/strand/internal/xxh32"
 

@@ -1,16 +1,13 @@
-package stream
+package deadletter
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/strand-io/strand/internal/rowenc"
 	"strconv"
 
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/zeebo/xxh3"
-
-	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/planner"
 )
 
 // Reason says why an event was dead-lettered.
@@ -18,7 +15,7 @@ type Reason uint8
 
 const (
 	// ReasonBadHeaders: the record's strand headers were missing or
-	// malformed (Record.HeaderErr, or headers that do not validate).
+	// malformed (connector.Record.HeaderErr, or headers that do not validate).
 	ReasonBadHeaders Reason = 1
 	// ReasonUnknownType: no handler of the topology takes the record's
 	// type tag, and the tag is not skipped.
@@ -101,23 +98,23 @@ func (r Reason) String() string {
 // Names of the headers a dead-letter message carries besides the original
 // record's strand headers (when they were valid).
 const (
-	HeaderDLQReason    = "strand-dlq-reason"
-	HeaderDLQError     = "strand-dlq-error"
-	HeaderDLQSource    = "strand-dlq-source"
-	HeaderDLQPartition = "strand-dlq-partition"
-	HeaderDLQOffset    = "strand-dlq-offset"
-	HeaderDLQAttempts  = "strand-dlq-attempts"
-	// HeaderDLQRaw marks the dead letter of a record of a foreign source:
+	HeaderReason    = "strand-dlq-reason"
+	HeaderError     = "strand-dlq-error"
+	HeaderSource    = "strand-dlq-source"
+	HeaderPartition = "strand-dlq-partition"
+	HeaderOffset    = "strand-dlq-offset"
+	HeaderAttempts  = "strand-dlq-attempts"
+	// HeaderRaw marks the dead letter of a record of a foreign source:
 	// its value, a decimal count n, says that the message's first n headers
-	// are the original message's headers (DeadLetter.Raw), written back
+	// are the original message's headers (Letter.Raw), written back
 	// as they were.
-	HeaderDLQRaw = "strand-dlq-raw"
+	HeaderRaw = "strand-dlq-raw"
 )
 
-// HeaderDLQEmptyPayload is set (to "1") on a dead-letter message whose
+// HeaderEmptyPayload is set (to "1") on a dead-letter message whose
 // original payload was empty: brokers such as Iggy refuse empty payloads, so
 // the message carries a single zero byte instead.
-const HeaderDLQEmptyPayload = "strand-dlq-empty-payload"
+const HeaderEmptyPayload = "strand-dlq-empty-payload"
 
 // ParseReason returns the Reason whose String is s.
 func ParseReason(s string) (Reason, error) {
@@ -126,29 +123,29 @@ func ParseReason(s string) (Reason, error) {
 			return r, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown dead-letter reason %q", ErrBadHeaders, s)
+	return 0, fmt.Errorf("%w: unknown dead-letter reason %q", connector.ErrBadHeaders, s)
 }
 
-// ParseDeadLetter reads back a dead-letter message as Message wrote it and
+// Parse reads back a dead-letter message as Letter.Message wrote it and
 // the runtime published it (header values cut to 255 bytes, an empty
 // payload sent as one zero byte): what a consumer of a dead-letter topic
 // sees. Err holds the error text; Raw, for a record of a foreign source,
 // the original headers (no message id). A message without the dead-letter
-// headers is refused with an error wrapping ErrBadHeaders.
-func ParseDeadLetter(m Message) (DeadLetter, error) {
-	var d DeadLetter
+// headers is refused with an error wrapping connector.ErrBadHeaders.
+func Parse(m connector.Message) (Letter, error) {
+	var d Letter
 	headers := m.Headers
 	for i := len(headers) - 1; i >= 0; i-- {
-		if headers[i].Name != HeaderDLQRaw {
+		if headers[i].Name != HeaderRaw {
 			continue
 		}
 		// A foreign record's own headers come first; the dead letter's,
 		// after them, are read from the rest only.
 		n, err := strconv.ParseUint(string(headers[i].Value), 10, 32)
 		if err != nil || n > uint64(i) {
-			return d, fmt.Errorf("%w: dead-letter message: %s %q does not count headers before it", ErrBadHeaders, HeaderDLQRaw, headers[i].Value)
+			return d, fmt.Errorf("%w: dead-letter message: %s %q does not count headers before it", connector.ErrBadHeaders, HeaderRaw, headers[i].Value)
 		}
-		d.Raw = (&RawMessage{Headers: headers[:n:n]}).Clone()
+		d.Raw = (&connector.RawMessage{Headers: headers[:n:n]}).Clone()
 		headers = headers[n:]
 		break
 	}
@@ -156,46 +153,46 @@ func ParseDeadLetter(m Message) (DeadLetter, error) {
 	for _, f := range headers {
 		hv[f.Name] = f.Value
 	}
-	for _, name := range []string{HeaderDLQReason, HeaderDLQSource, HeaderDLQPartition, HeaderDLQOffset} {
+	for _, name := range []string{HeaderReason, HeaderSource, HeaderPartition, HeaderOffset} {
 		if hv[name] == nil {
-			return d, fmt.Errorf("%w: dead-letter message without %s", ErrBadHeaders, name)
+			return d, fmt.Errorf("%w: dead-letter message without %s", connector.ErrBadHeaders, name)
 		}
 	}
-	r, err := ParseReason(string(hv[HeaderDLQReason]))
+	r, err := ParseReason(string(hv[HeaderReason]))
 	if err != nil {
 		return d, err
 	}
-	d.Reason, d.Source = r, string(hv[HeaderDLQSource])
-	part, perr := strconv.ParseUint(string(hv[HeaderDLQPartition]), 10, 32)
-	off, oerr := strconv.ParseUint(string(hv[HeaderDLQOffset]), 10, 64)
+	d.Reason, d.Source = r, string(hv[HeaderSource])
+	part, perr := strconv.ParseUint(string(hv[HeaderPartition]), 10, 32)
+	off, oerr := strconv.ParseUint(string(hv[HeaderOffset]), 10, 64)
 	att, aerr := 0, error(nil)
-	if a := hv[HeaderDLQAttempts]; a != nil {
+	if a := hv[HeaderAttempts]; a != nil {
 		att, aerr = strconv.Atoi(string(a))
 	}
 	if err := errors.Join(perr, oerr, aerr); err != nil {
-		return d, fmt.Errorf("%w: dead-letter message: %w", ErrBadHeaders, err)
+		return d, fmt.Errorf("%w: dead-letter message: %w", connector.ErrBadHeaders, err)
 	}
 	d.Partition, d.Offset, d.Attempts = uint32(part), off, att
-	if text := hv[HeaderDLQError]; len(text) > 0 {
+	if text := hv[HeaderError]; len(text) > 0 {
 		d.Err = errors.New(string(text))
 	}
-	if hv[HeaderKey] != nil {
-		if h, err := ParseHeaders(hv[HeaderKey], hv[HeaderType], hv[HeaderProps], hv[HeaderSeq]); err == nil {
+	if hv[connector.HeaderKey] != nil {
+		if h, err := connector.ParseHeaders(hv[connector.HeaderKey], hv[connector.HeaderType], hv[connector.HeaderProps], hv[connector.HeaderSeq]); err == nil {
 			h.Key = append([]byte(nil), h.Key...)
 			d.Headers = h
 		}
 	}
 	d.Payload = append([]byte(nil), m.Payload...)
-	if string(hv[HeaderDLQEmptyPayload]) == "1" {
+	if string(hv[HeaderEmptyPayload]) == "1" {
 		d.Payload = nil
 	}
 	return d, nil
 }
 
-// DeadLetter is an event strand refused or gave up on, with why and where
+// Letter is an event strand refused or gave up on, with why and where
 // it came from. The runtime writes every dead letter into the commit of its
 // batch and publishes it from there to the dead-letter topic, exactly once.
-type DeadLetter struct {
+type Letter struct {
 	// Source, Partition and Offset say where the record was read.
 	Source    string
 	Partition uint32
@@ -215,12 +212,12 @@ type DeadLetter struct {
 	Attempts int
 	// Headers are the record's strand headers (for a record of a foreign
 	// source, what its classifier gave); zero when HeaderErr was set.
-	Headers Headers
+	Headers connector.Headers
 	// Payload is the record's payload, unchanged.
 	Payload []byte
 	// Raw is set when the record is of a foreign source: the original
-	// message's headers (Record.Raw), which a replay writes back.
-	Raw *RawMessage
+	// message's headers (connector.Record.Raw), which a replay writes back.
+	Raw *connector.RawMessage
 }
 
 // Message turns d into a message for a dead-letter topic: the original
@@ -233,9 +230,9 @@ type DeadLetter struct {
 // The dead letter of a record of a foreign source (Raw set) starts with the
 // original message's headers, kinds kept, followed by the strand headers
 // its classifier gave (when it gave valid ones), the dead-letter headers
-// and HeaderDLQRaw, which counts the original ones.
-func (d DeadLetter) Message() Message {
-	m := Message{Payload: d.Payload, ID: d.ID()}
+// and HeaderRaw, which counts the original ones.
+func (d Letter) Message() connector.Message {
+	m := connector.Message{Payload: d.Payload, ID: d.ID()}
 	if d.Raw != nil {
 		m.Headers = append(m.Headers, d.Raw.Headers...)
 	}
@@ -248,8 +245,8 @@ func (d DeadLetter) Message() Message {
 	}
 	if m.Key == nil {
 		m.Key = []byte(d.Source + "/" + strconv.FormatUint(uint64(d.Partition), 10))
-		if len(m.Key) > MaxKeyLen {
-			m.Key = m.Key[len(m.Key)-MaxKeyLen:]
+		if len(m.Key) > connector.MaxKeyLen {
+			m.Key = m.Key[len(m.Key)-connector.MaxKeyLen:]
 		}
 	}
 	errText := ""
@@ -257,22 +254,22 @@ func (d DeadLetter) Message() Message {
 		errText = d.Err.Error()
 	}
 	m.Headers = append(m.Headers,
-		Field{Name: HeaderDLQReason, Value: []byte(d.Reason.String())},
-		Field{Name: HeaderDLQError, Value: []byte(errText)},
-		Field{Name: HeaderDLQSource, Value: []byte(d.Source)},
-		Field{Name: HeaderDLQPartition, Value: []byte(strconv.FormatUint(uint64(d.Partition), 10))},
-		Field{Name: HeaderDLQOffset, Value: []byte(strconv.FormatUint(d.Offset, 10))},
-		Field{Name: HeaderDLQAttempts, Value: []byte(strconv.Itoa(d.Attempts))},
+		connector.Field{Name: HeaderReason, Value: []byte(d.Reason.String())},
+		connector.Field{Name: HeaderError, Value: []byte(errText)},
+		connector.Field{Name: HeaderSource, Value: []byte(d.Source)},
+		connector.Field{Name: HeaderPartition, Value: []byte(strconv.FormatUint(uint64(d.Partition), 10))},
+		connector.Field{Name: HeaderOffset, Value: []byte(strconv.FormatUint(d.Offset, 10))},
+		connector.Field{Name: HeaderAttempts, Value: []byte(strconv.Itoa(d.Attempts))},
 	)
 	if d.Raw != nil {
-		m.Headers = append(m.Headers, Field{Name: HeaderDLQRaw, Value: []byte(strconv.Itoa(nraw))})
+		m.Headers = append(m.Headers, connector.Field{Name: HeaderRaw, Value: []byte(strconv.Itoa(nraw))})
 	}
 	return m
 }
 
 // ID returns the dead letter's stable 16-byte message id: a hash of
 // source, partition and offset.
-func (d DeadLetter) ID() [16]byte {
+func (d Letter) ID() [16]byte {
 	b := make([]byte, 0, len(d.Source)+16)
 	b = append(b, d.Source...)
 	b = binary.BigEndian.AppendUint32(b, d.Partition)
@@ -281,146 +278,6 @@ func (d DeadLetter) ID() [16]byte {
 }
 
 // String describes d for logs.
-func (d DeadLetter) String() string {
+func (d Letter) String() string {
 	return fmt.Sprintf("dead letter %s/%d@%d (%s): %v", d.Source, d.Partition, d.Offset, d.Reason, d.Err)
-}
-
-// Row versions of dead letters and records: 2 is 1 followed by the raw
-// message, written for records of foreign sources only.
-const (
-	deadLetterVersion        = 1
-	deadLetterVersionForeign = 2
-)
-
-// AppendBinary appends the row encoding of d (version 1, or 2 with the raw
-// message of a foreign record) to dst.
-func (d DeadLetter) AppendBinary(dst []byte) ([]byte, error) {
-	v := byte(deadLetterVersion)
-	if d.Raw != nil {
-		v = deadLetterVersionForeign
-	}
-	dst = append(dst, v, byte(d.Reason))
-	dst = rowenc.AppendString(dst, d.Source)
-	dst = binary.BigEndian.AppendUint32(dst, d.Partition)
-	dst = binary.BigEndian.AppendUint64(dst, d.Offset)
-	dst = binary.BigEndian.AppendUint64(dst, d.Timestamp)
-	dst = binary.AppendUvarint(dst, uint64(d.Attempts))
-	errText := ""
-	if d.Err != nil {
-		errText = d.Err.Error()
-	}
-	dst = rowenc.AppendString(dst, errText)
-	dst = appendHeaders(dst, d.Headers)
-	dst = rowenc.AppendString(dst, string(d.Payload))
-	if d.Raw != nil {
-		dst = appendRaw(dst, d.Raw)
-	}
-	return dst, nil
-}
-
-// UnmarshalBinary decodes a row written by AppendBinary. The payload and
-// key are copied.
-func (d *DeadLetter) UnmarshalBinary(data []byte) error {
-	r := rowenc.Reader{B: data}
-	v := r.Byte()
-	if v != deadLetterVersion && v != deadLetterVersionForeign {
-		return fmt.Errorf("%w: dead letter row version %d unknown", ErrCodec, v)
-	}
-	d.Reason = Reason(r.Byte())
-	d.Source = r.String()
-	d.Partition = r.U32()
-	d.Offset = r.U64()
-	d.Timestamp = r.U64()
-	d.Attempts = int(r.Uvarint())
-	if text := r.String(); text != "" {
-		d.Err = errors.New(text)
-	} else {
-		d.Err = nil
-	}
-	d.Headers = readHeaders(&r)
-	d.Payload = r.Bytes()
-	d.Raw = nil
-	if v == deadLetterVersionForeign {
-		d.Raw = readRaw(&r)
-	}
-	if r.Err != nil {
-		return fmt.Errorf("%w: dead letter row: %w", ErrCodec, r.Err)
-	}
-	return nil
-}
-
-func appendHeaders(dst []byte, h Headers) []byte {
-	dst = rowenc.AppendString(dst, string(h.Key))
-	dst = binary.BigEndian.AppendUint32(dst, uint32(h.Tag))
-	dst = append(dst, byte(h.Ordering), byte(h.Algebra))
-	if h.HasSeq {
-		dst = append(dst, 1)
-		dst = binary.BigEndian.AppendUint64(dst, h.Seq)
-	} else {
-		dst = append(dst, 0)
-	}
-	return dst
-}
-
-func readHeaders(r *rowenc.Reader) Headers {
-	var h Headers
-	h.Key = r.Bytes()
-	if len(h.Key) == 0 {
-		h.Key = nil
-	}
-	h.Tag = planner.Tag(r.U32())
-	h.Ordering = planner.Ordering(r.Byte())
-	h.Algebra = algebra.Kind(r.Byte())
-	if r.Byte() == 1 {
-		h.Seq, h.HasSeq = r.U64(), true
-	}
-	return h
-}
-
-const (
-	recordVersion        = 1
-	recordVersionForeign = 2
-)
-
-// AppendBinary appends the row encoding of r (offset, timestamp, headers,
-// payload and, for a record of a foreign source, its raw message; not the
-// partition, which the row's place gives) to dst, as the runtime stores
-// records that wait (parked behind a failure, held by the re-sequencer).
-func (r Record) AppendBinary(dst []byte) ([]byte, error) {
-	v := byte(recordVersion)
-	if r.Raw != nil {
-		v = recordVersionForeign
-	}
-	dst = append(dst, v)
-	dst = binary.BigEndian.AppendUint64(dst, r.Offset)
-	dst = binary.BigEndian.AppendUint64(dst, r.Timestamp)
-	dst = appendHeaders(dst, r.Headers)
-	dst = rowenc.AppendString(dst, string(r.Payload))
-	if r.Raw != nil {
-		dst = appendRaw(dst, r.Raw)
-	}
-	return dst, nil
-}
-
-// UnmarshalBinary decodes a row written by AppendBinary; it leaves
-// r.Partition alone. The key and payload are copied.
-func (r *Record) UnmarshalBinary(data []byte) error {
-	rd := rowenc.Reader{B: data}
-	v := rd.Byte()
-	if v != recordVersion && v != recordVersionForeign {
-		return fmt.Errorf("%w: record row version %d unknown", ErrCodec, v)
-	}
-	r.Offset = rd.U64()
-	r.Timestamp = rd.U64()
-	r.Headers = readHeaders(&rd)
-	r.Payload = rd.Bytes()
-	r.HeaderErr = nil
-	r.Raw = nil
-	if v == recordVersionForeign {
-		r.Raw = readRaw(&rd)
-	}
-	if rd.Err != nil {
-		return fmt.Errorf("%w: record row: %w", ErrCodec, rd.Err)
-	}
-	return nil
 }
