@@ -22,7 +22,8 @@ func splitTopic(name string) (stream, topic string, err error) {
 
 // OpenSource returns the Source of the topic named "stream/topic", which
 // must exist; it makes the Client a connector.Connector, the way a topology's
-// App (package topology) reaches Iggy.
+// App (package topology) reaches Iggy. The Source has the options given to
+// Connect with WithSourceOptions.
 func (c *Client) OpenSource(ctx context.Context, name string) (connector.Source, error) {
 	s, t, err := splitTopic(name)
 	if err != nil {
@@ -31,7 +32,7 @@ func (c *Client) OpenSource(ctx context.Context, name string) (connector.Source,
 	if _, err := c.Partitions(ctx, s, t); err != nil {
 		return nil, err
 	}
-	return NewSource(c, s, t)
+	return NewSource(c, s, t, c.cfg.sourceOpts...)
 }
 
 // OpenSink returns a Sink publishing to the topic named "stream/topic",

@@ -29,37 +29,45 @@ const replyChunk = 64 << 20
 func (k *conn) roundTrip(ctx context.Context, frame []byte) ([]byte, error) {
 	var reply []byte
 	err := k.call(ctx, func(*tcp.IggyTcpClient) error {
-		k.mu.Lock()
-		raw := k.raw
-		k.mu.Unlock()
-		if raw == nil {
-			return fmt.Errorf("%w: no socket", ErrDisconnected)
-		}
-		if _, err := raw.Write(frame); err != nil {
-			return fmt.Errorf("send request: %w", err)
-		}
-		var hdr [replyHeaderSize]byte
-		if _, err := io.ReadFull(raw, hdr[:]); err != nil {
-			return fmt.Errorf("failed to read response for TCP request: %w", err)
-		}
-		status := binary.LittleEndian.Uint32(hdr[0:])
-		n := uint64(binary.LittleEndian.Uint32(hdr[4:]))
-		if status != 0 {
-			if n != 0 {
-				// The 0.8 server sends no payload with an error; one that
-				// does leaves the stream out of step.
-				return fmt.Errorf("%w: error reply %d carries %d bytes", ErrProtocol, status, n)
-			}
-			return ierror.FromCode(ierror.Code(status))
-		}
-		b, err := readN(raw, n)
-		if err != nil {
-			return fmt.Errorf("failed to read response for TCP request: %w", err)
-		}
-		reply = b
-		return nil
+		var err error
+		reply, err = k.exchange(frame)
+		return err
 	})
 	return reply, err
+}
+
+// exchange writes one request frame on the SDK client's socket and reads
+// its reply, for roundTrip and the publisher's sends. It must run inside a
+// call (conn.do), which holds the connection.
+func (k *conn) exchange(frame []byte) ([]byte, error) {
+	k.mu.Lock()
+	raw := k.raw
+	k.mu.Unlock()
+	if raw == nil {
+		return nil, fmt.Errorf("%w: no socket", ErrDisconnected)
+	}
+	if _, err := raw.Write(frame); err != nil {
+		return nil, fmt.Errorf("send request: %w", err)
+	}
+	var hdr [replyHeaderSize]byte
+	if _, err := io.ReadFull(raw, hdr[:]); err != nil {
+		return nil, fmt.Errorf("failed to read response for TCP request: %w", err)
+	}
+	status := binary.LittleEndian.Uint32(hdr[0:])
+	n := uint64(binary.LittleEndian.Uint32(hdr[4:]))
+	if status != 0 {
+		if n != 0 {
+			// The 0.8 server sends no payload with an error; one that
+			// does leaves the stream out of step.
+			return nil, fmt.Errorf("%w: error reply %d carries %d bytes", ErrProtocol, status, n)
+		}
+		return nil, ierror.FromCode(ierror.Code(status))
+	}
+	b, err := readN(raw, n)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read response for TCP request: %w", err)
+	}
+	return b, nil
 }
 
 // readN reads exactly n bytes into a new buffer, allocating at most

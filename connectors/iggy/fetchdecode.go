@@ -120,12 +120,19 @@ type fetchDecoder struct {
 // every record its raw message (Record.Raw), in two more allocations per
 // reply, and sets HeaderErr only for a malformed user-header block.
 func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fetchInfo, error) {
+	return d.decodeAppend(nil, reply, want)
+}
+
+// decodeAppend is decode appending the records to dst (a reader that
+// lingers joins several replies into one batch); it returns dst unchanged,
+// with the error, when the reply gives no record.
+func (d *fetchDecoder) decodeAppend(dst []connector.Record, reply []byte, want uint64) ([]connector.Record, fetchInfo, error) {
 	var info fetchInfo
 	if len(reply) == 0 {
-		return nil, info, nil
+		return dst, info, nil
 	}
 	if len(reply) < fetchPrefixSize {
-		return nil, info, fmt.Errorf("%w: a poll reply of %d bytes is shorter than its %d-byte prefix", ErrProtocol, len(reply), fetchPrefixSize)
+		return dst, info, fmt.Errorf("%w: a poll reply of %d bytes is shorter than its %d-byte prefix", ErrProtocol, len(reply), fetchPrefixSize)
 	}
 	info.partition = binary.LittleEndian.Uint32(reply[0:])
 	info.currentOffset = binary.LittleEndian.Uint64(reply[4:])
@@ -134,16 +141,18 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fe
 	// this; a lying count must not make us allocate.
 	most := (len(reply) - fetchPrefixSize) / msgHeaderSize
 	if uint64(info.count) > uint64(most) {
-		return nil, info, fmt.Errorf("%w: a poll reply of %d bytes claims %d messages", ErrProtocol, len(reply), info.count)
+		return dst, info, fmt.Errorf("%w: a poll reply of %d bytes claims %d messages", ErrProtocol, len(reply), info.count)
 	}
 	if info.count == 0 {
 		if len(reply) != fetchPrefixSize {
-			return nil, info, fmt.Errorf("%w: a poll reply of 0 messages has %d bytes after its prefix", ErrProtocol, len(reply)-fetchPrefixSize)
+			return dst, info, fmt.Errorf("%w: a poll reply of 0 messages has %d bytes after its prefix", ErrProtocol, len(reply)-fetchPrefixSize)
 		}
-		return nil, info, nil
+		return dst, info, nil
 	}
 
-	var recs []connector.Record
+	recs := dst
+	base := len(dst) // recs[base:] are this reply's
+	hint := 0        // records this reply may still give, once one is delivered
 	var fa foreignArena
 	decoded := 0
 	next := want     // offset the next delivered record must have
@@ -151,7 +160,7 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fe
 	var gapAt uint64 // first offset after the skipped earlier ones, when it is not want
 	for pos := fetchPrefixSize; pos < len(reply); {
 		if len(reply)-pos < msgHeaderSize {
-			return nil, info, fmt.Errorf("%w: poll reply message %d: header truncated at byte %d of %d", ErrProtocol, decoded, pos, len(reply))
+			return dst, info, fmt.Errorf("%w: poll reply message %d: header truncated at byte %d of %d", ErrProtocol, decoded, pos, len(reply))
 		}
 		h := reply[pos : pos+msgHeaderSize]
 		off := binary.LittleEndian.Uint64(h[24:])
@@ -160,7 +169,7 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fe
 		pl := uint64(binary.LittleEndian.Uint32(h[52:]))
 		pos += msgHeaderSize
 		if pl+uhl > uint64(len(reply)-pos) {
-			return nil, info, fmt.Errorf("%w: poll reply message %d (offset %d): %d payload and %d header bytes run past the reply's end (%d bytes left)",
+			return dst, info, fmt.Errorf("%w: poll reply message %d (offset %d): %d payload and %d header bytes run past the reply's end (%d bytes left)",
 				ErrProtocol, decoded, off, pl, uhl, len(reply)-pos)
 		}
 		pe := pos + int(pl)
@@ -172,7 +181,7 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fe
 		if !open {
 			continue
 		}
-		if recs == nil { // no record delivered yet
+		if len(recs) == base { // no record delivered yet
 			if off < want { // never expected with the Offset strategy
 				continue
 			}
@@ -181,7 +190,10 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fe
 				gapAt = off
 				continue
 			}
-			recs = make([]connector.Record, 0, int(info.count)-decoded+1)
+			hint = int(info.count) - decoded + 1
+			if cap(recs)-len(recs) < hint {
+				recs = append(make([]connector.Record, 0, len(recs)+hint), recs...)
+			}
 		} else if off != next {
 			open = false
 			continue
@@ -190,7 +202,7 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fe
 		rec := &recs[len(recs)-1]
 		var err error
 		if d.foreign {
-			err = fa.raw(rec, h[8:24], uh, cap(recs))
+			err = fa.raw(rec, h[8:24], uh, hint)
 		} else if rec.Headers, err = parseStrandHeaders(uh); err != nil {
 			rec.Headers = connector.Headers{}
 		}
@@ -200,15 +212,15 @@ func (d *fetchDecoder) decode(reply []byte, want uint64) ([]connector.Record, fe
 		next++
 	}
 	if decoded != int(info.count) {
-		return nil, info, fmt.Errorf("%w: a poll reply claims %d messages and holds %d", ErrProtocol, info.count, decoded)
+		return dst, info, fmt.Errorf("%w: a poll reply claims %d messages and holds %d", ErrProtocol, info.count, decoded)
 	}
 	switch {
-	case len(recs) > 0:
+	case len(recs) > base:
 		return recs, info, nil
 	case !open:
-		return nil, info, fmt.Errorf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
+		return dst, info, fmt.Errorf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
 			ErrOffsetGap, want, gapAt, want, gapAt-1, gapAt)
 	default:
-		return nil, info, fmt.Errorf("%w: the broker returned only earlier offsets than %d", ErrProtocol, want)
+		return dst, info, fmt.Errorf("%w: the broker returned only earlier offsets than %d", ErrProtocol, want)
 	}
 }

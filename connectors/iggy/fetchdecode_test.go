@@ -502,3 +502,33 @@ func FuzzFetchDecode(f *testing.F) {
 		}
 	})
 }
+
+// decodeAppend joins replies: it appends a reply's records to the batch so
+// far, in its spare room when there is some, and leaves the batch as it was
+// when the reply gives nothing or fails.
+func TestFetchDecodeAppend(t *testing.T) {
+	ref, _ := newTopicRef("s", "t")
+	d := fetchDecoder{t: ref, partition: 3}
+	first, _, err := d.decode(buildReply(3, msgsFrom(5, 6)), 5)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("%d records, %v", len(first), err)
+	}
+	for _, room := range []int{0, 10} {
+		batch := append(make([]connector.Record, 0, len(first)+room), first...)
+		batch, _, err = d.decodeAppend(batch, buildReply(3, msgsFrom(7, 8, 9)), 7)
+		if err != nil || len(batch) != 5 {
+			t.Fatalf("room %d: %d records, %v", room, len(batch), err)
+		}
+		for i, r := range batch {
+			if o := uint64(5 + i); r.Offset != o || string(r.Payload) != fmt.Sprintf("p%d", o) || r.Headers.Seq != o {
+				t.Fatalf("room %d: record %d: offset %d payload %q", room, i, r.Offset, r.Payload)
+			}
+		}
+		for _, bad := range [][]byte{buildReply(3, nil), buildReply(3, msgsFrom(12)), buildReply(3, msgsFrom(10))[:40]} {
+			got, _, _ := d.decodeAppend(batch, bad, 10)
+			if len(got) != 5 || got[4].Offset != 9 {
+				t.Fatalf("room %d: a reply without records changed the batch to %d records", room, len(got))
+			}
+		}
+	}
+}

@@ -30,6 +30,7 @@ type config struct {
 	callTimeout    time.Duration
 	backoff        backoff
 	log            *slog.Logger
+	sourceOpts     []SourceOption // WithSourceOptions
 }
 
 func defaultConfig() config {
@@ -40,6 +41,28 @@ func defaultConfig() config {
 		callTimeout: 10 * time.Second,
 		backoff:     backoff{min: 50 * time.Millisecond, max: 5 * time.Second},
 		log:         slog.Default(),
+	}
+}
+
+// WithSourceOptions sets options that Client.OpenSource applies to every
+// Source it opens: the sources a topology's App reads through this client
+// (package topology opens them with OpenSource). For example
+// WithSourceOptions(WithPollLinger(5*time.Millisecond)) makes the second
+// stage of a topology batch as its first does. An invalid option makes
+// Connect fail, naming it.
+func WithSourceOptions(opts ...SourceOption) Option {
+	return func(c *config) error {
+		sc := defaultSrcConfig()
+		for _, o := range opts {
+			if o == nil {
+				continue
+			}
+			if err := o(&sc); err != nil {
+				return fmt.Errorf("iggy.WithSourceOptions: %w", err)
+			}
+		}
+		c.sourceOpts = append(c.sourceOpts, opts...)
+		return nil
 	}
 }
 

@@ -25,6 +25,8 @@ func TestInvalidOptionsAreRefused(t *testing.T) {
 		{"iggy.WithLogger", WithLogger(nil)},
 		{"iggy.TLSServerName", WithTLS(TLSServerName(""))},
 		{"iggy.TLSCAFile", WithTLS(TLSCAFile(""))},
+		{"iggy.WithSourceOptions", WithSourceOptions(WithPollBatch(0))},
+		{"iggy.WithPollLinger", WithSourceOptions(WithPollLinger(-time.Millisecond))},
 	} {
 		if _, err := Connect(ctx, "127.0.0.1:1", tc.opt); err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("Connect with a bad %s: %v", tc.name, err)
@@ -68,6 +70,8 @@ func TestInvalidOptionsAreRefused(t *testing.T) {
 		{"iggy.WithPollBatch", WithPollBatch(0)},
 		{"iggy.WithIdleBackoff", WithIdleBackoff(0, time.Second)},
 		{"iggy.WithConsumer", WithConsumer("")},
+		{"iggy.WithPollLinger", WithPollLinger(-time.Millisecond)},
+		{"iggy.WithPollLinger", WithPollLinger(2 * time.Second)},
 	} {
 		if _, err := NewSource(c, "s", "t", tc.opt); err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("NewSource with a bad %s: %v", tc.name, err)

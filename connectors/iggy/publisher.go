@@ -228,6 +228,7 @@ type Publisher struct {
 
 	senders []*sender
 	budget  budget
+	head    sendHead // the topic's part of every SendMessages request
 
 	idPrefix uint64
 	idSeq    atomic.Uint64
@@ -264,7 +265,12 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 	if d.PartitionsCount == 0 {
 		return nil, fmt.Errorf("iggy: new publisher: topic %s has no partitions", t)
 	}
+	head, err := newSendHead(t)
+	if err != nil {
+		return nil, fmt.Errorf("iggy: new publisher: %w", err)
+	}
 	p := &Publisher{
+		head:     head,
 		cl:       c,
 		t:        t,
 		parts:    d.PartitionsCount,
@@ -287,7 +293,7 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 		s := &sender{p: p, k: k, wake: make(chan struct{}, 1), progress: make(chan struct{})}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
 		for part := uint32(i); part < p.parts; part += uint32(n) {
-			s.queues = append(s.queues, &pqueue{part: part, partitioning: iggcon.PartitionId(part)})
+			s.queues = append(s.queues, &pqueue{part: part})
 		}
 		p.senders = append(p.senders, s)
 	}
@@ -456,12 +462,11 @@ func (p *Publisher) sendItems(ctx context.Context, items []item) error {
 	w.remaining.Store(int64(len(items)))
 	for i := range items {
 		items[i].slot.w = w
-		if err := p.enqueue(ctx, &items[i]); err != nil {
-			w.cancelled.Store(true)
-			for range items[i:] {
-				w.resolve(err)
-			}
-			break
+	}
+	if n, err := p.enqueueAll(ctx, items); err != nil {
+		w.cancelled.Store(true)
+		for range items[n:] {
+			w.resolve(err)
 		}
 	}
 	select {
@@ -513,6 +518,112 @@ func (p *Publisher) enqueue(ctx context.Context, it *item) error {
 		s.poke()
 	}
 	return nil
+}
+
+// enqueueAll appends items to their partitions' queues, in order, taking
+// buffer room and each sender's lock once per run of items that fits the
+// buffer (once per call unless the call holds more than WithBufferBytes),
+// instead of once per item. On error it returns how many items were queued:
+// items[n:] were not, and their slots are the caller's to resolve.
+func (p *Publisher) enqueueAll(ctx context.Context, items []item) (int, error) {
+	done := 0
+	for done < len(items) {
+		// The longest run that fits the buffer, at least one item.
+		end, size := done, int64(0)
+		for end < len(items) && (end == done || size+int64(items[end].slot.size) <= p.budget.max) {
+			size += int64(items[end].slot.size)
+			end++
+		}
+		if err := p.budget.acquire(ctx, size, p.closing); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return done, fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+			}
+			return done, fmt.Errorf("iggy: publish to %s: waiting for buffer room: %w", p.t, err)
+		}
+		run := items[done:end]
+		n := uint32(len(p.senders))
+		if n == 1 || len(run) == 1 {
+			// No grouping needed.
+			if err := p.pushRun(run, 0, n, size); err != nil {
+				return done, err
+			}
+		} else {
+			for si := range n {
+				var sz int64
+				for i := range run {
+					if run[i].part%n == si {
+						sz += int64(run[i].slot.size)
+					}
+				}
+				if sz == 0 {
+					continue
+				}
+				if err := p.pushRun(run, si, n, sz); err != nil {
+					var rest int64 // budget of the later senders' items
+					for i := range run {
+						if run[i].part%n > si {
+							rest += int64(run[i].slot.size)
+						}
+					}
+					p.budget.release(rest)
+					return p.failRunAfter(run, done, si, n, err)
+				}
+			}
+		}
+		done = end
+	}
+	return len(items), nil
+}
+
+// pushRun queues the items of run that sender si of n sends (all of them
+// when n is 1 or run has one item), under one lock, and wakes the sender.
+// size is their bytes, already taken from the budget; on error (the
+// sender is closing) it is released and nothing is queued.
+func (p *Publisher) pushRun(run []item, si, n uint32, size int64) error {
+	s := p.senders[si]
+	if len(run) == 1 {
+		s = p.senders[run[0].part%n]
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		p.budget.release(size)
+		return fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+	}
+	notify := p.cfg.linger == 0
+	for i := range run {
+		it := &run[i]
+		if len(run) > 1 && it.part%n != si {
+			continue
+		}
+		q := s.queues[it.part/n]
+		q.push(it.msg, it.slot)
+		if len(q.msgs)-q.head == 1 {
+			q.oldest = time.Now()
+			notify = true
+		}
+		notify = notify || q.full(&p.cfg)
+	}
+	s.mu.Unlock()
+	if notify {
+		s.poke()
+	}
+	return nil
+}
+
+// failRunAfter handles a sender found closing while a run was being queued
+// sender by sender: the items of the senders before si are queued (they
+// resolve from their queues), those of si and later ones are not, and it
+// resolves them with err. It returns the number of items of the whole call
+// (of which run starts at done) that the caller need not resolve: all up to
+// the run's end.
+func (p *Publisher) failRunAfter(run []item, done int, si, n uint32, err error) (int, error) {
+	for i := range run {
+		if run[i].part%n >= si {
+			run[i].slot.resolve(err)
+		}
+	}
+	return done + len(run), err
 }
 
 // Flush sends every queued event now (ignoring the linger time) and waits
@@ -711,15 +822,14 @@ func (b *budget) release(n int64) {
 
 // pqueue is the queue of one partition. Guarded by its sender's mu.
 type pqueue struct {
-	part         uint32
-	partitioning iggcon.Partitioning
-	msgs         []iggcon.IggyMessage
-	slots        []slot
-	head         int // msgs[head:] are queued
-	bytes        int
-	oldest       time.Time
-	enq          uint64 // messages ever queued
-	resolved     uint64 // messages ever resolved; resolution is FIFO
+	part     uint32
+	msgs     []iggcon.IggyMessage
+	slots    []slot
+	head     int // msgs[head:] are queued
+	bytes    int
+	oldest   time.Time
+	enq      uint64 // messages ever queued
+	resolved uint64 // messages ever resolved; resolution is FIFO
 }
 
 func (q *pqueue) push(m iggcon.IggyMessage, s slot) {
@@ -756,9 +866,10 @@ type sender struct {
 	closing  bool
 	rr       int
 
-	// The batch being sent; reused.
+	// The batch being sent and its request frame; reused.
 	bmsgs  []iggcon.IggyMessage
 	bslots []slot
+	frame  []byte
 }
 
 func (s *sender) poke() {
@@ -779,6 +890,9 @@ func (s *sender) run() {
 		s.deliver(q)
 		clear(s.bmsgs)
 		clear(s.bslots)
+		if cap(s.frame) > 4*s.p.cfg.batchBytes {
+			s.frame = nil // a batch of one huge message: do not keep its buffer
+		}
 	}
 }
 
@@ -903,6 +1017,7 @@ func (s *sender) broadcast() {
 func (s *sender) deliver(q *pqueue) {
 	p := s.p
 	msgs := s.bmsgs
+	s.frame = encodeSend(s.frame, p.head, q.part, msgs)
 	start := time.Now()
 	uncertain := false
 	var sentFrom string // local address of the socket of an unanswered send
@@ -914,9 +1029,10 @@ func (s *sender) deliver(q *pqueue) {
 		}
 		if err == nil && !landed {
 			var local string
-			err = s.k.callOnce(s.ctx, func(c *tcp.IggyTcpClient) error {
+			err = s.k.callOnce(s.ctx, func(*tcp.IggyTcpClient) error {
 				local = s.k.raw.LocalAddr().String()
-				return c.SendMessages(p.t.sid, p.t.tid, q.partitioning, msgs)
+				_, err := s.k.exchange(s.frame)
+				return err
 			})
 			if err != nil && !notSent(err) {
 				uncertain, sentFrom = true, local

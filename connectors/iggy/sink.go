@@ -3,6 +3,7 @@ package iggy
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/apache/iggy/foreign/go/client/tcp"
@@ -23,6 +24,10 @@ import (
 // A Sink is safe for concurrent use; Close releases it.
 type Sink struct {
 	p *Publisher
+	// items recycles the []item of Send calls: the queues copy the items,
+	// so a call's slice is free once they are queued (outbox rounds are
+	// thousands of messages, and a Sink serves many of them).
+	items sync.Pool
 }
 
 var _ connector.Sink = (*Sink)(nil)
@@ -68,7 +73,8 @@ func (s *Sink) Send(ctx context.Context, msgs []connector.Message) error {
 		}
 	}
 	arena := make([]byte, 0, hsize)
-	items := make([]item, len(msgs))
+	items := s.getItems(len(msgs))
+	defer s.putItems(items)
 	now := uint64(time.Now().UnixMicro())
 	for i := range msgs {
 		m := &msgs[i]
@@ -94,6 +100,23 @@ func (s *Sink) Send(ctx context.Context, msgs []connector.Message) error {
 		items[i] = p.newItem(part, m.ID, now, m.Payload, arena[start:len(arena):len(arena)])
 	}
 	return p.sendItems(ctx, items)
+}
+
+func (s *Sink) getItems(n int) []item {
+	if v, ok := s.items.Get().(*[]item); ok && cap(*v) >= n {
+		return (*v)[:n]
+	}
+	return make([]item, n)
+}
+
+// putItems recycles items once nothing refers to them: Send has queued
+// them (or given up) and its waiter is resolved.
+func (s *Sink) putItems(items []item) {
+	if cap(items) > 1<<16 {
+		return // an unusually large call: do not keep its slice
+	}
+	clear(items)
+	s.items.Put(&items)
 }
 
 // partitionOf returns the partition m goes to: m.Partition with

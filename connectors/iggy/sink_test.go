@@ -163,3 +163,51 @@ func failNth(n int) iggytest.ControlFunc {
 		return iggytest.Reply{}
 	}
 }
+
+// A Send whose messages go to several senders, one of which is closing,
+// fails with ErrClosed without hanging, queues nothing for the closing
+// sender, and leaves no buffer room taken once its messages are resolved.
+func TestSinkSendToAClosingSenderFailsCleanly(t *testing.T) {
+	tg := newTarget(t)
+	c := tg.connect(t)
+	s, topic := tg.topic(t, c, 4)
+	ctx := ctxT(t, 10*time.Second)
+	sink, err := NewSink(ctx, c, s, topic, WithConnections(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(ctx)
+	p := sink.p
+	closing := p.senders[2]
+	closing.mu.Lock()
+	closing.closing = true
+	closing.mu.Unlock()
+	var msgs []connector.Message
+	for i := range 40 {
+		msgs = append(msgs, connector.Message{Key: []byte(keyName(i)), Payload: []byte("x"), Partition: uint32(i % 4), HasPartition: true})
+	}
+	err = sink.Send(ctx, msgs)
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send: %v, want ErrClosed", err)
+	}
+	closing.mu.Lock()
+	queued := len(closing.queues[0].msgs) - closing.queues[0].head
+	closing.mu.Unlock()
+	if queued != 0 {
+		t.Fatalf("%d messages queued for the closing sender", queued)
+	}
+	// The other senders' messages were queued before the failure: sent,
+	// or withdrawn when their sender took them; all are resolved now, and
+	// their senders release the buffer room right after resolving them.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.budget.mu.Lock()
+		used := p.budget.used
+		p.budget.mu.Unlock()
+		if used == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of buffer still taken", used)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,7 @@ type SourceOption func(*srcConfig) error
 type srcConfig struct {
 	pollBatch        int
 	idleMin, idleMax time.Duration
+	linger           time.Duration
 	consumer         string
 	foreign          bool // WithForeign (foreign.go)
 }
@@ -36,6 +38,32 @@ func WithPollBatch(n int) SourceOption {
 			return fmt.Errorf("iggy.WithPollBatch: %d, want at least 1", n)
 		}
 		c.pollBatch = n
+		return nil
+	}
+}
+
+// maxPollLinger bounds WithPollLinger.
+const maxPollLinger = time.Second
+
+// pollLingerStep is how long a lingering reader waits between the polls of
+// one batch (at most the linger).
+const pollLingerStep = time.Millisecond
+
+// WithPollLinger makes a reader whose poll returned records but fewer than
+// it asked for (it reached the end of the partition) wait for the partition
+// to grow and poll again for the rest, every millisecond for up to d in
+// all, as long as each poll adds records (default 0: deliver what the first
+// poll returned). A consumer that reads right behind a busy producer (a
+// second stage reading its first stage's output) then gets batches as large
+// as one that reads a backlog, and commits as rarely, for at most d of
+// latency per batch; under light load a batch waits one millisecond more
+// (the poll that finds nothing new). d must be 0..1s.
+func WithPollLinger(d time.Duration) SourceOption {
+	return func(c *srcConfig) error {
+		if d < 0 || d > maxPollLinger {
+			return fmt.Errorf("iggy.WithPollLinger: %v, want 0..%v", d, maxPollLinger)
+		}
+		c.linger = d
 		return nil
 	}
 }
@@ -201,7 +229,8 @@ func (r *Reader) Next() uint64 { return r.next }
 // Each record's strand headers are parsed; a record whose headers are
 // missing or malformed is delivered with HeaderErr set. The records and
 // their bytes belong to the caller: the payload and key alias one buffer per
-// poll that the reader never reuses.
+// poll request that the reader never reuses. With WithPollLinger, one Poll
+// may make several requests to fill its batch.
 //
 // The poll request is encoded and its reply decoded here (fetchdecode.go),
 // on the SDK's connection, rather than by the SDK: one allocation for the
@@ -253,8 +282,45 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 		}
 		r.idle = s.cfg.idleMin
 		r.next = offset + uint64(len(recs))
+		if s.cfg.linger > 0 && len(recs) < count {
+			recs = r.linger(ctx, recs, count)
+		}
 		return recs, nil
 	}
+}
+
+// linger polls for more records after a poll that reached the end of the
+// partition, while each poll adds some, until the batch holds count records
+// or the linger time is up (WithPollLinger). It returns recs with what it
+// got appended; any failure just ends the batch (the next Poll meets it
+// again and handles it).
+func (r *Reader) linger(ctx context.Context, recs []connector.Record, count int) []connector.Record {
+	s := r.src
+	deadline := time.Now().Add(s.cfg.linger)
+	grown := false
+	for len(recs) < count {
+		wait := min(pollLingerStep, time.Until(deadline))
+		if wait <= 0 || !sleep(ctx, wait, r.k.life.Done()) || r.closed.Load() {
+			break
+		}
+		offset := r.next
+		reply, err := r.k.roundTrip(ctx, r.req.at(offset, uint32(count-len(recs))))
+		if err != nil {
+			break
+		}
+		if !grown && len(reply) > fetchPrefixSize {
+			// Room for the whole batch, once: the replies to come are
+			// decoded straight into it.
+			recs, grown = slices.Grow(recs, count-len(recs)), true
+		}
+		before := len(recs)
+		recs, _, err = r.dec.decodeAppend(recs, reply, offset)
+		if err != nil || len(recs) == before {
+			break // the partition stopped growing, or the next Poll reports why
+		}
+		r.next = offset + uint64(len(recs)-before)
+	}
+	return recs
 }
 
 func (r *Reader) errf(format string, args ...any) error {

@@ -41,6 +41,7 @@ import (
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -76,6 +77,7 @@ type config struct {
 	cpuprofile, memprofile   string
 	trace                    string
 	progress                 time.Duration
+	pollLinger               time.Duration
 	verbose                  bool
 }
 
@@ -96,7 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "workload seed")
 	fs.BoolVar(&c.drain, "drain", false, "processor: exit once caught up")
 	fs.BoolVar(&c.verbose, "v", false, "log strand's info lines")
-	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.DurationVar(&c.pollLinger, "poll-linger", 5*time.Millisecond, "processor: how long a reader that reached the end of a partition may wait for a fuller batch (iggy.WithPollLinger; 0..1s)")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile to this file: of the processing span (Run to caught up) with -drain or role all, else of the run")
 	fs.StringVar(&c.memprofile, "memprofile", "", "write an allocation profile of the run to this file")
 	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	fs.DurationVar(&c.progress, "progress", 0, "print the processor's progress at this interval (0: never)")
@@ -132,7 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	defer iggy.RouteStdLog(log)()
-	if cfg.cpuprofile != "" {
+	if cfg.cpuprofile != "" && !cfg.drain && cfg.role != "all" {
 		f, err := os.Create(cfg.cpuprofile)
 		if err != nil {
 			return err
@@ -167,7 +170,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.role == "all" {
 		return runAll(ctx, cfg, log, stdout)
 	}
-	cl, err := iggy.Connect(ctx, cfg.iggy, iggy.WithCredentials(cfg.user, cfg.password), iggy.WithLogger(log))
+	cl, err := connect(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -200,7 +203,7 @@ func runAll(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer)
 		cfg.iggy = srv.Addr()
 		fmt.Fprintf(stdout, "embedded Iggy broker on %s\n", cfg.iggy)
 	}
-	cl, err := iggy.Connect(ctx, cfg.iggy, iggy.WithCredentials(cfg.user, cfg.password), iggy.WithLogger(log))
+	cl, err := connect(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -216,6 +219,12 @@ func runAll(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer)
 		return nil
 	}
 	return check(ctx, cfg, cl, log, stdout)
+}
+
+// connect connects to the broker with the flags' settings.
+func connect(ctx context.Context, cfg config, log *slog.Logger) (*iggy.Client, error) {
+	return iggy.Connect(ctx, cfg.iggy, iggy.WithCredentials(cfg.user, cfg.password), iggy.WithLogger(log),
+		iggy.WithSourceOptions(iggy.WithPollLinger(cfg.pollLinger)))
 }
 
 // produce publishes the workload.
@@ -257,6 +266,17 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
+	if cfg.cpuprofile != "" && cfg.drain {
+		f, err := os.Create(cfg.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start, cpu0 := time.Now(), cpuTime()
 	go func() { done <- app.Run(runCtx) }()
 	fmt.Fprintln(stdout, readyLine)
@@ -292,12 +312,18 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 				return err
 			}
 			var applied uint64
+			batches := ""
 			for _, st := range app.Stats() {
 				applied += st.Total.Applied
+				batches += fmt.Sprintf(" %s %d,", st.Source, st.Total.Batches)
 			}
 			el := time.Since(start)
+			if cfg.cpuprofile != "" {
+				pprof.StopCPUProfile()
+			}
 			fmt.Fprintf(stdout, "caught up in %v: %d records applied over both stages (%.0f/s), %v of CPU\n",
 				el.Round(time.Millisecond), applied, float64(applied)/el.Seconds(), (cpuTime() - cpu0).Round(time.Millisecond))
+			fmt.Fprintf(stdout, "batches:%s\n", strings.TrimSuffix(batches, ","))
 		}
 		stop()
 	}

@@ -452,7 +452,8 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 		if b.status[i] != statusApplied {
 			continue
 		}
-		for _, em := range b.emits[i] {
+		for j := range b.emits[i] {
+			em := &b.emits[i][j]
 			n++
 			size += 32 + len(em.env.Headers.Key) + len(em.env.Payload)
 			if !slices.Contains(dests, em.dest) {
@@ -481,7 +482,8 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 		if b.status[i] != statusApplied {
 			continue
 		}
-		for _, em := range b.emits[i] {
+		for j := range b.emits[i] {
+			em := &b.emits[i][j]
 			if key != nil && (enc.count == outboxRowMessages || rowBytes >= outboxRowBytes) {
 				endRow()
 				key = nil
