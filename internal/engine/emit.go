@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -70,10 +73,31 @@ func (h *emitHandler[K, E]) info() handlerInfo {
 		tableType: reflect.TypeFor[E]().String()}
 }
 
-// emitted is one envelope a record publishes to a destination.
+// emitted is one envelope a record publishes to a destination: what the
+// outbox keeps of it (its strand headers but the trace context and origin,
+// which outbox messages do not carry, and its payload). A batch holds one
+// per record and step: it is kept small.
 type emitted struct {
-	dest string
-	env  stream.Envelope
+	dest     string
+	key      []byte
+	payload  []byte
+	seq      uint64
+	tag      planner.Tag
+	ordering planner.Ordering
+	algebra  algebra.Kind
+	hasSeq   bool
+}
+
+// emittedOf is env published to dest.
+func emittedOf(dest string, env *stream.Envelope) emitted {
+	h := &env.Headers
+	return emitted{dest: dest, key: h.Key, payload: env.Payload, seq: h.Seq, tag: h.Tag,
+		ordering: h.Ordering, algebra: h.Algebra, hasSeq: h.HasSeq}
+}
+
+// headers returns the strand headers of e.
+func (e *emitted) headers() connector.Headers {
+	return connector.Headers{Key: e.key, Tag: e.tag, Ordering: e.ordering, Algebra: e.algebra, Seq: e.seq, HasSeq: e.hasSeq}
 }
 
 // callEmit calls an emitting function and turns a panic into an error.
@@ -125,8 +149,8 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 				fail = &runResult{end: runFailed, err: fmt.Errorf("To %q: %w", h.step, err), at: i}
 				break // the rest is not applied this time
 			}
-			for _, env := range out {
-				b.emits[i] = append(b.emits[i], emitted{dest: h.dest, env: env})
+			for k := range out {
+				b.emits[i] = append(b.emits[i], emittedOf(h.dest, &out[k]))
 			}
 			clear(out)
 			buf.events[kept], buf.idx[kept] = buf.events[j], i

@@ -475,8 +475,8 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 		for j := range b.emits[i] {
 			em := &b.emits[i][j]
 			n++
-			size += 32 + len(em.env.Headers.Key) + len(em.env.Payload)
-			if em.env.Headers.HasSeq {
+			size += 32 + len(em.key) + len(em.payload)
+			if em.hasSeq {
 				seqs++
 			}
 			d := slices.Index(dests, em.dest)
@@ -526,8 +526,8 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 				enc.begin(t.origin, dests)
 				headerLen, rowBytes = len(enc.buf)-before, 0
 			}
-			h := &em.env.Headers
-			m, err := arena.message(t.origin, next, h, em.env.Payload)
+			h := em.headers()
+			m, err := arena.message(t.origin, next, &h, em.payload)
 			if err != nil {
 				// The emitting handler validated the envelope; a failure
 				// here is a bug, and the batch must not commit.
@@ -535,8 +535,8 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 				return
 			}
 			d := slices.Index(dests, em.dest)
-			enc.add(d, h, em.env.Payload)
-			rowBytes += len(em.env.Payload)
+			enc.add(d, &h, em.payload)
+			rowBytes += len(em.payload)
 			mi := perDest[d]
 			perDest[d]++
 			msgs[mi] = m
