@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream"
@@ -55,13 +56,16 @@ func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event
 		return s
 	}
 	n.outputs = append(n.outputs, topic)
+	// hint is the size of the last envelope's key and payload: the next one
+	// is encoded into a buffer of about that size.
+	var hint atomic.Int64
 	emitFn := func(ctx context.Context, key K, e E, _ []byte, envs []stream.Envelope) ([]stream.Envelope, error) {
 		var encErr error
 		err := fn(ctx, key, e, func(e2 E2) {
 			if encErr != nil {
 				return
 			}
-			env, err := out.Envelope(e2)
+			env, err := encodeEnvelope(out, e2, &hint)
 			if err != nil {
 				encErr = err
 				return
@@ -75,6 +79,39 @@ func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event
 	}
 	n.handlers = append(n.handlers, engine.Emit(s.decl, name, topic, engine.EmitTo, emitFn))
 	return s
+}
+
+// encodeEnvelope is d.Envelope(e) with the key and the payload encoded into
+// one buffer, of the size hint holds (the last envelope's), which it
+// updates: an envelope costs one allocation, not two and the payload's
+// growth.
+func encodeEnvelope[K, E any](d *stream.Event[K, E], e E, hint *atomic.Int64) (stream.Envelope, error) {
+	if err := d.Err(); err != nil {
+		return stream.Envelope{}, err
+	}
+	buf, err := d.KeyCodec().Append(make([]byte, 0, max(hint.Load()+hint.Load()/8, 64)), d.Key(e))
+	if err != nil {
+		return stream.Envelope{}, fmt.Errorf("type tag %d (%s): encode key: %w", d.Tag(), d.Name(), err)
+	}
+	kl := len(buf)
+	h := connector.Headers{Key: buf[:kl:kl], Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
+	if err := h.Validate(); err != nil {
+		return stream.Envelope{}, fmt.Errorf("type tag %d (%s): %w", d.Tag(), d.Name(), err)
+	}
+	if seq, ok := d.Seq(e); ok {
+		h.Seq, h.HasSeq = seq, true
+		if seq == 0 {
+			return stream.Envelope{}, fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", d.Tag(), d.Name(), stream.ErrBadSequence)
+		}
+	}
+	payload, err := d.PayloadCodec().Append(buf[kl:kl], e)
+	if err != nil {
+		return stream.Envelope{}, fmt.Errorf("type tag %d (%s): encode payload: %w", d.Tag(), d.Name(), err)
+	}
+	if n := int64(kl + len(payload)); n != hint.Load() {
+		hint.Store(n)
+	}
+	return stream.Envelope{Headers: h, Payload: payload}, nil
 }
 
 // KeyByOption configures a KeyBy step.
