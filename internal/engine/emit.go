@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
@@ -42,7 +43,13 @@ func (m EmitMode) String() string {
 // carried it (a KeyBy forwards it as is). It sees every event of a run, in
 // log order, unreduced: what it publishes does not depend on how the log
 // was batched. Envelopes may alias payload.
-type EmitFunc[K, E any] func(ctx context.Context, key K, e E, payload []byte, out []stream.Envelope) ([]stream.Envelope, error)
+//
+// buf is where the function may encode the envelopes' keys and payloads,
+// so that a batch's envelopes share a few allocations: it appends to buf
+// only (never writing into buf[:len(buf)], which earlier envelopes hold),
+// or replaces it with a buffer of its own, and returns it; the bytes it
+// appended stay the envelopes' for good.
+type EmitFunc[K, E any] func(ctx context.Context, key K, e E, payload []byte, out []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error)
 
 // Emit returns a handler that publishes what fn derives from each event of
 // ev to the topic dest, exactly once: the envelopes of the records a batch
@@ -59,7 +66,14 @@ type emitHandler[K, E any] struct {
 	dest string
 	mode EmitMode
 	fn   EmitFunc[K, E]
+	// bufs holds *emitBuf: the buffers the function encodes into, one
+	// per run in progress. They are only ever appended to, so a buffer
+	// goes back to the pool with its bytes still the envelopes'.
+	bufs sync.Pool
 }
+
+// emitBuf is the buffer of an EmitFunc.
+type emitBuf struct{ b []byte }
 
 func (h *emitHandler[K, E]) decl() declaration {
 	if h.ev == nil {
@@ -101,13 +115,13 @@ func (e *emitted) headers() connector.Headers {
 }
 
 // callEmit calls an emitting function and turns a panic into an error.
-func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, payload []byte, out []stream.Envelope) (res []stream.Envelope, err error) {
+func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, payload []byte, out []stream.Envelope, buf []byte) (res []stream.Envelope, resBuf []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			res, err = out, fmt.Errorf("panic: %v", p)
+			res, resBuf, err = out, buf, fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return h.fn(ctx, key, e, payload, out)
+	return h.fn(ctx, key, e, payload, out, buf)
 }
 
 // emit runs the run's emitting handlers over its decoded events, KeyBy
@@ -129,14 +143,18 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 		b.emits[i] = arena[j*per : j*per : (j+1)*per]
 	}
 	for _, h := range r.emits {
+		eb, _ := h.bufs.Get().(*emitBuf)
+		if eb == nil {
+			eb = &emitBuf{}
+		}
 		// Each step sees the events the steps before it kept: a record
 		// dead-lettered or cut off by one is not emitted by the next.
 		kept := 0
 		j := 0
 		for ; j < len(buf.events); j++ {
 			i := buf.idx[j]
-			out, err := callEmit(rc.ctx, h, key, buf.events[j], b.records[i].Payload, buf.env[:0])
-			buf.env = out[:0]
+			out, eBuf, err := callEmit(rc.ctx, h, key, buf.events[j], b.records[i].Payload, buf.env[:0], eb.b)
+			buf.env, eb.b = out[:0], eBuf
 			if err != nil && h.mode == EmitKeyBy {
 				b.deadLetter(i, deadletter.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))
 				if b.poison == stream.HoldPoisonedKey {
@@ -156,6 +174,7 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 			buf.events[kept], buf.idx[kept] = buf.events[j], i
 			kept++
 		}
+		h.bufs.Put(eb)
 		clear(buf.events[kept:])
 		buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
 	}

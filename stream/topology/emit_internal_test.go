@@ -27,6 +27,8 @@ func TestEncodeEnvelopeMatchesEnvelope(t *testing.T) {
 	events := []encodeEvent{
 		{Key: "a", Seq: 1},
 		{Key: "customer-17", Seq: 9, Note: strings.Repeat("x", 300)},
+		{Key: "c", Seq: 2, Note: strings.Repeat("y", 20000)}, // larger than a buffer
+		{Key: "d", Seq: 3, Note: "after the large one"},
 		{Key: "", Seq: 1},                       // an empty key: refused
 		{Key: strings.Repeat("k", 256), Seq: 1}, // too long: refused
 		{Key: "b", Seq: 0},                      // sequence 0: refused when sequenced
@@ -38,9 +40,13 @@ func TestEncodeEnvelopeMatchesEnvelope(t *testing.T) {
 		for _, h0 := range []int64{0, 1, 40, 4096} {
 			var hint atomic.Int64
 			hint.Store(h0)
+			var buf []byte
+			var held [][]byte // what earlier envelopes hold, as encoded
+			var envs []stream.Envelope
 			for i, e := range events {
 				want, wantErr := d.Envelope(e)
-				got, err := encodeEnvelope(d, e, &hint)
+				got, b, err := encodeEnvelope(d, e, &hint, buf)
+				buf = b
 				if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
 					t.Fatalf("tag %d hint %d event %d: error %v, want %v", d.Tag(), h0, i, err, wantErr)
 				}
@@ -55,8 +61,16 @@ func TestEncodeEnvelopeMatchesEnvelope(t *testing.T) {
 					gh.Seq != wh.Seq || gh.HasSeq != wh.HasSeq || !bytes.Equal(got.Payload, want.Payload) {
 					t.Fatalf("tag %d hint %d event %d: %+v %q, want %+v %q", d.Tag(), h0, i, gh, got.Payload, wh, want.Payload)
 				}
-				if cap(gh.Key) != len(gh.Key) {
-					t.Fatalf("event %d: the key has room after it (%d of %d): appends would write into the payload", i, len(gh.Key), cap(gh.Key))
+				if cap(gh.Key) != len(gh.Key) || cap(got.Payload) != len(got.Payload) {
+					t.Fatalf("event %d: the key or the payload has room after it: appends would write into the next envelope", i)
+				}
+				envs = append(envs, got)
+				held = append(held, bytes.Clone(gh.Key), bytes.Clone(got.Payload))
+			}
+			// Later envelopes never wrote into the bytes of earlier ones.
+			for j, env := range envs {
+				if !bytes.Equal(env.Headers.Key, held[2*j]) || !bytes.Equal(env.Payload, held[2*j+1]) {
+					t.Fatalf("tag %d hint %d: envelope %d changed after later ones were encoded", d.Tag(), h0, j)
 				}
 			}
 		}
