@@ -471,7 +471,9 @@ type shardMem[V any] struct {
 	spare  int             // slabs[spare:] are cleared and unused
 	chunks [][]byte        // encoding arena: chunks[chunk] is being filled
 	chunk  int
-	last   int // length of the last encoding
+	last   int      // length of the last encoding
+	keys   [][]byte // key arena: the map's keys; keys[kchunk] is being filled
+	kchunk int
 }
 
 // arenaChunk is the size of an encoding arena chunk; a value whose encoding
@@ -526,6 +528,33 @@ func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], e *txnEntry[V]) error 
 	return nil
 }
 
+// keyOf returns a copy of k in the key arena of s, to be a key of s's map
+// (it lives as long as the Txn's entries: until release); s's lock is
+// held.
+func (tt *txnTable[V]) keyOf(s *txnShard[V], k []byte) string {
+	if len(k) == 0 || len(k) > keyChunk/4 {
+		return string(k)
+	}
+	m := tt.memOf(s)
+	if len(m.keys) == 0 || cap(m.keys[m.kchunk])-len(m.keys[m.kchunk]) < len(k) {
+		if len(m.keys) > 0 {
+			m.kchunk++
+		}
+		if m.kchunk == len(m.keys) {
+			m.keys = append(m.keys, make([]byte, 0, keyChunk))
+		}
+	}
+	a := m.keys[m.kchunk]
+	n := len(a)
+	a = append(a, k...)
+	m.keys[m.kchunk] = a
+	return unsafe.String(&a[n], len(k))
+}
+
+// keyChunk is the size of a key arena chunk; keys longer than a quarter
+// chunk are allocated on their own.
+const keyChunk = 4 << 10
+
 // release clears s's memory and returns it to the pool; s's lock is held
 // and its entries are no longer reachable.
 func (tt *txnTable[V]) release(s *txnShard[V]) {
@@ -544,15 +573,19 @@ func (tt *txnTable[V]) release(s *txnShard[V]) {
 		m.chunks[i] = m.chunks[i][:0]
 	}
 	m.chunk = 0
+	for i := range m.keys {
+		m.keys[i] = m.keys[i][:0]
+	}
+	m.kchunk = 0
 	tt.mem.Put(m)
 }
 
 // txnEntry is one key's value in a Txn: written (dirty) or read (clean).
 type txnEntry[V any] struct {
 	v       V
-	enc     []byte         // encoded v, for dirty entries that are present
-	h       uint64         // hash of the Pebble key
-	ce      *cacheEntry[V] // the cache entry the value was read from, if any
+	enc     []byte   // encoded v, for dirty entries that are present
+	h       uint64   // hash of the Pebble key
+	ce      cacheRef // the cache slot the value was read from, if any
 	present bool
 	dirty   bool
 }
