@@ -55,15 +55,20 @@ const (
 	slotPage = 64
 
 	// indexShare is what an entry counts for its index words: the index
-	// doubles when it is half full, so it holds 2 to 4 words (16 to 32
-	// bytes) per entry.
-	indexShare = 24
+	// doubles when it is three quarters full, so it holds 1.33 to 2.67
+	// words (11 to 21 bytes) per entry.
+	indexShare = 16
 
 	// maxCacheKey is the longest key cached (a slot keeps its length in
 	// 16 bits); longer keys are always read from Pebble.
 	maxCacheKey = 1<<16 - 1
 
 	noSlot = -1
+
+	// mapSlotSize is what a long key's entry in the shard's map of long
+	// keys costs besides the key (hash slot, string header, the map's
+	// slack).
+	mapSlotSize = 40
 )
 
 type cacheBudget struct {
@@ -78,30 +83,33 @@ type cacheRef uint32
 type cacheSlot[V any] struct {
 	h          uint64
 	v          V
-	long       string // the key, if longer than inlineKey
-	prev, next int32  // SIEVE queue: towards the tail (older) and the head (newer)
-	size       int32  // what it counts against the budget
+	prev, next int32 // SIEVE queue: towards the tail (older) and the head (newer)
+	size       int32 // what it counts against the budget
 	klen       uint16
 	present    bool
 	visited    bool
 	live       bool
-	key        [inlineKey]byte
+	key        [inlineKey]byte // the key, if not longer; else it is in the shard's long map
 }
 
-func (sl *cacheSlot[V]) keyIs(k string) bool {
+// keyIs reports whether slot i holds key k.
+func (s *cacheShard[V]) keyIs(i int32, k string) bool {
+	sl := s.slot(i)
 	if len(k) != int(sl.klen) {
 		return false
 	}
 	if len(k) > inlineKey {
-		return sl.long == k
+		return s.long[i] == k
 	}
 	return string(sl.key[:len(k)]) == k
 }
 
-// keyBytes returns the slot's key (aliasing the slot or its string).
-func (sl *cacheSlot[V]) keyBytes() []byte {
+// keyBytes returns the key of slot i (aliasing the slot or its string).
+func (s *cacheShard[V]) keyBytes(i int32) []byte {
+	sl := s.slot(i)
 	if sl.klen > inlineKey {
-		return unsafe.Slice(unsafe.StringData(sl.long), len(sl.long))
+		l := s.long[i]
+		return unsafe.Slice(unsafe.StringData(l), len(l))
 	}
 	return sl.key[:sl.klen]
 }
@@ -111,11 +119,12 @@ type cacheShard[V any] struct {
 	gen        uint64
 	idx        []uint64 // hash>>32 << 32 | slot+1; 0: empty. Length a power of two.
 	pages      [][]cacheSlot[V]
-	slots      int32 // slots carved from pages so far
-	free       int32 // a free slot, linked by next; noSlot: none
-	count      int32 // live entries
-	head, tail int32 // newest and oldest; noSlot when empty
-	hand       int32 // next eviction candidate; noSlot: the tail
+	long       map[int32]string // keys longer than inlineKey, by slot
+	slots      int32            // slots carved from pages so far
+	free       int32            // a free slot, linked by next; noSlot: none
+	count      int32            // live entries
+	head, tail int32            // newest and oldest; noSlot when empty
+	hand       int32            // next eviction candidate; noSlot: the tail
 	// hits and misses count lookups (Stats).
 	hits, misses int64
 	_            [40]byte
@@ -135,7 +144,7 @@ func newValueCache[V any](b *cacheBudget) *valueCache[V] {
 }
 
 func (s *cacheShard[V]) reset() {
-	s.idx, s.pages = nil, nil
+	s.idx, s.pages, s.long = nil, nil, nil
 	s.slots, s.count = 0, 0
 	s.free, s.head, s.tail, s.hand = noSlot, noSlot, noSlot, noSlot
 }
@@ -161,7 +170,7 @@ func (s *cacheShard[V]) find(h uint64, k string) (int32, int) {
 		}
 		if e>>32 == tag {
 			i := int32(uint32(e)) - 1
-			if sl := s.slot(i); sl.h == h && sl.keyIs(k) {
+			if s.slot(i).h == h && s.keyIs(i, k) {
 				return i, int(pos)
 			}
 		}
@@ -219,7 +228,7 @@ func (c *valueCache[V]) put(h uint64, key string, ref cacheRef, v V, present boo
 	s.mu.Lock()
 	s.gen++
 	i := int32(ref) - 1
-	if i < 0 || i >= s.slots || !s.slot(i).live || s.slot(i).h != h || !s.slot(i).keyIs(key) {
+	if i < 0 || i >= s.slots || !s.slot(i).live || s.slot(i).h != h || !s.keyIs(i, key) {
 		i, _ = s.find(h, key)
 	}
 	if i != noSlot {
@@ -256,8 +265,7 @@ func (c *valueCache[V]) dropPartition(p uint32) {
 		s.mu.Lock()
 		s.gen++
 		for j := int32(0); j < s.slots; j++ {
-			sl := s.slot(j)
-			if k := sl.keyBytes(); sl.live && len(k) >= prefixLen && binary.BigEndian.Uint32(k[1:prefixLen]) == p {
+			if k := s.keyBytes(j); s.slot(j).live && len(k) >= prefixLen && binary.BigEndian.Uint32(k[1:prefixLen]) == p {
 				c.remove(s, j, -1)
 			}
 		}
@@ -315,7 +323,10 @@ func (c *valueCache[V]) insert(s *cacheShard[V], h uint64, key string, v V, pres
 	sl := s.slot(i)
 	*sl = cacheSlot[V]{h: h, v: v, present: present, live: true, size: int32(size), klen: uint16(len(key)), prev: s.head, next: noSlot}
 	if len(key) > inlineKey {
-		sl.long = strings.Clone(key) // key may be the caller's
+		if s.long == nil {
+			s.long = make(map[int32]string)
+		}
+		s.long[i] = strings.Clone(key) // key may be the caller's
 	} else {
 		copy(sl.key[:], key)
 	}
@@ -333,9 +344,9 @@ func (c *valueCache[V]) insert(s *cacheShard[V], h uint64, key string, v V, pres
 }
 
 // index adds slot i of hash h to the index, growing it if it would be more
-// than half full.
+// than three quarters full.
 func (s *cacheShard[V]) index(h uint64, i int32) {
-	if int(s.count)*2 > len(s.idx) {
+	if int(s.count)*4 > len(s.idx)*3 {
 		old := s.idx
 		s.idx = make([]uint64, max(16, 2*len(old)))
 		mask := uint64(len(s.idx) - 1)
@@ -391,7 +402,7 @@ func (s *cacheShard[V]) unindex(i int32, pos int) {
 func entrySize[V any](key string, encLen int) int64 {
 	n := int64(unsafe.Sizeof(cacheSlot[V]{})) + indexShare + int64(encLen)
 	if len(key) > inlineKey {
-		n += int64(len(key))
+		n += int64(len(key)) + mapSlotSize
 	}
 	return n
 }
@@ -433,6 +444,9 @@ func (c *valueCache[V]) remove(s *cacheShard[V], i int32, pos int) {
 	}
 	c.budget.used.Add(-int64(sl.size))
 	s.count--
+	if sl.klen > inlineKey {
+		delete(s.long, i)
+	}
 	// Reused by a later insert of this shard; a Txn may still hold its
 	// reference (put checks the key).
 	*sl = cacheSlot[V]{prev: noSlot, next: s.free}

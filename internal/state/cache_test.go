@@ -163,7 +163,7 @@ func TestValueCacheModel(t *testing.T) {
 					if sl := s.slot(j); sl.live {
 						sum += int64(sl.size)
 						n++
-						if f, _ := s.find(sl.h, string(sl.keyBytes())); f != j {
+						if f, _ := s.find(sl.h, string(s.keyBytes(j))); f != j {
 							t.Fatalf("slot %d of shard %d not found through the index", j, si)
 						}
 					}
