@@ -160,7 +160,7 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	h := b.db.hash(k)
 	s := tt.shard(h)
 	s.mu.Lock()
-	if e, ok := s.m[string(k)]; ok {
+	if e := s.get(h, k); e != nil {
 		v, present := e.v, e.present
 		s.mu.Unlock()
 		return v, present, nil
@@ -199,14 +199,13 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	// without a lookup, and a value that may be changed in place can be
 	// dropped from the cache when the Txn ends.
 	s.mu.Lock()
-	if e, ok := s.m[string(k)]; ok { // the same key from another goroutine: keep its entry
+	if e := s.get(h, k); e != nil { // the same key from another goroutine: keep its entry
 		v, present = e.v, e.present
 		s.mu.Unlock()
 		return v, present, nil
 	}
-	e := tt.newEntry(s)
-	e.v, e.h, e.present, e.ce = v, h, present, ref
-	s.m[tt.keyOf(s, k)] = e
+	e := tt.newEntry(s, h, k)
+	e.v, e.present, e.ce = v, present, ref
 	s.mu.Unlock()
 	return v, present, nil
 }
@@ -230,7 +229,7 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 	h := b.db.hash(k)
 	s := tt.shard(h)
 	s.mu.Lock()
-	e := s.m[string(k)]
+	e := s.get(h, k)
 	var present bool
 	if e != nil {
 		present = e.present
@@ -243,12 +242,11 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 		}
 		present = p
 		s.mu.Lock()
-		if e = s.m[string(k)]; e != nil { // the same key from another goroutine: keep its entry
+		if e = s.get(h, k); e != nil { // the same key from another goroutine: keep its entry
 			present = e.present
 		} else {
-			e = tt.newEntry(s)
-			e.v, e.h, e.present, e.ce = v, h, present, ref
-			s.m[tt.keyOf(s, k)] = e
+			e = tt.newEntry(s, h, k)
+			e.v, e.present, e.ce = v, present, ref
 		}
 		s.mu.Unlock()
 	}
@@ -259,14 +257,14 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 	old := e.v
 	if err := fn(&e.v, present); err != nil {
 		e.v = old
-		if rerr := t.revert(tt, s, k); rerr != nil {
+		if rerr := t.revert(tt, s, h, k); rerr != nil {
 			return rerr
 		}
 		return err
 	}
 	if err := tt.encode(s, t.values, e); err != nil {
 		e.v = old
-		if rerr := t.revert(tt, s, k); rerr != nil {
+		if rerr := t.revert(tt, s, h, k); rerr != nil {
 			return rerr
 		}
 		return fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
@@ -294,25 +292,26 @@ func (t *Table[K, V]) Revert(tx *Txn, partition uint32, key []byte) error {
 	}
 	var buf [keyBuf]byte
 	k := appendTableKey(buf[:0], b.id, partition, key)
-	return t.revert(tt, tt.shard(b.db.hash(k)), k)
+	h := b.db.hash(k)
+	return t.revert(tt, tt.shard(h), h, k)
 }
 
-// revert is Revert for Pebble key k, whose shard is s.
-func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], k []byte) error {
+// revert is Revert for Pebble key k of hash h, whose shard is s.
+func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], h uint64, k []byte) error {
 	if !t.shared {
 		return nil // handlers got copies: nothing of the Txn's was changed
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[string(k)]
-	if !ok {
+	e := s.get(h, k)
+	if e == nil {
 		return nil
 	}
 	if !e.dirty {
 		// Read from the cache or Pebble and maybe changed in place: forget
 		// it here and in the cache, so the next Read decodes it afresh.
 		tt.cache.invalidate(e.h, string(k))
-		delete(s.m, string(k))
+		s.remove(e)
 		return nil
 	}
 	var zero V
@@ -393,7 +392,7 @@ func prevValue[V any](prev *Txn, id uint32, h uint64, k []byte) (v V, present, o
 	}
 	s := tt.shard(h)
 	s.mu.Lock()
-	if e, found := s.m[string(k)]; found && e.dirty {
+	if e := s.get(h, k); e != nil && e.dirty {
 		v, present, ok = e.v, e.present, true
 	}
 	s.mu.Unlock()
@@ -470,11 +469,9 @@ func (t *Table[K, V]) set(b *binding[V], tt *txnTable[V], partition uint32, key 
 	h := b.db.hash(k)
 	s := tt.shard(h)
 	s.mu.Lock()
-	e, ok := s.m[string(k)]
-	if !ok {
-		e = tt.newEntry(s)
-		e.h = h
-		s.m[tt.keyOf(s, k)] = e
+	e := s.get(h, k)
+	if e == nil {
+		e = tt.newEntry(s, h, k)
 	}
 	e.v, e.enc, e.present, e.dirty = v, enc, present, true
 	s.mu.Unlock()
