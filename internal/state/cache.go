@@ -49,7 +49,7 @@ const (
 
 	// inlineKey is the longest Pebble key kept inside a slot; longer keys
 	// are kept in a string of their own.
-	inlineKey = 24
+	inlineKey = 20
 
 	// slotPage is the number of slots allocated at once by a shard.
 	slotPage = 64
