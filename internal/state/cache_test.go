@@ -191,3 +191,40 @@ func countQueue[V any](s *cacheShard[V]) int {
 	}
 	return n
 }
+
+// TestEntryIndexModel checks a Txn shard's entry index against a map:
+// random adds, removes and gets over a few hash values (long probe runs,
+// wrap-around, backward shifts).
+func TestEntryIndexModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var x entryIndex[int]
+		hashes := rapid.IntRange(1, 40).Draw(t, "hashes")
+		model := map[string]*txnEntry[int]{}
+		for range rapid.IntRange(1, 400).Draw(t, "ops") {
+			i := rapid.IntRange(0, 99).Draw(t, "key")
+			k := fmt.Sprint("k", i)
+			h := uint64(i%hashes) * 0x9e3779b97f4a7c15
+			got := x.get(h, k)
+			if got != model[k] {
+				t.Fatalf("get(%s) = %p, want %p", k, got, model[k])
+			}
+			switch {
+			case got == nil:
+				e := &txnEntry[int]{key: k, h: h, v: i}
+				x.add(e)
+				model[k] = e
+			case rapid.Bool().Draw(t, "remove"):
+				x.remove(got)
+				delete(model, k)
+			}
+			if x.len() != len(model) {
+				t.Fatalf("index holds %d entries, want %d", x.len(), len(model))
+			}
+		}
+		for k, e := range model {
+			if got := x.get(e.h, k); got != e {
+				t.Fatalf("get(%s) at the end = %p, want %p", k, got, e)
+			}
+		}
+	})
+}
