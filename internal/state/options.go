@@ -77,10 +77,11 @@ func WithCacheSize(bytes int64) Option { return func(o *options) { o.cacheSize =
 
 // WithValueCacheSize bounds the per-database cache of decoded committed table
 // values that lets [Table.Read] skip a Pebble read and a decode for hot keys
-// (default 64 MiB). An entry counts its own size, its map slot, its key and
-// its encoded value's length (standing for what the decoded value holds
-// outside the entry), so the budget is close to the Go heap the cache
-// holds. Zero disables the cache.
+// (default 64 MiB). An entry counts its slot (the decoded value's fixed part
+// and keys of up to 20 bytes are inside it), its share of the cache's
+// index, a longer key's bytes, and its encoded value's length (standing for
+// what the decoded value holds outside the slot), so the budget is close to
+// the Go heap the cache holds. Zero disables the cache.
 func WithValueCacheSize(bytes int64) Option { return func(o *options) { o.valueCacheSize = bytes } }
 
 // WithKeyFilterSize bounds the in-memory filter of the table rows that are

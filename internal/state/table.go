@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -161,7 +160,7 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	h := b.db.hash(k)
 	s := tt.shard(h)
 	s.mu.Lock()
-	if e, ok := s.m[string(k)]; ok {
+	if e := s.get(h, k); e != nil {
 		v, present := e.v, e.present
 		s.mu.Unlock()
 		return v, present, nil
@@ -179,24 +178,20 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 		}
 	}
 
-	ce, v, present, gen := b.cache.lookup(h, k)
-	var ks string
-	if ce != nil {
+	ref, v, present, gen := b.cache.lookup(h, k)
+	if ref != 0 {
 		if !t.shared {
 			// The handler got a copy and the cache keeps serving this
 			// key's committed value: the Txn need not remember the read.
 			return v, present, nil
 		}
-		ks = ce.key
 	} else {
-		kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
 		var encLen int
-		v, present, encLen, err = t.load(b.db, kc, h, partition, key)
+		v, present, encLen, err = t.load(b.db, k, h, partition, key)
 		if err != nil {
 			return zero, false, err
 		}
-		ks = unsafe.String(unsafe.SliceData(kc), len(kc))
-		ce = b.cache.fill(h, ks, v, present, encLen, gen)
+		ref = b.cache.fill(h, k, v, present, encLen, gen)
 	}
 
 	// Remember the read: later Reads and the Write of this key find it
@@ -204,14 +199,13 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 	// without a lookup, and a value that may be changed in place can be
 	// dropped from the cache when the Txn ends.
 	s.mu.Lock()
-	if e, ok := s.m[ks]; ok { // the same key from another goroutine: keep its entry
+	if e := s.get(h, k); e != nil { // the same key from another goroutine: keep its entry
 		v, present = e.v, e.present
 		s.mu.Unlock()
 		return v, present, nil
 	}
-	e := tt.newEntry(s)
-	e.v, e.h, e.present, e.ce = v, h, present, ce
-	s.m[ks] = e
+	e := tt.newEntry(s, h, k)
+	e.v, e.present, e.ce = v, present, ref
 	s.mu.Unlock()
 	return v, present, nil
 }
@@ -235,28 +229,24 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 	h := b.db.hash(k)
 	s := tt.shard(h)
 	s.mu.Lock()
-	e := s.m[string(k)]
+	e := s.get(h, k)
 	var present bool
 	if e != nil {
 		present = e.present
 	}
 	s.mu.Unlock()
 	if e == nil {
-		v, p, ce, ks, err := t.resolve(tx, b, h, k, partition, key)
+		v, p, ref, err := t.resolve(tx, b, h, k, partition, key)
 		if err != nil {
 			return err
 		}
-		if ks == "" {
-			ks = string(k)
-		}
 		present = p
 		s.mu.Lock()
-		if e = s.m[ks]; e != nil { // the same key from another goroutine: keep its entry
+		if e = s.get(h, k); e != nil { // the same key from another goroutine: keep its entry
 			present = e.present
 		} else {
-			e = tt.newEntry(s)
-			e.v, e.h, e.present, e.ce = v, h, present, ce
-			s.m[ks] = e
+			e = tt.newEntry(s, h, k)
+			e.v, e.present, e.ce = v, present, ref
 		}
 		s.mu.Unlock()
 	}
@@ -267,14 +257,14 @@ func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V
 	old := e.v
 	if err := fn(&e.v, present); err != nil {
 		e.v = old
-		if rerr := t.revert(tt, s, k); rerr != nil {
+		if rerr := t.revert(tt, s, h, k); rerr != nil {
 			return rerr
 		}
 		return err
 	}
 	if err := tt.encode(s, t.values, e); err != nil {
 		e.v = old
-		if rerr := t.revert(tt, s, k); rerr != nil {
+		if rerr := t.revert(tt, s, h, k); rerr != nil {
 			return rerr
 		}
 		return fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
@@ -302,25 +292,26 @@ func (t *Table[K, V]) Revert(tx *Txn, partition uint32, key []byte) error {
 	}
 	var buf [keyBuf]byte
 	k := appendTableKey(buf[:0], b.id, partition, key)
-	return t.revert(tt, tt.shard(b.db.hash(k)), k)
+	h := b.db.hash(k)
+	return t.revert(tt, tt.shard(h), h, k)
 }
 
-// revert is Revert for Pebble key k, whose shard is s.
-func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], k []byte) error {
+// revert is Revert for Pebble key k of hash h, whose shard is s.
+func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], h uint64, k []byte) error {
 	if !t.shared {
 		return nil // handlers got copies: nothing of the Txn's was changed
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[string(k)]
-	if !ok {
+	e := s.get(h, k)
+	if e == nil {
 		return nil
 	}
 	if !e.dirty {
 		// Read from the cache or Pebble and maybe changed in place: forget
 		// it here and in the cache, so the next Read decodes it afresh.
 		tt.cache.invalidate(e.h, string(k))
-		delete(s.m, string(k))
+		s.remove(e)
 		return nil
 	}
 	var zero V
@@ -358,28 +349,26 @@ func (t *Table[K, V]) Stage(tx *Txn, partition uint32, key []byte, v V) (write f
 
 // resolve returns the value of Pebble key k for a Txn that has no entry for
 // it: the predecessor's write, or the committed value (value cache, else
-// Pebble, filling the cache). It also returns the cache entry the value
-// came from and a key string that the cache owns (empty if none).
-func (t *Table[K, V]) resolve(tx *Txn, b *binding[V], h uint64, k []byte, partition uint32, key []byte) (v V, present bool, ce *cacheEntry[V], ks string, err error) {
+// Pebble, filling the cache). It also returns the cache slot the value is
+// in (0 if none).
+func (t *Table[K, V]) resolve(tx *Txn, b *binding[V], h uint64, k []byte, partition uint32, key []byte) (v V, present bool, ref cacheRef, err error) {
 	if tx.prev != nil && !tx.prevSettled() {
 		if t.shared {
 			<-tx.prev.finished
 		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
-			return v, present, nil, "", nil
+			return v, present, 0, nil
 		}
 	}
-	ce, v, present, gen := b.cache.lookup(h, k)
-	if ce != nil {
-		return v, present, ce, ce.key, nil
+	ref, v, present, gen := b.cache.lookup(h, k)
+	if ref != 0 {
+		return v, present, ref, nil
 	}
-	kc := append([]byte(nil), k...) // becomes the cache's and the Txn's key
 	var encLen int
-	v, present, encLen, err = t.load(b.db, kc, h, partition, key)
+	v, present, encLen, err = t.load(b.db, k, h, partition, key)
 	if err != nil {
-		return v, false, nil, "", err
+		return v, false, 0, err
 	}
-	ks = unsafe.String(unsafe.SliceData(kc), len(kc))
-	return v, present, b.cache.fill(h, ks, v, present, encLen, gen), ks, nil
+	return v, present, b.cache.fill(h, k, v, present, encLen, gen), nil
 }
 
 // prevValue returns the value prev wrote for Pebble key k of table id, if
@@ -403,7 +392,7 @@ func prevValue[V any](prev *Txn, id uint32, h uint64, k []byte) (v V, present, o
 	}
 	s := tt.shard(h)
 	s.mu.Lock()
-	if e, found := s.m[string(k)]; found && e.dirty {
+	if e := s.get(h, k); e != nil && e.dirty {
 		v, present, ok = e.v, e.present, true
 	}
 	s.mu.Unlock()
@@ -422,7 +411,9 @@ func (t *Table[K, V]) load(db *DB, k []byte, h uint64, partition uint32, key []b
 		return v, false, 0, nil
 	}
 	db.stats.reads.Add(1)
-	present, err = db.get(k, func(val []byte) error {
+	// A copy for Pebble, which keeps its key: k is often on the caller's
+	// stack, and passing it would move every caller's buffer to the heap.
+	present, err = db.get(bytes.Clone(k), func(val []byte) error {
 		encLen = len(val)
 		var derr error
 		v, derr = t.values.Decode(val)
@@ -478,11 +469,9 @@ func (t *Table[K, V]) set(b *binding[V], tt *txnTable[V], partition uint32, key 
 	h := b.db.hash(k)
 	s := tt.shard(h)
 	s.mu.Lock()
-	e, ok := s.m[string(k)]
-	if !ok {
-		e = tt.newEntry(s)
-		e.h = h
-		s.m[string(k)] = e
+	e := s.get(h, k)
+	if e == nil {
+		e = tt.newEntry(s, h, k)
 	}
 	e.v, e.enc, e.present, e.dirty = v, enc, present, true
 	s.mu.Unlock()

@@ -454,10 +454,118 @@ type txnTable[V any] struct {
 
 type txnShard[V any] struct {
 	mu   sync.Mutex
-	m    map[string]*txnEntry[V] // Pebble key → entry
-	slab []txnEntry[V]           // entries are carved from here; a full slab is replaced, never grown
-	mem  *shardMem[V]            // where m, the slabs and the encodings live
+	ix   *entryIndex[V] // Pebble key → entry; nil until the first entry
+	slab []txnEntry[V]  // entries are carved from here; a full slab is replaced, never grown
+	mem  *shardMem[V]   // where ix, the slabs and the encodings live
 	_    [16]byte
+}
+
+// get returns the entry of Pebble key k (hash h), or nil; s's lock is
+// held.
+func (s *txnShard[V]) get(h uint64, k []byte) *txnEntry[V] {
+	if s.ix == nil {
+		return nil
+	}
+	return s.ix.get(h, unsafe.String(unsafe.SliceData(k), len(k)))
+}
+
+// remove drops entry e (the failure path); s's lock is held.
+func (s *txnShard[V]) remove(e *txnEntry[V]) {
+	s.ix.remove(e)
+	e.gone = true
+}
+
+// each calls fn with every entry of s; s's lock is held.
+func (s *txnShard[V]) each(fn func(e *txnEntry[V])) {
+	if s.mem == nil {
+		return
+	}
+	for _, sl := range s.mem.slabs[:s.mem.spare] {
+		for i := range sl {
+			if e := &sl[i]; !e.gone {
+				fn(e)
+			}
+		}
+	}
+}
+
+// entryIndex finds a shard's entries by key: open addressing over entry
+// pointers, probed from the key's hash, which every caller already has (a
+// Go map of string keys hashes the key again).
+type entryIndex[V any] struct {
+	slots []*txnEntry[V] // length a power of two, at most half full
+	n     int
+}
+
+func (x *entryIndex[V]) get(h uint64, k string) *txnEntry[V] {
+	if len(x.slots) == 0 {
+		return nil
+	}
+	mask := uint64(len(x.slots) - 1)
+	for p := h & mask; ; p = (p + 1) & mask {
+		e := x.slots[p]
+		if e == nil {
+			return nil
+		}
+		if e.h == h && e.key == k {
+			return e
+		}
+	}
+}
+
+// add indexes e, whose key it does not hold.
+func (x *entryIndex[V]) add(e *txnEntry[V]) {
+	if (x.n+1)*2 > len(x.slots) {
+		old := x.slots
+		x.slots = make([]*txnEntry[V], max(16, 2*len(old)))
+		mask := uint64(len(x.slots) - 1)
+		for _, o := range old {
+			if o != nil {
+				p := o.h & mask
+				for x.slots[p] != nil {
+					p = (p + 1) & mask
+				}
+				x.slots[p] = o
+			}
+		}
+	}
+	mask := uint64(len(x.slots) - 1)
+	p := e.h & mask
+	for x.slots[p] != nil {
+		p = (p + 1) & mask
+	}
+	x.slots[p] = e
+	x.n++
+}
+
+// remove drops e from the index (backward-shift deletion).
+func (x *entryIndex[V]) remove(e *txnEntry[V]) {
+	mask := uint64(len(x.slots) - 1)
+	p := e.h & mask
+	for x.slots[p] != e {
+		p = (p + 1) & mask
+	}
+	for j := (p + 1) & mask; x.slots[j] != nil; j = (j + 1) & mask {
+		if home := x.slots[j].h & mask; (j-home)&mask >= (j-p)&mask {
+			x.slots[p] = x.slots[j]
+			p = j
+		}
+	}
+	x.slots[p] = nil
+	x.n--
+}
+
+// reset empties the index, keeping its memory.
+func (x *entryIndex[V]) reset() {
+	clear(x.slots)
+	x.n = 0
+}
+
+func (x *entryIndex[V]) len() int {
+	if x == nil {
+		return 0
+	}
+	return x.n
 }
 
 // shardMem is the memory of one txnShard: its map, its entry slabs and the
@@ -466,12 +574,14 @@ type txnShard[V any] struct {
 // cleared and reused by a later Txn of the table, so that a batch does not
 // allocate what the one before it threw away.
 type shardMem[V any] struct {
-	m      map[string]*txnEntry[V]
+	ix     entryIndex[V]
 	slabs  [][]txnEntry[V] // every slab, the one in use last
 	spare  int             // slabs[spare:] are cleared and unused
 	chunks [][]byte        // encoding arena: chunks[chunk] is being filled
 	chunk  int
-	last   int // length of the last encoding
+	last   int      // length of the last encoding
+	keys   [][]byte // key arena: the map's keys; keys[kchunk] is being filled
+	kchunk int
 }
 
 // arenaChunk is the size of an encoding arena chunk; a value whose encoding
@@ -487,10 +597,14 @@ func (tt *txnTable[V]) memOf(s *txnShard[V]) *shardMem[V] {
 		} else {
 			s.mem = &shardMem[V]{}
 		}
-		if s.mem.m == nil {
-			s.mem.m = make(map[string]*txnEntry[V], tt.hint)
+		if s.mem.ix.slots == nil {
+			n := 16
+			for n < 2*tt.hint {
+				n *= 2
+			}
+			s.mem.ix.slots = make([]*txnEntry[V], n)
 		}
-		s.m = s.mem.m
+		s.ix = &s.mem.ix
 	}
 	return s.mem
 }
@@ -526,15 +640,42 @@ func (tt *txnTable[V]) encode(s *txnShard[V], c Codec[V], e *txnEntry[V]) error 
 	return nil
 }
 
+// keyOf returns a copy of k in the key arena of s, to be a key of s's map
+// (it lives as long as the Txn's entries: until release); s's lock is
+// held.
+func (tt *txnTable[V]) keyOf(s *txnShard[V], k []byte) string {
+	if len(k) == 0 || len(k) > keyChunk/4 {
+		return string(k)
+	}
+	m := tt.memOf(s)
+	if len(m.keys) == 0 || cap(m.keys[m.kchunk])-len(m.keys[m.kchunk]) < len(k) {
+		if len(m.keys) > 0 {
+			m.kchunk++
+		}
+		if m.kchunk == len(m.keys) {
+			m.keys = append(m.keys, make([]byte, 0, keyChunk))
+		}
+	}
+	a := m.keys[m.kchunk]
+	n := len(a)
+	a = append(a, k...)
+	m.keys[m.kchunk] = a
+	return unsafe.String(&a[n], len(k))
+}
+
+// keyChunk is the size of a key arena chunk; keys longer than a quarter
+// chunk are allocated on their own.
+const keyChunk = 4 << 10
+
 // release clears s's memory and returns it to the pool; s's lock is held
 // and its entries are no longer reachable.
 func (tt *txnTable[V]) release(s *txnShard[V]) {
 	m := s.mem
-	s.m, s.slab, s.mem = nil, nil, nil
+	s.ix, s.slab, s.mem = nil, nil, nil
 	if m == nil {
 		return
 	}
-	clear(m.m)
+	m.ix.reset()
 	for i, sl := range m.slabs[:m.spare] {
 		clear(sl[:cap(sl)])
 		m.slabs[i] = sl[:0]
@@ -544,21 +685,36 @@ func (tt *txnTable[V]) release(s *txnShard[V]) {
 		m.chunks[i] = m.chunks[i][:0]
 	}
 	m.chunk = 0
+	for i := range m.keys {
+		m.keys[i] = m.keys[i][:0]
+	}
+	m.kchunk = 0
 	tt.mem.Put(m)
 }
 
 // txnEntry is one key's value in a Txn: written (dirty) or read (clean).
 type txnEntry[V any] struct {
+	key     string // the Pebble key, in the shard's key arena
 	v       V
-	enc     []byte         // encoded v, for dirty entries that are present
-	h       uint64         // hash of the Pebble key
-	ce      *cacheEntry[V] // the cache entry the value was read from, if any
+	enc     []byte   // encoded v, for dirty entries that are present
+	h       uint64   // hash of the Pebble key
+	ce      cacheRef // the cache slot the value was read from, if any
 	present bool
 	dirty   bool
+	gone    bool // removed from the index (a revert): skipped by each
 }
 
-// newEntry returns a zeroed entry for shard s, whose lock is held.
-func (tt *txnTable[V]) newEntry(s *txnShard[V]) *txnEntry[V] {
+// newEntry returns a new entry of shard s, whose lock is held, for Pebble
+// key k of hash h, which s does not hold; only its key and hash are set.
+func (tt *txnTable[V]) newEntry(s *txnShard[V], h uint64, k []byte) *txnEntry[V] {
+	e := tt.carve(s)
+	e.key, e.h = tt.keyOf(s, k), h
+	s.ix.add(e)
+	return e
+}
+
+// carve returns a zeroed entry from the slabs of s, whose lock is held.
+func (tt *txnTable[V]) carve(s *txnShard[V]) *txnEntry[V] {
 	m := tt.memOf(s)
 	if len(s.slab) == cap(s.slab) {
 		if m.spare < len(m.slabs) {
@@ -688,17 +844,17 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch, cp *commitParts) error {
 	for i := range tt.shards {
 		s := &tt.shards[i]
 		s.mu.Lock()
-		for k, e := range s.m {
+		s.each(func(e *txnEntry[V]) {
 			if e.dirty {
-				part, p := sortPrefix(k)
-				keys = append(keys, dirtyKey{part: part, p: p, k: k, enc: e.enc, present: e.present})
+				part, p := sortPrefix(e.key)
+				keys = append(keys, dirtyKey{part: part, p: p, k: e.key, enc: e.enc, present: e.present})
 				if e.present && tt.filter != nil {
 					// Before Pebble has it: the filter never says "absent"
 					// of a row that may be committed.
 					tt.filter.add(e.h)
 				}
 			}
-		}
+		})
 		s.mu.Unlock()
 	}
 	tmpp := dirtyKeys.Get().(*[]dirtyKey)
@@ -728,16 +884,16 @@ func (tt *txnTable[V]) published() {
 	for i := range tt.shards {
 		s := &tt.shards[i]
 		s.mu.Lock()
-		n += len(s.m)
-		for k, e := range s.m {
+		n += s.ix.len()
+		s.each(func(e *txnEntry[V]) {
 			if e.dirty {
-				tt.cache.put(e.h, k, e.ce, e.v, e.present, len(e.enc))
+				tt.cache.put(e.h, e.key, e.ce, e.v, e.present, len(e.enc))
 			} else if tt.shared {
 				// A read value may have been mutated in place without
 				// being written back: it no longer matches Pebble.
-				tt.cache.invalidate(e.h, k)
+				tt.cache.invalidate(e.h, e.key)
 			}
-		}
+		})
 		tt.release(s)
 		s.mu.Unlock()
 	}
@@ -749,13 +905,11 @@ func (tt *txnTable[V]) rollback() {
 	for i := range tt.shards {
 		s := &tt.shards[i]
 		s.mu.Lock()
-		n += len(s.m)
+		n += s.ix.len()
 		// Written values never reached the cache; read values reached the
 		// handler as copies unless they may share memory.
 		if tt.shared {
-			for k, e := range s.m {
-				tt.cache.invalidate(e.h, k)
-			}
+			s.each(func(e *txnEntry[V]) { tt.cache.invalidate(e.h, e.key) })
 		}
 		tt.release(s)
 		s.mu.Unlock()
