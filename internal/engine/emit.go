@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -39,7 +43,13 @@ func (m EmitMode) String() string {
 // carried it (a KeyBy forwards it as is). It sees every event of a run, in
 // log order, unreduced: what it publishes does not depend on how the log
 // was batched. Envelopes may alias payload.
-type EmitFunc[K, E any] func(ctx context.Context, key K, e E, payload []byte, out []stream.Envelope) ([]stream.Envelope, error)
+//
+// buf is where the function may encode the envelopes' keys and payloads,
+// so that a batch's envelopes share a few allocations: it appends to buf
+// only (never writing into buf[:len(buf)], which earlier envelopes hold),
+// or replaces it with a buffer of its own, and returns it; the bytes it
+// appended stay the envelopes' for good.
+type EmitFunc[K, E any] func(ctx context.Context, key K, e E, payload []byte, out []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error)
 
 // Emit returns a handler that publishes what fn derives from each event of
 // ev to the topic dest, exactly once: the envelopes of the records a batch
@@ -56,7 +66,14 @@ type emitHandler[K, E any] struct {
 	dest string
 	mode EmitMode
 	fn   EmitFunc[K, E]
+	// bufs holds *emitBuf: the buffers the function encodes into, one
+	// per run in progress. They are only ever appended to, so a buffer
+	// goes back to the pool with its bytes still the envelopes'.
+	bufs sync.Pool
 }
+
+// emitBuf is the buffer of an EmitFunc.
+type emitBuf struct{ b []byte }
 
 func (h *emitHandler[K, E]) decl() declaration {
 	if h.ev == nil {
@@ -70,20 +87,41 @@ func (h *emitHandler[K, E]) info() handlerInfo {
 		tableType: reflect.TypeFor[E]().String()}
 }
 
-// emitted is one envelope a record publishes to a destination.
+// emitted is one envelope a record publishes to a destination: what the
+// outbox keeps of it (its strand headers but the trace context and origin,
+// which outbox messages do not carry, and its payload). A batch holds one
+// per record and step: it is kept small.
 type emitted struct {
-	dest string
-	env  stream.Envelope
+	dest     string
+	key      []byte
+	payload  []byte
+	seq      uint64
+	tag      planner.Tag
+	ordering planner.Ordering
+	algebra  algebra.Kind
+	hasSeq   bool
+}
+
+// emittedOf is env published to dest.
+func emittedOf(dest string, env *stream.Envelope) emitted {
+	h := &env.Headers
+	return emitted{dest: dest, key: h.Key, payload: env.Payload, seq: h.Seq, tag: h.Tag,
+		ordering: h.Ordering, algebra: h.Algebra, hasSeq: h.HasSeq}
+}
+
+// headers returns the strand headers of e.
+func (e *emitted) headers() connector.Headers {
+	return connector.Headers{Key: e.key, Tag: e.tag, Ordering: e.ordering, Algebra: e.algebra, Seq: e.seq, HasSeq: e.hasSeq}
 }
 
 // callEmit calls an emitting function and turns a panic into an error.
-func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, payload []byte, out []stream.Envelope) (res []stream.Envelope, err error) {
+func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, payload []byte, out []stream.Envelope, buf []byte) (res []stream.Envelope, resBuf []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			res, err = out, fmt.Errorf("panic: %v", p)
+			res, resBuf, err = out, buf, fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return h.fn(ctx, key, e, payload, out)
+	return h.fn(ctx, key, e, payload, out, buf)
 }
 
 // emit runs the run's emitting handlers over its decoded events, KeyBy
@@ -105,14 +143,18 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 		b.emits[i] = arena[j*per : j*per : (j+1)*per]
 	}
 	for _, h := range r.emits {
+		eb, _ := h.bufs.Get().(*emitBuf)
+		if eb == nil {
+			eb = &emitBuf{}
+		}
 		// Each step sees the events the steps before it kept: a record
 		// dead-lettered or cut off by one is not emitted by the next.
 		kept := 0
 		j := 0
 		for ; j < len(buf.events); j++ {
 			i := buf.idx[j]
-			out, err := callEmit(rc.ctx, h, key, buf.events[j], b.records[i].Payload, buf.env[:0])
-			buf.env = out[:0]
+			out, eBuf, err := callEmit(rc.ctx, h, key, buf.events[j], b.records[i].Payload, buf.env[:0], eb.b)
+			buf.env, eb.b = out[:0], eBuf
 			if err != nil && h.mode == EmitKeyBy {
 				b.deadLetter(i, deadletter.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))
 				if b.poison == stream.HoldPoisonedKey {
@@ -125,13 +167,14 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 				fail = &runResult{end: runFailed, err: fmt.Errorf("To %q: %w", h.step, err), at: i}
 				break // the rest is not applied this time
 			}
-			for _, env := range out {
-				b.emits[i] = append(b.emits[i], emitted{dest: h.dest, env: env})
+			for k := range out {
+				b.emits[i] = append(b.emits[i], emittedOf(h.dest, &out[k]))
 			}
 			clear(out)
 			buf.events[kept], buf.idx[kept] = buf.events[j], i
 			kept++
 		}
+		h.bufs.Put(eb)
 		clear(buf.events[kept:])
 		buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
 	}

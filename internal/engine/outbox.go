@@ -42,14 +42,25 @@ type outRow struct {
 	order uint64 // the row's position: the record's offset, or the message's seq
 	dest  string // the sink's name; rows of one dest go to one sink
 	sink  connector.Sink
-	msg   connector.Message
-	size  int // payload bytes, for the bounds of a round and of memory
+	// The row's message is msgs[mi]: the messages of one commit share one
+	// array, laid out per destination in seq order, so that a round of one
+	// commit's messages is handed to each sink as a part of that array,
+	// without a copy (sendRows).
+	msgs []connector.Message
+	mi   int
+	size int // payload bytes, for the bounds of a round and of memory
 	// last says that the row ends with this message: the row is deleted
 	// once it is published (dead letters: every row).
 	last bool
 	// letter is the dead letter the row holds (dead-letter rows only).
 	letter *deadletter.Letter
 }
+
+// msg returns the row's message.
+func (r *outRow) msg() *connector.Message { return &r.msgs[r.mi] }
+
+// oneMessage holds m for an outRow of its own.
+func oneMessage(m connector.Message) []connector.Message { return []connector.Message{m} }
 
 // outboxKind is what one outbox publishes: how its rows are read, where
 // they go, and what is counted and called around a send.
@@ -341,7 +352,7 @@ func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow
 			}
 			msgs := make([]connector.Message, len(idx))
 			for j, i := range idx {
-				msgs[j] = rows[i].msg
+				msgs[j] = *rows[i].msg()
 			}
 			sent, err := checks.Sent(ctx, msgs)
 			if err == nil && len(sent) != len(msgs) {
@@ -395,33 +406,41 @@ func sendRows(ctx context.Context, rows []outRow) error {
 		name string
 		sink connector.Sink
 		msgs []connector.Message
+		n    int // rows of this dest
 		err  error
 	}
 	var dests []*dest
-	for _, r := range rows {
-		if !slices.ContainsFunc(dests, func(d *dest) bool { return d.name == r.dest }) {
+	idx := make([]int, len(rows)) // rows[i] goes to dests[idx[i]]
+	// contiguous: the messages of each dest are consecutive in one array
+	// so far (first[j] is dest j's first row).
+	var first []int
+	contiguous := []bool{}
+	for i := range rows {
+		r := &rows[i]
+		j := slices.IndexFunc(dests, func(d *dest) bool { return d.name == r.dest })
+		if j < 0 {
+			j = len(dests)
 			dests = append(dests, &dest{name: r.dest, sink: r.sink})
+			first = append(first, i)
+			contiguous = append(contiguous, true)
+		} else if contiguous[j] {
+			f := &rows[first[j]]
+			contiguous[j] = r.mi == f.mi+dests[j].n && &r.msgs[0] == &f.msgs[0]
+		}
+		dests[j].n++
+		idx[i] = j
+	}
+	for j, d := range dests {
+		if contiguous[j] {
+			f := &rows[first[j]]
+			d.msgs = f.msgs[f.mi : f.mi+d.n : f.mi+d.n]
+		} else {
+			d.msgs = make([]connector.Message, 0, d.n)
 		}
 	}
-	if len(dests) == 1 {
-		dests[0].msgs = make([]connector.Message, len(rows))
-		for i := range rows {
-			dests[0].msgs[i] = rows[i].msg
-		}
-	} else {
-		counts := make([]int, len(dests))
-		idx := make([]int, len(rows))
-		for i := range rows {
-			j := slices.IndexFunc(dests, func(d *dest) bool { return d.name == rows[i].dest })
-			idx[i] = j
-			counts[j]++
-		}
-		for j, d := range dests {
-			d.msgs = make([]connector.Message, 0, counts[j])
-		}
-		for i := range rows {
-			d := dests[idx[i]]
-			d.msgs = append(d.msgs, rows[i].msg)
+	for i := range rows {
+		if j := idx[i]; !contiguous[j] {
+			dests[j].msgs = append(dests[j].msgs, *rows[i].msg())
 		}
 	}
 	if len(dests) == 1 {

@@ -106,7 +106,7 @@ func (k deadLetterKind) rows(ctx context.Context, pt uint32, limit int, _ bool) 
 	for i := range pending {
 		r := &pending[i]
 		out[i] = outRow{key: r.key, order: r.letter.Offset, dest: "dead-letter sink", sink: k.p.opts.sink,
-			msg: deadLetterMessage(r.letter), size: len(r.letter.Payload), last: true, letter: &r.letter}
+			msgs: oneMessage(deadLetterMessage(r.letter)), size: len(r.letter.Payload), last: true, letter: &r.letter}
 	}
 	return out, nil
 }
@@ -364,7 +364,12 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 		if err != nil {
 			return fmt.Errorf("stream: source %q partition %d: %w", p.name, pt, err)
 		}
-		for i, m := range msgs {
+		rowMsgs := make([]connector.Message, len(msgs))
+		for i := range msgs {
+			rowMsgs[i] = msgs[i].msg
+		}
+		for i := range msgs {
+			m := &msgs[i]
 			if m.seq < next {
 				continue
 			}
@@ -373,7 +378,7 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 				return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: m.seq, Op: stream.OpOutbox,
 					Err: fmt.Errorf("outbox message %d is for topic %q, which the topology does not publish to", m.seq, m.dest)}}
 			}
-			out = append(out, outRow{key: key, order: m.seq, dest: m.dest, sink: sink, msg: m.msg,
+			out = append(out, outRow{key: key, order: m.seq, dest: m.dest, sink: sink, msgs: rowMsgs, mi: i,
 				size: len(m.msg.Payload), last: i == len(msgs)-1})
 			size += len(m.msg.Payload)
 			if limit > 0 && (len(out) >= limit || size >= outboxRoundBytes) {
@@ -450,7 +455,7 @@ func (*messageKind) count(ps *stream.PartitionStats, n int, failed bool) {
 func outMessages(rows []outRow) []connector.Message {
 	out := make([]connector.Message, len(rows))
 	for i := range rows {
-		out[i] = rows[i].msg
+		out[i] = *rows[i].msg()
 	}
 	return out
 }

@@ -153,37 +153,59 @@ func (e *outboxEncoder) end(headerLen int) []byte {
 // given origin stream, appending its header fields to fields and their
 // values to vals (both may be shared by many messages).
 func outboxMessage(origin [8]byte, seq uint64, h *connector.Headers, payload []byte, fields []connector.Field, vals []byte) (connector.Message, []connector.Field, []byte, error) {
+	a := msgArena{fields: fields, vals: vals}
+	m, err := a.message(origin, seq, h, payload)
+	return m, a.fields, a.vals, err
+}
+
+// msgArena holds the header fields of many outbox messages and the values
+// they do not share with their message: a batch's messages take a few
+// allocations, not a few per message. A header's key value is the
+// message's key (the same bytes), and messages of one type, ordering and
+// algebra share their type and props values.
+type msgArena struct {
+	fields []connector.Field
+	vals   []byte
+	// The type and props values of the last message, and what they encode.
+	typ, props []byte
+	tag        planner.Tag
+	ordering   planner.Ordering
+	algebra    algebra.Kind
+}
+
+// message builds the message of seq with strand headers h and the given
+// origin stream.
+func (a *msgArena) message(origin [8]byte, seq uint64, h *connector.Headers, payload []byte) (connector.Message, error) {
+	if err := h.Validate(); err != nil {
+		return connector.Message{}, err
+	}
 	var id [originLen]byte
 	copy(id[:], origin[:])
 	binary.BigEndian.PutUint64(id[8:], seq)
-	fstart := len(fields)
-	fields, vals, err := appendStrandFields(fields, vals, h)
-	if err != nil {
-		return connector.Message{}, fields[:fstart], vals, err
+	if a.typ == nil || a.tag != h.Tag || a.ordering != h.Ordering || a.algebra != h.Algebra {
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], uint32(h.Tag))
+		a.typ = sub(&a.vals, b[:])
+		a.props = sub(&a.vals, []byte{connector.PropsVersion, byte(h.Ordering), byte(h.Algebra)})
+		a.tag, a.ordering, a.algebra = h.Tag, h.Ordering, h.Algebra
 	}
-	fields = append(fields, connector.Field{Name: connector.HeaderOrigin, Value: sub(&vals, id[:])})
-	m := connector.Message{Key: h.Key, ID: id, Headers: fields[fstart:len(fields):len(fields)], Payload: payload}
-	return m, fields, vals, nil
-}
-
-// appendStrandFields is h.AppendFields(fields) with the values appended
-// to vals instead of allocated one by one.
-func appendStrandFields(fields []connector.Field, vals []byte, h *connector.Headers) ([]connector.Field, []byte, error) {
-	if err := h.Validate(); err != nil {
-		return fields, vals, err
-	}
-	var b [8]byte
-	binary.LittleEndian.PutUint32(b[:], uint32(h.Tag))
-	fields = append(fields,
-		connector.Field{Name: connector.HeaderKey, Value: sub(&vals, h.Key)},
-		connector.Field{Name: connector.HeaderType, Value: sub(&vals, b[:4])},
-		connector.Field{Name: connector.HeaderProps, Value: sub(&vals, []byte{connector.PropsVersion, byte(h.Ordering), byte(h.Algebra)})},
+	// As connector.Headers.AppendFields: key, type, props, seq; then the
+	// origin.
+	key := h.Key[:len(h.Key):len(h.Key)]
+	fstart := len(a.fields)
+	a.fields = append(a.fields,
+		connector.Field{Name: connector.HeaderKey, Value: key},
+		connector.Field{Name: connector.HeaderType, Value: a.typ},
+		connector.Field{Name: connector.HeaderProps, Value: a.props},
 	)
 	if h.HasSeq {
+		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], h.Seq)
-		fields = append(fields, connector.Field{Name: connector.HeaderSeq, Value: sub(&vals, b[:])})
+		a.fields = append(a.fields, connector.Field{Name: connector.HeaderSeq, Value: sub(&a.vals, b[:])})
 	}
-	return fields, vals, nil
+	a.fields = append(a.fields, connector.Field{Name: connector.HeaderOrigin, Value: sub(&a.vals, id[:])})
+	end := len(a.fields)
+	return connector.Message{Key: key, ID: id, Headers: a.fields[fstart:end:end], Payload: payload}, nil
 }
 
 // sub appends b to *vals and returns the appended bytes (capacity capped,
@@ -229,8 +251,7 @@ func decodeOutboxRow(seq uint64, value []byte) ([]outboxRowMsg, error) {
 		return nil, fmt.Errorf("outbox row %d: %d messages in %d bytes", seq, n, len(r.b))
 	}
 	out := make([]outboxRowMsg, 0, n)
-	fields := make([]connector.Field, 0, 5*n)
-	vals := make([]byte, 0, (originLen+16)*int(n)+len(value))
+	arena := msgArena{fields: make([]connector.Field, 0, 5*n), vals: make([]byte, 0, (originLen+8)*int(n)+64)}
 	for i := range n {
 		d := r.uvarint()
 		var h connector.Headers
@@ -251,9 +272,7 @@ func decodeOutboxRow(seq uint64, value []byte) ([]outboxRowMsg, error) {
 		case flags&^outboxFlagSeq != 0:
 			return nil, fmt.Errorf("outbox row %d: message %d: flags %#x", seq, i, flags)
 		}
-		var m connector.Message
-		var err error
-		m, fields, vals, err = outboxMessage(origin, seq+i, &h, payload, fields, vals)
+		m, err := arena.message(origin, seq+i, &h, payload)
 		if err != nil {
 			return nil, fmt.Errorf("outbox row %d: message %d: %w", seq, i, err)
 		}
@@ -446,8 +465,9 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 	if b.emits == nil {
 		return
 	}
-	n, size := 0, 0
+	n, size, seqs := 0, 0, 0
 	var dests []string
+	var perDest []int // messages per destination, then where each one's go next
 	for i := range b.records {
 		if b.status[i] != statusApplied {
 			continue
@@ -455,20 +475,32 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 		for j := range b.emits[i] {
 			em := &b.emits[i][j]
 			n++
-			size += 32 + len(em.env.Headers.Key) + len(em.env.Payload)
-			if !slices.Contains(dests, em.dest) {
-				dests = append(dests, em.dest)
+			size += 32 + len(em.key) + len(em.payload)
+			if em.hasSeq {
+				seqs++
 			}
+			d := slices.Index(dests, em.dest)
+			if d < 0 {
+				d = len(dests)
+				dests = append(dests, em.dest)
+				perDest = append(perDest, 0)
+			}
+			perDest[d]++
 		}
 	}
 	if n == 0 {
 		return
 	}
+	// The messages, laid out per destination, each destination's in seq
+	// order (sendRows hands them to the sinks as they are).
+	at := 0
+	for d, c := range perDest {
+		perDest[d] = at
+		at += c
+	}
+	msgs := make([]connector.Message, n)
 	rows := make([]outRow, 0, n)
-	// Per message: the strand headers (connector.Headers.AppendFields: key,
-	// type, props, seq) and the origin.
-	fields := make([]connector.Field, 0, n*5)
-	vals := make([]byte, 0, size+n*(originLen+16))
+	arena := msgArena{fields: make([]connector.Field, 0, n*4+seqs), vals: make([]byte, 0, n*originLen+seqs*8+64)}
 	enc := outboxEncoder{buf: make([]byte, 0, size+(n/outboxRowMessages+1)*(64+len(dests)*64))}
 	headerLen := 0
 	var key []byte
@@ -494,18 +526,21 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 				enc.begin(t.origin, dests)
 				headerLen, rowBytes = len(enc.buf)-before, 0
 			}
-			h := &em.env.Headers
-			m, f, v, err := outboxMessage(t.origin, next, h, em.env.Payload, fields, vals)
+			h := em.headers()
+			m, err := arena.message(t.origin, next, &h, em.payload)
 			if err != nil {
 				// The emitting handler validated the envelope; a failure
 				// here is a bug, and the batch must not commit.
 				b.setFatal(fmt.Errorf("outbox message of offset %d: %w", b.records[i].Offset, err))
 				return
 			}
-			fields, vals = f, v
-			enc.add(slices.Index(dests, em.dest), h, em.env.Payload)
-			rowBytes += len(em.env.Payload)
-			rows = append(rows, outRow{key: key, order: next, dest: em.dest, msg: m, size: len(m.Payload)})
+			d := slices.Index(dests, em.dest)
+			enc.add(d, &h, em.payload)
+			rowBytes += len(em.payload)
+			mi := perDest[d]
+			perDest[d]++
+			msgs[mi] = m
+			rows = append(rows, outRow{key: key, order: next, dest: em.dest, msgs: msgs, mi: mi, size: len(m.Payload)})
 			next++
 		}
 	}

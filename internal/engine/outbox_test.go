@@ -51,14 +51,14 @@ func emitFixture(t testing.TB, partitions uint32) *procFixture {
 		Sources: []SourceSpec{{Name: procSource, Handlers: []Handler{
 			Project(fx.deposit, fx.bal, func(v *int64, e procDeposit) error { *v += e.Amount; return nil }),
 			Project(fx.reset, fx.bal, func(v *int64, e procReset) error { *v = 0; return nil }),
-			Emit(fx.deposit, "to-a", outTopicA, EmitTo, func(_ context.Context, key string, e procDeposit, _ []byte, out []stream.Envelope) ([]stream.Envelope, error) {
-				return append(out, outEnvelope(key+"/a", e.Amount, 0)), nil
+			Emit(fx.deposit, "to-a", outTopicA, EmitTo, func(_ context.Context, key string, e procDeposit, _ []byte, out []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error) {
+				return append(out, outEnvelope(key+"/a", e.Amount, 0)), buf, nil
 			}),
-			Emit(fx.deposit, "to-b", outTopicB, EmitTo, func(_ context.Context, key string, e procDeposit, _ []byte, out []stream.Envelope) ([]stream.Envelope, error) {
+			Emit(fx.deposit, "to-b", outTopicB, EmitTo, func(_ context.Context, key string, e procDeposit, _ []byte, out []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error) {
 				if e.Amount%2 != 0 {
-					return out, nil
+					return out, buf, nil
 				}
-				return append(out, outEnvelope(key+"/b", e.Amount, 1), outEnvelope(key+"/b", e.Amount, 2)), nil
+				return append(out, outEnvelope(key+"/b", e.Amount, 1), outEnvelope(key+"/b", e.Amount, 2)), buf, nil
 			}),
 		}}},
 		Workers: 4, MaxAttempts: 4, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,

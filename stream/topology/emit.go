@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream"
@@ -55,13 +56,18 @@ func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event
 		return s
 	}
 	n.outputs = append(n.outputs, topic)
-	emitFn := func(ctx context.Context, key K, e E, _ []byte, envs []stream.Envelope) ([]stream.Envelope, error) {
+	// hint is the size of the last envelope's key and payload: the next one
+	// is encoded into a buffer of about that size.
+	var hint atomic.Int64
+	emitFn := func(ctx context.Context, key K, e E, _ []byte, envs []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error) {
 		var encErr error
 		err := fn(ctx, key, e, func(e2 E2) {
 			if encErr != nil {
 				return
 			}
-			env, err := out.Envelope(e2)
+			var env stream.Envelope
+			var err error
+			env, buf, err = encodeEnvelope(out, e2, &hint, buf)
 			if err != nil {
 				encErr = err
 				return
@@ -71,10 +77,73 @@ func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event
 		if err == nil && encErr != nil {
 			err = stream.Permanent(fmt.Errorf("encode an emitted event: %w", encErr))
 		}
-		return envs, err
+		return envs, buf, err
 	}
 	n.handlers = append(n.handlers, engine.Emit(s.decl, name, topic, engine.EmitTo, emitFn))
 	return s
+}
+
+// emitChunk is the size of the buffers To and KeyBy encode envelopes into
+// (engine.EmitFunc's buf): a few hundred envelopes share one allocation.
+const emitChunk = 16 << 10
+
+// spare returns buf if it has room for need more bytes, else a new buffer
+// (buf's bytes stay where they are: envelopes hold them).
+func spare(buf []byte, need int) []byte {
+	if cap(buf)-len(buf) >= need {
+		return buf
+	}
+	return make([]byte, 0, max(emitChunk, 4*need))
+}
+
+// appendTo appends v encoded by c after the end of buf and returns the
+// encoding (capacity capped) and buf grown over it; when the encoding
+// outgrew buf's room, it is a buffer of its own and buf is returned as it
+// was.
+func appendTo[T any](buf []byte, c stream.Codec[T], v T) (out, grown []byte, err error) {
+	n := len(buf)
+	w, err := c.Append(buf[n:n], v)
+	if err != nil {
+		return nil, buf, err
+	}
+	w = w[:len(w):len(w)]
+	if len(w) > 0 && cap(buf) > n && &w[0] == &buf[:n+1][n] {
+		return w, buf[:n+len(w)], nil
+	}
+	return w, buf, nil
+}
+
+// encodeEnvelope is d.Envelope(e) with the key and the payload encoded
+// into buf (engine.EmitFunc's), given room for the size hint holds (the
+// last envelope's), which it updates: envelopes share buf's allocation
+// instead of taking two each and the payload's growth.
+func encodeEnvelope[K, E any](d *stream.Event[K, E], e E, hint *atomic.Int64, buf []byte) (stream.Envelope, []byte, error) {
+	if err := d.Err(); err != nil {
+		return stream.Envelope{}, buf, err
+	}
+	buf = spare(buf, int(hint.Load()+hint.Load()/8)+16)
+	key, buf, err := appendTo(buf, d.KeyCodec(), d.Key(e))
+	if err != nil {
+		return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode key: %w", d.Tag(), d.Name(), err)
+	}
+	h := connector.Headers{Key: key, Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
+	if err := h.Validate(); err != nil {
+		return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w", d.Tag(), d.Name(), err)
+	}
+	if seq, ok := d.Seq(e); ok {
+		h.Seq, h.HasSeq = seq, true
+		if seq == 0 {
+			return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", d.Tag(), d.Name(), stream.ErrBadSequence)
+		}
+	}
+	payload, buf, err := appendTo(buf, d.PayloadCodec(), e)
+	if err != nil {
+		return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode payload: %w", d.Tag(), d.Name(), err)
+	}
+	if n := int64(len(key) + len(payload)); n != hint.Load() {
+		hint.Store(n)
+	}
+	return stream.Envelope{Headers: h, Payload: payload}, buf, nil
 }
 
 // KeyByOption configures a KeyBy step.
@@ -165,12 +234,12 @@ func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), 
 		t.errs = append(t.errs, fmt.Errorf("%s: %w", where, err))
 	}
 	from := n.name
-	emitFn := func(_ context.Context, _ K, e E, payload []byte, envs []stream.Envelope) ([]stream.Envelope, error) {
-		env, err := rekeyEnvelope(rekeyed, key, e, payload)
+	emitFn := func(_ context.Context, _ K, e E, payload []byte, envs []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error) {
+		env, buf, err := rekeyEnvelope(rekeyed, key, e, payload, buf)
 		if err != nil {
-			return envs, err
+			return envs, buf, err
 		}
-		return append(envs, env), nil
+		return append(envs, env), buf, nil
 	}
 	n.outputs = append(n.outputs, topic)
 	n.handlers = append(n.handlers, engine.Emit(s.decl, name, topic, engine.EmitKeyBy, emitFn))
@@ -187,23 +256,23 @@ func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), 
 // rekeyEnvelope is e under its new key, with the payload it came with (the
 // declaration's payload codec is the source's): what the repartition topic
 // carries.
-func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e E, payload []byte) (stream.Envelope, error) {
+func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e E, payload, buf []byte) (stream.Envelope, []byte, error) {
 	if err := d.Err(); err != nil {
-		return stream.Envelope{}, err
+		return stream.Envelope{}, buf, err
 	}
 	k, err := key(e)
 	if err != nil {
-		return stream.Envelope{}, err
+		return stream.Envelope{}, buf, err
 	}
-	kb, err := d.KeyCodec().Append(make([]byte, 0, 16), k)
+	kb, buf, err := appendTo(spare(buf, 32), d.KeyCodec(), k)
 	if err != nil {
-		return stream.Envelope{}, fmt.Errorf("encode the new key: %w", err)
+		return stream.Envelope{}, buf, fmt.Errorf("encode the new key: %w", err)
 	}
 	h := connector.Headers{Key: kb, Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
 	if err := h.Validate(); err != nil {
-		return stream.Envelope{}, err
+		return stream.Envelope{}, buf, err
 	}
-	return stream.Envelope{Headers: h, Payload: payload}, nil
+	return stream.Envelope{Headers: h, Payload: payload}, buf, nil
 }
 
 // repartitionTopic is the default topic of a KeyBy step.
