@@ -133,6 +133,21 @@ func newTopicRef(stream, topic string) (topicRef, error) {
 
 func (t topicRef) String() string { return t.stream + "/" + t.topic }
 
+// appendIdentifiers appends the wire encoding of the stream identifier and
+// then the topic identifier (the start of every topic command's payload that
+// the connector encodes itself) to dst.
+func (t topicRef) appendIdentifiers(dst []byte) ([]byte, error) {
+	sb, err := t.sid.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("iggy: encode stream %q: %w", t.stream, err)
+	}
+	tb, err := t.tid.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("iggy: encode topic %q: %w", t.topic, err)
+	}
+	return append(append(dst, sb...), tb...), nil
+}
+
 // topicDetails reads a topic over k. A missing stream or topic gives an
 // error wrapping ierror.ErrStreamIdNotFound or ierror.ErrTopicIdNotFound
 // that names it.

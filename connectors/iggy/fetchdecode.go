@@ -53,21 +53,16 @@ func newPollRequest(consumer iggcon.Consumer, t topicRef, partition uint32) (*po
 	if err != nil {
 		return nil, fmt.Errorf("iggy: encode consumer: %w", err)
 	}
-	sb, err := t.sid.MarshalBinary()
+	ids, err := t.appendIdentifiers(nil)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: encode stream %q: %w", t.stream, err)
+		return nil, err
 	}
-	tb, err := t.tid.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("iggy: encode topic %q: %w", t.topic, err)
-	}
-	n := len(cb) + len(sb) + len(tb) + pollTailSize
+	n := len(cb) + len(ids) + pollTailSize
 	f := make([]byte, 0, 8+n)
 	f = binary.LittleEndian.AppendUint32(f, uint32(4+n))
 	f = binary.LittleEndian.AppendUint32(f, pollMessagesCode)
 	f = append(f, cb...)
-	f = append(f, sb...)
-	f = append(f, tb...)
+	f = append(f, ids...)
 	f = append(f, 1) // partition present
 	f = binary.LittleEndian.AppendUint32(f, partition)
 	f = append(f, byte(iggcon.POLLING_OFFSET))

@@ -2,7 +2,6 @@ package iggy
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 )
@@ -33,15 +32,8 @@ const (
 type sendHead []byte
 
 func newSendHead(t topicRef) (sendHead, error) {
-	sb, err := t.sid.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("iggy: encode stream %q: %w", t.stream, err)
-	}
-	tb, err := t.tid.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("iggy: encode topic %q: %w", t.topic, err)
-	}
-	return append(sb, tb...), nil
+	b, err := t.appendIdentifiers(nil)
+	return sendHead(b), err
 }
 
 // sendFrameSize returns the size of the request frame encodeSend writes for

@@ -136,15 +136,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	defer iggy.RouteStdLog(log)()
 	if cfg.cpuprofile != "" && !cfg.drain && cfg.role != "all" {
-		f, err := os.Create(cfg.cpuprofile)
+		stopProfile, err := startCPUProfile(cfg.cpuprofile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	if cfg.memprofile != "" {
 		runtime.MemProfileRate = 64 << 10
@@ -267,15 +263,11 @@ func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger,
 	defer stop()
 	done := make(chan error, 1)
 	if cfg.cpuprofile != "" && cfg.drain {
-		f, err := os.Create(cfg.cpuprofile)
+		stopProfile, err := startCPUProfile(cfg.cpuprofile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	start, cpu0 := time.Now(), cpuTime()
 	go func() { done <- app.Run(runCtx) }()
@@ -342,4 +334,19 @@ func shopTopology(cfg config) *orders.Shop {
 		return orders.NewWithoutReceipts(orders.Stream)
 	}
 	return orders.NewTopology(orders.Stream)
+}
+
+// startCPUProfile starts a CPU profile written to path; the returned func
+// stops it and closes the file (calling it after pprof.StopCPUProfile is
+// harmless).
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
