@@ -332,32 +332,61 @@ func (d *Event[K, E]) Decode(payload []byte) (e E, err error) {
 // Envelope encodes e for publishing: key bytes, type tag, ordering and
 // algebra kind in the strand headers, and the encoded payload. It returns
 // an error (and publishes nothing) when the declaration is bad, the key
-// encodes to 0 or more than connector.MaxKeyLen bytes, FenceBy returns an invalid
-// ordering, or the payload does not encode. It allocates the key and the
-// payload afresh.
+// encodes to 0 or more than connector.MaxKeyLen bytes, FenceBy returns an
+// invalid ordering, the type is sequenced and Sequence gives 0, or the
+// payload does not encode. The key and the payload are a fresh allocation.
 func (d *Event[K, E]) Envelope(e E) (Envelope, error) {
+	env, _, err := d.AppendEnvelope(make([]byte, 0, 64), e)
+	return env, err
+}
+
+// AppendEnvelope is Envelope with the key and the payload encoded after the
+// end of buf, which it returns grown over them: a step that emits many
+// events encodes them into a few shared buffers. The envelope's key and
+// payload have no room after them (an append to one never writes into the
+// other, nor into what buf holds next); when an encoding outgrows buf's
+// room, it gets an allocation of its own and buf is returned as it was
+// before it. On an error buf's contents are unchanged.
+func (d *Event[K, E]) AppendEnvelope(buf []byte, e E) (Envelope, []byte, error) {
 	if d.err != nil {
-		return Envelope{}, d.err
+		return Envelope{}, buf, d.err
 	}
-	key, err := d.keys.Append(make([]byte, 0, 16), d.key(e))
+	key, grown, err := appendEncoded(buf, d.keys, d.key(e))
 	if err != nil {
-		return Envelope{}, fmt.Errorf("type tag %d (%s): encode key: %w", d.tag, d.name, err)
+		return Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode key: %w", d.tag, d.name, err)
 	}
 	h := connector.Headers{Key: key, Tag: d.tag, Ordering: d.Ordering(e), Algebra: d.alg.Kind()}
 	if err := h.Validate(); err != nil {
-		return Envelope{}, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
+		return Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
 	}
 	if d.seq != nil {
 		h.Seq, h.HasSeq = d.seq(e), true
 		if h.Seq == 0 {
-			return Envelope{}, fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", d.tag, d.name, ErrBadSequence)
+			return Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", d.tag, d.name, ErrBadSequence)
 		}
 	}
-	payload, err := d.payload.Append(nil, e)
+	payload, grown, err := appendEncoded(grown, d.payload, e)
 	if err != nil {
-		return Envelope{}, fmt.Errorf("type tag %d (%s): encode payload: %w", d.tag, d.name, err)
+		return Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode payload: %w", d.tag, d.name, err)
 	}
-	return Envelope{Headers: h, Payload: payload}, nil
+	return Envelope{Headers: h, Payload: payload}, grown, nil
+}
+
+// appendEncoded appends v encoded by c after the end of buf and returns the
+// encoding (capacity capped) and buf grown over it; when the encoding
+// outgrew buf's room, it is an allocation of its own and buf is returned as
+// it was.
+func appendEncoded[T any](buf []byte, c Codec[T], v T) (enc, grown []byte, err error) {
+	n := len(buf)
+	w, err := c.Append(buf[n:n], v)
+	if err != nil {
+		return nil, buf, err
+	}
+	w = w[:len(w):len(w)]
+	if len(w) > 0 && cap(buf) > n && &w[0] == &buf[:n+1][n] {
+		return w, buf[:n+len(w)], nil
+	}
+	return w, buf, nil
 }
 
 // Record encodes e as the record at offset of partition, as a source would

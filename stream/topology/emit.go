@@ -96,10 +96,11 @@ func spare(buf []byte, need int) []byte {
 	return make([]byte, 0, max(emitChunk, 4*need))
 }
 
-// appendTo appends v encoded by c after the end of buf and returns the
-// encoding (capacity capped) and buf grown over it; when the encoding
-// outgrew buf's room, it is a buffer of its own and buf is returned as it
-// was.
+// appendTo appends v encoded by c after the end of buf, as
+// stream.Event.AppendEnvelope does for a key and a payload: it returns the
+// encoding (capacity capped) and buf grown over it, or, when the encoding
+// outgrew buf's room, the encoding in an allocation of its own and buf as
+// it was. KeyBy encodes new keys with it (the payload is forwarded as is).
 func appendTo[T any](buf []byte, c stream.Codec[T], v T) (out, grown []byte, err error) {
 	n := len(buf)
 	w, err := c.Append(buf[n:n], v)
@@ -113,37 +114,18 @@ func appendTo[T any](buf []byte, c stream.Codec[T], v T) (out, grown []byte, err
 	return w, buf, nil
 }
 
-// encodeEnvelope is d.Envelope(e) with the key and the payload encoded
-// into buf (engine.EmitFunc's), given room for the size hint holds (the
-// last envelope's), which it updates: envelopes share buf's allocation
-// instead of taking two each and the payload's growth.
+// encodeEnvelope is d.AppendEnvelope(buf, e) with buf given room for the
+// size hint holds (the last envelope's key and payload), which it updates:
+// envelopes share buf's allocation instead of taking one each.
 func encodeEnvelope[K, E any](d *stream.Event[K, E], e E, hint *atomic.Int64, buf []byte) (stream.Envelope, []byte, error) {
-	if err := d.Err(); err != nil {
-		return stream.Envelope{}, buf, err
-	}
-	buf = spare(buf, int(hint.Load()+hint.Load()/8)+16)
-	key, buf, err := appendTo(buf, d.KeyCodec(), d.Key(e))
+	env, buf, err := d.AppendEnvelope(spare(buf, int(hint.Load()+hint.Load()/8)+16), e)
 	if err != nil {
-		return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode key: %w", d.Tag(), d.Name(), err)
+		return env, buf, err
 	}
-	h := connector.Headers{Key: key, Tag: d.Tag(), Ordering: d.Ordering(e), Algebra: d.Algebra().Kind()}
-	if err := h.Validate(); err != nil {
-		return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w", d.Tag(), d.Name(), err)
-	}
-	if seq, ok := d.Seq(e); ok {
-		h.Seq, h.HasSeq = seq, true
-		if seq == 0 {
-			return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", d.Tag(), d.Name(), stream.ErrBadSequence)
-		}
-	}
-	payload, buf, err := appendTo(buf, d.PayloadCodec(), e)
-	if err != nil {
-		return stream.Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode payload: %w", d.Tag(), d.Name(), err)
-	}
-	if n := int64(len(key) + len(payload)); n != hint.Load() {
+	if n := int64(len(env.Headers.Key) + len(env.Payload)); n != hint.Load() {
 		hint.Store(n)
 	}
-	return stream.Envelope{Headers: h, Payload: payload}, buf, nil
+	return env, buf, nil
 }
 
 // KeyByOption configures a KeyBy step.
