@@ -123,11 +123,7 @@ type outboxPart struct {
 }
 
 func newOutbox(p *Processor, kind outboxKind) *outbox {
-	o := &outbox{p: p, kind: kind, parts: map[uint32]*outboxPart{}}
-	if mk, ok := kind.(*messageKind); ok {
-		mk.ob = o
-	}
-	return o
+	return &outbox{p: p, kind: kind, parts: map[uint32]*outboxPart{}}
 }
 
 // start registers a partition whose rows at Run are all ordered below

@@ -103,6 +103,7 @@ func (p *Processor) run(ctx context.Context, parts []uint32) error {
 	if len(p.prog.sources[p.name].dests) > 0 {
 		outboxes.messages = newMessageKind(p)
 		outboxes.msgs = newOutbox(p, outboxes.messages)
+		outboxes.messages.ob = outboxes.msgs // its commits pace themselves on it (await)
 	}
 	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
