@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -139,12 +138,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
-	defer pub.Close(context.Background())
-	if err := publish(ctx, pub, log, 0, base); err != nil {
+	if err := publish(ctx, b.pub, log, 0, base); err != nil {
 		return res, err
 	}
 	baseEnds := endsUpTo(log, base)
@@ -155,7 +149,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	t := time.Now()
 	err = startGroup(ctx, o, ps, w.Partitions, baseEnds, 2*time.Minute+3*session, func(i int) (InstanceConfig, func(InstanceStatus)) {
 		name := fmt.Sprintf("i%d", i)
-		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
+		return InstanceConfig{Broker: b.cl.Addr(), Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
 				Session: session, SnapshotEvery: -1, StatusEvery: 10 * time.Millisecond, Router: o.router()},
 			func(st InstanceStatus) { tr.observe(name, st) }
 	})
@@ -170,7 +164,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	var hurried sync.Once
 	defer hurried.Do(func() { close(hurry) })
 	perr := make(chan error, 1)
-	go func() { perr <- publishPaced(ctx, pub, log, base, log.Len(), rate, hurry) }()
+	go func() { perr <- publishPaced(ctx, b.pub, log, base, log.Len(), rate, hurry) }()
 	select {
 	case <-time.After(steady):
 	case err := <-perr:

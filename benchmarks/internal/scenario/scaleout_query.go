@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -49,19 +47,14 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
-	err = publish(ctx, pub, log, 0, log.Len())
-	if err = errors.Join(err, pub.Close(ctx)); err != nil {
+	if err := b.publishAll(ctx, log); err != nil {
 		return res, err
 	}
 	ps := make([]*instProc, 2)
 	defer func() { _ = stopAll(ps) }()
 	err = startGroup(ctx, o, ps, parts, ends(log), 5*time.Minute, func(i int) (InstanceConfig, func(InstanceStatus)) {
 		name := fmt.Sprintf("i%d", i)
-		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
+		return InstanceConfig{Broker: b.cl.Addr(), Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
 			Session: o.Session, SnapshotEvery: -1, StatusEvery: 50 * time.Millisecond, Router: o.router()}, nil
 	})
 	if err != nil {

@@ -56,14 +56,8 @@ func ScaleoutRestore(ctx context.Context, o ScaleoutOptions, variant string) (Re
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
 	t := time.Now()
-	err = publish(ctx, pub, log, 0, log.Len())
-	err = errors.Join(err, pub.Close(ctx))
-	if err != nil {
+	if err := b.publishAll(ctx, log); err != nil {
 		return res, err
 	}
 	res.Extra["publish_s"] = time.Since(t).Seconds()
