@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/strand-io/strand/benchmarks/internal/figure"
 	"github.com/strand-io/strand/benchmarks/internal/scenario"
 )
 
@@ -57,11 +58,11 @@ func printTable(w io.Writer, rs []scenario.Result) {
 		}
 		perCPU := "—"
 		if r.CPUSeconds > 0 {
-			perCPU = count(float64(r.Events) / r.CPUSeconds)
+			perCPU = figure.Count(float64(r.Events) / r.CPUSeconds)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
-			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), spread(r, count), vsNaive, vsPar, r.CPUSeconds, perCPU,
-			mib(r.PeakRSS), mib(r.InputBytes), mib(r.ProcessPeakRSS), r.Commits, r.Verified, load1(r.Load))
+			r.Scenario, r.Variant, r.Codec, r.Events, r.Seconds, figure.Count(r.Rate), spread(r, figure.Count), vsNaive, vsPar, r.CPUSeconds, perCPU,
+			mib(r.PeakRSS), mib(r.InputBytes), mib(r.ProcessPeakRSS), r.Commits, r.Verified, figure.Load1(r.Load))
 	}
 	_ = tw.Flush()
 
@@ -90,16 +91,16 @@ func printTable(w io.Writer, rs []scenario.Result) {
 				share = fmt.Sprintf("%.0f%%", 100*r.Extra["target_rate"]/b.Rate)
 			}
 			fmt.Fprintf(tw, "publish→queryable\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%.1f / %.1f / %.1f\t%v\t%s\t\n",
-				r.Codec, share, count(r.Extra["target_rate"]), count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99,
+				r.Codec, share, figure.Count(r.Extra["target_rate"]), figure.Count(r.Extra["achieved_rate"]), r.Events, r.Commits, r.P50, r.P99,
 				spread(r, func(x float64) string { return fmt.Sprintf("%.1f", x) }), r.P999, r.Max,
-				r.Extra["sent_p50"], r.Extra["sent_p99"], r.Extra["sent_max"], r.Verified, load1(r.Load))
+				r.Extra["sent_p50"], r.Extra["sent_p99"], r.Extra["sent_max"], r.Verified, figure.Load1(r.Load))
 		}
 		_ = tw.Flush()
 	}
 	if len(rest) > 0 {
 		fmt.Fprintln(w)
 		for _, r := range rest {
-			fmt.Fprintf(w, "restart (%s, %d keys of state, %s, load %s): %.3f s from open to the first committed batch, range %s", r.Codec, int(r.Extra["keys"]), r.Variant, load1(r.Load), r.Seconds,
+			fmt.Fprintf(w, "restart (%s, %d keys of state, %s, load %s): %.3f s from open to the first committed batch, range %s", r.Codec, int(r.Extra["keys"]), r.Variant, figure.Load1(r.Load), r.Seconds,
 				spread(r, func(x float64) string { return fmt.Sprintf("%.3f", x) }))
 			keys := make([]string, 0, len(r.Extra))
 			for k := range r.Extra {
@@ -129,12 +130,12 @@ func printTable(w io.Writer, rs []scenario.Result) {
 			continue // one note per size
 		}
 		if pr := r.Extra["producer_rate"]; pr > 0 {
-			fmt.Fprintf(w, "note %s/%s/%s: the producer published all %d events at %s events/s\n", r.Scenario, r.Variant, r.Codec, r.Events, count(pr))
+			fmt.Fprintf(w, "note %s/%s/%s: the producer published all %d events at %s events/s\n", r.Scenario, r.Variant, r.Codec, r.Events, figure.Count(pr))
 		}
 		if r.Note != "" {
 			v := r.Variant
 			if r.Scenario == "latency" {
-				v = count(r.Extra["target_rate"]) + " events/s"
+				v = figure.Count(r.Extra["target_rate"]) + " events/s"
 			}
 			fmt.Fprintf(w, "note %s/%s/%s: %s\n", r.Scenario, v, r.Codec, r.Note)
 		}
@@ -175,24 +176,6 @@ func spread(r scenario.Result, f func(float64) string) string {
 	return fmt.Sprintf("%s–%s (%d)", f(r.Extra["min"]), f(r.Extra["max"]), n)
 }
 
-// load1 returns the 1-minute figure of a load average.
-func load1(l string) string {
-	if f := strings.Fields(l); len(f) > 0 {
-		return f[0]
-	}
-	return "—"
-}
-
-func count(x float64) string {
-	switch {
-	case x >= 1e6:
-		return fmt.Sprintf("%.2fM", x/1e6)
-	case x >= 1e3:
-		return fmt.Sprintf("%.0fk", x/1e3)
-	}
-	return fmt.Sprintf("%.0f", x)
-}
-
 func mib(b int64) string {
 	if b <= 0 {
 		return "—"
@@ -217,9 +200,9 @@ func printScale(w io.Writer, rs []scenario.Result, naiveOf func(scenario.Result)
 			vs = fmt.Sprintf("%.2f×", r.Rate/b.Rate)
 		}
 		fmt.Fprintf(tw, "scale\t%s\t%.2f\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.3f\t%s\t%s\t%s\t%s\t%d\t%v\t%s\t\n",
-			count(r.Extra["keys"]), r.Extra["skew"], r.Variant, r.Codec, r.Events, r.Seconds, count(r.Rate), spread(r, count), vs,
+			figure.Count(r.Extra["keys"]), r.Extra["skew"], r.Variant, r.Codec, r.Events, r.Seconds, figure.Count(r.Rate), spread(r, figure.Count), vs,
 			r.CPUSeconds, r.Extra["cpu_us_per_event"], mib(int64(r.Extra["proc_rss"])), mib(int64(r.Extra["heap_peak"])),
-			mib(int64(r.Extra["batches"])), mib(r.InputBytes), r.Commits, r.Verified, load1(r.Load))
+			mib(int64(r.Extra["batches"])), mib(r.InputBytes), r.Commits, r.Verified, figure.Load1(r.Load))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
@@ -229,7 +212,7 @@ func printScale(w io.Writer, rs []scenario.Result, naiveOf func(scenario.Result)
 			continue
 		}
 		fmt.Fprintf(tw, "store\t%s\t%.2f\t%s\t%.1f%%\t%s\t%.3f\t%.3f\t%.3f\t%.1f%%\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t\n",
-			count(r.Extra["keys"]), r.Extra["skew"], r.Variant, 100*r.Extra["vc_hit"], count(r.Extra["vc_entries"]),
+			figure.Count(r.Extra["keys"]), r.Extra["skew"], r.Variant, 100*r.Extra["vc_hit"], figure.Count(r.Extra["vc_entries"]),
 			r.Extra["filter_skips"], r.Extra["pebble_reads"], r.Extra["pebble_found"], 100*r.Extra["bc_hit"], r.Extra["read_amp"],
 			mib(int64(r.Extra["compaction_debt"])), r.Extra["compactions"], r.Extra["flushes"], r.Extra["stalls"], r.Extra["stall_s"],
 			mib(int64(r.Extra["live_bytes"])))
@@ -244,10 +227,10 @@ func printScale(w io.Writer, rs []scenario.Result, naiveOf func(scenario.Result)
 		}
 		var tenths, cpus []string
 		for i := 1; i <= 10; i++ {
-			tenths = append(tenths, count(r.Extra[fmt.Sprintf("tenth_%d_rate", i)]))
+			tenths = append(tenths, figure.Count(r.Extra[fmt.Sprintf("tenth_%d_rate", i)]))
 			cpus = append(cpus, fmt.Sprintf("%.2f", r.Extra[fmt.Sprintf("tenth_%d_cpu_us", i)]))
 		}
-		fmt.Fprintf(tw, "timeline\t%s\t%.2f\t%d\t%s\t%.2f\t%s\t%.2f\t%s\t%s\t%s\t%s\t\n", count(r.Extra["keys"]), r.Extra["skew"], r.Events,
+		fmt.Fprintf(tw, "timeline\t%s\t%.2f\t%d\t%s\t%.2f\t%s\t%.2f\t%s\t%s\t%s\t%s\t\n", figure.Count(r.Extra["keys"]), r.Extra["skew"], r.Events,
 			strings.Join(tenths, " "), r.Extra["tenth_10_rate"]/first, strings.Join(cpus, " "), r.Extra["tenth_10_cpu_us"]/r.Extra["tenth_1_cpu_us"],
 			mib(int64(r.Extra["timeline_max_rss"])),
 			mib(int64(r.Extra["timeline_max_store"])), mib(int64(r.Extra["timeline_end_store"])), mib(int64(r.Extra["timeline_max_debt"])))

@@ -52,10 +52,6 @@ type E2EOptions struct {
 	Log *workload.Log
 }
 
-func (o *E2EOptions) publisher(ctx context.Context, b *broker) (*iggy.Publisher, error) {
-	return iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic, iggy.WithConnections(max(1, o.PublisherConnections)))
-}
-
 func (o *E2EOptions) prepareLog() (*workload.Log, error) {
 	return encodeLog(&o.Log, o.Workload, o.Codec)
 }
@@ -83,14 +79,8 @@ func (o *E2EOptions) newEnv(ctx context.Context, scenario, variant, pattern stri
 	if err != nil {
 		return nil, res, err
 	}
-	b, err := startBroker(ctx, dir, o.Broker, log.Partitions())
+	b, pub, err := startBrokerPublisher(ctx, dir, o.Broker, log.Partitions(), iggy.WithConnections(max(1, o.PublisherConnections)))
 	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, res, err
-	}
-	pub, err := o.publisher(ctx, b)
-	if err != nil {
-		b.close()
 		_ = os.RemoveAll(dir)
 		return nil, res, err
 	}
@@ -162,6 +152,21 @@ func startBroker(ctx context.Context, dir, kind string, partitions uint32) (*bro
 		return nil, err
 	}
 	return &broker{srv: srv, cl: cl}, nil
+}
+
+// startBrokerPublisher is startBroker with a publisher on the accounts
+// topic (opts are its options). On error nothing is left to close.
+func startBrokerPublisher(ctx context.Context, dir, kind string, partitions uint32, opts ...iggy.PublisherOption) (*broker, *iggy.Publisher, error) {
+	b, err := startBroker(ctx, dir, kind, partitions)
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic, opts...)
+	if err != nil {
+		b.close()
+		return nil, nil, err
+	}
+	return b, pub, nil
 }
 
 func (b *broker) close() {

@@ -306,15 +306,12 @@ func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
 		return res, err
 	}
 	defer s.Remove()
-	b, err := startBroker(ctx, s.dir, "memory", o.Partitions)
+	b, pub, err := startBrokerPublisher(ctx, s.dir, "memory", o.Partitions)
 	if err != nil {
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
+	defer pub.Close(context.Background()) // on the errors before the Close below
 	// The log that built the state, then Batch deposits per partition.
 	if err := publish(ctx, pub, s.log, 0, s.log.Len()); err != nil {
 		return res, err

@@ -95,27 +95,35 @@ func changelogTopic(c workload.Codec) string {
 }
 
 // scaleoutBroker is the embedded broker in a process of its own, with the
-// accounts topic, and a client.
+// accounts topic, a client and a publisher on the topic.
 type scaleoutBroker struct {
 	proc *brokerProcess
-	addr string
 	cl   *iggy.Client
+	pub  *iggy.Publisher
 }
 
 func startScaleoutBroker(ctx context.Context, partitions uint32) (*scaleoutBroker, error) {
-	b, err := startBroker(ctx, "", "process", partitions)
+	b, pub, err := startBrokerPublisher(ctx, "", "process", partitions)
 	if err != nil {
 		return nil, err
 	}
-	return &scaleoutBroker{proc: b.proc, addr: b.cl.Addr(), cl: b.cl}, nil
+	return &scaleoutBroker{proc: b.proc, cl: b.cl, pub: pub}, nil
+}
+
+// publishAll publishes the whole log and closes the publisher.
+func (b *scaleoutBroker) publishAll(ctx context.Context, log *workload.Log) error {
+	err := publish(ctx, b.pub, log, 0, log.Len())
+	return errors.Join(err, b.pub.Close(ctx))
 }
 
 // cpu returns the broker process's CPU time so far.
 func (b *scaleoutBroker) cpu() time.Duration { return procCPU(b.proc.cmd.Process.Pid) }
 
-// close closes the client and kills the broker process: it holds nothing
-// to keep, and a graceful stop of the embedded broker takes a second.
+// close closes the publisher (if publishAll did not) and the client and
+// kills the broker process: it holds nothing to keep, and a graceful stop
+// of the embedded broker takes a second.
 func (b *scaleoutBroker) close() {
+	_ = b.pub.Close(context.Background())
 	_ = b.cl.Close()
 	_ = b.proc.cmd.Process.Kill()
 	b.proc.close()

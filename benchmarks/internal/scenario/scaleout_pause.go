@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -41,16 +40,14 @@ type pausePart struct {
 	lastMove time.Time // when a report last showed it moving
 	maxGap   time.Duration
 
-	victims       bool // the killed instance served it at t0
-	restoring     time.Time
-	serving       time.Time // first Serving on a survivor after t0
-	moved         time.Time // first move on a survivor after t0
-	took          time.Duration
-	snapshot      bool
-	reused        bool
-	applied       int
-	lastBeforeT0  time.Time // victims: the last move before t0
-	firstAfterGap time.Duration
+	victims      bool // the killed instance served it at t0
+	restoring    time.Time
+	serving      time.Time // first Serving on a survivor after t0
+	moved        time.Time // first move on a survivor after t0
+	took         time.Duration
+	snapshot     bool
+	reused       bool
+	lastBeforeT0 time.Time // victims: the last move before t0
 }
 
 func (t *pauseTracker) observe(name string, st InstanceStatus) {
@@ -73,7 +70,7 @@ func (t *pauseTracker) observe(name string, st InstanceStatus) {
 			// A new owner: its first report is the baseline.
 			pp.owner, pp.next = name, ps.Next
 			if after && pp.victims && pp.serving.IsZero() {
-				pp.serving, pp.took, pp.snapshot, pp.reused, pp.applied = now, ps.Took, ps.Snapshot, ps.Reused, ps.Applied
+				pp.serving, pp.took, pp.snapshot, pp.reused = now, ps.Took, ps.Snapshot, ps.Reused
 				if pp.restoring.IsZero() {
 					pp.restoring = now
 				}
@@ -89,10 +86,22 @@ func (t *pauseTracker) observe(name string, st InstanceStatus) {
 		}
 		if after && pp.victims && pp.moved.IsZero() && !pp.serving.IsZero() {
 			pp.moved = now
-			pp.firstAfterGap = now.Sub(pp.lastBeforeT0)
 		}
 		pp.lastMove = now
 	}
+}
+
+// victimsMoved reports whether every partition of the victim moved on a
+// survivor.
+func (t *pauseTracker) victimsMoved() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.parts {
+		if t.parts[i].victims && t.parts[i].moved.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // ScaleoutPause measures the rebalance pause: o.Instances instance
@@ -139,12 +148,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
-	defer pub.Close(context.Background())
-	if err := publish(ctx, pub, log, 0, base); err != nil {
+	if err := publish(ctx, b.pub, log, 0, base); err != nil {
 		return res, err
 	}
 	baseEnds := endsUpTo(log, base)
@@ -155,7 +159,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	t := time.Now()
 	err = startGroup(ctx, o, ps, w.Partitions, baseEnds, 2*time.Minute+3*session, func(i int) (InstanceConfig, func(InstanceStatus)) {
 		name := fmt.Sprintf("i%d", i)
-		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
+		return InstanceConfig{Broker: b.cl.Addr(), Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
 				Session: session, SnapshotEvery: -1, StatusEvery: 10 * time.Millisecond, Router: o.router()},
 			func(st InstanceStatus) { tr.observe(name, st) }
 	})
@@ -170,11 +174,14 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	var hurried sync.Once
 	defer hurried.Do(func() { close(hurry) })
 	perr := make(chan error, 1)
-	go func() { perr <- publishPaced(ctx, pub, log, base, log.Len(), rate, hurry) }()
+	go func() { perr <- publishPaced(ctx, b.pub, log, base, log.Len(), rate, hurry) }()
 	select {
 	case <-time.After(steady):
 	case err := <-perr:
-		return res, fmt.Errorf("producer: %v", err)
+		if err == nil {
+			err = errors.New("published the whole log before the kill")
+		}
+		return res, fmt.Errorf("producer: %w", err)
 	}
 	own, ok := owners(ps, w.Partitions)
 	if !ok {
@@ -208,23 +215,13 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 
 	// Wait until every partition of the victim moves on a survivor.
 	limit := 3*session + time.Minute
-	for {
-		tr.mu.Lock()
-		done := true
-		for i := range tr.parts {
-			if tr.parts[i].victims && tr.parts[i].moved.IsZero() {
-				done = false
-			}
-		}
-		tr.mu.Unlock()
-		if done {
-			break
-		}
+	for !tr.victimsMoved() {
 		for _, p := range ps {
-			if p != victim {
-				if err := p.failed(); err != nil {
-					return res, err
-				}
+			if p == victim {
+				continue
+			}
+			if err := p.failed(); err != nil {
+				return res, err
 			}
 		}
 		if time.Since(t0) > limit {
@@ -256,7 +253,7 @@ func ScaleoutPause(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 			detect = max(detect, pp.restoring.Sub(t0))
 			serve = max(serve, pp.serving.Sub(t0))
 			took = max(took, pp.took)
-			victimGap = max(victimGap, pp.firstAfterGap)
+			victimGap = max(victimGap, pp.moved.Sub(pp.lastBeforeT0))
 			if pp.snapshot {
 				snaps++
 			}

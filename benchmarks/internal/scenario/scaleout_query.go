@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -49,19 +47,14 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
-	err = publish(ctx, pub, log, 0, log.Len())
-	if err = errors.Join(err, pub.Close(ctx)); err != nil {
+	if err := b.publishAll(ctx, log); err != nil {
 		return res, err
 	}
 	ps := make([]*instProc, 2)
 	defer func() { _ = stopAll(ps) }()
 	err = startGroup(ctx, o, ps, parts, ends(log), 5*time.Minute, func(i int) (InstanceConfig, func(InstanceStatus)) {
 		name := fmt.Sprintf("i%d", i)
-		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
+		return InstanceConfig{Broker: b.cl.Addr(), Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: true,
 			Session: o.Session, SnapshotEvery: -1, StatusEvery: 50 * time.Millisecond, Router: o.router()}, nil
 	})
 	if err != nil {
@@ -102,65 +95,21 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	hc.CloseIdleConnections()
 	clients := max(o.Clients, 1)
 	queries := max(o.Queries, 1)
-	addr := ps[0].addr
-	lat := [2][]time.Duration{}
-	var mu sync.Mutex
-	var firstErr error
+	keys := [2][]workload.AccountID{local, remote}
 	// A warm-up round (connections, caches), then the measured one.
+	if _, err := queryRound(ctx, ps[0].addr, keys, ref, clients, min(queries/clients, 200)); err != nil {
+		return res, err
+	}
 	m, err := startMeasure("")
 	if err != nil {
 		return res, err
 	}
-	for round := range 2 {
-		per := queries / clients
-		if round == 0 {
-			per = min(per, 200)
-		}
-		var wg sync.WaitGroup
-		start := time.Now()
-		for c := range clients {
-			wg.Go(func() {
-				hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-				defer hc.CloseIdleConnections()
-				mine := [2][]time.Duration{}
-				for i := range 2 * per {
-					kind := i % 2
-					keys := local
-					if kind == 1 {
-						keys = remote
-					}
-					id := keys[(c*per+i/2)*7919%len(keys)]
-					d, got, err := timedGet(ctx, hc, addr, id)
-					if err == nil && got != ref[id] {
-						err = fmt.Errorf("account %d: got %+v, want %+v", id, got, ref[id])
-					}
-					if err != nil {
-						mu.Lock()
-						firstErr = cmp.Or(firstErr, err)
-						mu.Unlock()
-						return
-					}
-					mine[kind] = append(mine[kind], d)
-				}
-				mu.Lock()
-				lat[0], lat[1] = append(lat[0], mine[0]...), append(lat[1], mine[1]...)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		if firstErr != nil {
-			return res, firstErr
-		}
-		if round == 0 {
-			lat = [2][]time.Duration{}
-			m, err = startMeasure("")
-			if err != nil {
-				return res, err
-			}
-			continue
-		}
-		res.Extra["requests_per_s"] = float64(len(lat[0])+len(lat[1])) / time.Since(start).Seconds()
+	start := time.Now()
+	lat, err := queryRound(ctx, ps[0].addr, keys, ref, clients, queries/clients)
+	if err != nil {
+		return res, err
 	}
+	res.Extra["requests_per_s"] = float64(len(lat[0])+len(lat[1])) / time.Since(start).Seconds()
 	res.Events = len(lat[0]) + len(lat[1])
 	m.stop(&res)
 	res.Rate = 0
@@ -176,6 +125,44 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	res.Verified = true
 	res.Note = fmt.Sprintf("2 instance processes, %d client(s), gets sent to one instance alternating its own keys and the other's (router: %s); CPU s is this process's (the clients)", clients, o.router())
 	return res, stopAll(ps)
+}
+
+// queryRound runs clients clients at once against the query server at
+// addr, each making per gets of keys[0] (local) and per of keys[1]
+// (forwarded), alternating, and checking every answer against ref. It
+// returns the latencies of each kind.
+func queryRound(ctx context.Context, addr string, keys [2][]workload.AccountID, ref map[workload.AccountID]workload.Account, clients, per int) ([2][]time.Duration, error) {
+	var lat [2][]time.Duration
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			defer hc.CloseIdleConnections()
+			mine := [2][]time.Duration{}
+			for i := range 2 * per {
+				kind := i % 2
+				id := keys[kind][(c*per+i/2)*7919%len(keys[kind])]
+				d, got, err := timedGet(ctx, hc, addr, id)
+				if err == nil && got != ref[id] {
+					err = fmt.Errorf("account %d: got %+v, want %+v", id, got, ref[id])
+				}
+				if err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				mine[kind] = append(mine[kind], d)
+			}
+			mu.Lock()
+			lat[0], lat[1] = append(lat[0], mine[0]...), append(lat[1], mine[1]...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return lat, firstErr
 }
 
 // timedGet gets one account and returns how long the request took.

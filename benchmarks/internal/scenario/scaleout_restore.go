@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
@@ -41,6 +42,14 @@ const (
 func ScaleoutRestore(ctx context.Context, o ScaleoutOptions, variant string) (Result, error) {
 	res := Result{Scenario: "scaleout-restore", Variant: variant, Codec: string(o.Codec),
 		Extra: map[string]float64{"keys": float64(o.Keys), "history": float64(o.History)}}
+	snapEvery := 0
+	switch variant {
+	case RestoreNaive, RestoreChangelog:
+	case RestoreSnapshot:
+		snapEvery = o.SnapshotEvery
+	default:
+		return res, fmt.Errorf("scaleout: restore: unknown variant %q", variant)
+	}
 	log, err := historyLog(o.Keys, o.History, o.Codec)
 	if err != nil {
 		return res, err
@@ -56,19 +65,14 @@ func ScaleoutRestore(ctx context.Context, o ScaleoutOptions, variant string) (Re
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
 	t := time.Now()
-	err = publish(ctx, pub, log, 0, log.Len())
-	err = errors.Join(err, pub.Close(ctx))
-	if err != nil {
+	if err := b.publishAll(ctx, log); err != nil {
 		return res, err
 	}
 	res.Extra["publish_s"] = time.Since(t).Seconds()
 	end := uint64(log.Len())
 	codec := bank.Codec(o.Codec)
+	clog := changelogTopic(o.Codec)
 
 	if variant == RestoreNaive {
 		m, err := startMeasure("")
@@ -96,12 +100,6 @@ func ScaleoutRestore(ctx context.Context, o ScaleoutOptions, variant string) (Re
 		return res, nil
 	}
 
-	snapEvery := 0
-	if variant == RestoreSnapshot {
-		snapEvery = o.SnapshotEvery
-	} else if variant != RestoreChangelog {
-		return res, fmt.Errorf("scaleout: restore: unknown variant %q", variant)
-	}
 	res.Extra["snapshot_every"] = float64(snapEvery)
 	group := b.cl.Group(groupStream, iggy.WithSessionTimeout(max(o.Session, 10*time.Second)))
 	// The first owner processes the log and settles its changelog.
@@ -114,19 +112,20 @@ func ScaleoutRestore(ctx context.Context, o ScaleoutOptions, variant string) (Re
 	run := runApp(ctx, first)
 	err = waitCheckpoint(ctx, first, end, run, 30*time.Minute)
 	if err == nil {
-		err = waitChangelogSettled(ctx, b.cl, changelogTopic(o.Codec))
+		err = waitChangelogSettled(ctx, b.cl, clog)
 	}
 	res.Extra["build_s"] = time.Since(t).Seconds()
 	err = errors.Join(err, run.stop(), first.Close())
 	if err != nil {
 		return res, fmt.Errorf("first owner: %w", err)
 	}
-	clogEnds, err := b.cl.EndOffsets(ctx, groupStream, "strand-changelog-"+bank.TopologyName(codec))
+	clogStream, clogTopic, _ := strings.Cut(clog, "/")
+	clogEnds, err := b.cl.EndOffsets(ctx, clogStream, clogTopic)
 	if err != nil {
 		return res, err
 	}
 	res.Extra["changelog_records"] = float64(clogEnds[0])
-	if mark, ok, err := b.cl.Bookmark(ctx, changelogTopic(o.Codec), 0, engine.SnapshotBookmark); err == nil && ok {
+	if mark, ok, err := b.cl.Bookmark(ctx, clog, 0, engine.SnapshotBookmark); err == nil && ok {
 		res.Extra["snapshot_offset"] = float64(mark)
 	}
 
@@ -261,7 +260,7 @@ func waitCheckpoint(ctx context.Context, app *topology.App, end uint64, run *run
 // bookmark follows as soon as the owner reads them back, which the second
 // leaves time for).
 func waitChangelogSettled(ctx context.Context, cl *iggy.Client, topic string) error {
-	st, tp, _ := cutTopic(topic)
+	st, tp, _ := strings.Cut(topic, "/")
 	var last uint64
 	since := time.Now()
 	deadline := time.Now().Add(10 * time.Minute)
@@ -285,15 +284,6 @@ func waitChangelogSettled(ctx context.Context, cl *iggy.Client, topic string) er
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func cutTopic(name string) (stream, topic string, ok bool) {
-	for i := range len(name) {
-		if name[i] == '/' {
-			return name[:i], name[i+1:], true
-		}
-	}
-	return name, "", false
 }
 
 // verifyTable scans the balances table and compares it with log's

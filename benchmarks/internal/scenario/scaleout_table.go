@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/strand-io/strand/benchmarks/internal/figure"
 )
 
 // ScaleoutPlan is what a scale-out run measures.
@@ -168,21 +170,34 @@ func fmtRatio(med, lo, hi float64, ok bool) string {
 
 func secs(x float64) string { return fmt.Sprintf("%.3f", x) }
 
-func load1m(l string) string {
-	if f := strings.Fields(l); len(f) > 0 {
-		return f[0]
+// timeRatio and rateRatio are the per-round ratios of the tables: a's
+// time or rate over b's (0 when b has none).
+func timeRatio(a, b Result) float64 {
+	if b.Seconds <= 0 {
+		return 0
 	}
-	return "—"
+	return a.Seconds / b.Seconds
 }
 
-func countOf(x float64) string {
-	switch {
-	case x >= 1e6:
-		return fmt.Sprintf("%.2fM", x/1e6)
-	case x >= 1e3:
-		return fmt.Sprintf("%.0fk", x/1e3)
+func rateRatio(a, b Result) float64 {
+	if b.Rate <= 0 {
+		return 0
 	}
-	return fmt.Sprintf("%.0f", x)
+	return a.Rate / b.Rate
+}
+
+// section prints one table of PrintScaleout: its title (none if empty),
+// the header (tab-separated columns), the rows body writes, aligned right,
+// and a blank line.
+func section(w io.Writer, title, header string, body func(tw io.Writer)) {
+	if title != "" {
+		fmt.Fprintln(w, title)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, header)
+	body(tw)
+	_ = tw.Flush()
+	fmt.Fprintln(w)
 }
 
 // PrintScaleout prints the tables of a scale-out run; runs holds, per
@@ -200,154 +215,135 @@ func PrintScaleout(w io.Writer, runs [][]Result) {
 		}
 		by[k] = append(by[k], rs...)
 	}
-	var restores, pauses, queries []string
-	var tput []summary
+	// present returns the summaries of the variants of scenario sc that ran.
+	present := func(sc string, variants ...string) []summary {
+		var out []summary
+		for _, v := range variants {
+			if rs := by[sc+"/"+v]; len(rs) > 0 {
+				out = append(out, summarize(rs))
+			}
+		}
+		return out
+	}
+	// One entry per restore or pause scenario (its variants), per
+	// throughput or query measurement.
+	var restores, pauses [][]summary
+	var tput, queries []summary
 	seen := map[string]bool{}
 	for _, k := range names {
 		sc, _, _ := strings.Cut(k, "/")
+		first := !seen[sc]
+		seen[sc] = true
 		switch {
-		case strings.HasPrefix(sc, ScaleoutPrefix+"restore"):
-			if !seen[sc] {
-				restores = append(restores, sc)
-			}
-		case strings.HasPrefix(sc, ScaleoutPrefix+"pause"):
-			if !seen[sc] {
-				pauses = append(pauses, sc)
-			}
+		case first && strings.HasPrefix(sc, ScaleoutPrefix+"restore"):
+			restores = append(restores, present(sc, RestoreNaive, RestoreChangelog, RestoreSnapshot))
+		case first && strings.HasPrefix(sc, ScaleoutPrefix+"pause"):
+			pauses = append(pauses, present(sc, PauseLeave, PauseKill))
 		case strings.HasPrefix(sc, ScaleoutPrefix+"throughput"):
 			tput = append(tput, summarize(by[k]))
 		case strings.HasPrefix(sc, ScaleoutPrefix+"query"):
-			queries = append(queries, k)
+			queries = append(queries, summarize(by[k]))
 		}
-		seen[sc] = true
 	}
 
 	if len(restores) > 0 {
-		fmt.Fprintln(w, "scale-out: restore of one partition by a new owner (seconds from topology.Open to Serving; naive: to the last event processed from scratch)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "keys\tevents/key\tevents\tnaive s\trange (runs)\tchangelog s\trange\t× naive\trestore s\tcommits applied\trecords read\tsnapshot s\trange\t× naive\trestore s\tapplied\trecords read\tsnapshot every\tverified\tload\t")
-		for _, sc := range restores {
-			n, c, s := by[sc+"/"+RestoreNaive], by[sc+"/"+RestoreChangelog], by[sc+"/"+RestoreSnapshot]
-			if len(n) == 0 || len(c) == 0 || len(s) == 0 {
-				continue
-			}
-			ns, cs, ss := summarize(n), summarize(c), summarize(s)
-			per := func(a, b Result) float64 {
-				if b.Seconds <= 0 {
-					return 0
+		section(w, "scale-out: restore of one partition by a new owner (seconds from topology.Open to Serving; naive: to the last event processed from scratch)",
+			"keys\tevents/key\tevents\tnaive s\trange (runs)\tchangelog s\trange\t× naive\trestore s\tcommits applied\trecords read\tsnapshot s\trange\t× naive\trestore s\tapplied\trecords read\tsnapshot every\tverified\tload\t",
+			func(tw io.Writer) {
+				for _, r := range restores {
+					if len(r) < 3 {
+						continue
+					}
+					ns, cs, ss := r[0], r[1], r[2]
+					snapNote := "no snapshot"
+					if ss.Extra["from_snapshot"] == 1 {
+						snapNote = "from snapshot"
+					}
+					fmt.Fprintf(tw, "%s\t%.0f\t%d\t%.3f\t%s\t%.3f\t%s\t%s\t%.3f\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%.0f\t%.0f\t%.0f (%s)\t%v\t%s\t\n",
+						figure.Count(ns.Extra["keys"]), ns.Extra["history"], ns.Events, ns.Seconds, ns.rng(secs),
+						cs.Seconds, cs.rng(secs), fmtRatio(ratios(cs.runs, ns.runs, timeRatio)), cs.Extra["restore_s"], cs.Extra["applied"], cs.Extra["read_records"],
+						ss.Seconds, ss.rng(secs), fmtRatio(ratios(ss.runs, ns.runs, timeRatio)), ss.Extra["restore_s"], ss.Extra["applied"], ss.Extra["read_records"],
+						ss.Extra["snapshot_every"], snapNote, ns.Verified && cs.Verified && ss.Verified, figure.Load1(cs.Load))
 				}
-				return a.Seconds / b.Seconds
-			}
-			snapNote := "no snapshot"
-			if ss.Extra["from_snapshot"] == 1 {
-				snapNote = "from snapshot"
-			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%.3f\t%s\t%.3f\t%s\t%s\t%.3f\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%.0f\t%.0f\t%.0f (%s)\t%v\t%s\t\n",
-				countOf(ns.Extra["keys"]), ns.Extra["history"], ns.Events, ns.Seconds, ns.rng(secs),
-				cs.Seconds, cs.rng(secs), fmtRatio(ratios(c, n, per)), cs.Extra["restore_s"], cs.Extra["applied"], cs.Extra["read_records"],
-				ss.Seconds, ss.rng(secs), fmtRatio(ratios(s, n, per)), ss.Extra["restore_s"], ss.Extra["applied"], ss.Extra["read_records"],
-				ss.Extra["snapshot_every"], snapNote, ns.Verified && cs.Verified && ss.Verified, load1m(cs.Load))
-		}
-		_ = tw.Flush()
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "\nrestore CPU\tkeys\tevents/key\tnaive CPU s\tchangelog CPU s\tsnapshot CPU s\tbroker CPU s (naive / changelog / snapshot)\tpeak RSS MiB (naive / changelog / snapshot)\tfirst owner s (changelog / snapshot)\tchangelog records (changelog / snapshot)\t")
-		for _, sc := range restores {
-			n, c, s := by[sc+"/"+RestoreNaive], by[sc+"/"+RestoreChangelog], by[sc+"/"+RestoreSnapshot]
-			if len(n) == 0 || len(c) == 0 || len(s) == 0 {
-				continue
-			}
-			ns, cs, ss := summarize(n), summarize(c), summarize(s)
-			fmt.Fprintf(tw, "restore CPU\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f / %.2f / %.2f\t%.0f / %.0f / %.0f\t%.1f / %.1f\t%.0f / %.0f\t\n",
-				countOf(ns.Extra["keys"]), ns.Extra["history"], ns.CPUSeconds, cs.CPUSeconds, ss.CPUSeconds,
-				ns.Extra["broker_cpu_s"], cs.Extra["broker_cpu_s"], ss.Extra["broker_cpu_s"],
-				float64(ns.PeakRSS)/(1<<20), float64(cs.PeakRSS)/(1<<20), float64(ss.PeakRSS)/(1<<20), cs.Extra["build_s"], ss.Extra["build_s"],
-				cs.Extra["changelog_records"], ss.Extra["changelog_records"])
-		}
-		_ = tw.Flush()
-		fmt.Fprintln(w)
+			})
+		section(w, "", "restore CPU\tkeys\tevents/key\tnaive CPU s\tchangelog CPU s\tsnapshot CPU s\tbroker CPU s (naive / changelog / snapshot)\tpeak RSS MiB (naive / changelog / snapshot)\tfirst owner s (changelog / snapshot)\tchangelog records (changelog / snapshot)\t",
+			func(tw io.Writer) {
+				for _, r := range restores {
+					if len(r) < 3 {
+						continue
+					}
+					ns, cs, ss := r[0], r[1], r[2]
+					fmt.Fprintf(tw, "restore CPU\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f / %.2f / %.2f\t%.0f / %.0f / %.0f\t%.1f / %.1f\t%.0f / %.0f\t\n",
+						figure.Count(ns.Extra["keys"]), ns.Extra["history"], ns.CPUSeconds, cs.CPUSeconds, ss.CPUSeconds,
+						ns.Extra["broker_cpu_s"], cs.Extra["broker_cpu_s"], ss.Extra["broker_cpu_s"],
+						float64(ns.PeakRSS)/(1<<20), float64(cs.PeakRSS)/(1<<20), float64(ss.PeakRSS)/(1<<20), cs.Extra["build_s"], ss.Extra["build_s"],
+						cs.Extra["changelog_records"], ss.Extra["changelog_records"])
+				}
+			})
 	}
 
 	if len(pauses) > 0 {
-		fmt.Fprintln(w, "scale-out: rebalance pause (seconds from the SIGKILL or clean stop of the instance serving most partitions to the first commit of each of them on a survivor)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "session timeout\tvariant\tinstances\tpartitions moved\tpause s\trange (runs)\tpause − timeout s\tto Restoring s\tto Serving s\trestore s (max)\tvictim's partitions: gap s\tsurvivors' partitions: max gap s\tproducer events/s\tverified\tload\t")
-		for _, sc := range pauses {
-			for _, v := range []string{PauseLeave, PauseKill} {
-				rs := by[sc+"/"+v]
-				if len(rs) == 0 {
-					continue
+		section(w, "scale-out: rebalance pause (seconds from the SIGKILL or clean stop of the instance serving most partitions to the first commit of each of them on a survivor)",
+			"session timeout\tvariant\tinstances\tpartitions moved\tpause s\trange (runs)\tpause − timeout s\tto Restoring s\tto Serving s\trestore s (max)\tvictim's partitions: gap s\tsurvivors' partitions: max gap s\tproducer events/s\tverified\tload\t",
+			func(tw io.Writer) {
+				for _, s := range slices.Concat(pauses...) {
+					over := "—"
+					if s.Variant == PauseKill {
+						over = fmt.Sprintf("%.3f", s.Seconds-s.Extra["session_s"])
+					}
+					fmt.Fprintf(tw, "%v\t%s\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%v\t%s\t\n",
+						time.Duration(s.Extra["session_s"]*float64(time.Second)), s.Variant, s.Extra["instances"], s.Extra["moved"], s.Seconds, s.rng(secs), over,
+						s.Extra["detect_s"], s.Extra["serving_s"], s.Extra["restore_max_s"], s.Extra["victim_gap_s"], s.Extra["survivor_max_gap_s"],
+						figure.Count(s.Extra["rate"]), s.Verified, figure.Load1(s.Load))
 				}
-				s := summarize(rs)
-				over := "—"
-				if v == PauseKill {
-					over = fmt.Sprintf("%.3f", s.Seconds-s.Extra["session_s"])
-				}
-				fmt.Fprintf(tw, "%v\t%s\t%.0f\t%.0f\t%.3f\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%v\t%s\t\n",
-					time.Duration(s.Extra["session_s"]*float64(time.Second)), v, s.Extra["instances"], s.Extra["moved"], s.Seconds, s.rng(secs), over,
-					s.Extra["detect_s"], s.Extra["serving_s"], s.Extra["restore_max_s"], s.Extra["victim_gap_s"], s.Extra["survivor_max_gap_s"],
-					countOf(s.Extra["rate"]), s.Verified, load1m(s.Load))
-			}
-		}
-		_ = tw.Flush()
-		fmt.Fprintln(w)
+			})
 	}
 
 	if len(tput) > 0 {
-		fmt.Fprintln(w, "scale-out: throughput of instance processes (one broker process, one producer publishing the log as fast as it can; CPU = user + system seconds over the run)")
 		var one []Result
 		for _, s := range tput {
 			if s.Variant == "1" {
 				one = s.runs
 			}
 		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "instances\tevents\tseconds\tevents/s\trange (runs)\t× 1 instance\tinstances' CPU s\tCPU s per M events: instances\tbroker\tproducer\ttotal\tproducer events/s\tverified\tload\t")
-		for _, s := range tput {
-			per := func(a, b Result) float64 {
-				if b.Rate <= 0 {
-					return 0
+		section(w, "scale-out: throughput of instance processes (one broker process, one producer publishing the log as fast as it can; CPU = user + system seconds over the run)",
+			"instances\tevents\tseconds\tevents/s\trange (runs)\t× 1 instance\tinstances' CPU s\tCPU s per M events: instances\tbroker\tproducer\ttotal\tproducer events/s\tverified\tload\t",
+			func(tw io.Writer) {
+				for _, s := range tput {
+					vs := "—"
+					if s.Variant != "1" {
+						vs = fmtRatio(ratios(s.runs, one, rateRatio))
+					}
+					label := s.Variant
+					if s.Variant == ThroughputSolo {
+						label = "1, no group"
+					}
+					m := float64(s.Events) / 1e6
+					fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%v\t%s\t\n",
+						label, s.Events, s.Seconds, figure.Count(s.Rate), s.rng(figure.Count), vs, s.CPUSeconds, s.Extra["cpu_per_M_instances"],
+						s.Extra["cpu_broker_s"]/m, s.Extra["cpu_producer_s"]/m, s.Extra["cpu_per_M_total"],
+						figure.Count(s.Extra["producer_rate"]), s.Verified, figure.Load1(s.Load))
 				}
-				return a.Rate / b.Rate
-			}
-			vs := "—"
-			if s.Variant != "1" {
-				vs = fmtRatio(ratios(s.runs, one, per))
-			}
-			label := s.Variant
-			if s.Variant == ThroughputSolo {
-				label = "1, no group"
-			}
-			m := float64(s.Events) / 1e6
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%v\t%s\t\n",
-				label, s.Events, s.Seconds, countOf(s.Rate), s.rng(countOf), vs, s.CPUSeconds, s.Extra["cpu_per_M_instances"],
-				s.Extra["cpu_broker_s"]/m, s.Extra["cpu_producer_s"]/m, s.Extra["cpu_per_M_total"],
-				countOf(s.Extra["producer_rate"]), s.Verified, load1m(s.Load))
-		}
-		_ = tw.Flush()
-		fmt.Fprintln(w)
+			})
 	}
 
 	if len(queries) > 0 {
-		fmt.Fprintln(w, "scale-out: query server latency, ms (two instance processes; gets to one of them, of its own keys and of the other's)")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "clients\tgets\tlocal p50\tp99\tp99.9\tmax\tforwarded p50\tp99\tp99 range (runs)\tp99.9\tmax\tforwarded/local p50\tp99\tgets/s\tverified\tload\t")
-		for _, k := range queries {
-			rs := by[k]
-			s := summarize(rs)
-			p50 := func(a, _ Result) float64 { return a.P50 / a.Extra["local_p50"] }
-			p99 := func(a, _ Result) float64 { return a.P99 / a.Extra["local_p99"] }
-			fmt.Fprintf(tw, "%.0f\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%v\t%s\t\n",
-				s.Extra["clients"], s.Events, s.Extra["local_p50"], s.Extra["local_p99"], s.Extra["local_p999"], s.Extra["local_max"],
-				s.P50, s.P99, s.rng(secs), s.P999, s.Max, fmtRatio(ratios(rs, rs, p50)), fmtRatio(ratios(rs, rs, p99)),
-				countOf(s.Extra["requests_per_s"]), s.Verified, load1m(s.Load))
-		}
-		_ = tw.Flush()
-		fmt.Fprintln(w)
+		p50 := func(a, _ Result) float64 { return a.P50 / a.Extra["local_p50"] }
+		p99 := func(a, _ Result) float64 { return a.P99 / a.Extra["local_p99"] }
+		section(w, "scale-out: query server latency, ms (two instance processes; gets to one of them, of its own keys and of the other's)",
+			"clients\tgets\tlocal p50\tp99\tp99.9\tmax\tforwarded p50\tp99\tp99 range (runs)\tp99.9\tmax\tforwarded/local p50\tp99\tgets/s\tverified\tload\t",
+			func(tw io.Writer) {
+				for _, s := range queries {
+					fmt.Fprintf(tw, "%.0f\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%v\t%s\t\n",
+						s.Extra["clients"], s.Events, s.Extra["local_p50"], s.Extra["local_p99"], s.Extra["local_p999"], s.Extra["local_max"],
+						s.P50, s.P99, s.rng(secs), s.P999, s.Max, fmtRatio(ratios(s.runs, s.runs, p50)), fmtRatio(ratios(s.runs, s.runs, p99)),
+						figure.Count(s.Extra["requests_per_s"]), s.Verified, figure.Load1(s.Load))
+				}
+			})
 	}
 	noted := map[string]bool{}
 	for _, k := range names {
-		rs := by[k]
-		if n := rs[0].Note; n != "" && !noted[n] {
+		if n := by[k][0].Note; n != "" && !noted[n] {
 			noted[n] = true
 			fmt.Fprintf(w, "note %s: %s\n", k, n)
 		}

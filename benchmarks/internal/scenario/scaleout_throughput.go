@@ -10,7 +10,6 @@ import (
 
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/connectors/iggy"
 )
 
 // ThroughputSolo is the throughput measurement's variant of one instance
@@ -53,18 +52,13 @@ func ScaleoutThroughput(ctx context.Context, o ScaleoutOptions, variant string) 
 		return res, err
 	}
 	defer b.close()
-	pub, err := iggy.NewPublisher(ctx, b.cl, iggyStream, iggyTopic)
-	if err != nil {
-		return res, err
-	}
-	defer pub.Close(context.Background())
 
 	ps := make([]*instProc, n)
 	defer func() { _ = stopAll(ps) }()
 	t := time.Now()
 	err = startGroup(ctx, o, ps, o.Workload.Partitions, nil, 2*time.Minute, func(i int) (InstanceConfig, func(InstanceStatus)) {
 		name := fmt.Sprintf("i%d", i)
-		return InstanceConfig{Broker: b.addr, Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: group,
+		return InstanceConfig{Broker: b.cl.Addr(), Dir: filepath.Join(dir, name), Name: name, Codec: o.Codec, Group: group,
 			Session: o.Session, SnapshotEvery: -1, StatusEvery: 10 * time.Millisecond, Router: o.router()}, nil
 	})
 	if err != nil {
@@ -81,7 +75,7 @@ func ScaleoutThroughput(ctx context.Context, o ScaleoutOptions, variant string) 
 	perr := make(chan error, 1)
 	var published time.Duration
 	go func() {
-		err := publish(ctx, pub, log, 0, log.Len())
+		err := publish(ctx, b.pub, log, 0, log.Len())
 		published = time.Since(start)
 		perr <- err
 	}()
