@@ -115,6 +115,7 @@ type Processor struct {
 type ProcessorOption func(*processorOptions)
 
 type processorOptions struct {
+	writers      *Writers
 	sink         connector.Sink
 	pollSize     int
 	prefetch     int
@@ -139,6 +140,14 @@ type processorOptions struct {
 }
 
 // DefaultPollSize is the most records one poll asks for, unless
+// WithWriters makes the processor take its partitions' writer turns from
+// w, which the processors of every other source that writes the same
+// tables share (see Writers). Without it the processor's pipelines assume
+// they are their partitions' only writers.
+func WithWriters(w *Writers) ProcessorOption {
+	return func(o *processorOptions) { o.writers = w }
+}
+
 // WithPollSize says otherwise.
 const DefaultPollSize = 4096
 

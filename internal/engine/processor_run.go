@@ -273,6 +273,7 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 			log:      p.log.With(slog.Uint64("partition", uint64(pt))),
 			advised:  task.Next(),
 			readFrom: task.Next(),
+			turn:     p.opts.writers.turn(pt),
 		}
 		pls = append(pls, pl)
 		p.update(pt, func(ps *stream.PartitionStats) {
@@ -328,6 +329,35 @@ type pipeline struct {
 	pendFirst uint64
 	pendStart time.Time          // when pend was handed to Submit (telemetry)
 	pendRecs  []connector.Record // pend's records (telemetry)
+
+	// turn is the partition's writer turn shared with the pipelines of
+	// the other sources that write the same tables (writers.go), nil when
+	// the source shares no state; holding says this pipeline has it.
+	turn    *writerTurn
+	holding bool
+}
+
+// takeTurn makes the pipeline its partition's writer, waiting for the
+// pipelines of other sources that write the same tables; it does nothing
+// when the source shares no state or the pipeline has the turn already.
+func (pl *pipeline) takeTurn(ctx context.Context) error {
+	if pl.turn == nil || pl.holding {
+		return nil
+	}
+	if err := pl.turn.take(ctx); err != nil {
+		return err
+	}
+	pl.holding = true
+	return nil
+}
+
+// giveTurn gives the writer turn up once no commit of the pipeline is in
+// flight (its writes are then visible to whoever takes the turn next).
+func (pl *pipeline) giveTurn() {
+	if pl.holding && pl.pend == nil {
+		pl.turn.give()
+		pl.holding = false
+	}
 }
 
 type releaseReq struct {
@@ -353,6 +383,7 @@ func (pl *pipeline) run(runCtx, drainCtx context.Context) error {
 	if serr := pl.settle(); err == nil {
 		err = serr
 	}
+	pl.giveTurn()
 	cancel()
 	wg.Wait()
 	close(pl.stopped)
@@ -411,10 +442,22 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			if err := pl.settle(); err != nil {
 				return err
 			}
+			pl.giveTurn() // idle: the other sources' pipelines may write
 			continue
 		case recs := <-pl.batches:
 			if ctx.Err() != nil {
 				return pl.settle() // this batch not started: read again next time
+			}
+			if pl.holding && pl.turn.wanted() {
+				// Another source waits for the partition: let it write
+				// once this pipeline's commit is done.
+				if err := pl.settle(); err != nil {
+					return err
+				}
+				pl.giveTurn()
+			}
+			if err := pl.takeTurn(ctx); err != nil {
+				return pl.settle() // stopped while waiting: read again next time
 			}
 			// process keeps the batch's slot while its commit is in
 			// flight (settle frees it), so the read-ahead bound counts
@@ -426,7 +469,11 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			if err := pl.settle(); err != nil {
 				return err
 			}
+			if err := pl.takeTurn(ctx); err != nil {
+				return nil
+			}
 			did, err := pl.retry(drainCtx)
+			pl.giveTurn()
 			if err != nil {
 				return err
 			}

@@ -418,8 +418,13 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		popts = append(popts, engine.WithPublishGate(a.grp.gate, a.grp.check))
 	}
 	popts = append(popts, runhooks.From(ctx)...)
+	writers := p.writerGroups()
 	for _, src := range sources {
-		proc, err := engine.NewProcessor(p.p, db, src, slices.Concat(popts, a.telemetryOptions(src.Name()))...)
+		sopts := slices.Concat(popts, a.telemetryOptions(src.Name()))
+		if w := writers[src.Name()]; w != nil {
+			sopts = append(sopts, engine.WithWriters(w))
+		}
+		proc, err := engine.NewProcessor(p.p, db, src, sopts...)
 		if err != nil {
 			return nil, fail(err)
 		}
@@ -569,4 +574,46 @@ func (a *App) PendingDeadLetters(ctx context.Context) ([]deadletter.Letter, erro
 		out = append(out, d...)
 	}
 	return out, nil
+}
+
+// writerGroups returns the writer turns of the sources that share tables
+// (docs/design.md §2, one writer per row): sources linked by a table they
+// both write, directly or through other sources, share one engine.Writers;
+// a source that shares no table with another has none.
+func (p *Program) writerGroups() map[string]*engine.Writers {
+	parent := map[string]string{}
+	var find func(s string) string
+	find = func(s string) string {
+		for parent[s] != "" && parent[s] != s {
+			s = parent[s]
+		}
+		return s
+	}
+	for _, tn := range p.tables {
+		for _, sn := range tn.sources {
+			if parent[sn] == "" {
+				parent[sn] = sn
+			}
+			if r, r0 := find(sn), find(tn.sources[0]); r != r0 {
+				parent[r] = r0
+			}
+		}
+	}
+	size := map[string]int{}
+	for sn := range parent {
+		size[find(sn)]++
+	}
+	out := map[string]*engine.Writers{}
+	groups := map[string]*engine.Writers{}
+	for sn := range parent {
+		root := find(sn)
+		if size[root] < 2 {
+			continue
+		}
+		if groups[root] == nil {
+			groups[root] = engine.NewWriters()
+		}
+		out[sn] = groups[root]
+	}
+	return out
 }

@@ -1,0 +1,174 @@
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/deadletter"
+	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
+)
+
+// Tests of issue 23: exactly-once in every topology shape.
+
+// TwoCount is a row fed by two inputs: what each input applied.
+type TwoCount struct{ A, B int }
+
+// A table fed by two sources: every event of both is applied exactly once,
+// whatever the batching and the partition count (one writer per row).
+func TestTableFedByTwoSources(t *testing.T) {
+	for _, bs := range []int{1, 7, 100} {
+		for _, parts := range []uint32{1, 3} {
+			t.Run(fmt.Sprintf("batch=%d/partitions=%d", bs, parts), func(t *testing.T) {
+				incA := stream.DeclareFunc(1, evKey)
+				incB := stream.DeclareFunc(2, evKey)
+				topo := topology.New("two")
+				tbl := topology.NewTable[string, TwoCount](topo, "counts", stream.JSON[TwoCount]())
+				sa := topology.Source[string](topo, "s/a")
+				sb := topology.Source[string](topo, "s/b")
+				topology.Project(topology.On(sa, incA), tbl, func(c *TwoCount, e Ev) error { c.A++; return nil })
+				topology.Project(topology.On(sb, incB), tbl, func(c *TwoCount, e Ev) error { c.B++; return nil })
+				d := topologytest.NewDriver(t, topo, topologytest.BatchSize(bs), topologytest.Partitions(parts))
+				keys := []string{"x", "y", "z", "w"}
+				for i := range 300 {
+					topologytest.PipeTo(d, "s/a", incA, Ev{K: keys[i%len(keys)]})
+					topologytest.PipeTo(d, "s/b", incB, Ev{K: keys[(i/3)%len(keys)]})
+				}
+				d.Advance()
+				for _, k := range keys {
+					got, _, err := tbl.Get(context.Background(), k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := (TwoCount{75, 75}); got != want {
+						t.Errorf("key %s: %+v, want %+v", k, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Two KeyBy steps into one table: their repartition topics are two inputs
+// of one table.
+func TestTableFedByTwoKeyBySteps(t *testing.T) {
+	type depot struct{ In, Out int }
+	arrive := stream.DeclareFunc(1, evKey)
+	leave := stream.DeclareFunc(2, evKey)
+	topo := topology.New("depots")
+	src := topology.Source[string](topo, "parcels")
+	tbl := topology.NewTable[string, depot](topo, "depots", stream.JSON[depot]())
+	byDepotIn := topology.KeyBy(topology.On(src, arrive), "in", func(e Ev) (string, error) { return fmt.Sprint("D", e.N%3), nil })
+	byDepotOut := topology.KeyBy(topology.On(src, leave), "out", func(e Ev) (string, error) { return fmt.Sprint("D", e.N%3), nil })
+	topology.Project(byDepotIn, tbl, func(v *depot, e Ev) error { v.In++; return nil })
+	topology.Project(byDepotOut, tbl, func(v *depot, e Ev) error { v.Out++; return nil })
+	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(3), topologytest.Partitions(2))
+	for i := range 300 {
+		topologytest.Pipe(d, arrive, Ev{K: fmt.Sprint("p", i), N: i})
+		topologytest.Pipe(d, leave, Ev{K: fmt.Sprint("p", i), N: i})
+	}
+	d.Advance()
+	for i := range 3 {
+		got, _, err := tbl.Get(context.Background(), fmt.Sprint("D", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (got != depot{100, 100}) {
+			t.Errorf("depot D%d: %+v, want {100 100}", i, got)
+		}
+	}
+}
+
+// A Permanent error dead-letters the failing event only, with its own
+// error; the healthy events of its run are applied, whatever the batching,
+// also when the run is reduced.
+func TestPermanentFailureStaysWithItsEvent(t *testing.T) {
+	for _, reduced := range []bool{false, true} {
+		for _, bs := range []int{1, 2, 5, 100} {
+			t.Run(fmt.Sprintf("reduced=%v/batch=%d", reduced, bs), func(t *testing.T) {
+				var opts []stream.Option
+				if reduced {
+					opts = append(opts, stream.Reduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
+						func(e Ev, v int64) Ev { e.Amount = v; return e })))
+				}
+				scan := stream.DeclareFunc(1, evKey, opts...)
+				topo := topology.New("scans")
+				src := topology.Source[string](topo, "scans")
+				tbl := topology.NewTable[string, int64](topo, "totals", stream.JSON[int64]())
+				topology.Project(topology.On(src, scan), tbl, func(v *int64, e Ev) error {
+					if e.Amount >= 1000 {
+						return stream.Permanent(fmt.Errorf("unknown depot %d", e.Amount))
+					}
+					*v += e.Amount
+					return nil
+				})
+				d := topologytest.NewDriver(t, topo, topologytest.BatchSize(bs))
+				topologytest.Pipe(d, scan, Ev{K: "a", Amount: 1}, Ev{K: "a", Amount: 1009}, Ev{K: "a", Amount: 2},
+					Ev{K: "b", Amount: 4}, Ev{K: "a", Amount: 1010}, Ev{K: "a", Amount: 8})
+				d.Advance()
+				if got, _, _ := tbl.Get(context.Background(), "a"); got != 11 {
+					t.Errorf("a = %d, want 11 (1+2+8; the two bad scans dead-lettered)", got)
+				}
+				if got, _, _ := tbl.Get(context.Background(), "b"); got != 4 {
+					t.Errorf("b = %d, want 4", got)
+				}
+				var got []string
+				for _, l := range d.DeadLetters() {
+					if l.Reason != deadletter.ReasonPermanent {
+						t.Errorf("dead letter at %d: reason %v, want permanent", l.Offset, l.Reason)
+					}
+					got = append(got, fmt.Sprintf("%d:%v", l.Offset, l.Err))
+				}
+				slices.Sort(got)
+				if len(got) != 2 || !strings.HasPrefix(got[0], "1:") || !strings.Contains(got[0], "unknown depot 1009") ||
+					!strings.HasPrefix(got[1], "4:") || !strings.Contains(got[1], "unknown depot 1010") {
+					t.Errorf("dead letters %q, want offsets 1 and 4, each with its own error", got)
+				}
+			})
+		}
+	}
+}
+
+// Retries exhausted dead-letter the failing event only; the other events
+// of its run are applied.
+func TestExhaustedRetriesStayWithTheirEvent(t *testing.T) {
+	for _, bs := range []int{1, 3, 100} {
+		t.Run(fmt.Sprintf("batch=%d", bs), func(t *testing.T) {
+			ev := stream.DeclareFunc(1, evKey)
+			topo := topology.New("exhaust", topology.WithRetry(2, time.Second, time.Second))
+			src := topology.Source[string](topo, "log")
+			tbl := topology.NewTable[string, []int64](topo, "seen", stream.JSON[[]int64]())
+			topology.Project(topology.On(src, ev), tbl, func(v *[]int64, e Ev) error {
+				*v = append(*v, e.Amount) // in place, then fail: no trace may stay
+				if e.Amount == 2 {
+					return errors.New("always fails")
+				}
+				return nil
+			})
+			d := topologytest.NewDriver(t, topo, topologytest.BatchSize(bs))
+			topologytest.Pipe(d, ev, Ev{K: "a", Amount: 1}, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
+			d.Advance()
+			if got, _, _ := tbl.Get(context.Background(), "a"); !slices.Equal(got, []int64{1}) {
+				t.Errorf("after the first failure: %v, want [1] (the key parked at the failing event)", got)
+			}
+			for range 3 {
+				d.AdvanceClock(time.Minute)
+				d.Advance()
+			}
+			if got, _, _ := tbl.Get(context.Background(), "a"); !slices.Equal(got, []int64{1, 3}) {
+				t.Errorf("after the retries: %v, want [1 3]", got)
+			}
+			dls := d.DeadLetters()
+			if len(dls) != 1 || dls[0].Offset != 1 || dls[0].Reason != deadletter.ReasonExhausted {
+				t.Fatalf("dead letters %+v, want only offset 1, retries-exhausted", dls)
+			}
+		})
+	}
+}
