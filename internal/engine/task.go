@@ -992,9 +992,65 @@ segments:
 
 // runOne runs one run and deals with its failure; it returns false when
 // the key must stop.
+//
+// A run of several records that fails is run again record by record
+// (isolate), so that a failure stays with its event: the healthy records
+// are applied, the failing one alone is parked or dead-lettered with its
+// own error, and tables and dead letters do not depend on how the log was
+// batched (docs/design.md §8).
 func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	rt := t.src.routes[tag]
 	res := rt.runner.run(rc, recs)
+	if res.end == runFailed && b.ctx.Err() == nil {
+		var pending []int
+		for _, i := range recs {
+			if b.status[i] == statusPending {
+				pending = append(pending, i)
+			}
+		}
+		if len(pending) > 1 {
+			return t.isolate(b, rc, tag, rt, pending)
+		}
+	}
+	return t.endRun(b, rc, tag, recs, res)
+}
+
+// isolate runs the pending records of a failed run one at a time, in log
+// order. A record that fails for good (Permanent, retries exhausted) is
+// dead-lettered alone and the others go on; one that fails otherwise stops
+// the key there, and it and the rest are parked. The records applied so far
+// stay applied: a failed single-record run leaves no trace (runner.run
+// reverts it).
+func (t *Task) isolate(b *batch, rc *runCtx, tag planner.Tag, rt *route, pending []int) bool {
+	one := make([]int, 1)
+	for n, i := range pending {
+		if b.status[i] != statusPending {
+			continue
+		}
+		one[0] = i
+		res := rt.runner.run(rc, one)
+		switch {
+		case res.end == runOK:
+			continue
+		case res.end == runFailed && b.ctx.Err() == nil && t.fatalFor(b, i, res.err):
+			// Dead-lettered alone; the run goes on.
+			t.endRun(b, rc, tag, one, res)
+			continue
+		}
+		return t.endRun(b, rc, tag, pending[n:], res)
+	}
+	return true
+}
+
+// fatalFor reports whether a run of record i that failed with err ends in
+// a dead letter (Permanent, or the record's last allowed try).
+func (t *Task) fatalFor(b *batch, i int, err error) bool {
+	return errors.Is(err, stream.ErrPermanent) || b.attempt[i] >= t.prog.maxAttempts
+}
+
+// endRun deals with how a run of recs ended; it returns false when the key
+// must stop.
+func (t *Task) endRun(b *batch, rc *runCtx, tag planner.Tag, recs []int, res runResult) bool {
 	err := res.err
 	switch res.end {
 	case runOK:

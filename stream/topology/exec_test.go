@@ -295,7 +295,7 @@ func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
 	}
 }
 
-func TestPermanentErrorDeadLettersTheRun(t *testing.T) {
+func TestPermanentErrorDeadLettersTheFailingEvent(t *testing.T) {
 	decl := stream.DeclareFunc(1, evKey)
 	rec := &recorder{}
 	rec.fail = func(key string, tag planner.Tag, events []Ev) error {
@@ -311,11 +311,11 @@ func TestPermanentErrorDeadLettersTheRun(t *testing.T) {
 	tdPipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1}, Ev{K: "a", N: 2})
 	d.Advance()
 	dls := d.DeadLetters()
-	if len(dls) != 2 || dls[0].Offset != 1 || dls[0].Reason != deadletter.ReasonPermanent {
-		t.Fatalf("dead letters %+v: want offsets 1 and 2 (the failing run's rest)", dls)
+	if len(dls) != 1 || dls[0].Offset != 1 || dls[0].Reason != deadletter.ReasonPermanent {
+		t.Fatalf("dead letters %+v: want offset 1 alone (the failing event)", dls)
 	}
-	if res := d.Results()[0]; !slices.Equal(res.Applied, []uint64{0}) {
-		t.Fatalf("applied %v, want [0]", res.Applied)
+	if res := d.Results()[0]; !slices.Equal(res.Applied, []uint64{0, 2}) {
+		t.Fatalf("applied %v, want [0 2]", res.Applied)
 	}
 }
 
@@ -466,7 +466,9 @@ func TestStaleRecordsAreIgnored(t *testing.T) {
 	}
 }
 
-func TestProjectionFailureWritesNothingOfTheRun(t *testing.T) {
+// A failing fold writes nothing of its event: the events of its run before
+// it are applied (as they would be in batches of one), it and the rest wait.
+func TestProjectionFailureWritesNothingOfTheFailingEvent(t *testing.T) {
 	decl := stream.DeclareFunc(1, evKey)
 	topo := topology.New("projfail")
 	src := topology.Source[string](topo, "log")
@@ -482,8 +484,8 @@ func TestProjectionFailureWritesNothingOfTheRun(t *testing.T) {
 	d := newTaskDriver(t, topo)
 	tdPipe(d, decl, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3})
 	d.Advance()
-	if v, ok, _ := table.Get(context.Background(), "a"); ok {
-		t.Fatalf("table holds %v after a failed run", v)
+	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int{1}) {
+		t.Fatalf("table holds %v after a failed run, want [1]", v)
 	}
 	failAt = -1
 	d.AdvanceClock(time.Hour)

@@ -2,12 +2,16 @@ package topology_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/stream"
@@ -171,4 +175,150 @@ func TestExhaustedRetriesStayWithTheirEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Amounts that make the folds below fail: a scan of amount in
+// [badPermanent, badPermanent+10] fails with a Permanent error, one in
+// [badAlways, badAlways+10] fails every time (its tries run out); healthy
+// amounts are in [-3, 3]. A reduced run's sum tells which kinds it holds.
+const (
+	badPermanent = 1000
+	badAlways    = 100_000
+)
+
+// TestPropertyDeadLettersDoNotDependOnBatching: random logs of two event
+// types, one of them reduced (a Sum), with events that fail permanently or
+// on every try; random batch sizes, partition counts and restarts. The
+// dead letters are exactly the failing events, each with its own reason and
+// error, and every table equals the sequential fold of the other events —
+// what batches of one record give — whatever the batching.
+func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
+	type row struct {
+		Sum   int64
+		Plain []int
+	}
+	const maxAttempts = 2
+	failOf := func(amt int64) error {
+		switch {
+		case amt >= badAlways-300:
+			return fmt.Errorf("amount %d: store down", amt)
+		case amt >= badPermanent-300:
+			return stream.Permanent(fmt.Errorf("amount %d: unknown depot", amt))
+		}
+		return nil
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		sum := stream.DeclareFunc(1, evKey, stream.Reduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
+			func(e Ev, v int64) Ev { e.Amount = v; return e })))
+		plain := stream.DeclareFunc(2, evKey)
+		topo := topology.New("batching", topology.WithWorkers(2), topology.WithRetry(maxAttempts, time.Second, time.Second))
+		src := topology.Source[string](topo, "log")
+		tbl := topology.NewTable[string, row](topo, "rows", stream.JSON[row]())
+		topology.Project(topology.On(src, sum), tbl, func(r *row, e Ev) error {
+			r.Sum += e.Amount // in place first
+			return failOf(e.Amount)
+		})
+		topology.Project(topology.On(src, plain), tbl, func(r *row, e Ev) error {
+			r.Plain = append(r.Plain, e.N)
+			return failOf(e.Amount)
+		})
+
+		n := rapid.IntRange(1, 60).Draw(rt, "events")
+		nkeys := rapid.IntRange(1, 3).Draw(rt, "keys")
+		type entry struct {
+			plain bool
+			ev    Ev
+		}
+		var log []entry
+		for i := range n {
+			e := Ev{K: fmt.Sprint("k", rapid.IntRange(0, nkeys-1).Draw(rt, "key")), N: i,
+				Amount: int64(rapid.IntRange(-3, 3).Draw(rt, "amount"))}
+			switch rapid.IntRange(0, 8).Draw(rt, "fault") {
+			case 0:
+				e.Amount = badPermanent + int64(rapid.IntRange(0, 10).Draw(rt, "bad"))
+			case 1:
+				e.Amount = badAlways + int64(rapid.IntRange(0, 10).Draw(rt, "bad"))
+			}
+			log = append(log, entry{plain: rapid.Bool().Draw(rt, "plain"), ev: e})
+		}
+		sizes := rapid.SliceOfN(rapid.IntRange(1, 25), 1, 10).Draw(rt, "batch sizes")
+		parts := uint32(rapid.IntRange(1, 2).Draw(rt, "partitions"))
+		restartEvery := rapid.IntRange(0, 4).Draw(rt, "restart every")
+
+		next := 0
+		d := topologytest.NewDriver(t, topo, topologytest.Partitions(parts),
+			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		defer d.Close()
+		for _, e := range log {
+			if e.plain {
+				topologytest.Pipe(d, plain, e.ev)
+			} else {
+				topologytest.Pipe(d, sum, e.ev)
+			}
+		}
+		steps := 0
+		for round := 0; d.Lag() > 0 || parked(d, parts) > 0; round++ {
+			if round > 10000 {
+				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), parked(d, parts))
+			}
+			if !d.Step() {
+				d.AdvanceClock(time.Second)
+			}
+			steps++
+			if restartEvery > 0 && steps%restartEvery == 0 {
+				d.Restart()
+			}
+		}
+
+		want := map[string]row{}
+		wantDead := map[int]deadletter.Reason{}
+		for _, e := range log {
+			switch {
+			case e.ev.Amount >= badAlways:
+				wantDead[e.ev.N] = deadletter.ReasonExhausted
+				continue
+			case e.ev.Amount >= badPermanent:
+				wantDead[e.ev.N] = deadletter.ReasonPermanent
+				continue
+			}
+			r := want[e.ev.K]
+			if e.plain {
+				r.Plain = append(r.Plain, e.ev.N)
+			} else {
+				r.Sum += e.ev.Amount
+			}
+			want[e.ev.K] = r
+		}
+		gotDead := map[int]deadletter.Reason{}
+		for _, dl := range d.DeadLetters() {
+			var e Ev
+			if err := json.Unmarshal(dl.Payload, &e); err != nil {
+				rt.Fatalf("dead letter payload %q: %v", dl.Payload, err)
+			}
+			if _, dup := gotDead[e.N]; dup {
+				rt.Fatalf("event %d dead-lettered twice", e.N)
+			}
+			gotDead[e.N] = dl.Reason
+			if own := fmt.Sprintf("amount %d:", e.Amount); dl.Err == nil || !strings.Contains(dl.Err.Error(), own) {
+				rt.Fatalf("dead letter of event %d (amount %d) carries error %v, not its own", e.N, e.Amount, dl.Err)
+			}
+		}
+		if !maps.Equal(gotDead, wantDead) {
+			rt.Fatalf("dead letters (event → reason) %v, want %v", gotDead, wantDead)
+		}
+		got := map[string]row{}
+		if err := tbl.Scan(context.Background(), func(k string, v row) bool { got[k] = v; return true }); err != nil {
+			rt.Fatal(err)
+		}
+		for k, w := range want {
+			if g := got[k]; g.Sum != w.Sum || !slices.Equal(g.Plain, w.Plain) {
+				rt.Fatalf("key %s: %+v, want %+v", k, g, w)
+			}
+		}
+		for k, g := range got {
+			if _, ok := want[k]; !ok && (g.Sum != 0 || len(g.Plain) != 0) {
+				rt.Fatalf("key %s: %+v, want no row", k, g)
+			}
+		}
+	})
 }
