@@ -1,6 +1,10 @@
 package stream
 
-import "time"
+import (
+	"time"
+
+	"github.com/strand-io/strand/planner"
+)
 
 // Counters are running totals of a runtime's work since it was opened (they
 // survive restarts of Run, not of the process).
@@ -70,6 +74,26 @@ type PartitionStats struct {
 	// when the source last reported it; zero if it never did.
 	End   uint64
 	EndAt time.Time
+	// Stuck lists the runs whose handler had not returned when a stop's
+	// drain timeout passed: their batch was abandoned uncommitted (its
+	// records are processed again at the next start). Nil when none was.
+	Stuck []StuckRun
+}
+
+// StuckRun is a run whose handler (a fold, a ForEach, To or KeyBy
+// function) had not returned when a stop's drain timeout passed.
+type StuckRun struct {
+	// Source and Partition say where; Key is the key's bytes and Tag the
+	// run's type tag.
+	Source    string
+	Partition uint32
+	Key       []byte
+	Tag       planner.Tag
+	// Handlers names the type's handlers (`project into "balances"`,
+	// `ForEach "notify"`, ...).
+	Handlers string
+	// Since is when the batch started executing.
+	Since time.Time
 }
 
 // Lag returns how many records of the partition are not yet committed:

@@ -51,6 +51,17 @@ type handlerInfo struct {
 // Projections get exactly-once: the write commits in the same batch as the
 // source checkpoint.
 func Project[K, E, V any](ev *stream.Event[K, E], table *state.Table[K, V], fold func(v *V, e E) error) Handler {
+	var f func(context.Context, *V, E) error
+	if fold != nil {
+		f = func(_ context.Context, v *V, e E) error { return fold(v, e) }
+	}
+	return &projectHandler[K, E, V]{ev: ev, table: table, fold: f}
+}
+
+// ProjectContext is Project with a fold that sees the batch's context: it
+// is cancelled when the App stops for good (the drain timeout after a stop
+// has passed), so a fold waiting on something slow can give up.
+func ProjectContext[K, E, V any](ev *stream.Event[K, E], table *state.Table[K, V], fold func(ctx context.Context, v *V, e E) error) Handler {
 	return &projectHandler[K, E, V]{ev: ev, table: table, fold: fold}
 }
 
@@ -72,7 +83,7 @@ func Handle[K, E any](ev *stream.Event[K, E], name string, maxBatch int, fn func
 type projectHandler[K, E, V any] struct {
 	ev    *stream.Event[K, E]
 	table *state.Table[K, V]
-	fold  func(v *V, e E) error
+	fold  func(ctx context.Context, v *V, e E) error
 }
 
 func (h *projectHandler[K, E, V]) decl() declaration {
@@ -137,6 +148,21 @@ func (h *handleHandler[K, E]) info() handlerInfo {
 	return handlerInfo{kind: "handle", name: h.name, maxBatch: h.max}
 }
 
+// describe names the handler in logs and stats: `project into "t"`,
+// `ForEach "name"`, `To "step"`, `KeyBy "step"`.
+func (hi handlerInfo) describe() string {
+	switch hi.kind {
+	case "project":
+		return fmt.Sprintf("project into %q", hi.table)
+	case "emit":
+		if hi.mode == EmitKeyBy {
+			return fmt.Sprintf("KeyBy %q", hi.name)
+		}
+		return fmt.Sprintf("To %q", hi.name)
+	}
+	return fmt.Sprintf("ForEach %q", hi.name)
+}
+
 // errFatal marks an error that makes the whole batch fail (the store
 // refused a read or a write): the transaction cannot be trusted and is
 // discarded.
@@ -184,7 +210,7 @@ func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) (int, error) {
 	var foldErr error
 	at := 0
 	err := h.table.Update(rc.tx, rc.partition, rc.key, func(v *V, _ bool) error {
-		at, foldErr = foldAll(h.fold, v, events)
+		at, foldErr = foldAll(rc.ctx, h.fold, v, events)
 		return foldErr
 	})
 	switch {
@@ -203,7 +229,7 @@ func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, 
 	if err != nil {
 		return nil, 0, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
 	}
-	at, err := foldAll(h.fold, &v, events)
+	at, err := foldAll(rc.ctx, h.fold, &v, events)
 	if err != nil {
 		if rerr := h.revert(rc); rerr != nil {
 			return nil, 0, rerr
@@ -508,14 +534,14 @@ func reduce[K, E any](ev *stream.Event[K, E], alg algebra.Algebra[E], events []E
 
 // foldAll folds events into v and turns a panic of fold into an error. On
 // failure, at is the index of the event that failed.
-func foldAll[V, E any](fold func(*V, E) error, v *V, events []E) (at int, err error) {
+func foldAll[V, E any](ctx context.Context, fold func(context.Context, *V, E) error, v *V, events []E) (at int, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
 	for at = range events {
-		if err := fold(v, events[at]); err != nil {
+		if err := fold(ctx, v, events[at]); err != nil {
 			return at, err
 		}
 	}

@@ -521,6 +521,7 @@ func (pl *pipeline) process(ctx context.Context, recs []connector.Record) error 
 	if ctx.Err() != nil {
 		pl.log.Warn("strand: shutdown timed out; batch abandoned, nothing of it committed",
 			"first", first, "last", recs[len(recs)-1].Offset)
+		pl.noteStuck()
 		return nil
 	}
 	return pl.errorf(stream.OpProcess, first, err)
@@ -545,6 +546,14 @@ func (pl *pipeline) settle() error {
 	return err
 }
 
+// noteStuck reports the runs of an abandoned batch whose handlers had not
+// returned (Task.Stuck) in the partition's stats.
+func (pl *pipeline) noteStuck() {
+	if st := pl.task.Stuck(); st != nil {
+		pl.p.update(pl.part, func(ps *stream.PartitionStats) { ps.Stuck = st })
+	}
+}
+
 // retry retries due parked keys; did reports whether anything was tried.
 func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 	h := &pl.p.opts.hooks
@@ -557,6 +566,7 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 	res, err := pl.task.Retry(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
+			pl.noteStuck()
 			return false, nil
 		}
 		return false, pl.errorf(stream.OpRetry, pl.task.Next(), err)

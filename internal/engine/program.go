@@ -105,6 +105,9 @@ type programSource struct {
 type route struct {
 	tag    planner.Tag
 	name   string
+	// handlers names the type's handlers, for logs and stats
+	// ("project into \"balances\", ForEach \"notify\"").
+	handlers string
 	fence  planner.Ordering // static fence, or 0 when the type uses FenceBy
 	kind   algebra.Kind
 	runner runner
@@ -372,8 +375,12 @@ func (c *compiler) compileSource(si int, src SourceSpec) {
 		if !static {
 			fence = 0 // plan by each record's header
 		}
+		names := make([]string, 0, len(g.handlers))
+		for _, h := range g.handlers {
+			names = append(names, h.info().describe())
+		}
 		ps.routes[tag] = &route{tag: tag, name: g.d.Name(), fence: fence, kind: g.d.algebraKind(), runner: r,
-			sequenced: ps.reseq != nil && g.d.sequenced()}
+			sequenced: ps.reseq != nil && g.d.sequenced(), handlers: strings.Join(names, ", ")}
 		if ps.routes[tag].sequenced {
 			fp.add("sequenced", fmt.Sprint(tag))
 		}

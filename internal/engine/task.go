@@ -33,21 +33,23 @@ import (
 //
 // # Failures
 //
-// A handler error stops its key at the failing run: the run's events that
-// were not applied and every later event of the key in the batch are parked
-// (written to state.FamilyParked in the same commit) and other keys go on.
+// A run that fails is run again record by record (runOne, isolate), so a
+// failure stays with its event: the healthy records of the run are applied
+// and the key stops at the failing record, which with every later event of
+// the key in the batch is parked (written to state.FamilyParked in the same
+// commit); other keys go on.
 // Later batches park the key's new events behind them. A parked key is
 // retried, in log order, by the first Process or Retry call after its
 // backoff (Spec.Backoff, doubling up to Spec.MaxBackoff); when the
-// Spec.MaxAttempts-th try of the same failing record fails too, its run is
-// dead-lettered (ReasonExhausted) and the key goes on. Tries are counted
+// Spec.MaxAttempts-th try of the same failing record fails too, that record
+// alone is dead-lettered (ReasonExhausted) and the key goes on. Tries are counted
 // per failing record: a retry that gets past it starts the count again.
 //
 // A failing run leaves no trace in state: whatever its folds did to the
 // values they were handed (in place or not), every table value of the key
 // is put back as it was before the run, so retries, later runs and the
 // commit see exactly the events applied. A handler error
-// wrapped with Permanent dead-letters the run at once and the key goes on.
+// wrapped with Permanent dead-letters its record at once and the key goes on.
 // Parked events and attempts survive restarts: NewTask reloads them.
 //
 // Poison records (bad headers, unknown type tag, undecodable payload or
@@ -116,6 +118,7 @@ type Task struct {
 	// error that broke the Task when a commit failed.
 	pending *Pending
 	broken  error
+	stuck   []stream.StuckRun // runs of the last abandoned batch (stuck.go)
 
 	// scratch reused by Process
 	in      []connector.Record
@@ -332,6 +335,16 @@ type batch struct {
 	failures []failureEntry
 	fatal    error       // guarded by mu
 	stop     atomic.Bool // set with fatal: workers stop taking keys
+	// abandoned: a handler did not return before ctx was done; the
+	// workers may still run, so the Txn is discarded when they end.
+	abandoned bool
+
+	// What each worker runs now, for the report of a batch abandoned
+	// because a handler did not return (stuck.go): keys are the plan's
+	// keys, active one slot per worker.
+	keys   []planner.KeyPlan[string]
+	active []activeRun
+	start  time.Time
 }
 
 type deadEntry struct {
@@ -378,6 +391,7 @@ type runCtx struct {
 	partition uint32
 	key       []byte
 	b         *batch
+	slot      *activeRun // the worker's: what it runs now (stuck.go)
 }
 
 // Process processes one batch of the task's partition, records in offset
@@ -726,7 +740,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 		b.due[string(pk.key)] = true
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && !b.abandoned {
 			b.tx.Discard()
 			if sb != nil {
 				sb.rollback()
@@ -735,7 +749,9 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	}()
 
 	t.prepare(b, nParked)
-	t.execute(b)
+	if err := t.executeOrAbandon(b, sb); err != nil {
+		return nil, err
+	}
 
 	if b.fatal != nil {
 		return nil, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, b.fatal)
@@ -899,28 +915,36 @@ func (t *Task) execute(b *batch) {
 	plan := t.planner.Plan(t.planRec)
 	keys := plan.Keys()
 	workers := min(t.prog.workers, len(keys))
+	b.keys, b.active = keys, make([]activeRun, max(workers, 1))
 	if workers <= 1 {
 		var scratch []int
-		rc := new(runCtx)
-		for _, k := range keys {
+		rc := &runCtx{slot: &b.active[0]}
+		for n, k := range keys {
+			b.active[0].key.Store(int32(n + 1))
 			scratch = t.runKey(b, plan, k, scratch, rc)
+			b.active[0].key.Store(0)
+			if b.ctx.Err() != nil {
+				return
+			}
 		}
 		return
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var scratch []int
-			rc := new(runCtx) // one per worker: the handlers' interface calls make it escape
+			rc := &runCtx{slot: &b.active[w]} // one per worker: the handlers' interface calls make it escape
 			for {
 				n := int(next.Add(1) - 1)
 				if n >= len(keys) || b.ctx.Err() != nil {
 					return
 				}
+				b.active[w].key.Store(int32(n + 1))
 				scratch = t.runKey(b, plan, keys[n], scratch, rc)
+				b.active[w].key.Store(0)
 				if b.stop.Load() {
 					return
 				}
@@ -937,7 +961,7 @@ func (t *Task) execute(b *batch) {
 // run context, reset for the key.
 func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[string], scratch []int, rc *runCtx) []int {
 	segs := plan.Segments(k)
-	*rc = runCtx{}
+	*rc = runCtx{slot: rc.slot}
 	run := func(r planner.Run) bool {
 		recs := scratch[:0]
 		for _, pi := range plan.Records(r) {
@@ -945,7 +969,7 @@ func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[st
 		}
 		scratch = recs
 		if rc.b == nil {
-			*rc = runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: b.records[recs[0]].Headers.Key, b: b}
+			*rc = runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: b.records[recs[0]].Headers.Key, b: b, slot: rc.slot}
 		}
 		return t.runOne(b, rc, r.Tag(), recs)
 	}
@@ -1000,6 +1024,9 @@ segments:
 // batched (docs/design.md §8).
 func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	rt := t.src.routes[tag]
+	if rc.slot != nil {
+		rc.slot.tag.Store(uint32(tag))
+	}
 	res := rt.runner.run(rc, recs)
 	if res.end == runFailed && b.ctx.Err() == nil {
 		var pending []int

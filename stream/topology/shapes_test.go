@@ -2,6 +2,7 @@ package topology_test
 
 import (
 	"context"
+	"log/slog"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
@@ -321,4 +323,106 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A fold that never returns does not hold a stop: Run and Close return
+// within the drain timeout (with room for a slow machine), the stuck run is
+// in Stats with its key and handler, nothing of its batch is committed, and
+// a fold written with ProjectContext sees its context cancelled.
+func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
+	for _, withCtx := range []bool{false, true} {
+		t.Run(fmt.Sprintf("context=%v", withCtx), func(t *testing.T) {
+			ev := stream.DeclareFunc(1, evKey)
+			topo := topology.New("stuck", topology.WithWorkers(2))
+			src := topology.Source[string](topo, "s/log")
+			tbl := topology.NewTable[string, int](topo, "counts", stream.JSON[int]())
+			entered := make(chan struct{}, 16)
+			unblock := make(chan struct{})
+			sawCancel := make(chan struct{}, 1)
+			if withCtx {
+				topology.ProjectContext(topology.On(src, ev), tbl, func(ctx context.Context, n *int, e Ev) error {
+					if e.K == "stuck" {
+						entered <- struct{}{}
+						select {
+						case <-ctx.Done():
+							sawCancel <- struct{}{}
+							<-unblock // and still does not return
+						case <-unblock:
+						}
+					}
+					*n++
+					return nil
+				})
+			} else {
+				topology.Project(topology.On(src, ev), tbl, func(n *int, e Ev) error {
+					if e.K == "stuck" {
+						entered <- struct{}{}
+						<-unblock
+					}
+					*n++
+					return nil
+				})
+			}
+			ctx := context.Background()
+			cl := broker(t)
+			if err := cl.EnsureTopic(ctx, "s", "log", 1); err != nil {
+				t.Fatal(err)
+			}
+			pub, err := iggy.NewPublisher(ctx, cl, "s", "log")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := iggy.PublishBatch(ctx, pub, ev, []Ev{{K: "a"}, {K: "stuck"}, {K: "b"}}); err != nil {
+				t.Fatal(err)
+			}
+			_ = pub.Close(ctx)
+			app, err := topology.Open(ctx, topo, cl, t.TempDir(), topology.WithDrainTimeout(200*time.Millisecond),
+				topology.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer close(unblock) // the stuck goroutine ends with the test
+			runCtx, stop := context.WithCancel(ctx)
+			runErr := make(chan error, 1)
+			go func() { runErr <- app.Run(runCtx) }()
+			<-entered
+			start := time.Now()
+			stop()
+			select {
+			case err := <-runErr:
+				if err != nil {
+					t.Errorf("Run = %v, want nil after a stop", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("Run did not return within 60s of the stop (drain timeout 200ms)")
+			}
+			t.Logf("Run returned %v after the stop", time.Since(start))
+			closed := make(chan error, 1)
+			go func() { closed <- app.Close() }()
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Errorf("Close = %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("Close did not return within 60s")
+			}
+			if withCtx {
+				select {
+				case <-sawCancel:
+				default:
+					t.Error("the fold's context was not cancelled")
+				}
+			}
+			var stuck []stream.StuckRun
+			for _, st := range app.Stats() {
+				for _, ps := range st.Partitions {
+					stuck = append(stuck, ps.Stuck...)
+				}
+			}
+			if len(stuck) != 1 || string(stuck[0].Key) != "stuck" || !strings.Contains(stuck[0].Handlers, `project into "counts"`) {
+				t.Fatalf("Stats: stuck runs %+v, want key \"stuck\" in project into \"counts\"", stuck)
+			}
+		})
+	}
 }

@@ -279,11 +279,40 @@ func (s *Stream[K, E]) ForEach(name string, fn func(ctx context.Context, key K, 
 // Project folds the events of s into table: for each run of one key it
 // reads the key's value once (the zero value when absent), calls fold for
 // every reduced event in log order, and writes the value once. If fold
-// fails, nothing of the run is written and the key is parked and retried
-// (see WithRetry).
+// fails, nothing of its event is written: the run's events before it are
+// applied, and the failing event is parked and retried (see WithRetry) or,
+// for a Permanent error or when its tries run out, dead-lettered alone
+// with its own error; the key goes on behind it.
 // Exactly-once: the write commits atomically with the source checkpoint.
 // Project returns s for chaining.
 func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e E) error) *Stream[K, E] {
+	if fold == nil {
+		return project(s, table, nil)
+	}
+	return project(s, table, engine.Project(s.decl, tableOf(table), fold))
+}
+
+// ProjectContext is Project with a fold that is given a context: it is
+// cancelled when the App stops for good (the drain timeout after a stop has
+// passed, see WithDrainTimeout), so that a fold waiting on something slow
+// can give up. A fold that does not return is abandoned then: its batch is
+// not committed, the stop goes on, and the run is reported in
+// stream.PartitionStats.Stuck.
+func ProjectContext[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(ctx context.Context, v *V, e E) error) *Stream[K, E] {
+	if fold == nil {
+		return project(s, table, nil)
+	}
+	return project(s, table, engine.ProjectContext(s.decl, tableOf(table), fold))
+}
+
+func tableOf[K, V any](t *Table[K, V]) *state.Table[K, V] {
+	if t == nil {
+		return nil
+	}
+	return t.t
+}
+
+func project[K, E, V any](s *Stream[K, E], table *Table[K, V], h engine.Handler) *Stream[K, E] {
 	if !s.check("projection") {
 		return s
 	}
@@ -294,7 +323,7 @@ func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e
 	case table == nil:
 		t.errs = append(t.errs, fmt.Errorf("%s: a projection without a table", where))
 		return s
-	case fold == nil:
+	case h == nil:
 		t.errs = append(t.errs, fmt.Errorf("%s: projection into table %q has a nil fold function", where, table.Name()))
 		return s
 	}
@@ -314,7 +343,7 @@ func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e
 		}
 		return nil
 	})
-	n.handlers = append(n.handlers, engine.Project(s.decl, table.t, fold))
+	n.handlers = append(n.handlers, h)
 	return s
 }
 
