@@ -11,11 +11,24 @@ import (
 var ErrMismatch = errors.New("metamorphic: the run differs from the reference model")
 
 // Compare returns an error wrapping ErrMismatch that names the first
-// difference between what the model expects and what the run left, or nil.
+// difference between what the model expects and what the run left in each
+// of tables, dead letters, outputs and side effects, or nil.
 func Compare(c *Case, x *Expected, o *Observed) error {
-	diff := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrMismatch, fmt.Sprintf(format, args...))
+	var diffs []string
+	for _, f := range []func(*Case, *Expected, *Observed) error{compareTables, compareDLs, compareOutputs} {
+		if err := f(c, x, o); err != nil {
+			diffs = append(diffs, err.Error())
+		}
 	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n  %s", ErrMismatch, strings.Join(diffs, "\n  "))
+}
+
+func diff(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+func compareTables(c *Case, x *Expected, o *Observed) error {
 	for i, want := range x.Tables {
 		got := o.Tables[i]
 		for _, k := range sortedKeys(got, want) {
@@ -31,6 +44,10 @@ func Compare(c *Case, x *Expected, o *Observed) error {
 			}
 		}
 	}
+	return nil
+}
+
+func compareDLs(_ *Case, x *Expected, o *Observed) error {
 	for _, ident := range sortedKeys(o.DLs, x.DLs) {
 		got, w := o.DLs[ident], x.DLs[ident]
 		switch {
@@ -46,6 +63,10 @@ func Compare(c *Case, x *Expected, o *Observed) error {
 			return diff("record %s: dead letter %s with error %q, want its own error (%q)", ident, got[0].Reason, got[0].Err, w.Err)
 		}
 	}
+	return nil
+}
+
+func compareOutputs(_ *Case, x *Expected, o *Observed) error {
 	for _, node := range sortedKeys(o.Outputs, x.Outputs) {
 		got, want := o.Outputs[node], x.Outputs[node]
 		seen := map[int]int{}
@@ -97,7 +118,7 @@ func Replay(seed uint64, knobs string) string {
 }
 
 // Report describes a failing case for a test's output: the seed, the first
-// difference, the replay command and the case.
-func Report(c *Case, err error, knobs string) string {
-	return fmt.Sprintf("seed %d: %v\nreplay: %s\n%s", c.Seed, err, Replay(c.Seed, knobs), c)
+// differences, the command that replays it and the case.
+func Report(c *Case, err error, replay string) string {
+	return fmt.Sprintf("seed %d: %v\nreplay: %s\n%s", c.Seed, err, replay, c)
 }

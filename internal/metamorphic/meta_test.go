@@ -74,30 +74,30 @@ func testKnobs() (Knobs, string) {
 // failures (an App that stopped, a commit that did not come).
 type reportingTB struct {
 	*testing.T
-	c     *Case
-	knobs string
+	c      *Case
+	replay string
 }
 
 func (r reportingTB) Fatalf(format string, args ...any) {
 	r.T.Helper()
-	r.T.Fatalf("%s\n%s", fmt.Sprintf(format, args...), Report(r.c, fmt.Errorf("the driver failed"), r.knobs))
+	r.T.Fatalf("%s\n%s", fmt.Sprintf(format, args...), Report(r.c, fmt.Errorf("the driver failed"), r.replay))
 }
 
 func (r reportingTB) Errorf(format string, args ...any) {
 	r.T.Helper()
-	r.T.Errorf("%s\nseed %d, replay: %s", fmt.Sprintf(format, args...), r.c.Seed, Replay(r.c.Seed, r.knobs))
+	r.T.Errorf("%s\nseed %d, replay: %s", fmt.Sprintf(format, args...), r.c.Seed, r.replay)
 }
 
-// runCase runs c and fails t with a report of the first difference.
-func runCase(t *testing.T, c *Case, knobs string) {
+// runCase runs c and fails t with a report of the first differences.
+func runCase(t *testing.T, c *Case, replay string) {
 	t.Helper()
 	x := Expect(c)
-	o, err := Run(reportingTB{T: t, c: c, knobs: knobs}, c)
+	o, err := Run(reportingTB{T: t, c: c, replay: replay}, c)
 	if err == nil {
 		err = Compare(c, x, o)
 	}
 	if err != nil {
-		t.Fatal(Report(c, err, knobs))
+		t.Fatal(Report(c, err, replay))
 	}
 }
 
@@ -121,7 +121,7 @@ func TestMeta(t *testing.T) {
 		*seedFlag = s
 	}
 	if *seedFlag != 0 {
-		runCase(t, Generate(*seedFlag, knobs), flags)
+		runCase(t, Generate(*seedFlag, knobs), Replay(*seedFlag, flags))
 		return
 	}
 	n, base := uint64(defaultSeeds), uint64(1)
@@ -145,7 +145,7 @@ func TestMeta(t *testing.T) {
 			break
 		}
 		c := Generate(s, knobs)
-		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runCase(t, c, flags) }) {
+		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runCase(t, c, Replay(s, flags)) }) {
 			break
 		}
 	}
