@@ -47,7 +47,7 @@ func TestDefectSharedTable(t *testing.T) {
 		evs = append(evs, Rec{Input: 0, Ev: Ev{K: "x"}}, Rec{Input: 1, Ev: Ev{K: "x"}})
 	}
 	c := directed(knobs, []InputDesc{in("meta/a"), in("meta/b")}, []string{"counts"}, nodes, 1, evs...)
-	runCase(t, c, "go test ./internal/metamorphic -run TestDefectSharedTable -meta.shared-tables")
+	runCase(t, c, "go test ./internal/metamorphic -run TestDefectSharedTable -meta.shared-tables", false)
 }
 
 // TestDefectIsolation is issue 23's defect 2 through the harness: in one
@@ -75,5 +75,5 @@ func TestDefectIsolation(t *testing.T) {
 	c := directed(knobs, inputs, []string{"t0"}, nodes, 1000, evs...)
 	c.Fail[2] = Failure{Node: 0, Handler: 0, Mode: FailInPlace, Permanent: true}
 	c.Fail[5] = Failure{Node: 1, Handler: 0, Mode: FailError, Always: true}
-	runCase(t, c, "go test ./internal/metamorphic -run TestDefectIsolation -meta.isolation")
+	runCase(t, c, "go test ./internal/metamorphic -run TestDefectIsolation -meta.isolation", false)
 }

@@ -1,6 +1,7 @@
 package metamorphic
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -24,6 +25,7 @@ var (
 	first    = flag.Uint64("meta.first", 0, "the first seed of the run (default 1; with STRAND_SOAK=1 one from the clock, printed)")
 	duration = flag.Duration("meta.duration", 0, "stop starting seeds after this long (0: no bound)")
 	events   = flag.Int("meta.events", 0, "at most this many events per case (default 150)")
+	shrink   = flag.Bool("meta.shrink", false, "shrink a failing case (always done when one seed is replayed with -seed)")
 
 	knobFlags = []struct {
 		name, usage string
@@ -88,17 +90,25 @@ func (r reportingTB) Errorf(format string, args ...any) {
 	r.T.Errorf("%s\nseed %d, replay: %s", fmt.Sprintf(format, args...), r.c.Seed, r.replay)
 }
 
-// runCase runs c and fails t with a report of the first differences.
-func runCase(t *testing.T, c *Case, replay string) {
+// runCase runs c and fails t with a report of the first differences, and
+// of the smallest case that still fails if shrinking.
+func runCase(t *testing.T, c *Case, replay string, shrinking bool) {
 	t.Helper()
 	x := Expect(c)
 	o, err := Run(reportingTB{T: t, c: c, replay: replay}, c)
 	if err == nil {
 		err = Compare(c, x, o)
 	}
-	if err != nil {
-		t.Fatal(Report(c, err, replay))
+	if err == nil {
+		return
 	}
+	if shrinking && errors.Is(err, ErrMismatch) {
+		if small, serr := Shrink(c, 80); serr != nil {
+			t.Errorf("shrunk from %d to %d events (the events' ids are the original ones; replay the original):\n%s",
+				len(c.Gen), len(small.Gen), Report(small, serr, replay))
+		}
+	}
+	t.Fatal(Report(c, err, replay))
 }
 
 func envInt(name string) (uint64, bool) {
@@ -121,7 +131,7 @@ func TestMeta(t *testing.T) {
 		*seedFlag = s
 	}
 	if *seedFlag != 0 {
-		runCase(t, Generate(*seedFlag, knobs), Replay(*seedFlag, flags))
+		runCase(t, Generate(*seedFlag, knobs), Replay(*seedFlag, flags), true)
 		return
 	}
 	n, base := uint64(defaultSeeds), uint64(1)
@@ -145,7 +155,7 @@ func TestMeta(t *testing.T) {
 			break
 		}
 		c := Generate(s, knobs)
-		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runCase(t, c, Replay(s, flags)) }) {
+		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runCase(t, c, Replay(s, flags), *shrink) }) {
 			break
 		}
 	}
