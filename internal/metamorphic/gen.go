@@ -540,6 +540,10 @@ func (c *Case) String() string {
 	}
 	fmt.Fprintf(&b, "  plan: chunks %v steps %v\n  log (%d records, publication order):", c.Chunks, c.Steps, len(c.Log))
 	for i, rec := range c.Log {
+		if i == 400 {
+			fmt.Fprintf(&b, "\n    ... %d more", len(c.Log)-i)
+			break
+		}
 		if i%8 == 0 {
 			b.WriteString("\n   ")
 		}

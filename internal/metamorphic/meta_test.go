@@ -13,7 +13,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(crashDirEnv) != "" { // the crash test's child process
+		os.Exit(crashChild())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // defaultSeeds is how many seeds the default run tries (measured: well
 // under a minute with -race on a loaded 2-core machine).
