@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
@@ -40,7 +39,7 @@ var errNoKey = errors.New("meta: the event has no key for this KeyBy step")
 func Build(c *Case) *Built {
 	b := &Built{c: c, Out: map[int]*stream.Event[string, Ev]{}, tries: map[[3]int]int{}, forEach: map[int]map[int]int{}}
 	topo := topology.New("meta", topology.WithWorkers(c.Workers),
-		topology.WithRetry(c.Attempts, time.Second, time.Second), topology.WithPoisonPolicy(c.Poison))
+		topology.WithRetry(c.Attempts, c.backoff(), c.maxBackoff()), topology.WithPoisonPolicy(c.Poison))
 	b.Topo = topo
 	for _, name := range c.Tables {
 		b.Tables = append(b.Tables, topology.NewTable[string, Row](topo, name, stream.JSON[Row]()))
@@ -146,8 +145,11 @@ func Build(c *Case) *Built {
 			child := c.Nodes[n.Child]
 			depth := n.Depth
 			streams[child.ID] = topology.KeyBy(s, fmt.Sprintf("kb%d", child.ID), func(e Ev) (string, error) {
-				if e.RK[depth] == "" {
+				switch e.RK[depth] {
+				case noKey:
 					return "", errNoKey
+				case panicKey:
+					panic("meta: a KeyBy step panics on this event")
 				}
 				return e.RK[depth], nil
 			}, topology.KeyByTopic(child.Topic))

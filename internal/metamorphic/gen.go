@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
@@ -124,10 +125,12 @@ type Desc struct {
 	Parts    uint32
 	Workers  int
 	Attempts int
-	Poison   stream.PoisonPolicy
-	Inputs   []InputDesc
-	Tables   []string
-	Nodes    []NodeDesc
+	// Backoff and MaxBackoff are WithRetry's (0: a second each).
+	Backoff, MaxBackoff time.Duration
+	Poison              stream.PoisonPolicy
+	Inputs              []InputDesc
+	Tables              []string
+	Nodes               []NodeDesc
 }
 
 // RecKind is what a record of the log is.
@@ -253,6 +256,8 @@ func Generate(seed uint64, knobs Knobs) *Case {
 	if knobs.Isolation {
 		c.Attempts = 10
 	}
+	c.Backoff = []time.Duration{100 * time.Millisecond, time.Second}[r.IntN(2)]
+	c.MaxBackoff = c.Backoff * time.Duration(1+3*r.IntN(2))
 	if knobs.HoldPoison && knobs.Poison && r.IntN(4) == 0 {
 		c.Poison = stream.HoldPoisonedKey
 	}
@@ -353,7 +358,7 @@ func (c *Case) genLog(r *rand.Rand) {
 		ev.RK[0] = fmt.Sprintf("a%d", hash(inp.Name+k)%3)
 		ev.RK[1] = fmt.Sprintf("b%d", hash(ev.RK[0])%2)
 		if c.Knobs.Poison && r.IntN(25) == 0 {
-			ev.RK[r.IntN(2)] = ""
+			ev.RK[r.IntN(2)] = []string{noKey, panicKey}[r.IntN(2)]
 		}
 		if inp.Types[ty].Kind == KindFenceBy {
 			ev.Fence = fences[r.IntN(4)]
@@ -497,11 +502,20 @@ func (c *Case) genPlan(r *rand.Rand) {
 	}
 }
 
+func (d *Desc) backoff() time.Duration {
+	if d.Backoff <= 0 {
+		return time.Second
+	}
+	return d.Backoff
+}
+
+func (d *Desc) maxBackoff() time.Duration { return max(d.MaxBackoff, d.backoff()) }
+
 // String prints the case: the topology, the run plan and the log.
 func (c *Case) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "case seed=%d: %d partitions, %d workers, %d attempts, poison policy %s, batches %v\n",
-		c.Seed, c.Parts, c.Workers, c.Attempts, c.Poison, c.Batches)
+	fmt.Fprintf(&b, "case seed=%d: %d partitions, %d workers, %d attempts, backoff %v..%v, poison policy %s, batches %v\n",
+		c.Seed, c.Parts, c.Workers, c.Attempts, c.backoff(), c.maxBackoff(), c.Poison, c.Batches)
 	for i, in := range c.Inputs {
 		fmt.Fprintf(&b, "  input %d %q foreign=%v reseq=%v dup-dlq=%v skip=%d:", i, in.Name, in.Foreign, in.Reseq, in.DupDeadLetter, in.SkipTag)
 		for _, t := range in.Types {
@@ -569,6 +583,12 @@ func (in InputDesc) tagOf(rec Rec) planner.Tag {
 	}
 	return in.Types[rec.Type].Tag
 }
+
+// The new keys that make a KeyBy step fail: with an error, with a panic.
+const (
+	noKey    = ""
+	panicKey = "!"
+)
 
 // unknownTag is a tag no generated topology handles.
 const unknownTag planner.Tag = 250

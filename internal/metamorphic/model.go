@@ -135,7 +135,7 @@ func Expect(c *Case) *Expected {
 		if n.Depth == 0 {
 			ident = logIdentity(n.Topic, first[e.ID])
 		}
-		if n.Child >= 0 && e.RK[n.Depth] == "" {
+		if n.Child >= 0 && (e.RK[n.Depth] == noKey || e.RK[n.Depth] == panicKey) {
 			x.DLs[ident] = ExpDL{Reason: deadletter.ReasonKeyBy}
 			return
 		}

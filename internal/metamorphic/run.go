@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -55,7 +54,7 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 			d.Step()
 		}
 		if c.Clock[i] {
-			d.AdvanceClock(time.Second)
+			d.AdvanceClock(c.backoff())
 		}
 		if c.Restart[i] {
 			d.Restart()
@@ -87,7 +86,7 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 		if round == maxRounds {
 			return nil, fmt.Errorf("no end after %d rounds of retries: lag %d, %d keys parked, %d keys held", round, d.Lag(), keys, held)
 		}
-		d.AdvanceClock(time.Second)
+		d.AdvanceClock(c.maxBackoff())
 	}
 	o := &Observed{Tables: make([]map[string]Row, len(c.Tables)), DLs: map[string][]deadletter.Letter{},
 		Outputs: map[int][]Ev{}, ForEach: map[int]map[int]int{}}
@@ -96,6 +95,12 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 		o.Tables[i] = map[string]Row{}
 		if err := t.Scan(ctx, func(k string, v Row) bool { o.Tables[i][k] = v; return true }); err != nil {
 			return nil, fmt.Errorf("scanning table %s: %w", t.Name(), err)
+		}
+		for k, v := range o.Tables[i] {
+			g, ok, err := t.Get(ctx, k)
+			if err != nil || !ok || !equalRows(g, v) {
+				return nil, fmt.Errorf("%w: table %s key %q: Get gives %v (found %v, error %v), Scan %v", ErrMismatch, t.Name(), k, g, ok, err, v)
+			}
 		}
 	}
 	for _, dl := range d.DeadLetters() {
