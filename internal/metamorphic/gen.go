@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,7 +49,9 @@ type Knobs struct {
 }
 
 // DefaultKnobs returns every capability that today's engine gets right:
-// everything but SharedTables and Isolation.
+// everything but SharedTables and Isolation (issue 23's defects 1 and 2),
+// which -meta.shared-tables and -meta.isolation turn on; they belong here
+// once their fixes are merged.
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
 		HoldPoison: true, Failures: true, Restarts: true, MaxEvents: 150}
@@ -69,8 +72,14 @@ const (
 	KindSum
 )
 
-func (k Kind) String() string {
-	return [...]string{"fence", "fenceby", "fold", "sum"}[k]
+func (k Kind) String() string { return nameOf(int(k), "fence", "fenceby", "fold", "sum") }
+
+// nameOf returns names[i], or i when out of range.
+func nameOf(i int, names ...string) string {
+	if i < 0 || i >= len(names) {
+		return strconv.Itoa(i)
+	}
+	return names[i]
 }
 
 // TypeDesc is one event type of an input.
@@ -148,7 +157,7 @@ const (
 )
 
 func (k RecKind) String() string {
-	return [...]string{"event", "dup", "skipped", "bad-payload", "unknown-type", "bad-headers", "unclassified"}[k]
+	return nameOf(int(k), "event", "dup", "skipped", "bad-payload", "unknown-type", "bad-headers", "unclassified")
 }
 
 // Rec is one record of the log.
@@ -169,7 +178,7 @@ const (
 	FailInPlace                 // changes the value in place, then returns an error
 )
 
-func (m FailMode) String() string { return [...]string{"error", "panic", "in-place"}[m] }
+func (m FailMode) String() string { return nameOf(int(m), "error", "panic", "in-place") }
 
 // Failure is a handler failing on one event.
 type Failure struct {
