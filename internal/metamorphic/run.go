@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -72,7 +74,7 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 					continue
 				}
 				released[id] = true
-				if err := d.App().Release(context.Background(), dl.Source, dl.Partition, dl.Headers.Key); err != nil {
+				if err := release(d, dl); err != nil {
 					return nil, fmt.Errorf("releasing %s: %w", id, err)
 				}
 			}
@@ -122,6 +124,21 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 		}
 	}
 	return o, nil
+}
+
+// release releases the key of dl. Right after a restart of the driver the
+// App may not take a release yet, though Run runs (its pipelines are in
+// Stats before they take releases): that is retried for up to a second.
+func release(d *topologytest.Driver, dl deadletter.Letter) error {
+	var err error
+	for range 200 {
+		if err = d.App().Release(context.Background(), dl.Source, dl.Partition, dl.Headers.Key); err == nil ||
+			!strings.Contains(err.Error(), "not running") {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return err
 }
 
 // pipe appends rec to its input and returns where it went.
