@@ -72,6 +72,7 @@ const (
 	KindSum
 )
 
+// String names the kind.
 func (k Kind) String() string { return nameOf(int(k), "fence", "fenceby", "fold", "sum") }
 
 // nameOf returns names[i], or i when out of range.
@@ -82,11 +83,12 @@ func nameOf(i int, names ...string) string {
 	return names[i]
 }
 
-// TypeDesc is one event type of an input.
+// TypeDesc is one event type of an input: its tag, how it is declared and,
+// for KindFence, its fence.
 type TypeDesc struct {
 	Tag   planner.Tag
 	Kind  Kind
-	Fence planner.Ordering // KindFence only
+	Fence planner.Ordering
 }
 
 // InputDesc is one input of the topology: a strand or foreign source.
@@ -128,7 +130,10 @@ type NodeDesc struct {
 func (n NodeDesc) toHandler() int      { return len(n.Tables) }
 func (n NodeDesc) forEachHandler() int { return len(n.Tables) + 1 }
 
-// Desc is a topology and how to run it.
+// Desc is a topology and how to run it: the partition count of every
+// input, the App's workers, WithRetry's attempts and backoffs, the poison
+// policy, the inputs, the tables (by name) and the nodes (streams), parents
+// before their children.
 type Desc struct {
 	Seed     uint64
 	Parts    uint32
@@ -156,11 +161,13 @@ const (
 	RecUnclassified                // a foreign message the classifier refuses
 )
 
+// String names the kind of record.
 func (k RecKind) String() string {
 	return nameOf(int(k), "event", "dup", "skipped", "bad-payload", "unknown-type", "bad-headers", "unclassified")
 }
 
-// Rec is one record of the log.
+// Rec is one record of the log: its input, its kind, the index of its type
+// in the input's Types, and its payload.
 type Rec struct {
 	Input int
 	Kind  RecKind
@@ -178,9 +185,11 @@ const (
 	FailInPlace                 // changes the value in place, then returns an error
 )
 
+// String names the mode.
 func (m FailMode) String() string { return nameOf(int(m), "error", "panic", "in-place") }
 
-// Failure is a handler failing on one event.
+// Failure is a handler failing on one event: handler Handler of node Node
+// (projections in the order of NodeDesc.Tables, then To, then ForEach).
 type Failure struct {
 	Node, Handler int
 	Mode          FailMode
