@@ -17,8 +17,8 @@
 //     skipped tag (SourceNode.Skip) now and then.
 //   - Projections into 1–5 tables, several types (and, with SharedTables,
 //     several inputs) into one table.
-//   - KeyBy steps, chains of two, with events whose new key cannot be
-//     computed (dead-lettered as key-by).
+//   - KeyBy steps, chains of two, with events whose key function fails or
+//     panics (dead-lettered as key-by).
 //   - To steps (outputs read back and checked exactly once, in order per
 //     key) and ForEach side effects (checked at least once).
 //   - The re-sequencer (Resequence) with disorder and duplicates, dropped or
@@ -28,11 +28,13 @@
 //     policies (held keys are released as an operator would).
 //   - Failing handlers (projections, To, ForEach): an error, a panic, a
 //     change of the value in place followed by an error, each transient
-//     (retried after AdvanceClock, WithRetry); with Isolation also
+//     (retried after AdvanceClock, WithRetry with random backoffs); with
+//     Isolation also
 //     stream.Permanent errors and handlers that always fail (retries
 //     exhausted), next to healthy events of the same key.
 //   - Random batch sizes, random pipe/step interleavings, clock advances and
-//     restarts of the App over the same store.
+//     restarts of the App over the same store; tables read with Scan and
+//     every row again with Get.
 //
 // Every capability has a knob (Knobs, the -meta.* flags of the package's
 // tests), so that one can be switched off while it is being fixed; every
