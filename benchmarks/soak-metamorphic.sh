@@ -29,8 +29,9 @@ STRAND_SOAK=1 STRAND_META_SEEDS="$seeds" go test $race -count=1 -timeout 4h -v \
 status=$?
 grep -E 'meta_test.go:[0-9]+: (seeds|stopped)|^(ok|FAIL)' "$log"
 if [ "$status" -ne 0 ]; then
-	echo "metamorphic soak FAILED; first failure:"
-	grep -n -m1 -A 200 -E '^ *--- FAIL: TestMeta/' "$log" | head -n 120
+	echo "metamorphic soak FAILED; the failing seed's output:"
+	# The lines from the last "=== RUN" before the first "--- FAIL".
+	awk '/^=== RUN/ { buf = "" } { buf = buf $0 "\n" } /--- FAIL/ { printf "%s", buf; exit }' "$log" | head -n 150
 	exit "$status"
 fi
 rm -f "$log"
