@@ -1,0 +1,76 @@
+// Package metamorphic is strand's generative test harness, modelled on
+// Pebble's metamorphic tests: a seed is turned into a random topology, a
+// random log and a random way of running it; the topology is built with the
+// public API only, run through the real App by the broker-free driver
+// (topologytest), and what it left behind — tables, dead letters, published
+// outputs, side effects — is compared with a reference model of the
+// guarantees README.md and docs/design.md (§2, §8, §10, §11, §14) document.
+//
+// # What the generator covers
+//
+//   - 1–3 inputs: strand sources and at most one foreign source
+//     (topology.ForeignSource with a classifier); every input's partition
+//     count is the case's (1–4).
+//   - 1–4 event types per input, each with a static fence (Relaxed, Acquire,
+//     Release, AcqRel), a per-event fence (stream.FenceBy), an associative
+//     fold of the events' ids (algebra.Fold) or a sum (algebra.Sum); a
+//     skipped tag (SourceNode.Skip) now and then.
+//   - Projections into 1–5 tables, several types (and, with SharedTables,
+//     several inputs) into one table.
+//   - KeyBy steps, chains of two, with events whose key function fails or
+//     panics (dead-lettered as key-by).
+//   - To steps (outputs read back and checked exactly once, in order per
+//     key) and ForEach side effects (checked at least once).
+//   - The re-sequencer (Resequence) with disorder and duplicates, dropped or
+//     dead-lettered.
+//   - Poison records: undecodable payloads, unknown type tags, bad headers,
+//     unclassifiable foreign messages; the PassPoison and HoldPoisonedKey
+//     policies (held keys are released as an operator would).
+//   - Failing handlers (projections, To, ForEach): an error, a panic, a
+//     change of the value in place followed by an error, each transient
+//     (retried after AdvanceClock, WithRetry with random backoffs); with
+//     Isolation also
+//     stream.Permanent errors and handlers that always fail (retries
+//     exhausted), next to healthy events of the same key.
+//   - Random batch sizes, random pipe/step interleavings, clock advances and
+//     restarts of the App over the same store; tables read with Scan and
+//     every row again with Get.
+//
+// Every capability has a knob (Knobs, the -meta.* flags of the package's
+// tests), so that one can be switched off while it is being fixed; every
+// capability added to strand adds itself to the generator, the model and a
+// knob. Two are off by default until issue 23's fixes land: tables shared
+// between inputs (defect 1) and failures isolated to the failing event
+// (defect 2). They are turned on with
+//
+//	go test ./internal/metamorphic -meta.shared-tables -meta.isolation
+//
+// which also runs TestDefectSharedTable, TestDefectIsolation and the crash
+// test's shared table (TestCrashSharedTableKeyBy).
+//
+// # The reference model
+//
+// Folds are designed so that the check does not depend on the interleavings
+// strand may choose: a table's value (Row) keeps, per lane — one physical
+// input, one origin key and one type — the ids of the events applied in
+// order (or, for a sum, their total), and at every fenced event how far
+// each lane of its input and origin key had got. The model fills the same
+// Row by folding each input's events in their true order (the sequence
+// order of a re-sequenced input), so a run passes exactly when every
+// non-poison event is applied exactly once, each lane keeps its order,
+// fences hold back earlier and later events of their key, and inputs keep
+// their own order but none between them. Dead letters are compared as a
+// set of (record, reason) with the failing event's own error; outputs
+// exactly once, in order per origin key; ForEach at least once.
+//
+// # Replaying
+//
+// A failure prints the seed, the case and the first difference, and the
+// one line that replays it:
+//
+//	go test ./internal/metamorphic -run TestMeta -seed=123
+//
+// (or STRAND_META_SEED=123). STRAND_SOAK=1 runs many more seeds
+// (STRAND_META_SEEDS, default 2000, or -meta.duration), as
+// benchmarks/soak-metamorphic.sh does.
+package metamorphic
