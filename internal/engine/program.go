@@ -103,14 +103,14 @@ type programSource struct {
 
 // route is everything the executor needs for one type tag.
 type route struct {
-	tag    planner.Tag
-	name   string
+	tag  planner.Tag
+	name string
 	// handlers names the type's handlers, for logs and stats
 	// ("project into \"balances\", ForEach \"notify\"").
 	handlers string
-	fence  planner.Ordering // static fence, or 0 when the type uses FenceBy
-	kind   algebra.Kind
-	runner runner
+	fence    planner.Ordering // static fence, or 0 when the type uses FenceBy
+	kind     algebra.Kind
+	runner   runner
 	// sequenced: the type has a Sequence and the source re-sequences.
 	sequenced bool
 }

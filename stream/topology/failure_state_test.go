@@ -31,7 +31,7 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 		return nil
 	})
 	topology.Project(topology.On(src, add), table, func(v *[]int64, e Ev) error {
-		(*v)[0] += e.Amount // in place: the backing array is the Txn's
+		(*v)[0] += e.Amount                // in place: the backing array is the Txn's
 		if e.Amount == 3 && failures < 2 { // the run's try, then the event's own
 			failures++
 			return errors.New("flaky")

@@ -2,10 +2,10 @@ package topology_test
 
 import (
 	"context"
-	"log/slog"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
