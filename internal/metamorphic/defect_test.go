@@ -28,12 +28,12 @@ func directed(knobs Knobs, inputs []InputDesc, tables []string, nodes []NodeDesc
 
 // TestDefectSharedTable is issue 23's defect 1 through the harness: a
 // table fed by two sources, 200 events of one key from each, batches of
-// one record. Today's engine loses updates (two pipelines write one row);
-// it runs with -meta.shared-tables.
+// one record. Before the fix (one writer per row) the engine lost updates
+// there: two pipelines wrote one row.
 func TestDefectSharedTable(t *testing.T) {
 	knobs, _ := testKnobs()
 	if !knobs.SharedTables {
-		t.Skip("tables shared between inputs are off until issue 23's defect 1 is fixed: go test ./internal/metamorphic -run TestDefectSharedTable -meta.shared-tables")
+		t.Skip("tables shared between inputs are switched off (-meta.shared-tables=false)")
 	}
 	in := func(name string) InputDesc {
 		return InputDesc{Name: name, Types: []TypeDesc{{Tag: 1, Kind: KindFence, Fence: planner.Relaxed}}}
@@ -54,12 +54,11 @@ func TestDefectSharedTable(t *testing.T) {
 // key, a Permanent failure and a handler that always fails, each between
 // healthy events of its run (a plain type and a reduced one), in one batch.
 // Only the failing events may be dead-lettered, each with its own error;
-// today's engine dead-letters their whole runs. It runs with
-// -meta.isolation.
+// before the fix the engine dead-lettered their whole runs.
 func TestDefectIsolation(t *testing.T) {
 	knobs, _ := testKnobs()
 	if !knobs.Isolation {
-		t.Skip("isolated failures are off until issue 23's defect 2 is fixed: go test ./internal/metamorphic -run TestDefectIsolation -meta.isolation")
+		t.Skip("isolated failures are switched off (-meta.isolation=false)")
 	}
 	inputs := []InputDesc{{Name: "meta/a", Types: []TypeDesc{{Tag: 1, Kind: KindFence, Fence: planner.Relaxed}, {Tag: 2, Kind: KindFold}}}}
 	nodes := []NodeDesc{

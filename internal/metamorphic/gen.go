@@ -48,13 +48,11 @@ type Knobs struct {
 	MaxEvents int
 }
 
-// DefaultKnobs returns every capability that today's engine gets right:
-// everything but SharedTables and Isolation (issue 23's defects 1 and 2),
-// which -meta.shared-tables and -meta.isolation turn on; they belong here
-// once their fixes are merged.
+// DefaultKnobs returns every capability the generator has: all of them
+// are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.

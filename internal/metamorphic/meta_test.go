@@ -36,8 +36,8 @@ var (
 		name, usage string
 		get         func(*Knobs) *bool
 	}{
-		{"shared-tables", "tables fed by several inputs (issue 23, defect 1; off until the fix)", func(k *Knobs) *bool { return &k.SharedTables }},
-		{"isolation", "permanent and exhausted failures among healthy events (issue 23, defect 2; off until the fix)", func(k *Knobs) *bool { return &k.Isolation }},
+		{"shared-tables", "tables fed by several inputs (issue 23, defect 1)", func(k *Knobs) *bool { return &k.SharedTables }},
+		{"isolation", "permanent and exhausted failures among healthy events (issue 23, defect 2)", func(k *Knobs) *bool { return &k.Isolation }},
 		{"foreign", "a foreign source now and then", func(k *Knobs) *bool { return &k.Foreign }},
 		{"keyby", "KeyBy steps, chains of two", func(k *Knobs) *bool { return &k.KeyBy }},
 		{"to", "To steps", func(k *Knobs) *bool { return &k.To }},
