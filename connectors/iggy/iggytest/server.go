@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,9 @@ type config struct {
 	cacheBytes       int64
 	cleaner          time.Duration
 	tokenCleaner     time.Duration
+	repair           bool
+	wrapFile         func(path string, f *os.File) fileWriter
+	limits           limits
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -173,16 +177,12 @@ func NewServer(opts ...Option) (*Server, error) {
 	}
 	tcfg, err := cfg.tlsConfig()
 	if err != nil {
-		if s.disk != nil {
-			s.disk.close()
-		}
+		s.closeDiskOnFailure()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		if s.disk != nil {
-			s.disk.close()
-		}
+		s.closeDiskOnFailure()
 		return nil, fmt.Errorf("iggytest: listen on %q: %w", cfg.addr, err)
 	}
 	s.ln = ln
@@ -212,6 +212,15 @@ func NewServer(opts ...Option) (*Server, error) {
 		go s.tokenCleanerLoop()
 	}
 	return s, nil
+}
+
+// closeDiskOnFailure closes the data files of a server that will not start.
+func (s *Server) closeDiskOnFailure() {
+	if s.disk != nil {
+		s.mu.Lock()
+		_ = s.closeDiskLocked()
+		s.mu.Unlock()
+	}
 }
 
 // newServer builds the broker without listening or starting goroutines.
@@ -483,7 +492,9 @@ func (c *conn) reply(b []byte, err error) error {
 			}
 			return c.writeStatus(uint32(st))
 		}
-		c.s.log.Error("iggytest: request failed", "client", c.sess.clientID, "err", err)
+		if !isWriteError(err) { // a data file logs its write failures once
+			c.s.log.Error("iggytest: request failed", "client", c.sess.clientID, "err", err)
+		}
 		return c.writeStatus(StatusError)
 	}
 	return c.writeOK(b)
