@@ -46,7 +46,13 @@ type disk struct {
 	repair    *repairer       // with WithRepair
 	deleted   map[uint64]bool // topic uids whose deletion meta.log records
 	lastOp    *metaOp         // the newest record of meta.log
+	// pending are the changes opening makes (cutting torn tails, opening
+	// files for appending): made only once the whole directory checked
+	// out, so that a refused open changes nothing.
+	pending []func() error
 }
+
+func (d *disk) later(fn func() error) { d.pending = append(d.pending, fn) }
 
 func (s *Server) openDisk() (err error) {
 	d := &disk{dir: s.cfg.dataDir, sync: s.cfg.syncWrites, segBytes: s.cfg.segmentBytes, log: s.log,
@@ -112,9 +118,7 @@ func (s *Server) openDisk() (err error) {
 		switch {
 		case perr == nil && d.deleted[uid]:
 			// Finish a deletion meta.log records.
-			if err := os.RemoveAll(path); err != nil {
-				return err
-			}
+			d.later(func() error { return os.RemoveAll(path) })
 		case d.repair != nil:
 			dst, err := d.repair.moveAside(path)
 			if err != nil {
@@ -125,6 +129,12 @@ func (s *Server) openDisk() (err error) {
 			return &DamageError{Path: path, Reason: "no topic in meta.log owns this directory (meta.log lost records)"}
 		}
 	}
+	for _, fn := range d.pending {
+		if err := fn(); err != nil {
+			return err
+		}
+	}
+	d.pending = nil
 	return nil
 }
 
@@ -140,7 +150,8 @@ func (s *Server) loadMeta() error {
 		if len(entries) > 0 && d.repair == nil {
 			return &DamageError{Path: path, Reason: fmt.Sprintf("missing, but data/ holds %d topic directories", len(entries))}
 		}
-		return d.rewriteMeta(path, nil)
+		d.later(func() error { return d.rewriteMeta(path, nil) })
+		return nil
 	} else if err != nil {
 		return err
 	}
@@ -172,18 +183,22 @@ func (s *Server) loadMeta() error {
 			"file", path, "at", o.end, "size", o.size)
 	}
 	if o.legacy || o.end < fileHeaderSize {
-		return d.rewriteMeta(path, bodies)
+		d.later(func() error { return d.rewriteMeta(path, bodies) })
+		return nil
 	}
-	if o.torn {
-		if err := os.Truncate(path, o.end); err != nil {
+	d.later(func() error {
+		if o.torn {
+			if err := os.Truncate(path, o.end); err != nil {
+				return err
+			}
+		}
+		w, err := d.openWFile(path, o.end, false)
+		if err != nil {
 			return err
 		}
-	}
-	w, err := d.openWFile(path, o.end, false)
-	if err != nil {
-		return err
-	}
-	d.meta = w
+		d.meta = w
+		return nil
+	})
 	return nil
 }
 
@@ -274,10 +289,10 @@ func (d *disk) createPartition(uid uint64, pid uint32) (*partDisk, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	pd, err := d.openPartition(uid, pid, true)
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	pd := &partDisk{d: d, dir: dir, segBytes: d.segBytes}
 	if err := pd.writeOffsets(nil); err != nil {
 		return nil, err
 	}
@@ -289,16 +304,19 @@ func (d *disk) createPartition(uid uint64, pid uint32) (*partDisk, error) {
 // or when repairing, and is damage otherwise.
 func (d *disk) openPartition(uid uint64, pid uint32, mayCreate bool) (*partDisk, error) {
 	dir := filepath.Join(d.topicDir(uid), strconv.FormatUint(uint64(pid), 10))
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !mayCreate {
-		if d.repair == nil {
+	pd := &partDisk{d: d, dir: dir, segBytes: d.segBytes}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if !mayCreate && d.repair == nil {
 			return nil, &DamageError{Path: dir, Reason: "partition directory missing"}
 		}
-		d.log.Warn("iggytest: repair: partition directory missing, starting it empty", "dir", dir)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+		if !mayCreate {
+			d.log.Warn("iggytest: repair: partition directory missing, starting it empty", "dir", dir)
+		}
+		d.later(func() error { return os.MkdirAll(dir, 0o755) })
+	} else if err != nil {
 		return nil, err
 	}
-	return &partDisk{d: d, dir: dir, segBytes: d.segBytes}, nil
+	return pd, nil
 }
 
 func (s *Server) closeDiskLocked() error {
@@ -483,6 +501,9 @@ type segFile struct {
 
 func (pd *partDisk) segmentFiles() ([]segFile, error) {
 	entries, err := os.ReadDir(pd.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // made when the open completes
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -541,11 +562,19 @@ func (pd *partDisk) load(p *partition, max int, young bool) error {
 		p.trimLocked(p.next - uint64(max))
 	}
 	if active != nil {
-		w, err := pd.d.openWFile(active.path, active.end, false)
-		if err != nil {
-			return err
-		}
-		pd.seg, pd.path = w, active.path
+		pd.d.later(func() error {
+			if active.fix != nil {
+				if err := active.fix(); err != nil {
+					return err
+				}
+			}
+			w, err := pd.d.openWFile(active.path, active.end, false)
+			if err != nil {
+				return err
+			}
+			pd.seg, pd.path = w, active.path
+			return nil
+		})
 	}
 	return pd.loadOffsets(p, young, repaired)
 }
@@ -554,6 +583,7 @@ func (pd *partDisk) load(p *partition, max int, young bool) error {
 type activeSeg struct {
 	path string
 	end  int64
+	fix  func() error // makes the file end at end, before it is opened
 }
 
 // loadSegments loads files in order. It returns the segment appends go
@@ -615,22 +645,23 @@ func (pd *partDisk) loadSegments(p *partition, files []segFile) (*activeSeg, int
 			if o.size > 0 {
 				log.Warn("iggytest: newest segment has a torn header (a crash as it was made), writing it again", "file", sf.path)
 			}
-			if err := writeFileSynced(sf.path, fileHeader(sf.base)); err != nil {
-				return nil, i, nil, err
-			}
-			return &activeSeg{path: sf.path, end: fileHeaderSize}, 0, nil, nil
+			return &activeSeg{path: sf.path, end: fileHeaderSize, fix: func() error {
+				return writeFileSynced(sf.path, fileHeader(sf.base))
+			}}, 0, nil, nil
 		}
+		var fix func() error
 		if o.torn {
 			log.Warn("iggytest: partition log has a torn tail (a write interrupted by a crash), cutting it off",
 				"file", sf.path, "at", o.end, "size", o.size)
-			if err := os.Truncate(sf.path, o.end); err != nil {
-				return nil, i, nil, err
-			}
+			fix = func() error { return os.Truncate(sf.path, o.end) }
 		}
 		if o.legacy {
+			if fix != nil {
+				pd.d.later(fix)
+			}
 			return nil, 0, nil, nil // format 1 is not appended to
 		}
-		return &activeSeg{path: sf.path, end: o.end}, 0, nil, nil
+		return &activeSeg{path: sf.path, end: o.end, fix: fix}, 0, nil, nil
 	}
 	return nil, 0, nil, nil
 }
@@ -798,20 +829,30 @@ func (pd *partDisk) loadOffsets(p *partition, young, repaired bool) error {
 		case o.torn:
 			pd.d.log.Warn("iggytest: offsets log has a torn tail (a write interrupted by a crash), cutting it off",
 				"file", path, "at", o.end, "size", o.size)
-			if err := os.Truncate(path, o.end); err != nil {
-				return err
-			}
 		}
 		if o.legacy || o.end < fileHeaderSize {
 			rewrite = true
 		}
-		if !rewrite {
-			w, err := pd.d.openWFile(path, o.end, false)
-			if err != nil {
-				return err
+		end, torn := o.end, o.torn
+		defer func() {
+			if rewrite || pd.offsN > 2*(len(p.offsets)+len(p.groupOffsets))+64 {
+				return
 			}
-			pd.offs, pd.offsN = w, n
-		}
+			pd.d.later(func() error {
+				if torn {
+					if err := os.Truncate(path, end); err != nil {
+						return err
+					}
+				}
+				w, err := pd.d.openWFile(path, end, false)
+				if err != nil {
+					return err
+				}
+				pd.offs = w
+				return nil
+			})
+		}()
+		pd.offsN = n
 	}
 	// A stored offset is of a message that was acknowledged before it: one
 	// past the end of the log means acknowledged messages are missing.
@@ -843,7 +884,7 @@ func (pd *partDisk) loadOffsets(p *partition, young, repaired bool) error {
 	}
 	live := len(p.offsets) + len(p.groupOffsets)
 	if rewrite || pd.offsN > 2*live+64 {
-		return pd.writeOffsets(p)
+		pd.d.later(func() error { return pd.writeOffsets(p) })
 	}
 	return nil
 }
