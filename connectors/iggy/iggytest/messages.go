@@ -413,7 +413,7 @@ func (c *conn) pollMessages(p []byte) error {
 	var last uint64
 	if !empty {
 		var err error
-		vec, n, size, last, err = part.readLocked(append(c.vec[:0], nil), start, count)
+		vec, n, size, last, err = part.readLocked(append(c.vec[:0], nil), start, count, s.cfg.limits.maxPollBytes)
 		if err != nil {
 			part.mu.Unlock()
 			s.log.Error("iggytest: read from partition log failed", "partition", part.id, "err", err)

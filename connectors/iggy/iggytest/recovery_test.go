@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -147,7 +148,7 @@ func served(t *testing.T, srv *Server) (map[uint32]map[uint64]string, bool) {
 	out := map[uint32]map[uint64]string{}
 	for _, p := range st.byName["t"].partitions {
 		p.mu.Lock()
-		vec, _, _, _, err := p.readLocked(nil, 0, ^uint32(0))
+		vec, _, _, _, err := p.readLocked(nil, 0, ^uint32(0), math.MaxInt)
 		p.mu.Unlock()
 		if err != nil {
 			t.Fatalf("partition %d: read: %v", p.id, err)

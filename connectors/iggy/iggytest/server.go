@@ -129,8 +129,10 @@ type Server struct {
 	streamPerms map[uint64]*streamPerms // (user, stream) → permissions, see indexPermissions
 	started     time.Time
 
-	connMu sync.Mutex
-	conns  map[*conn]struct{}
+	connMu      sync.Mutex
+	conns       map[*conn]struct{}
+	unauth      int          // connections not logged in yet, guarded by connMu
+	lastCapWarn atomic.Int64 // unix nanoseconds of the last connection-cap warning
 	wg     sync.WaitGroup
 	closed atomic.Bool
 	done   chan struct{}
@@ -149,7 +151,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	cfg := config{
 		addr: "127.0.0.1:0", user: "iggy", pass: "iggy",
 		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: segmentSizeDefault,
-		cacheBytes: defaultCacheBytes, tokenCleaner: time.Minute,
+		cacheBytes: defaultCacheBytes, tokenCleaner: time.Minute, limits: defaultLimits(),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -228,6 +230,13 @@ func newServer(cfg config) *Server {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.limits == (limits{}) {
+		cfg.limits = defaultLimits()
+	}
+	if cfg.maxMsgSize <= 0 || cfg.maxMsgSize > maxPayloadSize {
+		cfg.maxMsgSize = maxPayloadSize
+	}
+	cfg.limits.clamp(cfg.maxMsgSize)
 	s := &Server{
 		cfg: cfg, log: cfg.logger, addr: "127.0.0.1:0",
 		streamNames: map[string]*stream{}, clients: map[uint32]*session{},
@@ -317,9 +326,19 @@ func (s *Server) acceptLoop() {
 			nc.Close()
 			continue
 		}
+		if !s.admitConn() {
+			nc.Close()
+			if now := time.Now().UnixNano(); now-s.lastCapWarn.Load() > int64(time.Second) {
+				s.lastCapWarn.Store(now)
+				s.log.Warn("iggytest: connection limit reached, closing new connections",
+					"max_connections", s.cfg.limits.maxConns, "max_unauthenticated", s.cfg.limits.maxUnauthConns)
+			}
+			continue
+		}
 		c := s.newConn(nc)
 		s.connMu.Lock()
 		if s.closed.Load() {
+			s.unauth--
 			s.connMu.Unlock()
 			nc.Close()
 			continue
@@ -339,6 +358,8 @@ type conn struct {
 	sess *session
 	rng  *rand.ChaCha8
 	rbuf []byte // payload of non-send requests
+	// loggedInOnce: the connection left its unauthenticated phase.
+	loggedInOnce bool
 	wbuf []byte // small responses, header included
 	vec  net.Buffers
 	hdr  [8]byte
@@ -357,6 +378,9 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	binary.LittleEndian.PutUint64(seed[8:], rand.Uint64())
 	binary.LittleEndian.PutUint64(seed[16:], rand.Uint64())
 	binary.LittleEndian.PutUint64(seed[24:], rand.Uint64())
+	if d := s.cfg.limits.loginTimeout; d > 0 {
+		_ = nc.SetReadDeadline(time.Now().Add(d))
+	}
 	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), sess: sess, rng: rand.NewChaCha8(seed), wbuf: make([]byte, 8, 512)}
 }
 
@@ -370,6 +394,9 @@ func (c *conn) serve() {
 		c.nc.Close()
 		s.connMu.Lock()
 		delete(s.conns, c)
+		if !c.loggedInOnce {
+			s.unauth--
+		}
 		s.connMu.Unlock()
 		s.removeSession(c.sess)
 		s.log.Debug("iggytest: connection closed", "client", c.sess.clientID, "addr", c.sess.addr)
@@ -399,15 +426,13 @@ func (c *conn) serveOne() error {
 		return c.writeStatus(StatusInvalidCommand)
 	}
 	plen := int(length - 4)
-	limit := maxControlPayload
-	if cmd == CmdSendMessages {
-		limit = c.s.cfg.maxSendBytes
-	}
-	if plen > limit {
+	if limit, status := c.frameLimit(cmd, plen); plen > limit {
 		// The server answers InvalidCommand without reading the payload,
 		// which leaves the stream out of step; the broker closes instead.
-		c.s.log.Warn("iggytest: request too large, closing connection", "client", c.sess.clientID, "command", cmd, "length", plen)
-		_ = c.writeStatus(StatusInvalidCommand)
+		// Before a login only small frames are read at all.
+		c.s.log.Warn("iggytest: request too large, closing connection", "client", c.sess.clientID, "command", cmd,
+			"length", plen, "limit", limit, "logged_in", c.loggedInOnce)
+		_ = c.writeStatus(status)
 		return errCloseConn
 	}
 	var payload []byte
@@ -423,8 +448,7 @@ func (c *conn) serveOne() error {
 		payload = c.rbuf
 		_, err = io.ReadFull(c.br, payload)
 	default:
-		payload, err = readGrowing(c.br, plen)
-		c.rbuf = payload
+		payload, err = readGrowing(c.br, plen) // not kept: a large buffer is not held between requests
 	}
 	if err != nil {
 		return err
@@ -435,7 +459,11 @@ func (c *conn) serveOne() error {
 			return err
 		}
 	}
-	return c.dispatch(cmd, payload)
+	err = c.dispatch(cmd, payload)
+	if !c.loggedInOnce && c.sess.userID.Load() >= 0 {
+		c.loggedIn()
+	}
+	return err
 }
 
 const readChunk = 1 << 20
@@ -473,6 +501,12 @@ func (c *conn) writeStatus(st uint32) error {
 
 // writeOK sends c.wbuf, whose first 8 bytes are reserved for the header.
 func (c *conn) writeOK(b []byte) error {
+	if uint64(len(b)-8) > maxReplyBytes {
+		// A reply's length is a u32: never send one that would wrap.
+		c.wbuf = b[:8]
+		c.s.log.Error("iggytest: reply too large for the protocol, answering status 1", "client", c.sess.clientID, "bytes", len(b)-8)
+		return c.writeStatus(StatusError)
+	}
 	binary.LittleEndian.PutUint32(b[0:4], 0)
 	binary.LittleEndian.PutUint32(b[4:8], uint32(len(b)-8))
 	_, err := c.nc.Write(b)

@@ -359,9 +359,11 @@ func (p *partition) closeFilesLocked() {
 }
 
 // read collects up to count messages from offset start as sub-slices of
-// stored batches, appending them to dst; it returns the slices, the number
-// of messages, the bytes and the last offset.
-func (p *partition) readLocked(dst [][]byte, start uint64, count uint32) ([][]byte, uint32, int, uint64, error) {
+// stored batches, appending them to dst, and stops before the message
+// that would take the bytes past maxBytes (the first message is always
+// taken); it returns the slices, the number of messages, the bytes and the
+// last offset.
+func (p *partition) readLocked(dst [][]byte, start uint64, count uint32, maxBytes int) ([][]byte, uint32, int, uint64, error) {
 	if start < p.first {
 		start = p.first
 	}
@@ -384,6 +386,18 @@ func (p *partition) readLocked(dst [][]byte, start uint64, count uint32) ([][]by
 			to = from + rem - 1
 		}
 		s, e := r.pos(b, from), r.ends[to-b.base]
+		if size+int(e-s) > maxBytes {
+			// The last message of [from, to] that still fits, if any.
+			k := sort.Search(int(to-from+1), func(k int) bool {
+				return size+int(r.ends[from-b.base+uint64(k)]-s) > maxBytes
+			})
+			if k == 0 && n > 0 {
+				break
+			}
+			to = from + uint64(max(k, 1)) - 1
+			e = r.ends[to-b.base]
+			i = len(p.batches) // nothing more after this batch
+		}
 		dst = append(dst, r.data[s:e])
 		size += int(e - s)
 		n += uint32(to - from + 1)
