@@ -133,9 +133,9 @@ type Server struct {
 	conns       map[*conn]struct{}
 	unauth      int          // connections not logged in yet, guarded by connMu
 	lastCapWarn atomic.Int64 // unix nanoseconds of the last connection-cap warning
-	wg     sync.WaitGroup
-	closed atomic.Bool
-	done   chan struct{}
+	wg          sync.WaitGroup
+	closed      atomic.Bool
+	done        chan struct{}
 
 	refuseUntil atomic.Int64
 
@@ -360,9 +360,9 @@ type conn struct {
 	rbuf []byte // payload of non-send requests
 	// loggedInOnce: the connection left its unauthenticated phase.
 	loggedInOnce bool
-	wbuf []byte // small responses, header included
-	vec  net.Buffers
-	hdr  [8]byte
+	wbuf         []byte // small responses, header included
+	vec          net.Buffers
+	hdr          [8]byte
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
