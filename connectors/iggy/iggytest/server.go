@@ -77,9 +77,12 @@ func WithPersonalAccessToken(token string) Option { return func(c *config) { c.t
 // Every request's writes are handed to the operating system before the
 // reply is sent, so a killed process (kill -9) loses nothing the client saw
 // acknowledged; a machine crash or power loss can lose the last requests
-// unless WithSyncWrites is given too. A torn record at the end of a file is
-// detected by its checksum and cut off when the directory is opened. The
-// default is in memory.
+// unless WithSyncWrites is given too. A torn record at the end of the
+// newest file of a log is detected and cut off when the directory is
+// opened; any other damage makes NewServer fail with a *DamageError (see
+// WithRepair). A write that fails (a full disk) is cut back, so the files
+// stay intact and writes succeed again once there is room. The default is
+// in memory.
 func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
 
 // WithSyncWrites makes a durable broker (WithDataDir) fsync every write
