@@ -503,3 +503,95 @@ func TestRecoveryRefusesDamageAndRepairKeepsIntactMessages(t *testing.T) {
 		})
 	}
 }
+
+// toFormat1 rewrites every data file under dir in the format written
+// before files had headers: 12-byte record headers, no file header.
+func toFormat1(t *testing.T, dir string) {
+	t.Helper()
+	must(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var out []byte
+		o, err := scanFile(path, nil, func(body []byte, _ int64) error {
+			out = binary.LittleEndian.AppendUint32(out, uint32(len(body)))
+			out = binary.LittleEndian.AppendUint64(out, xxh3.Hash(body))
+			out = append(out, body...)
+			return nil
+		})
+		if err != nil || !o.clean() {
+			return fmt.Errorf("%s: %v %+v", path, err, o)
+		}
+		return os.WriteFile(path, out, 0o644)
+	}))
+}
+
+func TestRecoveryReadsFormat1Directories(t *testing.T) {
+	fx := writeRecoveryFixture(t, 700)
+	dir := copyDir(t, fx.dir)
+	toFormat1(t, dir)
+	check := func(srv *Server, extra int) {
+		got, ok := served(t, srv)
+		if !ok {
+			t.Fatalf("topic lost")
+		}
+		n := 0
+		for _, m := range got {
+			n += len(m)
+			for off, p := range m {
+				if strings.HasPrefix(p, "new-") {
+					delete(m, off) // sent after the conversion
+				}
+			}
+		}
+		checkServed(t, "format 1", fx, intactIn(t, fx, fx.dir), got)
+		if n != len(fx.msgs)+extra {
+			t.Fatalf("%d messages served, want %d", n, len(fx.msgs)+extra)
+		}
+	}
+	// A torn tail of a format-1 file is cut as before.
+	segs := segmentsOfPartition(t, dir, 2)
+	last := segs[len(segs)-1]
+	fi, err := os.Stat(last)
+	must(t, err)
+	f, err := os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	must(t, err)
+	must(t, f.Close())
+
+	tg := durable(t, dir, withSegmentBytes(700))
+	check(tg.srv, 0)
+	if fi2, _ := os.Stat(last); fi2.Size() != fi.Size() {
+		t.Fatalf("torn tail of a format-1 segment not cut: %d bytes, was %d", fi2.Size(), fi.Size())
+	}
+	cli := tg.login(t)
+	sid, tid := mustID("s"), mustID("t")
+	must(t, cli.SendMessages(sid, tid, iggcon.PartitionId(2), msgs(t, "new", 2)))
+	_, err = cli.CreateStream("s2")
+	must(t, err)
+	must(t, cli.StoreConsumerOffset(iggcon.NewSingleConsumer(mustID("c2")), sid, tid, 1, u32p(2)))
+	must(t, tg.srv.Close())
+	// Format-1 segments are kept as they are; meta.log and offsets.log
+	// are format 2 now.
+	if b, _ := os.ReadFile(segs[0]); len(b) < 8 || nearMagic(b[:8]) {
+		t.Fatalf("a format-1 segment was rewritten")
+	}
+	for _, p := range []string{filepath.Join(dir, "meta.log"), filepath.Join(filepath.Dir(last), "offsets.log")} {
+		if b, _ := os.ReadFile(p); len(b) < 8 || !nearMagic(b[:8]) {
+			t.Fatalf("%s is not format 2 after an open", p)
+		}
+	}
+	srv, err := NewServer(WithDataDir(dir), withSegmentBytes(700))
+	must(t, err)
+	check(srv, 2)
+	must(t, srv.Close())
+}
+
+func segmentsOfPartition(t *testing.T, dir string, part int) []string {
+	t.Helper()
+	s, err := filepath.Glob(filepath.Join(dir, "data", "*", fmt.Sprint(part), "*.seg"))
+	must(t, err)
+	slices.Sort(s)
+	return s
+}
