@@ -357,6 +357,11 @@ type partDisk struct {
 	offs     *wfile
 	offsN    int
 	hdr      [recHeader2]byte
+	// rollBase is the base of the newest segment offsets.log records as
+	// started (hasRoll): a newest segment file that went missing is
+	// detected by it.
+	rollBase uint64
+	hasRoll  bool
 }
 
 func segName(base uint64) string { return fmt.Sprintf("%020d.seg", base) }
@@ -395,6 +400,15 @@ func (pd *partDisk) appendBatch(b *batch) error {
 		if err := pd.roll(b.base, b.base); err != nil {
 			return err
 		}
+		// Recorded after the file exists, so the record never names a
+		// file a crash kept from being made.
+		if err := pd.logOffset(offSegStart, 0, b.base); err != nil {
+			_ = pd.seg.close()
+			_ = os.Remove(pd.path)
+			pd.seg = nil
+			return err
+		}
+		pd.rollBase, pd.hasRoll = b.base, true
 	}
 	data := b.res.Load().data
 	putRecordHeader(pd.hdr[:], data)
@@ -410,6 +424,7 @@ const (
 	offSetGroup    uint8 = 2
 	offDelConsumer uint8 = 3
 	offDelGroup    uint8 = 4
+	offSegStart    uint8 = 5 // a segment was started at the offset
 )
 
 func offsetRecord(kind uint8, id, off uint64) []byte {
@@ -438,14 +453,19 @@ func (pd *partDisk) purge(segs []*segMeta) error {
 		_ = pd.seg.close()
 		pd.seg = nil
 	}
+	// Offsets (and the newest segment's record) go first: a crash between
+	// leaves segments without a record, never a record without its file.
+	pd.offsN, pd.hasRoll, pd.rollBase = 0, false, 0
+	if err := pd.offs.reset(fileHeaderSize); err != nil {
+		return err
+	}
 	for _, sg := range segs {
 		sg.closeFile()
 		if sg.path != "" {
 			_ = os.Remove(sg.path)
 		}
 	}
-	pd.offsN = 0
-	return pd.offs.reset(fileHeaderSize)
+	return nil
 }
 
 func (pd *partDisk) close() error {
@@ -526,7 +546,7 @@ func (pd *partDisk) segmentFiles() ([]segFile, error) {
 // resetPartitionLocked forgets p's messages (before a reload).
 func resetPartitionLocked(p *partition) {
 	p.batches, p.segs = nil, nil
-	p.first, p.next, p.size, p.lastTS = 0, 0, 0, 0
+	p.first, p.next, p.size, p.lastTS, p.holes = 0, 0, 0, 0, 0
 }
 
 // load restores the partition's segments and offsets. Segment files are
@@ -561,22 +581,75 @@ func (pd *partDisk) load(p *partition, max int, young bool) error {
 	if p.first < p.next && max > 0 && p.count() > uint64(max) {
 		p.trimLocked(p.next - uint64(max))
 	}
-	if active != nil {
-		pd.d.later(func() error {
-			if active.fix != nil {
-				if err := active.fix(); err != nil {
-					return err
-				}
-			}
-			w, err := pd.d.openWFile(active.path, active.end, false)
-			if err != nil {
+	pd.d.later(func() error {
+		if active == nil {
+			return nil
+		}
+		if active.fix != nil {
+			if err := active.fix(); err != nil {
 				return err
 			}
-			pd.seg, pd.path = w, active.path
-			return nil
-		})
+		}
+		w, err := pd.d.openWFile(active.path, active.end, false)
+		if err != nil {
+			return err
+		}
+		pd.seg, pd.path = w, active.path
+		return nil
+	})
+	return pd.loadOffsets(p, young, repaired, func() error {
+		return pd.checkNewest(p, files, &active)
+	})
+}
+
+// checkNewest compares the segment files with the newest segment
+// offsets.log records as started: if that file is missing, the newest
+// messages are gone. Repair then starts an empty segment far enough ahead
+// that no offset the lost segment could have held is used again.
+func (pd *partDisk) checkNewest(p *partition, files []segFile, active **activeSeg) error {
+	if !pd.hasRoll {
+		return nil
 	}
-	return pd.loadOffsets(p, young, repaired)
+	path := filepath.Join(pd.dir, segName(pd.rollBase))
+	// The record is written after the segment's header: a newest segment
+	// without its header was emptied, not torn by a crash.
+	emptied := *active != nil && (*active).headless && (*active).path == path
+	if !emptied && len(files) > 0 && files[len(files)-1].base >= pd.rollBase {
+		return nil
+	}
+	if pd.d.repair == nil {
+		if emptied {
+			return &DamageError{Path: path, Reason: "emptied: offsets.log records that this newest segment was started and written to"}
+		}
+		return &DamageError{Path: path, Reason: "missing: offsets.log records that this newest segment was started, so the newest messages of the partition are gone"}
+	}
+	if emptied {
+		dst, err := pd.d.repair.moveAside(path)
+		if err != nil {
+			return err
+		}
+		pd.d.log.Warn("iggytest: repair: moved aside an emptied newest segment", "file", path, "to", dst)
+		p.segs = p.segs[:len(p.segs)-1]
+	} else if *active != nil && (*active).fix != nil {
+		pd.d.later((*active).fix) // the torn tail of what is no longer the newest segment
+	}
+	// A segment holds at most its size limit plus one record.
+	skip := max(pd.rollBase, p.next) + uint64(pd.segBytes+maxRecordBytes)/messageHeaderSize
+	from := p.next
+	newPath := filepath.Join(pd.dir, segName(skip))
+	if err := writeFileSynced(newPath, fileHeader(from)); err != nil {
+		return err
+	}
+	if len(p.segs) == 0 {
+		p.first = skip
+	}
+	p.next = skip
+	p.addSegLocked(skip, newPath)
+	p.addHoleLocked(from)
+	*active = &activeSeg{path: newPath, end: fileHeaderSize}
+	pd.d.log.Warn("iggytest: repair: the newest segment is missing; the partition continues after every offset it could have held",
+		"missing", path, "next_offset", skip)
+	return nil
 }
 
 // activeSeg is the newest segment, which appends continue.
@@ -584,6 +657,8 @@ type activeSeg struct {
 	path string
 	end  int64
 	fix  func() error // makes the file end at end, before it is opened
+	// headless: the file was empty or its header torn (it gets a new one)
+	headless bool
 }
 
 // loadSegments loads files in order. It returns the segment appends go
@@ -609,6 +684,7 @@ func (pd *partDisk) loadSegments(p *partition, files []segFile) (*activeSeg, int
 			}
 			p.next = sf.base
 			p.addSegLocked(sf.base, sf.path)
+			p.addHoleLocked(arg)
 			headed = true
 			return nil
 		}
@@ -645,7 +721,7 @@ func (pd *partDisk) loadSegments(p *partition, files []segFile) (*activeSeg, int
 			if o.size > 0 {
 				log.Warn("iggytest: newest segment has a torn header (a crash as it was made), writing it again", "file", sf.path)
 			}
-			return &activeSeg{path: sf.path, end: fileHeaderSize, fix: func() error {
+			return &activeSeg{path: sf.path, end: fileHeaderSize, headless: true, fix: func() error {
 				return writeFileSynced(sf.path, fileHeader(sf.base))
 			}}, 0, nil, nil
 		}
@@ -766,7 +842,10 @@ func (pd *partDisk) repairSegments(p *partition, files []segFile, k int, dmg *Da
 }
 
 // loadOffsets restores the partition's consumer offsets.
-func (pd *partDisk) loadOffsets(p *partition, young, repaired bool) error {
+//
+// newest is called once the records are read, before consumer offsets
+// are checked against the log.
+func (pd *partDisk) loadOffsets(p *partition, young, repaired bool, newest func() error) error {
 	path := filepath.Join(pd.dir, "offsets.log")
 	apply := func(body []byte) error {
 		if len(body) != 17 {
@@ -782,6 +861,8 @@ func (pd *partDisk) loadOffsets(p *partition, young, repaired bool) error {
 			delete(p.offsets, id)
 		case offDelGroup:
 			delete(p.groupOffsets, uint32(id))
+		case offSegStart:
+			pd.rollBase, pd.hasRoll = max(pd.rollBase, off), true
 		default:
 			return fmt.Errorf("%w: unknown offset record kind %d", errCorrupt, body[0])
 		}
@@ -854,6 +935,9 @@ func (pd *partDisk) loadOffsets(p *partition, young, repaired bool) error {
 		}()
 		pd.offsN = n
 	}
+	if err := newest(); err != nil {
+		return err
+	}
 	// A stored offset is of a message that was acknowledged before it: one
 	// past the end of the log means acknowledged messages are missing.
 	clamp := func(v uint64) (uint64, error) {
@@ -905,6 +989,10 @@ func (pd *partDisk) writeOffsets(p *partition) error {
 		}
 		for k, v := range p.groupOffsets {
 			buf = appendRecord(buf, offsetRecord(offSetGroup, uint64(k), v))
+			n++
+		}
+		if pd.hasRoll {
+			buf = appendRecord(buf, offsetRecord(offSegStart, 0, pd.rollBase))
 			n++
 		}
 	}

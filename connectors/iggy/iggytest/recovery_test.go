@@ -459,10 +459,24 @@ func TestRecoveryRefusesDamageAndRepairKeepsIntactMessages(t *testing.T) {
 			must(t, os.Remove(p))
 			return p
 		}},
-		{"the newest segment holding a stored consumer offset is gone", func(dir string) string {
+		{"the newest segment is gone", func(dir string) string {
 			s := segsOf(dir, 1)
-			for _, f := range s[1:] {
-				must(t, os.Remove(f))
+			must(t, os.Remove(s[len(s)-1]))
+			return s[len(s)-1]
+		}},
+		{"the newest segment is emptied", func(dir string) string {
+			s := segsOf(dir, 1)
+			must(t, os.Truncate(s[len(s)-1], 0))
+			return s[len(s)-1]
+		}},
+		{"the newest records are cut off after a consumer read them", func(dir string) string {
+			s := segsOf(dir, 1)
+			rel, _ := filepath.Rel(dir, s[len(s)-1])
+			for _, a := range fx.msgs {
+				if a.file == rel {
+					must(t, os.Truncate(s[len(s)-1], a.to)) // at a record's end: looks whole
+					break
+				}
 			}
 			return filepath.Join(filepath.Dir(s[0]), "offsets.log")
 		}},
