@@ -2,6 +2,7 @@ package iggytest
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -433,8 +434,12 @@ func (c *conn) serveOne() error {
 		// The server answers InvalidCommand without reading the payload,
 		// which leaves the stream out of step; the broker closes instead.
 		// Before a login only small frames are read at all.
-		c.s.log.Warn("iggytest: request too large, closing connection", "client", c.sess.clientID, "command", cmd,
-			"length", plen, "limit", limit, "logged_in", c.loggedInOnce)
+		level := slog.LevelWarn
+		if !c.loggedInOnce {
+			level = slog.LevelDebug // anyone can send these: no log flood
+		}
+		c.s.log.Log(context.Background(), level, "iggytest: request too large, closing connection", "client", c.sess.clientID,
+			"command", cmd, "length", plen, "limit", limit, "logged_in", c.loggedInOnce)
 		_ = c.writeStatus(status)
 		return errCloseConn
 	}
