@@ -80,8 +80,8 @@ type DamageError struct {
 
 func (e *DamageError) Error() string {
 	return fmt.Sprintf("%s is damaged at byte %d: %s; nothing was changed: restore the file, or start with "+
-		"WithRepair (iggy-embedded -repair) to move damaged files aside under %s and keep every intact message",
-		e.Path, e.Offset, e.Reason, damagedDirName)
+		"WithRepair (iggy-embedded -repair) to move damaged files aside into %s/<time>/ of the data directory "+
+		"and keep every intact message with its offset", e.Path, e.Offset, e.Reason, damagedDirName)
 }
 
 // WithRepair lets a durable broker (WithDataDir) open a damaged data
