@@ -34,6 +34,15 @@ func (f fullDiskFile) Write(b []byte) (int, error) {
 	return f.File.Write(b)
 }
 
+// Truncate fails too while the disk is full, so the partial record stays
+// until the next write, which must cut it first.
+func (f fullDiskFile) Truncate(n int64) error {
+	if f.d.full.Load() {
+		return syscall.EIO
+	}
+	return f.File.Truncate(n)
+}
+
 func (d *fullDisk) wrap(_ string, f *os.File) fileWriter { return fullDiskFile{File: f, d: d} }
 
 // logRecorder keeps the log records of a server.
