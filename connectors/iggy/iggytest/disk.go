@@ -228,7 +228,7 @@ func (s *Server) repairMeta(path string, dmg *DamageError) error {
 	if err != nil {
 		return err
 	}
-	recs, trailing := salvage(data)
+	recs, trailing := salvage(data, false)
 	s.resetMetadata()
 	d.deleted, d.lastOp = map[uint64]bool{}, nil
 	var kept [][]byte
@@ -769,7 +769,7 @@ func (pd *partDisk) repairSegments(p *partition, files []segFile, k int, dmg *Da
 		if err != nil {
 			return err
 		}
-		recs, tail := salvage(data)
+		recs, tail := salvage(data, true)
 		if k+i == len(files)-1 {
 			trailing = tail
 		}
@@ -896,7 +896,7 @@ func (pd *partDisk) loadOffsets(p *partition, young, repaired bool, newest func(
 			}
 			clear(p.offsets)
 			clear(p.groupOffsets)
-			recs, trailing := salvage(data)
+			recs, trailing := salvage(data, false)
 			for _, r := range recs {
 				_ = apply(r.body) // a record that is not an offset record is skipped
 			}

@@ -234,7 +234,7 @@ func FuzzStoredRecords(f *testing.F) {
 		if o.end < 0 || o.end > int64(len(data)) || (o.clean() && o.end != int64(len(data))) {
 			t.Fatalf("intact prefix %d of %d bytes (%+v)", o.end, len(data), o)
 		}
-		if recs, _ := salvage(data); len(recs) < n {
+		if recs, _ := salvage(data, true); len(recs) < n {
 			t.Fatalf("salvage found %d records, a scan %d", len(recs), n)
 		}
 	})

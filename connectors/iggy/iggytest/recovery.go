@@ -277,9 +277,12 @@ type salvaged struct {
 
 // salvage returns every intact record of a (possibly damaged) file's
 // contents: it walks the records and, past a damaged one, searches byte by
-// byte for the next record whose header and body checksums match. It also
-// returns the number of bytes after the last intact record.
-func salvage(data []byte) (recs []salvaged, trailing int64) {
+// byte for the next record whose header and body checksums match. With
+// messages (a segment file), the bytes between intact records are searched
+// for intact messages too (each carries its own checksum), which come back
+// as record bodies of consecutive messages. It also returns the number of
+// bytes after the last intact record or message.
+func salvage(data []byte, messages bool) (recs []salvaged, trailing int64) {
 	legacy := !(len(data) >= fileHeaderSize && nearMagic(data[:8]))
 	rh := recHeader2
 	pos := 0
@@ -300,11 +303,51 @@ func salvage(data []byte) (recs []salvaged, trailing int64) {
 			pos++
 			continue
 		}
+		if messages && pos > end {
+			recs = append(recs, salvageMessages(data[end:pos], int64(end))...)
+		}
 		recs = append(recs, salvaged{pos: int64(pos + rh), body: data[pos+rh : pos+rh+n]})
 		pos += rh + n
 		end = pos
 	}
+	if messages && end < len(data) {
+		if ms := salvageMessages(data[end:], int64(end)); len(ms) > 0 {
+			recs = append(recs, ms...)
+			last := ms[len(ms)-1]
+			end = int(last.pos) + len(last.body)
+		}
+	}
 	return recs, int64(len(data) - end)
+}
+
+// salvageMessages finds the stored messages in data (bytes of a segment
+// at file offset at) whose checksums match, and returns runs of them that
+// are adjacent on disk with consecutive offsets as record bodies.
+func salvageMessages(data []byte, at int64) []salvaged {
+	var out []salvaged
+	start, end := -1, -1 // the current run: data[start:end]
+	var next uint64
+	for p := 0; p+messageHeaderSize <= len(data); {
+		m := data[p:]
+		size := uint64(messageHeaderSize) + uint64(binary.LittleEndian.Uint32(m[48:])) + uint64(binary.LittleEndian.Uint32(m[52:]))
+		if size > uint64(len(m)) || xxh3.Hash(m[8:size]) != binary.LittleEndian.Uint64(m) {
+			p++
+			continue
+		}
+		off := binary.LittleEndian.Uint64(m[24:])
+		if start < 0 || end != p || off != next {
+			if start >= 0 {
+				out = append(out, salvaged{pos: at + int64(start), body: data[start:end]})
+			}
+			start = p
+		}
+		p += int(size)
+		end, next = p, off+1
+	}
+	if start >= 0 {
+		out = append(out, salvaged{pos: at + int64(start), body: data[start:end]})
+	}
+	return out
 }
 
 // repairer moves damaged files aside during one open of a data directory.

@@ -33,6 +33,8 @@ type ackedMsg struct {
 	payload  string
 	file     string // relative to the data directory
 	from, to int64  // byte range of its record in file
+	mFrom    int64  // byte range of the message itself in file
+	mTo      int64
 }
 
 func writeRecoveryFixture(t *testing.T, segBytes int64) recoveryFixture {
@@ -83,7 +85,7 @@ func scanAcked(t *testing.T, dir string) []ackedMsg {
 				m := body[start:end]
 				hl := binary.LittleEndian.Uint32(m[48:])
 				out = append(out, ackedMsg{part: part, offset: b.base + uint64(i), payload: string(m[messageHeaderSize+int(hl):]),
-					file: rel, from: pos - recHeader2, to: pos + int64(len(body))})
+					file: rel, from: pos - recHeader2, to: pos + int64(len(body)), mFrom: pos + int64(start), mTo: pos + int64(end)})
 				start = end
 			}
 			return nil
@@ -331,8 +333,10 @@ func mapsEqualKeys(a, b map[uint64]string) bool {
 	return true
 }
 
-// intactIn returns the acknowledged messages of fx whose record bytes are
-// unchanged in dir.
+// intactIn returns the acknowledged messages of fx that are intact in
+// dir: their bytes are unchanged and the file still holds the whole record
+// they were written in (a record cut short is a torn tail, which may be
+// cut off).
 func intactIn(t *testing.T, fx recoveryFixture, dir string) map[ackedMsg]bool {
 	t.Helper()
 	files := map[string][]byte{}
@@ -345,7 +349,7 @@ func intactIn(t *testing.T, fx recoveryFixture, dir string) map[ackedMsg]bool {
 		}
 		orig, err := os.ReadFile(filepath.Join(fx.dir, a.file))
 		must(t, err)
-		if int64(len(cur)) >= a.to && bytes.Equal(cur[a.from:a.to], orig[a.from:a.to]) {
+		if int64(len(cur)) >= a.to && bytes.Equal(cur[a.mFrom:a.mTo], orig[a.mFrom:a.mTo]) {
 			out[a] = true
 		}
 	}
