@@ -116,7 +116,9 @@ func (s *Server) openDisk() (err error) {
 		path := filepath.Join(d.dir, "data", e.Name())
 		uid, perr := strconv.ParseUint(e.Name(), 10, 64)
 		switch {
-		case perr == nil && d.deleted[uid]:
+		case perr != nil || !e.IsDir():
+			// Not the broker's: left alone.
+		case d.deleted[uid]:
 			// Finish a deletion meta.log records.
 			d.later(func() error { return os.RemoveAll(path) })
 		case d.repair != nil:
@@ -743,8 +745,8 @@ func (pd *partDisk) loadSegments(p *partition, files []segFile) (*activeSeg, int
 }
 
 // repairSegments rewrites files[k:] (files[k] is the first damaged or
-// out-of-line one) from their intact records and moves the originals
-// aside. Runs of consecutive offsets become segment files whose headers
+// out-of-line one) from their intact records and the intact messages of
+// damaged ones, and moves the originals aside. Runs of consecutive offsets become segment files whose headers
 // record the holes between them; lost bytes after the last intact record
 // make the partition skip ahead by as many offsets as they could hold.
 func (pd *partDisk) repairSegments(p *partition, files []segFile, k int, dmg *DamageError) error {

@@ -88,7 +88,8 @@ func (e *DamageError) Error() string {
 // directory instead of refusing it with a *DamageError: damaged files are
 // moved aside, never deleted, into DIR/damaged/<time>/ (keeping their
 // paths relative to DIR), and replaced by files holding every intact
-// record. Intact messages keep their offsets; the offsets of lost messages
+// record and, from damaged records, every message whose own checksum still
+// matches. Intact messages keep their offsets; the offsets of lost messages
 // stay unused (polls skip them), and a lost newest record makes the
 // partition skip far enough ahead that no offset is ever served twice with
 // different messages. Metadata records that no longer apply (a topic of a

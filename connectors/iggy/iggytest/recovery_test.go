@@ -458,6 +458,12 @@ func TestRecoveryRefusesDamageAndRepairKeepsIntactMessages(t *testing.T) {
 			must(t, os.RemoveAll(p))
 			return p
 		}},
+		{"a topic directory no metadata refers to", func(dir string) string {
+			p := filepath.Join(dir, "data", "99", "0")
+			must(t, os.MkdirAll(p, 0o755))
+			must(t, os.WriteFile(filepath.Join(p, segName(0)), fileHeader(0), 0o644))
+			return filepath.Dir(p)
+		}},
 		{"a missing offsets.log", func(dir string) string {
 			p := filepath.Join(filepath.Dir(segsOf(dir, 0)[0]), "offsets.log")
 			must(t, os.Remove(p))
