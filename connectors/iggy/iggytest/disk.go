@@ -298,6 +298,14 @@ func (d *disk) createPartition(uid uint64, pid uint32) (*partDisk, error) {
 	if err := pd.writeOffsets(nil); err != nil {
 		return nil, err
 	}
+	if d.sync {
+		// The new directories' entries outlast a power loss too.
+		for _, dir := range []string{d.topicDir(uid), filepath.Join(d.dir, "data")} {
+			if err := syncDir(dir); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return pd, nil
 }
 
@@ -382,7 +390,15 @@ func (pd *partDisk) roll(base, from uint64) error {
 	if err != nil {
 		return &writeError{err}
 	}
-	if err := w.write(fileHeader(from)); err != nil {
+	err = w.write(fileHeader(from))
+	if err == nil && pd.d.sync {
+		// The file's entry must outlast a power loss before offsets.log
+		// records that the segment was started.
+		if serr := syncDir(pd.dir); serr != nil {
+			err = &writeError{serr}
+		}
+	}
+	if err != nil {
 		w.close()
 		_ = os.Remove(path) // made just now: it holds nothing
 		return err
