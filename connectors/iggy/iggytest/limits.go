@@ -136,6 +136,16 @@ func (s *Server) admitConn() bool {
 	return true
 }
 
+// replyLogin replies to a login; a successful one ends the connection's
+// unauthenticated phase first, so a client that saw the reply finds the
+// place it held free.
+func (c *conn) replyLogin(b []byte, err error) error {
+	if err == nil {
+		c.loggedIn()
+	}
+	return c.reply(b, err)
+}
+
 // loggedIn ends c's unauthenticated phase (once): its login deadline and
 // its place among the unauthenticated connections.
 func (c *conn) loggedIn() {

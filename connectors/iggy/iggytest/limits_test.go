@@ -156,7 +156,9 @@ func TestLimitsCapConnections(t *testing.T) {
 }
 
 func TestLimitsLoginTimeoutClosesIdleUnauthenticatedConnections(t *testing.T) {
-	tg := embeddedTarget(t, WithLimits(Limits{LoginTimeout: 100 * time.Millisecond}))
+	const timeout = time.Second // a login right after the dial takes far less
+	tg := embeddedTarget(t, WithLimits(Limits{LoginTimeout: timeout}))
+	start := time.Now()
 	idle := dialRaw(t, tg.addr)
 	authed := dialRaw(t, tg.addr)
 	if st := authed.login("iggy", "iggy"); st != 0 {
@@ -165,7 +167,7 @@ func TestLimitsLoginTimeoutClosesIdleUnauthenticatedConnections(t *testing.T) {
 	if !idle.closedByPeer() {
 		t.Fatalf("idle unauthenticated connection not closed")
 	}
-	time.Sleep(200 * time.Millisecond) // past the timeout: the logged-in one stays
+	time.Sleep(time.Until(start.Add(timeout + 200*time.Millisecond))) // past the timeout: the logged-in one stays
 	authed.send(CmdPing, 0, nil)
 	if st := authed.status(); st != 0 {
 		t.Fatalf("ping on the logged-in connection: %d", st)
