@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -580,11 +581,14 @@ func (pd *partDisk) load(p *partition, max int, young bool) error {
 		return err
 	}
 	repaired := false
-	if dmg != nil {
+	for tries := 0; dmg != nil; tries++ {
 		if pd.d.repair == nil {
 			return dmg
 		}
-		if err := pd.repairSegments(p, files, k, dmg); err != nil {
+		if tries > len(files)+1 {
+			return fmt.Errorf("repair of %s makes no progress: %w", pd.dir, dmg)
+		}
+		if err := pd.repairSegment(p, files, k, dmg); err != nil {
 			return err
 		}
 		repaired = true
@@ -592,8 +596,8 @@ func (pd *partDisk) load(p *partition, max int, young bool) error {
 			return err
 		}
 		resetPartitionLocked(p)
-		if active, _, dmg, err = pd.loadSegments(p, files); err != nil || dmg != nil {
-			return errors.Join(fmt.Errorf("repaired segments do not load"), err, dmg)
+		if active, k, dmg, err = pd.loadSegments(p, files); err != nil {
+			return err
 		}
 	}
 	if p.first < p.next && max > 0 && p.count() > uint64(max) {
@@ -760,12 +764,15 @@ func (pd *partDisk) loadSegments(p *partition, files []segFile) (*activeSeg, int
 	return nil, 0, nil, nil
 }
 
-// repairSegments rewrites files[k:] (files[k] is the first damaged or
-// out-of-line one) from their intact records and the intact messages of
-// damaged ones, and moves the originals aside. Runs of consecutive offsets become segment files whose headers
-// record the holes between them; lost bytes after the last intact record
-// make the partition skip ahead by as many offsets as they could hold.
-func (pd *partDisk) repairSegments(p *partition, files []segFile, k int, dmg *DamageError) error {
+// repairSegment rewrites files[k], the first damaged or out-of-line
+// segment, from its intact records and the intact messages of damaged ones,
+// and moves the original aside. Runs of consecutive offsets become segment
+// files whose headers record the holes between them. When the next segment
+// no longer continues from where the rewritten one ends, a copy of it with
+// a header recording the hole replaces it (its records are untouched). For
+// the newest segment, lost bytes after the last intact message make the
+// partition skip ahead by as many offsets as they could hold.
+func (pd *partDisk) repairSegment(p *partition, files []segFile, k int, dmg *DamageError) error {
 	resetPartitionLocked(p)
 	if _, _, d2, err := pd.loadSegments(p, files[:k]); err != nil || d2 != nil {
 		return errors.Join(fmt.Errorf("reload the intact segments"), err, d2)
@@ -775,74 +782,100 @@ func (pd *partDisk) repairSegments(p *partition, files []segFile, k int, dmg *Da
 		end = p.next
 	}
 	resetPartitionLocked(p)
+	last := k == len(files)-1
+	limit := uint64(math.MaxUint64) // offsets the next segment already holds
+	var next []byte
+	if !last {
+		var err error
+		if next, err = os.ReadFile(files[k+1].path); err != nil {
+			return err
+		}
+		limit = files[k+1].base
+	}
+	data, err := os.ReadFile(files[k].path)
+	if err != nil {
+		return err
+	}
 	type run struct {
 		base, from, next uint64
 		recs             [][]byte
 	}
 	var runs []*run
 	found, lost := 0, 0
-	var trailing int64
-	for i, sf := range files[k:] {
-		data, err := os.ReadFile(sf.path)
-		if err != nil {
-			return err
+	recs, trailing := salvage(data, true)
+	for _, r := range recs {
+		if len(r.body) < messageHeaderSize {
+			lost++
+			continue
 		}
-		recs, tail := salvage(data, true)
-		if k+i == len(files)-1 {
-			trailing = tail
+		base := binary.LittleEndian.Uint64(r.body[24:])
+		b, err := parseStoredBatch(r.body, base)
+		if err != nil || base < end || base+uint64(b.n) > limit {
+			lost++
+			continue
 		}
-		for _, r := range recs {
-			if len(r.body) < messageHeaderSize {
-				lost++
-				continue
-			}
-			base := binary.LittleEndian.Uint64(r.body[24:])
-			b, err := parseStoredBatch(r.body, base)
-			if err != nil || base < end {
-				lost++
-				continue
-			}
-			found += int(b.n)
-			if n := len(runs); n > 0 && runs[n-1].next == base {
-				runs[n-1].recs = append(runs[n-1].recs, r.body)
-				runs[n-1].next = base + uint64(b.n)
-			} else {
-				runs = append(runs, &run{base: base, from: end, next: base + uint64(b.n), recs: [][]byte{r.body}})
-			}
-			end = base + uint64(b.n)
+		found += int(b.n)
+		if n := len(runs); n > 0 && runs[n-1].next == base {
+			runs[n-1].recs = append(runs[n-1].recs, r.body)
+			runs[n-1].next = base + uint64(b.n)
+		} else {
+			runs = append(runs, &run{base: base, from: end, next: base + uint64(b.n), recs: [][]byte{r.body}})
 		}
+		end = base + uint64(b.n)
 	}
 	type out struct{ tmp, path string }
 	var outs []out
-	write := func(base, from uint64, recs [][]byte) error {
-		path := filepath.Join(pd.dir, segName(base))
-		buf := fileHeader(from)
-		for _, r := range recs {
-			buf = appendRecord(buf, r)
-		}
+	write := func(path string, data ...[]byte) error {
 		tmp := path + ".repair"
-		if err := writeFileSynced(tmp, buf); err != nil {
+		if err := writeFileSynced(tmp, data...); err != nil {
 			return err
 		}
 		outs = append(outs, out{tmp, path})
 		return nil
 	}
 	for _, r := range runs {
-		if err := write(r.base, r.from, r.recs); err != nil {
+		buf := fileHeader(r.from)
+		for _, rec := range r.recs {
+			buf = appendRecord(buf, rec)
+		}
+		if err := write(filepath.Join(pd.dir, segName(r.base)), buf); err != nil {
 			return err
 		}
 	}
+	moveAlso := ""
 	skipTo := end
-	if trailing > 0 {
+	switch {
+	case last && trailing > 0:
 		// Each lost message took at least a message header.
 		skipTo = end + uint64(trailing)/messageHeaderSize + 1
-		if err := write(skipTo, end, nil); err != nil {
+		if err := write(filepath.Join(pd.dir, segName(skipTo)), fileHeader(end)); err != nil {
+			return err
+		}
+	case !last && len(next) >= fileHeaderSize && nearMagic(next[:8]) && binary.LittleEndian.Uint64(next[8:]) != end:
+		// The next segment must continue from where this one ends now.
+		moveAlso = files[k+1].path
+		if err := write(moveAlso, fileHeader(end), next[fileHeaderSize:]); err != nil {
+			return err
+		}
+	case !last && len(next) >= fileHeaderSize && !nearMagic(next[:8]) && files[k+1].base != end:
+		// A format-1 next segment is converted, with a header recording the
+		// hole. (One that is empty or damaged is the next repair's.)
+		moveAlso = files[k+1].path
+		buf := fileHeader(end)
+		nrecs, _ := salvage(next, false)
+		for _, r := range nrecs {
+			buf = appendRecord(buf, r.body)
+		}
+		if err := write(moveAlso, buf); err != nil {
 			return err
 		}
 	}
 	var moved []string
-	for _, sf := range files[k:] {
-		dst, err := pd.d.repair.moveAside(sf.path)
+	for _, path := range []string{files[k].path, moveAlso} {
+		if path == "" {
+			continue
+		}
+		dst, err := pd.d.repair.moveAside(path)
 		if err != nil {
 			return err
 		}
@@ -853,7 +886,7 @@ func (pd *partDisk) repairSegments(p *partition, files []segFile, k int, dmg *Da
 			return err
 		}
 	}
-	pd.d.log.Warn("iggytest: repair: rewrote a partition's segments from their intact records", "dir", pd.dir,
+	pd.d.log.Warn("iggytest: repair: rewrote a segment from its intact records and messages", "file", files[k].path,
 		"damage", dmg.Error(), "intact_messages", found, "unusable_records", lost, "unreadable_tail_bytes", trailing,
 		"next_offset", skipTo, "originals", moved)
 	return nil

@@ -221,6 +221,18 @@ func scanFile(path string, onHeader func(legacy bool, arg uint64) error, fn func
 			if o.legacy && pos == 0 {
 				return damage(pos, "no intact record")
 			}
+			if o.legacy {
+				// Format 1 does not check its lengths: a changed length
+				// looks like a record cut short. A torn write is the last
+				// record, so an intact record after it means damage.
+				rest, err := io.ReadAll(io.LimitReader(r, legacyTornMax))
+				if err != nil {
+					return o, err
+				}
+				if rem-int64(rh) > legacyTornMax || hasRecord1(append(hdr[:rh:rh], rest...)[1:]) {
+					return damage(pos, "record length does not fit, and intact records follow")
+				}
+			}
 			o.torn = true // the last write was cut short
 			return o, nil
 		}
@@ -245,6 +257,35 @@ func scanFile(path string, onHeader func(legacy bool, arg uint64) error, fn func
 	}
 	return o, nil
 }
+
+// legacyTornMax bounds a torn format-1 tail: the largest request the
+// broker accepted when it wrote format 1.
+const legacyTornMax = 256<<20 + recHeader1
+
+// hasRecord1 reports whether a format-1 record whose checksum matches
+// starts anywhere in data. Format-1 headers have no checksum of their own,
+// so every place whose length fits is hashed; past a budget of hashed
+// bytes it answers true (damage: refuse rather than cut).
+func hasRecord1(data []byte) bool {
+	budget := hashBudget(len(data))
+	for p := 0; p+recHeader1 <= len(data); p++ {
+		n := int(binary.LittleEndian.Uint32(data[p:]))
+		if n > len(data)-p-recHeader1 {
+			continue
+		}
+		if budget -= n; budget < 0 {
+			return true
+		}
+		if xxh3.Hash(data[p+recHeader1:p+recHeader1+n]) == binary.LittleEndian.Uint64(data[p+4:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// hashBudget bounds the bytes a search for format-1 records hashes in n
+// bytes of data.
+func hashBudget(n int) int { return 16*n + 16<<20 }
 
 // zeroTail reports whether head and everything left in r are zero bytes.
 func zeroTail(r io.Reader, head []byte) (bool, error) {
@@ -293,14 +334,22 @@ func salvage(data []byte, messages bool) (recs []salvaged, trailing int64) {
 		pos = fileHeaderSize
 	}
 	end := pos
-	for pos+rh <= len(data) {
+	budget := hashBudget(len(data))
+	for pos+rh <= len(data) && budget >= 0 {
 		h := data[pos:]
 		if !legacy && !recordHeaderOK(h) {
 			pos++
 			continue
 		}
 		n := int(binary.LittleEndian.Uint32(h))
-		if n > len(data)-pos-rh || xxh3.Hash(data[pos+rh:pos+rh+n]) != binary.LittleEndian.Uint64(h[4:]) {
+		if n > len(data)-pos-rh {
+			pos++
+			continue
+		}
+		if legacy && pos != end {
+			budget -= n // searching: see hasRecord1
+		}
+		if xxh3.Hash(data[pos+rh:pos+rh+n]) != binary.LittleEndian.Uint64(h[4:]) {
 			pos++
 			continue
 		}
@@ -323,15 +372,25 @@ func salvage(data []byte, messages bool) (recs []salvaged, trailing int64) {
 
 // salvageMessages finds the stored messages in data (bytes of a segment
 // at file offset at) whose checksums match, and returns runs of them that
-// are adjacent on disk with consecutive offsets as record bodies.
+// are adjacent on disk with consecutive offsets as record bodies. The
+// bytes it hashes while searching are bounded (hashBudget); past that, the
+// rest of data is left unsearched (its file is kept, moved aside).
 func salvageMessages(data []byte, at int64) []salvaged {
 	var out []salvaged
 	start, end := -1, -1 // the current run: data[start:end]
 	var next uint64
-	for p := 0; p+messageHeaderSize <= len(data); {
+	budget := hashBudget(len(data)) // a search hashes at each place: bounded
+	for p := 0; p+messageHeaderSize <= len(data) && budget >= 0; {
 		m := data[p:]
 		size := uint64(messageHeaderSize) + uint64(binary.LittleEndian.Uint32(m[48:])) + uint64(binary.LittleEndian.Uint32(m[52:]))
-		if size > uint64(len(m)) || xxh3.Hash(m[8:size]) != binary.LittleEndian.Uint64(m) {
+		if size > uint64(len(m)) {
+			p++
+			continue
+		}
+		if p != end {
+			budget -= int(size)
+		}
+		if xxh3.Hash(m[8:size]) != binary.LittleEndian.Uint64(m) {
 			p++
 			continue
 		}

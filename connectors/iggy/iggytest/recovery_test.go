@@ -74,7 +74,13 @@ func scanAcked(t *testing.T, dir string) []ackedMsg {
 		rel, _ := filepath.Rel(dir, path)
 		var part uint32
 		fmt.Sscan(filepath.Base(filepath.Dir(path)), &part)
-		o, err := scanFile(path, nil, func(body []byte, pos int64) error {
+		rh := int64(recHeader2)
+		o, err := scanFile(path, func(legacy bool, _ uint64) error {
+			if legacy {
+				rh = recHeader1
+			}
+			return nil
+		}, func(body []byte, pos int64) error {
 			b, err := parseStoredBatch(body, binary.LittleEndian.Uint64(body[24:]))
 			if err != nil {
 				return err
@@ -85,7 +91,7 @@ func scanAcked(t *testing.T, dir string) []ackedMsg {
 				m := body[start:end]
 				hl := binary.LittleEndian.Uint32(m[48:])
 				out = append(out, ackedMsg{part: part, offset: b.base + uint64(i), payload: string(m[messageHeaderSize+int(hl):]),
-					file: rel, from: pos - recHeader2, to: pos + int64(len(body)), mFrom: pos + int64(start), mTo: pos + int64(end)})
+					file: rel, from: pos - rh, to: pos + int64(len(body)), mFrom: pos + int64(start), mTo: pos + int64(end)})
 				start = end
 			}
 			return nil
@@ -249,20 +255,28 @@ func randomMutation(t *testing.T, dir string, rng *rand.Rand) mutation {
 // kept, and deletes no file: each is in place or moved aside. Seeded;
 // STRAND_SOAK=1 runs many more cases.
 func TestRecoveryPropertyRandomDamage(t *testing.T) {
-	fx := writeRecoveryFixture(t, 700)
-	cases := 24
+	fx2 := writeRecoveryFixture(t, 700)
+	// The same directory as written before files had headers (format 1).
+	fx1 := recoveryFixture{dir: copyDir(t, fx2.dir)}
+	toFormat1(t, fx1.dir)
+	fx1.msgs = scanAcked(t, fx1.dir)
+	cases := 32
 	if os.Getenv("STRAND_SOAK") != "" {
 		cases = 1500
 	}
 	rng := rand.New(rand.NewPCG(29, 1))
 	refused, started := 0, 0
 	for i := 0; i < cases; i++ {
+		fx, format := fx2, 2
+		if i%4 == 3 {
+			fx, format = fx1, 1
+		}
 		dir := copyDir(t, fx.dir)
 		m := randomMutation(t, dir, rng)
 		m.apply(t, dir, rng)
 		before := treeHashes(t, dir)
 		intact := intactIn(t, fx, dir)
-		name := fmt.Sprintf("case %d (%s %s at %d)", i, m.kind, m.file, m.at)
+		name := fmt.Sprintf("case %d (format %d: %s %s at %d)", i, format, m.kind, m.file, m.at)
 
 		srv, err := NewServer(WithDataDir(dir), WithAddr("127.0.0.1:0"))
 		if err != nil {
@@ -618,4 +632,56 @@ func segmentsOfPartition(t *testing.T, dir string, part int) []string {
 	must(t, err)
 	slices.Sort(s)
 	return s
+}
+
+// TestRepairRewritesOnlyTheDamagedSegment: a repair moves aside the
+// damaged segment and, when the damage took its last messages, the next
+// segment (rewritten with a header recording the hole); every other file
+// stays as it was.
+func TestRepairRewritesOnlyTheDamagedSegment(t *testing.T) {
+	fx := writeRecoveryFixture(t, 700)
+	for _, tc := range []struct {
+		name  string
+		at    func(size int64) int64
+		moved int
+	}{
+		{"a message in the middle", func(int64) int64 { return fileHeaderSize + recHeader2 + 70 }, 1},
+		{"the last message", func(size int64) int64 { return size - 1 }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyDir(t, fx.dir)
+			segs := segmentsOfPartition(t, dir, 0)
+			if len(segs) < 4 {
+				t.Fatalf("%d segments, the test wants 4 or more", len(segs))
+			}
+			b, err := os.ReadFile(segs[1])
+			must(t, err)
+			b[tc.at(int64(len(b)))] ^= 0x01
+			must(t, os.WriteFile(segs[1], b, 0o644))
+			intact := intactIn(t, fx, dir)
+			before := treeHashes(t, dir)
+			srv, err := NewServer(WithDataDir(dir), WithRepair())
+			must(t, err)
+			got, _ := served(t, srv)
+			must(t, srv.Close())
+			checkServed(t, tc.name, fx, intact, got)
+			moved, _ := filepath.Glob(filepath.Join(dir, damagedDirName, "*", "data", "*", "0", "*.seg"))
+			if len(moved) != tc.moved {
+				t.Fatalf("%d segments moved aside, want %d: %v", len(moved), tc.moved, moved)
+			}
+			after := treeHashes(t, dir)
+			kept := 0
+			for h, p := range before {
+				if _, ok := after[h]; ok && strings.HasSuffix(p, ".seg") {
+					kept++
+				}
+			}
+			if all := len(segmentsOfPartition(t, fx.dir, 0)) + len(segmentsOfPartition(t, fx.dir, 1)) + len(segmentsOfPartition(t, fx.dir, 2)); kept != all {
+				t.Fatalf("%d of %d segment files kept byte for byte (in place or moved aside)", kept, all)
+			}
+			if n := len(got[0]); n < len(segs) {
+				t.Fatalf("partition 0 serves %d messages", n)
+			}
+		})
+	}
 }
