@@ -227,6 +227,9 @@ func randomMutation(t *testing.T, dir string, rng *rand.Rand) mutation {
 		}
 	}
 	pick := kinds[rng.IntN(3)]
+	for len(pick) == 0 { // a first damage deleted the only file of a kind
+		pick = kinds[rng.IntN(3)]
+	}
 	m := mutation{file: pick[rng.IntN(len(pick))]}
 	fi, err := os.Stat(filepath.Join(dir, m.file))
 	must(t, err)
@@ -274,9 +277,17 @@ func TestRecoveryPropertyRandomDamage(t *testing.T) {
 		dir := copyDir(t, fx.dir)
 		m := randomMutation(t, dir, rng)
 		m.apply(t, dir, rng)
+		name := fmt.Sprintf("case %d (format %d: %s %s at %d", i, format, m.kind, m.file, m.at)
+		metaHit := m.file == "meta.log"
+		if rng.IntN(3) == 0 { // a second damage, anywhere
+			m2 := randomMutation(t, dir, rng)
+			m2.apply(t, dir, rng)
+			name += fmt.Sprintf("; %s %s at %d", m2.kind, m2.file, m2.at)
+			metaHit = metaHit || m2.file == "meta.log"
+		}
+		name += ")"
 		before := treeHashes(t, dir)
 		intact := intactIn(t, fx, dir)
-		name := fmt.Sprintf("case %d (format %d: %s %s at %d)", i, format, m.kind, m.file, m.at)
 
 		srv, err := NewServer(WithDataDir(dir), WithAddr("127.0.0.1:0"))
 		if err != nil {
@@ -310,7 +321,7 @@ func TestRecoveryPropertyRandomDamage(t *testing.T) {
 		must(t, srv.Close())
 		if ok {
 			checkServed(t, name+" repaired", fx, intact, got)
-		} else if m.file != "meta.log" {
+		} else if !metaHit {
 			t.Fatalf("%s: repair lost topic t", name)
 		}
 		after := treeHashes(t, dir)
