@@ -263,7 +263,7 @@ func TestRecoveryPropertyRandomDamage(t *testing.T) {
 	fx1 := recoveryFixture{dir: copyDir(t, fx2.dir)}
 	toFormat1(t, fx1.dir)
 	fx1.msgs = scanAcked(t, fx1.dir)
-	cases := 32
+	cases := 20
 	if os.Getenv("STRAND_SOAK") != "" {
 		cases = 1500
 	}
