@@ -133,13 +133,14 @@ type Server struct {
 	streamPerms map[uint64]*streamPerms // (user, stream) → permissions, see indexPermissions
 	started     time.Time
 
-	connMu      sync.Mutex
-	conns       map[*conn]struct{}
+	connMu sync.Mutex
+	conns  map[*conn]struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	done   chan struct{}
+
 	unauth      int          // connections not logged in yet, guarded by connMu
 	lastCapWarn atomic.Int64 // unix nanoseconds of the last connection-cap warning
-	wg          sync.WaitGroup
-	closed      atomic.Bool
-	done        chan struct{}
 
 	refuseUntil atomic.Int64
 
@@ -362,11 +363,11 @@ type conn struct {
 	sess *session
 	rng  *rand.ChaCha8
 	rbuf []byte // payload of non-send requests
-	// loggedInOnce: the connection left its unauthenticated phase.
-	loggedInOnce bool
-	wbuf         []byte // small responses, header included
-	vec          net.Buffers
-	hdr          [8]byte
+	wbuf []byte // small responses, header included
+	vec  net.Buffers
+	hdr  [8]byte
+
+	loggedInOnce bool // the connection left its unauthenticated phase
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
