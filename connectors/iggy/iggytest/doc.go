@@ -67,7 +67,18 @@
 // # Durability and cost
 //
 // By default everything lives in memory. WithDataDir keeps it in
-// append-only checksummed files (see WithDataDir for the crash semantics);
+// append-only files in which every byte is covered by a checksum (see
+// WithDataDir for the crash semantics). Opening a directory never deletes
+// acknowledged data: only a torn tail of the newest file of a log (a write
+// a crash interrupted, never acknowledged) is cut off; any other damage,
+// a changed byte, a missing or emptied segment, a missing meta.log,
+// partition directory or offsets file, refuses the directory with a
+// *DamageError naming the file and the byte offset. WithRepair (the
+// iggy-embedded command's -repair flag) then moves the damaged files aside
+// into DIR/damaged/<time>/, never deleting them, and keeps every intact
+// message with its offset; lost offsets are never reused. A failed write
+// (a full disk) is cut back, logged once with the file's path, and writes
+// succeed again once there is room;
 // messages are then read back from their segment files through a read
 // cache of bounded size (WithCacheSize), so the broker's memory is set by
 // the cache, not by the log. Retention follows the server: with
@@ -83,7 +94,13 @@
 //
 // WithTLS serves TLS from a certificate and key file (WriteSelfSignedCert
 // makes a pair for tests). WithHeartbeat drops clients that stop pinging,
-// as the server's heartbeat verifier does.
+// as the server's heartbeat verifier does. WithLimits bounds what clients
+// can make the broker hold, with defaults that keep it small: the number
+// of connections and of connections not logged in (which must log in
+// within a timeout and may only send small frames, refused before their
+// payload is read), the size of a request frame, and the bytes of a poll
+// reply (which stops at whole messages under the cap, so a reply's u32
+// length never wraps).
 //
 // # Faults
 //

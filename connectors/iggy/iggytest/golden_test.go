@@ -180,7 +180,7 @@ func TestGoldenPollResponseMatchesSDKDecoder(t *testing.T) {
 		}
 		start := rapid.Uint64Range(0, p.next).Draw(t, "start")
 		count := rapid.Uint32Range(1, 30).Draw(t, "count")
-		vec, n, size, _, err := p.readLocked([][]byte{nil}, start, count)
+		vec, n, size, _, err := p.readLocked([][]byte{nil}, start, count, DefaultMaxPollBytes)
 		if err != nil {
 			t.Fatal(err)
 		}

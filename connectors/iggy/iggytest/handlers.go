@@ -17,9 +17,9 @@ func (c *conn) dispatch(cmd Command, p []byte) error {
 		}
 		return c.writeOK(c.wbuf[:8])
 	case CmdLoginUser:
-		return c.reply(c.loginUser(p))
+		return c.replyLogin(c.loginUser(p))
 	case CmdLoginWithPersonalAccessToken:
-		return c.reply(c.loginToken(p))
+		return c.replyLogin(c.loginToken(p))
 	case CmdLogoutUser:
 		return c.reply(c.logout())
 	case CmdGetClusterMetadata:

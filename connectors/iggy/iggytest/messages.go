@@ -202,12 +202,13 @@ func (c *conn) sendMessages(p []byte) ([]byte, error) {
 	b := newBatch(part.next, ts, r.msgs, r.ends)
 	c.stamp(b)
 	if part.disk != nil {
-		rolled, err := part.disk.appendBatch(b)
-		if err != nil {
-			s.log.Error("iggytest: append to partition log failed", "partition", part.id, "err", err)
+		if err := part.disk.appendBatch(b); err != nil {
+			if !isWriteError(err) {
+				s.log.Error("iggytest: append to partition log failed", "partition", part.id, "err", err)
+			}
 			return nil, statusError(StatusError)
 		}
-		if rolled || len(part.segs) == 0 {
+		if len(part.segs) == 0 || part.segs[len(part.segs)-1].path != part.disk.path {
 			part.addSegLocked(b.base, part.disk.path)
 		}
 	}
@@ -412,7 +413,7 @@ func (c *conn) pollMessages(p []byte) error {
 	var last uint64
 	if !empty {
 		var err error
-		vec, n, size, last, err = part.readLocked(append(c.vec[:0], nil), start, count)
+		vec, n, size, last, err = part.readLocked(append(c.vec[:0], nil), start, count, s.cfg.limits.maxPollBytes)
 		if err != nil {
 			part.mu.Unlock()
 			s.log.Error("iggytest: read from partition log failed", "partition", part.id, "err", err)
@@ -461,18 +462,23 @@ func (c *conn) writePolled(pid uint32, cur uint64, vec [][]byte, n uint32, size 
 }
 
 func (c *conn) storeOffsetLocked(part *partition, cons consumerRef, g *group, off uint64) error {
+	// Logged first: an offset that could not be written is not taken.
 	if g != nil {
-		part.groupOffsets[g.id] = off
 		if part.disk != nil {
-			return part.disk.logOffset(offSetGroup, uint64(g.id), off)
+			if err := part.disk.logOffset(offSetGroup, uint64(g.id), off); err != nil {
+				return err
+			}
 		}
+		part.groupOffsets[g.id] = off
 		return nil
 	}
 	key := consumerKey(cons.id)
-	part.offsets[key] = off
 	if part.disk != nil {
-		return part.disk.logOffset(offSetConsumer, key, off)
+		if err := part.disk.logOffset(offSetConsumer, key, off); err != nil {
+			return err
+		}
 	}
+	part.offsets[key] = off
 	return nil
 }
 

@@ -164,13 +164,17 @@ func (s *Server) dropTopicData(t *topic) {
 		p.closeFilesLocked()
 		p.batches, p.segs = nil, nil
 		if p.disk != nil {
-			p.disk.close()
+			_ = p.disk.close()
 			p.disk = nil
 		}
 		p.mu.Unlock()
 	}
-	if s.disk != nil && !s.disk.replaying {
-		s.disk.removeTopicDir(t.uid)
+	if s.disk != nil {
+		if s.disk.replaying {
+			s.disk.deleted[t.uid] = true // its directory may outlive a crash
+		} else {
+			s.disk.removeTopicDir(t.uid)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package iggytest
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,9 @@ type config struct {
 	cacheBytes       int64
 	cleaner          time.Duration
 	tokenCleaner     time.Duration
+	repair           bool
+	wrapFile         func(path string, f *os.File) fileWriter
+	limits           limits
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -73,9 +78,12 @@ func WithPersonalAccessToken(token string) Option { return func(c *config) { c.t
 // Every request's writes are handed to the operating system before the
 // reply is sent, so a killed process (kill -9) loses nothing the client saw
 // acknowledged; a machine crash or power loss can lose the last requests
-// unless WithSyncWrites is given too. A torn record at the end of a file is
-// detected by its checksum and cut off when the directory is opened. The
-// default is in memory.
+// unless WithSyncWrites is given too. A torn record at the end of the
+// newest file of a log is detected and cut off when the directory is
+// opened; any other damage makes NewServer fail with a *DamageError (see
+// WithRepair). A write that fails (a full disk) is cut back, so the files
+// stay intact and writes succeed again once there is room. The default is
+// in memory.
 func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
 
 // WithSyncWrites makes a durable broker (WithDataDir) fsync every write
@@ -131,6 +139,9 @@ type Server struct {
 	closed atomic.Bool
 	done   chan struct{}
 
+	unauth      int          // connections not logged in yet, guarded by connMu
+	lastCapWarn atomic.Int64 // unix nanoseconds of the last connection-cap warning
+
 	refuseUntil atomic.Int64
 
 	ctlMu    sync.Mutex
@@ -145,7 +156,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	cfg := config{
 		addr: "127.0.0.1:0", user: "iggy", pass: "iggy",
 		maxMsgSize: maxPayloadSize, maxSendBytes: defaultMaxSendBytes, segmentBytes: segmentSizeDefault,
-		cacheBytes: defaultCacheBytes, tokenCleaner: time.Minute,
+		cacheBytes: defaultCacheBytes, tokenCleaner: time.Minute, limits: defaultLimits(),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -173,16 +184,12 @@ func NewServer(opts ...Option) (*Server, error) {
 	}
 	tcfg, err := cfg.tlsConfig()
 	if err != nil {
-		if s.disk != nil {
-			s.disk.close()
-		}
+		s.closeDiskOnFailure()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		if s.disk != nil {
-			s.disk.close()
-		}
+		s.closeDiskOnFailure()
 		return nil, fmt.Errorf("iggytest: listen on %q: %w", cfg.addr, err)
 	}
 	s.ln = ln
@@ -214,11 +221,27 @@ func NewServer(opts ...Option) (*Server, error) {
 	return s, nil
 }
 
+// closeDiskOnFailure closes the data files of a server that will not start.
+func (s *Server) closeDiskOnFailure() {
+	if s.disk != nil {
+		s.mu.Lock()
+		_ = s.closeDiskLocked()
+		s.mu.Unlock()
+	}
+}
+
 // newServer builds the broker without listening or starting goroutines.
 func newServer(cfg config) *Server {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.limits == (limits{}) {
+		cfg.limits = defaultLimits()
+	}
+	if cfg.maxMsgSize <= 0 || cfg.maxMsgSize > maxPayloadSize {
+		cfg.maxMsgSize = maxPayloadSize
+	}
+	cfg.limits.clamp(cfg.maxMsgSize)
 	s := &Server{
 		cfg: cfg, log: cfg.logger, addr: "127.0.0.1:0",
 		streamNames: map[string]*stream{}, clients: map[uint32]*session{},
@@ -308,9 +331,19 @@ func (s *Server) acceptLoop() {
 			nc.Close()
 			continue
 		}
+		if !s.admitConn() {
+			nc.Close()
+			if now := time.Now().UnixNano(); now-s.lastCapWarn.Load() > int64(time.Second) {
+				s.lastCapWarn.Store(now)
+				s.log.Warn("iggytest: connection limit reached, closing new connections",
+					"max_connections", s.cfg.limits.maxConns, "max_unauthenticated", s.cfg.limits.maxUnauthConns)
+			}
+			continue
+		}
 		c := s.newConn(nc)
 		s.connMu.Lock()
 		if s.closed.Load() {
+			s.unauth--
 			s.connMu.Unlock()
 			nc.Close()
 			continue
@@ -333,6 +366,8 @@ type conn struct {
 	wbuf []byte // small responses, header included
 	vec  net.Buffers
 	hdr  [8]byte
+
+	loggedInOnce bool // the connection left its unauthenticated phase
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -348,6 +383,9 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	binary.LittleEndian.PutUint64(seed[8:], rand.Uint64())
 	binary.LittleEndian.PutUint64(seed[16:], rand.Uint64())
 	binary.LittleEndian.PutUint64(seed[24:], rand.Uint64())
+	if d := s.cfg.limits.loginTimeout; d > 0 {
+		_ = nc.SetReadDeadline(time.Now().Add(d))
+	}
 	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), sess: sess, rng: rand.NewChaCha8(seed), wbuf: make([]byte, 8, 512)}
 }
 
@@ -361,6 +399,9 @@ func (c *conn) serve() {
 		c.nc.Close()
 		s.connMu.Lock()
 		delete(s.conns, c)
+		if !c.loggedInOnce {
+			s.unauth--
+		}
 		s.connMu.Unlock()
 		s.removeSession(c.sess)
 		s.log.Debug("iggytest: connection closed", "client", c.sess.clientID, "addr", c.sess.addr)
@@ -390,15 +431,17 @@ func (c *conn) serveOne() error {
 		return c.writeStatus(StatusInvalidCommand)
 	}
 	plen := int(length - 4)
-	limit := maxControlPayload
-	if cmd == CmdSendMessages {
-		limit = c.s.cfg.maxSendBytes
-	}
-	if plen > limit {
+	if limit, status := c.frameLimit(cmd, plen); plen > limit {
 		// The server answers InvalidCommand without reading the payload,
 		// which leaves the stream out of step; the broker closes instead.
-		c.s.log.Warn("iggytest: request too large, closing connection", "client", c.sess.clientID, "command", cmd, "length", plen)
-		_ = c.writeStatus(StatusInvalidCommand)
+		// Before a login only small frames are read at all.
+		level := slog.LevelWarn
+		if !c.loggedInOnce {
+			level = slog.LevelDebug // anyone can send these: no log flood
+		}
+		c.s.log.Log(context.Background(), level, "iggytest: request too large, closing connection", "client", c.sess.clientID,
+			"command", cmd, "length", plen, "limit", limit, "logged_in", c.loggedInOnce)
+		_ = c.writeStatus(status)
 		return errCloseConn
 	}
 	var payload []byte
@@ -414,8 +457,7 @@ func (c *conn) serveOne() error {
 		payload = c.rbuf
 		_, err = io.ReadFull(c.br, payload)
 	default:
-		payload, err = readGrowing(c.br, plen)
-		c.rbuf = payload
+		payload, err = readGrowing(c.br, plen) // not kept: a large buffer is not held between requests
 	}
 	if err != nil {
 		return err
@@ -426,7 +468,11 @@ func (c *conn) serveOne() error {
 			return err
 		}
 	}
-	return c.dispatch(cmd, payload)
+	err = c.dispatch(cmd, payload)
+	if !c.loggedInOnce && c.sess.userID.Load() >= 0 {
+		c.loggedIn()
+	}
+	return err
 }
 
 const readChunk = 1 << 20
@@ -464,6 +510,12 @@ func (c *conn) writeStatus(st uint32) error {
 
 // writeOK sends c.wbuf, whose first 8 bytes are reserved for the header.
 func (c *conn) writeOK(b []byte) error {
+	if uint64(len(b)-8) > maxReplyBytes {
+		// A reply's length is a u32: never send one that would wrap.
+		c.wbuf = b[:8]
+		c.s.log.Error("iggytest: reply too large for the protocol, answering status 1", "client", c.sess.clientID, "bytes", len(b)-8)
+		return c.writeStatus(StatusError)
+	}
 	binary.LittleEndian.PutUint32(b[0:4], 0)
 	binary.LittleEndian.PutUint32(b[4:8], uint32(len(b)-8))
 	_, err := c.nc.Write(b)
@@ -483,7 +535,9 @@ func (c *conn) reply(b []byte, err error) error {
 			}
 			return c.writeStatus(uint32(st))
 		}
-		c.s.log.Error("iggytest: request failed", "client", c.sess.clientID, "err", err)
+		if !isWriteError(err) { // a data file logs its write failures once
+			c.s.log.Error("iggytest: request failed", "client", c.sess.clientID, "err", err)
+		}
 		return c.writeStatus(StatusError)
 	}
 	return c.writeOK(b)

@@ -148,6 +148,7 @@ type segMeta struct {
 	startTS uint64
 	endTS   uint64
 	bytes   uint64 // retained message bytes
+	hole    uint64 // offsets before base that hold no message (a repair's hole)
 	path    string // with a data directory
 	rf      *os.File
 }
@@ -181,6 +182,7 @@ type partition struct {
 	segs         []*segMeta
 	first, next  uint64 // retained offsets are [first, next)
 	size         uint64 // bytes of retained messages
+	holes        uint64 // offsets in [first, next) that hold no message (see addHoleLocked)
 	lastTS       uint64
 	offsets      map[uint64]uint64 // single consumers: id (or XXH32 of name) → last consumed offset
 	groupOffsets map[uint32]uint64 // consumer groups: group id → last consumed offset
@@ -204,7 +206,19 @@ func (p *partition) currentOffset() uint64 {
 	return p.next - 1
 }
 
-func (p *partition) count() uint64 { return p.next - p.first }
+// count is the number of retained messages: the offsets in [first, next)
+// but those of holes a repair left between segments.
+func (p *partition) count() uint64 { return p.next - p.first - p.holes }
+
+// addHoleLocked records that the offsets [from, base) before the newest
+// segment (which starts at base) hold no messages.
+func (p *partition) addHoleLocked(from uint64) {
+	sg := p.segs[len(p.segs)-1]
+	if len(p.segs) > 1 && from < sg.base {
+		sg.hole = sg.base - from
+		p.holes += sg.hole
+	}
+}
 
 // segmentsCount is what GetTopic reports: at least the active segment.
 func (p *partition) segmentsCount() uint32 { return uint32(max(1, len(p.segs))) }
@@ -311,6 +325,11 @@ func (p *partition) dropFirstSegLocked() {
 	}
 	p.segs[0] = nil
 	p.segs = p.segs[1:]
+	if len(p.segs) > 0 {
+		p.holes -= p.segs[0].hole // now before first
+		p.segs[0].hole = 0
+		p.first = max(p.first, p.segs[0].base)
+	}
 }
 
 // removeOldestSegLocked deletes the oldest segment with its messages, as
@@ -346,7 +365,7 @@ func (p *partition) purgeLocked() {
 		sg.closeFile()
 	}
 	p.batches, p.segs = nil, nil
-	p.first, p.next, p.size = 0, 0, 0
+	p.first, p.next, p.size, p.holes = 0, 0, 0, 0
 	clear(p.offsets)
 	clear(p.groupOffsets) // lastPolled stays: the server keeps it across a purge
 }
@@ -359,9 +378,11 @@ func (p *partition) closeFilesLocked() {
 }
 
 // read collects up to count messages from offset start as sub-slices of
-// stored batches, appending them to dst; it returns the slices, the number
-// of messages, the bytes and the last offset.
-func (p *partition) readLocked(dst [][]byte, start uint64, count uint32) ([][]byte, uint32, int, uint64, error) {
+// stored batches, appending them to dst, and stops before the message
+// that would take the bytes past maxBytes (the first message is always
+// taken); it returns the slices, the number of messages, the bytes and the
+// last offset.
+func (p *partition) readLocked(dst [][]byte, start uint64, count uint32, maxBytes int) ([][]byte, uint32, int, uint64, error) {
 	if start < p.first {
 		start = p.first
 	}
@@ -384,6 +405,18 @@ func (p *partition) readLocked(dst [][]byte, start uint64, count uint32) ([][]by
 			to = from + rem - 1
 		}
 		s, e := r.pos(b, from), r.ends[to-b.base]
+		if size+int(e-s) > maxBytes {
+			// The last message of [from, to] that still fits, if any.
+			k := sort.Search(int(to-from+1), func(k int) bool {
+				return size+int(r.ends[from-b.base+uint64(k)]-s) > maxBytes
+			})
+			if k == 0 && n > 0 {
+				break
+			}
+			to = from + uint64(max(k, 1)) - 1
+			e = r.ends[to-b.base]
+			i = len(p.batches) // nothing more after this batch
+		}
 		dst = append(dst, r.data[s:e])
 		size += int(e - s)
 		n += uint32(to - from + 1)

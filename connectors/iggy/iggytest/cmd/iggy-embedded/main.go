@@ -14,6 +14,19 @@
 // stops gracefully on SIGINT or SIGTERM: connections are closed and the
 // data files flushed. A log line written after whoever reads its stderr
 // went away is dropped instead of ending the process.
+//
+// A data directory is never silently cut back: only a torn tail of the
+// newest file (a write a crash interrupted) is removed on start. Any other
+// damage (a changed byte, a missing or emptied segment, a missing
+// meta.log) stops the start with an error naming the file and the byte
+// offset. -repair then moves the damaged files aside, under
+// DIR/damaged/<time>/, never deleting them, and keeps every intact message
+// with its offset.
+//
+// Clients are bounded: -max-connections, -max-unauthenticated,
+// -login-timeout, -max-prelogin-frame (only small frames are read before a
+// login), -max-frame and -max-poll-bytes (a poll reply stops at whole
+// messages under it).
 package main
 
 import (
@@ -84,6 +97,13 @@ func run(args []string) error {
 	cacheSize := fs.Int64("cache", 0, "with -data: bytes of messages kept in memory (0: 64 MiB)")
 	segSize := fs.Int64("segment-size", 0, "segment size in bytes (0: 1 GiB, as the server)")
 	cleaner := fs.Duration("cleaner", 0, "run the message cleaner (expiry, max topic size) at this interval (0: off, as the server)")
+	repair := fs.Bool("repair", false, "with -data: open a damaged data directory by moving damaged files aside (to DIR/damaged/<time>/, never deleted) and keeping every intact message with its offset")
+	maxConns := fs.Int("max-connections", iggytest.DefaultMaxConnections, "most client connections open at once")
+	maxUnauth := fs.Int("max-unauthenticated", iggytest.DefaultMaxUnauthenticated, "most connections not logged in yet")
+	loginTimeout := fs.Duration("login-timeout", iggytest.DefaultLoginTimeout, "close connections not logged in within this (negative: never)")
+	maxPreLogin := fs.Int("max-prelogin-frame", iggytest.DefaultMaxPreLoginFrame, "largest request payload in bytes read before a login")
+	maxFrame := fs.Int("max-frame", iggytest.DefaultMaxFrame, "largest request payload in bytes (a SendMessages batch)")
+	maxPoll := fs.Int("max-poll-bytes", iggytest.DefaultMaxPollBytes, "most message bytes in one poll reply (at least the largest message)")
 	var peers peerList
 	fs.Var(&peers, "peer", "another cluster node as name=host:tcpport (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -97,6 +117,16 @@ func run(args []string) error {
 	opts := []iggytest.Option{
 		iggytest.WithAddr(*addr), iggytest.WithCredentials(*user, *pass),
 		iggytest.WithMaxMessagesPerPartition(*maxMsgs), iggytest.WithLogger(logger),
+		iggytest.WithLimits(iggytest.Limits{
+			MaxConnections: *maxConns, MaxUnauthenticated: *maxUnauth, LoginTimeout: *loginTimeout,
+			MaxPreLoginFrame: *maxPreLogin, MaxFrame: *maxFrame, MaxPollBytes: *maxPoll,
+		}),
+	}
+	if *repair {
+		if *data == "" {
+			return fmt.Errorf("-repair needs -data")
+		}
+		opts = append(opts, iggytest.WithRepair())
 	}
 	if *data != "" {
 		opts = append(opts, iggytest.WithDataDir(*data))

@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,5 +110,37 @@ func TestServesAndStopsGracefullyKeepingData(t *testing.T) {
 func TestBadFlagIsAnError(t *testing.T) {
 	if err := run([]string{"-no-such-flag"}); err == nil {
 		t.Fatal("bad flag accepted")
+	}
+}
+
+func TestDamagedDataIsRefusedAndRepairMovesItAside(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	done := start(t, "-addr", addr, "-data", dir)
+	stop(t, done)
+	meta := filepath.Join(dir, "meta.log")
+	b, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 1
+	if err := os.WriteFile(meta, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = run([]string{"-addr", addr, "-data", dir})
+	if err == nil || !strings.Contains(err.Error(), meta) || !strings.Contains(err.Error(), "-repair") {
+		t.Fatalf("damaged meta.log: %v", err)
+	}
+	if err := run([]string{"-addr", addr, "-repair"}); err == nil {
+		t.Fatal("-repair without -data accepted")
+	}
+	done = start(t, "-addr", addr, "-data", dir, "-repair")
+	stop(t, done)
+	moved, _ := filepath.Glob(filepath.Join(dir, "damaged", "*", "meta.log"))
+	if len(moved) != 1 {
+		t.Fatalf("damaged meta.log not moved aside: %v", moved)
+	}
+	if got, err := os.ReadFile(moved[0]); err != nil || string(got) != string(b) {
+		t.Fatalf("moved-aside meta.log changed: %v", err)
 	}
 }
