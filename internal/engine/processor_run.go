@@ -276,10 +276,6 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 			turn:     p.opts.writers.turn(pt),
 		}
 		pls = append(pls, pl)
-		p.update(pt, func(ps *stream.PartitionStats) {
-			ps.Next = task.Next()
-			parkedStats(task, ps)
-		})
 		if obs.dead != nil {
 			obs.dead.start(pt, task.Next())
 		}
@@ -290,9 +286,7 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 				_ = rd.Close()
 				return nil, &PartitionError{Source: p.name, Partition: pt, Offset: task.Next(), Op: stream.OpOpen, Err: fmt.Errorf("count outbox messages: %w", err)}
 			}
-			p.update(pt, func(ps *stream.PartitionStats) {
-				p.outboxBase[pt] = int64(n) - int64(ps.OutboxCommitted) + int64(ps.OutboxPublished)
-			})
+			pl.outboxFound = n
 			obs.msgs.start(pt, task.outNext)
 		}
 	}
@@ -301,6 +295,17 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 		p.live[pl.part] = pl
 	}
 	p.mu.Unlock()
+	// Stats show a partition only once it takes Release requests: a caller
+	// that waits for a partition in Stats may then release its keys.
+	for _, pl := range pls {
+		p.update(pl.part, func(ps *stream.PartitionStats) {
+			ps.Next = pl.task.Next()
+			parkedStats(pl.task, ps)
+			if obs.msgs != nil {
+				p.outboxBase[pl.part] = int64(pl.outboxFound) - int64(ps.OutboxCommitted) + int64(ps.OutboxPublished)
+			}
+		})
+	}
 	return pls, nil
 }
 
@@ -335,6 +340,8 @@ type pipeline struct {
 	// the source shares no state; holding says this pipeline has it.
 	turn    *writerTurn
 	holding bool
+
+	outboxFound int // outbox messages found in the store at the start
 }
 
 // takeTurn makes the pipeline its partition's writer, waiting for the
