@@ -251,6 +251,6 @@ func TestReseqCrashHoldsAndTablesExact(t *testing.T) {
 	t.Logf("%d kills (%d advanced the checkpoint mid-run, %d fresh starts), %d checks of tables and holds against the model; %d held at the end",
 		killed, midRun, restarts, checks, held)
 	if midRun < kills/4 {
-		t.Errorf("only %d of %d kills landed while the checkpoint was advancing", midRun, kills)
+		coverage(t, "only %d of %d kills landed while the checkpoint was advancing", midRun, kills)
 	}
 }
