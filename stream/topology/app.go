@@ -389,6 +389,10 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 			return nil, fail(err)
 		}
 	}
+	identities, err := a.checkSources(ctx, sources, counts) // world.go
+	if err != nil {
+		return nil, fail(err)
+	}
 	dlqTopic := o.dlq
 	if dlqTopic == "" {
 		dlqTopic = p.Sources()[0] + ".dlq"
@@ -419,7 +423,8 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	}
 	popts = append(popts, runhooks.From(ctx)...)
 	for _, src := range sources {
-		proc, err := engine.NewProcessor(p.p, db, src, slices.Concat(popts, a.telemetryOptions(src.Name()))...)
+		extent := engine.WithSourceExtent(counts[src.Name()], identities[src.Name()])
+		proc, err := engine.NewProcessor(p.p, db, src, slices.Concat(popts, a.telemetryOptions(src.Name()), []engine.ProcessorOption{extent})...)
 		if err != nil {
 			return nil, fail(err)
 		}

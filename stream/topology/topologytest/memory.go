@@ -22,8 +22,10 @@ type memConnector struct {
 
 func newMemConnector(parts uint32, names []string) *memConnector {
 	c := &memConnector{parts: parts, sources: map[string]*memSource{}, sinks: map[string]*memSink{}}
-	for _, n := range names {
-		s := &memSource{name: n}
+	for i, n := range names {
+		// Topics of one connector are never created again, so their
+		// identity is fixed: the name and its place in the connector.
+		s := &memSource{name: n, identity: fmt.Sprintf("topologytest topic %q #%d", n, i)}
 		for range parts {
 			s.logs = append(s.logs, newMemLog())
 		}
@@ -55,9 +57,16 @@ func (c *memConnector) OpenSink(_ context.Context, topic string, _ uint32) (conn
 
 // memSource is one topic of the in-memory broker.
 type memSource struct {
-	name string
-	logs []*memLog
+	name     string
+	identity string
+	logs     []*memLog
 }
+
+var _ connector.Identifier = (*memSource)(nil)
+
+// Identity tells the topic from another of the same name: see
+// connector.Identifier.
+func (s *memSource) Identity(context.Context) (string, error) { return s.identity, nil }
 
 func (s *memSource) Name() string                               { return s.name }
 func (s *memSource) Partitions(context.Context) (uint32, error) { return uint32(len(s.logs)), nil }
