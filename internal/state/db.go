@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // DB is one processor's Pebble database: its tables, checkpoints and pending
@@ -43,7 +44,9 @@ type DB struct {
 	drainMu   sync.Mutex
 	drainCond sync.Cond
 
-	clog changelog // which partitions' commits are logged, and to whom (changelog.go)
+	clog  changelog   // which partitions' commits are logged, and to whom (changelog.go)
+	fail  failure     // the fatal error that stopped writes (fatal.go)
+	space *spaceGuard // refuses commits while the disk is nearly full (space.go)
 
 	mu       sync.Mutex        // serializes metadata writes (Attach, EnsureFingerprint)
 	registry map[string]uint32 // persisted table name → id
@@ -61,7 +64,8 @@ type DB struct {
 // format of an existing store by itself. Only one process can have a
 // directory open at a time.
 func Open(dir string, opts ...Option) (*DB, error) {
-	o := options{cacheSize: DefaultCacheSize, valueCacheSize: DefaultValueCacheSize, keyFilterSize: DefaultKeyFilterSize}
+	o := options{cacheSize: DefaultCacheSize, valueCacheSize: DefaultValueCacheSize, keyFilterSize: DefaultKeyFilterSize,
+		diskReserve: DefaultDiskReserve}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -78,6 +82,9 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	}
 	if o.valueCacheSize < 0 {
 		return nil, fmt.Errorf("state: open %s: negative value cache size %d", dir, o.valueCacheSize)
+	}
+	if o.diskReserve < 0 {
+		return nil, fmt.Errorf("state: open %s: negative disk reserve %d", dir, o.diskReserve)
 	}
 	if o.keyFilterSize < 0 {
 		return nil, fmt.Errorf("state: open %s: negative key filter size %d", dir, o.keyFilterSize)
@@ -109,6 +116,11 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if o.durability == NoSync {
 		db.wopts = pebble.NoSync
 	}
+	fs := popts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	db.space = &spaceGuard{fs: fs, dir: dir, reserve: uint64(o.diskReserve)}
 	db.budget.limit = o.valueCacheSize
 	db.drainCond.L = &db.drainMu
 	if err := db.loadMeta(); err != nil {
@@ -146,7 +158,7 @@ func (db *DB) loadMeta() error {
 		return fmt.Errorf("state: open %s: read layout version: %w", db.dir, err)
 	}
 	if !ok {
-		if err := db.pdb.Set(metaKey(metaLayout), []byte{layoutVersion}, pebble.Sync); err != nil {
+		if err := db.setMeta(metaKey(metaLayout), []byte{layoutVersion}); err != nil {
 			return fmt.Errorf("state: open %s: write layout version: %w", db.dir, err)
 		}
 	} else if len(v) != 1 || v[0] != layoutVersion {
@@ -271,7 +283,7 @@ func (db *DB) EnsureFingerprint(fp []byte) error {
 		return fmt.Errorf("state: %s: read fingerprint: %w", db.dir, err)
 	}
 	if !ok {
-		if err := db.pdb.Set(metaKey(metaFingerprint), fp, pebble.Sync); err != nil {
+		if err := db.setMeta(metaKey(metaFingerprint), fp); err != nil {
 			return fmt.Errorf("state: %s: store fingerprint: %w", db.dir, err)
 		}
 		return nil
@@ -305,7 +317,7 @@ func (db *DB) EnsureSource(name string, partitions uint32) error {
 		return fmt.Errorf("state: %s: read the partition count of source %q: %w", db.dir, name, err)
 	}
 	if !ok {
-		if err := db.pdb.Set(key, binary.BigEndian.AppendUint32(nil, partitions), pebble.Sync); err != nil {
+		if err := db.setMeta(key, binary.BigEndian.AppendUint32(nil, partitions)); err != nil {
 			return fmt.Errorf("state: %s: store the partition count of source %q: %w", db.dir, name, err)
 		}
 		return nil
@@ -417,7 +429,7 @@ func (db *DB) SyncWAL() error {
 		return err
 	}
 	defer db.exit()
-	if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
+	if err := db.guard(func() error { return db.pdb.LogData(nil, pebble.Sync) }); err != nil {
 		return fmt.Errorf("state: %s: sync WAL: %w", db.dir, err)
 	}
 	return nil
@@ -502,7 +514,12 @@ func (db *DB) Attach(tables ...Attacher) error {
 		ids[i] = id
 	}
 	if !b.Empty() {
-		if err := b.Commit(pebble.Sync); err != nil {
+		if err := db.guard(func() error {
+			if err := b.Commit(pebble.Sync); err != nil {
+				return err
+			}
+			return db.pdb.Flush() // metadata outlives the loss of a WAL (identity.go)
+		}); err != nil {
 			return fmt.Errorf("state: attach tables: persist table ids: %w", err)
 		}
 	}

@@ -74,8 +74,10 @@ func (db *DB) SourceIdentity(name string) (string, bool, error) {
 // source or a table, so the flush is rare. The caller holds db.mu and has
 // entered.
 func (db *DB) setMeta(key, value []byte) error {
-	if err := db.pdb.Set(key, value, pebble.Sync); err != nil {
-		return err
-	}
-	return db.pdb.Flush()
+	return db.guard(func() error {
+		if err := db.pdb.Set(key, value, pebble.Sync); err != nil {
+			return err
+		}
+		return db.pdb.Flush()
+	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // memConnector is an in-memory broker: partitioned logs that the driver
@@ -83,6 +84,7 @@ type memLog struct {
 	mu      sync.Mutex
 	recs    []connector.Record
 	granted int
+	floor   uint64        // the least end reported: the checkpoint of a store resumed (resume)
 	wake    chan struct{} // closed and replaced when granted grows
 }
 
@@ -113,6 +115,37 @@ func (l *memLog) state() (end, granted int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.recs), l.granted
+}
+
+// reportedEnd is the end the App is told: what the driver handed out, or
+// the resumed store's checkpoint while the test has not piped that far.
+func (l *memLog) reportedEnd() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(uint64(l.granted), l.floor)
+}
+
+// resume makes the topics stand for the log a store in dir was built from
+// (see Dir): each partition reports at least the store's checkpoint as its
+// end. A directory without a store changes nothing.
+func (c *memConnector) resume(dir string) {
+	in, err := topology.Inspect(dir)
+	if err != nil {
+		return // no store yet: the App creates it
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, src := range in.Sources {
+		s, ok := c.sources[src.Name]
+		if !ok {
+			continue
+		}
+		for p, next := range src.Checkpoints {
+			if int(p) < len(s.logs) {
+				s.logs[p].floor = next
+			}
+		}
+	}
 }
 
 type memReader struct {
@@ -234,12 +267,12 @@ var _ connector.EndOffsetter = (*memSource)(nil)
 
 // EndOffsets reports, per partition, the offset after the last record the
 // driver handed out: what a broker's end offset is to the App (records
-// piped but not yet handed out by Step are still in the producer's hands).
+// piped but not yet handed out by Step are still in the producer's hands),
+// and at least a resumed store's checkpoint (see Dir).
 func (s *memSource) EndOffsets(context.Context) ([]uint64, error) {
 	out := make([]uint64, len(s.logs))
 	for p, l := range s.logs {
-		_, granted := l.state()
-		out[p] = uint64(granted)
+		out[p] = l.reportedEnd()
 	}
 	return out, nil
 }
