@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -47,6 +48,8 @@ type DB struct {
 	clog  changelog   // which partitions' commits are logged, and to whom (changelog.go)
 	fail  failure     // the fatal error that stopped writes (fatal.go)
 	space *spaceGuard // refuses commits while the disk is nearly full (space.go)
+	// fsCloser stops the disk-health checks of Pebble's file system.
+	fsCloser io.Closer
 
 	mu       sync.Mutex        // serializes metadata writes (Attach, EnsureFingerprint)
 	registry map[string]uint32 // persisted table name → id
@@ -99,9 +102,32 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	stats := new(dbStats)
 	popts := o.pebbleOptions(cache, log)
 	popts.EventListener = stats.listener()
+	popts.EventListener.DataCorruption = func(info pebble.DataCorruptionInfo) {
+		// The read that met it returns an error naming the file; Pebble's
+		// default would stop the process.
+		log.Error("strand: the store has a corrupt file", "file", info.Path, "err", info.Details)
+	}
+	fs := popts.FS
+	var fsCloser io.Closer = io.NopCloser(nil)
+	if fs == nil {
+		// Pebble's default, made here so that a failed Open stops its
+		// disk-health goroutine too (Pebble's own leaks it).
+		fs = vfs.Default
+		popts.FS, fsCloser = vfs.WithDiskHealthChecks(fs, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+			popts.EventListener.DiskSlow(info)
+		})
+	}
+	idFile, err := readStoreID(fs, dir) // storeid.go
+	if err != nil {
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	// A store that existed is never created anew over missing files.
+	popts.ErrorIfNotExists = idFile != nil
 	pdb, err := pebble.Open(dir, popts)
 	if err != nil {
-		return nil, fmt.Errorf("state: open %s: %w", dir, err)
+		_ = fsCloser.Close()
+		return nil, openError(fs, dir, idFile, err)
 	}
 	db := &DB{
 		dir:      dir,
@@ -116,17 +142,15 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if o.durability == NoSync {
 		db.wopts = pebble.NoSync
 	}
-	fs := popts.FS
-	if fs == nil {
-		fs = vfs.Default
-	}
 	db.space = &spaceGuard{fs: fs, dir: dir, reserve: uint64(o.diskReserve)}
 	db.budget.limit = o.valueCacheSize
 	db.drainCond.L = &db.drainMu
-	if err := db.loadMeta(); err != nil {
+	if err := db.loadMeta(fs, idFile); err != nil {
 		_ = pdb.Close()
+		_ = fsCloser.Close()
 		return nil, err
 	}
+	db.fsCloser = fsCloser
 	if o.keyFilterSize > 0 {
 		db.filter = newKeyFilter(expectedTableKeys(pdb), o.keyFilterSize)
 		db.bg.Add(1)
@@ -150,19 +174,18 @@ func (o *options) pebbleOptions(cache *pebble.Cache, log *slog.Logger) *pebble.O
 	return popts
 }
 
-// loadMeta checks the layout version (writing it into a new database) and
-// loads the table registry.
-func (db *DB) loadMeta() error {
+// loadMeta checks the layout version and the store's identity (writing
+// both into a new database, storeid.go) and loads the table registry.
+func (db *DB) loadMeta(fs vfs.FS, idFile *storeID) error {
 	v, ok, err := db.getCopy(metaKey(metaLayout))
 	if err != nil {
 		return fmt.Errorf("state: open %s: read layout version: %w", db.dir, err)
 	}
-	if !ok {
-		if err := db.setMeta(metaKey(metaLayout), []byte{layoutVersion}); err != nil {
-			return fmt.Errorf("state: open %s: write layout version: %w", db.dir, err)
-		}
-	} else if len(v) != 1 || v[0] != layoutVersion {
+	if ok && (len(v) != 1 || v[0] != layoutVersion) {
 		return fmt.Errorf("%w: database at %s has key layout %x, this version reads layout %d", ErrIncompatibleLayout, db.dir, v, layoutVersion)
+	}
+	if err := db.checkStoreID(fs, idFile, ok); err != nil {
+		return err
 	}
 
 	prefix := metaKey(metaTablePrefix)
@@ -211,8 +234,19 @@ func (db *DB) Close() error {
 		t.release(db)
 	}
 	db.mu.Unlock()
-	if err := db.pdb.Close(); err != nil {
+	var ferr error
+	if db.failed() == nil && db.space.check() == nil {
+		// A stopped store keeps nothing in its write-ahead logs: losing
+		// one of them loses nothing.
+		ferr = db.guard(db.pdb.Flush)
+	}
+	err := db.pdb.Close()
+	_ = db.fsCloser.Close()
+	if err != nil {
 		return fmt.Errorf("state: close %s: %w", db.dir, err)
+	}
+	if ferr != nil {
+		return fmt.Errorf("state: close %s: flush: %w", db.dir, ferr)
 	}
 	return nil
 }

@@ -91,6 +91,7 @@ type openOptions struct {
 	group      connector.Group  // see group.go
 	queryAddr  string
 	snapEvery  *int
+	reserve    *int64 // WithDiskReserve (world.go)
 }
 
 // Clock is the time an App's retries run on. The default is the wall
@@ -366,8 +367,12 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		tn.partitioner.SetPartitions(n)
 	}
 
-	db, err := state.Open(dir, state.WithDurability(state.Durability(o.durability)), state.WithCacheSize(o.cacheSize),
-		state.WithValueCacheSize(o.valueCache), state.WithLogger(o.log))
+	sopts := []state.Option{state.WithDurability(state.Durability(o.durability)), state.WithCacheSize(o.cacheSize),
+		state.WithValueCacheSize(o.valueCache), state.WithLogger(o.log)}
+	if o.reserve != nil {
+		sopts = append(sopts, state.WithDiskReserve(*o.reserve))
+	}
+	db, err := state.Open(dir, sopts...)
 	if err != nil {
 		return nil, fail(err)
 	}

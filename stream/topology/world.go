@@ -19,6 +19,43 @@ import (
 // log or the store changes").
 var ErrSourceChanged = state.ErrSourceChanged
 
+// ErrStoreDamaged is wrapped by Open when the state directory's files are
+// missing or damaged: a store that existed lost the files that held its
+// metadata, its files belong to another store, or one is corrupt. The error
+// names the file where it can. strand never takes such a directory for a
+// new store (it writes an identity file, strand-store.id, on the first
+// start); restore it from a backup, or move it away and start again to
+// rebuild the state from the log.
+var ErrStoreDamaged = state.ErrStoreDamaged
+
+// ErrStoreFailed is wrapped by the error Run returns when the store could
+// not commit: its disk is (nearly) full (then the error wraps ErrDiskFull
+// too) or failed. The process goes on; the App stops, every partition's
+// work up to its last commit is durable, and a Run or a restart once there
+// is room resumes exactly from there.
+var ErrStoreFailed = state.ErrStoreFailed
+
+// ErrDiskFull is wrapped by the error Run returns when a commit was refused
+// because the state directory's disk has less free space than the reserve
+// (WithDiskReserve). It wraps syscall.ENOSPC.
+var ErrDiskFull = state.ErrDiskFull
+
+// WithDiskReserve sets the free space the App keeps on the disk of its
+// state directory (default 64 MiB; 0 turns the check off): a commit that
+// would start with less free space is refused, and Run stops with an error
+// wrapping ErrDiskFull, before Pebble can meet a full disk, which it does
+// not survive (it would stop the process). Make it larger than what other
+// writers to the same disk may write between two commits.
+func WithDiskReserve(bytes int64) OpenOption {
+	return func(o *openOptions) error {
+		if bytes < 0 {
+			return fmt.Errorf("topology.WithDiskReserve: %d bytes, want 0 or more", bytes)
+		}
+		o.reserve = &bytes
+		return nil
+	}
+}
+
 // checkSources checks that every source is still the log the state was
 // built from, before anything runs: its identity, when the connector can
 // tell it (stored on the first start), and the end of every partition

@@ -68,11 +68,11 @@ func publishN(t *testing.T, cl *iggy.Client, decl *stream.Event[string, Ev], n i
 
 // runCaughtUp opens an App over dir, runs it until it has committed
 // everything in the topic, and closes it.
-func runCaughtUp(t *testing.T, topo *topology.Topology, conn connector.Connector, dir string) {
+func runCaughtUp(t *testing.T, topo *topology.Topology, conn connector.Connector, dir string, opts ...topology.OpenOption) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	app, err := topology.Open(ctx, topo, conn, dir)
+	app, err := topology.Open(ctx, topo, conn, dir, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
