@@ -276,7 +276,11 @@ func Open(ctx context.Context, t *Topology, conn connector.Connector, dir string
 // count of a source (ErrPartitionsChanged), a table fed by sources of
 // different partition counts, a missing source topic, and invalid options.
 // Open reads each source's partition count from the connector, stores it
-// in dir on the first start, and opens the dead-letter topic.
+// in dir on the first start, and opens the dead-letter topic. It also
+// refuses a source that is not the log the state was built from
+// (ErrSourceChanged: recreated, or ending before a checkpoint) and a state
+// directory whose files are missing or damaged (ErrStoreDamaged); see
+// docs/design.md §16.
 func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string, opts ...OpenOption) (*App, error) {
 	o := openOptions{log: slog.Default(), pollSize: engine.DefaultPollSize, prefetch: 1,
 		cacheSize: state.DefaultCacheSize, valueCache: state.DefaultValueCacheSize, drain: 30 * time.Second}
