@@ -170,6 +170,88 @@ func TestDamagedStoreIsRefusedNamingTheFile(t *testing.T) {
 	}
 }
 
+// crashedStore is a store whose last commits are only in its write-ahead
+// log, as a process killed after committing leaves it: a copy of the
+// directory of an open store.
+func crashedStore(t *testing.T) string {
+	t.Helper()
+	src := stoppedStore(t)
+	db, tab := openCounters(t, src)
+	defer db.Close()
+	for i := range 3 {
+		tx := db.NewTxn()
+		if err := tab.Write(tx, 0, []byte(fmt.Sprint("c", i)), int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+		tx.SetCheckpoint("s", 0, uint64(4+i))
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	names, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if n.Name() == "LOCK" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, n.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// A crashed store opens with its last commits (replayed from its
+// write-ahead log). One whose write-ahead log is damaged from its first
+// record on opens as if the process had crashed before those commits (Pebble
+// takes a damaged tail of the last log for a torn write): at an earlier
+// checkpoint, with exactly the rows of the commits up to it, so the state
+// is still the fold of the events up to its checkpoint.
+func TestCrashedStoreWithADamagedWALOpensAtAnEarlierCheckpoint(t *testing.T) {
+	dir := crashedStore(t)
+	db, err := Open(dir, WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next, _, err := db.Checkpoint("s", 0); err != nil || next != 6 {
+		t.Fatalf("checkpoint of the crashed store %d (%v), want 6", next, err)
+	}
+	_ = db.Close()
+
+	dir = crashedStore(t)
+	wal := newest(t, dir, "*.log")
+	b, err := os.ReadFile(wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 10; i < 20 && i < len(b); i++ { // inside the first record
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(wal, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, tab := openCounters(t, dir)
+	defer db.Close()
+	if next, _, err := db.Checkpoint("s", 0); err != nil || next != 3 {
+		t.Fatalf("checkpoint after the damaged log %d (%v), want 3", next, err)
+	}
+	for i := range 3 {
+		if v, ok, err := tab.Get(context.Background(), fmt.Sprint("k", i)); err != nil || !ok || v != int64(i+1) {
+			t.Errorf("row k%d = %d, %v (%v): a commit before the checkpoint is missing", i, v, ok, err)
+		}
+		if _, ok, _ := tab.Get(context.Background(), fmt.Sprint("c", i)); ok {
+			t.Errorf("row c%d is there: a commit after the checkpoint was applied", i)
+		}
+	}
+}
+
 // A store written before identity files existed (no id in its metadata,
 // no identity file) is adopted: it opens with everything and has both
 // afterwards.

@@ -203,6 +203,10 @@ func (db *DB) checkStoreID(fs vfs.FS, file *storeID, hasLayout bool) error {
 // the numbers it calls table files by ("file 000009").
 var pebbleFile = regexp.MustCompile(`\b(\d{6}\.(log|sst|blob)|MANIFEST-\d+|OPTIONS-\d+|marker\.[a-z-]+\.\d+\.[A-Za-z0-9-]+)\b|\bfile (\d{6})\b`)
 
+// pebbleWAL matches how Pebble names the write-ahead log it could not
+// replay ("replaying wal 9").
+var pebbleWAL = regexp.MustCompile(`replaying wal (\d+)\b`)
+
 // openError explains why Pebble could not open the store in dir: the file
 // it names, if any, and what to do. file is what the identity file said.
 func openError(fs vfs.FS, dir string, file *storeID, err error) error {
@@ -217,6 +221,10 @@ func openError(fs vfs.FS, dir string, file *storeID, err error) error {
 		what = "the file " + fs.PathJoin(dir, m[1])
 	case m != nil:
 		what = "the table file " + fs.PathJoin(dir, m[3]+".sst")
+	case pebbleWAL.MatchString(err.Error()):
+		var n uint64
+		_, _ = fmt.Sscan(pebbleWAL.FindStringSubmatch(err.Error())[1], &n)
+		what = "the write-ahead log " + fs.PathJoin(dir, fmt.Sprintf("%06d.log", n))
 	case strings.Contains(err.Error(), "key=value"):
 		what = "its OPTIONS file"
 		if names, lerr := fs.List(dir); lerr == nil {
