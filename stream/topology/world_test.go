@@ -272,3 +272,54 @@ func TestRunStopsWhenPartitionsAreAdded(t *testing.T) {
 		}
 	}
 }
+
+// A broker that fails the App's polls (as one whose disk failed answers
+// with an error status) stops Run with an error naming the source, the
+// partition and the offset, not the process; once the broker is well
+// again, a second Run resumes and catches up exactly.
+func TestABrokerErrorStopsRunNotTheProcess(t *testing.T) {
+	srv, err := iggytest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := iggy.Connect(ctx, srv.Addr(), iggy.WithCredentials("iggy", "iggy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
+		t.Fatal(err)
+	}
+	topo, n, decl := counter("broker-error")
+	publishN(t, cl, decl, 100)
+	app, err := topology.Open(ctx, topo, cl, t.TempDir(), topology.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	srv.FailNext(iggytest.CmdPollMessages, 1, iggytest.StatusError)
+	err = app.Run(ctx)
+	t.Logf("Run: %v", err)
+	if err == nil || !strings.Contains(err.Error(), `source "s/log" partition `) || !strings.Contains(err.Error(), "offset 0") {
+		t.Fatalf("Run with a failing broker = %v, want an error naming the source, partition and offset", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx) }()
+	if err := app.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if v, _, err := n.Get(ctx, fmt.Sprintf("k%d", k)); err != nil || v != 10 {
+			t.Errorf("k%d = %d (%v), want 10", k, v, err)
+		}
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
