@@ -252,6 +252,7 @@ func storeFiles(fs vfs.FS, dir string) string {
 	if err != nil {
 		return "unknown: " + err.Error()
 	}
+	names = slices.DeleteFunc(names, func(n string) bool { return n == "LOCK" }) // Pebble's, made by the failed open
 	slices.Sort(names)
 	if len(names) == 0 {
 		return "none"

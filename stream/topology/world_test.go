@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -321,5 +323,61 @@ func TestABrokerErrorStopsRunNotTheProcess(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The store cases at the front door: a stopped App's state
+// directory that lost a write-ahead log opens with everything (a stopped
+// store keeps nothing in its logs) and resumes exactly; one that lost
+// Pebble's files is refused with ErrStoreDamaged, never taken for a new
+// store that would fold the log again onto nothing.
+func TestOpenOfALostOrDamagedStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := broker(t)
+	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
+		t.Fatal(err)
+	}
+	topo, n, decl := counter("store")
+	publishN(t, cl, decl, 100)
+	dir := t.TempDir()
+	runCaughtUp(t, topo, cl, dir)
+
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		if err := os.Remove(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishN(t, cl, decl, 100)
+	runCaughtUp(t, topo, cl, dir)
+	app, err := topology.Open(ctx, topo, cl, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if v, _, err := n.Get(ctx, fmt.Sprintf("k%d", k)); err != nil || v != 20 {
+			t.Errorf("k%d = %d (%v) after the write-ahead logs were deleted, want 20", k, v, err)
+		}
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range names {
+		if e.Name() != "strand-store.id" {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, err = topology.Open(ctx, topo, cl, dir)
+	t.Logf("Open: %v", err)
+	if !errors.Is(err, topology.ErrStoreDamaged) || !strings.Contains(err.Error(), "move it away and start again") {
+		t.Fatalf("Open of a store whose files are gone = %v, want ErrStoreDamaged saying what to do", err)
 	}
 }
