@@ -34,6 +34,7 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	w := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "SOURCE\tPARTITION\tCHECKPOINT\tEND\tLAG\t")
 	var total uint64
+	var changed []string // partitions whose log ends before the checkpoint
 	for _, src := range in.Sources {
 		s, t, err := splitTopic(src.Name)
 		if err != nil {
@@ -43,8 +44,14 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		if err != nil {
 			return err
 		}
+		if src.Partitions != 0 && uint32(len(ends)) != src.Partitions {
+			changed = append(changed, fmt.Sprintf("source %q has %d partitions, the state was written with %d", src.Name, len(ends), src.Partitions))
+		}
 		for p, end := range ends {
 			next := src.Checkpoints[uint32(p)]
+			if next > end {
+				changed = append(changed, fmt.Sprintf("source %q partition %d: the checkpoint %d is beyond the log's end %d", src.Name, p, next, end))
+			}
 			l := uint64(0)
 			if end > next {
 				l = end - next
@@ -57,6 +64,14 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return err
 	}
 	fmt.Fprintf(stdout, "total lag %d records\n", total)
+	if len(changed) > 0 {
+		for _, c := range changed {
+			fmt.Fprintln(stdout, c)
+		}
+		return fmt.Errorf("lag: the log is not the one the state at %s was built from (a topic deleted and created again, "+
+			"partitions added, or records lost by the broker): an App refuses to start on it; to rebuild the state from the log, "+
+			"stop every instance, move the state directory away and start again", *dir)
+	}
 	return nil
 }
 

@@ -291,6 +291,26 @@ func TestDLQListFiltersAndReplayIsExactlyOnceAcrossAnInterruption(t *testing.T) 
 	}
 }
 
+// lag names a partition whose log ends before the state's checkpoint (the
+// topic was deleted and created again) and fails, instead of reporting a
+// lag of 0.
+func TestLagNamesACheckpointBeyondTheEnd(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.cl.DeleteStream(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cl.EnsureTopic(ctx, "t", "events", 2); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := f.strand(t, replayHooks{}, "lag", "-dir", f.dir)
+	t.Logf("strand lag:\n%s%s", out, errOut)
+	if code != 1 || !regexp.MustCompile(`source "t/events" partition \d: the checkpoint \d+ is beyond the log's end 0`).MatchString(out) ||
+		!strings.Contains(errOut, "move the state directory away") {
+		t.Fatalf("lag over a recreated topic: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
 // inspect works on a store an App has open (the App answers, and the
 // output says so) with the figures of the stopped store, and names the App
 // that left a store without closing it.

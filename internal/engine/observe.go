@@ -96,25 +96,40 @@ func (pl *pipeline) observeRetry(start time.Time, res Result) {
 }
 
 // watchEnds starts asking the source for its end offsets periodically, if
-// it is a connector.EndOffsetter, and returns a function that stops it and
-// waits for it.
-func (p *Processor) watchEnds(ctx context.Context) (stop func()) {
+// it is a connector.EndOffsetter, and checking them against the state
+// (extent.go): a log that no longer matches calls stop with the error and
+// ends the watch. It returns a function that stops the watch, waits for it
+// and returns that error, if any.
+func (p *Processor) watchEnds(ctx context.Context, stop context.CancelCauseFunc) (wait func() error) {
 	eo, ok := p.src.(connector.EndOffsetter)
 	every := p.opts.observe.endEvery
 	if every == 0 {
 		every = DefaultEndOffsetInterval
 	}
 	if !ok || every < 0 {
-		return func() {}
+		return func() error { return nil }
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		changed error
+	)
 	wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			if _, err := p.refreshEnds(ctx, eo); err != nil && ctx.Err() == nil {
+			nexts := p.committedNexts()
+			ends, err := p.refreshEnds(ctx, eo)
+			switch {
+			case err != nil && ctx.Err() == nil:
 				p.log.Debug("strand: end offsets", "err", err)
+			case err == nil:
+				if cerr := p.checkExtent(ctx, nexts, ends); cerr != nil && ctx.Err() == nil {
+					changed = cerr
+					p.log.Error("strand: the source's log changed under the processor; stopping", "err", cerr)
+					stop(cerr)
+					return
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -123,7 +138,7 @@ func (p *Processor) watchEnds(ctx context.Context) (stop func()) {
 			}
 		}
 	})
-	return func() { cancel(); wg.Wait() }
+	return sync.OnceValue(func() error { cancel(); wg.Wait(); return changed })
 }
 
 // refreshEnds asks eo for the end offsets and records them in the stats of

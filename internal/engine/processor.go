@@ -129,6 +129,7 @@ type processorOptions struct {
 	outboxSinks  map[string]connector.Sink
 	outboxGrace  time.Duration
 	observe      observeOptions // see observe.go
+	extent       extentOptions  // see extent.go
 	// gate, when set, is called before an outbox sends rows of a
 	// partition that it read from the store: it returns once their
 	// commits may be published (scale-out: once they are confirmed in the

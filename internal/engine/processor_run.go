@@ -75,6 +75,9 @@ func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 		}
 		return fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
 	}
+	if err := p.checkPartitionCount(n); err != nil {
+		return fmt.Errorf("stream: run source %q: %w", p.name, err)
+	}
 	parts = slices.Sorted(slices.Values(parts))
 	for i, pt := range parts {
 		if pt >= n {
@@ -113,10 +116,13 @@ func (p *Processor) run(ctx context.Context, parts []uint32) error {
 		return err
 	}
 	p.log.Info("strand: processor started", "partitions", len(pls))
-	stopEnds := p.watchEnds(runCtx)
+	stopEnds := p.watchEnds(runCtx, cancel) // extent.go: a log that changed stops the run
 	defer stopEnds()
 
 	err = p.runAll(runCtx, drainCtx, cancel, pls, outboxes)
+	if cerr := stopEnds(); err == nil {
+		err = cerr
+	}
 	p.mu.Lock()
 	for _, pl := range pls {
 		delete(p.live, pl.part)
@@ -218,6 +224,9 @@ func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 	n, err := p.src.Partitions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+	}
+	if err := p.checkPartitionCount(n); err != nil {
+		return nil, fmt.Errorf("stream: run source %q: %w", p.name, err)
 	}
 	if len(p.opts.partitions) == 0 {
 		if n == 0 {

@@ -436,7 +436,7 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 			db.filter.add(t.h)
 		}
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := db.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
 		return fmt.Errorf("state: apply %d logged writes of partition %d to %s: %w", n, p, db.dir, err)
 	}
 	// After Pebble has them: a Read that filled an old value meanwhile is
@@ -526,7 +526,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 		return fmt.Errorf("state: drop partition %d: %w", p, err)
 	}
 	if !b.Empty() {
-		if err := b.Commit(db.wopts); err != nil {
+		if err := db.guard(func() error { return b.Commit(db.wopts) }); err != nil {
 			return fmt.Errorf("state: drop partition %d of %s: %w", p, db.dir, err)
 		}
 	}

@@ -12,9 +12,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // DB is one processor's Pebble database: its tables, checkpoints and pending
@@ -43,7 +45,11 @@ type DB struct {
 	drainMu   sync.Mutex
 	drainCond sync.Cond
 
-	clog changelog // which partitions' commits are logged, and to whom (changelog.go)
+	clog  changelog   // which partitions' commits are logged, and to whom (changelog.go)
+	fail  failure     // the fatal error that stopped writes (fatal.go)
+	space *spaceGuard // refuses commits while the disk is nearly full (space.go)
+	// fsCloser stops the disk-health checks of Pebble's file system.
+	fsCloser io.Closer
 
 	mu       sync.Mutex        // serializes metadata writes (Attach, EnsureFingerprint)
 	registry map[string]uint32 // persisted table name → id
@@ -61,7 +67,8 @@ type DB struct {
 // format of an existing store by itself. Only one process can have a
 // directory open at a time.
 func Open(dir string, opts ...Option) (*DB, error) {
-	o := options{cacheSize: DefaultCacheSize, valueCacheSize: DefaultValueCacheSize, keyFilterSize: DefaultKeyFilterSize}
+	o := options{cacheSize: DefaultCacheSize, valueCacheSize: DefaultValueCacheSize, keyFilterSize: DefaultKeyFilterSize,
+		diskReserve: DefaultDiskReserve}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -79,6 +86,9 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if o.valueCacheSize < 0 {
 		return nil, fmt.Errorf("state: open %s: negative value cache size %d", dir, o.valueCacheSize)
 	}
+	if o.diskReserve < 0 {
+		return nil, fmt.Errorf("state: open %s: negative disk reserve %d", dir, o.diskReserve)
+	}
 	if o.keyFilterSize < 0 {
 		return nil, fmt.Errorf("state: open %s: negative key filter size %d", dir, o.keyFilterSize)
 	}
@@ -92,9 +102,32 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	stats := new(dbStats)
 	popts := o.pebbleOptions(cache, log)
 	popts.EventListener = stats.listener()
+	popts.EventListener.DataCorruption = func(info pebble.DataCorruptionInfo) {
+		// The read that met it returns an error naming the file; Pebble's
+		// default would stop the process.
+		log.Error("strand: the store has a corrupt file", "file", info.Path, "err", info.Details)
+	}
+	fs := popts.FS
+	var fsCloser io.Closer = io.NopCloser(nil)
+	if fs == nil {
+		// Pebble's default, made here so that a failed Open stops its
+		// disk-health goroutine too (Pebble's own leaks it).
+		fs = vfs.Default
+		popts.FS, fsCloser = vfs.WithDiskHealthChecks(fs, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+			popts.EventListener.DiskSlow(info)
+		})
+	}
+	idFile, err := readStoreID(fs, dir) // storeid.go
+	if err != nil {
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	// A store that existed is never created anew over missing files.
+	popts.ErrorIfNotExists = idFile != nil
 	pdb, err := pebble.Open(dir, popts)
 	if err != nil {
-		return nil, fmt.Errorf("state: open %s: %w", dir, err)
+		_ = fsCloser.Close()
+		return nil, openError(fs, dir, idFile, err)
 	}
 	db := &DB{
 		dir:      dir,
@@ -109,12 +142,15 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if o.durability == NoSync {
 		db.wopts = pebble.NoSync
 	}
+	db.space = &spaceGuard{fs: fs, dir: dir, reserve: uint64(o.diskReserve)}
 	db.budget.limit = o.valueCacheSize
 	db.drainCond.L = &db.drainMu
-	if err := db.loadMeta(); err != nil {
+	if err := db.loadMeta(fs, idFile); err != nil {
 		_ = pdb.Close()
+		_ = fsCloser.Close()
 		return nil, err
 	}
+	db.fsCloser = fsCloser
 	if o.keyFilterSize > 0 {
 		db.filter = newKeyFilter(expectedTableKeys(pdb), o.keyFilterSize)
 		db.bg.Add(1)
@@ -138,19 +174,18 @@ func (o *options) pebbleOptions(cache *pebble.Cache, log *slog.Logger) *pebble.O
 	return popts
 }
 
-// loadMeta checks the layout version (writing it into a new database) and
-// loads the table registry.
-func (db *DB) loadMeta() error {
+// loadMeta checks the layout version and the store's identity (writing
+// both into a new database, storeid.go) and loads the table registry.
+func (db *DB) loadMeta(fs vfs.FS, idFile *storeID) error {
 	v, ok, err := db.getCopy(metaKey(metaLayout))
 	if err != nil {
 		return fmt.Errorf("state: open %s: read layout version: %w", db.dir, err)
 	}
-	if !ok {
-		if err := db.pdb.Set(metaKey(metaLayout), []byte{layoutVersion}, pebble.Sync); err != nil {
-			return fmt.Errorf("state: open %s: write layout version: %w", db.dir, err)
-		}
-	} else if len(v) != 1 || v[0] != layoutVersion {
+	if ok && (len(v) != 1 || v[0] != layoutVersion) {
 		return fmt.Errorf("%w: database at %s has key layout %x, this version reads layout %d", ErrIncompatibleLayout, db.dir, v, layoutVersion)
+	}
+	if err := db.checkStoreID(fs, idFile, ok); err != nil {
+		return err
 	}
 
 	prefix := metaKey(metaTablePrefix)
@@ -199,8 +234,19 @@ func (db *DB) Close() error {
 		t.release(db)
 	}
 	db.mu.Unlock()
-	if err := db.pdb.Close(); err != nil {
+	var ferr error
+	if db.failed() == nil && db.space.check() == nil {
+		// A stopped store keeps nothing in its write-ahead logs: losing
+		// one of them loses nothing.
+		ferr = db.guard(db.pdb.Flush)
+	}
+	err := db.pdb.Close()
+	_ = db.fsCloser.Close()
+	if err != nil {
 		return fmt.Errorf("state: close %s: %w", db.dir, err)
+	}
+	if ferr != nil {
+		return fmt.Errorf("state: close %s: flush: %w", db.dir, ferr)
 	}
 	return nil
 }
@@ -271,7 +317,7 @@ func (db *DB) EnsureFingerprint(fp []byte) error {
 		return fmt.Errorf("state: %s: read fingerprint: %w", db.dir, err)
 	}
 	if !ok {
-		if err := db.pdb.Set(metaKey(metaFingerprint), fp, pebble.Sync); err != nil {
+		if err := db.setMeta(metaKey(metaFingerprint), fp); err != nil {
 			return fmt.Errorf("state: %s: store fingerprint: %w", db.dir, err)
 		}
 		return nil
@@ -305,7 +351,7 @@ func (db *DB) EnsureSource(name string, partitions uint32) error {
 		return fmt.Errorf("state: %s: read the partition count of source %q: %w", db.dir, name, err)
 	}
 	if !ok {
-		if err := db.pdb.Set(key, binary.BigEndian.AppendUint32(nil, partitions), pebble.Sync); err != nil {
+		if err := db.setMeta(key, binary.BigEndian.AppendUint32(nil, partitions)); err != nil {
 			return fmt.Errorf("state: %s: store the partition count of source %q: %w", db.dir, name, err)
 		}
 		return nil
@@ -417,7 +463,7 @@ func (db *DB) SyncWAL() error {
 		return err
 	}
 	defer db.exit()
-	if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
+	if err := db.guard(func() error { return db.pdb.LogData(nil, pebble.Sync) }); err != nil {
 		return fmt.Errorf("state: %s: sync WAL: %w", db.dir, err)
 	}
 	return nil
@@ -502,7 +548,12 @@ func (db *DB) Attach(tables ...Attacher) error {
 		ids[i] = id
 	}
 	if !b.Empty() {
-		if err := b.Commit(pebble.Sync); err != nil {
+		if err := db.guard(func() error {
+			if err := b.Commit(pebble.Sync); err != nil {
+				return err
+			}
+			return db.pdb.Flush() // metadata outlives the loss of a WAL (identity.go)
+		}); err != nil {
 			return fmt.Errorf("state: attach tables: persist table ids: %w", err)
 		}
 	}

@@ -62,6 +62,7 @@ type options struct {
 	valueCacheSize int64
 	keyFilterSize  int64
 	logger         *slog.Logger
+	diskReserve    int64  // space.go
 	fs             vfs.FS // tests only
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrNoStore is wrapped by ScanReadOnly when dir holds no store.
@@ -34,7 +35,9 @@ func ScanReadOnly(dir string, fn func(f Family, partition uint32, rest, value []
 	if _, err := os.Stat(dir); err != nil {
 		return m, fmt.Errorf("%w: %s: %w", ErrNoStore, dir, err)
 	}
-	opts := &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: pebbleLogger{discardLogger()}}
+	// vfs.Default itself: Pebble's default wraps it in disk-health checks
+	// whose goroutine a failed Open leaves running.
+	opts := &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: pebbleLogger{discardLogger()}, FS: vfs.Default}
 	pdb, err := pebble.Open(dir, opts)
 	if err != nil {
 		return m, fmt.Errorf("state: open %s read-only: %w", dir, err)

@@ -356,7 +356,7 @@ func (tx *Txn) apply(b *pebble.Batch) error {
 	if tx.lazy {
 		wopts = pebble.NoSync
 	}
-	if err := b.Commit(wopts); err != nil {
+	if err := tx.db.guard(func() error { return b.Commit(wopts) }); err != nil {
 		return fmt.Errorf("state: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
 	}
 	tx.stats.Bytes, tx.stats.Changes = len(b.Repr()), int(b.Count())

@@ -10,7 +10,9 @@
 //   - The strand headers every message carries (docs/design.md §5): Headers,
 //     ParseHeaders, AppendFields, the header names, Field and FieldKind,
 //     and PartitionOf, the key partitioning publishers use.
-//   - Reading: Source and PartitionReader, EndOffsetter for lag, and
+//   - Reading: Source and PartitionReader, EndOffsetter for lag (and to
+//     notice a log that ends before a checkpoint), Identifier to tell a
+//     topic created again from the one the state was built from, and
 //     ForeignConnector for topics whose producers write no strand headers.
 //   - Writing: Sink and SentChecker (exactly-once publishing after a crash).
 //   - Connector opens both by topic name.

@@ -91,6 +91,7 @@ type openOptions struct {
 	group      connector.Group  // see group.go
 	queryAddr  string
 	snapEvery  *int
+	reserve    *int64 // WithDiskReserve (world.go)
 }
 
 // Clock is the time an App's retries run on. The default is the wall
@@ -275,7 +276,11 @@ func Open(ctx context.Context, t *Topology, conn connector.Connector, dir string
 // count of a source (ErrPartitionsChanged), a table fed by sources of
 // different partition counts, a missing source topic, and invalid options.
 // Open reads each source's partition count from the connector, stores it
-// in dir on the first start, and opens the dead-letter topic.
+// in dir on the first start, and opens the dead-letter topic. It also
+// refuses a source that is not the log the state was built from
+// (ErrSourceChanged: recreated, or ending before a checkpoint) and a state
+// directory whose files are missing or damaged (ErrStoreDamaged); see
+// docs/design.md §16.
 func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string, opts ...OpenOption) (*App, error) {
 	o := openOptions{log: slog.Default(), pollSize: engine.DefaultPollSize, prefetch: 1,
 		cacheSize: state.DefaultCacheSize, valueCache: state.DefaultValueCacheSize, drain: 30 * time.Second}
@@ -366,8 +371,12 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		tn.partitioner.SetPartitions(n)
 	}
 
-	db, err := state.Open(dir, state.WithDurability(state.Durability(o.durability)), state.WithCacheSize(o.cacheSize),
-		state.WithValueCacheSize(o.valueCache), state.WithLogger(o.log))
+	sopts := []state.Option{state.WithDurability(state.Durability(o.durability)), state.WithCacheSize(o.cacheSize),
+		state.WithValueCacheSize(o.valueCache), state.WithLogger(o.log)}
+	if o.reserve != nil {
+		sopts = append(sopts, state.WithDiskReserve(*o.reserve))
+	}
+	db, err := state.Open(dir, sopts...)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -388,6 +397,10 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		if err := db.EnsureSource(sn, counts[sn]); err != nil {
 			return nil, fail(err)
 		}
+	}
+	identities, err := a.checkSources(ctx, sources, counts) // world.go
+	if err != nil {
+		return nil, fail(err)
 	}
 	dlqTopic := o.dlq
 	if dlqTopic == "" {
@@ -420,7 +433,8 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	popts = append(popts, runhooks.From(ctx)...)
 	writers := p.writerGroups()
 	for _, src := range sources {
-		sopts := slices.Concat(popts, a.telemetryOptions(src.Name()))
+		sopts := slices.Concat(popts, a.telemetryOptions(src.Name()),
+			[]engine.ProcessorOption{engine.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
 		if w := writers[src.Name()]; w != nil {
 			sopts = append(sopts, engine.WithWriters(w))
 		}

@@ -73,7 +73,12 @@ type Driver struct {
 type Option func(*Driver)
 
 // Dir sets the state directory (default: a new temporary directory), so a
-// test can reopen a store another Driver or a child process wrote.
+// test can reopen a store another Driver or a child process wrote. Its
+// in-memory topics then stand for the log that store was built from, which
+// the test pipes again: until they hold the records before the store's
+// checkpoints, they report those checkpoints as their ends, so that the App
+// does not take them for a log that ends before its checkpoints
+// (topology.ErrSourceChanged).
 func Dir(dir string) Option { return func(d *Driver) { d.dir = dir } }
 
 // Partitions sets the partition count of every source (default 1).
@@ -119,6 +124,7 @@ func NewDriver(tb TB, topo *topology.Topology, opts ...Option) *Driver {
 		d.dir = tb.TempDir()
 	}
 	d.conn = newMemConnector(d.parts, prog.Sources())
+	d.conn.resume(d.dir)
 	d.clock = newClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	d.open()
 	tb.Cleanup(d.Close)

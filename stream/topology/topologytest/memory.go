@@ -8,6 +8,7 @@ import (
 
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // memConnector is an in-memory broker: partitioned logs that the driver
@@ -22,8 +23,10 @@ type memConnector struct {
 
 func newMemConnector(parts uint32, names []string) *memConnector {
 	c := &memConnector{parts: parts, sources: map[string]*memSource{}, sinks: map[string]*memSink{}}
-	for _, n := range names {
-		s := &memSource{name: n}
+	for i, n := range names {
+		// Topics of one connector are never created again, so their
+		// identity is fixed: the name and its place in the connector.
+		s := &memSource{name: n, identity: fmt.Sprintf("topologytest topic %q #%d", n, i)}
 		for range parts {
 			s.logs = append(s.logs, newMemLog())
 		}
@@ -55,9 +58,16 @@ func (c *memConnector) OpenSink(_ context.Context, topic string, _ uint32) (conn
 
 // memSource is one topic of the in-memory broker.
 type memSource struct {
-	name string
-	logs []*memLog
+	name     string
+	identity string
+	logs     []*memLog
 }
+
+var _ connector.Identifier = (*memSource)(nil)
+
+// Identity tells the topic from another of the same name: see
+// connector.Identifier.
+func (s *memSource) Identity(context.Context) (string, error) { return s.identity, nil }
 
 func (s *memSource) Name() string                               { return s.name }
 func (s *memSource) Partitions(context.Context) (uint32, error) { return uint32(len(s.logs)), nil }
@@ -74,6 +84,7 @@ type memLog struct {
 	mu      sync.Mutex
 	recs    []connector.Record
 	granted int
+	floor   uint64        // the least end reported: the checkpoint of a store resumed (resume)
 	wake    chan struct{} // closed and replaced when granted grows
 }
 
@@ -104,6 +115,37 @@ func (l *memLog) state() (end, granted int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.recs), l.granted
+}
+
+// reportedEnd is the end the App is told: what the driver handed out, or
+// the resumed store's checkpoint while the test has not piped that far.
+func (l *memLog) reportedEnd() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(uint64(l.granted), l.floor)
+}
+
+// resume makes the topics stand for the log a store in dir was built from
+// (see Dir): each partition reports at least the store's checkpoint as its
+// end. A directory without a store changes nothing.
+func (c *memConnector) resume(dir string) {
+	in, err := topology.Inspect(dir)
+	if err != nil {
+		return // no store yet: the App creates it
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, src := range in.Sources {
+		s, ok := c.sources[src.Name]
+		if !ok {
+			continue
+		}
+		for p, next := range src.Checkpoints {
+			if int(p) < len(s.logs) {
+				s.logs[p].floor = next
+			}
+		}
+	}
 }
 
 type memReader struct {
@@ -225,12 +267,12 @@ var _ connector.EndOffsetter = (*memSource)(nil)
 
 // EndOffsets reports, per partition, the offset after the last record the
 // driver handed out: what a broker's end offset is to the App (records
-// piped but not yet handed out by Step are still in the producer's hands).
+// piped but not yet handed out by Step are still in the producer's hands),
+// and at least a resumed store's checkpoint (see Dir).
 func (s *memSource) EndOffsets(context.Context) ([]uint64, error) {
 	out := make([]uint64, len(s.logs))
 	for p, l := range s.logs {
-		_, granted := l.state()
-		out[p] = uint64(granted)
+		out[p] = l.reportedEnd()
 	}
 	return out, nil
 }
