@@ -40,6 +40,7 @@ type config struct {
 	cacheBytes       int64
 	cleaner          time.Duration
 	tokenCleaner     time.Duration
+	protocol         Protocol
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -135,6 +136,8 @@ type Server struct {
 
 	ctlMu    sync.Mutex
 	controls atomic.Pointer[[]*control]
+
+	v012 state012 // binary protocol 0.12.0 sessions (serve012.go)
 }
 
 // NewServer starts a broker listening on loopback (see WithAddr) and
@@ -333,6 +336,7 @@ type conn struct {
 	wbuf []byte // small responses, header included
 	vec  net.Buffers
 	hdr  [8]byte
+	v012 *conn012 // set when the connection speaks binary protocol 0.12.0
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -365,8 +369,12 @@ func (c *conn) serve() {
 		s.removeSession(c.sess)
 		s.log.Debug("iggytest: connection closed", "client", c.sess.clientID, "addr", c.sess.addr)
 	}()
+	serveOne := c.serveOne
+	if c.speaks012() {
+		serveOne = c.serveOne012
+	}
 	for {
-		if err := c.serveOne(); err != nil {
+		if err := serveOne(); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errCloseConn) {
 				s.log.Debug("iggytest: connection ended", "client", c.sess.clientID, "err", err)
 			}

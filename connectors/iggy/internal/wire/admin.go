@@ -401,3 +401,44 @@ func ParseTopicRef(b []byte) (stream, topic Identifier, rest []byte, err error) 
 	rest = r.Rest()
 	return stream, topic, rest, r.err
 }
+
+// ParseStreams decodes a GetStreams reply: stream headers to the end (no
+// count, in both protocols).
+func ParseStreams(b []byte, p Protocol) ([]StreamInfo, error) {
+	r := NewReader(b)
+	var out []StreamInfo
+	for r.Len() > 0 && r.err == nil {
+		out = append(out, r.stream(p))
+	}
+	return out, r.err
+}
+
+// ParseTopics decodes a GetTopics reply: legacy, topic headers to the end;
+// V012, count u32 then the headers.
+func ParseTopics(b []byte, p Protocol) ([]TopicInfo, error) {
+	r := NewReader(b)
+	var out []TopicInfo
+	if p == V012 {
+		n := r.U32()
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			out = append(out, r.topic(p))
+		}
+		r.Done("topics")
+		return out, r.err
+	}
+	for r.Len() > 0 && r.err == nil {
+		out = append(out, r.topic(p))
+	}
+	return out, r.err
+}
+
+// AppendTopics appends a GetTopics reply in protocol p's layout.
+func AppendTopics(b []byte, ts []TopicInfo, p Protocol) []byte {
+	if p == V012 {
+		b = appendU32(b, uint32(len(ts)))
+	}
+	for i := range ts {
+		b = AppendTopic(b, &ts[i], p)
+	}
+	return b
+}

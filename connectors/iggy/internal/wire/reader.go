@@ -136,5 +136,3 @@ func appendStr32(b []byte, s string) []byte { return append(appendU32(b, uint32(
 // errorsJoin wraps err with a status, so errors.As finds the status to
 // answer and the message keeps err's detail.
 func errorsJoin(st Status, err error) error { return fmt.Errorf("%w: %w", st, err) }
-
-
