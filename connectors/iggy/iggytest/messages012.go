@@ -31,7 +31,10 @@ func (c *conn) partitionOp012(q *wire.RequestHeader, body []byte) error {
 // number this client had committed already is a retry: it gets an empty
 // success and nothing is appended again.
 func (c *conn) send012(q *wire.RequestHeader, body []byte) error {
-	if c.s.v012.committed(q.Client, q.Request) {
+	d := c.s.v012.client(q.Client)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.committed(q.Request) {
 		return c.reply012(q, 0, nil)
 	}
 	sb, err := wire.ParseSendBody(body)
@@ -88,7 +91,7 @@ func (c *conn) send012(q *wire.RequestHeader, body []byte) error {
 	if st != 0 {
 		return c.reply012(q, st, nil)
 	}
-	c.s.v012.commit(q.Client, q.Request)
+	d.commit(q.Request)
 	conf := wire.Confirmation{Partition: pid, BaseOffset: c.v012.base}
 	c.s.mu.RLock()
 	if stm, t, err := c.s.resolveTopic(toIdent(sb.Stream), toIdent(sb.Topic)); err == nil {

@@ -62,8 +62,27 @@ type state012 struct {
 const dedupWindow = 1024
 
 type dedup struct {
+	// mu serializes the client's partition writes across its connections:
+	// a retry on a new connection waits for the original request, still
+	// executing on the old one, so it is recognised once that commits.
+	mu    sync.Mutex
 	order []uint64
 	set   map[uint64]struct{}
+}
+
+// client returns the de-duplication state of a client id.
+func (st *state012) client(id wire.ClientID) *dedup {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.seen == nil {
+		st.seen = map[wire.ClientID]*dedup{}
+	}
+	d := st.seen[id]
+	if d == nil {
+		d = &dedup{set: map[uint64]struct{}{}}
+		st.seen[id] = d
+	}
+	return d
 }
 
 func (st *state012) newSession() uint64 {
@@ -73,30 +92,14 @@ func (st *state012) newSession() uint64 {
 	return st.sessions
 }
 
-// committed reports whether (client, request) was committed already.
-func (st *state012) committed(client wire.ClientID, req uint64) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	d := st.seen[client]
-	if d == nil {
-		return false
-	}
+// committed reports whether the request was committed already; d.mu held.
+func (d *dedup) committed(req uint64) bool {
 	_, ok := d.set[req]
 	return ok
 }
 
-// commit records (client, request) as committed.
-func (st *state012) commit(client wire.ClientID, req uint64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.seen == nil {
-		st.seen = map[wire.ClientID]*dedup{}
-	}
-	d := st.seen[client]
-	if d == nil {
-		d = &dedup{set: map[uint64]struct{}{}}
-		st.seen[client] = d
-	}
+// commit records the request as committed; d.mu held.
+func (d *dedup) commit(req uint64) {
 	if len(d.order) == dedupWindow {
 		delete(d.set, d.order[0])
 		d.order = d.order[1:]
