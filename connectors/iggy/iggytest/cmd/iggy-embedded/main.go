@@ -84,6 +84,7 @@ func run(args []string) error {
 	cacheSize := fs.Int64("cache", 0, "with -data: bytes of messages kept in memory (0: 64 MiB)")
 	segSize := fs.Int64("segment-size", 0, "segment size in bytes (0: 1 GiB, as the server)")
 	cleaner := fs.Duration("cleaner", 0, "run the message cleaner (expiry, max topic size) at this interval (0: off, as the server)")
+	protocol := fs.String("protocol", "auto", "wire protocol: auto (0.10 and 0.8, detected per connection), 0.10 or 0.8")
 	var peers peerList
 	fs.Var(&peers, "peer", "another cluster node as name=host:tcpport (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -97,6 +98,15 @@ func run(args []string) error {
 	opts := []iggytest.Option{
 		iggytest.WithAddr(*addr), iggytest.WithCredentials(*user, *pass),
 		iggytest.WithMaxMessagesPerPartition(*maxMsgs), iggytest.WithLogger(logger),
+	}
+	switch *protocol {
+	case "auto":
+	case "0.10":
+		opts = append(opts, iggytest.WithProtocol(iggytest.Protocol010))
+	case "0.8":
+		opts = append(opts, iggytest.WithProtocol(iggytest.Protocol08))
+	default:
+		return fmt.Errorf("-protocol %q: want auto, 0.10 or 0.8", *protocol)
 	}
 	if *data != "" {
 		opts = append(opts, iggytest.WithDataDir(*data))
