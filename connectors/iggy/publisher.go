@@ -197,7 +197,10 @@ func MessageID(parts ...[]byte) [16]byte {
 // Failures: a batch that fails for a transient reason (lost connection,
 // timeout) is retried on a fresh connection after a backoff, ahead of
 // everything queued behind it. If its outcome is unknown (the request was
-// written but no reply came), the publisher first waits until the server no
+// written but no reply came): with Iggy 0.10 the publisher sends it again
+// under the request number of its first attempt, from the same client id,
+// and the server appends it at most once (an empty reply says it had
+// appended it already). With Iggy 0.8 the publisher first waits until the server no
 // longer lists the session that carried it (GetClients; the server finishes
 // a request before it notices a closed connection), then searches the end
 // of the partition for the batch's ids, in order, and sends the batch again
