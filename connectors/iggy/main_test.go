@@ -70,6 +70,16 @@ func (tg *target) faults(t testing.TB) *iggytest.Server {
 	return tg.srv
 }
 
+// sdk08 skips a test that drives the server with the official SDK v0.8.0
+// when the server is a real one that speaks Iggy 0.10 (the embedded broker
+// speaks both).
+func (tg *target) sdk08(t testing.TB) {
+	t.Helper()
+	if tg.srv == nil && testProtocol() == Protocol010 {
+		t.Skip("uses the SDK v0.8.0, which a real Iggy 0.10 server does not speak")
+	}
+}
+
 func (tg *target) options(extra ...Option) []Option {
 	return append([]Option{WithCredentials(tg.user, tg.pass), WithLogger(testLogger()),
 		WithBackoff(5*time.Millisecond, 200*time.Millisecond), WithDialTimeout(2 * time.Second), WithProtocol(testProtocol())}, extra...)

@@ -1,11 +1,12 @@
 package iggytest
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -193,29 +194,53 @@ func TestBroker012Session(t *testing.T) {
 
 func TestBroker012Messages(t *testing.T) {
 	srv := startServer(t)
-	c := dial012(t, srv.Addr())
-	c.login("iggy", "iggy")
-	si, ok, err := wire.ParseStream(c.framed(wire.OpCreateStream, wire.CreateStream{Name: "orders"}.Append(nil, wire.V012)), wire.V012)
-	if err != nil || !ok || si.Name != "orders" {
+	scenario012Messages(t, srv.Addr(), "iggy", "iggy", "orders", true)
+}
+
+// TestScenarios012RealServer runs the 0.10 scenarios against a real Iggy
+// 0.10 server when STRAND_IGGY_ADDR is set and STRAND_IGGY_PROTOCOL is
+// 0.10; otherwise it skips.
+func TestScenarios012RealServer(t *testing.T) {
+	if os.Getenv("STRAND_IGGY_PROTOCOL") != "0.10" {
+		t.Skip("STRAND_IGGY_PROTOCOL is not 0.10")
+	}
+	tg := realTarget(t)
+	stream := fmt.Sprintf("strand-012-%d", time.Now().UnixNano())
+	scenario012Messages(t, tg.addr, tg.user, tg.pass, stream, false)
+	c := dial012(t, tg.addr)
+	c.login(tg.user, tg.pass)
+	c.framed(wire.OpDeleteStream, named(t, stream).Append(nil))
+}
+
+// scenario012Messages creates stream/events, sends, retries, polls and
+// stores offsets through a 0.10 client. embedded enables the checks of
+// the broker's own choices (the incarnation it reports).
+func scenario012Messages(t *testing.T, addr, user, pass, stream string, embedded bool) {
+	c := dial012(t, addr)
+	if ev, _ := c.login(user, pass); ev != nil {
+		t.Fatal(ev)
+	}
+	si, ok, err := wire.ParseStream(c.framed(wire.OpCreateStream, wire.CreateStream{Name: stream}.Append(nil, wire.V012)), wire.V012)
+	if err != nil || !ok || si.Name != stream {
 		t.Fatal(si, err)
 	}
-	if _, st := c.framedStatus(wire.OpCreateStream, wire.CreateStream{Name: "orders"}.Append(nil, wire.V012)); st != wire.StatusStreamNameExists {
+	if _, st := c.framedStatus(wire.OpCreateStream, wire.CreateStream{Name: stream}.Append(nil, wire.V012)); st != wire.StatusStreamNameExists {
 		t.Fatalf("duplicate stream: %d", st)
 	}
-	ct := wire.CreateTopic{Stream: named(t, "orders"), Partitions: 2, Name: "events", Expiry: 3_600_000_000}
+	ct := wire.CreateTopic{Stream: named(t, stream), Partitions: 2, Name: "events", Expiry: 3_600_000_000}
 	ti, ok, err := wire.ParseTopic(c.framed(wire.OpCreateTopic, ct.Append(nil, wire.V012)), wire.V012)
-	if err != nil || !ok || len(ti.Partitions) != 2 || ti.Expiry != 3_600_000_000 || ti.Partitions[1].Context.Incarnation == 0 {
+	if err != nil || !ok || len(ti.Partitions) != 2 || ti.Expiry != 3_600_000_000 || embedded && ti.Partitions[1].Context.Incarnation == 0 {
 		t.Fatalf("create topic: %+v %v", ti, err)
 	}
-	route, st := c.read012(wire.CodeGetPartitionRoute, wire.PartitionRoute{Stream: named(t, "orders"), Topic: named(t, "events"), Partition: 1}.Append(nil))
-	ctx, err := wire.ParsePartitionContext(route)
-	if st != 0 || err != nil || ctx.Incarnation != ti.Partitions[1].Context.Incarnation {
+	route, st := c.read012(wire.CodeGetPartitionRoute, wire.PartitionRoute{Stream: named(t, stream), Topic: named(t, "events"), Partition: 1}.Append(nil))
+	ctx, err := wire.ParsePartitionContext(route[:min(len(route), wire.PartitionContextSize)])
+	if st != 0 || err != nil || embedded && ctx.Incarnation != ti.Partitions[1].Context.Incarnation {
 		t.Fatalf("route: %d %v %+v", st, err, ctx)
 	}
 
 	// Two sends: confirmations give each batch's base offset.
 	for i, want := range []uint64{0, 2} {
-		rh, ev, b := c.roundTrip(wire.OpSendMessages, 0, sendBody(t, "orders", "events", 1, "a", "b"), ctx)
+		rh, ev, b := c.roundTrip(wire.OpSendMessages, 0, sendBody(t, stream, "events", 1, "a", "b"), ctx)
 		cs, err := wire.ParseConfirmations(b)
 		if ev != nil || rh.Status != 0 || err != nil || len(cs) != 1 || cs[0].BaseOffset != want || cs[0].Partition != 1 {
 			t.Fatalf("send %d: %v %d %v %+v", i, ev, rh.Status, err, cs)
@@ -223,25 +248,25 @@ func TestBroker012Messages(t *testing.T) {
 	}
 	// A retry of the last request number is recognised: empty success.
 	c.request--
-	rh, _, b := c.roundTrip(wire.OpSendMessages, 0, sendBody(t, "orders", "events", 1, "a", "b"), ctx)
+	rh, _, b := c.roundTrip(wire.OpSendMessages, 0, sendBody(t, stream, "events", 1, "a", "b"), ctx)
 	if rh.Status != 0 || len(b) != 0 {
 		t.Fatalf("retry: status %d body %x", rh.Status, b)
 	}
 	// A stale context (partition re-created) is refused.
 	stale := ctx
 	stale.Incarnation++
-	if rh, _, _ := c.roundTrip(wire.OpSendMessages, 0, sendBody(t, "orders", "events", 1, "x"), stale); rh.Status != wire.StatusHistoryUnavailable {
+	if rh, _, _ := c.roundTrip(wire.OpSendMessages, 0, sendBody(t, stream, "events", 1, "x"), stale); rh.Status != wire.StatusHistoryUnavailable {
 		t.Fatalf("stale context: status %d", rh.Status)
 	}
 	// A corrupted frame is refused with the frame checksum status.
-	corrupt := sendBody(t, "orders", "events", 1, "x")
+	corrupt := sendBody(t, stream, "events", 1, "x")
 	corrupt[len(corrupt)-1] ^= 1
 	if rh, _, _ := c.roundTrip(wire.OpSendMessages, 0, corrupt, ctx); rh.Status != wire.StatusInvalidMessageChecksum {
 		t.Fatalf("corrupt frame: status %d", rh.Status)
 	}
 
 	part := uint32(1)
-	poll := wire.Poll{Consumer: wire.Consumer{Kind: wire.ConsumerSingle, ID: wire.NumericID(1)}, Stream: named(t, "orders"), Topic: named(t, "events"),
+	poll := wire.Poll{Consumer: wire.Consumer{Kind: wire.ConsumerSingle, ID: wire.NumericID(1)}, Stream: named(t, stream), Topic: named(t, "events"),
 		Partition: &part, Strategy: wire.PollOffset, Value: 1, Count: 10}
 	b, st = c.read012(wire.CodePollMessages, poll.Append(nil))
 	pre, _, batches, err := wire.ParsePollReply(b)
@@ -279,8 +304,11 @@ func TestBroker012Messages(t *testing.T) {
 		t.Fatalf("offset: %+v %v", oi, err)
 	}
 
+	if !embedded {
+		return
+	}
 	// A 0.8 client on the same listener sees what the 0.10 client wrote.
-	sdk, err := tcp.NewIggyTcpClient(tcp.WithServerAddress(srv.Addr()))
+	sdk, err := tcp.NewIggyTcpClient(tcp.WithServerAddress(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +316,7 @@ func TestBroker012Messages(t *testing.T) {
 	if _, err := sdk.LoginUser("iggy", "iggy"); err != nil {
 		t.Fatal(err)
 	}
-	sid, _ := iggcon.NewIdentifier("orders")
+	sid, _ := iggcon.NewIdentifier(stream)
 	tid, _ := iggcon.NewIdentifier("events")
 	pm, err := sdk.PollMessages(sid, tid, iggcon.DefaultConsumer(), iggcon.OffsetPollingStrategy(0), 10, false, &part)
 	if err != nil || len(pm.Messages) != 4 || string(pm.Messages[3].Payload) != "b" || pm.Messages[1].Header.OriginTimestamp != 1767225600000001 {
@@ -352,7 +380,6 @@ func TestBroker012ProtocolSelection(t *testing.T) {
 	if _, err := sdk.LoginUser("iggy", "iggy"); err != nil {
 		t.Fatal(err)
 	}
-	_ = bytes.MinRead
 }
 
 func startServer(t *testing.T, opts ...Option) *Server {
