@@ -261,6 +261,11 @@ func (k *conn) dialLogin(ctx, dctx context.Context, proto wire.Protocol) error {
 	case classify(err) == classServer:
 		return fmt.Errorf("%w: %s as %s: %w", ErrAuth, k.cl.addr, who, err)
 	case proto == wire.Legacy && isDeadline(err) && ctx.Err() == nil:
+		if cfg.protocol == ProtocolAuto {
+			// The server may have been upgraded since 0.8 was found: try
+			// 0.10 first again on the next connect.
+			k.cl.detected.Store(0)
+		}
 		return fmt.Errorf("%w: no reply from %s to a %s login within %v: a server that speaks %s waits for a longer frame; use WithProtocol(Protocol010) or ProtocolAuto: %w",
 			ErrIncompatible, k.cl.addr, wire.Legacy, cfg.callTimeout, wire.V012, err)
 	}
