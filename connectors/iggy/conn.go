@@ -193,11 +193,15 @@ func (k *conn) connect(ctx context.Context) error {
 		return &connectError{err}
 	}
 	proto := k.cl.protocol()
-	err := k.dialLogin(ctx, dctx, proto)
+	err := k.dialLogin(ctx, dctx, proto, k.cl.addr)
 	if errors.Is(err, errLegacyServer) && cfg.protocol == ProtocolAuto {
 		k.cl.cfg.log.Info("iggy: the server speaks Iggy 0.8's legacy protocol; using it", "addr", k.cl.addr)
 		k.cl.detected.Store(uint32(wire.Legacy))
-		err = k.dialLogin(ctx, dctx, wire.Legacy)
+		proto = wire.Legacy
+		err = k.dialLogin(ctx, dctx, proto, k.cl.addr)
+	}
+	if err == nil {
+		err = k.followLeader(ctx, dctx, proto)
 	}
 	if err != nil {
 		return fail(err)
@@ -212,12 +216,47 @@ func (k *conn) connect(ctx context.Context) error {
 	return nil
 }
 
-// dialLogin opens a socket and logs in with protocol proto.
-func (k *conn) dialLogin(ctx, dctx context.Context, proto wire.Protocol) error {
+// maxRedirects bounds how often one connect follows the cluster's leader
+// (as the official SDK does).
+const maxRedirects = 3
+
+// followLeader moves a fresh session to the cluster's leader, as the
+// official SDK does after each login: when GetClusterMetadata lists more
+// than one node and a healthy leader at another address, the connection
+// logs in there instead. A server that cannot answer, or a single node,
+// keeps the connection where it is. In Iggy 0.10 the leader is the metadata
+// primary; partition primaries are not routed (docs/design.md §7).
+func (k *conn) followLeader(ctx, dctx context.Context, proto wire.Protocol) error {
+	at := k.cl.addr
+	for range maxRedirects {
+		var leader string
+		if err := k.invoke(ctx, func(s *session) error {
+			var err error
+			leader, err = s.leader()
+			return err
+		}); err != nil {
+			k.drop()
+			return k.transportError(ctx, fmt.Errorf("reading the cluster metadata: %w", err))
+		}
+		if leader == "" || leader == at {
+			return nil
+		}
+		k.cl.cfg.log.Info("iggy: following the cluster's leader", "from", at, "leader", leader, "conn", k.role)
+		k.drop()
+		if err := k.dialLogin(ctx, dctx, proto, leader); err != nil {
+			return err
+		}
+		at = leader
+	}
+	return nil
+}
+
+// dialLogin opens a socket to addr and logs in with protocol proto.
+func (k *conn) dialLogin(ctx, dctx context.Context, proto wire.Protocol, addr string) error {
 	cfg := &k.cl.cfg
-	raw, err := dial(dctx, k.cl.addr, cfg.tls)
+	raw, err := dial(dctx, addr, cfg.tls)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUnreachable, k.cl.addr, err)
+		return fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
 	}
 	s := &session{nc: raw, proto: proto}
 	if proto == wire.V012 {

@@ -29,7 +29,9 @@
 //
 //   - A connection dials with a net.Dialer under the dial timeout (and a TLS
 //     handshake when TLS is on), so a Connect to an address where nothing
-//     listens fails within it with ErrUnreachable.
+//     listens fails within it with ErrUnreachable. After login it reads the
+//     cluster metadata and moves to the cluster's leader when the server
+//     names another node as leader (as the official SDK does).
 //   - Every call runs under a deadline (WithCallTimeout) set on the socket,
 //     and under the caller's context: a call that exceeds either fails with
 //     ErrTimeout (or the context's error), and the connection is discarded

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
@@ -371,6 +372,32 @@ func (s *session) clientAddresses() ([]string, bool, error) {
 		return nil, true, fmt.Errorf("%w: clients: %w", ErrProtocol, r.Err())
 	}
 	return out, true, nil
+}
+
+// leader returns the address ("ip:port") of the cluster's healthy leader
+// when GetClusterMetadata lists more than one node, else "". A server that
+// answers with an error status (a server without clustering) gives "".
+func (s *session) leader() (string, error) {
+	b, err := s.do(wire.CodeGetClusterMetadata, nil, nil)
+	if err != nil {
+		if classify(err) == classServer {
+			return "", nil
+		}
+		return "", err
+	}
+	_, nodes, err := wire.ParseClusterMetadata(b)
+	if err != nil {
+		return "", fmt.Errorf("%w: cluster metadata: %w", ErrProtocol, err)
+	}
+	if len(nodes) <= 1 {
+		return "", nil
+	}
+	for _, n := range nodes {
+		if n.Role == 0 && n.Status == 0 && n.TCP != 0 {
+			return net.JoinHostPort(n.IP, strconv.Itoa(int(n.TCP))), nil
+		}
+	}
+	return "", nil
 }
 
 // route returns the partition context of a 0.10 partition, asking the
