@@ -1,6 +1,7 @@
 package iggy
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -95,6 +96,7 @@ type routeKey struct {
 // carries one request at a time; conn serializes its use.
 type session struct {
 	nc      net.Conn
+	br      *bufio.Reader // reads of nc: a reply's header and body usually come in one read
 	proto   wire.Protocol
 	id      *identity012 // V012 only
 	session uint64       // V012 only
@@ -105,6 +107,14 @@ type session struct {
 	noRoutes bool                               // the server does not know GetPartitionRoute
 	lastSent uint64                             // base offset confirmed by the last V012 send
 	pin      uint64                             // V012: request number to reuse for the next partition op (a retry)
+}
+
+// rd returns the buffered reader of the socket.
+func (s *session) rd() io.Reader {
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(s.nc, 64<<10)
+	}
+	return s.br
 }
 
 // errLegacyServer is a 0.10 login answered as a 0.8 server answers.
@@ -138,7 +148,7 @@ func (s *session) do(code wire.Code, body []byte, ctx *wire.PartitionContext) ([
 		if err := s.write(s.hdr[:wire.LegacyHeaderSize], body); err != nil {
 			return nil, err
 		}
-		if _, err := io.ReadFull(s.nc, s.hdr[:wire.LegacyHeaderSize]); err != nil {
+		if _, err := io.ReadFull(s.rd(), s.hdr[:wire.LegacyHeaderSize]); err != nil {
 			return nil, fmt.Errorf("failed to read response for TCP request: %w", err)
 		}
 		st, n, err := wire.ParseLegacyReplyHeader(s.hdr[:])
@@ -148,7 +158,7 @@ func (s *session) do(code wire.Code, body []byte, ctx *wire.PartitionContext) ([
 		if st != 0 {
 			return nil, statusError(st)
 		}
-		b, err := readN(s.nc, uint64(n))
+		b, err := readN(s.rd(), uint64(n))
 		if err != nil {
 			return nil, fmt.Errorf("failed to read response for TCP request: %w", err)
 		}
@@ -206,7 +216,7 @@ func (s *session) do(code wire.Code, body []byte, ctx *wire.PartitionContext) ([
 // reply that starts like a legacy one gives errLegacyServer.
 func (s *session) read012(detect bool) (wire.ReplyHeader, []byte, error) {
 	h := s.hdr[:]
-	if _, err := io.ReadFull(s.nc, h[:8]); err != nil {
+	if _, err := io.ReadFull(s.rd(), h[:8]); err != nil {
 		return wire.ReplyHeader{}, nil, fmt.Errorf("failed to read response for TCP request: %w", err)
 	}
 	if binary.LittleEndian.Uint32(h) != 0 {
@@ -215,7 +225,7 @@ func (s *session) read012(detect bool) (wire.ReplyHeader, []byte, error) {
 		}
 		return wire.ReplyHeader{}, nil, fmt.Errorf("%w: a reply frame starting %x (a 0.10 frame starts with zeros)", ErrProtocol, h[:8])
 	}
-	if _, err := io.ReadFull(s.nc, h[8:]); err != nil {
+	if _, err := io.ReadFull(s.rd(), h[8:]); err != nil {
 		return wire.ReplyHeader{}, nil, fmt.Errorf("failed to read response for TCP request: %w", err)
 	}
 	if wire.FrameCommand(h) == wire.CommandEviction {
@@ -226,7 +236,7 @@ func (s *session) read012(detect bool) (wire.ReplyHeader, []byte, error) {
 	if err != nil {
 		return rh, nil, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
-	b, err := readN(s.nc, uint64(rh.Size-wire.HeaderSize))
+	b, err := readN(s.rd(), uint64(rh.Size-wire.HeaderSize))
 	if err != nil {
 		return rh, nil, fmt.Errorf("failed to read response for TCP request: %w", err)
 	}

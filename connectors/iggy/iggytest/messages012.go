@@ -66,22 +66,21 @@ func (c *conn) send012(q *wire.RequestHeader, body []byte) error {
 			return c.reply012(q, wire.StatusHistoryUnavailable, nil)
 		}
 	}
+	// The 0.8 body in one pass: the index and the messages are written
+	// into their own regions of a buffer sized from the batch (a legacy
+	// message is its frame plus 16 header bytes).
 	ids := sb.Topic.Append(sb.Stream.Append(nil))
-	data := 0
-	_, _ = wire.Frames(sb.Batch, func(_ *wire.BatchHeader, f *wire.Frame) error {
-		data += len(f.Payload) + len(f.Headers)
-		return nil
-	})
-	legacy := make([]byte, 0, wire.LegacySendSize(len(ids), int(h.Count), data))
-	legacy = wire.AppendLegacySendHead(legacy, ids, pid, int(h.Count))
-	end := uint32(0)
-	_, _ = wire.Frames(sb.Batch, func(_ *wire.BatchHeader, f *wire.Frame) error {
-		end += uint32(wire.LegacyMessageSize(len(f.Payload), len(f.Headers)))
-		legacy = wire.AppendLegacyIndex(legacy, end)
-		return nil
-	})
+	n := int(h.Count)
+	data := int(h.Length) - wire.BatchHeaderSize - n*wire.FrameHeaderSize
+	legacy := wire.AppendLegacySendHead(make([]byte, 0, wire.LegacySendSize(len(ids), n, data)), ids, pid, n)
+	index := len(legacy)
+	legacy = legacy[:index+n*wire.LegacyIndexSize]
+	end, i := uint32(0), 0
 	_, _ = wire.Frames(sb.Batch, func(bh *wire.BatchHeader, f *wire.Frame) error {
 		legacy = wire.AppendLegacyMessage(legacy, &f.ID, bh.OriginTimestamp+uint64(f.TimestampDelta), f.Payload, f.Headers)
+		end += uint32(wire.LegacyMessageSize(len(f.Payload), len(f.Headers)))
+		wire.AppendLegacyIndex(legacy[index+i*wire.LegacyIndexSize:index+i*wire.LegacyIndexSize], end)
+		i++
 		return nil
 	})
 	st, _, err := c.legacy(CmdSendMessages, legacy)
@@ -114,31 +113,46 @@ func (c *conn) poll012(q *wire.RequestHeader, body []byte) error {
 	if st != 0 || len(p) == 0 {
 		return c.reply012(q, st, p)
 	}
-	pre, msgs, err := wire.ParseLegacyPollReply(p)
+	pre, err := wire.ParsePollPrefix(p)
 	if err != nil {
-		c.s.log.Error("iggytest: cannot translate a legacy poll reply to 0.12.0", "err", err)
 		return c.reply012(q, wire.StatusError, nil)
 	}
-	out := pre.Append(nil)
-	for i := 0; i < len(msgs); {
-		j := i + 1
-		for j < len(msgs) && msgs[j].Timestamp == msgs[i].Timestamp && msgs[j].Offset == msgs[j-1].Offset+1 {
-			j++
+	v := c.v012
+	out := pre.Append(v.poll[:0])
+	msgs := p[wire.PollPrefixSize:]
+	n := uint32(0)
+	for len(msgs) > 0 {
+		// Find the run: consecutive offsets with one timestamp.
+		first, k, err := wire.NextLegacyMessage(msgs)
+		if err != nil {
+			c.s.log.Error("iggytest: cannot translate a legacy poll reply to 0.12.0", "err", err)
+			return c.reply012(q, wire.StatusError, nil)
 		}
-		run := msgs[i:j]
-		origin := run[0].OriginTimestamp
-		for _, m := range run {
-			origin = min(origin, m.OriginTimestamp)
+		origin, count, runEnd := first.OriginTimestamp, uint32(1), k
+		for prev := first.Offset; runEnd < len(msgs); count++ {
+			m, k, err := wire.NextLegacyMessage(msgs[runEnd:])
+			if err != nil || m.Timestamp != first.Timestamp || m.Offset != prev+1 {
+				break
+			}
+			origin, prev, runEnd = min(origin, m.OriginTimestamp), m.Offset, runEnd+k
 		}
 		var start int
 		out, start = wire.BeginBatch(out)
-		for _, m := range run {
-			delta := m.OriginTimestamp - origin
-			out = wire.AppendFrame(out, &m.ID, uint32(m.Offset-run[0].Offset), uint32(min(delta, 1<<32-1)), m.Payload, m.Headers)
+		for run := msgs[:runEnd]; len(run) > 0; {
+			m, k, _ := wire.NextLegacyMessage(run)
+			out = wire.AppendFrame(out, &m.ID, uint32(m.Offset-first.Offset), uint32(min(m.OriginTimestamp-origin, 1<<32-1)), m.Payload, m.Headers)
+			run = run[k:]
 		}
-		wire.FinishBatch(out, start, origin, uint32(len(run)))
-		wire.StampBatch(out[start:], uint64(pre.Partition), run[0].Offset, run[0].Timestamp)
-		i = j
+		wire.FinishStoredBatch(out, start, uint64(pre.Partition), first.Offset, first.Timestamp, origin, count)
+		msgs = msgs[runEnd:]
+		n += count
+	}
+	if n != pre.Count {
+		c.s.log.Error("iggytest: a legacy poll reply claims another count", "count", pre.Count, "messages", n)
+		return c.reply012(q, wire.StatusError, nil)
+	}
+	if cap(out) <= 4<<20 {
+		v.poll = out[:0]
 	}
 	return c.reply012(q, 0, out)
 }

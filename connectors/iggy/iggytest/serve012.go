@@ -114,7 +114,9 @@ type conn012 struct {
 	session uint64
 	base    uint64 // first offset of the last batch sendMessages appended
 	hdr     [wire.HeaderSize]byte
-	out     []byte
+	rep     [wire.HeaderSize]byte
+	vec     net.Buffers
+	poll    []byte // poll replies, reused
 }
 
 // captureConn diverts the legacy handlers' replies into a buffer, from
@@ -224,7 +226,8 @@ func (c *conn) legacy(cmd Command, payload []byte) (wire.Status, []byte, error) 
 	return st, cc.buf[wire.LegacyHeaderSize:], nil
 }
 
-// reply012 writes a reply with status st and body.
+// reply012 writes a reply with status st and body (header and body in one
+// vectored write, the body not copied).
 func (c *conn) reply012(q *wire.RequestHeader, st wire.Status, body []byte) error {
 	v := c.v012
 	h := wire.ReplyHeader{
@@ -234,13 +237,11 @@ func (c *conn) reply012(q *wire.RequestHeader, st wire.Status, body []byte) erro
 	if st != 0 {
 		h.Size, body = wire.HeaderSize, nil
 	}
-	out := append(v.out[:0], make([]byte, wire.HeaderSize)...)
-	h.Put(out)
-	out = append(out, body...)
-	_, err := c.nc.(*captureConn).Conn.Write(out)
-	if cap(out) <= 1<<20 {
-		v.out = out[:0]
-	}
+	h.Put(v.rep[:])
+	v.vec = append(v.vec[:0], v.rep[:], body)
+	bufs := v.vec
+	_, err := bufs.WriteTo(c.nc.(*captureConn).Conn)
+	clear(v.vec[:2])
 	return err
 }
 
