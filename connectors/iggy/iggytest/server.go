@@ -102,7 +102,8 @@ func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxP
 // failures). The default discards everything.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// Server is an in-process broker speaking Iggy server 0.8.0's TCP protocol.
+// Server is an in-process broker speaking Iggy server 0.8.0's TCP protocol
+// and, by default on the same listener, server 0.10's (WithProtocol).
 // Create it with NewServer, point the official Go SDK at Addr, and Close it
 // when done. All methods are safe for concurrent use.
 type Server struct {
