@@ -13,6 +13,7 @@ import (
 // defaults.
 type connFlags struct {
 	addr, user, password string
+	protocol             string
 }
 
 func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
@@ -24,6 +25,7 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	}
 	fs.StringVar(&c.addr, "addr", env("STRAND_IGGY_ADDR", "127.0.0.1:8090"), "Iggy server address (env STRAND_IGGY_ADDR)")
 	fs.StringVar(&c.user, "user", env("STRAND_IGGY_USER", "iggy"), "Iggy user (env STRAND_IGGY_USER)")
+	fs.StringVar(&c.protocol, "protocol", env("STRAND_IGGY_PROTOCOL", "auto"), "Iggy protocol: 0.10, 0.8 or auto (env STRAND_IGGY_PROTOCOL)")
 	// The default is not shown in the usage text: it may come from the
 	// environment.
 	c.password = env("STRAND_IGGY_PASSWORD", "iggy")
@@ -36,7 +38,11 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 // connect connects to the server. Its errors name the address and the
 // user, never the password.
 func (c *connFlags) connect(ctx context.Context) (*iggy.Client, error) {
-	cl, err := iggy.Connect(ctx, c.addr, iggy.WithCredentials(c.user, c.password))
+	proto, err := iggy.ParseProtocol(c.protocol)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := iggy.Connect(ctx, c.addr, iggy.WithCredentials(c.user, c.password), iggy.WithProtocol(proto))
 	if err != nil {
 		msg := err.Error()
 		if len(c.password) >= 6 { // shorter ones are placeholders ("iggy") that would mask words

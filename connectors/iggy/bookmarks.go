@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 	"github.com/strand-io/strand/stream/connector"
@@ -64,9 +63,13 @@ func (c *Client) Bookmark(ctx context.Context, topic string, partition uint32, n
 		return 0, false, err
 	}
 	var info *iggcon.ConsumerOffsetInfo
-	err = c.admin.call(ctx, func(s *tcp.IggyTcpClient) error {
+	wc, err := wireConsumer(cons)
+	if err != nil {
+		return 0, false, fmt.Errorf("iggy: bookmark %q: %w", name, err)
+	}
+	err = c.admin.call(ctx, func(s *session) error {
 		var err error
-		info, err = s.GetConsumerOffset(cons, t.sid, t.tid, &partition)
+		info, err = s.getConsumerOffset(wc, t, partition)
 		return err
 	})
 	if err != nil {
@@ -103,8 +106,12 @@ func (c *Client) SetBookmark(ctx context.Context, topic string, partition uint32
 	if err != nil {
 		return err
 	}
-	err = c.admin.call(ctx, func(s *tcp.IggyTcpClient) error {
-		return s.StoreConsumerOffset(cons, t.sid, t.tid, offset, &partition)
+	wc, err := wireConsumer(cons)
+	if err != nil {
+		return fmt.Errorf("iggy: set bookmark %q: %w", name, err)
+	}
+	err = c.admin.call(ctx, func(s *session) error {
+		return s.storeConsumerOffset(wc, t, partition, offset)
 	})
 	if err != nil {
 		return fmt.Errorf("iggy: set bookmark %q of %s partition %d to offset %d: %w", name, t, partition, offset, err)

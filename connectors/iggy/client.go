@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
+	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 )
 
 // Client is a connection to one Iggy server: the settings every connection
@@ -24,9 +25,36 @@ type Client struct {
 	cfg   config
 	admin *conn
 
+	// detected is the protocol ProtocolAuto found (a wire.Protocol), 0
+	// before the first login.
+	detected atomic.Uint32
+
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
+}
+
+// protocol returns the protocol a new connection speaks first.
+func (c *Client) protocol() wire.Protocol {
+	switch c.cfg.protocol {
+	case Protocol08:
+		return wire.Legacy
+	case Protocol010:
+		return wire.V012
+	}
+	if p := c.detected.Load(); p != 0 {
+		return wire.Protocol(p)
+	}
+	return wire.V012
+}
+
+// Protocol returns the protocol the client speaks: the one WithProtocol
+// chose, or with ProtocolAuto the one found at Connect.
+func (c *Client) Protocol() Protocol {
+	if c.protocol() == wire.Legacy {
+		return Protocol08
+	}
+	return Protocol010
 }
 
 // Connect connects to the Iggy server at addr ("host:port") and logs in,
@@ -58,7 +86,7 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	c := &Client{addr: addr, cfg: cfg, conns: map[*conn]struct{}{}}
 	c.admin = newConn(c, "admin")
 	c.conns[c.admin] = struct{}{}
-	if err := c.admin.call(ctx, func(*tcp.IggyTcpClient) error { return nil }); err != nil {
+	if err := c.admin.call(ctx, func(*session) error { return nil }); err != nil {
 		c.admin.close()
 		return nil, fmt.Errorf("iggy: connect to %s: %w", addr, err)
 	}
@@ -113,10 +141,11 @@ func (c *Client) closeConn(k *conn) {
 	k.close()
 }
 
-// topicRef names a topic and holds its SDK identifiers.
+// topicRef names a topic and holds its identifiers.
 type topicRef struct {
 	stream, topic string
 	sid, tid      iggcon.Identifier
+	ws, wt        wire.Identifier
 }
 
 func newTopicRef(stream, topic string) (topicRef, error) {
@@ -128,7 +157,9 @@ func newTopicRef(stream, topic string) (topicRef, error) {
 	if err != nil {
 		return topicRef{}, fmt.Errorf("iggy: topic name %q: must be 1..255 bytes: %w", topic, err)
 	}
-	return topicRef{stream: stream, topic: topic, sid: sid, tid: tid}, nil
+	ws, _ := wire.NamedID(stream) // the SDK checked the lengths
+	wt, _ := wire.NamedID(topic)
+	return topicRef{stream: stream, topic: topic, sid: sid, tid: tid, ws: ws, wt: wt}, nil
 }
 
 func (t topicRef) String() string { return t.stream + "/" + t.topic }
@@ -137,15 +168,7 @@ func (t topicRef) String() string { return t.stream + "/" + t.topic }
 // then the topic identifier (the start of every topic command's payload that
 // the connector encodes itself) to dst.
 func (t topicRef) appendIdentifiers(dst []byte) ([]byte, error) {
-	sb, err := t.sid.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("iggy: encode stream %q: %w", t.stream, err)
-	}
-	tb, err := t.tid.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("iggy: encode topic %q: %w", t.topic, err)
-	}
-	return append(append(dst, sb...), tb...), nil
+	return t.wt.Append(t.ws.Append(dst)), nil
 }
 
 // topicDetails reads a topic over k. A missing stream or topic gives an
@@ -153,16 +176,19 @@ func (t topicRef) appendIdentifiers(dst []byte) ([]byte, error) {
 // that names it.
 func topicDetails(ctx context.Context, k *conn, t topicRef) (*iggcon.TopicDetails, error) {
 	var d *iggcon.TopicDetails
-	err := k.call(ctx, func(s *tcp.IggyTcpClient) error {
+	err := k.call(ctx, func(s *session) error {
 		var err error
-		d, err = s.GetTopic(t.sid, t.tid)
+		d, err = s.getTopic(t)
 		return err
 	})
 	if errors.Is(err, ierror.ErrTopicIdNotFound) {
 		// The server answers a topic lookup in a missing stream as a missing
 		// topic; tell the two apart for the message.
-		serr := k.call(ctx, func(s *tcp.IggyTcpClient) error {
-			_, err := s.GetStream(t.sid)
+		serr := k.call(ctx, func(s *session) error {
+			ok, err := s.streamExists(t)
+			if err == nil && !ok {
+				err = ierror.ErrStreamIdNotFound
+			}
 			return err
 		})
 		if errors.Is(serr, ierror.ErrStreamIdNotFound) {
@@ -257,9 +283,8 @@ func (c *Client) EnsureTopic(ctx context.Context, stream, topic string, partitio
 		if !errors.Is(err, ierror.ErrTopicIdNotFound) {
 			return err
 		}
-		err = c.admin.call(ctx, func(s *tcp.IggyTcpClient) error {
-			_, err := s.CreateTopic(t.sid, t.topic, partitions, iggcon.CompressionAlgorithmNone, tc.expiry, tc.maxSize, nil)
-			return err
+		err = c.admin.call(ctx, func(s *session) error {
+			return s.createTopic(t, partitions, uint64(tc.expiry), tc.maxSize)
 		})
 		if err == nil {
 			c.cfg.log.Info("iggy: created topic", "stream", t.stream, "topic", t.topic, "partitions", partitions)
@@ -274,8 +299,11 @@ func (c *Client) EnsureTopic(ctx context.Context, stream, topic string, partitio
 }
 
 func (c *Client) ensureStream(ctx context.Context, t topicRef) error {
-	err := c.admin.call(ctx, func(s *tcp.IggyTcpClient) error {
-		_, err := s.GetStream(t.sid)
+	err := c.admin.call(ctx, func(s *session) error {
+		ok, err := s.streamExists(t)
+		if err == nil && !ok {
+			err = ierror.ErrStreamIdNotFound
+		}
 		return err
 	})
 	if err == nil {
@@ -284,10 +312,7 @@ func (c *Client) ensureStream(ctx context.Context, t topicRef) error {
 	if !errors.Is(err, ierror.ErrStreamIdNotFound) {
 		return fmt.Errorf("iggy: get stream %q: %w", t.stream, err)
 	}
-	err = c.admin.call(ctx, func(s *tcp.IggyTcpClient) error {
-		_, err := s.CreateStream(t.stream)
-		return err
-	})
+	err = c.admin.call(ctx, func(s *session) error { return s.createStream(t.stream) })
 	if err != nil && !errors.Is(err, ierror.ErrStreamNameAlreadyExists) {
 		return fmt.Errorf("iggy: create stream %q: %w", t.stream, err)
 	}
@@ -301,11 +326,11 @@ func (c *Client) ensureStream(ctx context.Context, t topicRef) error {
 // tools; strand never deletes data itself. A missing stream gives an error
 // wrapping ierror.ErrStreamIdNotFound.
 func (c *Client) DeleteStream(ctx context.Context, stream string) error {
-	sid, err := iggcon.NewIdentifier(stream)
+	sid, err := wire.NamedID(stream)
 	if err != nil {
 		return fmt.Errorf("iggy: stream name %q: %w", stream, err)
 	}
-	err = c.admin.call(ctx, func(s *tcp.IggyTcpClient) error { return s.DeleteStream(sid) })
+	err = c.admin.call(ctx, func(s *session) error { return s.deleteStream(sid) })
 	if err != nil {
 		return fmt.Errorf("iggy: delete stream %q: %w", stream, err)
 	}

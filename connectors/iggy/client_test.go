@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
@@ -211,22 +210,6 @@ func TestClosedClientFailsWithErrClosed(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
-	}
-}
-
-func TestRawConnFindsTheSDKSocket(t *testing.T) {
-	tg := newTarget(t)
-	sdk, err := tcp.NewIggyTcpClient(tcp.WithServerAddress(tg.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sdk.Close()
-	nc, err := rawConn(sdk)
-	if err != nil || nc == nil {
-		t.Fatalf("rawConn: %v (the SDK's IggyTcpClient layout changed?)", err)
-	}
-	if nc.RemoteAddr().String() != tg.addr {
-		t.Fatalf("socket talks to %s, want %s", nc.RemoteAddr(), tg.addr)
 	}
 }
 

@@ -8,19 +8,18 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"reflect"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
+	ierror "github.com/apache/iggy/foreign/go/errors"
+	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 )
 
-// conn is one SDK client with what the SDK lacks: a probe before dialing,
-// deadlines, context cancellation, panic recovery and lazy reconnect. It
-// carries one call at a time (as the SDK does) and queues the others in a
+// conn is one connection of strand's own to the server (session.go speaks
+// the protocol): dialing, TLS, login, deadlines, context cancellation and
+// lazy reconnect. It carries one call at a time (the protocols allow one
+// request in flight per connection) and queues the others in a
 // context-aware way.
 type conn struct {
 	cl   *Client
@@ -29,12 +28,13 @@ type conn struct {
 	lock chan struct{} // one-slot semaphore held for a whole call
 
 	// Guarded by lock.
-	sdk      *tcp.IggyTcpClient
-	failures int       // consecutive failed connects
-	failedAt time.Time // when the last connect failed
+	sess     *session
+	id012    *identity012 // binary protocol 0.12.0 identity, kept across reconnects
+	failures int          // consecutive failed connects
+	failedAt time.Time    // when the last connect failed
 
 	mu     sync.Mutex // guards raw against Close from another goroutine
-	raw    net.Conn   // the SDK's socket, for deadlines and aborts
+	raw    net.Conn   // the session's socket, for deadlines and aborts
 	closed atomic.Bool
 	life   context.Context // done when the conn is closed
 	cancel context.CancelFunc
@@ -64,26 +64,26 @@ func (k *conn) acquire(ctx context.Context) error {
 
 func (k *conn) release() { <-k.lock }
 
-// call runs fn on a connected SDK client, connecting first when needed. The
-// returned error is nil, a server error (wrapped SDK sentinel; the
-// connection stays), or a transport failure wrapping ErrTimeout,
-// ErrDisconnected, ErrProtocol, ErrUnreachable, ErrAuth, ErrClosed or the
-// context's error (the connection is discarded).
+// call runs fn on a connected session, connecting first when needed. The
+// returned error is nil, a server error (the SDK's sentinel for its status;
+// the connection stays), or a transport failure wrapping ErrTimeout,
+// ErrDisconnected, ErrProtocol, ErrUnreachable, ErrAuth, ErrIncompatible,
+// ErrClosed or the context's error (the connection is discarded).
 //
 // fn must be safe to repeat: when it fails on a connection that was idle
 // since an earlier call (the server may have dropped it meanwhile), call
 // reconnects and runs it once more.
-func (k *conn) call(ctx context.Context, fn func(*tcp.IggyTcpClient) error) error {
+func (k *conn) call(ctx context.Context, fn func(*session) error) error {
 	return k.do(ctx, true, fn)
 }
 
 // callOnce is call for requests that must not be repeated blindly
 // (SendMessages): a failure is returned as it is.
-func (k *conn) callOnce(ctx context.Context, fn func(*tcp.IggyTcpClient) error) error {
+func (k *conn) callOnce(ctx context.Context, fn func(*session) error) error {
 	return k.do(ctx, false, fn)
 }
 
-func (k *conn) do(ctx context.Context, repeat bool, fn func(*tcp.IggyTcpClient) error) error {
+func (k *conn) do(ctx context.Context, repeat bool, fn func(*session) error) error {
 	if err := k.acquire(ctx); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (k *conn) do(ctx context.Context, repeat bool, fn func(*tcp.IggyTcpClient) 
 		if k.closed.Load() {
 			return ErrClosed
 		}
-		reused := k.sdk != nil
+		reused := k.sess != nil
 		if !reused {
 			if err := k.gate(ctx); err != nil {
 				return err
@@ -151,8 +151,8 @@ func (k *conn) transportError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrDisconnected, k.cl.addr, err)
 }
 
-// invoke runs fn under the call deadline and ctx, recovering SDK panics.
-func (k *conn) invoke(ctx context.Context, fn func(*tcp.IggyTcpClient) error) (err error) {
+// invoke runs fn under the call deadline and ctx.
+func (k *conn) invoke(ctx context.Context, fn func(*session) error) (err error) {
 	raw := k.raw
 	_ = raw.SetDeadline(time.Now().Add(k.cl.cfg.callTimeout))
 	var fired chan struct{}
@@ -168,14 +168,12 @@ func (k *conn) invoke(ctx context.Context, fn func(*tcp.IggyTcpClient) error) (e
 		if stop != nil && !stop() {
 			<-fired // its SetDeadline must not land after the next call's
 		}
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: the SDK panicked decoding a reply from %s: %v\n%s", ErrProtocol, k.cl.addr, r, debug.Stack())
-		}
 	}()
-	return fn(k.sdk)
+	return fn(k.sess)
 }
 
-// connect builds a fresh SDK client and logs in. It must hold lock.
+// connect dials, logs in and, with ProtocolAuto, finds the server's
+// protocol. It must hold lock.
 func (k *conn) connect(ctx context.Context) error {
 	cfg := &k.cl.cfg
 	dctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
@@ -194,55 +192,22 @@ func (k *conn) connect(ctx context.Context) error {
 		}
 		return &connectError{err}
 	}
-	if err := probe(dctx, k.cl.addr, cfg.tls); err != nil {
-		return fail(fmt.Errorf("%w: %s: %w", ErrUnreachable, k.cl.addr, err))
+	proto := k.cl.protocol()
+	err := k.dialLogin(ctx, dctx, proto, k.cl.addr)
+	if errors.Is(err, errLegacyServer) && cfg.protocol == ProtocolAuto {
+		k.cl.cfg.log.Info("iggy: the server speaks Iggy 0.8's legacy protocol; using it", "addr", k.cl.addr)
+		k.cl.detected.Store(uint32(wire.Legacy))
+		proto = wire.Legacy
+		err = k.dialLogin(ctx, dctx, proto, k.cl.addr)
 	}
-	sdk, err := k.newSDK(dctx)
-	if err != nil {
-		return fail(err)
-	}
-	raw, err := rawConn(sdk)
-	if err != nil {
-		_ = sdk.Close()
-		return fail(err)
-	}
-	setNoDelay(raw)
-	k.mu.Lock()
-	k.sdk, k.raw = sdk, raw
-	k.mu.Unlock()
-	if k.closed.Load() { // Close ran between probe and here
-		k.drop()
-		return ErrClosed
-	}
-
-	err = k.invoke(ctx, func(c *tcp.IggyTcpClient) error {
-		var err error
-		if cfg.token != "" {
-			_, err = c.LoginWithPersonalAccessToken(cfg.token)
-		} else {
-			_, err = c.LoginUser(cfg.user, cfg.password)
-		}
-		return err
-	})
 	if err == nil {
-		// A multi-node cluster may have redirected the SDK to its leader
-		// during login, replacing the socket.
-		if raw, err = rawConn(sdk); err == nil {
-			k.mu.Lock()
-			k.raw = raw
-			k.mu.Unlock()
-		}
+		err = k.followLeader(ctx, dctx, proto)
 	}
 	if err != nil {
-		k.drop()
-		if classify(err) == classServer {
-			who := "user " + cfg.user
-			if cfg.token != "" {
-				who = "personal access token"
-			}
-			return fail(fmt.Errorf("%w: %s as %s: %w", ErrAuth, k.cl.addr, who, err))
-		}
-		return fail(k.transportError(ctx, fmt.Errorf("during login: %w", err)))
+		return fail(err)
+	}
+	if cfg.protocol == ProtocolAuto {
+		k.cl.detected.CompareAndSwap(0, uint32(proto))
 	}
 	if k.failures > 0 {
 		k.cl.cfg.log.Info("iggy: reconnected", "addr", k.cl.addr, "conn", k.role, "after_failures", k.failures)
@@ -251,46 +216,127 @@ func (k *conn) connect(ctx context.Context) error {
 	return nil
 }
 
-// newSDK runs the SDK's constructor, which dials and, on failure, retries
-// every 2s forever. The probe made a failure unlikely; if it happens anyway
-// (the server vanished in between), give up at the dial deadline and let a
-// reaper close the client whenever the SDK finally returns one.
-func (k *conn) newSDK(ctx context.Context) (*tcp.IggyTcpClient, error) {
-	opts := []tcp.Option{tcp.WithServerAddress(k.cl.addr)}
-	if t := k.cl.cfg.tls; t != nil {
-		var topts []tcp.TLSOption
-		if t.serverName != "" {
-			topts = append(topts, tcp.WithTLSDomain(t.serverName))
+// maxRedirects bounds how often one connect follows the cluster's leader
+// (as the official SDK does).
+const maxRedirects = 3
+
+// followLeader moves a fresh session to the cluster's leader, as the
+// official SDK does after each login: when GetClusterMetadata lists more
+// than one node and a healthy leader at another address, the connection
+// logs in there instead. A server that cannot answer, or a single node,
+// keeps the connection where it is. In Iggy 0.10 the leader is the metadata
+// primary; partition primaries are not routed (docs/design.md §7).
+func (k *conn) followLeader(ctx, dctx context.Context, proto wire.Protocol) error {
+	at := k.cl.addr
+	for range maxRedirects {
+		var leader string
+		if err := k.invoke(ctx, func(s *session) error {
+			var err error
+			leader, err = s.leader()
+			return err
+		}); err != nil {
+			k.drop()
+			return k.transportError(ctx, fmt.Errorf("reading the cluster metadata: %w", err))
 		}
-		if t.caFile != "" {
-			topts = append(topts, tcp.WithTLSCAFile(t.caFile))
+		if leader == "" || leader == at {
+			return nil
 		}
-		topts = append(topts, tcp.WithTLSValidateCertificate(!t.skipVerify))
-		opts = append(opts, tcp.WithTLS(topts...))
-	}
-	type result struct {
-		c   *tcp.IggyTcpClient
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := tcp.NewIggyTcpClient(opts...)
-		ch <- result{c, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, k.cl.addr, r.err)
+		k.cl.cfg.log.Info("iggy: following the cluster's leader", "from", at, "leader", leader, "conn", k.role)
+		k.drop()
+		if err := k.dialLogin(ctx, dctx, proto, leader); err != nil {
+			return err
 		}
-		return r.c, nil
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.c != nil {
-				_ = r.c.Close()
-			}
-		}()
-		return nil, fmt.Errorf("%w: %s: the SDK could not connect within %v although a probe did", ErrUnreachable, k.cl.addr, k.cl.cfg.dialTimeout)
+		at = leader
 	}
+	return nil
+}
+
+// dialLogin opens a socket to addr and logs in with protocol proto.
+func (k *conn) dialLogin(ctx, dctx context.Context, proto wire.Protocol, addr string) error {
+	cfg := &k.cl.cfg
+	raw, err := dial(dctx, addr, cfg.tls)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
+	}
+	s := &session{nc: raw, proto: proto}
+	if proto == wire.V012 {
+		if k.id012 == nil {
+			k.id012 = newIdentity012()
+		}
+		s.id = k.id012
+	}
+	k.mu.Lock()
+	k.sess, k.raw = s, raw
+	k.mu.Unlock()
+	if k.closed.Load() { // Close ran meanwhile
+		k.drop()
+		return ErrClosed
+	}
+	err = k.invoke(ctx, func(s *session) error { return s.login(cfg) })
+	if err == nil {
+		return nil
+	}
+	k.drop()
+	who := "user " + cfg.user
+	if cfg.token != "" {
+		who = "personal access token"
+	}
+	var ev *evictionError
+	switch {
+	case errors.Is(err, errLegacyServer):
+		if cfg.protocol == ProtocolAuto {
+			return err
+		}
+		return fmt.Errorf("%w: %s speaks %s, but the client was told to speak %s (WithProtocol(Protocol010)); use WithProtocol(Protocol08) or ProtocolAuto",
+			ErrIncompatible, k.cl.addr, wire.Legacy, wire.V012)
+	case errors.As(err, &ev) && ev.e.Reason == wire.EvictIncompatibleProtocol:
+		return fmt.Errorf("%w: %s: %w", ErrIncompatible, k.cl.addr, err)
+	case errors.As(err, &ev) && ev.e.Reason == wire.EvictInvalidCredentials:
+		return fmt.Errorf("%w: %s as %s: %w (%w)", ErrAuth, k.cl.addr, who, err, ierror.ErrInvalidCredentials)
+	case errors.As(err, &ev) && ev.e.Reason == wire.EvictInvalidToken:
+		return fmt.Errorf("%w: %s as %s: %w (%w)", ErrAuth, k.cl.addr, who, err, ierror.ErrInvalidPersonalAccessToken)
+	case errors.As(err, &ev) && ev.e.Reason == wire.EvictUserInactive:
+		return fmt.Errorf("%w: %s as %s: %w (%w)", ErrAuth, k.cl.addr, who, err, ierror.ErrUserInactive)
+	case classify(err) == classServer:
+		return fmt.Errorf("%w: %s as %s: %w", ErrAuth, k.cl.addr, who, err)
+	case proto == wire.Legacy && isDeadline(err) && ctx.Err() == nil:
+		if cfg.protocol == ProtocolAuto {
+			// The server may have been upgraded since 0.8 was found: try
+			// 0.10 first again on the next connect.
+			k.cl.detected.Store(0)
+		}
+		return fmt.Errorf("%w: no reply from %s to a %s login within %v: a server that speaks %s waits for a longer frame; use WithProtocol(Protocol010) or ProtocolAuto: %w",
+			ErrIncompatible, k.cl.addr, wire.Legacy, cfg.callTimeout, wire.V012, err)
+	}
+	return k.transportError(ctx, fmt.Errorf("during login: %w", err))
+}
+
+// dial opens a TCP connection to addr (with a TLS handshake when t is
+// set) within ctx, with Nagle's algorithm off: every request is one write
+// and its reply is awaited.
+func dial(ctx context.Context, addr string, t *tlsConfig) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if t == nil {
+		return c, nil
+	}
+	cfg, err := t.std(addr)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tc, nil
 }
 
 // awaitSessionGone waits until the server no longer lists a client
@@ -305,13 +351,18 @@ func (k *conn) awaitSessionGone(ctx context.Context, local string) error {
 	deadline := time.Now().Add(max(4*k.cl.cfg.callTimeout, 30*time.Second))
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		present := false
-		err := k.call(ctx, func(c *tcp.IggyTcpClient) error {
-			cs, err := c.GetClients()
-			for _, ci := range cs {
-				present = present || ci.Address == local
+		asked := true
+		err := k.call(ctx, func(c *session) error {
+			addrs, ok, err := c.clientAddresses()
+			asked = ok
+			for _, a := range addrs {
+				present = present || a == local
 			}
 			return err
 		})
+		if err == nil && !asked {
+			return nil
+		}
 		switch {
 		case err != nil && classify(err) == classServer:
 			k.cl.cfg.log.Debug("iggy: cannot list the server's clients to wait for a broken session", "addr", k.cl.addr, "err", err)
@@ -333,19 +384,19 @@ func (k *conn) awaitSessionGone(ctx context.Context, local string) error {
 	}
 }
 
-// drop discards the SDK client after a transport failure. It must hold lock
+// drop discards the session after a transport failure. It must hold lock
 // (or be the connect path, which does).
 func (k *conn) drop() {
 	k.mu.Lock()
-	sdk := k.sdk
-	k.sdk, k.raw = nil, nil
+	raw := k.raw
+	k.sess, k.raw = nil, nil
 	k.mu.Unlock()
-	if sdk != nil {
-		_ = sdk.Close() // the SDK's mutex is free: no call is in flight
+	if raw != nil {
+		_ = raw.Close()
 	}
 }
 
-// close aborts any call in flight and releases the SDK client. Idempotent;
+// close aborts any call in flight and releases the session. Idempotent;
 // safe to call from any goroutine.
 func (k *conn) close() {
 	if k.closed.Swap(true) {
@@ -354,7 +405,7 @@ func (k *conn) close() {
 	k.cancel()
 	k.mu.Lock()
 	if k.raw != nil {
-		_ = k.raw.Close() // unblocks a call in flight; the SDK's Close would wait for it
+		_ = k.raw.Close() // unblocks a call in flight
 	}
 	k.mu.Unlock()
 	k.lock <- struct{}{}
@@ -362,32 +413,7 @@ func (k *conn) close() {
 	<-k.lock
 }
 
-// probe dials addr (and completes a TLS handshake when t is set) and hangs
-// up, so that the SDK, whose dial retries forever, is only ever pointed at a
-// live server.
-func probe(ctx context.Context, addr string, t *tlsConfig) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if t == nil {
-		return nil
-	}
-	cfg, err := t.std(addr)
-	if err != nil {
-		return err
-	}
-	tc := tls.Client(c, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		return fmt.Errorf("TLS handshake: %w", err)
-	}
-	return nil
-}
-
-// std builds the crypto/tls configuration the SDK will build from the same
-// settings.
+// std builds the crypto/tls configuration of the settings.
 func (t *tlsConfig) std(addr string) (*tls.Config, error) {
 	cfg := &tls.Config{InsecureSkipVerify: t.skipVerify} //nolint:gosec // opt-in
 	cfg.ServerName = t.serverName
@@ -410,35 +436,4 @@ func (t *tlsConfig) std(addr string) (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
-}
-
-var netConnType = reflect.TypeFor[net.Conn]()
-
-// rawConn returns the socket inside an SDK client. The SDK offers no way to
-// abort a call or set a deadline: its Close waits for the mutex that a
-// blocked call holds. Reaching the socket is the only way to make a stalled
-// call return, so this reads the unexported field (the SDK is pinned at
-// v0.8.0 and a test checks the field is there).
-func rawConn(c *tcp.IggyTcpClient) (net.Conn, error) {
-	f := reflect.ValueOf(c).Elem().FieldByName("conn")
-	if !f.IsValid() || f.Type() != netConnType {
-		return nil, fmt.Errorf("%w: this SDK version has no conn field of type net.Conn in tcp.IggyTcpClient", ErrProtocol)
-	}
-	nc := *(*net.Conn)(unsafe.Pointer(f.UnsafeAddr()))
-	if nc == nil {
-		return nil, fmt.Errorf("%w: the SDK client has no connection", ErrProtocol)
-	}
-	return nc, nil
-}
-
-// setNoDelay turns Nagle's algorithm off (the SDK leaves it on): every
-// request is one write and the reply is awaited, so delaying it only adds
-// latency.
-func setNoDelay(c net.Conn) {
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
 }

@@ -1,5 +1,9 @@
-// Package iggy connects strand to an Apache Iggy server (0.8.x) through the
-// official Go SDK, github.com/apache/iggy/foreign/go v0.8.0.
+// Package iggy connects strand to an Apache Iggy server: server 0.10
+// (binary protocol 0.12.0) or server 0.8 (the legacy protocol), found at
+// connect or chosen with WithProtocol. It speaks both protocols itself,
+// through the layouts of package internal/wire; of the official Go SDK
+// (github.com/apache/iggy/foreign/go v0.8.0) only the data types
+// (contracts) and the error sentinels (errors) are used.
 //
 // In the data flow of docs/design.md §3 this package is both ends: a Source whose
 // Readers poll one partition each from the processor's checkpoint
@@ -16,56 +20,44 @@
 // docs/design.md "Ownership"), and the Client is connector.Bookmarks, named
 // offsets per partition kept as the stored offsets of Iggy consumers.
 //
-// # What the SDK lacks and this package adds
-//
-// The SDK is synchronous and low-level. Its constructor retries a failed dial
-// forever, it never reconnects after a dropped connection, it has no context
-// or deadline, it carries one request at a time per client, it panics on some
-// malformed replies and it prints through the standard log package. Here:
-//
-//   - Every SDK client is wrapped in a connection that probes the address with
-//     a net.Dialer (and a TLS handshake when TLS is on) before the SDK dials,
-//     so nothing blocks forever; a Connect to an address where nothing
-//     listens fails within the dial timeout with ErrUnreachable.
-//   - Every call runs under a deadline (WithCallTimeout) set on the SDK's own
-//     socket, and under the caller's context: a call that exceeds either
-//     fails with ErrTimeout (or the context's error), and the connection is
-//     discarded because its byte stream is no longer in step. The SDK's
-//     Close cannot do this (it waits for the stalled call), so the socket is
-//     reached inside the SDK client by reflection (the SDK version is pinned
-//     and a test checks its layout). No goroutine is left
-//     behind, except in one race: if the server vanishes between the probe
-//     and the SDK's own dial, the SDK retries that dial every 2s until the
-//     server is back, and a goroutine waits for it to close the client.
-//   - A connection that failed is rebuilt on its next use: probe, dial, login
-//     again. Readers and publishers retry transient failures with capped
-//     exponential backoff and jitter (WithBackoff); administrative calls
-//     repeat once when the connection died while idle and otherwise return
-//     the failure. A publisher never repeats a send whose outcome is unknown
-//     without first checking the log for it (see Publisher).
-//   - A panic inside the SDK's decoders is recovered and reported as
-//     ErrProtocol, and the connection is discarded.
-//   - Errors wrap both a strand sentinel of this package (ErrUnreachable,
-//     ErrAuth, ErrTimeout, ErrDisconnected, ErrPartitionCountMismatch, ...)
-//     and the SDK's own sentinel, so errors.Is(err, ierror.ErrTopicIdNotFound)
-//     works, and their messages name the stream, topic, partition and offset.
-//
-// The heartbeat goroutine of the SDK's client.NewIggyClient is not used:
-// connections are built with tcp.NewIggyTcpClient, so an SDK client is one
-// socket and nothing else, and no request competes with strand's own.
-//
 // # Connections
 //
-// The SDK serializes requests per client, so this package gives each unit of
-// concurrency its own SDK client: one for the Client's administrative calls,
-// one per PartitionReader, and one per publisher connection
-// (WithConnections). Closing the Client closes all of them.
+// Each unit of concurrency has a connection of its own (the protocols carry
+// one request at a time per connection): one for the Client's
+// administrative calls, one per PartitionReader, and one per publisher
+// connection (WithConnections). Closing the Client closes all of them.
+//
+//   - A connection dials with a net.Dialer under the dial timeout (and a TLS
+//     handshake when TLS is on), so a Connect to an address where nothing
+//     listens fails within it with ErrUnreachable. After login it reads the
+//     cluster metadata and moves to the cluster's leader when the server
+//     names another node as leader (as the official SDK does).
+//   - Every call runs under a deadline (WithCallTimeout) set on the socket,
+//     and under the caller's context: a call that exceeds either fails with
+//     ErrTimeout (or the context's error), and the connection is discarded
+//     because its byte stream is no longer in step.
+//   - A connection that failed is rebuilt on its next use: dial and login
+//     again (in 0.10 with the same client id and a request counter that
+//     never goes back). Readers and publishers retry transient failures with
+//     capped exponential backoff and jitter (WithBackoff); administrative
+//     calls repeat once when the connection died while idle and otherwise
+//     return the failure. A publisher never repeats a send whose outcome is
+//     unknown blindly: in 0.10 it repeats it under the same request number,
+//     which the server recognises; in 0.8 it first checks the log for it
+//     (see Publisher).
+//   - Replies are decoded by code that returns an error for anything
+//     malformed (ErrProtocol; the connection is discarded), never panics.
+//   - Errors wrap both a strand sentinel of this package (ErrUnreachable,
+//     ErrAuth, ErrIncompatible, ErrTimeout, ErrDisconnected,
+//     ErrPartitionCountMismatch, ...) and the SDK's sentinel for the server's
+//     status, so errors.Is(err, ierror.ErrTopicIdNotFound) works, and their
+//     messages name the stream, topic, partition and offset.
 //
 // # Logging
 //
-// Diagnostics go to the *slog.Logger given with WithLogger. The SDK itself
-// prints a few lines through the standard log package on every login (its
-// cluster-leader check). The standard logger is process-global, so this
-// package never touches it on its own; call RouteStdLog to send those lines
-// into slog (or to drop them) when the process agrees to that.
+// Diagnostics go to the *slog.Logger given with WithLogger. Code that uses
+// the SDK's TCP client directly (tests, foreign producers) gets a few lines
+// through the standard log package on every login; the standard logger is
+// process-global, so this package never touches it on its own; call
+// RouteStdLog to send those lines into slog (or to drop them).
 package iggy

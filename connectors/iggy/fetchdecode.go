@@ -5,80 +5,49 @@ import (
 	"fmt"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 	"github.com/strand-io/strand/stream/connector"
 )
 
-// The PollMessages command as SDK v0.8.0 and servers 0.7/0.8 speak it
-// (legacy framing). strand sends it itself, on the SDK's socket, so that a
-// reply is decoded straight into records: the SDK's decoder grows a slice
-// of messages one append at a time and allocates a header struct per
-// message, about half of the connector's polling CPU on a busy log.
+// The PollMessages command. strand sends it itself so that a reply is
+// decoded straight into records: the SDK's decoder grows a slice of
+// messages one append at a time and allocates a header struct per message,
+// about half of the connector's polling CPU on a busy log.
 //
-// Request frame: length u32 (4 + payload) · code u32 (100) · payload:
-// Consumer · stream Identifier · topic Identifier · optional partition
-// (flag u8 · u32) · strategy (kind u8 · value u64) · count u32 ·
-// auto_commit u8.
-//
-// Reply frame: status u32 (0 = OK, else an Iggy error code) · length u32 ·
-// payload: partition_id u32 · current_offset u64 · count u32 · count
-// messages, each a 64-byte header (checksum u64 · id u128 · offset u64 ·
-// timestamp u64 · origin_timestamp u64 · user_headers_length u32 ·
-// payload_length u32 · reserved u64), then the payload, then the user
-// headers.
+// The request body is the same in both protocols (wire.Poll). The legacy
+// reply is partition_id u32 · current_offset u64 · count u32 · messages with
+// 64-byte headers; the 0.10 reply has the same prefix, then batches
+// (package wire).
 const (
-	pollMessagesCode = 100
-	fetchPrefixSize  = 16
-	msgHeaderSize    = 64
-	replyHeaderSize  = 8
-
-	// pollTailSize is what follows the identifiers in a request payload:
-	// optional partition (5), strategy (9), count (4), auto_commit (1).
-	pollTailSize = 5 + 9 + 4 + 1
+	fetchPrefixSize = wire.PollPrefixSize
+	msgHeaderSize   = wire.LegacyMessageHeaderSize
 )
 
-// pollRequest is an encoded PollMessages request frame whose offset and
+// pollRequest is an encoded PollMessages request body whose offset and
 // count are patched in place before each send. It is owned by one Reader
 // and reused: it never leaves the connector.
 type pollRequest struct {
-	frame    []byte
-	offsetAt int // position of the strategy's u64 value
-	countAt  int // position of count u32
+	body []byte
 }
 
 // newPollRequest encodes the parts of a PollMessages request that do not
 // change between polls of one partition: the Offset strategy, auto-commit
 // off, an explicit partition.
 func newPollRequest(consumer iggcon.Consumer, t topicRef, partition uint32) (*pollRequest, error) {
-	cb, err := consumer.MarshalBinary()
+	wc, err := wireConsumer(consumer)
 	if err != nil {
 		return nil, fmt.Errorf("iggy: encode consumer: %w", err)
 	}
-	ids, err := t.appendIdentifiers(nil)
-	if err != nil {
-		return nil, err
-	}
-	n := len(cb) + len(ids) + pollTailSize
-	f := make([]byte, 0, 8+n)
-	f = binary.LittleEndian.AppendUint32(f, uint32(4+n))
-	f = binary.LittleEndian.AppendUint32(f, pollMessagesCode)
-	f = append(f, cb...)
-	f = append(f, ids...)
-	f = append(f, 1) // partition present
-	f = binary.LittleEndian.AppendUint32(f, partition)
-	f = append(f, byte(iggcon.POLLING_OFFSET))
-	offsetAt := len(f)
-	f = binary.LittleEndian.AppendUint64(f, 0)
-	countAt := len(f)
-	f = binary.LittleEndian.AppendUint32(f, 0)
-	f = append(f, 0) // auto-commit off
-	return &pollRequest{frame: f, offsetAt: offsetAt, countAt: countAt}, nil
+	p := wire.Poll{Consumer: wc, Stream: t.ws, Topic: t.wt, Partition: &partition, Strategy: wire.PollOffset}
+	return &pollRequest{body: p.Append(nil)}, nil
 }
 
-// at returns the frame asking for count messages from offset.
+// at returns the body asking for count messages from offset.
 func (q *pollRequest) at(offset uint64, count uint32) []byte {
-	binary.LittleEndian.PutUint64(q.frame[q.offsetAt:], offset)
-	binary.LittleEndian.PutUint32(q.frame[q.countAt:], count)
-	return q.frame
+	n := len(q.body)
+	binary.LittleEndian.PutUint64(q.body[n-wire.PollValueFromEnd:], offset)
+	binary.LittleEndian.PutUint32(q.body[n-wire.PollCountFromEnd:], count)
+	return q.body
 }
 
 // fetchInfo is the fixed prefix of a PollMessages reply.
@@ -96,6 +65,9 @@ type fetchDecoder struct {
 	// foreign: the topic's producers write no strand headers; deliver each
 	// record's raw message instead of parsing strand headers (foreign.go).
 	foreign bool
+	// proto is the protocol of the replies (set by the reader before each
+	// decode; 0 means legacy).
+	proto wire.Protocol
 }
 
 // decode decodes reply, the payload of a PollMessages reply, into records,
@@ -125,6 +97,9 @@ func (d *fetchDecoder) decodeAppend(dst []connector.Record, reply []byte, want u
 	var info fetchInfo
 	if len(reply) == 0 {
 		return dst, info, nil
+	}
+	if d.proto == wire.V012 {
+		return d.decodeAppend012(dst, reply, want)
 	}
 	if len(reply) < fetchPrefixSize {
 		return dst, info, fmt.Errorf("%w: a poll reply of %d bytes is shorter than its %d-byte prefix", ErrProtocol, len(reply), fetchPrefixSize)
@@ -205,6 +180,86 @@ func (d *fetchDecoder) decodeAppend(dst []connector.Record, reply []byte, want u
 			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
 		}
 		next++
+	}
+	if decoded != int(info.count) {
+		return dst, info, fmt.Errorf("%w: a poll reply claims %d messages and holds %d", ErrProtocol, info.count, decoded)
+	}
+	switch {
+	case len(recs) > base:
+		return recs, info, nil
+	case !open:
+		return dst, info, fmt.Errorf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
+			ErrOffsetGap, want, gapAt, want, gapAt-1, gapAt)
+	default:
+		return dst, info, fmt.Errorf("%w: the broker returned only earlier offsets than %d", ErrProtocol, want)
+	}
+}
+
+// decodeAppend012 is decodeAppend for a binary protocol 0.12.0 reply: the
+// same prefix, then batches whose frames give offsets as base_offset +
+// offset_delta and origin timestamps as origin_timestamp +
+// timestamp_delta; a record's timestamp is its batch's base_timestamp.
+// Frame checksums are not re-verified (the server verified them at
+// admission; TCP and TLS protect the transfer).
+func (d *fetchDecoder) decodeAppend012(dst []connector.Record, reply []byte, want uint64) ([]connector.Record, fetchInfo, error) {
+	var info fetchInfo
+	pre, _, batches, err := wire.ParsePollReply(reply)
+	if err != nil {
+		return dst, info, fmt.Errorf("%w: poll reply: %w", ErrProtocol, err)
+	}
+	info = fetchInfo{partition: pre.Partition, currentOffset: pre.CurrentOffset, count: pre.Count}
+	if uint64(info.count) > uint64(len(batches)/wire.FrameHeaderSize) {
+		return dst, info, fmt.Errorf("%w: a poll reply of %d bytes claims %d messages", ErrProtocol, len(reply), info.count)
+	}
+	if info.count == 0 {
+		return dst, info, nil
+	}
+	recs := dst
+	base := len(dst)
+	hint := 0
+	var fa foreignArena
+	decoded := 0
+	next := want
+	open := true
+	var gapAt uint64
+	err = eachFrame(batches, func(h *wire.BatchHeader, f *wire.Frame) error {
+		off := h.BaseOffset + uint64(f.OffsetDelta)
+		decoded++
+		if !open {
+			return nil
+		}
+		if len(recs) == base {
+			if off < want {
+				return nil
+			}
+			if off != want {
+				open, gapAt = false, off
+				return nil
+			}
+			hint = int(info.count) - decoded + 1
+			if cap(recs)-len(recs) < hint {
+				recs = append(make([]connector.Record, 0, len(recs)+hint), recs...)
+			}
+		} else if off != next {
+			open = false
+			return nil
+		}
+		recs = append(recs, connector.Record{Partition: d.partition, Offset: off, Timestamp: h.BaseTimestamp, Payload: f.Payload})
+		rec := &recs[len(recs)-1]
+		var err error
+		if d.foreign {
+			err = fa.raw(rec, f.ID[:], f.Headers, hint)
+		} else if rec.Headers, err = parseStrandHeaders(f.Headers); err != nil {
+			rec.Headers = connector.Headers{}
+		}
+		if err != nil {
+			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
+		}
+		next++
+		return nil
+	})
+	if err != nil {
+		return dst, info, fmt.Errorf("%w: poll reply: %w", ErrProtocol, err)
 	}
 	if decoded != int(info.count) {
 		return dst, info, fmt.Errorf("%w: a poll reply claims %d messages and holds %d", ErrProtocol, info.count, decoded)

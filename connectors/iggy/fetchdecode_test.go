@@ -12,7 +12,6 @@ import (
 	"time"
 
 	binaryserialization "github.com/apache/iggy/foreign/go/binary_serialization"
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 
 	"github.com/strand-io/strand/algebra"
@@ -57,13 +56,16 @@ func sdkRecords(t topicRef, partition uint32, ms []iggcon.IggyMessage, want uint
 	return recs, nil
 }
 
-// sdkPoll polls through the SDK's PollMessages on r's connection.
+// sdkPoll polls on r's connection through the reference path: the whole
+// reply decoded by package wire into the SDK's message type (session.poll),
+// not the readers' in-place decoder. (Package wire's golden tests check its
+// legacy layouts against the SDK v0.8.0's own decoders.)
 func sdkPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]connector.Record, error) {
 	s := r.src
 	var polled *iggcon.PolledMessage
-	err := r.k.call(ctx, func(c *tcp.IggyTcpClient) error {
+	err := r.k.call(ctx, func(c *session) error {
 		var err error
-		polled, err = c.PollMessages(s.t.sid, s.t.tid, s.consumer, iggcon.OffsetPollingStrategy(offset), uint32(count), false, &r.partition)
+		polled, err = c.poll(s.t, r.partition, offset, uint32(count))
 		return err
 	})
 	if err != nil {
@@ -77,7 +79,7 @@ func sdkPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]connec
 
 // newPoll polls through the connector's own encoding and decoding.
 func newPoll(ctx context.Context, r *Reader, offset uint64, count int) ([]connector.Record, error) {
-	reply, err := r.k.roundTrip(ctx, r.req.at(offset, uint32(count)))
+	reply, err := r.poll(ctx, offset, count)
 	if err != nil {
 		return nil, err
 	}
@@ -138,8 +140,9 @@ func sendRaw(t testing.TB, c *Client, s, topic string, part uint32, payloads, he
 				Payload: payloads[i], UserHeaders: headers[i],
 			})
 		}
-		err := c.admin.callOnce(ctx, func(sdk *tcp.IggyTcpClient) error {
-			return sdk.SendMessages(ref.sid, ref.tid, iggcon.PartitionId(part), ms)
+		err := c.admin.callOnce(ctx, func(s *session) error {
+			_, err := s.send(ref, uint32(part), encodeSend(nil, s.proto, sendHead(ref.ids()), uint32(part), ms))
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -285,8 +288,6 @@ func TestPollRequestEncoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []byte
-	want = binary.LittleEndian.AppendUint32(want, 0) // patched below
-	want = binary.LittleEndian.AppendUint32(want, 100)
 	want = append(want, 1, 2, 6)
 	want = append(want, "strand"...)
 	want = append(want, 2, 4)
@@ -298,7 +299,6 @@ func TestPollRequestEncoding(t *testing.T) {
 	want = binary.LittleEndian.AppendUint64(want, 0x0102030405060708)
 	want = binary.LittleEndian.AppendUint32(want, 4096)
 	want = append(want, 0) // no auto-commit
-	binary.LittleEndian.PutUint32(want, uint32(len(want)-4))
 	if got := q.at(0x0102030405060708, 4096); !bytes.Equal(got, want) {
 		t.Fatalf("frame\n%x\nwant\n%x", got, want)
 	}

@@ -188,6 +188,7 @@ func TestForeignSourceReadsWhatTheSDKWrote(t *testing.T) {
 	tg := newTarget(t)
 	c := tg.connect(t)
 	s, topic := tg.topic(t, c, 3)
+	tg.sdk08(t)
 	sdk, err := tcp.NewIggyTcpClient(tcp.WithServerAddress(tg.addr))
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,12 @@ const lingerWant = 1000
 // records while a publisher keeps adding records, and returns how many
 // that poll returned, after checking their order and the next poll.
 func lingerRun(t *testing.T, c *Client, src *Source, s, topic string) (int, error) {
-	p := newPublisher(t, c, s, topic)
+	// Small sends keep the partition growing in small, frequent steps: a
+	// send's round trip grows with its messages, and in Iggy 0.10 every
+	// message is hashed three times (frame checksum at the producer and the
+	// broker, and again when polled), which the race detector slows by
+	// orders of magnitude.
+	p := newPublisher(t, c, s, topic, WithBatchSize(4))
 	first := make([]event, 10)
 	for i := range first {
 		first[i] = event{Key: "k", Seq: uint64(i)}

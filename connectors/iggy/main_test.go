@@ -70,9 +70,31 @@ func (tg *target) faults(t testing.TB) *iggytest.Server {
 	return tg.srv
 }
 
+// sdk08 skips a test that drives the server with the official SDK v0.8.0
+// when the server is a real one that speaks Iggy 0.10 (the embedded broker
+// speaks both).
+func (tg *target) sdk08(t testing.TB) {
+	t.Helper()
+	if tg.srv == nil && testProtocol() == Protocol010 {
+		t.Skip("uses the SDK v0.8.0, which a real Iggy 0.10 server does not speak")
+	}
+}
+
 func (tg *target) options(extra ...Option) []Option {
 	return append([]Option{WithCredentials(tg.user, tg.pass), WithLogger(testLogger()),
-		WithBackoff(5*time.Millisecond, 200*time.Millisecond), WithDialTimeout(2 * time.Second)}, extra...)
+		WithBackoff(5*time.Millisecond, 200*time.Millisecond), WithDialTimeout(2 * time.Second), WithProtocol(testProtocol())}, extra...)
+}
+
+// testProtocol is the protocol the tests' clients speak: the
+// STRAND_IGGY_PROTOCOL variable ("0.10", "0.8" or "auto", the default).
+// The embedded broker speaks both on one listener, so tests that also use
+// the official SDK v0.8.0 directly run in every mode.
+func testProtocol() Protocol {
+	p, err := ParseProtocol(os.Getenv("STRAND_IGGY_PROTOCOL"))
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // connect connects and closes at cleanup.

@@ -31,6 +31,7 @@ type config struct {
 	backoff        backoff
 	log            *slog.Logger
 	sourceOpts     []SourceOption // WithSourceOptions
+	protocol       Protocol       // WithProtocol
 }
 
 func defaultConfig() config {
@@ -62,6 +63,21 @@ func WithSourceOptions(opts ...SourceOption) Option {
 			}
 		}
 		c.sourceOpts = append(c.sourceOpts, opts...)
+		return nil
+	}
+}
+
+// WithProtocol chooses the Iggy wire protocol: ProtocolAuto (the default)
+// speaks Iggy server 0.10's binary protocol 0.12.0 and falls back to 0.8's
+// legacy protocol when the server answers as a 0.8 server; Protocol010 and
+// Protocol08 speak only the one. A server that speaks another protocol than
+// the one chosen gives an error wrapping ErrIncompatible that names both.
+func WithProtocol(p Protocol) Option {
+	return func(c *config) error {
+		if p > Protocol010 {
+			return fmt.Errorf("iggy.WithProtocol: unknown protocol %d", p)
+		}
+		c.protocol = p
 		return nil
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -645,9 +644,9 @@ func (m *Membership) readBatch() (int, error) {
 	m.mu.Unlock()
 	var pm *iggcon.PolledMessage
 	pid := uint32(0)
-	err := m.rd.call(m.ctx, func(s *tcp.IggyTcpClient) error {
+	err := m.rd.call(m.ctx, func(s *session) error {
 		var err error
-		pm, err = s.PollMessages(m.t.sid, m.t.tid, iggcon.DefaultConsumer(), iggcon.OffsetPollingStrategy(from), 1000, false, &pid)
+		pm, err = s.poll(m.t, pid, from, 1000)
 		return err
 	})
 	if err != nil {
@@ -898,8 +897,9 @@ func (m *Membership) append(ctx context.Context, r *record) error {
 		return fmt.Errorf("%w: membership record: %w", ErrInvalidMessage, err)
 	}
 	msgs := []iggcon.IggyMessage{msg}
-	return m.wr.callOnce(ctx, func(s *tcp.IggyTcpClient) error {
-		return s.SendMessages(m.t.sid, m.t.tid, iggcon.PartitionId(0), msgs)
+	return m.wr.callOnce(ctx, func(s *session) error {
+		_, err := s.send(m.t, 0, encodeSend(nil, s.proto, sendHead(m.t.ids()), 0, msgs))
+		return err
 	})
 }
 

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 )
 
@@ -73,9 +72,9 @@ func groupView(ctx context.Context, c *Client, stream, topic string) (*groupStat
 	for off := uint64(0); ; {
 		var pm *iggcon.PolledMessage
 		pid := uint32(0)
-		err := c.admin.call(ctx, func(s *tcp.IggyTcpClient) error {
+		err := c.admin.call(ctx, func(s *session) error {
 			var err error
-			pm, err = s.PollMessages(tr.sid, tr.tid, iggcon.DefaultConsumer(), iggcon.OffsetPollingStrategy(off), 1000, false, &pid)
+			pm, err = s.poll(tr, pid, off, 1000)
 			return err
 		})
 		if err != nil {

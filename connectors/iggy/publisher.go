@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 	"github.com/zeebo/xxh3"
 
 	"github.com/strand-io/strand/internal/xxh32"
@@ -197,7 +197,10 @@ func MessageID(parts ...[]byte) [16]byte {
 // Failures: a batch that fails for a transient reason (lost connection,
 // timeout) is retried on a fresh connection after a backoff, ahead of
 // everything queued behind it. If its outcome is unknown (the request was
-// written but no reply came), the publisher first waits until the server no
+// written but no reply came): with Iggy 0.10 the publisher sends it again
+// under the request number of its first attempt, from the same client id,
+// and the server appends it at most once (an empty reply says it had
+// appended it already). With Iggy 0.8 the publisher first waits until the server no
 // longer lists the session that carried it (GetClients; the server finishes
 // a request before it notices a closed connection), then searches the end
 // of the partition for the batch's ids, in order, and sends the batch again
@@ -866,10 +869,34 @@ type sender struct {
 	closing  bool
 	rr       int
 
-	// The batch being sent and its request frame; reused.
+	// The batch being sent and its request body; reused.
 	bmsgs  []iggcon.IggyMessage
 	bslots []slot
 	frame  []byte
+}
+
+// sendOnce makes one attempt to send msgs to q's partition on c. In binary
+// protocol 0.12.0 the attempt carries request number *req, fixed at the
+// first attempt and reused by the next ones: the server recognises a
+// retry of a batch it had appended (across reconnects, as the connection
+// keeps its client id) and answers it without appending it again, so no
+// tail scan is needed.
+func (s *sender) sendOnce(c *session, q *pqueue, msgs []iggcon.IggyMessage, req *uint64) error {
+	s.frame = encodeSend(s.frame, c.proto, s.p.head, q.part, msgs)
+	if c.proto == wire.V012 {
+		if *req == 0 {
+			c.id.request++
+			*req = c.id.request
+		}
+		c.pin = *req
+		defer func() { c.pin = 0 }()
+	}
+	dup, err := c.send(s.p.t, q.part, s.frame)
+	if err == nil && dup {
+		s.p.log.Info("iggy: the broker had appended a batch whose send had no reply; not appended again",
+			"partition", q.part, "messages", len(msgs))
+	}
+	return err
 }
 
 func (s *sender) poke() {
@@ -1017,22 +1044,21 @@ func (s *sender) broadcast() {
 func (s *sender) deliver(q *pqueue) {
 	p := s.p
 	msgs := s.bmsgs
-	s.frame = encodeSend(s.frame, p.head, q.part, msgs)
 	start := time.Now()
+	var req uint64 // 0.10 request number of this batch, fixed at its first attempt
 	uncertain := false
 	var sentFrom string // local address of the socket of an unanswered send
 	for attempt := 0; ; attempt++ {
 		var err error
 		landed := false
-		if uncertain {
+		if uncertain && req == 0 {
 			landed, err = s.landed(q, msgs, sentFrom)
 		}
 		if err == nil && !landed {
 			var local string
-			err = s.k.callOnce(s.ctx, func(*tcp.IggyTcpClient) error {
-				local = s.k.raw.LocalAddr().String()
-				_, err := s.k.exchange(s.frame)
-				return err
+			err = s.k.callOnce(s.ctx, func(c *session) error {
+				local = c.nc.LocalAddr().String()
+				return s.sendOnce(c, q, msgs, &req)
 			})
 			if err != nil && !notSent(err) {
 				uncertain, sentFrom = true, local

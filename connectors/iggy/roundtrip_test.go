@@ -317,6 +317,7 @@ func TestKeyPartitionAgreesWithTheServersMessagesKeyPartitioning(t *testing.T) {
 
 	// Send one message per key with the SDK's own messages-key
 	// partitioning and see where the server put it.
+	tg.sdk08(t)
 	sdk, err := tcp.NewIggyTcpClient(tcp.WithServerAddress(tg.addr))
 	if err != nil {
 		t.Fatal(err)

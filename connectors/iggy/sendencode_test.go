@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 )
 
 // sdkSendFrame returns the request frame the SDK writes for a SendMessages
@@ -61,8 +62,8 @@ func sdkSendFrame(t *testing.T, ref topicRef, part uint32, msgs []iggcon.IggyMes
 	<-done
 	for {
 		f := <-frames
-		if binary.LittleEndian.Uint32(f[4:]) == sendMessagesCode {
-			return f
+		if binary.LittleEndian.Uint32(f[4:]) == uint32(wire.CodeSendMessages) {
+			return f[wire.LegacyHeaderSize:] // the body
 		}
 	}
 }
@@ -107,17 +108,42 @@ func TestEncodeSendMatchesSDK(t *testing.T) {
 			part := uint32(n % 5)
 			want := sdkSendFrame(t, ref, part, msgs[:n])
 			// A reused buffer, too small first, then holding garbage.
-			buf := encodeSend([]byte("garbage"), head, part, msgs[:n])
+			buf := encodeSend([]byte("garbage"), wire.Legacy, head, part, msgs[:n])
 			if !bytes.Equal(buf, want) {
 				t.Fatalf("%s, %d messages: frame differs from the SDK's (%d bytes, want %d)", ref, n, len(buf), len(want))
 			}
-			if len(buf) != sendFrameSize(head, msgs[:n]) {
-				t.Fatalf("sendFrameSize %d, frame %d", sendFrameSize(head, msgs[:n]), len(buf))
+			if len(buf) != sendBodySize(head, wire.Legacy, msgs[:n]) {
+				t.Fatalf("sendBodySize %d, body %d", sendBodySize(head, wire.Legacy, msgs[:n]), len(buf))
+			}
+			// The 0.10 body: its size is announced exactly and its batch
+			// verifies (checksums) and holds the same messages.
+			b10 := encodeSend(nil, wire.V012, head, part, msgs[:n])
+			if len(b10) != sendBodySize(head, wire.V012, msgs[:n]) {
+				t.Fatalf("0.10 sendBodySize %d, body %d", sendBodySize(head, wire.V012, msgs[:n]), len(b10))
+			}
+			sb, err := wire.ParseSendBody(b10)
+			if err != nil || int(sb.Count) != n {
+				t.Fatal(sb, err)
+			}
+			if err := wire.VerifyBatch(sb.Batch); err != nil {
+				t.Fatal(err)
+			}
+			i := 0
+			if _, err := wire.Frames(sb.Batch, func(h *wire.BatchHeader, f *wire.Frame) error {
+				m := msgs[i]
+				if f.ID != [16]byte(m.Header.Id) || !bytes.Equal(f.Payload, m.Payload) || !bytes.Equal(f.Headers, m.UserHeaders) ||
+					h.OriginTimestamp+uint64(f.TimestampDelta) != m.Header.OriginTimestamp && m.Header.OriginTimestamp-h.OriginTimestamp < 1<<32 {
+					t.Fatalf("0.10 frame %d differs from its message", i)
+				}
+				i++
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
 			for i := range buf {
 				buf[i] = 0xff
 			}
-			if again := encodeSend(buf, head, part, msgs[:n]); !bytes.Equal(again, want) {
+			if again := encodeSend(buf, wire.Legacy, head, part, msgs[:n]); !bytes.Equal(again, want) {
 				t.Fatalf("%s, %d messages: a reused buffer gives another frame", ref, n)
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 
@@ -237,9 +236,9 @@ func tailMessages(ctx context.Context, k *conn, t topicRef, partition uint32, n 
 	for off := start; off <= end; {
 		var polled *iggcon.PolledMessage
 		count := uint32(min(end-off+1, 10_000))
-		err := k.call(ctx, func(c *tcp.IggyTcpClient) error {
+		err := k.call(ctx, func(c *session) error {
 			var err error
-			polled, err = c.PollMessages(t.sid, t.tid, iggcon.DefaultConsumer(), iggcon.OffsetPollingStrategy(off), count, false, &partition)
+			polled, err = c.poll(t, partition, off, count)
 			return err
 		})
 		if err != nil {

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
+	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -247,7 +247,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 			return nil, r.errf("%w", ErrClosed)
 		}
 		offset := r.next
-		reply, err := r.k.roundTrip(ctx, r.req.at(offset, uint32(count)))
+		reply, err := r.poll(ctx, offset, count)
 		if err != nil {
 			switch {
 			case r.closed.Load() || r.k.closed.Load() || errors.Is(err, ErrClosed):
@@ -304,7 +304,7 @@ func (r *Reader) linger(ctx context.Context, recs []connector.Record, count int)
 			break
 		}
 		offset := r.next
-		reply, err := r.k.roundTrip(ctx, r.req.at(offset, uint32(count-len(recs))))
+		reply, err := r.poll(ctx, offset, count-len(recs))
 		if err != nil {
 			break
 		}
@@ -323,6 +323,19 @@ func (r *Reader) linger(ctx context.Context, recs []connector.Record, count int)
 	return recs
 }
 
+// poll sends one poll for count records from offset and readies the
+// decoder for the protocol the reply is in.
+func (r *Reader) poll(ctx context.Context, offset uint64, count int) ([]byte, error) {
+	var reply []byte
+	err := r.k.call(ctx, func(s *session) error {
+		var err error
+		reply, err = s.do(wire.CodePollMessages, r.req.at(offset, uint32(count)), nil)
+		r.dec.proto = s.proto
+		return err
+	})
+	return reply, err
+}
+
 func (r *Reader) errf(format string, args ...any) error {
 	return fmt.Errorf("iggy: poll %s partition %d: "+format, append([]any{r.src.t, r.partition}, args...)...)
 }
@@ -338,8 +351,12 @@ func (r *Reader) Advise(ctx context.Context, next uint64) error {
 		return nil
 	}
 	s := r.src
-	err := r.k.call(ctx, func(c *tcp.IggyTcpClient) error {
-		return c.StoreConsumerOffset(s.consumer, s.t.sid, s.t.tid, next-1, &r.partition)
+	wc, err := wireConsumer(s.consumer)
+	if err != nil {
+		return fmt.Errorf("iggy: advise %s consumer %q: %w", s.t, s.cfg.consumer, err)
+	}
+	err = r.k.call(ctx, func(c *session) error {
+		return c.storeConsumerOffset(wc, s.t, r.partition, next-1)
 	})
 	if err != nil {
 		return fmt.Errorf("iggy: advise %s partition %d consumer %q offset %d: %w", s.t, r.partition, s.cfg.consumer, next-1, err)

@@ -160,6 +160,7 @@ func TestAdviseStoresTheLastConsumedOffset(t *testing.T) {
 	if err := r.Advise(ctx, 7); err != nil {
 		t.Fatalf("Advise(7): %v", err)
 	}
+	tg.sdk08(t)
 	sdk, err := tcp.NewIggyTcpClient(tcp.WithServerAddress(tg.addr))
 	if err != nil {
 		t.Fatal(err)

@@ -216,10 +216,15 @@ func (a *app) connect(ctx context.Context) error {
 	if a.addr == "" {
 		a.addr = a.cfg.iggy
 	}
-	cl, err := iggy.Connect(ctx, a.addr, iggy.WithCredentials(a.cfg.user, a.cfg.password), iggy.WithLogger(a.log))
+	proto, err := iggy.ParseProtocol(a.cfg.protocol)
 	if err != nil {
 		return err
 	}
+	cl, err := iggy.Connect(ctx, a.addr, iggy.WithCredentials(a.cfg.user, a.cfg.password), iggy.WithLogger(a.log), iggy.WithProtocol(proto))
+	if err != nil {
+		return err
+	}
+	a.log.Info("connected to Iggy", "addr", a.addr, "protocol", cl.Protocol())
 	a.cl = cl
 	if err := cl.EnsureTopic(ctx, a.cfg.stream, a.cfg.topic, a.cfg.partitions); err != nil {
 		return err

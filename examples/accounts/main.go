@@ -100,6 +100,7 @@ type config struct {
 	nosync bool
 
 	iggy     string
+	protocol string
 	user     string
 	password string
 	listen   string
@@ -162,7 +163,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.data, "data", "", "data directory: broker/ holds the embedded broker's log, state/ the Pebble store (state-N/ that of instance N of a group) (default: a fresh directory under "+os.TempDir()+", removed at exit)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the default data directory at exit")
 	fs.BoolVar(&c.nosync, "nosync", false, "commit without fsync (faster; a machine crash may lose the last commits, a process crash loses nothing)")
-	fs.StringVar(&c.iggy, "iggy", "", "address of an Iggy 0.8 server (host:port); empty: start the embedded broker")
+	fs.StringVar(&c.iggy, "iggy", "", "address of an Iggy 0.10 or 0.8 server (host:port); empty: start the embedded broker")
+	fs.StringVar(&c.protocol, "protocol", envOr("STRAND_IGGY_PROTOCOL", "auto"), "Iggy protocol: 0.10, 0.8 or auto (detect; env STRAND_IGGY_PROTOCOL)")
 	fs.StringVar(&c.user, "user", "iggy", "Iggy user")
 	fs.StringVar(&c.password, "password", "", "Iggy password (default: $"+passwordEnv+", or iggy)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8090", "address of the embedded broker in -role broker")

@@ -68,6 +68,7 @@ func main() {
 type config struct {
 	role                     string
 	iggy, user, password     string
+	protocol                 string
 	data                     string
 	events, orders, customer int
 	partitions               uint32
@@ -87,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.role, "role", "all", "all, producer, processor or check")
 	fs.StringVar(&c.iggy, "iggy", "", "Iggy server address (host:port); empty: an embedded broker (role all only)")
+	fs.StringVar(&c.protocol, "protocol", os.Getenv("STRAND_IGGY_PROTOCOL"), "Iggy protocol: 0.10, 0.8 or auto (detect; default $STRAND_IGGY_PROTOCOL, else auto)")
 	fs.StringVar(&c.user, "user", "iggy", "Iggy user")
 	fs.StringVar(&c.password, "password", "iggy", "Iggy password")
 	fs.StringVar(&c.data, "data", "", "state directory of the processor; empty: a temporary one (role all only)")
@@ -219,8 +221,12 @@ func runAll(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer)
 
 // connect connects to the broker with the flags' settings.
 func connect(ctx context.Context, cfg config, log *slog.Logger) (*iggy.Client, error) {
+	proto, err := iggy.ParseProtocol(cfg.protocol)
+	if err != nil {
+		return nil, err
+	}
 	return iggy.Connect(ctx, cfg.iggy, iggy.WithCredentials(cfg.user, cfg.password), iggy.WithLogger(log),
-		iggy.WithSourceOptions(iggy.WithPollLinger(cfg.pollLinger)))
+		iggy.WithSourceOptions(iggy.WithPollLinger(cfg.pollLinger)), iggy.WithProtocol(proto))
 }
 
 // produce publishes the workload.

@@ -117,7 +117,7 @@ func startBroker(ctx context.Context, dir, kind string, partitions uint32) (*bro
 		if err != nil {
 			return nil, err
 		}
-		cl, err := iggy.Connect(ctx, addr, iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(quietLogger()))
+		cl, err := iggy.Connect(ctx, addr, iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(quietLogger()), iggy.WithProtocol(benchProtocol()))
 		if err != nil {
 			proc.close()
 			return nil, err
@@ -141,7 +141,7 @@ func startBroker(ctx context.Context, dir, kind string, partitions uint32) (*bro
 	if err != nil {
 		return nil, fmt.Errorf("start embedded broker: %w", err)
 	}
-	cl, err := iggy.Connect(ctx, srv.Addr(), iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(quietLogger()))
+	cl, err := iggy.Connect(ctx, srv.Addr(), iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(quietLogger()), iggy.WithProtocol(benchProtocol()))
 	if err != nil {
 		_ = srv.Close()
 		return nil, err
@@ -482,4 +482,15 @@ func E2ENaive(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 	}
 	res.Verified = true
 	return res, nil
+}
+
+// benchProtocol is the Iggy protocol the e2e and latency clients speak:
+// STRAND_IGGY_PROTOCOL ("0.10", "0.8"; default auto, which is 0.10 on the
+// embedded broker). An unknown value falls back to auto.
+func benchProtocol() iggy.Protocol {
+	p, err := iggy.ParseProtocol(os.Getenv("STRAND_IGGY_PROTOCOL"))
+	if err != nil {
+		return iggy.ProtocolAuto
+	}
+	return p
 }

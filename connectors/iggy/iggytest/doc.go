@@ -1,8 +1,11 @@
-// Package iggytest is an in-process broker that speaks the TCP protocol of
-// Apache Iggy server 0.8.0 (the legacy framing used by the official Go SDK
-// github.com/apache/iggy/foreign/go v0.8.0), so that strand's connectors,
-// processors and examples can be tested, and run, against the real wire
-// protocol with nothing installed. It plays the part franz-go's kfake plays
+// Package iggytest is an in-process broker that speaks the TCP protocols of
+// Apache Iggy server 0.10 (binary protocol 0.12.0) and server 0.8.0 (the
+// legacy framing used by the official Go SDK github.com/apache/iggy/foreign/go
+// v0.8.0), both on one listener by default (WithProtocol), so that strand's
+// connectors, processors and examples can be tested, and run, against the
+// real wire protocols with nothing installed. A 0.10 request is translated
+// into its 0.8 form, executed by the same handlers and its reply translated
+// back (serve012.go), so both protocols see one state. It plays the part franz-go's kfake plays
 // for Kafka and net/http/httptest plays for HTTP:
 //
 //	srv, err := iggytest.NewServer()

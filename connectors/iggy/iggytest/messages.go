@@ -213,6 +213,7 @@ func (c *conn) sendMessages(p []byte) ([]byte, error) {
 		}
 	}
 	part.appendLocked(b, s.cfg.maxPerPart)
+	c.appended(b.base)
 	if part.cache != nil {
 		part.cache.add(b, b.res.Load())
 	}

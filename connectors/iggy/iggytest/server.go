@@ -45,6 +45,7 @@ type config struct {
 	repair           bool
 	wrapFile         func(path string, f *os.File) fileWriter
 	limits           limits
+	protocol         Protocol
 }
 
 // WithAddr sets the TCP address to listen on. The default is
@@ -109,7 +110,8 @@ func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxP
 // failures). The default discards everything.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// Server is an in-process broker speaking Iggy server 0.8.0's TCP protocol.
+// Server is an in-process broker speaking Iggy server 0.8.0's TCP protocol
+// and, by default on the same listener, server 0.10's (WithProtocol).
 // Create it with NewServer, point the official Go SDK at Addr, and Close it
 // when done. All methods are safe for concurrent use.
 type Server struct {
@@ -146,6 +148,8 @@ type Server struct {
 
 	ctlMu    sync.Mutex
 	controls atomic.Pointer[[]*control]
+
+	v012 state012 // binary protocol 0.12.0 sessions (serve012.go)
 }
 
 // NewServer starts a broker listening on loopback (see WithAddr) and
@@ -368,6 +372,7 @@ type conn struct {
 	hdr  [8]byte
 
 	loggedInOnce bool // the connection left its unauthenticated phase
+	v012 *conn012 // set when the connection speaks binary protocol 0.12.0
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -406,8 +411,12 @@ func (c *conn) serve() {
 		s.removeSession(c.sess)
 		s.log.Debug("iggytest: connection closed", "client", c.sess.clientID, "addr", c.sess.addr)
 	}()
+	serveOne := c.serveOne
+	if c.speaks012() {
+		serveOne = c.serveOne012
+	}
 	for {
-		if err := c.serveOne(); err != nil {
+		if err := serveOne(); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errCloseConn) {
 				s.log.Debug("iggytest: connection ended", "client", c.sess.clientID, "err", err)
 			}

@@ -104,6 +104,7 @@ func run(args []string) error {
 	maxPreLogin := fs.Int("max-prelogin-frame", iggytest.DefaultMaxPreLoginFrame, "largest request payload in bytes read before a login")
 	maxFrame := fs.Int("max-frame", iggytest.DefaultMaxFrame, "largest request payload in bytes (a SendMessages batch)")
 	maxPoll := fs.Int("max-poll-bytes", iggytest.DefaultMaxPollBytes, "most message bytes in one poll reply (at least the largest message)")
+	protocol := fs.String("protocol", "auto", "wire protocol: auto (0.10 and 0.8, detected per connection), 0.10 or 0.8")
 	var peers peerList
 	fs.Var(&peers, "peer", "another cluster node as name=host:tcpport (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -127,6 +128,15 @@ func run(args []string) error {
 			return fmt.Errorf("-repair needs -data")
 		}
 		opts = append(opts, iggytest.WithRepair())
+	}
+	switch *protocol {
+	case "auto":
+	case "0.10":
+		opts = append(opts, iggytest.WithProtocol(iggytest.Protocol010))
+	case "0.8":
+		opts = append(opts, iggytest.WithProtocol(iggytest.Protocol08))
+	default:
+		return fmt.Errorf("-protocol %q: want auto, 0.10 or 0.8", *protocol)
 	}
 	if *data != "" {
 		opts = append(opts, iggytest.WithDataDir(*data))
