@@ -439,6 +439,7 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("state: apply %d logged writes of partition %d to %s: %w", n, p, db.dir, err)
 	}
+	db.views.wrote()
 	// After Pebble has them: a Read that filled an old value meanwhile is
 	// dropped here, one that fills later reads the new one.
 	if len(tkeys) > 0 {
@@ -529,6 +530,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 		if err := b.Commit(db.wopts); err != nil {
 			return fmt.Errorf("state: drop partition %d of %s: %w", p, db.dir, err)
 		}
+		db.views.wrote()
 	}
 	db.mu.Lock()
 	for _, t := range db.attached {

@@ -43,7 +43,8 @@ type DB struct {
 	drainMu   sync.Mutex
 	drainCond sync.Cond
 
-	clog changelog // which partitions' commits are logged, and to whom (changelog.go)
+	clog  changelog // which partitions' commits are logged, and to whom (changelog.go)
+	views views     // the durable read view of Table.Get and Scan (view.go)
 
 	mu       sync.Mutex        // serializes metadata writes (Attach, EnsureFingerprint)
 	registry map[string]uint32 // persisted table name → id
@@ -199,6 +200,7 @@ func (db *DB) Close() error {
 		t.release(db)
 	}
 	db.mu.Unlock()
+	db.closeViews()
 	if err := db.pdb.Close(); err != nil {
 		return fmt.Errorf("state: close %s: %w", db.dir, err)
 	}

@@ -27,7 +27,7 @@ func (t *Table[K, V]) AppendKey(dst []byte, k K) ([]byte, error) {
 // one partition, in key byte order, starting after the key bytes after
 // (from the first row when after is nil), until fn returns false. fn gets
 // the row's key bytes (valid only during the call), its key and its value.
-// Like Scan it reads one consistent state from one Pebble iterator, and a
+// Like Scan it reads one consistent durable view of the store, and a
 // key or value that cannot be decoded stops it with an error naming it.
 func (t *Table[K, V]) ScanPartition(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) error {
 	b, err := t.binding()
@@ -38,11 +38,16 @@ func (t *Table[K, V]) ScanPartition(ctx context.Context, partition uint32, after
 		return err
 	}
 	defer b.db.exit()
+	v, err := b.db.readView()
+	if err != nil {
+		return err
+	}
+	defer v.release()
 	lower := appendTableKey(make([]byte, 0, rowKeyExtra+len(after)+1), b.id, partition, after)
 	if after != nil {
 		lower = append(lower, 0) // the smallest key after after
 	}
-	it, err := b.db.pdb.NewIter(&pebble.IterOptions{
+	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: lower,
 		UpperBound: prefixEnd(appendTableKey(nil, b.id, partition, nil)),
 	})

@@ -254,6 +254,7 @@ func (tx *Txn) Commit(ctx context.Context) error {
 		tx.rollback()
 		return err
 	}
+	tx.db.views.wrote()
 	for _, t := range tx.order {
 		t.published()
 	}
