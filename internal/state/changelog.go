@@ -436,7 +436,10 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 			db.filter.add(t.h)
 		}
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	db.views.beginWrite(false)
+	err := b.Commit(pebble.NoSync)
+	db.views.endWrite(false)
+	if err != nil {
 		return fmt.Errorf("state: apply %d logged writes of partition %d to %s: %w", n, p, db.dir, err)
 	}
 	db.views.wrote()
@@ -527,7 +530,11 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 		return fmt.Errorf("state: drop partition %d: %w", p, err)
 	}
 	if !b.Empty() {
-		if err := b.Commit(db.wopts); err != nil {
+		synced := db.wopts == pebble.Sync
+		db.views.beginWrite(synced)
+		err := b.Commit(db.wopts)
+		db.views.endWrite(synced)
+		if err != nil {
 			return fmt.Errorf("state: drop partition %d of %s: %w", p, db.dir, err)
 		}
 		db.views.wrote()

@@ -357,7 +357,11 @@ func (tx *Txn) apply(b *pebble.Batch) error {
 	if tx.lazy {
 		wopts = pebble.NoSync
 	}
-	if err := b.Commit(wopts); err != nil {
+	synced := wopts == pebble.Sync
+	tx.db.views.beginWrite(synced)
+	err := b.Commit(wopts)
+	tx.db.views.endWrite(synced)
+	if err != nil {
 		return fmt.Errorf("state: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
 	}
 	tx.stats.Bytes, tx.stats.Changes = len(b.Repr()), int(b.Count())

@@ -29,7 +29,8 @@ import (
 // was taken, so a reader always sees every commit that returned before it
 // started, and never anything that is not on disk. Concurrent readers
 // share one advance; a store without commits since the last view reads
-// the view as it is.
+// the view as it is; on a Sync store a view taken while no commit is in
+// flight (and no unsynced write is uncovered) needs no fsync at all.
 
 // view is a snapshot of the store whose contents are durable.
 type view struct {
@@ -52,6 +53,32 @@ type views struct {
 	adv sync.Mutex // one advance at a time
 	// syncs counts the fsyncs views took, for tests and measurements.
 	syncs atomic.Uint64
+
+	// What lets a view skip its fsync: started and ended count the
+	// commits of Txns (ended after they returned); uStarted and uDone
+	// count the writes that return before their log record is synced
+	// (NoSync stores, lazy commits, applied changelog writes), uSynced how
+	// many of those a view's fsync covered. On a Sync store with no commit
+	// in flight and every unsynced write covered, a snapshot holds only
+	// returned, hence durable, commits.
+	started, ended         atomic.Uint64
+	uStarted, uDone, uSync atomic.Uint64
+}
+
+// beginWrite is called before a write is committed to Pebble; synced says
+// whether it returns only after its log record is synced. endWrite after.
+func (vs *views) beginWrite(synced bool) {
+	vs.started.Add(1)
+	if !synced {
+		vs.uStarted.Add(1)
+	}
+}
+
+func (vs *views) endWrite(synced bool) {
+	if !synced {
+		vs.uDone.Add(1)
+	}
+	vs.ended.Add(1)
 }
 
 // wrote records that a commit returned: the next read takes a new view.
@@ -84,14 +111,25 @@ func (db *DB) readView() (*view, error) {
 		return v, nil // another reader advanced it meanwhile
 	}
 	gen := vs.gen.Load()
+	// Loaded in this order: ended == started means no write was in flight
+	// when ended was read and none started until started was read.
+	u1, covered := vs.uStarted.Load(), vs.uSync.Load()
+	e1 := vs.ended.Load()
+	s1 := vs.started.Load()
 	snap := db.pdb.NewSnapshot()
-	// Everything the snapshot shows was queued to the log before it became
-	// visible: one synced write after it makes all of it durable.
-	if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
-		_ = snap.Close()
-		return nil, fmt.Errorf("state: %s: sync the write-ahead log for a durable read: %w", db.dir, err)
+	s2, u2 := vs.started.Load(), vs.uStarted.Load()
+	if !(db.wopts == pebble.Sync && e1 == s1 && s2 == s1 && u1 == covered && u2 == u1) {
+		// Everything the snapshot shows was queued to the log before it
+		// became visible: one synced write after it makes all of it
+		// durable, and every unsynced write that had returned by then.
+		done := vs.uDone.Load()
+		if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
+			_ = snap.Close()
+			return nil, fmt.Errorf("state: %s: sync the write-ahead log for a durable read: %w", db.dir, err)
+		}
+		vs.syncs.Add(1)
+		vs.uSync.Store(max(vs.uSync.Load(), done))
 	}
-	vs.syncs.Add(1)
 	v := &view{snap: snap, gen: gen}
 	v.refs.Store(2)
 	vs.mu.Lock()
