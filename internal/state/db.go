@@ -31,7 +31,7 @@ type DB struct {
 	seed   maphash.Seed
 	budget cacheBudget
 	filter *keyFilter     // table rows certainly not in Pebble (keyfilter.go)
-	bg     sync.WaitGroup // the key filter's load
+	bg     sync.WaitGroup // the key filter's load, background advances of the read view
 	stats  *dbStats
 
 	// closed and inflight guard the Pebble handle: an operation that reaches

@@ -38,6 +38,16 @@ func (t *Table[K, V]) ScanPartition(ctx context.Context, partition uint32, after
 // are: the partition's committed checkpoints, read from the same durable
 // view as the rows.
 func (t *Table[K, V]) ScanPartitionFresh(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) (Freshness, error) {
+	return t.scanPartition(ctx, partition, after, fn, true)
+}
+
+// ScanPartitionRecent is ScanPartitionFresh that never waits for an fsync
+// (as GetRecent).
+func (t *Table[K, V]) ScanPartitionRecent(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) (Freshness, error) {
+	return t.scanPartition(ctx, partition, after, fn, false)
+}
+
+func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool, wait bool) (Freshness, error) {
 	fr := Freshness{Partition: partition}
 	b, err := t.binding()
 	if err != nil {
@@ -47,7 +57,12 @@ func (t *Table[K, V]) ScanPartitionFresh(ctx context.Context, partition uint32, 
 		return fr, err
 	}
 	defer b.db.exit()
-	v, err := b.db.readView()
+	var v *view
+	if wait {
+		v, err = b.db.readView()
+	} else {
+		v, err = b.db.recentView()
+	}
 	if err != nil {
 		return fr, err
 	}

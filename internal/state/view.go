@@ -63,6 +63,8 @@ type views struct {
 	// returned, hence durable, commits.
 	started, ended         atomic.Uint64
 	uStarted, uDone, uSync atomic.Uint64
+
+	advancing atomic.Bool // an advance of recentView runs
 }
 
 // beginWrite is called before a write is committed to Pebble; synced says
@@ -138,6 +140,43 @@ func (db *DB) readView() (*view, error) {
 	vs.mu.Unlock()
 	if old != nil {
 		old.release()
+	}
+	return v, nil
+}
+
+// recentView returns the current durable view without waiting for an
+// fsync, with a reference the caller must release: it may miss the
+// commits that returned since it was taken, and starts an advance in the
+// background so that the next reads see them. The first read of a DB
+// waits for its view. The caller must have entered the DB.
+func (db *DB) recentView() (*view, error) {
+	vs := &db.views
+	need := vs.gen.Load()
+	vs.mu.Lock()
+	v := vs.cur
+	if v != nil {
+		v.refs.Add(1)
+	}
+	vs.mu.Unlock()
+	if v == nil {
+		return db.readView()
+	}
+	if v.gen < need && vs.advancing.CompareAndSwap(false, true) {
+		// The caller has entered, so Close has not passed its drain yet
+		// and waits for bg after it.
+		db.bg.Go(func() {
+			defer vs.advancing.Store(false)
+			if db.enter() != nil {
+				return
+			}
+			defer db.exit()
+			nv, err := db.readView()
+			if err != nil {
+				db.log.Warn("strand: advancing the durable read view failed; reads stay on the older view", "dir", db.dir, "err", err)
+				return
+			}
+			nv.release()
+		})
 	}
 	return v, nil
 }
@@ -218,6 +257,20 @@ func checkpointsIn(v *view, p uint32) ([]Checkpoint, error) {
 // checkpoints of the partition the row was found in (of k's own partition
 // when there is none), read from the same durable view as the value.
 func (t *Table[K, V]) GetFresh(ctx context.Context, k K) (V, bool, Freshness, error) {
+	return t.getFresh(ctx, k, true)
+}
+
+// GetRecent is GetFresh that never waits for an fsync: it answers from
+// the newest durable view, which may miss the commits that returned since
+// the last read took one (about one fsync of the write-ahead log ago), and
+// has the next reads see them. What it answers is never taken back, later
+// answers are never older, and its Freshness says which state it saw. The
+// query server answers with it.
+func (t *Table[K, V]) GetRecent(ctx context.Context, k K) (V, bool, Freshness, error) {
+	return t.getFresh(ctx, k, false)
+}
+
+func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Freshness, error) {
 	var zero V
 	b, err := t.binding()
 	if err != nil {
@@ -235,7 +288,12 @@ func (t *Table[K, V]) GetFresh(ctx context.Context, k K) (V, bool, Freshness, er
 		return zero, false, Freshness{}, err
 	}
 	defer db.exit()
-	v, err := db.readView()
+	var v *view
+	if wait {
+		v, err = db.readView()
+	} else {
+		v, err = db.recentView()
+	}
 	if err != nil {
 		return zero, false, Freshness{}, err
 	}

@@ -120,6 +120,9 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 		if len(fr.Checkpoints) != 1 || fr.Checkpoints[0] != (Checkpoint{Source: "src", Next: wantNext}) || fr.Partition != 0 {
 			t.Fatalf("freshness %+v, want src at %d in partition 0", fr, wantNext)
 		}
+		if v, ok, fr, err := tbl.GetRecent(ctx, "k"); err != nil || !ok || v > want || fr.Checkpoints[0].Next > wantNext {
+			t.Fatalf("GetRecent = %v %v %+v %v: newer than %d at %d", v, ok, fr, err, want, wantNext)
+		}
 		got := -1
 		if err := tbl.Scan(ctx, func(_ string, v int) bool { got = v; return true }); err != nil || got != want {
 			t.Fatalf("Scan saw %d (%v), want %d", got, err, want)
@@ -167,6 +170,19 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(2, 11) // the commit returned: the next read shows it
+	for {        // and GetRecent soon after, never going back
+		v, _, _, err := tbl.GetRecent(ctx, "k")
+		if err != nil || v < 1 {
+			t.Fatalf("GetRecent = %v %v", v, err)
+		}
+		if v == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("GetRecent never showed the returned commit")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	mustClose(t, db)
 	closed = true
 
@@ -190,9 +206,10 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 // 1,000 keys while another goroutine commits one row at a time (Sync
 // durability, on the machine's disk), against the live read Get used to
 // make (a Pebble point read of the latest visible state, which may show a
-// commit a crash takes back). Idle: no commit runs, the view is reused.
+// commit a crash takes back), and GetRecent (the newest durable view
+// without waiting for an fsync). Idle: no commit runs, the view is reused.
 func BenchmarkGetWhileCommitting(b *testing.B) {
-	for _, mode := range []string{"durable", "live", "durable-idle"} {
+	for _, mode := range []string{"durable", "recent", "live", "durable-idle"} {
 		b.Run(mode, func(b *testing.B) {
 			db, tab, _ := benchOpen(b)
 			tab.SetPartitions(1)
@@ -235,6 +252,12 @@ func BenchmarkGetWhileCommitting(b *testing.B) {
 			for b.Loop() {
 				k := keys[i%len(keys)]
 				i++
+				if mode == "recent" {
+					if _, ok, _, err := tab.GetRecent(ctx, string(k)); err != nil || !ok {
+						b.Fatal(ok, err)
+					}
+					continue
+				}
 				if mode == "live" {
 					buf := appendTableKey(nil, bnd.id, 0, k)
 					if _, ok, _, err := tab.load(db, buf, db.hash(buf), 0, k); err != nil || !ok {

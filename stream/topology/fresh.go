@@ -45,3 +45,21 @@ func (t *Table[K, V]) ScanPartitionFresh(ctx context.Context, partition uint32, 
 	fr, err := t.t.ScanPartitionFresh(ctx, partition, after, fn)
 	return freshness(fr), wrapNotOpen(err)
 }
+
+// GetRecent is GetFresh that never waits for the store: it answers from
+// the newest durable view, which may miss the commits of about the last
+// write-ahead log fsync (the next reads see them). Like every read it
+// never shows what a crash can take back, and a later answer is never
+// older; its Freshness says which state it saw. The query server answers
+// with it.
+func (t *Table[K, V]) GetRecent(ctx context.Context, k K) (V, bool, Freshness, error) {
+	v, ok, fr, err := t.t.GetRecent(ctx, k)
+	return v, ok, freshness(fr), wrapNotOpen(err)
+}
+
+// ScanPartitionRecent is ScanPartitionFresh that never waits for the
+// store (as GetRecent).
+func (t *Table[K, V]) ScanPartitionRecent(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) (Freshness, error) {
+	fr, err := t.t.ScanPartitionRecent(ctx, partition, after, fn)
+	return freshness(fr), wrapNotOpen(err)
+}

@@ -137,7 +137,7 @@ func (s *served[K, V]) locate(str string) (located, error) {
 }
 
 func (s *served[K, V]) get(ctx context.Context, l located) ([]byte, bool, topology.Freshness, error) {
-	v, ok, fr, err := s.tbl.GetFresh(ctx, l.key.(K))
+	v, ok, fr, err := s.tbl.GetRecent(ctx, l.key.(K))
 	if err != nil || !ok {
 		return nil, ok, fr, err
 	}
@@ -150,7 +150,7 @@ func (s *served[K, V]) get(ctx context.Context, l located) ([]byte, bool, topolo
 
 func (s *served[K, V]) scanPartition(ctx context.Context, p uint32, after []byte, fn func([]byte, string, json.RawMessage) bool) (topology.Freshness, error) {
 	var encErr error
-	fr, err := s.tbl.ScanPartitionFresh(ctx, p, after, func(kb []byte, k K, v V) bool {
+	fr, err := s.tbl.ScanPartitionRecent(ctx, p, after, func(kb []byte, k K, v V) bool {
 		b, err := json.Marshal(v)
 		if err != nil {
 			encErr = fmt.Errorf("table %q: encode the value of key %q as JSON: %w", s.name, s.format(k), err)
