@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -70,4 +71,48 @@ func TestSentWaitsForTheSendInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGracefulStopDoesNotResendAHeldDeadLetter is issue 24's graceful
+// stop: the broker holds a dead letter's send, the processor is stopped
+// meanwhile (its Send returns the context's error), and its last pass asks
+// the sink whether the letter was sent. The sink waits for the held request
+// first, so the letter is in the dead-letter topic once, after this run and
+// the next.
+func TestGracefulStopDoesNotResendAHeldDeadLetter(t *testing.T) {
+	tg := newTarget(t)
+	srv := tg.faults(t)
+	r := newDLQRig(t, tg, tg.connect(t))
+	r.publish(40) // 3 poison events
+	held := make(chan struct{})
+	var once sync.Once
+	remove := srv.Control(func(req *iggytest.Request) iggytest.Reply {
+		if req.Command != iggytest.CmdSendMessages {
+			return iggytest.Reply{}
+		}
+		first := false
+		once.Do(func() { first = true; close(held) })
+		if first {
+			return iggytest.Reply{Delay: 1500 * time.Millisecond}
+		}
+		return iggytest.Reply{}
+	})
+	defer remove()
+	db := r.open()
+	defer db.Close()
+	err := r.run(db, engine.Hooks{}, func(*engine.Processor) bool {
+		select {
+		case <-held: // a dead letter's send is at the broker, unanswered: stop
+			return true
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	if err := r.run(db, engine.Hooks{}, r.finished); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	r.check()
 }
