@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -162,5 +163,77 @@ func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 		if n != 1 {
 			t.Errorf("letter %x published %d times", id, n)
 		}
+	}
+}
+
+// outboxKeys counts the messages of s by key.
+func outboxKeys(s *memSink) map[string]int {
+	out := map[string]int{}
+	for _, m := range s.all() {
+		out[string(m.Key)]++
+	}
+	return out
+}
+
+// TestOutboxMessageNotPublishedBeforeItsCommitReturned is the dead-letter
+// test's twin for To/KeyBy messages, on the path that reads rows back from
+// the store (a run that starts with messages an earlier run left): while
+// the commit of a new message waits for its WAL sync, a retry that reads
+// the store must not publish it.
+func TestOutboxMessageNotPublishedBeforeItsCommitReturned(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := emitFixture(t, 1)
+	fs := newHoldFS()
+	db, err := state.Open(fx.dir, state.WithFS(fs)) // Sync durability
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeDB(t, db)
+	defer fs.release()
+
+	// Run 1 leaves x's message in the store: its sink refuses everything.
+	fx.pipeDeposit(t, "x", 1) // odd: one message, to topic A
+	refusing := &memSink{failSends: 1 << 30}
+	p := newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: refusing, outTopicB: &memSink{}}),
+		WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
+	r := startProcessor(p)
+	waitFor(t, "x committed", func() bool { return caughtUp(p, fx.src) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Run 2 reads x's row back from the store; its first try is held, then
+	// fails, and the retry reads the store again while y's commit waits
+	// for its WAL sync.
+	a := &memSink{failSends: 1}
+	first, goOn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hooks := Hooks{BeforeOutboxSend: func(uint32, []connector.Message) error {
+		once.Do(func() { close(first); <-goOn })
+		return nil
+	}}
+	p = newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: &memSink{}}), WithHooks(hooks),
+		WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
+	r = startProcessor(p)
+	<-first
+	fs.hold()
+	fx.pipeDeposit(t, "y", 3)
+	waitFor(t, "y's outbox row visible while its commit waits for the WAL sync", func() bool {
+		n := 0
+		_ = db.Rows(context.Background(), state.FamilyOutbox, 0, func(_, _ []byte) error { n++; return nil })
+		return n == 2
+	})
+	close(goOn)
+	waitFor(t, "x's message published by the retry", func() bool { return outboxKeys(a)["x/a"] == 1 })
+	if n := outboxKeys(a)["y/a"]; n != 0 {
+		t.Fatalf("y's message published %d times before its commit returned", n)
+	}
+	fs.release()
+	waitFor(t, "y's message published once its commit returned", func() bool { return outboxKeys(a)["y/a"] == 1 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := outboxKeys(a); len(got) != 2 || got["x/a"] != 1 || got["y/a"] != 1 {
+		t.Fatalf("topic A holds %v, want x/a and y/a once", got)
 	}
 }
