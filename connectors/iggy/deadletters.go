@@ -29,6 +29,14 @@ var _ connector.SentChecker = (*Sink)(nil)
 // again (never lost). It costs one topic lookup and one poll per 10,000
 // messages searched, per partition involved. A message with a zero ID is
 // reported as not sent.
+//
+// Sent first waits for this Sink's sends to the partitions involved that
+// are still in flight (a Send whose context ended returns before the
+// broker answered): until each is answered, or its connection is gone from
+// the broker's sessions (then it was applied or dropped for good). So a
+// false is never followed by the message landing from a request this Sink
+// made. Requests of an earlier process cannot be waited for this way: see
+// docs/design.md §2 (the outbox grace).
 func (s *Sink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, error) {
 	out := make([]bool, len(msgs))
 	byPart := map[uint32][]int{}
@@ -45,6 +53,12 @@ func (s *Sink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, erro
 			order = append(order, pt)
 		}
 		byPart[pt] = append(byPart[pt], i)
+	}
+	// A Send that returned early (its context ended) may have left a
+	// request in flight that lands after the look below: wait for every
+	// request to these partitions to be answered, or known lost, first.
+	if err := s.p.settle(ctx, order); err != nil {
+		return nil, fmt.Errorf("iggy: check sent messages in %s: %w", s.Name(), err)
 	}
 	for _, pt := range order {
 		idx := byPart[pt]

@@ -1082,6 +1082,15 @@ func (s *sender) deliver(q *pqueue) {
 			return
 		}
 		if d := p.cfg.deliveryTimeout; d > 0 && time.Since(start) >= d {
+			if uncertain {
+				// Giving up must not leave a request that may still land
+				// (Sink.Sent trusts a failed batch to be absent): wait
+				// for its session to be gone and look once more.
+				if ok, lerr := s.landed(q, msgs, sentFrom); lerr == nil && ok {
+					s.finish(q, nil)
+					return
+				}
+			}
 			s.fail(q, fmt.Errorf("%s: gave up after %v of retries: %w", where, d, err))
 			return
 		}

@@ -112,6 +112,12 @@ type outboxPart struct {
 	// outbox.mu.
 	unsure, started uint64
 	graced          bool
+	// durable: rows ordered at or above it belong to commits that have
+	// not returned yet. Pebble shows a batch to readers before its
+	// write-ahead log record is synced, so the store may hold rows a crash
+	// takes back; they are not published before their commit returned
+	// (committed raises it). Guarded by outbox.mu.
+	durable uint64
 
 	// Flow control (await), guarded by outbox.mu: progress is closed and
 	// replaced when a round was published or failed; failing is set by a
@@ -130,9 +136,33 @@ func newOutbox(p *Processor, kind outboxKind) *outbox {
 // next. Call it for every partition before run.
 func (o *outbox) start(pt uint32, next uint64) {
 	o.mu.Lock()
-	o.parts[pt] = &outboxPart{wake: make(chan struct{}, 1), unsure: next, started: next,
+	o.parts[pt] = &outboxPart{wake: make(chan struct{}, 1), unsure: next, started: next, durable: next,
 		progress: make(chan struct{}), alive: time.Now()}
 	o.mu.Unlock()
+}
+
+// committed says that a commit of partition pt returned: its rows, all
+// ordered below next, may be published.
+func (o *outbox) committed(pt uint32, next uint64) {
+	o.mu.Lock()
+	if part := o.parts[pt]; part != nil {
+		part.durable = max(part.durable, next)
+	}
+	o.mu.Unlock()
+}
+
+// returned cuts rows, which are in order, before the first one whose
+// commit has not returned (outboxPart.durable).
+func (o *outbox) returned(pt uint32, rows []outRow) []outRow {
+	o.mu.Lock()
+	durable := o.parts[pt].durable
+	o.mu.Unlock()
+	for i := range rows {
+		if rows[i].order >= durable {
+			return wholeRows(rows[:i:i])
+		}
+	}
+	return rows
 }
 
 // notify says that partition pt committed rows.
@@ -251,6 +281,7 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) erro
 			}
 			return storeErr("read "+k.what(), 0, err)
 		}
+		rows = o.returned(pt, rows)
 		if len(rows) == 0 {
 			return nil
 		}

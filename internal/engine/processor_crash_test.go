@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ const (
 	crashEnvDir  = "STRAND_PROCESSOR_CRASH_DIR"
 	crashEnvKill = "STRAND_PROCESSOR_CRASH_KILL" // "hook:n": SIGKILL at the n-th call of hook
 	crashEnvLen  = "STRAND_PROCESSOR_CRASH_RECORDS"
+	crashEnvHogs = "STRAND_PROCESSOR_CRASH_HOGS" // CPU-burning goroutines beside the processor
 	crashParts   = 4
 )
 
@@ -82,18 +84,21 @@ func TestProcessorCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	hooks := Hooks{}
+	killAfterRead := 0
 	if spec := os.Getenv(crashEnvKill); spec != "" {
 		name, nth, _ := strings.Cut(spec, ":")
 		n, _ := strconv.Atoi(nth)
-		calls := 0
+		var calls atomic.Int64
 		kill := func() error {
-			if calls++; calls == n {
+			if calls.Add(1) == int64(n) {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {}
 			}
 			return nil
 		}
 		switch name {
+		case "AfterRead":
+			killAfterRead = n
 		case "BeforeProcess":
 			hooks.BeforeProcess = func(uint32, []connector.Record) error { return kill() }
 		case "AfterCommit":
@@ -109,7 +114,50 @@ func TestProcessorCrashChild(t *testing.T) {
 		}
 	}
 	db := fx.openDB(t)
+	fx.bal.SetPartitions(crashParts) // GetFresh reads each key's own partition
 	p := newProc(t, fx, db, WithPollSize(64), WithDeadLetterSink(sink), WithHooks(hooks))
+	hogs, _ := strconv.Atoi(os.Getenv(crashEnvHogs))
+	stopHogs := make(chan struct{})
+	var hogWG sync.WaitGroup
+	for range hogs {
+		hogWG.Go(func() { burnCPU(stopHogs) })
+	}
+	defer func() { close(stopHogs); hogWG.Wait() }()
+	// The reader: what it saw goes to the reads file before the next read
+	// (a write, not an fsync: the test kills processes, not the machine),
+	// and AfterRead kills right after a read was recorded.
+	reads, err := os.OpenFile(filepath.Join(dir, "reads"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reads.Close()
+	stopReads := make(chan struct{})
+	var readWG sync.WaitGroup
+	readWG.Go(func() {
+		rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 3))
+		for n := 1; ; n++ {
+			select {
+			case <-stopReads:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			acct := "acct-" + strconv.Itoa(rng.IntN(300))
+			v, ok, fr, err := fx.bal.GetFresh(context.Background(), acct)
+			if err != nil {
+				continue // not attached yet
+			}
+			for _, c := range fr.Checkpoints {
+				if c.Source == procSource {
+					fmt.Fprintf(reads, "%d %d %s %t %d\n", fr.Partition, c.Next, acct, ok, v)
+				}
+			}
+			if n == killAfterRead {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		}
+	})
+	defer func() { close(stopReads); readWG.Wait() }()
 	r := startProcessor(p)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -125,8 +173,50 @@ func TestProcessorCrashChild(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
+	close(stopReads)
+	readWG.Wait()
+	stopReads = make(chan struct{})
 	closeDB(t, db)
 	fmt.Println("crash-child: done")
+}
+
+// burnCPU spins until stop closes: the windows between a commit becoming
+// visible and becoming durable open wider on a loaded machine.
+func burnCPU(stop <-chan struct{}) {
+	x := uint64(1)
+	for i := 0; ; i++ {
+		if i%(1<<16) == 0 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+}
+
+// readsSeen returns, per partition, the highest checkpoint a child's reader
+// saw (the reads file; a torn last line is ignored).
+func readsSeen(t *testing.T, dir string) map[uint32]uint64 {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "reads"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	out := map[uint32]uint64{}
+	for line := range strings.Lines(string(data)) {
+		if !strings.HasSuffix(line, "\n") {
+			break
+		}
+		var pt uint32
+		var next uint64
+		if _, err := fmt.Sscanf(line, "%d %d", &pt, &next); err != nil {
+			t.Fatalf("reads file: line %q: %v", line, err)
+		}
+		out[pt] = max(out[pt], next)
+	}
+	return out
 }
 
 func TestProcessorSurvivesSIGKILL(t *testing.T) {
@@ -140,7 +230,11 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	fx := crashFixture(t, dir, crashLength(kills+20)) // the longest log: the reference
 	length := 0
-	modes := []string{"", "BeforeProcess", "", "AfterCommit", "", "BeforeDeadLetterSend", "", "AfterDeadLetterSend", "", "AfterDeadLetterDelete"}
+	modes := []string{"", "BeforeProcess", "", "AfterCommit", "", "BeforeDeadLetterSend", "", "AfterDeadLetterSend", "", "AfterDeadLetterDelete", "", "AfterRead"}
+	hogs := 0
+	if os.Getenv("STRAND_SOAK") != "" {
+		hogs = 4 // CPU burners beside the child: the windows open under load
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	killed, finished := 0, false
 	for life := 0; !finished; life++ {
@@ -152,7 +246,7 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 		if killed < kills {
 			length = crashLength(life)
 		}
-		cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvLen+"="+strconv.Itoa(length))
+		cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvLen+"="+strconv.Itoa(length), crashEnvHogs+"="+strconv.Itoa(hogs))
 		if killed < kills {
 			mode = modes[life%len(modes)]
 			if mode != "" {
@@ -201,6 +295,13 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 		fx.checkExact(t, db)
+		// Nothing a reader saw went back: every partition's checkpoint
+		// (and so, by checkExact, its rows) is at least what was read.
+		for pt, seen := range readsSeen(t, dir) {
+			if next, _, _ := db.Checkpoint(procSource, pt); next < seen {
+				t.Errorf("partition %d: a reader saw checkpoint %d, the store came back at %d (kill mode %q)", pt, seen, next, mode)
+			}
+		}
 		if testing.Verbose() {
 			var done uint64
 			for pt := range fx.src.partitions() {

@@ -597,6 +597,13 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 // committed accounts for a commit, calls AfterCommit, advises the new
 // checkpoint and wakes the dead-letter publisher.
 func (pl *pipeline) committed(res Result, batch bool) error {
+	// The commit returned: its rows may be published (outbox.returned).
+	if pl.outboxes.dead != nil {
+		pl.outboxes.dead.committed(pl.part, res.Next)
+	}
+	if n := len(res.outbox); n > 0 && pl.outboxes.msgs != nil {
+		pl.outboxes.msgs.committed(pl.part, res.outbox[n-1].order+1)
+	}
 	now := time.Now()
 	pl.p.update(pl.part, func(ps *stream.PartitionStats) {
 		ps.Next, ps.LastCommit = res.Next, now

@@ -436,9 +436,13 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 			db.filter.add(t.h)
 		}
 	}
-	if err := db.guard(func() error { return b.Commit(pebble.NoSync) }); err != nil {
+	db.views.beginWrite(false)
+	err := db.guard(func() error { return b.Commit(pebble.NoSync) })
+	db.views.endWrite(false)
+	if err != nil {
 		return fmt.Errorf("state: apply %d logged writes of partition %d to %s: %w", n, p, db.dir, err)
 	}
+	db.views.wrote()
 	// After Pebble has them: a Read that filled an old value meanwhile is
 	// dropped here, one that fills later reads the new one.
 	if len(tkeys) > 0 {
@@ -526,9 +530,14 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 		return fmt.Errorf("state: drop partition %d: %w", p, err)
 	}
 	if !b.Empty() {
-		if err := db.guard(func() error { return b.Commit(db.wopts) }); err != nil {
+		synced := db.wopts == pebble.Sync
+		db.views.beginWrite(synced)
+		err := db.guard(func() error { return b.Commit(db.wopts) })
+		db.views.endWrite(synced)
+		if err != nil {
 			return fmt.Errorf("state: drop partition %d of %s: %w", p, db.dir, err)
 		}
+		db.views.wrote()
 	}
 	db.mu.Lock()
 	for _, t := range db.attached {

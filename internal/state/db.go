@@ -33,7 +33,7 @@ type DB struct {
 	seed   maphash.Seed
 	budget cacheBudget
 	filter *keyFilter     // table rows certainly not in Pebble (keyfilter.go)
-	bg     sync.WaitGroup // the key filter's load
+	bg     sync.WaitGroup // the key filter's load, background advances of the read view
 	stats  *dbStats
 
 	// closed and inflight guard the Pebble handle: an operation that reaches
@@ -46,6 +46,7 @@ type DB struct {
 	drainCond sync.Cond
 
 	clog  changelog   // which partitions' commits are logged, and to whom (changelog.go)
+	views views       // the durable read view of Table.Get and Scan (view.go)
 	fail  failure     // the fatal error that stopped writes (fatal.go)
 	space *spaceGuard // refuses commits while the disk is nearly full (space.go)
 	// fsCloser stops the disk-health checks of Pebble's file system.
@@ -234,6 +235,7 @@ func (db *DB) Close() error {
 		t.release(db)
 	}
 	db.mu.Unlock()
+	db.closeViews()
 	var ferr error
 	if db.failed() == nil && db.space.check() == nil {
 		// A stopped store keeps nothing in its write-ahead logs: losing

@@ -27,54 +27,86 @@ func (t *Table[K, V]) AppendKey(dst []byte, k K) ([]byte, error) {
 // one partition, in key byte order, starting after the key bytes after
 // (from the first row when after is nil), until fn returns false. fn gets
 // the row's key bytes (valid only during the call), its key and its value.
-// Like Scan it reads one consistent state from one Pebble iterator, and a
+// Like Scan it reads one consistent durable view of the store, and a
 // key or value that cannot be decoded stops it with an error naming it.
 func (t *Table[K, V]) ScanPartition(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) error {
+	_, err := t.ScanPartitionFresh(ctx, partition, after, fn)
+	return err
+}
+
+// ScanPartitionFresh is ScanPartition that also says how fresh the rows
+// are: the partition's committed checkpoints, read from the same durable
+// view as the rows.
+func (t *Table[K, V]) ScanPartitionFresh(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) (Freshness, error) {
+	return t.scanPartition(ctx, partition, after, fn, true)
+}
+
+// ScanPartitionRecent is ScanPartitionFresh that never waits for an fsync
+// (as GetRecent).
+func (t *Table[K, V]) ScanPartitionRecent(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool) (Freshness, error) {
+	return t.scanPartition(ctx, partition, after, fn, false)
+}
+
+func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool, wait bool) (Freshness, error) {
+	fr := Freshness{Partition: partition}
 	b, err := t.binding()
 	if err != nil {
-		return err
+		return fr, err
 	}
 	if err := b.db.enter(); err != nil {
-		return err
+		return fr, err
 	}
 	defer b.db.exit()
+	var v *view
+	if wait {
+		v, err = b.db.readView()
+	} else {
+		v, err = b.db.recentView()
+	}
+	if err != nil {
+		return fr, err
+	}
+	defer v.release()
+	if fr.Checkpoints, err = checkpointsIn(v, partition); err != nil {
+		return fr, err
+	}
 	lower := appendTableKey(make([]byte, 0, rowKeyExtra+len(after)+1), b.id, partition, after)
 	if after != nil {
 		lower = append(lower, 0) // the smallest key after after
 	}
-	it, err := b.db.pdb.NewIter(&pebble.IterOptions{
+	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: lower,
 		UpperBound: prefixEnd(appendTableKey(nil, b.id, partition, nil)),
 	})
 	if err != nil {
-		return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
 	}
 	defer it.Close()
 	for valid := it.First(); valid; valid = it.Next() {
 		if err := ctx.Err(); err != nil {
-			return err
+			return fr, err
 		}
 		kb := it.Key()[rowKeyExtra:]
 		k, err := t.keys.Decode(kb)
 		if err != nil {
-			return fmt.Errorf("state: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
+			return fr, fmt.Errorf("state: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("state: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
+			return fr, fmt.Errorf("state: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
 		}
 		v, err := t.values.Decode(val)
 		if err != nil {
-			return fmt.Errorf("state: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
+			return fr, fmt.Errorf("state: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
 		}
 		if !fn(kb, k, v) {
-			return nil
+			return fr, nil
 		}
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
 	}
-	return nil
+	return fr, nil
 }
 
 // CopyTo writes a consistent copy of the store as it is now into dir, which

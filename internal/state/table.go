@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/strand-io/strand/internal/xxh32"
 	"math"
 	"reflect"
 	"sync"
@@ -477,48 +476,30 @@ func (t *Table[K, V]) set(b *binding[V], tt *txnTable[V], partition uint32, key 
 	s.mu.Unlock()
 }
 
-// Get returns the committed value of k: the state as of the last commit,
-// never a pending Txn's writes. It looks in the partition that owns k's
-// encoded bytes (XXH32 % the count given to SetPartitions) and, if the row
-// is not there, in every other partition, so a row written under another
-// partition (a producer that partitions otherwise) is never reported
-// missing. A hit costs one Pebble point read and one decode (it does not
-// use the value cache, whose values a running handler may be changing); a
-// miss costs one point read per partition, cheap with Pebble's bloom
-// filters. It is safe to call while transactions commit.
+// Get returns the committed value of k: the state as of the last commit
+// that returned before the call, never a pending Txn's writes, and never a
+// commit a crash can take back (it reads a durable view of the store,
+// view.go: a value a reader saw is still there after a crash and restart).
+// It looks in the partition that owns k's encoded bytes (XXH32 % the count
+// given to SetPartitions) and, if the row is not there, in every other
+// partition, so a row written under another partition (a producer that
+// partitions otherwise) is never reported missing. A hit costs one Pebble
+// point read and one decode (it does not use the value cache, whose values
+// a running handler may be changing), plus, when a commit returned since
+// the last durable read, one fsync of the write-ahead log shared by the
+// reads waiting for it; a miss costs one point read per partition, cheap
+// with Pebble's bloom filters. It is safe to call while transactions
+// commit. GetFresh also says which checkpoints the answer reflects.
 func (t *Table[K, V]) Get(ctx context.Context, k K) (V, bool, error) {
-	var zero V
-	b, err := t.binding()
-	if err != nil {
-		return zero, false, err
-	}
-	if err := ctx.Err(); err != nil {
-		return zero, false, err
-	}
-	key, err := t.keys.Append(nil, k)
-	if err != nil {
-		return zero, false, fmt.Errorf("state: table %q: encode key %v: %w", t.name, k, err)
-	}
-	n := t.parts.Load()
-	home := uint32(0)
-	if n > 0 {
-		home = xxh32.Partition(key, n)
-	}
-	buf := appendTableKey(make([]byte, 0, rowKeyExtra+len(key)), b.id, home, key)
-	v, present, _, err := t.load(b.db, buf, b.db.hash(buf), home, key)
-	for p := uint32(0); err == nil && !present && p < n; p++ {
-		if p != home {
-			buf = appendTableKey(buf[:0], b.id, p, key)
-			v, present, _, err = t.load(b.db, buf, b.db.hash(buf), p, key)
-		}
-	}
-	return v, present, err
+	v, ok, _, err := t.GetFresh(ctx, k)
+	return v, ok, err
 }
 
 // Scan calls fn with every committed key and value of the table, partition
 // by partition and in key order within a partition, until fn returns false.
-// It reads from one Pebble iterator, so it sees one consistent state: commits
-// made during the scan are not seen. fn may call other methods of the table
+// It reads one durable view of the store (see Get), so it sees one
+// consistent state: commits made during the scan are not seen, and nothing
+// it shows is taken back by a crash. fn may call other methods of the table
 // and the DB (but not [DB.Close]); a long scan pins old data in Pebble until
 // it ends. A key or value that cannot be decoded stops the scan with an
 // error naming it.
@@ -531,7 +512,12 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 		return err
 	}
 	defer b.db.exit()
-	it, err := b.db.pdb.NewIter(&pebble.IterOptions{
+	v, err := b.db.readView()
+	if err != nil {
+		return err
+	}
+	defer v.release()
+	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{byte(FamilyTable)},
 		UpperBound: []byte{byte(FamilyTable) + 1},
 	})

@@ -254,6 +254,7 @@ func (tx *Txn) Commit(ctx context.Context) error {
 		tx.rollback()
 		return err
 	}
+	tx.db.views.wrote()
 	for _, t := range tx.order {
 		t.published()
 	}
@@ -356,7 +357,11 @@ func (tx *Txn) apply(b *pebble.Batch) error {
 	if tx.lazy {
 		wopts = pebble.NoSync
 	}
-	if err := tx.db.guard(func() error { return b.Commit(wopts) }); err != nil {
+	synced := wopts == pebble.Sync
+	tx.db.views.beginWrite(synced)
+	err := tx.db.guard(func() error { return b.Commit(wopts) })
+	tx.db.views.endWrite(synced)
+	if err != nil {
 		return fmt.Errorf("state: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
 	}
 	tx.stats.Bytes, tx.stats.Changes = len(b.Repr()), int(b.Count())

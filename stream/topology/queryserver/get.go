@@ -8,7 +8,30 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology"
 )
+
+// setFreshness sets HeaderCheckpoint and, when any epoch is not 0,
+// HeaderEpoch, for the partitions read (epochs[i] is frs[i]'s).
+func setFreshness(w http.ResponseWriter, frs []topology.Freshness, epochs []connector.Epoch) {
+	var cp, ep []string
+	for i, fr := range frs {
+		for _, c := range fr.Checkpoints {
+			cp = append(cp, strconv.FormatUint(uint64(fr.Partition), 10)+"/"+c.Source+"="+strconv.FormatUint(c.Next, 10))
+		}
+		if epochs[i] != 0 {
+			ep = append(ep, strconv.FormatUint(uint64(fr.Partition), 10)+"="+strconv.FormatUint(uint64(epochs[i]), 10))
+		}
+	}
+	if len(cp) > 0 {
+		w.Header().Set(HeaderCheckpoint, strings.Join(cp, ", "))
+	}
+	if len(ep) > 0 {
+		w.Header().Set(HeaderEpoch, strings.Join(ep, ", "))
+	}
+}
 
 // handleGet answers GET /tables/{table}/{key}: locally, by forwarding to
 // the owner, by a redirect, or 503 when the key's partition is unavailable.
@@ -43,7 +66,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.toOwner(w, r, q, rt.Owner)
 		return
 	}
-	body, found, err := t.get(r.Context(), l)
+	body, found, fr, err := t.get(r.Context(), l)
+	if err == nil {
+		setFreshness(w, []topology.Freshness{fr}, []connector.Epoch{rt.Epoch})
+	}
 	switch {
 	case err != nil:
 		readErr(w, r, err)

@@ -192,6 +192,10 @@ func TestGroupRoutingOverHTTP(t *testing.T) {
 			if got != w {
 				t.Fatalf("GET %s = %+v, want %+v", u, got, w)
 			}
+			// The owner's epoch, also on a forwarded answer (issue 24).
+			if e := h.Get(queryserver.HeaderEpoch); e != fmt.Sprintf("%d=%d", p, 100+p) {
+				t.Fatalf("GET %s (partition %d): %s %q, want the owner's epoch %d", u, p, queryserver.HeaderEpoch, e, 100+p)
+			}
 			if local := strings.TrimPrefix(via.URL, "http://") == owner[p]; local != (h.Get(queryserver.HeaderOwner) == "") {
 				t.Fatalf("GET %s (partition %d, owner %s): owner header %q", u, p, owner[p], h.Get(queryserver.HeaderOwner))
 			}

@@ -65,6 +65,9 @@ type Route struct {
 	// RetryAfter is, for Unavailable, when to try again (the Retry-After
 	// header; rounded up to whole seconds, at least 1).
 	RetryAfter time.Duration
+	// Epoch is, for Local in a group, the epoch under which this instance
+	// owns the partition (HeaderEpoch); 0 outside a group.
+	Epoch connector.Epoch
 	// Reason is, for Unavailable, why (it goes into the error text):
 	// "partition 3 is restoring", say.
 	Reason string
@@ -138,8 +141,8 @@ func groupRoute(phase func(uint32) topology.Phase, m connector.Membership, q Que
 	p := q.Partition
 	switch phase(p) {
 	case topology.Serving:
-		if _, owned := m.Owns(p); owned {
-			return Route{Kind: Local}
+		if epoch, owned := m.Owns(p); owned {
+			return Route{Kind: Local, Epoch: epoch}
 		}
 	case topology.Restoring:
 		return Route{Kind: Unavailable, RetryAfter: movingRetry, Reason: fmt.Sprintf("partition %d is restoring", p)}

@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // scanRow is one row of a scan page.
@@ -73,6 +76,8 @@ func (s *Server) handleScan(w http.ResponseWriter, r *http.Request) {
 	page := scanPage{Rows: make([]scanRow, 0, min(limit, 256))}
 	read := 0
 	var stop *cursor
+	var frs []topology.Freshness
+	var epochs []connector.Epoch
 	for p := uint32(0); p < n && stop == nil; p++ {
 		q := Query{Table: name, Partition: p, Partitions: n}
 		rt, err := s.route(r, q)
@@ -91,7 +96,7 @@ func (s *Server) handleScan(w http.ResponseWriter, r *http.Request) {
 		if from != nil && p == from.Partition {
 			after = from.Key
 		}
-		err = t.scanPartition(r.Context(), p, after, func(kb []byte, key string, v json.RawMessage) bool {
+		fr, err := t.scanPartition(r.Context(), p, after, func(kb []byte, key string, v json.RawMessage) bool {
 			read++
 			if strings.HasPrefix(key, prefix) {
 				page.Rows = append(page.Rows, scanRow{Key: key, Partition: p, Value: v})
@@ -106,7 +111,9 @@ func (s *Server) handleScan(w http.ResponseWriter, r *http.Request) {
 			readErr(w, r, err)
 			return
 		}
+		frs, epochs = append(frs, fr), append(epochs, rt.Epoch)
 	}
+	setFreshness(w, frs, epochs)
 	if stop != nil {
 		page.Next = stop.String()
 	}

@@ -25,6 +25,17 @@ const (
 	// HeaderOwner is set on the answer to a forwarded (or redirected) get:
 	// the query address of the owner that answered.
 	HeaderOwner = "Strand-Owner"
+	// HeaderCheckpoint is set on the answer to a get and to a scan page: the
+	// committed checkpoint of each partition read, per source, as
+	// "partition/source=next" items separated by ", " (a get reads one
+	// partition). The answer holds exactly the partition's events below
+	// next; a later answer never has a lower one, not even after a crash
+	// or a failover (see topology.Freshness).
+	HeaderCheckpoint = "Strand-Checkpoint"
+	// HeaderEpoch is set, in a group, on the answer to a get and to a scan
+	// page: the owner's epoch of each partition read, as "partition=epoch"
+	// items separated by ", ".
+	HeaderEpoch = "Strand-Epoch"
 	// hopParam marks a redirected request, as HeaderForwarded marks a
 	// forwarded one (a redirect cannot carry a header).
 	hopParam = "strand-hop"

@@ -89,11 +89,13 @@ type table interface {
 	partitions() uint32
 	// locate parses a key's string form into a located key.
 	locate(s string) (located, error)
-	// get returns the JSON of the key's committed value.
-	get(ctx context.Context, l located) ([]byte, bool, error)
+	// get returns the JSON of the key's committed value and how fresh it
+	// is.
+	get(ctx context.Context, l located) ([]byte, bool, topology.Freshness, error)
 	// scanPartition calls fn with the rows of a partition after the key
-	// bytes after; fn's key bytes are valid only during the call.
-	scanPartition(ctx context.Context, p uint32, after []byte, fn func(kb []byte, key string, value json.RawMessage) bool) error
+	// bytes after; fn's key bytes are valid only during the call. It
+	// returns how fresh the rows are.
+	scanPartition(ctx context.Context, p uint32, after []byte, fn func(kb []byte, key string, value json.RawMessage) bool) (topology.Freshness, error)
 }
 
 type tableInfo struct {
@@ -134,21 +136,21 @@ func (s *served[K, V]) locate(str string) (located, error) {
 	return located{key: k, bytes: kb}, nil
 }
 
-func (s *served[K, V]) get(ctx context.Context, l located) ([]byte, bool, error) {
-	v, ok, err := s.tbl.Get(ctx, l.key.(K))
+func (s *served[K, V]) get(ctx context.Context, l located) ([]byte, bool, topology.Freshness, error) {
+	v, ok, fr, err := s.tbl.GetRecent(ctx, l.key.(K))
 	if err != nil || !ok {
-		return nil, ok, err
+		return nil, ok, fr, err
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return nil, false, fmt.Errorf("table %q: encode the value as JSON: %w", s.name, err)
+		return nil, false, fr, fmt.Errorf("table %q: encode the value as JSON: %w", s.name, err)
 	}
-	return b, true, nil
+	return b, true, fr, nil
 }
 
-func (s *served[K, V]) scanPartition(ctx context.Context, p uint32, after []byte, fn func([]byte, string, json.RawMessage) bool) error {
+func (s *served[K, V]) scanPartition(ctx context.Context, p uint32, after []byte, fn func([]byte, string, json.RawMessage) bool) (topology.Freshness, error) {
 	var encErr error
-	err := s.tbl.ScanPartition(ctx, p, after, func(kb []byte, k K, v V) bool {
+	fr, err := s.tbl.ScanPartitionRecent(ctx, p, after, func(kb []byte, k K, v V) bool {
 		b, err := json.Marshal(v)
 		if err != nil {
 			encErr = fmt.Errorf("table %q: encode the value of key %q as JSON: %w", s.name, s.format(k), err)
@@ -159,7 +161,7 @@ func (s *served[K, V]) scanPartition(ctx context.Context, p uint32, after []byte
 	if err == nil {
 		err = encErr
 	}
-	return err
+	return fr, err
 }
 
 // defaultParse reads keys of string and integer kinds.
