@@ -105,6 +105,15 @@ func (ps PartitionStats) Lag() uint64 {
 	return 0
 }
 
+// Waiting returns how many records and messages of the partition are past
+// its checkpoint but not done: records the re-sequencer holds behind an
+// open gap (HeldRecords), records of parked keys (ParkedRecords) and
+// committed outbox messages not yet published (OutboxPending). Lag does not
+// count them: a partition is caught up when both are 0.
+func (ps PartitionStats) Waiting() uint64 {
+	return uint64(max(ps.HeldRecords, 0)) + uint64(max(ps.ParkedRecords, 0)) + uint64(max(ps.OutboxPending, 0))
+}
+
 // Stats is a snapshot of the progress of one source's partitions.
 type Stats struct {
 	// Source is the source's name.
@@ -116,6 +125,16 @@ type Stats struct {
 	Total Counters
 	// ParkedKeys and ParkedRecords sum those of all partitions.
 	ParkedKeys, ParkedRecords int
+}
+
+// Waiting returns the sum of the partitions' waiting records
+// (PartitionStats.Waiting).
+func (s Stats) Waiting() uint64 {
+	var n uint64
+	for _, p := range s.Partitions {
+		n += p.Waiting()
+	}
+	return n
 }
 
 // Lag returns the sum of the partitions' lags (PartitionStats.Lag).
