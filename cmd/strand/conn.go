@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/strand-io/strand/connectors/iggy"
@@ -13,9 +14,11 @@ import (
 // defaults.
 type connFlags struct {
 	addr, user, password string
+	stderr               io.Writer // the client's warnings
 }
 
 func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	c.stderr = fs.Output()
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -36,7 +39,7 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 // connect connects to the server. Its errors name the address and the
 // user, never the password.
 func (c *connFlags) connect(ctx context.Context) (*iggy.Client, error) {
-	cl, err := iggy.Connect(ctx, c.addr, iggy.WithCredentials(c.user, c.password))
+	cl, err := iggy.Connect(ctx, c.addr, iggy.WithCredentials(c.user, c.password), iggy.WithLogger(quietLogger(c.stderr)))
 	if err != nil {
 		msg := err.Error()
 		if len(c.password) >= 6 { // shorter ones are placeholders ("iggy") that would mask words
@@ -51,7 +54,7 @@ func (c *connFlags) connect(ctx context.Context) (*iggy.Client, error) {
 func splitTopic(name string) (string, string, error) {
 	s, t, ok := strings.Cut(name, "/")
 	if !ok || s == "" || t == "" || strings.Contains(t, "/") {
-		return "", "", usagef("topic %q: want STREAM/TOPIC", name)
+		return "", "", usagef("topic %q: want STREAM/TOPIC", trunc(name, 200))
 	}
 	return s, t, nil
 }

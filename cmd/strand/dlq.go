@@ -38,7 +38,7 @@ func (f *filter) register(fs *flag.FlagSet) {
 		for _, name := range strings.Split(s, ",") {
 			r, err := deadletter.ParseReason(strings.TrimSpace(name))
 			if err != nil {
-				return fmt.Errorf("unknown reason %q", name)
+				return fmt.Errorf("unknown dead-letter reason %q: want one of %s", trunc(name, 64), validReasons())
 			}
 			f.reasons[r] = true
 		}
@@ -49,7 +49,7 @@ func (f *filter) register(fs *flag.FlagSet) {
 		if h, ok := strings.CutPrefix(s, "0x"); ok {
 			b, err := hex.DecodeString(h)
 			if err != nil {
-				return fmt.Errorf("key %q: bad hex: %v", s, err)
+				return fmt.Errorf("key %q: bad hex (want 0x followed by pairs of hex digits, or plain text): %v", trunc(s, 64), err)
 			}
 			f.key = b
 			return nil
@@ -104,7 +104,7 @@ func readDeadLetters(ctx context.Context, cl *iggy.Client, topic string, f *filt
 	}
 	n, err := cl.Partitions(ctx, s, t)
 	if err != nil {
-		return nil, 0, fmt.Errorf("dead-letter topic %s: %w", topic, err)
+		return nil, 0, topicError(topic, "dead-letter topic", err)
 	}
 	var out []stored
 	foreign := 0
@@ -159,6 +159,7 @@ func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	if err != nil {
 		return err
 	}
+	warnNotDLQ(stderr, *topic, len(letters), foreign)
 	w := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "DLQ\tSOURCE\tPARTITION\tOFFSET\tREASON\tATTEMPTS\tKEY\tBYTES\tERROR")
 	for _, s := range letters {
@@ -179,6 +180,22 @@ func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	}
 	fmt.Fprintln(stdout)
 	return nil
+}
+
+// warnNotDLQ warns when a topic holds messages but none of them is a dead
+// letter: it is probably not a dead-letter topic.
+func warnNotDLQ(stderr io.Writer, topic string, letters, foreign int) {
+	if letters == 0 && foreign > 0 {
+		fmt.Fprintf(stderr, "strand: warning: %s holds %d messages and none is a dead letter: it is not a dead-letter topic? (an App's dead-letter topic is its first source's name followed by .dlq unless set with topology.WithDeadLetterTopic)\n", topic, foreign)
+	}
+}
+
+// trunc cuts s to at most n bytes for an error message, saying so.
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + fmt.Sprintf("... (%d bytes)", len(s))
 }
 
 // keyText shows a key as text when it is printable, else as 0x-hex (the
@@ -280,10 +297,11 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	defer cl.Close()
-	letters, _, err := readDeadLetters(ctx, cl, *topic, &f)
+	letters, foreign, err := readDeadLetters(ctx, cl, *topic, &f)
 	if err != nil {
 		return err
 	}
+	warnNotDLQ(stderr, *topic, len(letters), foreign)
 	// Group by destination, in the dead-letter topic's order.
 	type dest struct {
 		name string

@@ -41,7 +41,7 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		ends, err := cl.EndOffsets(ctx, s, t)
 		if err != nil {
-			return err
+			return topicError(src.Name, "end offsets of source", err)
 		}
 		for p, end := range ends {
 			next := src.Checkpoints[uint32(p)]
@@ -99,7 +99,7 @@ func waiting(w io.Writer, in *topology.Inspection) {
 func inspectDir(dir string) (*topology.Inspection, error) {
 	in, err := topology.Inspect(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w (a store can be read by one process at a time; an App that has it open answers for it unless opened with topology.WithLiveInspect(false): ask it then, its stats or its strand.lag metric)", err)
+		return nil, storeError(dir, err)
 	}
 	return in, nil
 }

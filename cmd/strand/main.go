@@ -21,11 +21,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/strand-io/strand/connectors/iggy"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The Iggy SDK prints through the standard logger on every login: route
+	// it to the command's quiet logger (warnings only).
+	restore := iggy.RouteStdLog(quietLogger(os.Stderr))
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	restore()
 	stop()
 	os.Exit(code)
 }
@@ -142,11 +148,15 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 // parse parses args into fs, refusing positional arguments unless
 // positional is set; a flag error is a usage error.
 func parse(fs *flag.FlagSet, args []string, positional bool) error {
+	// The flag package prints a bad value in full: the error is printed by
+	// run instead, cut to a bounded length (the usage text still goes to
+	// stderr through fs.Usage).
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usagef("%s: %v", fs.Name(), err)
+		return usagef("%s: %s", fs.Name(), trunc(err.Error(), 300))
 	}
 	if !positional && fs.NArg() > 0 {
 		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())

@@ -12,9 +12,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // DB is one processor's Pebble database: its tables, checkpoints and pending
@@ -33,6 +35,8 @@ type DB struct {
 	filter *keyFilter     // table rows certainly not in Pebble (keyfilter.go)
 	bg     sync.WaitGroup // the key filter's load
 	stats  *dbStats
+	// closeFS stops the disk-health checker of the file system (Open).
+	closeFS func()
 
 	// closed and inflight guard the Pebble handle: an operation that reaches
 	// Pebble enters (inflight+1, then checks closed); Close sets closed and
@@ -92,8 +96,23 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	stats := new(dbStats)
 	popts := o.pebbleOptions(cache, log)
 	popts.EventListener = stats.listener()
+	// Pebble wraps the default file system in a disk-health checker whose
+	// goroutine only DB.Close stops: a failed Open (a store another App
+	// holds) would leak it. The wrapper is made here and closed here.
+	var fsCloser io.Closer
+	if popts.FS == nil {
+		popts.FS, fsCloser = vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+			log.Warn("state: disk operation slow", "op", info.OpType.String(), "path", info.Path, "duration", info.Duration)
+		})
+	}
+	closeFS := func() {
+		if fsCloser != nil {
+			_ = fsCloser.Close()
+		}
+	}
 	pdb, err := pebble.Open(dir, popts)
 	if err != nil {
+		closeFS()
 		return nil, fmt.Errorf("state: open %s: %w", dir, err)
 	}
 	db := &DB{
@@ -103,6 +122,7 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		log:      log,
 		seed:     maphash.MakeSeed(),
 		stats:    stats,
+		closeFS:  closeFS,
 		registry: make(map[string]uint32),
 		attached: make(map[string]attacher),
 	}
@@ -113,6 +133,7 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	db.drainCond.L = &db.drainMu
 	if err := db.loadMeta(); err != nil {
 		_ = pdb.Close()
+		closeFS()
 		return nil, err
 	}
 	if o.keyFilterSize > 0 {
@@ -199,7 +220,9 @@ func (db *DB) Close() error {
 		t.release(db)
 	}
 	db.mu.Unlock()
-	if err := db.pdb.Close(); err != nil {
+	err := db.pdb.Close()
+	db.closeFS()
+	if err != nil {
 		return fmt.Errorf("state: close %s: %w", db.dir, err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrNoStore is wrapped by ScanReadOnly when dir holds no store.
@@ -34,7 +35,10 @@ func ScanReadOnly(dir string, fn func(f Family, partition uint32, rest, value []
 	if _, err := os.Stat(dir); err != nil {
 		return m, fmt.Errorf("%w: %s: %w", ErrNoStore, dir, err)
 	}
-	opts := &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: pebbleLogger{discardLogger()}}
+	// vfs.Default, not Pebble's disk-health-checking default: a read has no
+	// use for it, and its goroutine would outlive an Open that fails (a
+	// store an App holds).
+	opts := &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, Logger: pebbleLogger{discardLogger()}, FS: vfs.Default}
 	pdb, err := pebble.Open(dir, opts)
 	if err != nil {
 		return m, fmt.Errorf("state: open %s read-only: %w", dir, err)
