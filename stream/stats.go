@@ -41,6 +41,12 @@ type Counters struct {
 	// found already applied or held (never applied); Gaps the gaps it gave
 	// up (GapNotice).
 	Resequenced, Duplicates, Gaps uint64
+	// Readmitted counts the replayed events (strand dlq replay: they carry
+	// a replay origin) the re-sequencer let pass at their key's current
+	// position instead of comparing their old strand-seq with the key's
+	// next number; each is applied at most once, whatever the number of
+	// replays.
+	Readmitted uint64
 }
 
 // PartitionStats describes one partition's pipeline.

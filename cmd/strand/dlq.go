@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
@@ -226,7 +227,7 @@ func replayID(d deadletter.Letter) [16]byte {
 // original strand headers and payload; for a record of a foreign source,
 // the original message's own headers (kinds kept) and payload, to the
 // partition it was read from.
-func replayMessage(d deadletter.Letter) (connector.Message, error) {
+func replayMessage(dlqTopic string, d deadletter.Letter) (connector.Message, error) {
 	if d.Raw != nil {
 		return replayForeign(d)
 	}
@@ -240,7 +241,12 @@ func replayMessage(d deadletter.Letter) (connector.Message, error) {
 	if err != nil {
 		return connector.Message{}, err
 	}
-	return connector.Message{Key: d.Headers.Key, ID: replayID(d), Headers: fields, Payload: d.Payload}, nil
+	// The replay's origin: a strand reader applies it at most once however
+	// often it is replayed, and lets it pass its re-sequencer at the key's
+	// current position (its strand-seq is the producer's, long past).
+	id := replayID(d)
+	fields = append(fields, connector.Field{Name: connector.HeaderOrigin, Value: engine.ReplayOrigin(dlqTopic, id)})
+	return connector.Message{Key: d.Headers.Key, ID: id, Headers: fields, Payload: d.Payload}, nil
 }
 
 // replayForeign is replayMessage for the dead letter of a foreign record.
@@ -311,7 +317,7 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	byName := map[string]*dest{}
 	skipped := 0
 	for _, s := range letters {
-		m, err := replayMessage(s.letter)
+		m, err := replayMessage(*topic, s.letter)
 		if err != nil {
 			skipped++
 			fmt.Fprintf(stdout, "skip %s partition %d offset %d (%s): cannot replay: %v\n", s.letter.Source, s.letter.Partition, s.letter.Offset, s.letter.Reason, err)

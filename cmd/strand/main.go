@@ -63,10 +63,24 @@ Filters (dlq list, dlq replay), all optional, combined with AND:
   -to OFFSET          the last source offset (inclusive)
 
 Replay sends each dead letter's original payload and strand headers to its
-source topic, with a message id derived from the dead letter's, and first
-checks the end of the destination partition for that id (as strand's
-dead-letter publication does): a replay interrupted and run again, or run
-twice, sends every dead letter once. Records without valid strand headers
+source topic, with a message id derived from the dead letter's and a
+strand-origin header of its own. What is promised:
+  - applied at most once, for ever: a strand App reading the source keeps
+    the origin of every replay it applied (in its store) and drops a replay
+    it applied already, however often and in whatever order dead letters
+    are replayed;
+  - sent once when it can tell: before sending, replay looks for the ids in
+    the last 10,000 messages (iggy.SentCheckWindow) of the destination
+    partition after the ones it asks about, so a replay interrupted and run
+    again soon sends nothing twice; beyond that window it sends again (the
+    App still applies it once) and says so in its count;
+  - a replayed event of a re-sequenced source (Resequence) is applied at
+    its key's current position, not compared with the key's next
+    sequence number (its strand-seq is the producer's, long past); the
+    App counts it in Stats Readmitted and logs it.
+Replay cannot see what the App then does with an event (applied, held,
+dead-lettered again): see 'strand inspect' and the App's stats.
+Records without valid strand headers
 (reason bad-headers) cannot be replayed and are counted as skipped. A
 record of a foreign source (a topic whose producers write no strand
 headers) is replayed with its own original headers, unchanged, to the
