@@ -358,6 +358,11 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 	}
 	fmt.Fprintf(stdout, "%s %d dead letters; %d were already replayed; %d skipped (not replayable)\n", verb, sent, already, skipped)
+	if sent > 0 {
+		fmt.Fprintf(stdout, "note: \"already replayed\" counts the replays found in the destination partitions (up to %d messages after the ones asked about); "+
+			"a strand App applies each replayed event at most once whatever was sent (a re-send is dropped there and counted in its stats as Redelivered), "+
+			"and a re-sequenced source applies it at its key's current position (Readmitted); see the App's stats or 'strand inspect' for what it did\n", iggy.SentCheckWindow)
+	}
 	return nil
 }
 
