@@ -68,7 +68,8 @@ strand-origin header of its own. What is promised:
   - applied at most once, for ever: a strand App reading the source keeps
     the origin of every replay it applied (in its store) and drops a replay
     it applied already, however often and in whatever order dead letters
-    are replayed;
+    are replayed (records of a foreign source excepted: they go back with
+    their own headers, unchanged, and only the id check below applies);
   - sent once when it can tell: before sending, replay looks for the ids in
     the last 10,000 messages (iggy.SentCheckWindow) of the destination
     partition after the ones it asks about, so a replay interrupted and run
@@ -80,8 +81,9 @@ strand-origin header of its own. What is promised:
     App counts it in Stats Readmitted and logs it.
 Replay cannot see what the App then does with an event (applied, held,
 dead-lettered again): see 'strand inspect' and the App's stats.
-Records without valid strand headers
-(reason bad-headers) cannot be replayed and are counted as skipped. A
+
+Records without valid strand headers (reason bad-headers) cannot be
+replayed and are counted as skipped. A
 record of a foreign source (a topic whose producers write no strand
 headers) is replayed with its own original headers, unchanged, to the
 partition it was read from; its source classifies it again. A replayed
@@ -154,7 +156,10 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of strand %s (see 'strand help'):\n", name)
+		out := fs.Output()
+		fs.SetOutput(stderr) // parse silences the flag package's own messages
 		fs.PrintDefaults()
+		fs.SetOutput(out)
 	}
 	return fs
 }
