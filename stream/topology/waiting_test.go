@@ -3,6 +3,7 @@ package topology_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -102,5 +103,77 @@ func TestWaitCaughtUpAndInspectCountHeldRecords(t *testing.T) {
 	}
 	if got, want := stateOf(t, table, "a"), chainOf(1, 2, 3, 4); got != want {
 		t.Fatalf("table %+v, want %+v", got, want)
+	}
+}
+
+// Outbox messages that cannot be published yet are waiting too: Stats count
+// them, WaitCaughtUp waits for them, and the inspection of the stopped
+// store lists them per partition (issue 27, item 3).
+func TestInspectCountsPendingOutboxMessages(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := broker(t)
+	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
+		t.Fatal(err)
+	}
+	topo, _, decl := counter("outbox")
+	src := topology.Source[string](topo, "s/log")
+	echo := stream.DeclareFunc(2, evKey)
+	topology.To(topology.On(src, decl), "echo", "s/echo", echo, func(_ context.Context, k string, e Ev, emit func(Ev)) error {
+		emit(e)
+		return nil
+	})
+	pub, err := iggy.NewPublisher(ctx, cl, "s", "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close(ctx)
+	for i := range 5 {
+		if err := iggy.Publish(ctx, pub, decl, Ev{K: fmt.Sprintf("k%d", i), Amount: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := &gatedConnector{Connector: cl, open: make(chan struct{})}
+	dir := t.TempDir()
+	app, err := topology.Open(ctx, topo, conn, dir, topology.WithEndOffsetInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(runCtx) }()
+	for app.Stats()[0].Lag() != 0 || app.Stats()[0].Waiting() != 5 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("never waiting for 5 outbox messages: %+v", app.Stats())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = app.WaitCaughtUp(wctx)
+	wcancel()
+	if err == nil {
+		t.Fatal("WaitCaughtUp returned with 5 outbox messages unpublished")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := topology.Inspect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, o := range in.Outbox {
+		if o.Source != "s/log" {
+			t.Fatalf("outbox of %q", o.Source)
+		}
+		n += o.Messages
+	}
+	if _, _, _, o := in.Waiting(); n != 5 || o != 5 {
+		t.Fatalf("inspection: %d outbox messages (%+v), Waiting %d; want 5", n, in.Outbox, o)
 	}
 }
