@@ -41,6 +41,12 @@ type Counters struct {
 	// found already applied or held (never applied); Gaps the gaps it gave
 	// up (GapNotice).
 	Resequenced, Duplicates, Gaps uint64
+	// Readmitted counts the replayed events (strand dlq replay: they carry
+	// a replay origin) the re-sequencer let pass at their key's current
+	// position instead of comparing their old strand-seq with the key's
+	// next number; each is applied at most once, whatever the number of
+	// replays.
+	Readmitted uint64
 }
 
 // PartitionStats describes one partition's pipeline.
@@ -105,6 +111,15 @@ func (ps PartitionStats) Lag() uint64 {
 	return 0
 }
 
+// Waiting returns how many records and messages of the partition are past
+// its checkpoint but not done: records the re-sequencer holds behind an
+// open gap (HeldRecords), records of parked keys (ParkedRecords) and
+// committed outbox messages not yet published (OutboxPending). Lag does not
+// count them: a partition is caught up when both are 0.
+func (ps PartitionStats) Waiting() uint64 {
+	return uint64(max(ps.HeldRecords, 0)) + uint64(max(ps.ParkedRecords, 0)) + uint64(max(ps.OutboxPending, 0))
+}
+
 // Stats is a snapshot of the progress of one source's partitions.
 type Stats struct {
 	// Source is the source's name.
@@ -116,6 +131,16 @@ type Stats struct {
 	Total Counters
 	// ParkedKeys and ParkedRecords sum those of all partitions.
 	ParkedKeys, ParkedRecords int
+}
+
+// Waiting returns the sum of the partitions' waiting records
+// (PartitionStats.Waiting).
+func (s Stats) Waiting() uint64 {
+	var n uint64
+	for _, p := range s.Partitions {
+		n += p.Waiting()
+	}
+	return n
 }
 
 // Lag returns the sum of the partitions' lags (PartitionStats.Lag).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/strand-io/strand/connectors/iggy"
@@ -14,9 +15,11 @@ import (
 type connFlags struct {
 	addr, user, password string
 	protocol             string
+	stderr               io.Writer // the client's warnings
 }
 
 func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	c.stderr = fs.Output()
 	env := func(name, def string) string {
 		if v := getenv(name); v != "" {
 			return v
@@ -42,7 +45,7 @@ func (c *connFlags) connect(ctx context.Context) (*iggy.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := iggy.Connect(ctx, c.addr, iggy.WithCredentials(c.user, c.password), iggy.WithProtocol(proto))
+	cl, err := iggy.Connect(ctx, c.addr, iggy.WithCredentials(c.user, c.password), iggy.WithProtocol(proto), iggy.WithLogger(quietLogger(c.stderr)))
 	if err != nil {
 		msg := err.Error()
 		if len(c.password) >= 6 { // shorter ones are placeholders ("iggy") that would mask words
@@ -57,7 +60,7 @@ func (c *connFlags) connect(ctx context.Context) (*iggy.Client, error) {
 func splitTopic(name string) (string, string, error) {
 	s, t, ok := strings.Cut(name, "/")
 	if !ok || s == "" || t == "" || strings.Contains(t, "/") {
-		return "", "", usagef("topic %q: want STREAM/TOPIC", name)
+		return "", "", usagef("topic %q: want STREAM/TOPIC", trunc(name, 200))
 	}
 	return s, t, nil
 }

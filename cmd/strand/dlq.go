@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
@@ -38,7 +39,7 @@ func (f *filter) register(fs *flag.FlagSet) {
 		for _, name := range strings.Split(s, ",") {
 			r, err := deadletter.ParseReason(strings.TrimSpace(name))
 			if err != nil {
-				return fmt.Errorf("unknown reason %q", name)
+				return fmt.Errorf("unknown dead-letter reason %q: want one of %s", trunc(name, 64), validReasons())
 			}
 			f.reasons[r] = true
 		}
@@ -49,7 +50,7 @@ func (f *filter) register(fs *flag.FlagSet) {
 		if h, ok := strings.CutPrefix(s, "0x"); ok {
 			b, err := hex.DecodeString(h)
 			if err != nil {
-				return fmt.Errorf("key %q: bad hex: %v", s, err)
+				return fmt.Errorf("key %q: bad hex (want 0x followed by pairs of hex digits, or plain text): %v", trunc(s, 64), err)
 			}
 			f.key = b
 			return nil
@@ -104,7 +105,7 @@ func readDeadLetters(ctx context.Context, cl *iggy.Client, topic string, f *filt
 	}
 	n, err := cl.Partitions(ctx, s, t)
 	if err != nil {
-		return nil, 0, fmt.Errorf("dead-letter topic %s: %w", topic, err)
+		return nil, 0, topicError(topic, "dead-letter topic", err)
 	}
 	var out []stored
 	foreign := 0
@@ -159,6 +160,7 @@ func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	if err != nil {
 		return err
 	}
+	warnNotDLQ(stderr, *topic, len(letters), foreign)
 	w := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "DLQ\tSOURCE\tPARTITION\tOFFSET\tREASON\tATTEMPTS\tKEY\tBYTES\tERROR")
 	for _, s := range letters {
@@ -179,6 +181,22 @@ func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	}
 	fmt.Fprintln(stdout)
 	return nil
+}
+
+// warnNotDLQ warns when a topic holds messages but none of them is a dead
+// letter: it is probably not a dead-letter topic.
+func warnNotDLQ(stderr io.Writer, topic string, letters, foreign int) {
+	if letters == 0 && foreign > 0 {
+		fmt.Fprintf(stderr, "strand: warning: %s holds %d messages and none is a dead letter: it is not a dead-letter topic? (an App's dead-letter topic is its first source's name followed by .dlq unless set with topology.WithDeadLetterTopic)\n", topic, foreign)
+	}
+}
+
+// trunc cuts s to at most n bytes for an error message, saying so.
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + fmt.Sprintf("... (%d bytes)", len(s))
 }
 
 // keyText shows a key as text when it is printable, else as 0x-hex (the
@@ -209,7 +227,7 @@ func replayID(d deadletter.Letter) [16]byte {
 // original strand headers and payload; for a record of a foreign source,
 // the original message's own headers (kinds kept) and payload, to the
 // partition it was read from.
-func replayMessage(d deadletter.Letter) (connector.Message, error) {
+func replayMessage(dlqTopic string, d deadletter.Letter) (connector.Message, error) {
 	if d.Raw != nil {
 		return replayForeign(d)
 	}
@@ -223,7 +241,12 @@ func replayMessage(d deadletter.Letter) (connector.Message, error) {
 	if err != nil {
 		return connector.Message{}, err
 	}
-	return connector.Message{Key: d.Headers.Key, ID: replayID(d), Headers: fields, Payload: d.Payload}, nil
+	// The replay's origin: a strand reader applies it at most once however
+	// often it is replayed, and lets it pass its re-sequencer at the key's
+	// current position (its strand-seq is the producer's, long past).
+	id := replayID(d)
+	fields = append(fields, connector.Field{Name: connector.HeaderOrigin, Value: engine.ReplayOrigin(dlqTopic, id)})
+	return connector.Message{Key: d.Headers.Key, ID: id, Headers: fields, Payload: d.Payload}, nil
 }
 
 // replayForeign is replayMessage for the dead letter of a foreign record.
@@ -280,10 +303,11 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	defer cl.Close()
-	letters, _, err := readDeadLetters(ctx, cl, *topic, &f)
+	letters, foreign, err := readDeadLetters(ctx, cl, *topic, &f)
 	if err != nil {
 		return err
 	}
+	warnNotDLQ(stderr, *topic, len(letters), foreign)
 	// Group by destination, in the dead-letter topic's order.
 	type dest struct {
 		name string
@@ -293,7 +317,7 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	byName := map[string]*dest{}
 	skipped := 0
 	for _, s := range letters {
-		m, err := replayMessage(s.letter)
+		m, err := replayMessage(*topic, s.letter)
 		if err != nil {
 			skipped++
 			fmt.Fprintf(stdout, "skip %s partition %d offset %d (%s): cannot replay: %v\n", s.letter.Source, s.letter.Partition, s.letter.Offset, s.letter.Reason, err)
@@ -334,6 +358,11 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 	}
 	fmt.Fprintf(stdout, "%s %d dead letters; %d were already replayed; %d skipped (not replayable)\n", verb, sent, already, skipped)
+	if sent > 0 {
+		fmt.Fprintf(stdout, "note: \"already replayed\" counts the replays found in the destination partitions (up to %d messages after the ones asked about); "+
+			"a strand App applies each replayed event at most once whatever was sent (a re-send is dropped there and counted in its stats as Redelivered), "+
+			"and a re-sequenced source applies it at its key's current position (Readmitted); see the App's stats or 'strand inspect' for what it did\n", iggy.SentCheckWindow)
+	}
 	return nil
 }
 

@@ -42,7 +42,7 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		ends, err := cl.EndOffsets(ctx, s, t)
 		if err != nil {
-			return err
+			return topicError(src.Name, "end offsets of source", err)
 		}
 		if src.Partitions != 0 && uint32(len(ends)) != src.Partitions {
 			changed = append(changed, fmt.Sprintf("source %q has %d partitions, the state was written with %d", src.Name, len(ends), src.Partitions))
@@ -72,7 +72,41 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			"partitions added, or records lost by the broker): an App refuses to start on it; to rebuild the state from the log, "+
 			"stop every instance, move the state directory away and start again", *dir)
 	}
+	waiting(stdout, in)
 	return nil
+}
+
+// waiting prints what the store holds past its checkpoints that is not
+// done: held records (open gaps), parked keys, pending dead letters and
+// outbox messages. Lag counts none of them; an App is caught up only when
+// both are zero.
+func waiting(w io.Writer, in *topology.Inspection) {
+	held, parked, dls, outbox := in.Waiting()
+	heldKeys, parkedKeys := 0, 0
+	for _, h := range in.Held {
+		heldKeys += h.Keys
+	}
+	for _, p := range in.Parked {
+		parkedKeys += p.Keys
+	}
+	if held+parked+dls+outbox+parkedKeys == 0 {
+		fmt.Fprintln(w, "waiting: nothing (no held records, open gaps, parked keys, pending dead letters or outbox messages)")
+		return
+	}
+	fmt.Fprintf(w, "waiting (past the checkpoints, not done; not counted in the lag):\n")
+	if held > 0 {
+		fmt.Fprintf(w, "  %d records held by the re-sequencer behind open gaps of %d keys\n", held, heldKeys)
+	}
+	if parkedKeys > 0 {
+		fmt.Fprintf(w, "  %d parked keys (%d records) waiting for a retry or a Release\n", parkedKeys, parked)
+	}
+	if dls > 0 {
+		fmt.Fprintf(w, "  %d dead letters waiting to be published\n", dls)
+	}
+	if outbox > 0 {
+		fmt.Fprintf(w, "  %d To/KeyBy messages waiting to be published\n", outbox)
+	}
+	fmt.Fprintln(w, "  (see 'strand inspect DIR' for where)")
 }
 
 // inspectDir inspects a state directory: directly, or through the App
@@ -80,7 +114,7 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 func inspectDir(dir string) (*topology.Inspection, error) {
 	in, err := topology.Inspect(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w (a store can be read by one process at a time; an App that has it open answers for it unless opened with topology.WithLiveInspect(false): ask it then, its stats or its strand.lag metric)", err)
+		return nil, storeError(dir, err)
 	}
 	return in, nil
 }
@@ -137,6 +171,20 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(w, "  %s partition %d\t%d\t%d\n", p.Source, p.Partition, p.Keys, p.Records)
 	}
 	if len(in.Parked) == 0 {
+		fmt.Fprintln(w, "  none\t\t")
+	}
+	fmt.Fprintln(w, "\nheld (open gaps)\tkeys\trecords\toldest")
+	for _, h := range in.Held {
+		fmt.Fprintf(w, "  %s partition %d\t%d\t%d\t%s\n", h.Source, h.Partition, h.Keys, h.Records, h.Oldest.UTC().Format(time.RFC3339))
+	}
+	if len(in.Held) == 0 {
+		fmt.Fprintln(w, "  none\t\t\t")
+	}
+	fmt.Fprintln(w, "\noutbox (To, KeyBy)\tmessages\t")
+	for _, o := range in.Outbox {
+		fmt.Fprintf(w, "  %s partition %d\t%d\t\n", o.Source, o.Partition, o.Messages)
+	}
+	if len(in.Outbox) == 0 {
 		fmt.Fprintln(w, "  none\t\t")
 	}
 	if err := w.Flush(); err != nil {

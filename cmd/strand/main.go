@@ -21,11 +21,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/strand-io/strand/connectors/iggy"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The Iggy SDK prints through the standard logger on every login: route
+	// it to the command's quiet logger (warnings only).
+	restore := iggy.RouteStdLog(quietLogger(os.Stderr))
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	restore()
 	stop()
 	os.Exit(code)
 }
@@ -57,11 +63,27 @@ Filters (dlq list, dlq replay), all optional, combined with AND:
   -to OFFSET          the last source offset (inclusive)
 
 Replay sends each dead letter's original payload and strand headers to its
-source topic, with a message id derived from the dead letter's, and first
-checks the end of the destination partition for that id (as strand's
-dead-letter publication does): a replay interrupted and run again, or run
-twice, sends every dead letter once. Records without valid strand headers
-(reason bad-headers) cannot be replayed and are counted as skipped. A
+source topic, with a message id derived from the dead letter's and a
+strand-origin header of its own. What is promised:
+  - applied at most once, for ever: a strand App reading the source keeps
+    the origin of every replay it applied (in its store) and drops a replay
+    it applied already, however often and in whatever order dead letters
+    are replayed (records of a foreign source excepted: they go back with
+    their own headers, unchanged, and only the id check below applies);
+  - sent once when it can tell: before sending, replay looks for the ids in
+    the last 10,000 messages (iggy.SentCheckWindow) of the destination
+    partition after the ones it asks about, so a replay interrupted and run
+    again soon sends nothing twice; beyond that window it sends again (the
+    App still applies it once) and says so in its count;
+  - a replayed event of a re-sequenced source (Resequence) is applied at
+    its key's current position, not compared with the key's next
+    sequence number (its strand-seq is the producer's, long past); the
+    App counts it in Stats Readmitted and logs it.
+Replay cannot see what the App then does with an event (applied, held,
+dead-lettered again): see 'strand inspect' and the App's stats.
+
+Records without valid strand headers (reason bad-headers) cannot be
+replayed and are counted as skipped. A
 record of a foreign source (a topic whose producers write no strand
 headers) is replayed with its own original headers, unchanged, to the
 partition it was read from; its source classifies it again. A replayed
@@ -134,7 +156,10 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of strand %s (see 'strand help'):\n", name)
+		out := fs.Output()
+		fs.SetOutput(stderr) // parse silences the flag package's own messages
 		fs.PrintDefaults()
+		fs.SetOutput(out)
 	}
 	return fs
 }
@@ -142,11 +167,15 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 // parse parses args into fs, refusing positional arguments unless
 // positional is set; a flag error is a usage error.
 func parse(fs *flag.FlagSet, args []string, positional bool) error {
+	// The flag package prints a bad value in full: the error is printed by
+	// run instead, cut to a bounded length (the usage text still goes to
+	// stderr through fs.Usage).
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usagef("%s: %v", fs.Name(), err)
+		return usagef("%s: %s", fs.Name(), trunc(err.Error(), 300))
 	}
 	if !positional && fs.NArg() > 0 {
 		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())

@@ -282,19 +282,22 @@ func (c wrappedConnector) OpenSink(ctx context.Context, topic string, partitions
 }
 
 // startProcessor runs the processor until stop is called; done yields
-// Run's result.
+// Run's result once. stop returns that result too, whether or not done was
+// read: it waits for Run's end, not for the channel (reading both would
+// hang, issue 27).
 func (a *app) startProcessor(ctx context.Context) (stop func() error, done <-chan error) {
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ch := make(chan error, 1)
-	go func() { ch <- a.app.Run(pctx) }()
+	fin := make(chan struct{})
 	var result error
-	stopped := false
+	go func() {
+		result = a.app.Run(pctx)
+		ch <- result
+		close(fin)
+	}()
 	return func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			result = <-ch
-		}
+		cancel()
+		<-fin
 		return result
 	}, ch
 }

@@ -80,8 +80,19 @@ func (a *app) serveHTTP() (stop func(), err error) {
 		// The parent of a -instances run reads this line for the address.
 		a.printf("%s %d: http://%s", queryLine, a.cfg.instance, a.httpAddr)
 	}
-	a.printf("query the read model: curl http://%s/tables/balances/1   (or /tables/balances?limit=10, /stats, /readyz, /metrics%s)",
-		a.httpAddr, map[bool]string{true: ", /group", false: ""}[a.cfg.group])
+	until := "while it runs"
+	switch {
+	case a.cfg.role == "all" && !a.cfg.serve:
+		until = "until the check is done, then this run exits; add -serve to keep serving until interrupted"
+	case a.cfg.role == "all":
+		until = "until interrupted (-serve)"
+	case a.cfg.role == "processor" && a.cfg.drain:
+		until = "until it has caught up (-drain), then it exits"
+	case a.cfg.role == "processor":
+		until = "until interrupted"
+	}
+	a.printf("query the read model (%s): curl http://%s/tables/balances/1   (or /tables/balances?limit=10, /stats, /readyz, /metrics%s)",
+		until, a.httpAddr, map[bool]string{true: ", /group", false: ""}[a.cfg.group])
 	return func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {

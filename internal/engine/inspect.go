@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/strand-io/strand/internal/rowenc"
 	"github.com/strand-io/strand/internal/rowfmt"
@@ -23,6 +24,12 @@ type Inspection struct {
 	Checkpoints []InspectedCheckpoint
 	Tables      []InspectedTable
 	Parked      []InspectedParked
+	// Held counts, per source partition that has any, the records the
+	// re-sequencer holds behind a missing sequence number (each held key
+	// has an open gap); Outbox the To/KeyBy messages committed and not yet
+	// published. Both in key order.
+	Held   []InspectedHeld
+	Outbox []InspectedOutbox
 	// DeadLetters are the committed dead letters not yet published.
 	DeadLetters []deadletter.Letter
 }
@@ -48,6 +55,24 @@ type InspectedParked struct {
 	Keys, Records int
 }
 
+// InspectedHeld counts the keys the re-sequencer holds records of (each
+// behind an open gap) and the records, of a source partition; Oldest is
+// when the oldest of them was held.
+type InspectedHeld struct {
+	Source        string
+	Partition     uint32
+	Keys, Records int
+	Oldest        time.Time
+}
+
+// InspectedOutbox counts the committed To/KeyBy messages of a source
+// partition not yet published.
+type InspectedOutbox struct {
+	Source    string
+	Partition uint32
+	Messages  int
+}
+
 // Inspect reads the store in dir read-only (see state.ScanReadOnly: it
 // fails while an App has the store open).
 func Inspect(dir string) (Inspection, error) {
@@ -55,6 +80,11 @@ func Inspect(dir string) (Inspection, error) {
 	rows := map[uint32]int{}
 	parked := map[string]*InspectedParked{}
 	var parkedOrder []string
+	held := map[string]*InspectedHeld{}
+	var heldOrder []string
+	lastHeldKey := map[string]string{}
+	outbox := map[string]*InspectedOutbox{}
+	var outboxOrder []string
 	meta, err := state.ScanReadOnly(dir, func(f state.Family, part uint32, rest, value []byte) error {
 		switch f {
 		case state.FamilyCheckpoint:
@@ -86,6 +116,51 @@ func Inspect(dir string) (Inspection, error) {
 			case parkedRecord:
 				pk.Records++
 			}
+		case state.FamilyHolds:
+			r := rowenc.Reader{B: rest}
+			src := r.String()
+			key := r.String()
+			if r.Err != nil || len(value) < 9 || value[0] != seqFormat {
+				return fmt.Errorf("stream: inspect %s: hold row %x: malformed", dir, rest)
+			}
+			id := fmt.Sprintf("%s\x00%d", src, part)
+			h, ok := held[id]
+			if !ok {
+				h = &InspectedHeld{Source: src, Partition: part}
+				held[id] = h
+				heldOrder = append(heldOrder, id)
+			}
+			if k, ok := lastHeldKey[id]; !ok || k != key {
+				h.Keys++
+				lastHeldKey[id] = key
+			}
+			h.Records++
+			since := time.Unix(0, int64(binary.BigEndian.Uint64(value[1:9])))
+			if h.Oldest.IsZero() || since.Before(h.Oldest) {
+				h.Oldest = since
+			}
+		case state.FamilyOutbox:
+			r := rowenc.Reader{B: rest}
+			src := r.String()
+			kind := r.Byte()
+			if r.Err != nil {
+				return fmt.Errorf("stream: inspect %s: outbox row %x: %w", dir, rest, r.Err)
+			}
+			if kind != outboxRowMessage || len(r.B) != 8 {
+				return nil // the next-seq row
+			}
+			n, err := outboxRowCount(binary.BigEndian.Uint64(r.B), value)
+			if err != nil {
+				return fmt.Errorf("stream: inspect %s: %w", dir, err)
+			}
+			id := fmt.Sprintf("%s\x00%d", src, part)
+			o, ok := outbox[id]
+			if !ok {
+				o = &InspectedOutbox{Source: src, Partition: part}
+				outbox[id] = o
+				outboxOrder = append(outboxOrder, id)
+			}
+			o.Messages += n
 		case state.FamilyDeadLetters:
 			var d deadletter.Letter
 			if err := rowfmt.DecodeLetter(bytes.Clone(value), &d); err != nil {
@@ -105,6 +180,12 @@ func Inspect(dir string) (Inspection, error) {
 	slices.SortFunc(in.Tables, func(a, b InspectedTable) int { return strings.Compare(a.Name, b.Name) })
 	for _, id := range parkedOrder {
 		in.Parked = append(in.Parked, *parked[id])
+	}
+	for _, id := range heldOrder {
+		in.Held = append(in.Held, *held[id])
+	}
+	for _, id := range outboxOrder {
+		in.Outbox = append(in.Outbox, *outbox[id])
 	}
 	return in, nil
 }

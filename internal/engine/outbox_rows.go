@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/rowenc"
@@ -414,6 +415,13 @@ func (t *Task) loadOutbox(ctx context.Context) error {
 	}
 	prefix := rowenc.AppendString(nil, t.src.name)
 	err := t.db.Rows(ctx, state.FamilyOrigins, t.partition, func(key, value []byte) error {
+		if bytes.HasPrefix(key, prefix) && len(key) == len(prefix)+originLen && isReplayOrigin(key[len(prefix):]) {
+			if t.replayed == nil {
+				t.replayed = map[[originLen]byte]struct{}{}
+			}
+			t.replayed[[originLen]byte(key[len(prefix):])] = struct{}{}
+			return nil
+		}
 		if !bytes.HasPrefix(key, prefix) || len(key) != len(prefix)+8 || len(value) != 8 {
 			return nil
 		}
@@ -435,6 +443,17 @@ func (t *Task) loadOutbox(ctx context.Context) error {
 func (b *batch) duplicate(r *connector.Record) bool {
 	o := r.Headers.Origin
 	if len(o) != originLen {
+		return false
+	}
+	if isReplayOrigin(o) {
+		id := [originLen]byte(o)
+		if _, ok := b.t.replayed[id]; ok {
+			return true
+		}
+		if slices.Contains(b.replays, id) {
+			return true
+		}
+		b.replays = append(b.replays, id)
 		return false
 	}
 	s, seq := [8]byte(o[:8]), binary.BigEndian.Uint64(o[8:])
@@ -461,6 +480,10 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 	for s, seq := range b.origins {
 		key := append(rowenc.AppendString(nil, t.src.name), s[:]...)
 		b.tx.PutRow(state.FamilyOrigins, t.partition, key, binary.BigEndian.AppendUint64(nil, seq))
+	}
+	for _, id := range b.replays {
+		key := append(rowenc.AppendString(nil, t.src.name), id[:]...)
+		b.tx.PutRow(state.FamilyOrigins, t.partition, key, binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())))
 	}
 	if b.emits == nil {
 		return
@@ -561,5 +584,11 @@ func (t *Task) applyOutbox(b *batch) {
 	}
 	for s, seq := range b.origins {
 		t.origins[s] = seq
+	}
+	if len(b.replays) > 0 && t.replayed == nil {
+		t.replayed = map[[originLen]byte]struct{}{}
+	}
+	for _, id := range b.replays {
+		t.replayed[id] = struct{}{}
 	}
 }

@@ -327,6 +327,7 @@ func addCounters(c *stream.Counters, o stream.Counters) {
 	c.Retries += o.Retries
 	c.Resequenced += o.Resequenced
 	c.Duplicates += o.Duplicates
+	c.Readmitted += o.Readmitted
 	c.Gaps += o.Gaps
 	c.OutboxCommitted += o.OutboxCommitted
 	c.OutboxPublished += o.OutboxPublished

@@ -615,6 +615,7 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		ps.Failures += uint64(len(res.Failures))
 		ps.Resequenced += uint64(res.Released)
 		ps.Duplicates += uint64(res.Duplicates)
+		ps.Readmitted += uint64(res.Readmitted)
 		ps.OutboxCommitted += uint64(res.Emitted)
 		ps.Redelivered += uint64(res.Redelivered)
 		ps.Gaps += uint64(len(res.Gaps))

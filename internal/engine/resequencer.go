@@ -395,8 +395,11 @@ type seqBatch struct {
 	released int
 	dups     int
 	dropped  int // duplicates dropped (not in the batch's input)
-	gaps     []stream.GapNotice
-	err      error
+	// readmitted counts replayed events passed at their key's position
+	// (replay.go).
+	readmitted int
+	gaps       []stream.GapNotice
+	err        error
 
 	in      []connector.Record
 	fromRow []bool
@@ -564,6 +567,14 @@ func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 		r := &records[i]
 		rt := t.src.routes[r.Headers.Tag]
 		if rt == nil || !rt.sequenced || (t.hasNext && r.Offset < t.next) || r.HeaderErr != nil || r.Headers.Validate() != nil {
+			sb.add(*r, seqNote{})
+			continue
+		}
+		if isReplayOrigin(r.Headers.Origin) {
+			// A replay (strand dlq replay): its strand-seq is the one the
+			// producer gave it long ago; it is applied where its key is now,
+			// at most once (its origin).
+			sb.readmitted++
 			sb.add(*r, seqNote{})
 			continue
 		}

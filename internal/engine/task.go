@@ -113,6 +113,8 @@ type Task struct {
 	outNext uint64
 	origin  [8]byte
 	origins map[[8]byte]uint64
+	// replayed holds the replay origins applied (replay.go; nil: none).
+	replayed map[[originLen]byte]struct{}
 
 	// pipelining (Submit): the batch whose commit may be in flight, and the
 	// error that broke the Task when a commit failed.
@@ -247,6 +249,9 @@ type Result struct {
 	Released    int
 	Duplicates  int
 	Gaps        []stream.GapNotice
+	// Readmitted counts the replayed events (strand dlq replay) the
+	// re-sequencer let pass at their key's current position.
+	Readmitted int
 	// Emitted counts the outbox messages (To, KeyBy) this commit wrote;
 	// Redelivered counts the records dropped because they are outbox
 	// messages applied before (published twice).
@@ -327,6 +332,8 @@ type batch struct {
 	// outbox rows). Both are taken over by the Task after the commit.
 	origins map[[8]byte]uint64
 	outNext uint64
+	// replays are the replay origins (replay.go) the batch applies.
+	replays [][originLen]byte
 
 	mismatches int // written by prepare only
 
@@ -767,7 +774,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	if sb != nil {
 		res.Resequenced = slices.Clone(sb.heldOffs)
 		slices.Sort(res.Resequenced)
-		res.Released, res.Duplicates, res.Gaps = sb.released, sb.dups, sb.gaps
+		res.Released, res.Duplicates, res.Gaps, res.Readmitted = sb.released, sb.dups, sb.gaps, sb.readmitted
 		res.Records += len(sb.heldOffs) + sb.dropped
 		if sb.released > 0 {
 			slices.Sort(res.Applied)
@@ -818,6 +825,10 @@ func (t *Task) report(res *Result) {
 		if t.onDeadLetter != nil {
 			t.onDeadLetter(d)
 		}
+	}
+	if res.Readmitted > 0 {
+		t.log.Info("strand: replayed events re-admitted at their keys' current positions (their strand-seq is the producer's, not a new one)",
+			slog.String("source", t.src.name), slog.Uint64("partition", uint64(t.partition)), slog.Int("events", res.Readmitted))
 	}
 	for _, g := range res.Gaps {
 		t.log.Warn("stream: sequence gap given up",

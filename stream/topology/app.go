@@ -378,7 +378,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	}
 	db, err := state.Open(dir, sopts...)
 	if err != nil {
-		return nil, fail(err)
+		return nil, fail(lockHint(dir, err))
 	}
 	a := &App{prog: p, db: db, log: o.log, partitions: o.partitions, sinks: sinks}
 	if err := a.startTelemetry(&o); err != nil {

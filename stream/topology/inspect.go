@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -26,6 +27,14 @@ type Inspection struct {
 	// Parked lists, per source partition that has any, the keys waiting for
 	// a retry or a release and the records they hold.
 	Parked []InspectedParked
+	// Held lists, per source partition that has any, the keys the
+	// re-sequencer holds records of, each behind an open gap (a missing
+	// sequence number), and the records: they are past the checkpoint but
+	// not applied.
+	Held []InspectedHeld
+	// Outbox lists, per source partition that has any, the committed
+	// messages of To and KeyBy steps not yet published.
+	Outbox []InspectedOutbox
 	// PendingDeadLetters are the committed dead letters not yet published
 	// to the dead-letter topic, by partition and offset.
 	PendingDeadLetters []deadletter.Letter
@@ -62,9 +71,45 @@ type InspectedParked struct {
 	Keys, Records int
 }
 
+// InspectedHeld counts the keys the re-sequencer holds records of (each
+// behind an open gap) and the records, of a source partition. Oldest is
+// when the oldest of them was held.
+type InspectedHeld struct {
+	Source        string
+	Partition     uint32
+	Keys, Records int
+	Oldest        time.Time
+}
+
+// InspectedOutbox counts the committed To/KeyBy messages of a source
+// partition not yet published.
+type InspectedOutbox struct {
+	Source    string
+	Partition uint32
+	Messages  int
+}
+
+// Waiting sums what the store holds that is past the checkpoints and not
+// done: held records (open gaps), parked records, pending dead letters and
+// outbox messages. An App whose store waits for nothing and whose
+// checkpoints are at its sources' ends is caught up.
+func (in *Inspection) Waiting() (held, parked, deadLetters, outbox int) {
+	for _, h := range in.Held {
+		held += h.Records
+	}
+	for _, p := range in.Parked {
+		parked += p.Records
+	}
+	for _, o := range in.Outbox {
+		outbox += o.Messages
+	}
+	return held, parked, len(in.PendingDeadLetters), outbox
+}
+
 // Inspect reports what the state directory of an App (the dir given to
 // Open) holds: fingerprint, sources and checkpoints, tables and row counts,
-// parked keys and pending dead letters. It reads every key, so it costs
+// parked keys, held records (open gaps), outbox messages and pending dead
+// letters. It reads every key, so it costs
 // time in proportion to the store's size.
 //
 // A store that no App has open is read directly, read-only. While an App
@@ -125,6 +170,12 @@ func inspectStore(dir string) (*Inspection, error) {
 	}
 	for _, p := range in.Parked {
 		out.Parked = append(out.Parked, InspectedParked{Source: p.Source, Partition: p.Partition, Keys: p.Keys, Records: p.Records})
+	}
+	for _, h := range in.Held {
+		out.Held = append(out.Held, InspectedHeld{Source: h.Source, Partition: h.Partition, Keys: h.Keys, Records: h.Records, Oldest: h.Oldest})
+	}
+	for _, o := range in.Outbox {
+		out.Outbox = append(out.Outbox, InspectedOutbox{Source: o.Source, Partition: o.Partition, Messages: o.Messages})
 	}
 	return out, nil
 }

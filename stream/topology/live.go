@@ -82,6 +82,8 @@ type liveReport struct {
 	Sources     []InspectedSource
 	Tables      []InspectedTable
 	Parked      []InspectedParked
+	Held        []InspectedHeld
+	Outbox      []InspectedOutbox
 	DeadLetters [][]byte
 }
 
@@ -172,7 +174,8 @@ func (l *liveInspect) report() (*liveReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &liveReport{Layout: in.Layout, Fingerprint: in.Fingerprint, Sources: in.Sources, Tables: in.Tables, Parked: in.Parked}
+	rep := &liveReport{Layout: in.Layout, Fingerprint: in.Fingerprint, Sources: in.Sources, Tables: in.Tables, Parked: in.Parked,
+		Held: in.Held, Outbox: in.Outbox}
 	for _, d := range in.PendingDeadLetters {
 		rep.DeadLetters = append(rep.DeadLetters, rowfmt.AppendLetter(nil, d))
 	}
@@ -262,7 +265,7 @@ func askLive(dir string, rec *liveRecord) (*Inspection, error) {
 		return nil, fmt.Errorf("read the report: %w", err)
 	}
 	in := &Inspection{Dir: dir, Layout: rep.Layout, Fingerprint: rep.Fingerprint, Sources: rep.Sources,
-		Tables: rep.Tables, Parked: rep.Parked, Live: rec.app()}
+		Tables: rep.Tables, Parked: rep.Parked, Held: rep.Held, Outbox: rep.Outbox, Live: rec.app()}
 	for _, b := range rep.DeadLetters {
 		var d deadletter.Letter
 		if err := rowfmt.DecodeLetter(b, &d); err != nil {

@@ -127,8 +127,14 @@ func (a *App) observeTelemetry() error {
 // started) to make progress, and sources that report their end offsets
 // (connector.EndOffsetter; connectors/iggy's do). It returns ctx's error if
 // ctx ends first; a source that fails to report its end offsets (a lost
-// connection) is asked again until then. Keys parked for a retry do not hold it back: their
-// records are behind the checkpoint, in the store.
+// connection) is asked again until then.
+//
+// "Caught up" means nothing waits: records the re-sequencer holds behind an
+// open gap, keys parked for a retry or held behind a poison event (waiting
+// for a Release), and outbox messages hold it back, although their records
+// are behind the checkpoint (stream.PartitionStats.Waiting). A gap that
+// never closes (stream.GapWait) or a key never released keeps it waiting
+// until ctx ends.
 func (a *App) WaitCaughtUp(ctx context.Context) error {
 	type target struct {
 		proc *engine.Processor
@@ -180,8 +186,8 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				break
 			}
 			for _, ps := range t.proc.Stats().Partitions {
-				if ps.OutboxPending > 0 && a.runs(ps.Partition) {
-					caught = false // To and KeyBy messages still to publish
+				if ps.Waiting() > 0 && a.runs(ps.Partition) {
+					caught = false // held, parked, or To/KeyBy messages still to publish
 				}
 			}
 		}

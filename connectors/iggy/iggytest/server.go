@@ -371,8 +371,8 @@ type conn struct {
 	vec  net.Buffers
 	hdr  [8]byte
 
-	loggedInOnce bool // the connection left its unauthenticated phase
-	v012 *conn012 // set when the connection speaks binary protocol 0.12.0
+	loggedInOnce bool     // the connection left its unauthenticated phase
+	v012         *conn012 // set when the connection speaks binary protocol 0.12.0
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {

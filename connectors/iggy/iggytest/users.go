@@ -864,8 +864,10 @@ func (c *conn) createToken(p []byte) ([]byte, error) {
 	raw := base64.StdEncoding.EncodeToString(rb[:])
 	t := &accessToken{name: name, hash: sha256.Sum256([]byte(raw))}
 	// 0 is the server default and u64::MAX never: both never expire.
-	if expiry != 0 && expiry != ^uint64(0) {
-		t.expiryAt = nowMicros() + expiry
+	// An expiry past the end of the clock (now + expiry overflows) never
+	// comes either: it must not wrap around into the past.
+	if now := nowMicros(); expiry != 0 && expiry != ^uint64(0) && expiry <= ^uint64(0)-now {
+		t.expiryAt = now + expiry
 	}
 	nu := u.clone()
 	i := sort.Search(len(nu.tokens), func(i int) bool { return nu.tokens[i].name >= name })

@@ -10,8 +10,8 @@ import (
 
 // handleReady answers GET /readyz: 200 when the App catches up with its
 // sources as they are now within the ready timeout (App.WaitCaughtUp: every
-// partition committed up to its end offset, no dead letter waiting to be
-// published), 503 with the reason otherwise.
+// partition committed up to its end offset, nothing held, parked or
+// waiting to be published), 503 with the reason otherwise.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.readyTimeout)
 	defer cancel()
@@ -29,8 +29,9 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 
 // behind says why the App has not caught up.
 func (s *Server) behind() string {
-	var lagging []string
+	var lagging, waiting []string
 	var total uint64
+	var held, heldKeys, parked, parkedKeys, outbox int
 	running := 0
 	for _, st := range s.app.Stats() {
 		for _, p := range st.Partitions {
@@ -41,11 +42,31 @@ func (s *Server) behind() string {
 					lagging = append(lagging, fmt.Sprintf("%s partition %d at %d of %d", st.Source, p.Partition, p.Next, p.End))
 				}
 			}
+			held += p.HeldRecords
+			heldKeys += p.HeldKeys
+			parked += p.ParkedRecords
+			parkedKeys += p.ParkedKeys
+			outbox += p.OutboxPending
 		}
+	}
+	if held > 0 {
+		waiting = append(waiting, fmt.Sprintf("%d records held by the re-sequencer behind open gaps of %d keys", held, heldKeys))
+	}
+	if parkedKeys > 0 {
+		waiting = append(waiting, fmt.Sprintf("%d parked keys (%d records) waiting for a retry or a Release", parkedKeys, parked))
+	}
+	if outbox > 0 {
+		waiting = append(waiting, fmt.Sprintf("%d To/KeyBy messages wait to be published", outbox))
 	}
 	switch {
 	case total > 0:
-		return fmt.Sprintf("catching up, %d records behind (%s)", total, strings.Join(lagging, "; "))
+		msg := fmt.Sprintf("catching up, %d records behind (%s)", total, strings.Join(lagging, "; "))
+		if len(waiting) > 0 {
+			msg += "; " + strings.Join(waiting, "; ")
+		}
+		return msg
+	case len(waiting) > 0:
+		return strings.Join(waiting, "; ") + " (see GET /stats)"
 	case running == 0:
 		return "no partition is running (is App.Run running?)"
 	}

@@ -70,7 +70,7 @@ func (s *Server) handleScan(w http.ResponseWriter, r *http.Request) {
 	}
 	n := max(t.partitions(), 1)
 	if from != nil && from.Partition >= n {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("scan of table %q: after: partition %d of a table of %d", name, from.Partition, n))
+		writeError(w, http.StatusBadRequest, fmt.Errorf("scan of table %q: after: not a cursor of this table (it names partition %d, the table has %d): pass the next of a page of this table, or start without after", name, from.Partition, n))
 		return
 	}
 	page := scanPage{Rows: make([]scanRow, 0, min(limit, 256))}

@@ -489,7 +489,15 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	writeBody(w, status, errorBody(err))
 }
 
+// maxErrorText bounds an error's text in a response: errors name the key or
+// cursor they refuse, and a request may carry a megabyte of it.
+const maxErrorText = 1024
+
 func errorBody(err error) []byte {
-	b, _ := json.Marshal(map[string]string{"error": err.Error()})
+	msg := err.Error()
+	if len(msg) > maxErrorText {
+		msg = strings.ToValidUTF8(msg[:maxErrorText], "") + fmt.Sprintf("... (error cut: %d bytes)", len(msg))
+	}
+	b, _ := json.Marshal(map[string]string{"error": msg})
 	return b
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/engine"
+)
+
+// A processor that fails while -drain waits for it to catch up makes the
+// run return that failure (it used to hang for ever: the wait took Run's
+// result from the channel the stop then waited on).
+func TestDrainReturnsTheProcessorsError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := iggytest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	common := []string{"-iggy", srv.Addr(), "-partitions", "2", "-data", t.TempDir(), "-http", "", "-progress", "0"}
+	if err := run(ctx, append([]string{"-role", "producer", "-events", "200", "-poison", "0"}, common...), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	injected := errors.New("injected failure")
+	hooks := engine.Hooks{AfterCommit: func(uint32, engine.Result) error { return injected }}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-role", "processor", "-drain"}, common...), io.Discard, io.Discard, engine.WithHooks(hooks))
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, injected) || !strings.Contains(err.Error(), "before it caught up") {
+			t.Fatalf("-drain after a processor failure = %v, want the failure", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("-drain did not return after the processor failed")
+	}
+}
