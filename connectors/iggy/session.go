@@ -289,7 +289,7 @@ func (s *session) getTopic(t topicRef) (*iggcon.TopicDetails, error) {
 	if !ok {
 		return nil, ierror.ErrTopicIdNotFound
 	}
-	d := &iggcon.TopicDetails{Topic: iggcon.Topic{Id: ti.ID, Name: ti.Name, PartitionsCount: ti.PartitionsCount,
+	d := &iggcon.TopicDetails{Topic: iggcon.Topic{Id: ti.ID, CreatedAt: ti.CreatedAt, Name: ti.Name, PartitionsCount: ti.PartitionsCount,
 		MessagesCount: ti.Messages, MaxTopicSize: ti.MaxSize, MessageExpiry: iggcon.Duration(ti.Expiry)}}
 	for _, p := range ti.Partitions {
 		d.Partitions = append(d.Partitions, iggcon.PartitionContract{Id: p.ID, CreatedAt: p.CreatedAt,
