@@ -181,18 +181,7 @@ func (d *fetchDecoder) decodeAppend(dst []connector.Record, reply []byte, want u
 		}
 		next++
 	}
-	if decoded != int(info.count) {
-		return dst, info, fmt.Errorf("%w: a poll reply claims %d messages and holds %d", ErrProtocol, info.count, decoded)
-	}
-	switch {
-	case len(recs) > base:
-		return recs, info, nil
-	case !open:
-		return dst, info, fmt.Errorf("%w: the next offset is %d but the log continues at %d; messages %d..%d are gone (removed by retention?). Re-open the partition at %d to skip them",
-			ErrOffsetGap, want, gapAt, want, gapAt-1, gapAt)
-	default:
-		return dst, info, fmt.Errorf("%w: the broker returned only earlier offsets than %d", ErrProtocol, want)
-	}
+	return pollOutcome(dst, recs, base, info, decoded, open, want, gapAt)
 }
 
 // decodeAppend012 is decodeAppend for a binary protocol 0.12.0 reply: the
@@ -261,6 +250,13 @@ func (d *fetchDecoder) decodeAppend012(dst []connector.Record, reply []byte, wan
 	if err != nil {
 		return dst, info, fmt.Errorf("%w: poll reply: %w", ErrProtocol, err)
 	}
+	return pollOutcome(dst, recs, base, info, decoded, open, want, gapAt)
+}
+
+// pollOutcome ends a decode of either protocol's poll reply: the records
+// appended past base, or why none were (a count that does not match, a gap
+// left by retention, or only offsets before want).
+func pollOutcome(dst, recs []connector.Record, base int, info fetchInfo, decoded int, open bool, want, gapAt uint64) ([]connector.Record, fetchInfo, error) {
 	if decoded != int(info.count) {
 		return dst, info, fmt.Errorf("%w: a poll reply claims %d messages and holds %d", ErrProtocol, info.count, decoded)
 	}
