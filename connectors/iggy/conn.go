@@ -88,17 +88,24 @@ func (k *conn) do(ctx context.Context, repeat bool, fn func(*session) error) err
 		return err
 	}
 	defer k.release()
+	// A request that may be repeated (call) is sent again, on a fresh
+	// connection, when the connection was lost before it was answered or
+	// could not be made (a broker restarting, or dropping connections):
+	// up to repeatLost times, paced by gate. Timeouts are not repeated.
+	lost := 0
 	for {
 		if k.closed.Load() {
 			return ErrClosed
 		}
-		reused := k.sess != nil
-		if !reused {
+		if k.sess == nil {
 			if err := k.gate(ctx); err != nil {
 				return err
 			}
 			if err := k.connect(ctx); err != nil {
-				return err
+				if !k.repeatable(ctx, repeat, &lost, err) {
+					return err
+				}
+				continue
 			}
 		}
 		err := k.invoke(ctx, fn)
@@ -107,12 +114,26 @@ func (k *conn) do(ctx context.Context, repeat bool, fn func(*session) error) err
 		}
 		k.drop()
 		err = k.transportError(ctx, err)
-		if !repeat || !reused || !errors.Is(err, ErrDisconnected) {
+		if !k.repeatable(ctx, repeat, &lost, err) {
 			return err
 		}
-		k.cl.cfg.log.Debug("iggy: connection was lost while idle; reconnecting", "addr", k.cl.addr, "conn", k.role, "err", err)
-		repeat = false
+		k.cl.cfg.log.Debug("iggy: connection was lost; sending the request again on a new one", "addr", k.cl.addr, "conn", k.role, "err", err)
 	}
+}
+
+// repeatLost is how many times call sends a request again after its
+// connection was lost.
+const repeatLost = 3
+
+// repeatable reports whether a request that failed with err is sent again
+// (see do), counting the repeat in lost.
+func (k *conn) repeatable(ctx context.Context, repeat bool, lost *int, err error) bool {
+	if !repeat || *lost >= repeatLost || ctx.Err() != nil || k.closed.Load() ||
+		!(errors.Is(err, ErrDisconnected) || errors.Is(err, ErrUnreachable)) {
+		return false
+	}
+	*lost++
+	return true
 }
 
 // gate keeps a connection that keeps failing to connect from being retried
