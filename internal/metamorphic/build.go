@@ -101,7 +101,19 @@ func Build(c *Case) *Built {
 		s := streams[n.ID]
 		td := c.Inputs[n.Input].Types[n.Type]
 		for h, t := range n.Tables {
-			topology.Project(s, b.Tables[t], b.fold(n, h, td))
+			fold := b.fold(n, h, td)
+			if !n.CtxFolds {
+				topology.Project(s, b.Tables[t], fold)
+				continue
+			}
+			topology.ProjectContext(s, b.Tables[t], func(ctx context.Context, r *Row, e Ev) error {
+				if ctx.Err() != nil {
+					// The harness never stops an App mid-batch for good: a
+					// fold must not see its context done.
+					return fmt.Errorf("metamorphic: fold of node %d ran with a done context: %w", n.ID, ctx.Err())
+				}
+				return fold(r, e)
+			})
 		}
 		if n.To {
 			depth := n.Depth

@@ -120,6 +120,9 @@ type NodeDesc struct {
 	To       bool
 	OutTopic string
 	ForEach  bool
+	// CtxFolds: the projections are made with topology.ProjectContext
+	// (odd node ids; no random draw, so seeds keep their cases).
+	CtxFolds bool
 	// Child is the node a KeyBy step of this node makes, or -1.
 	Child int
 }
@@ -322,7 +325,8 @@ func (c *Case) genNodes(r *rand.Rand) {
 	}
 	var add func(in, ty, parent, depth int, topic string) int
 	add = func(in, ty, parent, depth int, topic string) int {
-		n := NodeDesc{ID: len(c.Nodes), Input: in, Type: ty, Parent: parent, Depth: depth, Topic: topic, Child: -1}
+		n := NodeDesc{ID: len(c.Nodes), Input: in, Type: ty, Parent: parent, Depth: depth, Topic: topic, Child: -1,
+			CtxFolds: len(c.Nodes)%2 == 1}
 		c.Nodes = append(c.Nodes, n)
 		for range r.IntN(3) {
 			if t := pickTable(topic); !slices.Contains(n.Tables, t) {
@@ -552,6 +556,9 @@ func (c *Case) String() string {
 		}
 		if n.ForEach {
 			b.WriteString(" foreach")
+		}
+		if n.CtxFolds && len(n.Tables) > 0 {
+			b.WriteString(" (ProjectContext)")
 		}
 		if n.Child >= 0 {
 			fmt.Fprintf(&b, " keyby→node %d", n.Child)
