@@ -20,8 +20,6 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/internal/engine"
-	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -30,14 +28,14 @@ import (
 
 // run parses args and runs the program until it is done or ctx ends. extra
 // options go to the processor (the crash test installs hooks with them).
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...engine.ProcessorOption) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...topology.OpenOption) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
 	a := newApp(cfg, stdout, stderr)
 	a.echo = stderr
-	a.procOpts = extra
+	a.openOpts = extra
 	_, err = a.run(ctx)
 	return err
 }
@@ -48,7 +46,7 @@ type app struct {
 	out      io.Writer
 	log      *slog.Logger
 	ev       *bank.Events
-	procOpts []engine.ProcessorOption // crash tests: hooks inside commits
+	openOpts []topology.OpenOption // crash tests: fault points (topology.WithFaults)
 	// caughtUp, when set, is called once a bounded run has caught up, before
 	// the check, while HTTP is still served (tests query it there).
 	caughtUp func(a *app)
@@ -246,9 +244,6 @@ func (a *app) openApp(ctx context.Context) error {
 	if a.wrapDLQ != nil {
 		conn = wrappedConnector{a.cl, a.wrapDLQ}
 	}
-	if len(a.procOpts) > 0 {
-		ctx = runhooks.With(ctx, a.procOpts...)
-	}
 	tel, err := a.telemetry()
 	if err != nil {
 		return err
@@ -258,6 +253,7 @@ func (a *app) openApp(ctx context.Context) error {
 	if a.cfg.group {
 		opts = append(opts, a.groupOptions()...)
 	}
+	opts = append(opts, a.openOpts...)
 	app, err := topology.Open(ctx, topo, conn, filepath.Join(a.dir, a.cfg.stateDir()), opts...)
 	if err != nil {
 		return err

@@ -21,9 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
+	"github.com/strand-io/strand/stream/topology"
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
@@ -65,7 +65,7 @@ func childMain() int {
 		return 2
 	}
 	a := newApp(cfg, os.Stdout, os.Stderr)
-	a.procOpts = []engine.ProcessorOption{engine.WithHooks(hooks)}
+	a.openOpts = []topology.OpenOption{topology.WithFaults(hooks)}
 	if os.Getenv(childPlainDLQ) != "" {
 		a.wrapDLQ = func(s connector.Sink) connector.Sink { return plainSink{s} }
 	}
@@ -103,8 +103,8 @@ const selfStopLine = "SELF-STOP"
 //	dlq-before-send  dead letters committed, about to be sent
 //
 // so that a zombie test pauses an owner with work in flight.
-func stopHooks(point string) (engine.Hooks, error) {
-	var h engine.Hooks
+func stopHooks(point string) (topology.Faults, error) {
+	var h topology.Faults
 	var armed atomic.Bool
 	usr := make(chan os.Signal, 1)
 	signal.Notify(usr, syscall.SIGUSR1)
@@ -125,7 +125,7 @@ func stopHooks(point string) (engine.Hooks, error) {
 	}
 	switch point {
 	case "commit":
-		h.BeforeProcess = func(p uint32, records []connector.Record) error {
+		h.BeforeProcess = func(_ string, p uint32, records []connector.Record) error {
 			if len(records) > 0 && armed.Load() {
 				d := time.Duration(rand.Int64N(int64(3 * time.Millisecond)))
 				time.AfterFunc(d, func() { stop(point, p) })
@@ -133,14 +133,14 @@ func stopHooks(point string) (engine.Hooks, error) {
 			return nil
 		}
 	case "after-commit":
-		h.AfterCommit = func(p uint32, _ engine.Result) error {
+		h.AfterCommit = func(_ string, p uint32, _ uint64) error {
 			if armed.Load() {
 				stop(point, p)
 			}
 			return nil
 		}
 	case "dlq-before-send":
-		h.BeforeDeadLetterSend = func(p uint32, _ []deadletter.Letter) error {
+		h.BeforeDeadLetterSend = func(_ string, p uint32, _ []deadletter.Letter) error {
 			if armed.Load() {
 				stop(point, p)
 			}
@@ -163,8 +163,8 @@ func stopHooks(point string) (engine.Hooks, error) {
 //	dlq-before-send   dead letters committed, about to be sent
 //	dlq-after-send    dead letters accepted by the broker, rows not deleted
 //	dlq-after-delete  rows of published dead letters deleted
-func killHooks(mode string) (engine.Hooks, error) {
-	var h engine.Hooks
+func killHooks(mode string) (topology.Faults, error) {
+	var h topology.Faults
 	if mode == "" || mode == "random" || mode == "early" {
 		return h, nil
 	}
@@ -177,7 +177,7 @@ func killHooks(mode string) (engine.Hooks, error) {
 	switch point {
 	case "commit":
 		var once sync.Once
-		h.BeforeProcess = func(_ uint32, records []connector.Record) error {
+		h.BeforeProcess = func(_ string, _ uint32, records []connector.Record) error {
 			if len(records) > 0 && hit() {
 				once.Do(func() {
 					d := time.Duration(rand.Int64N(int64(3 * time.Millisecond)))
@@ -187,28 +187,28 @@ func killHooks(mode string) (engine.Hooks, error) {
 			return nil
 		}
 	case "after-commit":
-		h.AfterCommit = func(uint32, engine.Result) error {
+		h.AfterCommit = func(string, uint32, uint64) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "dlq-before-send":
-		h.BeforeDeadLetterSend = func(uint32, []deadletter.Letter) error {
+		h.BeforeDeadLetterSend = func(string, uint32, []deadletter.Letter) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "dlq-after-send":
-		h.AfterDeadLetterSend = func(uint32, []deadletter.Letter) error {
+		h.AfterDeadLetterSend = func(string, uint32, []deadletter.Letter) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "dlq-after-delete":
-		h.AfterDeadLetterDelete = func(uint32, []deadletter.Letter) error {
+		h.AfterDeadLetterDelete = func(string, uint32, []deadletter.Letter) error {
 			if hit() {
 				die(point)
 			}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // A processor that fails while -drain waits for it to catch up makes the
@@ -28,10 +28,10 @@ func TestDrainReturnsTheProcessorsError(t *testing.T) {
 		t.Fatal(err)
 	}
 	injected := errors.New("injected failure")
-	hooks := engine.Hooks{AfterCommit: func(uint32, engine.Result) error { return injected }}
+	faults := topology.Faults{AfterCommit: func(string, uint32, uint64) error { return injected }}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-role", "processor", "-drain"}, common...), io.Discard, io.Discard, engine.WithHooks(hooks))
+		done <- run(ctx, append([]string{"-role", "processor", "-drain"}, common...), io.Discard, io.Discard, topology.WithFaults(faults))
 	}()
 	select {
 	case err := <-done:

@@ -23,9 +23,8 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/shop/orders"
-	"github.com/strand-io/strand/internal/engine"
-	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology"
 )
 
 // The crash test re-executes this test binary as the processor: with
@@ -58,8 +57,7 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	ctx = runhooks.With(ctx, engine.WithHooks(hooks))
-	if err := run(ctx, args, os.Stdout, os.Stderr); err != nil {
+	if err := run(ctx, args, os.Stdout, os.Stderr, topology.WithFaults(hooks)); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
@@ -80,8 +78,8 @@ func die(where string) {
 //	after-commit        a batch committed, its outbox messages not yet published
 //	outbox-before-send  outbox messages durable, about to be sent
 //	outbox-after-send   outbox messages accepted by the broker, rows not deleted
-func killHooks(mode string) (engine.Hooks, error) {
-	var h engine.Hooks
+func killHooks(mode string) (topology.Faults, error) {
+	var h topology.Faults
 	if mode == "" {
 		return h, nil
 	}
@@ -93,21 +91,21 @@ func killHooks(mode string) (engine.Hooks, error) {
 	hit := func() bool { return rand.Float64() < p }
 	switch point {
 	case "after-commit":
-		h.AfterCommit = func(uint32, engine.Result) error {
+		h.AfterCommit = func(string, uint32, uint64) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "outbox-before-send":
-		h.BeforeOutboxSend = func(uint32, []connector.Message) error {
+		h.BeforeOutboxSend = func(string, uint32, []connector.Message) error {
 			if hit() {
 				die(point)
 			}
 			return nil
 		}
 	case "outbox-after-send":
-		h.AfterOutboxSend = func(uint32, []connector.Message) error {
+		h.AfterOutboxSend = func(string, uint32, []connector.Message) error {
 			if hit() {
 				die(point)
 			}

@@ -66,6 +66,7 @@ func main() {
 }
 
 type config struct {
+	extra                    []topology.OpenOption // not a flag: options run gives the processor
 	role                     string
 	iggy, user, password     string
 	protocol                 string
@@ -126,11 +127,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	return c, nil
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run runs the example with args; extra are further options of the
+// processor's App (the crash tests' fault points, topology.WithFaults).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, extra ...topology.OpenOption) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
+	cfg.extra = extra
 	level := slog.LevelWarn
 	if cfg.verbose {
 		level = slog.LevelInfo
@@ -259,8 +263,8 @@ const readyLine = "processor running"
 // caught up.
 func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, stdout io.Writer) error {
 	shop := shopTopology(cfg)
-	app, err := topology.Open(ctx, shop.Topology, cl, cfg.data, topology.WithLogger(log),
-		topology.WithDeadLetterTopic(orders.Stream+"/"+orders.DLQTopic))
+	app, err := topology.Open(ctx, shop.Topology, cl, cfg.data, append([]topology.OpenOption{topology.WithLogger(log),
+		topology.WithDeadLetterTopic(orders.Stream + "/" + orders.DLQTopic)}, cfg.extra...)...)
 	if err != nil {
 		return err
 	}

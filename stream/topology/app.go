@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
-	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream"
@@ -92,6 +91,8 @@ type openOptions struct {
 	queryAddr  string
 	snapEvery  *int
 	reserve    *int64 // WithDiskReserve (world.go)
+	faults     *Faults        // WithFaults (faults.go)
+	grace      *time.Duration // WithOutboxGrace (faults.go)
 }
 
 // Clock is the time an App's retries run on. The default is the wall
@@ -430,10 +431,9 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if a.grp != nil {
 		popts = append(popts, engine.WithPublishGate(a.grp.gate, a.grp.check))
 	}
-	popts = append(popts, runhooks.From(ctx)...)
 	writers := p.writerGroups()
 	for _, src := range sources {
-		sopts := slices.Concat(popts, a.telemetryOptions(src.Name()),
+		sopts := slices.Concat(popts, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
 			[]engine.ProcessorOption{engine.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
 		if w := writers[src.Name()]; w != nil {
 			sopts = append(sopts, engine.WithWriters(w))

@@ -8,8 +8,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -30,7 +28,7 @@ func newFeed(d *topologytest.Driver, partitions int) *feed {
 }
 
 func (f *feed) record(r connector.Record) {
-	r.Partition = xxh32.Partition(r.Headers.Key, uint32(len(f.log)))
+	r.Partition = connector.PartitionOf(r.Headers.Key, uint32(len(f.log)))
 	r.Offset = f.d.PipeRecord(source, r)
 	f.log[r.Partition] = append(f.log[r.Partition], r)
 }
@@ -60,7 +58,7 @@ func (f *feed) pipePoison(i, accounts int) {
 		}
 	}
 	h, err := connector.ParseHeaders(key, typ, props, nil)
-	r := connector.Record{Partition: xxh32.Partition(m.Key, uint32(len(f.log))), Headers: h, HeaderErr: err, Payload: m.Payload}
+	r := connector.Record{Partition: connector.PartitionOf(m.Key, uint32(len(f.log))), Headers: h, HeaderErr: err, Payload: m.Payload}
 	r.Offset = f.d.PipeRecord(source, r)
 	f.log[r.Partition] = append(f.log[r.Partition], r)
 }
@@ -385,7 +383,7 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-var _ state.Codec[bank.Account] = stream.Binary[bank.Account]()
+var _ stream.Codec[bank.Account] = stream.Binary[bank.Account]()
 
 func TestSequencedBinaryRoundTrip(t *testing.T) {
 	ev := bank.SequencedDeclarations(bank.Binary)

@@ -28,8 +28,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
-	"github.com/strand-io/strand/internal/runhooks"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -133,12 +131,11 @@ func NewDriver(tb TB, topo *topology.Topology, opts ...Option) *Driver {
 
 func (d *Driver) open() {
 	d.tb.Helper()
-	opts := append([]topology.OpenOption{topology.WithLogger(d.log), topology.WithClock(d.clock),
-		topology.WithDurability(topology.NoSync), topology.WithPrefetch(0)}, d.opts...)
 	// The in-memory sinks have no send in flight across a restart: no
-	// grace for one (engine.DefaultOutboxGrace) is needed.
-	octx := runhooks.With(context.Background(), engine.WithOutboxGrace(0))
-	app, err := d.prog.Open(octx, d.conn, d.dir, opts...)
+	// grace for one is needed.
+	opts := append([]topology.OpenOption{topology.WithLogger(d.log), topology.WithClock(d.clock),
+		topology.WithDurability(topology.NoSync), topology.WithPrefetch(0), topology.WithOutboxGrace(0)}, d.opts...)
+	app, err := d.prog.Open(context.Background(), d.conn, d.dir, opts...)
 	if err != nil {
 		d.tb.Fatalf("topologytest: %v", err)
 	}
