@@ -426,3 +426,12 @@ func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
 		})
 	}
 }
+
+// The test-only options refuse what they cannot mean.
+func TestFaultOptionsRefuseBadValues(t *testing.T) {
+	topo, _, _ := counter("faults")
+	_, err := topology.Open(context.Background(), topo, broker(t), t.TempDir(), topology.WithOutboxGrace(-time.Second))
+	if err == nil || !strings.Contains(err.Error(), "topology.WithOutboxGrace") {
+		t.Fatalf("Open with a negative outbox grace = %v, want an error naming topology.WithOutboxGrace", err)
+	}
+}
