@@ -90,7 +90,7 @@ type openOptions struct {
 	group      connector.Group  // see group.go
 	queryAddr  string
 	snapEvery  *int
-	reserve    *int64 // WithDiskReserve (world.go)
+	reserve    *int64         // WithDiskReserve (world.go)
 	faults     *Faults        // WithFaults (faults.go)
 	grace      *time.Duration // WithOutboxGrace (faults.go)
 }
