@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/deadletter"
 )
@@ -77,7 +76,7 @@ type InspectedOutbox struct {
 // fails while an App has the store open).
 func Inspect(dir string) (Inspection, error) {
 	var in Inspection
-	rows := map[uint32]int{}
+	perTable := map[uint32]int{}
 	parked := map[string]*InspectedParked{}
 	var parkedOrder []string
 	held := map[string]*InspectedHeld{}
@@ -94,10 +93,10 @@ func Inspect(dir string) (Inspection, error) {
 			in.Checkpoints = append(in.Checkpoints, InspectedCheckpoint{Source: string(rest), Partition: part, Next: binary.BigEndian.Uint64(value)})
 		case state.FamilyTable:
 			if len(rest) >= 4 {
-				rows[binary.BigEndian.Uint32(rest)]++
+				perTable[binary.BigEndian.Uint32(rest)]++
 			}
 		case state.FamilyParked:
-			r := rowenc.Reader{B: rest}
+			r := rows.Reader{B: rest}
 			src := r.String()
 			kind := r.Byte()
 			if r.Err != nil {
@@ -111,16 +110,16 @@ func Inspect(dir string) (Inspection, error) {
 				parkedOrder = append(parkedOrder, id)
 			}
 			switch kind {
-			case parkedMeta:
+			case rows.ParkedKindMeta:
 				pk.Keys++
-			case parkedRecord:
+			case rows.ParkedKindRecord:
 				pk.Records++
 			}
 		case state.FamilyHolds:
-			r := rowenc.Reader{B: rest}
+			r := rows.Reader{B: rest}
 			src := r.String()
 			key := r.String()
-			if r.Err != nil || len(value) < 9 || value[0] != seqFormat {
+			if r.Err != nil || len(value) < 9 || value[0] != rows.SeqFormat {
 				return fmt.Errorf("stream: inspect %s: hold row %x: malformed", dir, rest)
 			}
 			id := fmt.Sprintf("%s\x00%d", src, part)
@@ -140,16 +139,14 @@ func Inspect(dir string) (Inspection, error) {
 				h.Oldest = since
 			}
 		case state.FamilyOutbox:
-			r := rowenc.Reader{B: rest}
-			src := r.String()
-			kind := r.Byte()
-			if r.Err != nil {
-				return fmt.Errorf("stream: inspect %s: outbox row %x: %w", dir, rest, r.Err)
+			src, seq, messages, err := rows.ParseOutboxKey(rest)
+			if err != nil {
+				return fmt.Errorf("stream: inspect %s: %w", dir, err)
 			}
-			if kind != outboxRowMessage || len(r.B) != 8 {
+			if !messages {
 				return nil // the next-seq row
 			}
-			n, err := outboxRowCount(binary.BigEndian.Uint64(r.B), value)
+			n, err := rows.OutboxCount(seq, value)
 			if err != nil {
 				return fmt.Errorf("stream: inspect %s: %w", dir, err)
 			}
@@ -163,7 +160,7 @@ func Inspect(dir string) (Inspection, error) {
 			o.Messages += n
 		case state.FamilyDeadLetters:
 			var d deadletter.Letter
-			if err := rowfmt.DecodeLetter(bytes.Clone(value), &d); err != nil {
+			if err := rows.DecodeLetter(bytes.Clone(value), &d); err != nil {
 				return fmt.Errorf("stream: inspect %s: dead-letter row %x: %w", dir, rest, err)
 			}
 			in.DeadLetters = append(in.DeadLetters, d)
@@ -175,7 +172,7 @@ func Inspect(dir string) (Inspection, error) {
 	}
 	in.Layout, in.Fingerprint, in.Sources = meta.Layout, meta.Fingerprint, meta.Sources
 	for name, id := range meta.Tables {
-		in.Tables = append(in.Tables, InspectedTable{Name: name, ID: id, Rows: rows[id]})
+		in.Tables = append(in.Tables, InspectedTable{Name: name, ID: id, Rows: perTable[id]})
 	}
 	slices.SortFunc(in.Tables, func(a, b InspectedTable) int { return strings.Compare(a.Name, b.Name) })
 	for _, id := range parkedOrder {

@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,8 +12,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -114,7 +112,7 @@ type Task struct {
 	origin  [8]byte
 	origins map[[8]byte]uint64
 	// replayed holds the replay origins applied (replay.go; nil: none).
-	replayed map[[originLen]byte]struct{}
+	replayed map[[rows.OriginLen]byte]struct{}
 
 	// pipelining (Submit): the batch whose commit may be in flight, and the
 	// error that broke the Task when a commit failed.
@@ -333,7 +331,7 @@ type batch struct {
 	origins map[[8]byte]uint64
 	outNext uint64
 	// replays are the replay origins (replay.go) the batch applies.
-	replays [][originLen]byte
+	replays [][rows.OriginLen]byte
 
 	mismatches int // written by prepare only
 
@@ -1349,8 +1347,8 @@ func (t *Task) writeDeadLetters(b *batch, res *Result) {
 		dl.Headers.Key = bytes.Clone(dl.Headers.Key)
 		dl.Payload = bytes.Clone(dl.Payload)
 		t.foreignDeadLetter(&dl, r)
-		row := rowfmt.AppendLetter(nil, dl)
-		b.tx.PutRow(state.FamilyDeadLetters, t.partition, deadLetterRow(t.src.name, r.Offset), row)
+		row := rows.AppendLetter(nil, dl)
+		b.tx.PutRow(state.FamilyDeadLetters, t.partition, rows.DeadLetterKey(t.src.name, r.Offset), row)
 		res.DeadLetters = append(res.DeadLetters, dl)
 	}
 	slices.SortFunc(res.DeadLetters, func(a, b deadletter.Letter) int { return cmpU64(a.Offset, b.Offset) })
@@ -1415,9 +1413,4 @@ func ownRecord(r connector.Record) connector.Record {
 	r.Payload = bytes.Clone(r.Payload)
 	r.Raw = r.Raw.Clone()
 	return r
-}
-
-func deadLetterRow(source string, offset uint64) []byte {
-	b := rowenc.AppendString(nil, source)
-	return binary.BigEndian.AppendUint64(b, offset)
 }
