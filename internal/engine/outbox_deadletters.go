@@ -154,7 +154,7 @@ func (deadLetterKind) count(ps *stream.PartitionStats, n int, failed bool) {
 }
 
 // messageKind is the outbox of a processor's emitting handlers (To,
-// KeyBy): the rows of state.FamilyOutbox of its source (outbox_rows.go),
+// KeyBy): the rows of state.FamilyOutbox of its source (internal/rows/outbox.go),
 // runs of messages each published to the sink of its destination topic.
 type messageKind struct {
 	p  *Processor

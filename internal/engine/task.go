@@ -105,7 +105,7 @@ type Task struct {
 	deltaDirty            []*seqState
 	memHeld               []*holdEntry
 
-	// outbox (outbox_rows.go): the next sequence number of the partition's
+	// outbox (outbox_stage.go; layouts in internal/rows/outbox.go): the next sequence number of the partition's
 	// outbox messages, the origin stream they carry, and the highest
 	// sequence applied per origin stream read (nil: none yet).
 	outNext uint64
@@ -305,7 +305,7 @@ const (
 	statusHeld
 	statusSkipped
 	statusStale
-	// statusDuplicate: an outbox message applied before (outbox_rows.go).
+	// statusDuplicate: an outbox message applied before (outbox_stage.go; layouts in internal/rows/outbox.go).
 	statusDuplicate
 )
 
@@ -418,7 +418,7 @@ type runCtx struct {
 // commit; if that commit failed, Process returns an error wrapping
 // ErrTaskBroken and does nothing.
 func (t *Task) Process(ctx context.Context, records []connector.Record) (Result, error) {
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		return Result{Next: t.next}, err
 	}
 	return t.process(ctx, records)
@@ -465,9 +465,9 @@ func (p *Pending) report() {
 	p.t.report(&p.res)
 }
 
-// settlePending waits for the pending commit of Submit, if any, and breaks
+// finishPending waits for the pending commit of Submit, if any, and breaks
 // the Task if it failed.
-func (t *Task) settlePending() error {
+func (t *Task) finishPending() error {
 	if t.broken != nil {
 		return t.broken
 	}
@@ -518,7 +518,7 @@ func (t *Task) Submit(ctx context.Context, records []connector.Record) (*Pending
 	}
 	p := &Pending{t: t, done: make(chan struct{})}
 	if st == nil { // nothing to do
-		if err := t.settlePending(); err != nil {
+		if err := t.finishPending(); err != nil {
 			return nil, err
 		}
 		p.res = Result{Next: t.next}
@@ -527,7 +527,7 @@ func (t *Task) Submit(ctx context.Context, records []connector.Record) (*Pending
 	}
 	// The previous commit must have succeeded before this one starts:
 	// this batch was built on it.
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		st.b.tx.Discard()
 		if st.seq != nil {
 			st.seq.rollback()
@@ -565,7 +565,7 @@ func (p *Pending) tx() *state.Txn {
 // nothing when no key is due. Call it when NextRetry comes and no batch is
 // flowing.
 func (t *Task) Retry(ctx context.Context) (Result, error) {
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		return Result{Next: t.next}, err
 	}
 	return t.process(ctx, nil)
@@ -604,7 +604,7 @@ func (t *Task) Parked() (keys, records int) {
 // poison event (HoldPoisonedKey) goes on. It commits at once; releasing a
 // key that is not parked does nothing.
 func (t *Task) Release(ctx context.Context, key []byte) error {
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		return err
 	}
 	pk, ok := t.parked[string(key)]
@@ -641,7 +641,7 @@ func (t *Task) process(ctx context.Context, records []connector.Record) (Result,
 	return st.res, nil
 }
 
-// staged is a batch executed and settled into its transaction, not yet
+// staged is a batch executed and written into its transaction, not yet
 // committed.
 type staged struct {
 	b       *batch
@@ -651,7 +651,7 @@ type staged struct {
 	seq     *seqBatch // nil when the re-sequencer is off
 }
 
-// stage runs a batch up to its commit: input, plan, execute, settle, with
+// stage runs a batch up to its commit: input, plan, execute, write the outcome, with
 // the transaction following prev (nil: none). It returns nil when there is
 // nothing to do. On error the transaction is discarded.
 func (t *Task) stage(ctx context.Context, records []connector.Record, prev *state.Txn) (st *staged, err error) {
@@ -767,7 +767,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 
 	// Write parked rows, dead letters and the checkpoint, and work out the
 	// new parked state; apply it to memory only after the commit.
-	changes := t.settle(b, now, &res)
+	changes := t.writeOutcome(b, now, &res)
 	res.Mismatches = b.mismatches
 	if sb != nil {
 		res.Resequenced = slices.Clone(sb.heldOffs)
@@ -1153,14 +1153,14 @@ func (t *Task) endRun(b *batch, rc *runCtx, tag planner.Tag, recs []int, res run
 	return false
 }
 
-// settle writes what a batch's execution decided into its transaction,
+// writeOutcome writes what a batch's execution decided into its transaction,
 // next to the table writes the handlers made, in one place and in this
 // order: the tally of the records (res), the rows of parked records, the
 // metadata of parked keys (attempts, next retry), and the dead letters; it
 // then lists the failures in res. The checkpoint is set by stage after it,
 // and the re-sequencer's rows by resequence before the batch runs. It returns the parked
 // keys to update in memory once the commit is done (nil value: unpark).
-func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKey {
+func (t *Task) writeOutcome(b *batch, now time.Time, res *Result) map[string]*parkedKey {
 	tallyRecords(b, res)
 	ps := t.newParkedSet(b)
 	t.parkRecords(b, ps)
