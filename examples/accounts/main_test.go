@@ -24,11 +24,12 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(childMain())
+	if code, ok := crashtest.Main(map[string]func([]string) int{childRole: childMain}); ok {
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(m)
 }

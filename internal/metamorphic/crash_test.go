@@ -14,11 +14,11 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
-	"github.com/strand-io/strand/internal/crashtest"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // Issue 23, item 5: the crash test of a topology with a table fed by two

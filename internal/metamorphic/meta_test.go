@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/strand-io/strand/internal/crashtest"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/crashtest"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The crash test runs a child process (this test binary, re-executed) that

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/crashtest"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The crash test of issue 5: a child process runs the driver over a long

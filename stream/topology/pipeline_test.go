@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/crashtest"
 	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 
 	"github.com/strand-io/strand/internal/state"
 )

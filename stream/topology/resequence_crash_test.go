@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/crashtest"
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The re-sequencer's crash test: a child process runs the real App (the

@@ -1,4 +1,5 @@
-// Package crashtest is strand's one child-process crash harness: a crash
+// Package crashtest is a child-process crash harness, strand's own and
+// one for the crash tests of a service built on strand: a crash
 // test starts its own test binary again as a child process in a role,
 // kills it with SIGKILL at a random moment or lets the child kill itself
 // at a chosen point, restarts it, and checks what the child left behind
@@ -36,6 +37,7 @@ package crashtest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -199,6 +201,35 @@ type Spec struct {
 	Path string
 }
 
+// Command returns the command that runs the child s describes, not
+// started: for a program that starts its children itself (a launcher
+// given to it). Start runs it and watches it.
+func Command(s Spec) (*exec.Cmd, error) {
+	if s.Role == "" {
+		return nil, errors.New("crashtest: Spec.Role is empty; name the role the child checks")
+	}
+	path, args := s.Path, []string(nil)
+	if path == "" {
+		path = os.Args[0]
+		run := "^$"
+		if s.Test != "" {
+			run = "^" + s.Test + "$"
+		}
+		args = []string{"-test.run=" + run, "-test.count=1", "-test.v"}
+	}
+	js, err := json.Marshal(s.Args)
+	if err != nil {
+		return nil, fmt.Errorf("crashtest: the child's arguments: %w", err)
+	}
+	cmd := exec.Command(path, args...)
+	if s.Path != "" {
+		cmd.Args = append(cmd.Args, s.Args...)
+	}
+	cmd.Env = append(os.Environ(), EnvRole+"="+s.Role, EnvArgs+"="+string(js))
+	cmd.Env = append(cmd.Env, s.Env...)
+	return cmd, nil
+}
+
 // Proc is a running child process.
 type Proc struct {
 	cmd   *exec.Cmd
@@ -215,32 +246,18 @@ func Start(t testing.TB, s Spec) *Proc {
 	if s.Role == "" {
 		t.Fatal("crashtest.Start: Spec.Role is empty; name the role the child checks")
 	}
-	path, args := s.Path, []string(nil)
-	if path == "" {
-		path = os.Args[0]
-		run := "^$"
-		if s.Test != "" {
-			run = "^" + s.Test + "$"
-		}
-		args = []string{"-test.run=" + run, "-test.count=1", "-test.v"}
-	}
-	js, err := json.Marshal(s.Args)
+	cmd, err := Command(s)
 	if err != nil {
 		t.Fatalf("crashtest.Start: %v", err)
 	}
-	p := &Proc{cmd: exec.Command(path, args...), ready: make(chan struct{}), done: make(chan struct{})}
-	if s.Path != "" {
-		p.cmd.Args = append(p.cmd.Args, s.Args...)
-	}
-	p.cmd.Env = append(os.Environ(), EnvRole+"="+s.Role, EnvArgs+"="+string(js))
-	p.cmd.Env = append(p.cmd.Env, s.Env...)
+	p := &Proc{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
 	p.out = newOutput(s.Ready, p.ready)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if s.Ready == "" {
 		close(p.ready)
 	}
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("crashtest: start %s (role %s): %v", path, s.Role, err)
+		t.Fatalf("crashtest: start %s (role %s): %v", p.cmd.Path, s.Role, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
