@@ -237,6 +237,8 @@ type Proc struct {
 	ready chan struct{}
 	done  chan struct{}
 	err   error // of Wait, once done is closed
+
+	cursor int // the lines WaitLine has looked at
 }
 
 // Start starts the child s describes, failing t if it cannot. A child
@@ -421,18 +423,16 @@ type output struct {
 	readyText []byte
 	ready     chan struct{}
 	seen      bool
-	waiters   []waiter
+	lines     []string      // complete lines, the first maxLines
+	grew      chan struct{} // closed and replaced at every line
 }
 
-type waiter struct {
-	text []byte
-	c    chan struct{}
-}
+const maxLines = 100_000
 
 const outputHalf = 1 << 20
 
 func newOutput(ready string, c chan struct{}) *output {
-	return &output{readyText: []byte(ready), ready: c, seen: ready == ""}
+	return &output{readyText: []byte(ready), ready: c, seen: ready == "", grew: make(chan struct{})}
 }
 
 func (o *output) Write(b []byte) (int, error) {
@@ -479,30 +479,45 @@ func (o *output) endLine() {
 		o.seen = true
 		close(o.ready)
 	}
-	kept := o.waiters[:0]
-	for _, w := range o.waiters {
-		if bytes.Contains(o.line, w.text) {
-			close(w.c)
-		} else {
-			kept = append(kept, w)
-		}
+	if len(o.lines) < maxLines {
+		o.lines = append(o.lines, string(o.line))
+		close(o.grew)
+		o.grew = make(chan struct{})
 	}
-	o.waiters = kept
 	o.line = o.line[:0]
 }
 
-// lineWith returns a channel closed at the next line that contains text.
-func (o *output) lineWith(text string) <-chan struct{} {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	c := make(chan struct{})
-	o.waiters = append(o.waiters, waiter{text: []byte(text), c: c})
-	return c
+// WaitLine waits until the child prints a line that contains text, after
+// the line the previous WaitLine returned, and returns it. It fails t
+// when the child ends first or d passes (killing the child).
+func (p *Proc) WaitLine(t testing.TB, text string, d time.Duration) string {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		p.out.mu.Lock()
+		lines, grew := p.out.lines, p.out.grew
+		p.out.mu.Unlock()
+		for ; p.cursor < len(lines); p.cursor++ {
+			if strings.Contains(lines[p.cursor], text) {
+				p.cursor++
+				return lines[p.cursor-1]
+			}
+		}
+		select {
+		case <-grew:
+		case <-p.done:
+			p.out.mu.Lock()
+			more := len(p.out.lines) > p.cursor
+			p.out.mu.Unlock()
+			if !more {
+				t.Fatalf("crashtest: the child ended (%v) before it printed %q:\n%s", p.err, text, p.Tail(40))
+			}
+		case <-timeout:
+			p.Kill()
+			t.Fatalf("crashtest: the child did not print %q within %v:\n%s", text, d, p.Tail(40))
+		}
+	}
 }
-
-// Line returns a channel closed when the child next prints a line that
-// contains text (from the call on).
-func (p *Proc) Line(text string) <-chan struct{} { return p.out.lineWith(text) }
 
 func (o *output) String() string {
 	o.mu.Lock()
