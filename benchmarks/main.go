@@ -22,7 +22,9 @@
 //
 // Each measurement runs in its own child process (this binary, re-executed),
 // so its peak resident memory (rusage maxrss) is its own. benchmarks/run.sh
-// runs everything at the issues' sizes; RESULTS.md holds the figures.
+// runs everything at the issues' sizes; RESULTS.md holds the current figures,
+// HISTORY.md every round measured, README.md the scenarios (the registry
+// in registry.go).
 package main
 
 import (
