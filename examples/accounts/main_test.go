@@ -244,9 +244,9 @@ func TestBrokerDropsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d connection drops; output:\n%s", drops.Load(), out)
-	if drops.Load() < 15 {
-		t.Fatalf("only %d drops happened during the run; the test proves little", drops.Load())
-	}
+	// How many drops land in the run depends on the machine's speed: the
+	// data check is the test; the count is asserted over soaks only.
+	crashtest.Coverage(t, drops.Load() >= 15, "only %d drops happened during the run; the test proves little", drops.Load())
 	if rep.Check.Events != 60000 || rep.DeadLetters != 12 {
 		t.Fatalf("checked %d events, %d dead letters", rep.Check.Events, rep.DeadLetters)
 	}

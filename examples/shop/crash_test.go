@@ -140,7 +140,11 @@ func TestCrashWhileForwarding(t *testing.T) {
 	killed, finished := 0, 0
 	for killed < kills {
 		if finished > 5*kills {
-			t.Fatalf("the processor finished %d times before %d kills; the kills come too late (%d so far)", finished, kills, killed)
+			// A fast machine: the runs end before the kills. Not a
+			// failure (no random event is asserted); the check below
+			// still holds.
+			crashtest.Coverage(t, false, "the processor finished %d times before %d kills; the kills come too late (%d so far)", finished, kills, killed)
+			break
 		}
 		publish(len(lines) / (3 * kills))
 		mode := modes[r.IntN(len(modes))]
