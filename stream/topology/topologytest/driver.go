@@ -3,9 +3,9 @@
 //
 // A Driver opens the topology's real App — the same pipelines, commits,
 // retries, parking, dead-letter publication and restarts as in production
-// — over an in-memory connector whose logs the test fills with Pipe and
-// hands out batch by batch with Step, on a clock that moves only when the
-// test calls AdvanceClock. Dead letters are published to an in-memory
+// — over an in-memory connector (package memconn, Broker) whose logs the
+// test fills with Pipe and hands out batch by batch with Step, on a clock
+// that moves only when the test calls AdvanceClock. Dead letters are published to an in-memory
 // dead-letter topic that DeadLetters reads; the Driver logs nothing unless
 // given a logger.
 //
@@ -173,6 +173,12 @@ func (d *Driver) started() bool {
 
 // App returns the running App (for Stats, Checkpoint, Release).
 func (d *Driver) App() *topology.App { return d.app }
+
+// Broker returns the in-memory broker the App runs over (package memconn):
+// for tests that inject faults (a sink whose sends fail, a source whose
+// polls fail) or read a topic directly. Records appended to a source
+// through it are handed out by Step, as Pipe's are.
+func (d *Driver) Broker() *memconn.Broker { return d.conn }
 
 // Dir returns the state directory.
 func (d *Driver) Dir() string { return d.dir }
