@@ -388,7 +388,7 @@ func (t *Topic) open(p uint32, from uint64, foreign bool) (connector.PartitionRe
 	t.mu.Lock()
 	t.opened++
 	t.mu.Unlock()
-	return &reader{t: t, pt: pt, p: p, next: from, foreign: foreign}, nil
+	return &reader{t: t, pt: pt, p: p, next: from, foreign: foreign, closed: make(chan struct{})}, nil
 }
 
 // FailPolls makes every poll call f with the partition and the offset the
@@ -444,14 +444,17 @@ type reader struct {
 	t       *Topic
 	pt      *partition
 	p       uint32
-	next    uint64
 	foreign bool
-	closed  bool
-	mu      sync.Mutex // serializes Poll and Close
+
+	mu   sync.Mutex // serializes polls
+	next uint64
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close: a waiting poll returns
 }
 
-// Poll waits until a record is released or ctx is done: see
-// connector.PartitionReader.
+// Poll waits until a record is released, ctx is done or the reader is
+// closed: see connector.PartitionReader.
 func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -465,8 +468,10 @@ func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 		onPoll(r.p, r.next)
 	}
 	for {
-		if r.closed {
+		select {
+		case <-r.closed:
 			return nil, fmt.Errorf("memconn: poll of %q partition %d: reader closed", r.t.name, r.p)
+		default:
 		}
 		if pollErr != nil {
 			r.t.mu.Lock()
@@ -513,6 +518,7 @@ func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 		pt.mu.Unlock()
 		select {
 		case <-wake:
+		case <-r.closed:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("memconn: poll of %q partition %d: %w", r.t.name, r.p, ctx.Err())
 		}
@@ -527,16 +533,15 @@ func (r *reader) Advise(_ context.Context, next uint64) error {
 	return nil
 }
 
-// Close closes the reader; closing it again does nothing.
+// Close closes the reader, ending a poll that waits; closing it again
+// does nothing.
 func (r *reader) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.closed {
-		r.closed = true
+	r.closeOnce.Do(func() {
+		close(r.closed)
 		r.t.mu.Lock()
 		r.t.closed++
 		r.t.mu.Unlock()
-	}
+	})
 	return nil
 }
 

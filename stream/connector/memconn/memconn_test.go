@@ -147,3 +147,22 @@ func TestFaults(t *testing.T) {
 		t.Errorf("messages %d, sends %d, checks %d; want 3, 2, 1", n, top.Sends(), top.SentChecks())
 	}
 }
+
+func TestCloseEndsAWaitingPoll(t *testing.T) {
+	top := memconn.NewTopic("t", 1)
+	r, err := top.Open(context.Background(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Poll(context.Background(), 1)
+		done <- err
+	}()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("a poll of a closed reader returned no error")
+	}
+}
