@@ -21,7 +21,8 @@
 // that is a connector.SentChecker reports exactly what was sent; a source
 // that is a connector.EndOffsetter reports each partition's end, and one
 // that is a connector.Identifier tells a topic created again from the one
-// before; a connector.ForeignConnector delivers raw messages. Optional
+// before; a connector.ForeignConnector delivers raw messages; Advise is
+// accepted and changes nothing a reader is opened at. Optional
 // interfaces a connector does not implement are skipped, with the reason
 // logged.
 //
@@ -119,6 +120,7 @@ var cases = []testCase{
 	{"Identity", testIdentity},
 	{"ForeignSourceDeliversRawMessages", testForeign},
 	{"InvalidKeyIsRefused", testInvalidKey},
+	{"AdviseIsAccepted", testAdvise},
 }
 
 type suite struct {
@@ -646,5 +648,20 @@ func testInvalidKey(s *suite) {
 		if last := recs[len(recs)-1]; string(last.Payload) != "after" {
 			s.t.Errorf("the last record is %q; want the message sent after the refused ones", last.Payload)
 		}
+	}
+}
+
+func testAdvise(s *suite) {
+	topic, sink := s.topic("advise", 1)
+	s.send(sink, msg("k", "1", 0), msg("k", "2", 0))
+	r := s.open(s.source(topic), 0, 0)
+	recs := s.read(r, 2, 10)
+	if err := r.Advise(s.ctx(), recs[1].Offset+1); err != nil {
+		s.t.Errorf("Advise(%d) after reading every record: %v", recs[1].Offset+1, err)
+	}
+	// Advising is for monitoring only: a reader opened anew still starts
+	// where it is told.
+	if again := s.read(s.open(s.source(topic), 0, 0), 2, 10); string(again[0].Payload) != "1" {
+		s.t.Errorf("a reader opened at 0 after an Advise starts with %q", again[0].Payload)
 	}
 }
