@@ -90,8 +90,9 @@ partition it was read from; its source classifies it again. A replayed
 event comes after every event already in its partition.
 
 Inspect and lag read a state directory that no App has open directly. While
-an App has it open (Pebble locks it), the App answers for it: inspect says
-so, and prints what the App reports from a consistent copy of its store.
+an App has it open (Pebble locks it), they read a consistent copy the App
+makes of its store if it was opened with topology.WithLiveInspect(true)
+(inspect says so); else they fail, naming the App's pid.
 
 Exit status: 0 on success, 1 on failure, 2 on a usage error.
 `
@@ -144,7 +145,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	case "lag":
 		return lag(ctx, args[1:], stdout, stderr, getenv)
 	case "inspect":
-		return inspect(args[1:], stdout, stderr)
+		return inspect(ctx, args[1:], stdout, stderr)
 	}
 	return usagef("unknown command %q: want dlq, lag, inspect or help", args[0])
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -73,9 +74,8 @@ type InspectedOutbox struct {
 	Messages  int
 }
 
-// Inspect reads the store in dir read-only (see state.ScanReadOnly: it
-// fails while an App has the store open).
-func Inspect(dir string) (Inspection, error) {
+// Inspect reads every row of a store opened read-only and sums it up.
+func Inspect(ctx context.Context, r *state.ReadOnly) (Inspection, error) {
 	var in Inspection
 	rows := map[uint32]int{}
 	parked := map[string]*InspectedParked{}
@@ -85,7 +85,9 @@ func Inspect(dir string) (Inspection, error) {
 	lastHeldKey := map[string]string{}
 	outbox := map[string]*InspectedOutbox{}
 	var outboxOrder []string
-	meta, err := state.ScanReadOnly(dir, func(f state.Family, part uint32, rest, value []byte) error {
+	dir := r.Dir()
+	meta := r.Meta
+	err := r.ScanAll(ctx, func(f state.Family, part uint32, rest, value []byte) error {
 		switch f {
 		case state.FamilyCheckpoint:
 			if len(value) != 8 {

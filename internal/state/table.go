@@ -51,6 +51,9 @@ func NewTable[K, V any](name string, keys Codec[K], values Codec[V]) *Table[K, V
 	return &Table[K, V]{name: name, keys: keys, values: values, shared: !aliasFree(reflect.TypeFor[V]())}
 }
 
+// Codecs returns the table's key and value codecs.
+func (t *Table[K, V]) Codecs() (Codec[K], Codec[V]) { return t.keys, t.values }
+
 // Name returns the table's name.
 func (t *Table[K, V]) Name() string {
 	if t == nil {

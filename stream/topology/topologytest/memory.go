@@ -8,7 +8,7 @@ import (
 
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/connector"
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/state"
 )
 
 // memConnector is an in-memory broker: partitioned logs that the driver
@@ -129,13 +129,18 @@ func (l *memLog) reportedEnd() uint64 {
 // (see Dir): each partition reports at least the store's checkpoint as its
 // end. A directory without a store changes nothing.
 func (c *memConnector) resume(dir string) {
-	in, err := topology.Inspect(dir)
+	st, err := state.Open(context.Background(), dir)
 	if err != nil {
 		return // no store yet: the App creates it
 	}
+	defer st.Close()
+	sources, err := st.Sources(context.Background())
+	if err != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, src := range in.Sources {
+	for _, src := range sources {
 		s, ok := c.sources[src.Name]
 		if !ok {
 			continue
