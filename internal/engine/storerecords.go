@@ -254,3 +254,26 @@ func ReadStoredDeadLetters(ctx context.Context, r *state.ReadOnly) ([]deadletter
 	})
 	return out, err
 }
+
+// ReadStoredApplied reports whether the store's source partition took in
+// (applied, or dead-lettered, parked or held) the record whose
+// strand-origin is origin: a replay's (its origin row is there) or an
+// outbox message's (its seq is not above the highest of its origin stream).
+func ReadStoredApplied(r *state.ReadOnly, source string, partition uint32, origin []byte) (bool, error) {
+	if len(origin) != originLen {
+		return false, fmt.Errorf("%w: origin of %d bytes, want %d", stream.ErrCodec, len(origin), originLen)
+	}
+	key := rowenc.AppendString(nil, source)
+	if isReplayOrigin(origin) {
+		_, ok, err := r.Row(state.FamilyOrigins, partition, append(key, origin...))
+		return ok, err
+	}
+	v, ok, err := r.Row(state.FamilyOrigins, partition, append(key, origin[:8]...))
+	if err != nil || !ok {
+		return false, err
+	}
+	if len(v) != 8 {
+		return false, fmt.Errorf("%w: origin row of %d bytes", stream.ErrCodec, len(v))
+	}
+	return binary.BigEndian.Uint64(origin[8:]) <= binary.BigEndian.Uint64(v), nil
+}

@@ -491,3 +491,23 @@ func (s *Store) DeadLetters(ctx context.Context) ([]deadletter.Letter, error) {
 	}
 	return out, nil
 }
+
+// Processed reports whether the source partition has taken in the record
+// that carried the strand-origin header origin (connector.HeaderOrigin):
+// applied it, or dead-lettered, parked or held it, in a commit of the
+// store. A record whose origin a partition has taken in is dropped when it
+// comes again. Origins are those of dead-letter replays (`strand dlq
+// replay` gives each its own; the App keeps every one) and of the messages
+// of To and KeyBy steps (taken in when the message's sequence number is
+// not above the highest its origin stream had).
+func (s *Store) Processed(source string, partition uint32, origin []byte) (bool, error) {
+	if err := s.enter(); err != nil {
+		return false, err
+	}
+	defer s.exit()
+	ok, err := engine.ReadStoredApplied(s.r, source, partition, origin)
+	if err != nil {
+		return false, fmt.Errorf("state: %s: source %q partition %d: origin %x: %w", s.dir, source, partition, origin, err)
+	}
+	return ok, nil
+}
