@@ -302,6 +302,9 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	if err != nil {
 		return zero, false, Freshness{}, err
 	}
+	if err := db.confirmRead(ctx, p); err != nil {
+		return zero, false, Freshness{}, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, p, err)
+	}
 	cps, err := checkpointsIn(v, p)
 	if err != nil {
 		return zero, false, Freshness{}, err
