@@ -277,8 +277,9 @@ func replayForeign(d deadletter.Letter) (connector.Message, error) {
 
 // replayHooks let tests interrupt a replay.
 type replayHooks struct {
-	// afterSend is called after each batch was sent.
-	afterSend func(sent int) error
+	// beforeSend is called after a batch's intent was recorded, before it
+	// is sent; afterSend after it was sent, before its done marker.
+	beforeSend, afterSend func(n int) error
 }
 
 func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, hooks replayHooks) error {
@@ -432,6 +433,11 @@ func replayTo(ctx context.Context, cl *iggy.Client, sink *iggy.Sink, lw *ledgerW
 			ids := idStrings(chunk)
 			if err := lw.write(ctx, ledgerMarker{Kind: "intent", Batch: id, Dest: sink.Name(), Ends: ends, IDs: ids}); err != nil {
 				return err
+			}
+			if hooks.beforeSend != nil {
+				if err := hooks.beforeSend(len(chunk)); err != nil {
+					return err
+				}
 			}
 			if err := sink.Send(ctx, chunk); err != nil {
 				return fmt.Errorf("replay to %s: send %d messages: %w (the next replay finds out which landed)", sink.Name(), len(chunk), err)

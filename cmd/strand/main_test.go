@@ -133,7 +133,7 @@ func (f *fixture) strand(t *testing.T, hooks replayHooks, args ...string) (stdou
 	var out, errb bytes.Buffer
 	getenv := func(k string) string { return f.env[k] }
 	ctx := context.Background()
-	if len(args) >= 2 && args[0] == "dlq" && args[1] == "replay" && hooks.afterSend != nil {
+	if len(args) >= 2 && args[0] == "dlq" && args[1] == "replay" && (hooks.afterSend != nil || hooks.beforeSend != nil) {
 		err := dlqReplay(ctx, args[2:], &out, &errb, getenv, hooks)
 		code = 0
 		if err != nil {
