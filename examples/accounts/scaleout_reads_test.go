@@ -45,12 +45,15 @@ func checkpointOf(h string) (uint64, bool) {
 // and two answers at the same checkpoint must be equal. At the end every
 // account equals the sequential fold of the log.
 //
-// Known to fail (issue 24, found by this test): with kills every 0.5–1.5 s
-// and the hogs, both checks fail, on main before the read gate as well
-// (seed 1796176079203811428: main 19 of 4,840 answers went back and 6 of
-// 1,957 accounts ended wrong; with the read gate 25 of 2,567 and 15 of
-// 1,960). The final state being wrong, events are lost across some
-// failover; answers going back is a consequence of it, not of the reads.
+// Known to fail (issue 24, found by this test), seed 1796176079203811428,
+// kills every 0.5–1.5 s with the hogs: on main before this branch, 19 of
+// 4,840 answers went back and the final check read 6 of 1,957 accounts
+// wrong (the query server's GetRecent answered from a view taken before a
+// restore replaced the partition's rows). With reads gated by the
+// changelog, a view holding every returned write, and the lease checked
+// before answering, the final check passes (3 runs) but 8–11 of about
+// 3,200 answers still go back by a few to a hundred offsets: not explained
+// yet.
 func TestScaleOutReadsNeverGoBack(t *testing.T) {
 	if os.Getenv("STRAND_SOAK") == "" {
 		t.Skip("a soak test: STRAND_SOAK=1")

@@ -58,7 +58,7 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 	}
 	defer b.db.exit()
 	var v *view
-	if wait {
+	if wait || b.db.gated() {
 		v, err = b.db.readView()
 	} else {
 		v, err = b.db.recentView()

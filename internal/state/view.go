@@ -289,7 +289,7 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	}
 	defer db.exit()
 	var v *view
-	if wait {
+	if wait || db.gated() {
 		v, err = db.readView()
 	} else {
 		v, err = db.recentView()
