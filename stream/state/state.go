@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/inspect"
 	"github.com/strand-io/strand/internal/live"
 	istate "github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
@@ -393,14 +393,14 @@ func (s *Store) Parked(ctx context.Context) ([]ParkedKey, error) {
 		return nil, err
 	}
 	defer s.exit()
-	in, err := engine.ReadStoredParked(ctx, s.r)
+	in, err := inspect.ReadParked(ctx, s.r)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: parked keys: %w", s.dir, err)
 	}
 	out := make([]ParkedKey, len(in))
 	for i, p := range in {
-		out[i] = ParkedKey{Source: p.Source, Partition: p.Partition, Key: p.Key, Manual: p.Manual, Attempts: p.Attempts,
-			Next: p.Next, LastError: p.LastError, FailedAt: p.FailedAt, Records: p.Records}
+		out[i] = ParkedKey{Source: p.Source, Partition: p.Partition, Key: p.Key, Manual: p.Meta.Manual, Attempts: p.Meta.Attempts,
+			Next: p.Meta.Next, LastError: p.Meta.LastErr, FailedAt: p.Meta.FailedAt, Records: p.Records}
 	}
 	return out, nil
 }
@@ -423,7 +423,7 @@ func (s *Store) Held(ctx context.Context) ([]HeldKey, error) {
 		return nil, err
 	}
 	defer s.exit()
-	in, err := engine.ReadStoredHeld(ctx, s.r)
+	in, err := inspect.ReadHeld(ctx, s.r)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: held records: %w", s.dir, err)
 	}
@@ -442,7 +442,7 @@ func (s *Store) Gaps(ctx context.Context) ([]stream.GapNotice, error) {
 		return nil, err
 	}
 	defer s.exit()
-	out, err := engine.ReadStoredGaps(ctx, s.r)
+	out, err := inspect.ReadGaps(ctx, s.r)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: gaps: %w", s.dir, err)
 	}
@@ -467,7 +467,7 @@ func (s *Store) Outbox(ctx context.Context) ([]OutboxMessage, error) {
 		return nil, err
 	}
 	defer s.exit()
-	in, err := engine.ReadStoredOutbox(ctx, s.r)
+	in, err := inspect.ReadOutbox(ctx, s.r)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: outbox: %w", s.dir, err)
 	}
@@ -485,7 +485,7 @@ func (s *Store) DeadLetters(ctx context.Context) ([]deadletter.Letter, error) {
 		return nil, err
 	}
 	defer s.exit()
-	out, err := engine.ReadStoredDeadLetters(ctx, s.r)
+	out, err := inspect.ReadDeadLetters(ctx, s.r)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: dead letters: %w", s.dir, err)
 	}
@@ -505,7 +505,7 @@ func (s *Store) Processed(source string, partition uint32, origin []byte) (bool,
 		return false, err
 	}
 	defer s.exit()
-	ok, err := engine.ReadStoredApplied(s.r, source, partition, origin)
+	ok, err := inspect.ReadProcessed(s.r, source, partition, origin)
 	if err != nil {
 		return false, fmt.Errorf("state: %s: source %q partition %d: origin %x: %w", s.dir, source, partition, origin, err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/inspect"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -93,7 +93,7 @@ func (s *Store) Summary(ctx context.Context) (*Summary, error) {
 		return nil, err
 	}
 	defer s.exit()
-	in, err := engine.Inspect(ctx, s.r)
+	in, err := inspect.Store(ctx, s.r)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: %w", s.dir, err)
 	}
