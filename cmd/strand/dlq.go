@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/internal/rows"
@@ -96,27 +97,33 @@ type stored struct {
 }
 
 // readDeadLetters reads every message of the dead-letter topic, partition
-// by partition in offset order, and returns the dead letters f selects and
-// how many messages were not dead letters.
-func readDeadLetters(ctx context.Context, cl *iggy.Client, topic string, f *filter) ([]stored, int, error) {
+// by partition in offset order, and returns the dead letters f selects,
+// how many messages were neither dead letters nor replay-ledger markers,
+// and the replay ledger (ledger.go).
+func readDeadLetters(ctx context.Context, cl *iggy.Client, topic string, f *filter) ([]stored, int, *ledger, error) {
 	s, t, err := splitTopic(topic)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	n, err := cl.Partitions(ctx, s, t)
 	if err != nil {
-		return nil, 0, topicError(topic, "dead-letter topic", err)
+		return nil, 0, nil, topicError(topic, "dead-letter topic", err)
 	}
 	var out []stored
 	foreign := 0
+	led := newLedger()
 	for p := range n {
 		msgs, err := cl.Tail(ctx, s, t, p, math.MaxInt32)
 		if err != nil {
-			return nil, 0, fmt.Errorf("read dead-letter topic %s partition %d: %w", topic, p, err)
+			return nil, 0, nil, fmt.Errorf("read dead-letter topic %s partition %d: %w", topic, p, err)
 		}
 		for _, m := range msgs {
 			if m.HeaderErr != nil {
 				foreign++
+				continue
+			}
+			if isLedgerMarker(&m) {
+				led.add(m.Payload)
 				continue
 			}
 			d, err := deadletter.Parse(connector.Message{ID: m.ID, Headers: m.Headers, Payload: m.Payload})
@@ -129,7 +136,7 @@ func readDeadLetters(ctx context.Context, cl *iggy.Client, topic string, f *filt
 			}
 		}
 	}
-	return out, foreign, nil
+	return out, foreign, led, nil
 }
 
 func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -156,7 +163,7 @@ func dlqList(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		return err
 	}
 	defer cl.Close()
-	letters, foreign, err := readDeadLetters(ctx, cl, *topic, &f)
+	letters, foreign, _, err := readDeadLetters(ctx, cl, *topic, &f)
 	if err != nil {
 		return err
 	}
@@ -270,8 +277,9 @@ func replayForeign(d deadletter.Letter) (connector.Message, error) {
 
 // replayHooks let tests interrupt a replay.
 type replayHooks struct {
-	// afterSend is called after each batch was sent.
-	afterSend func(sent int) error
+	// beforeSend is called after a batch's intent was recorded, before it
+	// is sent; afterSend after it was sent, before its done marker.
+	beforeSend, afterSend func(n int) error
 }
 
 func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, hooks replayHooks) error {
@@ -283,6 +291,8 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	topic := fs.String("topic", "", "the dead-letter topic (STREAM/TOPIC), e.g. bank/accounts.dlq (required)")
 	dry := fs.Bool("dry-run", false, "show what would be replayed and what was already; send nothing")
 	batch := fs.Int("batch", 100, "dead letters per send (1..10000)")
+	dir := fs.String("dir", "", "the state directory of the App reading the source topics: report what it did with each replayed event (see below)")
+	wait := fs.Duration("wait", 30*time.Second, "with -dir: how long to wait for a running App to process the replayed events before reporting")
 	if err := parse(fs, args, false); err != nil {
 		return err
 	}
@@ -291,6 +301,9 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	if *batch < 1 || *batch > 10_000 {
 		return usagef("dlq replay: -batch %d: want 1..10000", *batch)
+	}
+	if *wait < 0 {
+		return usagef("dlq replay: -wait %v: want a duration of 0 or more", *wait)
 	}
 	if err := f.check(); err != nil {
 		return err
@@ -303,24 +316,49 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	defer cl.Close()
-	letters, foreign, err := readDeadLetters(ctx, cl, *topic, &f)
+	letters, foreign, led, err := readDeadLetters(ctx, cl, *topic, &f)
 	if err != nil {
 		return err
 	}
 	warnNotDLQ(stderr, *topic, len(letters), foreign)
+	if led.bad > 0 {
+		fmt.Fprintf(stderr, "strand: warning: %s holds %d replay-ledger markers that cannot be read: ignored\n", *topic, led.bad)
+	}
+	ds, dt, _ := splitTopic(*topic)
+	var lw *ledgerWriter
+	if !*dry {
+		dlqSink, err := iggy.NewSink(ctx, cl, ds, dt)
+		if err != nil {
+			return fmt.Errorf("open the dead-letter topic %s to record the replay: %w", *topic, err)
+		}
+		defer dlqSink.Close(context.WithoutCancel(ctx))
+		lw = &ledgerWriter{sink: dlqSink}
+		if n, err := led.settle(ctx, cl, lw); err != nil {
+			return err
+		} else if n > 0 {
+			fmt.Fprintf(stdout, "settled %d interrupted replay batches: read their destinations from the offsets they recorded\n", n)
+		}
+	} else if len(led.intents) > 0 {
+		fmt.Fprintf(stdout, "%d interrupted replay batches are not settled (a replay settles them first; a dry run writes nothing): their dead letters count as not replayed here\n", len(led.intents))
+	}
 	// Group by destination, in the dead-letter topic's order.
 	type dest struct {
-		name string
-		msgs []connector.Message
+		name    string
+		msgs    []connector.Message
+		letters []deadletter.Letter
 	}
 	var dests []*dest
 	byName := map[string]*dest{}
-	skipped := 0
+	skipped, already := 0, 0
 	for _, s := range letters {
 		m, err := replayMessage(*topic, s.letter)
 		if err != nil {
 			skipped++
 			fmt.Fprintf(stdout, "skip %s partition %d offset %d (%s): cannot replay: %v\n", s.letter.Source, s.letter.Partition, s.letter.Offset, s.letter.Reason, err)
+			continue
+		}
+		if led.sent[m.ID] {
+			already++
 			continue
 		}
 		d, ok := byName[s.letter.Source]
@@ -330,12 +368,14 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 			dests = append(dests, d)
 		}
 		d.msgs = append(d.msgs, m)
+		d.letters = append(d.letters, s.letter)
 	}
 	verb := "replayed"
 	if *dry {
 		verb = "would replay"
 	}
-	var sent, already int
+	sent := 0
+	var replays []sentReplay
 	for _, d := range dests {
 		s, t, err := splitTopic(d.name)
 		if err != nil {
@@ -345,10 +385,13 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return fmt.Errorf("replay to %s: %w", d.name, err)
 		}
-		err = replayTo(ctx, sink, d.msgs, *batch, *dry, hooks, func(n, skip int) {
+		from, err := cl.EndOffsets(ctx, s, t)
+		if err != nil {
+			return fmt.Errorf("replay to %s: read the partitions' ends: %w", d.name, err)
+		}
+		err = replayTo(ctx, cl, sink, lw, d.msgs, *batch, hooks, func(n int) {
 			sent += n
-			already += skip
-			fmt.Fprintf(stdout, "%s: %s %d, already replayed %d (%d of %d done)\n", d.name, verb, sent, already, sent+already, len(letters)-skipped)
+			fmt.Fprintf(stdout, "%s: %s %d (%d of %d done)\n", d.name, verb, sent, sent+already, len(letters)-skipped)
 		})
 		if cerr := sink.Close(context.WithoutCancel(ctx)); err == nil && cerr != nil {
 			err = fmt.Errorf("replay to %s: %w", d.name, cerr)
@@ -356,42 +399,59 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return err
 		}
+		if !*dry && *dir != "" {
+			found, err := locateReplays(ctx, cl, d.name, from, d.msgs, d.letters)
+			if err != nil {
+				return err
+			}
+			replays = append(replays, found...)
+		}
 	}
 	fmt.Fprintf(stdout, "%s %d dead letters; %d were already replayed; %d skipped (not replayable)\n", verb, sent, already, skipped)
-	if sent > 0 {
-		fmt.Fprintf(stdout, "note: \"already replayed\" counts the replays found in the destination partitions (up to %d messages after the ones asked about); "+
-			"a strand App applies each replayed event at most once whatever was sent (a re-send is dropped there and counted in its stats as Redelivered), "+
-			"and a re-sequenced source applies it at its key's current position (Readmitted); see the App's stats or 'strand inspect' for what it did\n", iggy.SentCheckWindow)
+	if !*dry && *dir != "" && len(replays) > 0 {
+		return reportReplays(ctx, cl, *topic, *dir, *wait, replays, stdout)
 	}
 	return nil
 }
 
-// replayTo sends msgs in batches, each after asking the sink which of them
-// it already holds (Sink.Sent) and sending only the others.
-func replayTo(ctx context.Context, sink *iggy.Sink, msgs []connector.Message, batch int, dry bool, hooks replayHooks, progress func(sent, already int)) error {
+// replayTo sends msgs in batches, each between an intent and a done
+// marker of the replay ledger (ledger.go); lw is nil in a dry run, which
+// sends nothing.
+func replayTo(ctx context.Context, cl *iggy.Client, sink *iggy.Sink, lw *ledgerWriter, msgs []connector.Message, batch int, hooks replayHooks, progress func(sent int)) error {
+	s, t, err := splitTopic(sink.Name())
+	if err != nil {
+		return err
+	}
 	for start := 0; start < len(msgs); start += batch {
 		chunk := msgs[start:min(start+batch, len(msgs))]
-		have, err := sink.Sent(ctx, chunk)
-		if err != nil {
-			return fmt.Errorf("replay to %s: check the destination: %w", sink.Name(), err)
-		}
-		var todo []connector.Message
-		for i, m := range chunk {
-			if !have[i] {
-				todo = append(todo, m)
+		if lw != nil {
+			ends, err := cl.EndOffsets(ctx, s, t)
+			if err != nil {
+				return fmt.Errorf("replay to %s: read the partitions' ends: %w", sink.Name(), err)
 			}
-		}
-		if !dry && len(todo) > 0 {
-			if err := sink.Send(ctx, todo); err != nil {
-				return fmt.Errorf("replay to %s: send %d messages: %w", sink.Name(), len(todo), err)
+			id := newBatchID()
+			ids := idStrings(chunk)
+			if err := lw.write(ctx, ledgerMarker{Kind: "intent", Batch: id, Dest: sink.Name(), Ends: ends, IDs: ids}); err != nil {
+				return err
 			}
-			if hooks.afterSend != nil {
-				if err := hooks.afterSend(len(todo)); err != nil {
+			if hooks.beforeSend != nil {
+				if err := hooks.beforeSend(len(chunk)); err != nil {
 					return err
 				}
 			}
+			if err := sink.Send(ctx, chunk); err != nil {
+				return fmt.Errorf("replay to %s: send %d messages: %w (the next replay finds out which landed)", sink.Name(), len(chunk), err)
+			}
+			if hooks.afterSend != nil {
+				if err := hooks.afterSend(len(chunk)); err != nil {
+					return err
+				}
+			}
+			if err := lw.write(ctx, ledgerMarker{Kind: "done", Batch: id, IDs: ids}); err != nil {
+				return err
+			}
 		}
-		progress(len(todo), len(chunk)-len(todo))
+		progress(len(chunk))
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/state"
 )
 
 func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -22,7 +22,7 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if *dir == "" {
 		return usagef("lag: -dir is required")
 	}
-	in, err := inspectDir(*dir)
+	in, err := inspectDir(ctx, *dir)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func lag(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 // done: held records (open gaps), parked keys, pending dead letters and
 // outbox messages. Lag counts none of them; an App is caught up only when
 // both are zero.
-func waiting(w io.Writer, in *topology.Inspection) {
+func waiting(w io.Writer, in *state.Summary) {
 	held, parked, dls, outbox := in.Waiting()
 	heldKeys, parkedKeys := 0, 0
 	for _, h := range in.Held {
@@ -109,21 +109,22 @@ func waiting(w io.Writer, in *topology.Inspection) {
 	fmt.Fprintln(w, "  (see 'strand inspect DIR' for where)")
 }
 
-// inspectDir inspects a state directory: directly, or through the App
-// that has it open (topology.Inspect's live inspection).
-func inspectDir(dir string) (*topology.Inspection, error) {
-	in, err := topology.Inspect(dir)
+// inspectDir sums up a state directory (stream/state): read directly, or
+// through the App that has it open when it serves live inspection.
+func inspectDir(ctx context.Context, dir string) (*state.Summary, error) {
+	st, err := state.Open(ctx, dir)
 	if err != nil {
 		return nil, storeError(dir, err)
 	}
-	return in, nil
+	defer st.Close()
+	return st.Summary(ctx)
 }
 
 // origin says where a report came from, when not simply the directory.
-func origin(w io.Writer, in *topology.Inspection) {
+func origin(w io.Writer, in *state.Summary) {
 	switch {
 	case in.Live != nil:
-		fmt.Fprintf(w, "  live: the store is open in a running App (pid %d, open since %s): the App made this report from a consistent copy of it (live inspection at %s)\n",
+		fmt.Fprintf(w, "  live: the store is open in a running App (pid %d, open since %s): this report is read from a consistent copy the App made of it (live inspection at %s)\n",
 			in.Live.PID, in.Live.Since.Format(time.RFC3339), in.Live.Addr)
 	case in.Stale != nil:
 		fmt.Fprintf(w, "  the App that had it open last (pid %d, open since %s) did not close it: it crashed or was killed; read from the directory\n",
@@ -131,7 +132,7 @@ func origin(w io.Writer, in *topology.Inspection) {
 	}
 }
 
-func inspect(args []string, stdout, stderr io.Writer) error {
+func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("inspect", stderr)
 	if err := parse(fs, args, true); err != nil {
 		return err
@@ -139,7 +140,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return usagef("inspect: want one state directory, got %d arguments", fs.NArg())
 	}
-	in, err := inspectDir(fs.Arg(0))
+	in, err := inspectDir(ctx, fs.Arg(0))
 	if err != nil {
 		return err
 	}

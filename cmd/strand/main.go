@@ -3,7 +3,7 @@
 // directory against its sources, and inspects a state directory.
 //
 //	strand dlq list   -topic STREAM/TOPIC [filters]
-//	strand dlq replay -topic STREAM/TOPIC [filters] [-dry-run]
+//	strand dlq replay -topic STREAM/TOPIC [filters] [-dry-run] [-dir DIR]
 //	strand lag        -dir DIR
 //	strand inspect    DIR
 //
@@ -40,7 +40,7 @@ const usageText = `strand operates strand Apps and their Iggy topics.
 
 Usage:
   strand dlq list   -topic STREAM/TOPIC [filters]          list dead letters
-  strand dlq replay -topic STREAM/TOPIC [filters] [-dry-run]
+  strand dlq replay -topic STREAM/TOPIC [filters] [-dry-run] [-dir DIR [-wait D]]
                                                           re-publish dead letters to their source topics
   strand lag        -dir DIR                              lag of a state directory against its sources
   strand inspect    DIR                                   what a state directory holds
@@ -70,17 +70,33 @@ strand-origin header of its own. What is promised:
     it applied already, however often and in whatever order dead letters
     are replayed (records of a foreign source excepted: they go back with
     their own headers, unchanged, and only the id check below applies);
-  - sent once when it can tell: before sending, replay looks for the ids in
-    the last 10,000 messages (iggy.SentCheckWindow) of the destination
-    partition after the ones it asks about, so a replay interrupted and run
-    again soon sends nothing twice; beyond that window it sends again (the
-    App still applies it once) and says so in its count;
+  - sent once, for ever: replay records what it sends in the dead-letter
+    topic itself (the replay ledger: marker messages in its partition 0,
+    header strand-replay-ledger, which dead-letter readers skip): before
+    each batch an intent naming the messages and the destination
+    partitions' ends, after the broker acknowledged it a done marker. A
+    later replay, after any number of other messages and from any machine,
+    sends nothing a completed batch sent. A batch interrupted between the
+    two markers (the command killed, a send failed) is settled by the next
+    replay: it reads the destination from the recorded ends and counts what
+    landed as sent. One window is left: on Iggy protocol 0.8, a send the
+    broker still holds when the next replay settles the batch can land
+    after it and be sent twice; the App still applies it once (above).
+    Run one replay of a dead-letter topic at a time;
   - a replayed event of a re-sequenced source (Resequence) is applied at
     its key's current position, not compared with the key's next
     sequence number (its strand-seq is the producer's, long past); the
     App counts it in Stats Readmitted and logs it.
-Replay cannot see what the App then does with an event (applied, held,
-dead-lettered again): see 'strand inspect' and the App's stats.
+With -dir DIR (the state directory of the App that reads the source topics)
+replay reports what that App did with each event it sent, read from its
+store (stream/state): the stopped store as it is, or a running App's
+through its live inspection (topology.WithLiveInspect(true)), waiting up
+to -wait for the App's checkpoints to pass the replayed events. Each is
+counted as held (behind an open gap, with the number it waits for),
+parked (with its last error), dead-lettered again (with the reason and
+error of the new dead letter), applied, not processed yet, or dropped
+(the App had taken in the same replay before). Without -dir, see
+'strand inspect' and the App's stats.
 
 Records without valid strand headers (reason bad-headers) cannot be
 replayed and are counted as skipped. A
@@ -90,8 +106,9 @@ partition it was read from; its source classifies it again. A replayed
 event comes after every event already in its partition.
 
 Inspect and lag read a state directory that no App has open directly. While
-an App has it open (Pebble locks it), the App answers for it: inspect says
-so, and prints what the App reports from a consistent copy of its store.
+an App has it open (Pebble locks it), they read a consistent copy the App
+makes of its store if it was opened with topology.WithLiveInspect(true)
+(inspect says so); else they fail, naming the App's pid.
 
 Exit status: 0 on success, 1 on failure, 2 on a usage error.
 `
@@ -144,7 +161,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	case "lag":
 		return lag(ctx, args[1:], stdout, stderr, getenv)
 	case "inspect":
-		return inspect(args[1:], stdout, stderr)
+		return inspect(ctx, args[1:], stdout, stderr)
 	}
 	return usagef("unknown command %q: want dlq, lag, inspect or help", args[0])
 }

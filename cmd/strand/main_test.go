@@ -133,7 +133,7 @@ func (f *fixture) strand(t *testing.T, hooks replayHooks, args ...string) (stdou
 	var out, errb bytes.Buffer
 	getenv := func(k string) string { return f.env[k] }
 	ctx := context.Background()
-	if len(args) >= 2 && args[0] == "dlq" && args[1] == "replay" && hooks.afterSend != nil {
+	if len(args) >= 2 && args[0] == "dlq" && args[1] == "replay" && (hooks.afterSend != nil || hooks.beforeSend != nil) {
 		err := dlqReplay(ctx, args[2:], &out, &errb, getenv, hooks)
 		code = 0
 		if err != nil {
@@ -311,8 +311,9 @@ func TestLagNamesACheckpointBeyondTheEnd(t *testing.T) {
 	}
 }
 
-// inspect works on a store an App has open (the App answers, and the
-// output says so) with the figures of the stopped store, and names the App
+// inspect works on a store an App has open with live inspection (it reads
+// the App's copy, and the output says so) with the figures of the stopped
+// store; without live inspection it names the App; and it names the App
 // that left a store without closing it.
 func TestInspectLiveStore(t *testing.T) {
 	f := newFixture(t)
@@ -320,7 +321,19 @@ func TestInspectLiveStore(t *testing.T) {
 	if code != 0 || strings.Contains(offline, "live") {
 		t.Fatalf("inspect of the stopped store: %d\n%s\n%s", code, offline, errOut)
 	}
+	// Without live inspection (the default) the command names the App.
 	app, err := topology.Open(context.Background(), cliTopology(f.decl), f.cl, f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = f.strand(t, replayHooks{}, "inspect", f.dir)
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(errOut, "WithLiveInspect(true)") {
+		t.Fatalf("inspect of a store open without live inspection: %d\n%s", code, errOut)
+	}
+	if err := app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	app, err = topology.Open(context.Background(), cliTopology(f.decl), f.cl, f.dir, topology.WithLiveInspect(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	ierror "github.com/apache/iggy/foreign/go/errors"
 
 	"github.com/strand-io/strand/stream/deadletter"
+	"github.com/strand-io/strand/stream/state"
 )
 
 // quietLogger is the logger of the command's Iggy client and of the SDK's
@@ -50,19 +51,18 @@ func topicError(topic, what string, err error) error {
 	return fmt.Errorf("%s %s: %w", what, topic, err)
 }
 
-// storeError explains an error of topology.Inspect on dir: a directory
-// that is not there or not a store, or a store locked by another process
-// (topology.Inspect names it when it left a live-inspection record); other
-// errors as they are.
+// storeError explains an error of stream/state's Open of dir: a directory
+// that is not there or not a store; other errors (a store another process
+// holds: Open names it and what to do) as they are.
 func storeError(dir string, err error) error {
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, state.ErrNoStore):
 		if _, serr := os.Stat(dir); serr != nil {
 			return fmt.Errorf("no state directory at %s: give the dir the App was opened with (%w)", dir, err)
 		}
 		return fmt.Errorf("%s is not a strand state directory (or not a whole one): give the dir the App was opened with (%w)", dir, err)
 	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EWOULDBLOCK):
-		return fmt.Errorf("%w (a store can be read by one process at a time; an App that has it open answers for it unless opened with topology.WithLiveInspect(false): ask it then, its stats or its strand.lag metric)", err)
+		return fmt.Errorf("%w (a store can be read by one process at a time; an App that has it open answers for it when opened with topology.WithLiveInspect(true); else ask it: its stats or its strand.lag metric)", err)
 	}
 	return err
 }

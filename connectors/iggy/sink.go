@@ -182,6 +182,11 @@ func tail(ctx context.Context, k *conn, t topicRef, partition uint32, n int) ([]
 	if err != nil || len(ms) == 0 {
 		return nil, err
 	}
+	return storedMessages(partition, ms), nil
+}
+
+// storedMessages converts polled messages of a partition.
+func storedMessages(partition uint32, ms []iggcon.IggyMessage) []StoredMessage {
 	out := make([]StoredMessage, len(ms))
 	for i := range ms {
 		m := &ms[i]
@@ -203,7 +208,7 @@ func tail(ctx context.Context, k *conn, t topicRef, partition uint32, n int) ([]
 			sm.Headers = nil
 		}
 	}
-	return out, nil
+	return out
 }
 
 // tailMessages polls the last n messages of a partition.
@@ -232,6 +237,12 @@ func tailMessages(ctx context.Context, k *conn, t topicRef, partition uint32, n 
 	if end+1 > uint64(n) {
 		start = end + 1 - uint64(n)
 	}
+	return pollRange(ctx, k, t, partition, start, end)
+}
+
+// pollRange polls the messages of a partition from offset start to end,
+// both included.
+func pollRange(ctx context.Context, k *conn, t topicRef, partition uint32, start, end uint64) ([]iggcon.IggyMessage, error) {
 	var out []iggcon.IggyMessage
 	for off := start; off <= end; {
 		var polled *iggcon.PolledMessage
@@ -242,7 +253,7 @@ func tailMessages(ctx context.Context, k *conn, t topicRef, partition uint32, n 
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("iggy: tail %s partition %d at offset %d: %w", t, partition, off, err)
+			return nil, fmt.Errorf("iggy: poll %s partition %d at offset %d: %w", t, partition, off, err)
 		}
 		if len(polled.Messages) == 0 {
 			break

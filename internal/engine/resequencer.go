@@ -691,18 +691,9 @@ func ReadGaps(ctx context.Context, db *state.DB, source string, partition uint32
 		if rd.Err != nil || (key != nil && !bytes.Equal(kb, key)) {
 			return nil
 		}
-		vr := rows.Reader{B: v}
-		if f := vr.Byte(); f != rows.SeqFormat {
-			return fmt.Errorf("%w: gap row format %d unknown", stream.ErrCodec, f)
-		}
-		g := stream.GapNotice{Source: source, Partition: partition, Key: bytes.Clone(kb), From: from}
-		g.To = vr.U64()
-		g.Age = time.Duration(vr.U64())
-		g.At = time.Unix(0, int64(vr.U64()))
-		g.Cause = stream.GapCause(vr.Byte())
-		g.Policy = stream.GapPolicy(vr.Byte())
-		if vr.Err != nil {
-			return fmt.Errorf("%w: gap row: %w", stream.ErrCodec, vr.Err)
+		g, err := rows.DecodeGap(source, partition, kb, from, v)
+		if err != nil {
+			return err
 		}
 		out = append(out, g)
 		return nil

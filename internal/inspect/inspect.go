@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -72,9 +73,8 @@ type Outbox struct {
 	Messages  int
 }
 
-// Store reads the store in dir read-only (see state.ScanReadOnly: it
-// fails while an App has the store open).
-func Store(dir string) (Report, error) {
+// Store reads every row of a store opened read-only and sums it up.
+func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 	var in Report
 	perTable := map[uint32]int{}
 	parked := map[string]*Parked{}
@@ -84,7 +84,9 @@ func Store(dir string) (Report, error) {
 	lastHeldKey := map[string]string{}
 	outbox := map[string]*Outbox{}
 	var outboxOrder []string
-	meta, err := state.ScanReadOnly(dir, func(f state.Family, part uint32, rest, value []byte) error {
+	dir := r.Dir()
+	meta := r.Meta
+	err := r.ScanAll(ctx, func(f state.Family, part uint32, rest, value []byte) error {
 		switch f {
 		case state.FamilyCheckpoint:
 			if len(value) != 8 {

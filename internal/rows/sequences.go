@@ -1,8 +1,10 @@
 package rows
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -124,4 +126,23 @@ func AppendGap(dst []byte, g *stream.GapNotice) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(g.Age))
 	b = binary.BigEndian.AppendUint64(b, uint64(g.At.UnixNano()))
 	return append(b, byte(g.Cause), byte(g.Policy))
+}
+
+// DecodeGap decodes the gap row value v of key kb of source partition
+// part, the gap from the number from.
+func DecodeGap(source string, part uint32, kb []byte, from uint64, v []byte) (stream.GapNotice, error) {
+	vr := Reader{B: v}
+	if f := vr.Byte(); f != SeqFormat {
+		return stream.GapNotice{}, fmt.Errorf("%w: gap row format %d unknown", stream.ErrCodec, f)
+	}
+	g := stream.GapNotice{Source: source, Partition: part, Key: bytes.Clone(kb), From: from}
+	g.To = vr.U64()
+	g.Age = time.Duration(vr.U64())
+	g.At = time.Unix(0, int64(vr.U64()))
+	g.Cause = stream.GapCause(vr.Byte())
+	g.Policy = stream.GapPolicy(vr.Byte())
+	if vr.Err != nil {
+		return stream.GapNotice{}, fmt.Errorf("%w: gap row: %w", stream.ErrCodec, vr.Err)
+	}
+	return g, nil
 }

@@ -45,10 +45,11 @@ type DB struct {
 	drainMu   sync.Mutex
 	drainCond sync.Cond
 
-	clog  changelog   // which partitions' commits are logged, and to whom (changelog.go)
-	views views       // the durable read view of Table.Get and Scan (view.go)
-	fail  failure     // the fatal error that stopped writes (fatal.go)
-	space *spaceGuard // refuses commits while the disk is nearly full (space.go)
+	clog     changelog                // which partitions' commits are logged, and to whom (changelog.go)
+	views    views                    // the durable read view of Table.Get and Scan (view.go)
+	readGate atomic.Pointer[ReadGate] // readgate.go
+	fail     failure                  // the fatal error that stopped writes (fatal.go)
+	space    *spaceGuard              // refuses commits while the disk is nearly full (space.go)
 	// fsCloser stops the disk-health checks of Pebble's file system.
 	fsCloser io.Closer
 

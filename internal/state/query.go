@@ -58,7 +58,7 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 	}
 	defer b.db.exit()
 	var v *view
-	if wait {
+	if wait || b.db.gated() {
 		v, err = b.db.readView()
 	} else {
 		v, err = b.db.recentView()
@@ -67,6 +67,9 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 		return fr, err
 	}
 	defer v.release()
+	if err := b.db.confirmRead(ctx, partition); err != nil {
+		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+	}
 	if fr.Checkpoints, err = checkpointsIn(v, partition); err != nil {
 		return fr, err
 	}

@@ -51,6 +51,9 @@ func NewTable[K, V any](name string, keys Codec[K], values Codec[V]) *Table[K, V
 	return &Table[K, V]{name: name, keys: keys, values: values, shared: !aliasFree(reflect.TypeFor[V]())}
 }
 
+// Codecs returns the table's key and value codecs.
+func (t *Table[K, V]) Codecs() (Codec[K], Codec[V]) { return t.keys, t.values }
+
 // Name returns the table's name.
 func (t *Table[K, V]) Name() string {
 	if t == nil {
@@ -524,7 +527,7 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return fmt.Errorf("state: scan table %q: %w", t.name, err)
 	}
-	err = t.scan(ctx, b.id, it, fn)
+	err = t.scan(ctx, b.db, b.id, it, fn)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("state: scan table %q: %w", t.name, cerr)
 	}
@@ -533,8 +536,9 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 
 // scan skips from partition to partition: the table's rows of one partition
 // are contiguous, but other tables' rows lie between partitions.
-func (t *Table[K, V]) scan(ctx context.Context, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
+func (t *Table[K, V]) scan(ctx context.Context, db *DB, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
 	seek := make([]byte, 0, rowKeyExtra)
+	confirmed, first := uint32(0), true // the partition confirmRead last passed
 	valid := it.SeekGE(appendTableKey(seek[:0], id, 0, nil))
 	for valid {
 		key := it.Key()
@@ -553,6 +557,12 @@ func (t *Table[K, V]) scan(ctx context.Context, id uint32, it *pebble.Iterator, 
 		default:
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if first || partition != confirmed {
+				if err := db.confirmRead(ctx, partition); err != nil {
+					return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+				}
+				confirmed, first = partition, false
 			}
 			kb := key[rowKeyExtra:]
 			k, err := t.keys.Decode(kb)

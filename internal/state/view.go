@@ -289,7 +289,7 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	}
 	defer db.exit()
 	var v *view
-	if wait {
+	if wait || db.gated() {
 		v, err = db.readView()
 	} else {
 		v, err = db.recentView()
@@ -301,6 +301,9 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	val, present, p, err := t.getIn(db, v, b.id, key)
 	if err != nil {
 		return zero, false, Freshness{}, err
+	}
+	if err := db.confirmRead(ctx, p); err != nil {
+		return zero, false, Freshness{}, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, p, err)
 	}
 	cps, err := checkpointsIn(v, p)
 	if err != nil {

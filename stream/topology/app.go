@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/live"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream"
@@ -86,7 +87,7 @@ type openOptions struct {
 	drain      time.Duration
 	clock      Clock
 	tel        telemetryOptions // see telemetry.go
-	liveOff    bool             // see live.go
+	liveOn     bool             // see live.go
 	group      connector.Group  // see group.go
 	queryAddr  string
 	snapEvery  *int
@@ -242,6 +243,7 @@ func WithDrainTimeout(d time.Duration) OpenOption {
 // Close it. Its methods are safe for concurrent use.
 type App struct {
 	prog  *Program
+	dir   string
 	db    *state.DB
 	dlq   connector.Sink
 	sinks map[string]connector.Sink // To and KeyBy destinations
@@ -251,7 +253,7 @@ type App struct {
 	tel        *telemetry.Telemetry // see telemetry.go
 	endEvery   time.Duration
 	partitions []uint32     // WithPartitions, or nil for all
-	live       *liveInspect // see live.go
+	live       *live.Server // see live.go
 	grp        *group       // WithGroup (group.go), or nil
 
 	mu      sync.Mutex
@@ -381,7 +383,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if err != nil {
 		return nil, fail(lockHint(dir, err))
 	}
-	a := &App{prog: p, db: db, log: o.log, partitions: o.partitions, sinks: sinks}
+	a := &App{prog: p, dir: dir, db: db, log: o.log, partitions: o.partitions, sinks: sinks}
 	if err := a.startTelemetry(&o); err != nil {
 		return nil, fail(err)
 	}
@@ -448,9 +450,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		return nil, fail(err)
 	}
 	ok, opened = true, true
-	if !o.liveOff {
-		a.live = startLive(dir, db, o.log)
-	}
+	a.startLive(o.liveOn)
 	return a, nil
 }
 
@@ -529,7 +529,7 @@ func (a *App) Close() error {
 		cancel()
 		<-done
 	}
-	a.live.stop()
+	a.live.Stop()
 	var errs []error
 	closers := []connector.Sink{a.dlq}
 	for _, topic := range a.prog.Outputs() {

@@ -12,13 +12,14 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 
 // Example_observe gives an App a meter provider, waits until it has caught
 // up with its source (App.WaitCaughtUp), reads the lag from its stats and
-// a metric from the provider, and inspects the state directory once the
-// App is closed (topology.Inspect, what `strand inspect` prints).
+// a metric from the provider, and reads the state directory once the App is
+// closed (stream/state, what `strand inspect` prints).
 func Example_observe() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -80,7 +81,13 @@ func Example_observe() {
 	<-done
 	_ = app.Close()
 
-	in, err := topology.Inspect(dir)
+	st, err := state.Open(ctx, dir)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer st.Close()
+	in, err := st.Summary(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -3,6 +3,8 @@ package topology
 import (
 	"context"
 
+	"github.com/strand-io/strand/stream"
+
 	"github.com/strand-io/strand/internal/state"
 )
 
@@ -18,6 +20,13 @@ type Table[K, V any] struct {
 
 // Name returns the table's name.
 func (t *Table[K, V]) Name() string { return t.t.Name() }
+
+// Codecs returns the codecs the table's keys and values are stored with
+// (stream/state decodes a store's rows with them).
+func (t *Table[K, V]) Codecs() (keys stream.Codec[K], values stream.Codec[V]) {
+	k, v := t.t.Codecs()
+	return k, v
+}
 
 // Get returns the committed value of k, and false when k has no row. It
 // shows every commit that returned before the call and nothing a crash can

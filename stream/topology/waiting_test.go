@@ -9,6 +9,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -76,15 +77,28 @@ func TestWaitCaughtUpAndInspectCountHeldRecords(t *testing.T) {
 	if err := app.Close(); err != nil {
 		t.Fatal(err)
 	}
-	in, err := topology.Inspect(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := summarize(t, dir)
 	if len(in.Held) != 1 || in.Held[0].Keys != 1 || in.Held[0].Records != 3 || in.Held[0].Oldest.IsZero() {
 		t.Fatalf("inspection held %+v, want 1 key with 3 records", in.Held)
 	}
 	if h, p, d, o := in.Waiting(); h != 3 || p != 0 || d != 0 || o != 0 {
 		t.Fatalf("inspection waiting %d held %d parked %d dead letters %d outbox, want 3 0 0 0", h, p, d, o)
+	}
+	// Record by record: key a waits for number 1 and holds 2, 3 and 4.
+	st, err := state.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := st.Held(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 1 || string(held[0].Key) != "a" || held[0].Next != 1 || len(held[0].Records) != 3 ||
+		held[0].Records[0].Headers.Seq != 2 || held[0].Records[2].Headers.Seq != 4 {
+		t.Fatalf("held keys %+v, want a waiting for 1 with 2, 3, 4", held)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
 	}
 
 	app = open()
@@ -162,10 +176,7 @@ func TestInspectCountsPendingOutboxMessages(t *testing.T) {
 	if err := app.Close(); err != nil {
 		t.Fatal(err)
 	}
-	in, err := topology.Inspect(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := summarize(t, dir)
 	n := 0
 	for _, o := range in.Outbox {
 		if o.Source != "s/log" {
@@ -176,4 +187,39 @@ func TestInspectCountsPendingOutboxMessages(t *testing.T) {
 	if _, _, _, o := in.Waiting(); n != 5 || o != 5 {
 		t.Fatalf("inspection: %d outbox messages (%+v), Waiting %d; want 5", n, in.Outbox, o)
 	}
+	// Message by message: the 5 echoes to s/echo, keyed k0..k4.
+	st, err := state.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	msgs, err := st.Outbox(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	for _, m := range msgs {
+		if m.Topic != "s/echo" || m.Source != "s/log" {
+			t.Fatalf("outbox message %+v, want one of s/log to s/echo", m)
+		}
+		keys[string(m.Message.Key)] = true
+	}
+	if len(msgs) != 5 || len(keys) != 5 {
+		t.Fatalf("outbox messages %+v, want 5 of 5 keys", msgs)
+	}
+}
+
+// summarize reads the summary of the stopped store in dir.
+func summarize(t *testing.T, dir string) *state.Summary {
+	t.Helper()
+	st, err := state.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	in, err := st.Summary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }

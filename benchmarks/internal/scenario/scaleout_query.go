@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
+	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -29,8 +31,8 @@ import (
 // ones are in Extra ("local_p50", ...).
 func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Result, error) {
 	res := Result{Scenario: "scaleout-query", Variant: variant, Codec: string(o.Codec), Extra: map[string]float64{}}
-	if variant != "get" {
-		return res, fmt.Errorf("scaleout: query: unknown variant %q", variant)
+	if variant != "get" && variant != QueryWriting {
+		return res, fmt.Errorf("scaleout: query: unknown variant %q (want get or %s)", variant, QueryWriting)
 	}
 	log, err := workload.Encode(o.base(), workload.NewDecls(o.Codec))
 	if err != nil {
@@ -100,12 +102,23 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	if _, err := queryRound(ctx, ps[0].addr, keys, ref, clients, min(queries/clients, 200)); err != nil {
 		return res, err
 	}
+	var stopWriting func() (int, error)
+	if variant == QueryWriting {
+		if stopWriting, err = writeBesideQueries(ctx, b, parts); err != nil {
+			return res, err
+		}
+	}
 	m, err := startMeasure("")
 	if err != nil {
 		return res, err
 	}
 	start := time.Now()
 	lat, err := queryRound(ctx, ps[0].addr, keys, ref, clients, queries/clients)
+	if stopWriting != nil {
+		n, werr := stopWriting()
+		res.Extra["written"] = float64(n)
+		err = errors.Join(err, werr)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -124,7 +137,59 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	res.Extra["accounts"] = float64(len(ref))
 	res.Verified = true
 	res.Note = fmt.Sprintf("2 instance processes, %d client(s), gets sent to one instance alternating its own keys and the other's (router: %s); CPU s is this process's (the clients)", clients, o.router())
+	if variant == QueryWriting {
+		res.Note += fmt.Sprintf("; meanwhile %.0f messages without strand headers were written to every partition (each commit dead-letters them: commits that change no balance)", res.Extra["written"])
+	}
 	return res, stopAll(ps)
+}
+
+// QueryWriting is the query variant with commits running beside the gets:
+// a writer sends messages without strand headers to every partition, a
+// few every 2 ms, which the instances dead-letter (a commit each batch,
+// changing no balance), so that a get often follows a commit its
+// partition's changelog has not confirmed yet.
+const QueryWriting = "get-writing"
+
+// writeBesideQueries starts the writer of QueryWriting; the function it
+// returns stops it and says how many messages it wrote.
+func writeBesideQueries(ctx context.Context, b *scaleoutBroker, parts uint32) (func() (int, error), error) {
+	sink, err := iggy.NewSink(ctx, b.cl, iggyStream, iggyTopic)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	n := 0
+	go func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				done <- nil
+				return
+			case <-tick.C:
+			}
+			msgs := make([]connector.Message, 0, parts)
+			for p := range parts {
+				msgs = append(msgs, connector.Message{Partition: p, HasPartition: true, Key: []byte("writer"), Payload: []byte("not an event")})
+			}
+			if err := sink.Send(wctx, msgs); err != nil {
+				if wctx.Err() != nil {
+					done <- nil
+				} else {
+					done <- err
+				}
+				return
+			}
+			n += len(msgs)
+		}
+	}()
+	return func() (int, error) {
+		cancel()
+		err := <-done
+		return n, errors.Join(err, sink.Close(context.Background()))
+	}, nil
 }
 
 // queryRound runs clients clients at once against the query server at

@@ -64,7 +64,8 @@ func (p ScaleoutPlan) Jobs() ([][]ScaleoutJob, error) {
 			out = append(out, round)
 		case "query":
 			for _, c := range p.Clients {
-				out = append(out, []ScaleoutJob{{fmt.Sprintf("%squery:%d", ScaleoutPrefix, c), "get"}})
+				sc := fmt.Sprintf("%squery:%d", ScaleoutPrefix, c)
+				out = append(out, []ScaleoutJob{{sc, "get"}, {sc, QueryWriting}})
 			}
 		default:
 			return nil, fmt.Errorf("scaleout: unknown measurement %q (want %s)", part, strings.Join(ScaleoutParts, ", "))

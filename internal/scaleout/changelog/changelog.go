@@ -89,6 +89,9 @@ type Changelog struct {
 
 	mu    sync.Mutex
 	parts map[uint32]*clogPart
+	// unconfirmed holds the partitions forgotten with commits not
+	// confirmed (changelog_reads.go), until restored again.
+	unconfirmed map[uint32]bool
 }
 
 // clogPart is one owned partition's changelog state; guarded by
@@ -256,6 +259,7 @@ func (c *Changelog) Lost(p uint32) {
 func (c *Changelog) Forget(p uint32) {
 	c.Lost(p)
 	c.mu.Lock()
+	c.noteUnconfirmed(p)
 	delete(c.parts, p)
 	c.mu.Unlock()
 }
@@ -368,6 +372,7 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch connector.Epoch
 		snapFirst: map[uint64]uint64{}, snapEnded: map[uint64]bool{}}
 	c.mu.Lock()
 	c.parts[p] = part
+	delete(c.unconfirmed, p)
 	c.mu.Unlock()
 	c.log.Info("strand: partition restored", "partition", p, "epoch", epoch, "commits", res.last,
 		"applied", res.applied, "reused", res.reused, "snapshot", res.snapshot, "took", res.took.Round(time.Millisecond))

@@ -1,8 +1,10 @@
 package topologytest
 
 import (
+	"context"
+
 	"github.com/strand-io/strand/stream/connector/memconn"
-	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/state"
 )
 
 // newBroker returns the in-memory broker a Driver runs its App over: the
@@ -28,11 +30,16 @@ func newBroker(parts uint32, sources []string, c *clock) (*memconn.Broker, error
 // (see Dir): each partition reports at least the store's checkpoint as its
 // end. A directory without a store changes nothing.
 func resume(b *memconn.Broker, dir string) {
-	in, err := topology.Inspect(dir)
+	st, err := state.Open(context.Background(), dir)
 	if err != nil {
 		return // no store yet: the App creates it
 	}
-	for _, src := range in.Sources {
+	defer st.Close()
+	sources, err := st.Sources(context.Background())
+	if err != nil {
+		return
+	}
+	for _, src := range sources {
 		t := b.Topic(src.Name)
 		if t == nil {
 			continue
