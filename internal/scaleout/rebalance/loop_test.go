@@ -26,7 +26,9 @@ type fenceErr struct {
 	e Epoch
 }
 
-func (f fenceErr) Error() string { return fmt.Sprintf("commit of partition %d with epoch %d: fenced", f.p, f.e) }
+func (f fenceErr) Error() string {
+	return fmt.Sprintf("commit of partition %d with epoch %d: fenced", f.p, f.e)
+}
 
 type membership struct {
 	out  chan connector.Assignment
@@ -51,7 +53,7 @@ func (m *membership) set(p uint32, e Epoch) {
 	}
 }
 func (m *membership) Release(context.Context, uint32) error { return nil }
-func (m *membership) Members() []connector.Member         { return nil }
+func (m *membership) Members() []connector.Member           { return nil }
 func (m *membership) Owner(uint32) (connector.Member, Epoch, bool) {
 	return connector.Member{}, 0, false
 }
