@@ -120,12 +120,12 @@ func NewState() *State {
 
 // Outcome is what applying one Record did that its writer may care about.
 type Outcome struct {
-	Joined   MemberID // a join was accepted: the new member
+	Joined MemberID // a join was accepted: the new member
 	// TookOver is the member a join of the same Instance replaced: it
 	// lost its partitions to the new member (it is fenced for good).
 	TookOver MemberID
-	Rejected bool     // a join was refused (partition count mismatch)
-	Counted  bool     // the Record came from a live member and refreshed it
+	Rejected bool // a join was refused (partition count mismatch)
+	Counted  bool // the Record came from a live member and refreshed it
 }
 
 // Apply applies the record at offset off, stamped ts by the broker. An
