@@ -277,8 +277,16 @@ func (l *Loop) startTask(parent context.Context, p uint32, e Epoch, fn func(ctx 
 	l.wg.Go(func() {
 		defer close(t.done)
 		ev := fn(ctx)
-		if ctx.Err() == nil {
-			l.post(ev) // a task cancelled by the loop reports nothing
+		// A task cancelled by the loop reports nothing: the loop may be
+		// waiting for it to end (stopTask).
+		select {
+		case <-ctx.Done():
+		default:
+			select {
+			case l.events <- ev:
+			case <-ctx.Done():
+			case <-l.done:
+			}
 		}
 	})
 }
