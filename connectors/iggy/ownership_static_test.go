@@ -3,6 +3,7 @@ package iggy
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -147,4 +148,56 @@ func TestGroupJoinStartsFromASnapshot(t *testing.T) {
 		t.Fatalf("b started from %d, c from %d", b.m.loadedFrom, c.m.loadedFrom)
 	}
 	h.waitSettled(bound) // every member sees the same members and owners
+}
+
+// waitSnapshotPast waits until the bookmark of the membership snapshot
+// points past offset off.
+func waitSnapshotPast(t *testing.T, h *groupHarness, off uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		mark, ok, err := h.admin.Bookmark(ctxT(t, 5*time.Second), h.stream+"/strand-members-accounts", 0, membershipSnapshotBookmark)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && mark > off {
+			return mark
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot past offset %d (bookmark %d, %v)", off, mark, ok)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestGroupJoinCostFigures measures what a join costs after 10,000,
+// 100,000 and 1,000,000 records of history, from the latest snapshot and
+// replaying the log (benchmarks/RESULTS.md). Only with STRAND_SOAK=1.
+func TestGroupJoinCostFigures(t *testing.T) {
+	if os.Getenv("STRAND_SOAK") != "1" {
+		t.Skip("a measurement: STRAND_SOAK=1")
+	}
+	h := newGroupHarness(t, 8, WithSessionTimeout(longSession))
+	a := h.join("a")
+	h.waitSettled(bound)
+	have := 0
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		recs := make([]membership.Record, n-have)
+		for i := range recs {
+			recs[i] = membership.Record{Kind: membership.KindBeat, M: a.m.ID()}
+		}
+		appendRecords(t, h.admin, h.stream, "strand-members-accounts", recs)
+		have = n
+		waitSnapshotPast(t, h, uint64(n))
+		start := time.Now()
+		b := h.join("b")
+		withSnap := time.Since(start)
+		b.close()
+		start = time.Now()
+		c := h.join("c", WithMembershipSnapshots(0))
+		without := time.Since(start)
+		c.close()
+		t.Logf("join after %9d records of history: %8v from the latest snapshot, %8v replaying the log",
+			n, withSnap.Round(100*time.Microsecond), without.Round(100*time.Microsecond))
+	}
 }
