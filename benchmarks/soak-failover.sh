@@ -7,7 +7,9 @@
 # publishing; in each round one instance is SIGKILLed and started again at
 # once with the same -instance (same store; with -static, the default, the
 # same instance id), and the time until every partition is served again is
-# taken. Once with static membership, once without (-static=false); p50 and
+# taken. Once with static membership, once without (-static=false), and once
+# killing an instance for good (the others take over after the session
+# timeout and restore from the changelog; a new instance is added); p50 and
 # max of each are logged, and every account, dead letter and the changelog
 # are checked at the end. About 2 minutes on 2 cores.
 #

@@ -151,4 +151,47 @@ func TestScaleOutFailoverFigures(t *testing.T) {
 			verify(t, c.finish(c.live()[0]))
 		})
 	}
+	// An instance killed for good: the others take its partitions over
+	// after the session timeout and restore them from the changelog.
+	t.Run("no-restart", func(t *testing.T) {
+		c := newCluster(t, clusterConfig{accounts: 2000, rate: 1500, poisonSpacing: 400, snapshotEvery: 200, session: session})
+		next := 1
+		for ; next <= 3; next++ {
+			c.start(next)
+		}
+		c.produce()
+		c.waitBalanced(time.Minute, 1000)
+		var tooks []time.Duration
+		for range rounds {
+			live := c.live()
+			victim := live[0]
+			at := time.Now()
+			victim.Kill()
+			for len(c.servedBy()) < len(allPartitions) || c.servedByDead(victim.N) {
+				if time.Since(at) > 3*session {
+					t.Fatalf("partitions not all served within %v of the SIGKILL: %v", 3*session, c.servedBy())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			tooks = append(tooks, time.Since(at))
+			c.start(next) // a new instance, so the next round kills one of three again
+			next++
+			c.waitBalanced(time.Minute, 0)
+		}
+		slices.Sort(tooks)
+		t.Logf("SIGKILL without restart, session timeout %v, %d rounds: failover p50 %v, max %v, all %v",
+			session, rounds, tooks[len(tooks)/2].Round(time.Millisecond), tooks[len(tooks)-1].Round(time.Millisecond), fmt.Sprint(tooks))
+		verify(t, c.finish(c.live()[0]))
+	})
+}
+
+// servedByDead reports whether the statuses still name instance n, which
+// was killed, as serving a partition (a status read before it died).
+func (c *cluster) servedByDead(n int) bool {
+	for _, by := range c.servedBy() {
+		if by == n {
+			return true
+		}
+	}
+	return false
 }

@@ -217,6 +217,9 @@ func (a *App) Phase(p uint32) Phase {
 	return NotOwned
 }
 
+// InGroup reports whether the App is an instance of a group (WithGroup).
+func (a *App) InGroup() bool { return a.grp != nil }
+
 // Membership returns the App's membership of its group while Run is in
 // it, else nil.
 func (a *App) Membership() connector.Membership {

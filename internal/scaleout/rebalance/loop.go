@@ -259,6 +259,10 @@ func (l *Loop) stopTask(p uint32, e Epoch) {
 }
 
 func (l *Loop) stopPartition(p uint32, e Epoch) {
+	t := l.tasks[p]
+	if t != nil && t.epoch == e {
+		t.cancel() // first, so that the task does not report the loss below
+	}
 	l.cfg.Changelog.Lost(p, e)
 	l.stopTask(p, e)
 }
@@ -326,9 +330,11 @@ func (l *Loop) startServe(ctx context.Context, p uint32, e Epoch) {
 	l.startTask(context.WithoutCancel(ctx), p, e, func(ctx context.Context) Event {
 		err := l.cfg.Changelog.Serve(ctx, p, e)
 		fenced, rest := l.classify(err)
-		if fenced {
+		if ctx.Err() != nil {
+			// stopped by the loop: nothing to report
+		} else if fenced {
 			l.log.Warn("strand: partition fenced; dropping it", "partition", p, "epoch", e, "err", err)
-		} else if ctx.Err() == nil {
+		} else {
 			l.log.Error("strand: changelog of a partition failed; restoring it again", "partition", p, "epoch", e, "err", err)
 		}
 		return Event{Kind: ServeEnded, P: p, Epoch: e, Fenced: fenced, Err: rest}
@@ -435,9 +441,11 @@ func (l *Loop) leave() {
 					l.log.Warn("strand: changelog not confirmed at stop; the next owner redoes the last commits", "partition", p, "err", err)
 				}
 			}
-			l.cfg.Changelog.Lost(p, e)
 			if t != nil {
 				t.cancel()
+			}
+			l.cfg.Changelog.Lost(p, e)
+			if t != nil {
 				<-t.done
 			}
 		})
