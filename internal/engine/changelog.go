@@ -137,17 +137,17 @@ func (c *Changelog) Stamp(p uint32, cps []state.Checkpoint) (uint64, []byte, err
 		if part != nil {
 			e = part.epoch
 		}
-		return 0, nil, fenced("commit", p, e)
+		return 0, nil, Fenced("commit", p, e)
 	}
 	epoch := part.epoch
 	c.mu.Unlock()
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return 0, nil, fenced("commit", p, epoch)
+		return 0, nil, Fenced("commit", p, epoch)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if part.lost || c.parts[p] != part {
-		return 0, nil, fenced("commit", p, epoch)
+		return 0, nil, Fenced("commit", p, epoch)
 	}
 	meta := ClogMeta{Epoch: epoch, Member: part.member, Seq: part.next, Tables: c.tables}
 	for _, cp := range cps {
@@ -194,13 +194,13 @@ func (c *Changelog) Gate(ctx context.Context, p uint32) error {
 	part := c.parts[p]
 	if part == nil {
 		c.mu.Unlock()
-		return fenced("publish rows", p, 0)
+		return Fenced("publish rows", p, 0)
 	}
 	target, epoch := part.next-1, part.epoch
 	c.mu.Unlock()
 	if err := c.waitVerified(ctx, part, target); err != nil {
 		if err == ErrFenced {
-			return fenced("publish rows", p, epoch)
+			return Fenced("publish rows", p, epoch)
 		}
 		return err
 	}
@@ -238,10 +238,10 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 func (c *Changelog) Check(p uint32) error {
 	epoch, kept := c.EpochOf(p)
 	if !kept {
-		return fenced("publish rows", p, epoch)
+		return Fenced("publish rows", p, epoch)
 	}
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return fenced("publish rows", p, epoch)
+		return Fenced("publish rows", p, epoch)
 	}
 	return nil
 }
@@ -489,7 +489,7 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 				return res, nil
 			}
 			if r.Kind == ClogFence && r.Meta.Epoch > epoch {
-				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, fenced("restore", p, epoch))
+				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, Fenced("restore", p, epoch))
 			}
 			prev := h
 			switch h.Next(&r) {
@@ -597,7 +597,7 @@ func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	part := c.parts[p]
 	c.mu.Unlock()
 	if part == nil {
-		return fenced("serve", p, 0)
+		return Fenced("serve", p, 0)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -610,7 +610,7 @@ func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	lost := part.lost
 	c.mu.Unlock()
 	if lost {
-		return fenced("serve", p, part.epoch)
+		return Fenced("serve", p, part.epoch)
 	}
 	return errors.Join(errs...)
 }
