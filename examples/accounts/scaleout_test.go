@@ -226,6 +226,9 @@ func (c *cluster) produce() {
 // stopProducing stops the producer and returns what it published.
 func (c *cluster) stopProducing() (events, poison int64) {
 	c.t.Helper()
+	if c.stopProducer == nil { // stopped before
+		return c.prod.published.Load(), c.prod.poisoned.Load()
+	}
 	c.stopProducer()
 	if err := <-c.prodDone; err != nil {
 		c.t.Fatalf("producer: %v", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/scaleout/rebalance"
+	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -413,6 +414,7 @@ func (a *App) runGroup(ctx context.Context) error {
 		Changelog:  groupChangelog{clog},
 		Run:        a.runGeneration,
 		Fenced:     fencedPartition,
+		Retryable:  openFailed,
 		Log:        log,
 		OnChange:   gr.follow,
 	})
@@ -459,6 +461,14 @@ func fencedPartition(err error) (uint32, connector.Epoch, bool) {
 		return pe.Partition, 0, true
 	}
 	return 0, 0, false
+}
+
+// openFailed says whether err is a partition that could not be opened (its
+// reader, as during a broker outage, or its rows): worth another
+// generation, a bounded number of times (rebalance.MaxGenerationRetries).
+func openFailed(err error) bool {
+	var pe *engine.PartitionError
+	return errors.As(err, &pe) && pe.Op == stream.OpOpen
 }
 
 // groupChangelog is the engine's Changelog as the rebalancing loop uses

@@ -58,6 +58,10 @@ type Config struct {
 	// fenced, for which partition, and with the epoch the error belongs
 	// to (0: it does not say).
 	Fenced func(err error) (p uint32, e Epoch, ok bool)
+	// Retryable reports whether a generation's failure err (not a
+	// fencing) is worth another generation, such as a source that could
+	// not be opened during a broker outage (may be nil: none is).
+	Retryable func(err error) bool
 	// Clock makes the timers (default SystemClock).
 	Clock Clock
 	// Log gets the loop's diagnostics (default slog.Default).
@@ -412,6 +416,15 @@ func (l *Loop) startGen(ctx context.Context, id uint64, parts []PartitionEpoch) 
 			rest = append(rest, e)
 		}
 		ev.Err = errors.Join(rest...)
+		if len(rest) > 0 && l.cfg.Retryable != nil {
+			ev.Retryable = true
+			for _, e := range rest {
+				ev.Retryable = ev.Retryable && l.cfg.Retryable(e)
+			}
+			if ev.Retryable {
+				l.log.Warn("strand: a generation could not start; starting it again", "generation", id, "err", ev.Err)
+			}
+		}
 		g.ended <- ev
 	})
 }

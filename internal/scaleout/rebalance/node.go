@@ -81,10 +81,18 @@ const (
 	// changes (one stop per burst).
 	SettleAfter = 20 * time.Millisecond
 	// RetryAfter is the pause before a failed restore or changelog task
-	// of a partition still owned is tried again, and before a partition
-	// dropped because its changelog said it was fenced is checked again.
+	// of a partition still owned is tried again, before a partition
+	// dropped because its changelog said it was fenced is checked again,
+	// and before a generation that failed to start is started again.
 	RetryAfter = time.Second
 )
+
+// MaxGenerationRetries is how many generations in a row may fail with a
+// retryable error (Event.Retryable: the source could not be opened, as
+// during a broker outage) before the Node fails. A broker outage longer
+// than the session timeout ends every claim anyway, after which no
+// generation runs until the partitions are regained.
+const MaxGenerationRetries = 30
 
 // EventKind says what an Event reports.
 type EventKind uint8
@@ -154,6 +162,9 @@ type Event struct {
 	// Err (Restored, ServeEnded, GenerationEnded): a failure other than
 	// fencing.
 	Err error
+	// Retryable (GenerationEnded): Err is worth another generation (the
+	// source could not be opened), up to MaxGenerationRetries in a row.
+	Retryable bool
 	// Gen and FencedParts: GenerationEnded.
 	Gen         uint64
 	FencedParts []PartitionEpoch
@@ -331,7 +342,10 @@ type Node struct {
 	nextGen  uint64
 	settling bool // a Settle timer is set
 	failed   bool
-	ready    []Action
+	// genFailures counts the generations in a row that failed with a
+	// retryable error.
+	genFailures int
+	ready       []Action
 }
 
 // NewNode returns a Node that owns nothing.
@@ -559,7 +573,14 @@ func (n *Node) generationEnded(ev Event) {
 	}
 	g := n.gen
 	n.gen = nil
-	if ev.Err != nil {
+	retry := false
+	switch {
+	case ev.Err == nil:
+		n.genFailures = 0
+	case ev.Retryable && n.genFailures < MaxGenerationRetries:
+		n.genFailures++
+		retry = true
+	default:
 		n.failed = true
 		n.emit(Action{Kind: Fail, Err: ev.Err})
 		return
@@ -592,6 +613,13 @@ func (n *Node) generationEnded(ev Event) {
 			st.release = true
 			n.emit(Action{Kind: Release, P: p, Epoch: st.epoch, Flush: st.flush})
 		}
+	}
+	if retry {
+		// The next generation after a pause (this timer replaces a
+		// shorter Settle one).
+		n.settling = true
+		n.emit(Action{Kind: SetTimer, Timer: Timer{Kind: Settle}, After: RetryAfter})
+		return
 	}
 	if !n.settling {
 		n.startGen()

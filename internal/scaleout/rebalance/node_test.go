@@ -19,7 +19,7 @@ import (
 //
 //	gained|revoking|lost|released P@E
 //	restored|serve-ended P@E [fenced|err]
-//	gen-ended G [fenced=P@E,...] [err]
+//	gen-ended G [fenced=P@E,...] [err|retryable]
 //	timer settle | timer retry|recheck P@E [owned]
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
@@ -158,6 +158,8 @@ func parseEvent(s string) (Event, error) {
 				}
 			case x == "err":
 				ev.Err = errors.New("disk full")
+			case x == "retryable":
+				ev.Err, ev.Retryable = errors.New("open partition: server unreachable"), true
 			default:
 				return ev, fmt.Errorf("%q: unknown %q", s, x)
 			}
@@ -184,4 +186,34 @@ func parseEvent(s string) (Event, error) {
 		}
 	}
 	return Event{}, fmt.Errorf("%q: unknown event", s)
+}
+
+// TestGenerationRetriesAreBounded: MaxGenerationRetries generations in a
+// row that fail with a retryable error are started again; the next one
+// fails the node.
+func TestGenerationRetriesAreBounded(t *testing.T) {
+	n := NewNode()
+	n.Step(Event{Kind: Gained, P: 0, Epoch: 1})
+	n.Step(Event{Kind: Restored, P: 0, Epoch: 1})
+	n.Step(Event{Kind: TimerFired, Timer: Timer{Kind: Settle}})
+	n.Ready()
+	for i := 0; i <= MaxGenerationRetries; i++ {
+		g, _ := n.Generation()
+		if g == 0 {
+			t.Fatalf("no generation after %d failures", i)
+		}
+		n.Step(Event{Kind: GenerationEnded, Gen: g, Err: errors.New("unreachable"), Retryable: true})
+		acts := n.Ready()
+		if i == MaxGenerationRetries {
+			if len(acts) != 1 || acts[0].Kind != Fail {
+				t.Fatalf("after %d retries: %v, want fail", i, acts)
+			}
+			return
+		}
+		if len(acts) != 1 || acts[0].Kind != SetTimer || acts[0].After != RetryAfter {
+			t.Fatalf("failure %d: %v", i+1, acts)
+		}
+		n.Step(Event{Kind: TimerFired, Timer: Timer{Kind: Settle}})
+		n.Ready()
+	}
 }
