@@ -146,7 +146,7 @@ func TestScaleOutFailoverFigures(t *testing.T) {
 			for r := range rounds {
 				n := 1 + r%3
 				tooks = append(tooks, c.killRestart(n, 3*session))
-				c.waitBalanced(time.Minute, 0) // the next kill hits a settled group
+				c.waitBalanced(time.Minute, 0) // the next kill hits a steady group
 			}
 			slices.Sort(tooks)
 			t.Logf("%s membership, session timeout %v, %d SIGKILL+restart rounds: failover p50 %v, max %v, all %v",

@@ -270,7 +270,7 @@ func TestStaticMemberTakesOverAtOnce(t *testing.T) {
 		b.add(30, Record{Kind: KindRelease, M: a, P: &p, E: b.s.Parts[p].Epoch})
 	}
 	if got := fmt.Sprint(owners(b.s)); got != fmt.Sprintf("[%d %d %d %d %d %d]", a, a, a, bb, bb, bb) {
-		t.Fatalf("settled owners %s", got)
+		t.Fatalf("owners before the restart %s", got)
 	}
 	before := slices.Clone(b.s.Parts)
 	// B restarts (its old incarnation never wrote a leave).

@@ -197,7 +197,7 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			}
 			if ev.Kind == TimerFired {
 				delete(l.timers, ev.Timer)
-				if ev.Timer.Kind != Settle {
+				if ev.Timer.Kind != Burst {
 					e, ok := l.cfg.Membership.Owns(ev.Timer.P)
 					ev.StillOwned = ok && e == ev.Timer.Epoch
 				}

@@ -212,7 +212,7 @@ func TestLoopStaleFencedErrorDoesNotEndTheNewEpoch(t *testing.T) {
 	m.set(4, 1146)
 	m.out <- connector.Assignment{Kind: connector.Gained, Partition: 4, Epoch: 1146}
 	j.wait(t, "serve 4@1146")
-	clk.fireAll(t) // settle
+	clk.fireAll(t) // the burst timer
 	j.wait(t, "gen 1 [4]")
 
 	m.set(4, 0)
@@ -223,7 +223,7 @@ func TestLoopStaleFencedErrorDoesNotEndTheNewEpoch(t *testing.T) {
 	if gEnd, r := j.index("gen 1 ended"), j.index("restore 4@1179"); gEnd < 0 || gEnd > r {
 		t.Errorf("epoch 1179 was restored before the generation of 1146 stopped: %q", j.calls)
 	}
-	clk.fireAll(t) // settle
+	clk.fireAll(t) // the burst timer
 	j.wait(t, "gen 2 [4]")
 	if i := j.index("lost 4@1179"); i >= 0 {
 		t.Errorf("the fenced error of epoch 1146 ended epoch 1179: %q", j.calls)

@@ -77,9 +77,9 @@ func (p Phase) String() string {
 
 // Delays the Node asks timers for.
 const (
-	// SettleAfter lets a burst of changes in before the generation
+	// BurstAfter lets a burst of changes in before the generation
 	// changes (one stop per burst).
-	SettleAfter = 20 * time.Millisecond
+	BurstAfter = 20 * time.Millisecond
 	// RetryAfter is the pause before a failed restore or changelog task
 	// of a partition still owned is tried again, before a partition
 	// dropped because its changelog said it was fenced is checked again,
@@ -177,8 +177,8 @@ type Event struct {
 type TimerKind uint8
 
 const (
-	// Settle: the burst of changes is in; change the generation.
-	Settle TimerKind = iota + 1
+	// Burst: a burst of changes is in; change the generation.
+	Burst TimerKind = iota + 1
 	// Retry: restore P again (phase Retrying) if still owned.
 	Retry
 	// Recheck: P was dropped because its changelog said it was fenced;
@@ -189,8 +189,8 @@ const (
 
 func (k TimerKind) String() string {
 	switch k {
-	case Settle:
-		return "settle"
+	case Burst:
+		return "burst"
 	case Retry:
 		return "retry"
 	case Recheck:
@@ -208,7 +208,7 @@ type Timer struct {
 }
 
 func (t Timer) String() string {
-	if t.Kind == Settle {
+	if t.Kind == Burst {
 		return t.Kind.String()
 	}
 	return fmt.Sprintf("%s %d@%d", t.Kind, t.P, t.Epoch)
@@ -340,7 +340,7 @@ type Node struct {
 	parts    map[uint32]*part
 	gen      *generation
 	nextGen  uint64
-	settling bool // a Settle timer is set
+	bursting bool // a Burst timer is set
 	failed   bool
 	// genFailures counts the generations in a row that failed with a
 	// retryable error.
@@ -425,11 +425,11 @@ func (n *Node) stopGen() {
 	}
 }
 
-// settle asks for a Settle timer unless one is set.
-func (n *Node) settle() {
-	if !n.settling {
-		n.settling = true
-		n.emit(Action{Kind: SetTimer, Timer: Timer{Kind: Settle}, After: SettleAfter})
+// burst asks for a Burst timer unless one is set.
+func (n *Node) burst() {
+	if !n.bursting {
+		n.bursting = true
+		n.emit(Action{Kind: SetTimer, Timer: Timer{Kind: Burst}, After: BurstAfter})
 	}
 }
 
@@ -464,7 +464,7 @@ func (n *Node) Step(ev Event) {
 func (n *Node) drop(p uint32, st *part) {
 	n.emit(Action{Kind: StopPartition, P: p, Epoch: st.epoch})
 	if st.phase == Serving {
-		n.settle()
+		n.burst()
 	}
 	st.phase, st.release, st.flush = NotOwned, false, false
 }
@@ -518,7 +518,7 @@ func (n *Node) revoking(p uint32, e Epoch) {
 	}
 	st.release = true
 	n.emit(Action{Kind: Release, P: p, Epoch: e, Flush: st.flush})
-	n.settle()
+	n.burst()
 }
 
 func (n *Node) lost(p uint32, e Epoch) {
@@ -547,7 +547,7 @@ func (n *Node) restored(ev Event) {
 	default:
 		st.phase = Serving
 		n.emit(Action{Kind: StartServe, P: ev.P, Epoch: ev.Epoch})
-		n.settle()
+		n.burst()
 	}
 }
 
@@ -616,12 +616,12 @@ func (n *Node) generationEnded(ev Event) {
 	}
 	if retry {
 		// The next generation after a pause (this timer replaces a
-		// shorter Settle one).
-		n.settling = true
-		n.emit(Action{Kind: SetTimer, Timer: Timer{Kind: Settle}, After: RetryAfter})
+		// shorter Burst one).
+		n.bursting = true
+		n.emit(Action{Kind: SetTimer, Timer: Timer{Kind: Burst}, After: RetryAfter})
 		return
 	}
-	if !n.settling {
+	if !n.bursting {
 		n.startGen()
 	}
 }
@@ -650,8 +650,8 @@ func (n *Node) startGen() {
 
 func (n *Node) timer(t Timer, stillOwned bool) {
 	switch t.Kind {
-	case Settle:
-		n.settling = false
+	case Burst:
+		n.bursting = false
 		switch {
 		case n.gen == nil:
 			n.startGen()

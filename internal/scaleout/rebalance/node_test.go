@@ -20,7 +20,7 @@ import (
 //	gained|revoking|lost|released P@E
 //	restored|serve-ended P@E [fenced|err]
 //	gen-ended G [fenced=P@E,...] [err|retryable]
-//	timer settle | timer retry|recheck P@E [owned]
+//	timer burst | timer retry|recheck P@E [owned]
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -168,8 +168,8 @@ func parseEvent(s string) (Event, error) {
 	case "timer":
 		ev := Event{Kind: TimerFired}
 		switch f[1] {
-		case "settle":
-			ev.Timer = Timer{Kind: Settle}
+		case "burst":
+			ev.Timer = Timer{Kind: Burst}
 			return ev, nil
 		case "retry", "recheck":
 			ev.Timer.Kind = Retry
@@ -195,7 +195,7 @@ func TestGenerationRetriesAreBounded(t *testing.T) {
 	n := NewNode()
 	n.Step(Event{Kind: Gained, P: 0, Epoch: 1})
 	n.Step(Event{Kind: Restored, P: 0, Epoch: 1})
-	n.Step(Event{Kind: TimerFired, Timer: Timer{Kind: Settle}})
+	n.Step(Event{Kind: TimerFired, Timer: Timer{Kind: Burst}})
 	n.Ready()
 	for i := 0; i <= MaxGenerationRetries; i++ {
 		g, _ := n.Generation()
@@ -213,7 +213,7 @@ func TestGenerationRetriesAreBounded(t *testing.T) {
 		if len(acts) != 1 || acts[0].Kind != SetTimer || acts[0].After != RetryAfter {
 			t.Fatalf("failure %d: %v", i+1, acts)
 		}
-		n.Step(Event{Kind: TimerFired, Timer: Timer{Kind: Settle}})
+		n.Step(Event{Kind: TimerFired, Timer: Timer{Kind: Burst}})
 		n.Ready()
 	}
 }
