@@ -172,7 +172,7 @@ func waitSnapshotPast(t *testing.T, h *groupHarness, off uint64) uint64 {
 
 // TestGroupJoinCostFigures measures what a join costs after 10,000,
 // 100,000 and 1,000,000 records of history, from the latest snapshot and
-// replaying the log (benchmarks/RESULTS.md). Only with STRAND_SOAK=1.
+// replaying the log (benchmarks/HISTORY.md §23). Only with STRAND_SOAK=1.
 func TestGroupJoinCostFigures(t *testing.T) {
 	if os.Getenv("STRAND_SOAK") != "1" {
 		t.Skip("a measurement: STRAND_SOAK=1")

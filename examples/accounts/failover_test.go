@@ -120,7 +120,7 @@ func TestScaleOutStaticRestart(t *testing.T) {
 // TestScaleOutFailoverFigures measures the failover of a SIGKILLed and at
 // once restarted instance, with and without static membership, over
 // STRAND_FAILOVER_ROUNDS rounds (default 8) with a 4s session timeout
-// (benchmarks/RESULTS.md). Only with STRAND_SOAK=1.
+// (benchmarks/HISTORY.md §23). Only with STRAND_SOAK=1.
 func TestScaleOutFailoverFigures(t *testing.T) {
 	if os.Getenv("STRAND_SOAK") != "1" {
 		t.Skip("a measurement: STRAND_SOAK=1")
