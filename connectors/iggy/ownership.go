@@ -13,6 +13,7 @@ import (
 	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	"github.com/strand-io/strand/internal/scaleout/membership"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -98,8 +99,58 @@ type groupConfig struct {
 	addr      string
 	name      string
 	topic     string
+	instance  string
+	snapEvery int // records between two snapshots of the membership log; 0: none
 	log       *slog.Logger
 	trace     func(traceEvent) // tests: the member's claims as they start and end
+}
+
+// DefaultMembershipSnapshotEvery is how many records of the membership log
+// go between two snapshots of it, unless WithMembershipSnapshots says
+// otherwise.
+const DefaultMembershipSnapshotEvery = 1000
+
+// membershipSnapshotBookmark names the bookmark (a consumer offset of the
+// membership log) that points at its latest snapshot.
+const membershipSnapshotBookmark = "strand-members-snapshot"
+
+// ErrInstanceFenced means another process joined the group with this
+// member's instance id (WithInstanceID) and took its partitions over: the
+// membership ends for good. Two live processes must not share an id.
+var ErrInstanceFenced = errors.New("iggy: another member joined with this member's instance id")
+
+// WithInstanceID makes the member static (Kafka's KIP-345): id names the
+// instance across restarts (a host name, a pod's ordinal). A member that
+// joins with the id of a live member takes that member's place in the
+// membership log at once: it is granted the partitions the previous
+// incarnation owned, under new epochs, without waiting for the session
+// timeout to declare it dead, and the previous incarnation, if it is still
+// running, ends with ErrInstanceFenced. Two running processes must never
+// share an id. 1..255 bytes.
+func WithInstanceID(id string) GroupOption {
+	return func(c *groupConfig) error {
+		if id == "" || len(id) > 255 {
+			return fmt.Errorf("iggy.WithInstanceID: %d bytes, want 1..255", len(id))
+		}
+		c.instance = id
+		return nil
+	}
+}
+
+// WithMembershipSnapshots sets how many records of the membership log go
+// between two snapshots of the group's state, which the oldest member
+// writes to the log (default DefaultMembershipSnapshotEvery; 0: none). A
+// joining member starts from the latest snapshot (found through a
+// bookmark) instead of the log's start, so joining costs the same after a
+// year of heartbeats as after a minute.
+func WithMembershipSnapshots(every int) GroupOption {
+	return func(c *groupConfig) error {
+		if every < 0 {
+			return fmt.Errorf("iggy.WithMembershipSnapshots: %d, want 0 or more", every)
+		}
+		c.snapEvery = every
+		return nil
+	}
 }
 
 // WithSessionTimeout sets how long a member may stay silent in the
@@ -240,7 +291,7 @@ type Membership struct {
 
 	mu         sync.Mutex
 	queue      []Assignment
-	st         *groupState
+	st         *membership.State
 	next       uint64 // next offset of the membership log to read
 	caughtUp   bool   // read to the end once before the first join
 	self       MemberID
@@ -258,6 +309,14 @@ type Membership struct {
 	revokeSent map[uint32]Epoch
 	closing    bool
 	err        error
+	// Snapshots of the log: the At of the latest one read (or loaded),
+	// one this member wrote and has not read back, and the offset of one
+	// it wrote and read back, for the bookmark.
+	snapAt      uint64
+	snapWriting bool
+	snapMark    uint64
+	snapMarkSet bool
+	loadedFrom  uint64 // the snapshot the member started from (0: the log's start)
 }
 
 type releaseState struct {
@@ -286,7 +345,7 @@ type traceEvent struct {
 //
 // Close the Membership to leave the group.
 func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partitions uint32, opts ...GroupOption) (*Membership, error) {
-	cfg := groupConfig{timeout: 10 * time.Second, log: c.cfg.log}
+	cfg := groupConfig{timeout: 10 * time.Second, snapEvery: DefaultMembershipSnapshotEvery, log: c.cfg.log}
 	if host, err := os.Hostname(); err == nil {
 		cfg.name = fmt.Sprintf("%s/%d", host, os.Getpid())
 	} else {
@@ -339,7 +398,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		log: cfg.log.With("group", topology, "member_name", cfg.name),
 		out: make(chan Assignment), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), ended: make(chan struct{}), dstop: make(chan struct{}), joined: make(chan struct{}),
-		st: newGroupState(), sent: map[uint64]time.Time{}, claims: map[uint32]Epoch{},
+		st: membership.NewState(), sent: map[uint64]time.Time{}, claims: map[uint32]Epoch{},
 		released: map[uint32]*releaseState{}, revokeSent: map[uint32]Epoch{},
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -353,6 +412,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		m.cancel()
 		return nil, fmt.Errorf("iggy: JoinGroup %s: %w", topology, err)
 	}
+	m.loadSnapshot(ctx)
 	m.newIncarnation(0)
 	m.wg.Add(2)
 	go m.run()
@@ -433,13 +493,13 @@ func (m *Membership) Owned() []PartitionOwnership {
 func (m *Membership) Members() []Member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]Member, 0, len(m.st.ids))
-	for _, id := range m.st.ids {
-		ms := m.st.members[id]
-		mb := Member{ID: id, Name: ms.name, Addr: ms.addr, LastSeen: time.UnixMicro(int64(ms.lastTs))}
-		for i, p := range m.st.parts {
-			if p.owner == id {
-				mb.Partitions = append(mb.Partitions, PartitionOwnership{Partition: uint32(i), Epoch: p.epoch, Revoking: p.revoking})
+	out := make([]Member, 0, len(m.st.IDs))
+	for _, id := range m.st.IDs {
+		ms := m.st.Members[id]
+		mb := Member{ID: id, Name: ms.Name, Addr: ms.Addr, LastSeen: time.UnixMicro(int64(ms.LastTs))}
+		for i, p := range m.st.Parts {
+			if p.Owner == id {
+				mb.Partitions = append(mb.Partitions, PartitionOwnership{Partition: uint32(i), Epoch: p.Epoch, Revoking: p.Revoking})
 			}
 		}
 		out = append(out, mb)
@@ -501,7 +561,7 @@ func (m *Membership) sendRelease(ctx context.Context, p uint32, rs *releaseState
 		m.mu.Unlock()
 		return nil // the incarnation is gone, or the log already shows the release
 	}
-	r := record{Kind: kindRelease, M: self, P: &p, E: rs.epoch, Seq: m.nextSeqLocked()}
+	r := membership.Record{Kind: membership.KindRelease, M: self, P: &p, E: rs.epoch, Seq: m.nextSeqLocked()}
 	m.mu.Unlock()
 	err := m.append(ctx, &r)
 	m.mu.Lock()
@@ -532,7 +592,7 @@ func (m *Membership) Close() error {
 		m.mu.Unlock()
 		if self != 0 && !failed {
 			ctx, cancel := context.WithTimeout(context.Background(), m.cl.cfg.callTimeout)
-			if err := m.append(ctx, &record{Kind: kindLeave, M: self}); err != nil {
+			if err := m.append(ctx, &membership.Record{Kind: membership.KindLeave, M: self}); err != nil {
 				m.log.Warn("iggy: could not write the leave to the membership log; the others take over after the session timeout", "member", self, "err", err)
 			}
 			cancel()
@@ -612,6 +672,7 @@ func (m *Membership) step() (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	m.snapshot()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n == 0 {
@@ -620,13 +681,82 @@ func (m *Membership) step() (bool, error) {
 	return n > 0, m.err
 }
 
+// snapshot writes a snapshot of the group's state when this member is the
+// oldest and the log grew by snapEvery records since the latest one, and
+// points the bookmark at a snapshot it wrote once it read it back. Errors
+// only delay it: the next step tries again.
+func (m *Membership) snapshot() {
+	if m.cfg.snapEvery == 0 {
+		return
+	}
+	m.mu.Lock()
+	mark, markSet := m.snapMark, m.snapMarkSet
+	m.snapMarkSet = false
+	var rec *membership.Record
+	if m.self != 0 && m.caughtUp && !m.snapWriting && len(m.st.IDs) > 0 && m.st.IDs[0] == m.self &&
+		m.next-m.snapAt >= uint64(m.cfg.snapEvery) {
+		r := m.st.Snapshot(m.next)
+		r.M = m.self
+		rec = &r
+		m.snapWriting = true
+	}
+	m.mu.Unlock()
+	if markSet {
+		if err := m.cl.SetBookmark(m.ctx, m.t.String(), 0, membershipSnapshotBookmark, mark); err != nil {
+			m.log.Debug("iggy: could not point the bookmark at the membership snapshot", "offset", mark, "err", err)
+		}
+	}
+	if rec != nil {
+		if err := m.append(m.ctx, rec); err != nil {
+			m.log.Debug("iggy: could not write a membership snapshot", "err", err)
+			m.mu.Lock()
+			m.snapWriting = false
+			m.mu.Unlock()
+		}
+	}
+}
+
+// loadSnapshot starts the member from the latest snapshot of the log, if
+// the bookmark points at one that loads; else it reads from the start.
+func (m *Membership) loadSnapshot(ctx context.Context) {
+	if m.cfg.snapEvery == 0 {
+		return
+	}
+	off, ok, err := m.cl.Bookmark(ctx, m.t.String(), 0, membershipSnapshotBookmark)
+	if err != nil || !ok {
+		return
+	}
+	var pm *iggcon.PolledMessage
+	err = m.rd.call(ctx, func(s *session) error {
+		var err error
+		pm, err = s.poll(m.t, 0, off, 1)
+		return err
+	})
+	if err != nil || pm == nil || len(pm.Messages) == 0 || pm.Messages[0].Header.Offset != off {
+		m.log.Debug("iggy: membership snapshot unreadable; reading the log from its start", "offset", off, "err", err)
+		return
+	}
+	r, ok := membership.DecodeRecord(pm.Messages[0].Payload)
+	if !ok {
+		return
+	}
+	st, at, ok := membership.FromSnapshot(r)
+	if !ok || at > off {
+		return
+	}
+	m.mu.Lock()
+	m.st, m.next, m.snapAt, m.loadedFrom = st, at, at, off
+	m.mu.Unlock()
+	m.log.Debug("iggy: starting from a membership snapshot", "offset", off, "at", at)
+}
+
 func (m *Membership) postJoin() error {
 	m.mu.Lock()
 	if m.joinSent.IsZero() {
 		m.joinSent = time.Now()
 	}
-	r := record{Kind: kindJoin, Nonce: m.nonce, Name: m.cfg.name, Addr: m.cfg.addr,
-		Timeout: uint64(m.cfg.timeout.Microseconds()), Parts: m.partitions, Replaces: m.old}
+	r := membership.Record{Kind: membership.KindJoin, Nonce: m.nonce, Name: m.cfg.name, Addr: m.cfg.addr,
+		Timeout: uint64(m.cfg.timeout.Microseconds()), Parts: m.partitions, Replaces: m.old, Instance: m.cfg.instance}
 	m.mu.Unlock()
 	if err := m.append(m.ctx, &r); err != nil {
 		return fmt.Errorf("iggy: join group %s: %w", m.topology, err)
@@ -671,20 +801,37 @@ func (m *Membership) readBatch() (int, error) {
 
 // applyLocked applies one record and notes what it says about this member.
 func (m *Membership) applyLocked(off, ts uint64, payload []byte) {
-	r, out := m.st.apply(off, ts, payload)
+	r, out := m.st.Apply(off, ts, payload)
+	if r.Kind == membership.KindSnapshot && r.State != nil {
+		m.snapAt = max(m.snapAt, r.At)
+		if m.snapWriting && r.M == m.self && m.self != 0 {
+			m.snapWriting = false
+			m.snapMark, m.snapMarkSet = off, true
+		}
+		r.State = nil // not kept
+	}
+	if m.self != 0 && out.TookOver == m.self {
+		m.log.Error("iggy: another member joined with this member's instance id and took its partitions over", "member", m.self, "instance", m.cfg.instance)
+		if m.err == nil {
+			m.err = fmt.Errorf("%w: group %s, instance %q, member %d", ErrInstanceFenced, m.topology, m.cfg.instance, m.self)
+		}
+		m.endAllLockedAt(Evicted, time.Now())
+		m.self = 0
+		return
+	}
 	switch {
-	case r.Kind == kindJoin && r.Nonce == m.nonce && m.self == 0 && out.joined != 0:
-		m.self = out.joined
-		m.refSend, m.refTs = m.joinSent, m.st.now
+	case r.Kind == membership.KindJoin && r.Nonce == m.nonce && m.self == 0 && out.Joined != 0:
+		m.self = out.Joined
+		m.refSend, m.refTs = m.joinSent, m.st.Now
 		m.updateLeaseLocked()
-		m.log.Info("iggy: joined group", "member", m.self, "members", len(m.st.ids))
+		m.log.Info("iggy: joined group", "member", m.self, "members", len(m.st.IDs))
 		m.signalJoined()
-	case r.Kind == kindJoin && r.Nonce == m.nonce && m.self == 0 && out.rejected:
-		m.err = fmt.Errorf("%w: group %s has %d partitions, this member expects %d", ErrGroupMismatch, m.topology, m.st.partitions, m.partitions)
+	case r.Kind == membership.KindJoin && r.Nonce == m.nonce && m.self == 0 && out.Rejected:
+		m.err = fmt.Errorf("%w: group %s has %d partitions, this member expects %d", ErrGroupMismatch, m.topology, m.st.Partitions, m.partitions)
 		m.signalJoined()
-	case m.self != 0 && r.M == m.self && out.counted:
+	case m.self != 0 && r.M == m.self && out.Counted:
 		if at, ok := m.sent[r.Seq]; ok {
-			m.refSend, m.refTs = at, m.st.now
+			m.refSend, m.refTs = at, m.st.Now
 			for s := range m.sent {
 				if s <= r.Seq {
 					delete(m.sent, s)
@@ -693,7 +840,7 @@ func (m *Membership) applyLocked(off, ts uint64, payload []byte) {
 		}
 	}
 	if m.self != 0 {
-		if m.st.members[m.self] == nil {
+		if m.st.Members[m.self] == nil {
 			now := time.Now()
 			m.log.Warn("iggy: the group declared this member dead; joining again", "member", m.self)
 			m.endAllLockedAt(Evicted, now)
@@ -717,7 +864,7 @@ func (m *Membership) signalJoined() {
 // after its send began, so broker time at local time t is at most refTs +
 // (t - refSend).
 func (m *Membership) updateLeaseLocked() {
-	d, ok := m.st.deadline(m.self)
+	d, ok := m.st.Deadline(m.self)
 	if !ok || m.refSend.IsZero() {
 		return
 	}
@@ -751,33 +898,33 @@ func (m *Membership) reconcileLocked(now time.Time) {
 		return
 	}
 	for p, rs := range m.released {
-		if int(p) >= len(m.st.parts) || m.st.parts[p].owner != m.self || m.st.parts[p].epoch != rs.epoch {
+		if int(p) >= len(m.st.Parts) || m.st.Parts[p].Owner != m.self || m.st.Parts[p].Epoch != rs.epoch {
 			delete(m.released, p)
 		}
 	}
 	for p, e := range m.claims {
-		if int(p) >= len(m.st.parts) || m.st.parts[p].owner != m.self || m.st.parts[p].epoch != e {
+		if int(p) >= len(m.st.Parts) || m.st.Parts[p].Owner != m.self || m.st.Parts[p].Epoch != e {
 			m.endClaimLocked(p, e, Evicted, now)
 		}
 	}
-	for i, ps := range m.st.parts {
+	for i, ps := range m.st.Parts {
 		p := uint32(i)
-		if ps.owner != m.self {
+		if ps.Owner != m.self {
 			continue
 		}
-		if rs := m.released[p]; rs != nil && rs.epoch == ps.epoch {
+		if rs := m.released[p]; rs != nil && rs.epoch == ps.Epoch {
 			continue
 		}
 		if _, ok := m.claims[p]; !ok {
 			if m.cfg.trace != nil {
-				m.cfg.trace(traceEvent{Kind: "claim", Member: m.self, P: p, E: ps.epoch, At: now})
+				m.cfg.trace(traceEvent{Kind: "claim", Member: m.self, P: p, E: ps.Epoch, At: now})
 			}
-			m.claims[p] = ps.epoch
-			m.emitLocked(Assignment{Kind: Gained, Partition: p, Epoch: ps.epoch})
+			m.claims[p] = ps.Epoch
+			m.emitLocked(Assignment{Kind: Gained, Partition: p, Epoch: ps.Epoch})
 		}
-		if ps.revoking && m.revokeSent[p] != ps.epoch {
-			m.revokeSent[p] = ps.epoch
-			m.emitLocked(Assignment{Kind: Revoking, Partition: p, Epoch: ps.epoch})
+		if ps.Revoking && m.revokeSent[p] != ps.Epoch {
+			m.revokeSent[p] = ps.Epoch
+			m.emitLocked(Assignment{Kind: Revoking, Partition: p, Epoch: ps.Epoch})
 		}
 	}
 }
@@ -868,9 +1015,9 @@ func (m *Membership) beat() {
 				retry = append(retry, p)
 			}
 		}
-		var r record
+		var r membership.Record
 		if self != 0 && m.err == nil {
-			r = record{Kind: kindBeat, M: self, Seq: m.nextSeqLocked()}
+			r = membership.Record{Kind: membership.KindBeat, M: self, Seq: m.nextSeqLocked()}
 		}
 		m.mu.Unlock()
 		if self != 0 {
@@ -891,8 +1038,8 @@ func (m *Membership) beat() {
 }
 
 // append writes one record to the membership log.
-func (m *Membership) append(ctx context.Context, r *record) error {
-	msg, err := iggcon.NewIggyMessage(r.encode())
+func (m *Membership) append(ctx context.Context, r *membership.Record) error {
+	msg, err := iggcon.NewIggyMessage(r.Encode())
 	if err != nil {
 		return fmt.Errorf("%w: membership record: %w", ErrInvalidMessage, err)
 	}

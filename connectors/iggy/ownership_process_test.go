@@ -14,6 +14,7 @@ import (
 	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	"github.com/strand-io/strand/internal/scaleout/membership"
 
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
@@ -61,12 +62,12 @@ func TestGroupChildProcess(t *testing.T) {
 }
 
 // groupView reads the whole membership log as any reader would.
-func groupView(ctx context.Context, c *Client, stream, topic string) (*groupState, error) {
+func groupView(ctx context.Context, c *Client, stream, topic string) (*membership.State, error) {
 	tr, err := newTopicRef(stream, topic)
 	if err != nil {
 		return nil, err
 	}
-	st := newGroupState()
+	st := membership.NewState()
 	for off := uint64(0); ; {
 		var pm *iggcon.PolledMessage
 		pid := uint32(0)
@@ -82,7 +83,7 @@ func groupView(ctx context.Context, c *Client, stream, topic string) (*groupStat
 			return st, nil
 		}
 		for _, msg := range pm.Messages {
-			st.apply(msg.Header.Offset, msg.Header.Timestamp, msg.Payload)
+			st.Apply(msg.Header.Offset, msg.Header.Timestamp, msg.Payload)
 			off = msg.Header.Offset + 1
 		}
 	}
@@ -90,18 +91,18 @@ func groupView(ctx context.Context, c *Client, stream, topic string) (*groupStat
 
 // names returns the group's members by name, with how many partitions
 // each owns, or "" if a partition is revoking or unowned.
-func settledNames(st *groupState) string {
+func settledNames(st *membership.State) string {
 	count := map[string]int{}
-	for _, p := range st.parts {
-		m := st.members[p.owner]
-		if m == nil || p.revoking {
+	for _, p := range st.Parts {
+		m := st.Members[p.Owner]
+		if m == nil || p.Revoking {
 			return ""
 		}
-		count[m.name]++
+		count[m.Name]++
 	}
 	var out []string
-	for _, id := range st.ids {
-		out = append(out, fmt.Sprintf("%s:%d", st.members[id].name, count[st.members[id].name]))
+	for _, id := range st.IDs {
+		out = append(out, fmt.Sprintf("%s:%d", st.Members[id].Name, count[st.Members[id].Name]))
 	}
 	sort.Strings(out)
 	return fmt.Sprint(out)

@@ -503,6 +503,9 @@ func TestGroupOptionsAreValidated(t *testing.T) {
 		{"WithMemberName", []GroupOption{WithMemberName("")}},
 		{"WithMembershipTopic", []GroupOption{WithMembershipTopic("")}},
 		{"WithGroupLogger", []GroupOption{WithGroupLogger(nil)}},
+		{"WithInstanceID", []GroupOption{WithInstanceID("")}},
+		{"WithInstanceID", []GroupOption{WithInstanceID(strings.Repeat("i", 256))}},
+		{"WithMembershipSnapshots", []GroupOption{WithMembershipSnapshots(-1)}},
 	} {
 		_, err := cl.JoinGroup(ctx, "s", "t", 4, tc.opts...)
 		if err == nil || !strings.Contains(err.Error(), tc.name) {

@@ -21,8 +21,12 @@ const queryLine = "query server of instance"
 // of the accounts processors: the group is an Iggy membership log in the
 // example's stream, the query address is the one listenHTTP got.
 func (a *app) groupOptions() []topology.OpenOption {
-	g := a.cl.Group(a.cfg.stream, iggy.WithSessionTimeout(a.cfg.sessionTimeout),
-		iggy.WithMemberName(fmt.Sprintf("accounts-%d", a.cfg.instance)), iggy.WithGroupLogger(a.log))
+	gopts := []iggy.GroupOption{iggy.WithSessionTimeout(a.cfg.sessionTimeout),
+		iggy.WithMemberName(fmt.Sprintf("accounts-%d", a.cfg.instance)), iggy.WithGroupLogger(a.log)}
+	if a.cfg.static {
+		gopts = append(gopts, iggy.WithInstanceID(fmt.Sprintf("accounts-%d", a.cfg.instance)))
+	}
+	g := a.cl.Group(a.cfg.stream, gopts...)
 	return []topology.OpenOption{topology.WithGroup(g), topology.WithQueryAddr(a.httpAddr),
 		topology.WithSnapshotEvery(a.cfg.snapshotEvery)}
 }

@@ -210,6 +210,9 @@ func (a *app) instanceArgs(n int, http string) []string {
 	if c.httpPublic {
 		args = append(args, "-http-public")
 	}
+	if !c.static {
+		args = append(args, "-static=false")
+	}
 	if c.resequence {
 		args = append(args, "-resequence")
 	}

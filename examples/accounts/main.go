@@ -119,6 +119,7 @@ type config struct {
 	group          bool
 	instance       int
 	sessionTimeout time.Duration
+	static         bool
 	snapshotEvery  int
 	killAfter      time.Duration
 	query          string
@@ -179,6 +180,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.group, "group", false, "-role processor: run as one instance of the group of processors that share the partitions (with -instance; see the package doc)")
 	fs.IntVar(&c.instance, "instance", 1, "-role processor -group: this instance's number, which names its store (state-N under -data) and its member")
 	fs.DurationVar(&c.sessionTimeout, "session-timeout", 5*time.Second, "-group: how long an instance may go silent before the others take its partitions over")
+	fs.BoolVar(&c.static, "static", true, "-group: join with the stable instance id accounts-N (static membership): a restarted instance takes its partitions back at once instead of after the session timeout")
 	fs.IntVar(&c.snapshotEvery, "snapshot-every", 200, "-group: commits of a partition between two snapshots of its state in its changelog (0: none; a restore then replays the whole changelog)")
 	fs.DurationVar(&c.killAfter, "kill-after", 0, "-role all -instances N (N >= 2): SIGKILL the last instance this long after the processors start; the others take its partitions over (0: never)")
 	fs.StringVar(&c.query, "query", "", "-role check: check the accounts through the query server at this address (host:port of any instance of a group) instead of a store under -data")

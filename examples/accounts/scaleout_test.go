@@ -60,6 +60,10 @@ type clusterConfig struct {
 	rate          float64
 	poisonSpacing int
 	snapshotEvery int
+	// session is the group's session timeout (0: sessionTimeout);
+	// dynamic turns static membership off (-static=false).
+	session time.Duration
+	dynamic bool
 	// stopPoint, when set, arms the instances' stop hooks (stopHooks):
 	// SIGUSR1 makes an instance stop itself there.
 	stopPoint string
@@ -82,9 +86,14 @@ func newCluster(t *testing.T, cc clusterConfig) *cluster {
 		t.Fatal(err)
 	}
 	c.srv = srv
+	session := cc.session
+	if session == 0 {
+		session = sessionTimeout
+	}
 	cfg, err := parseFlags([]string{"-role", "producer", "-iggy", srv.Addr(), "-events", "0", "-rate", fmt.Sprint(cc.rate),
 		"-accounts", strconv.Itoa(cc.accounts), "-poison", "1000000", "-data", c.root,
-		"-session-timeout", sessionTimeout.String(), "-snapshot-every", strconv.Itoa(cc.snapshotEvery)}, io.Discard)
+		"-session-timeout", session.String(), "-snapshot-every", strconv.Itoa(cc.snapshotEvery),
+		fmt.Sprintf("-static=%v", !cc.dynamic)}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +227,9 @@ func (c *cluster) produce() {
 // stopProducing stops the producer and returns what it published.
 func (c *cluster) stopProducing() (events, poison int64) {
 	c.t.Helper()
+	if c.stopProducer == nil { // stopped before
+		return c.prod.published.Load(), c.prod.poisoned.Load()
+	}
 	c.stopProducer()
 	if err := <-c.prodDone; err != nil {
 		c.t.Fatalf("producer: %v", err)

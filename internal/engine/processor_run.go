@@ -73,7 +73,14 @@ func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 		if ctx.Err() != nil {
 			return nil // stopped before it started
 		}
-		return fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+		// Scale-out starts a generation after every change of ownership,
+		// often right after a broker outage: the count checked at Open
+		// serves (the readers retry their polls; a changed count is
+		// caught by the next check that reaches the broker).
+		if n = p.opts.extent.partitions; n == 0 {
+			return fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+		}
+		p.log.Warn("strand: partition count unavailable; using the one checked at Open", "source", p.name, "partitions", n, "err", err)
 	}
 	if err := p.checkPartitionCount(n); err != nil {
 		return fmt.Errorf("stream: run source %q: %w", p.name, err)

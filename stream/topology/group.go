@@ -12,6 +12,8 @@ import (
 
 	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/scaleout/changelog"
+	"github.com/strand-io/strand/internal/scaleout/rebalance"
+	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -217,6 +219,9 @@ func (a *App) Phase(p uint32) Phase {
 	return NotOwned
 }
 
+// InGroup reports whether the App is an instance of a group (WithGroup).
+func (a *App) InGroup() bool { return a.grp != nil }
+
 // Membership returns the App's membership of its group while Run is in
 // it, else nil.
 func (a *App) Membership() connector.Membership {
@@ -262,11 +267,10 @@ type group struct {
 }
 
 type partState struct {
-	phase   Phase
-	epoch   connector.Epoch
-	restore RestoreProgress
-	cancel  context.CancelFunc // of the restore or of Serve
-	done    chan struct{}      // closed when the restore or Serve returned
+	phase        Phase
+	epoch        connector.Epoch
+	restore      RestoreProgress
+	restoreStart time.Time
 }
 
 // gate is the processors' publish gate: rows of a partition are published
@@ -357,21 +361,9 @@ func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOp
 	return nil
 }
 
-// restored reports a finished restore.
-type restored struct {
-	p     uint32
-	epoch connector.Epoch
-	err   error
-}
-
-// served reports a Serve that returned.
-type served struct {
-	p     uint32
-	epoch connector.Epoch
-	err   error
-}
-
-// runGroup is Run in a group.
+// runGroup is Run in a group: it joins, installs the changelog as the
+// store's commit logger and drives a rebalance.Loop (the state machine of
+// internal/scaleout/rebalance) until ctx ends or the membership ends.
 func (a *App) runGroup(ctx context.Context) error {
 	gr := a.grp
 	log := a.log.With(slog.String("component", "strand/group"), slog.String("topology", a.prog.Name()))
@@ -390,7 +382,10 @@ func (a *App) runGroup(ctx context.Context) error {
 					return
 				}
 				st.restore = RestoreProgress{From: rp.From, Offset: rp.Offset, End: rp.End, Applied: rp.Applied,
-					Snapshot: rp.Snapshot, Reused: rp.Reused, Done: rp.Done}
+					Snapshot: rp.Snapshot, Reused: rp.Reused, Done: rp.Done, Took: st.restore.Took}
+				if rp.Done && !st.restoreStart.IsZero() {
+					st.restore.Took = time.Since(st.restoreStart)
+				}
 			})
 		},
 	})
@@ -416,317 +411,111 @@ func (a *App) runGroup(ctx context.Context) error {
 		a.db.SetCommitLogger(nil)
 		log.Info("strand: left the group")
 	}()
-
-	restoredC := make(chan restored, gr.partitions)
-	servedC := make(chan served, gr.partitions)
-	regainC := make(chan restored, gr.partitions)
-	var bg sync.WaitGroup // restores and Serves
-	defer bg.Wait()
-
-	// The processors run the serving partitions, as one generation; a
-	// change of the set stops the generation (committing what is in
-	// flight) and starts the next one.
-	var (
-		genCancel context.CancelFunc
-		genDone   chan error
-	)
-	startGen := func() {
-		var parts []uint32
-		gr.mu.Lock()
-		for p, st := range gr.parts {
-			if st.phase == Serving {
-				parts = append(parts, p)
-			}
-		}
-		gr.mu.Unlock()
-		slices.Sort(parts)
-		genDone = nil
-		if len(parts) == 0 {
-			return
-		}
-		gctx, cancel := context.WithCancel(ctx)
-		genCancel = cancel
-		done := make(chan error, 1)
-		genDone = done
-		log.Info("strand: processing partitions", "partitions", parts)
-		go func() {
-			errs := make([]error, len(a.procs))
-			var wg sync.WaitGroup
-			for i, proc := range a.procs {
-				wg.Go(func() {
-					errs[i] = proc.RunPartitions(gctx, parts)
-					if errs[i] != nil {
-						cancel()
-					}
-				})
-			}
-			wg.Wait()
-			done <- errors.Join(errs...)
-		}()
-	}
-	stopGen := func() error {
-		if genDone == nil {
-			return nil
-		}
-		genCancel()
-		err := <-genDone
-		genDone = nil
+	loop, err := rebalance.NewLoop(rebalance.Config{
+		Membership: m,
+		Changelog:  groupChangelog{clog},
+		Run:        a.runGeneration,
+		Fenced:     fencedPartition,
+		Retryable:  openFailed,
+		Log:        log,
+		OnChange:   gr.follow,
+	})
+	if err != nil {
 		return err
 	}
-	// handleGenErr sorts a generation's failure: partitions fenced are
-	// dropped, anything else is returned.
-	handleGenErr := func(err error) error {
-		if err == nil {
-			return nil
-		}
-		var rest []error
-		for _, e := range flatten(err) {
-			var pe *engine.PartitionError
-			if errors.Is(e, engine.ErrFenced) {
-				if errors.As(e, &pe) {
-					log.Warn("strand: partition fenced while processing; dropping it", "partition", pe.Partition)
-					clog.Lost(pe.Partition)
-				}
-				continue
-			}
-			rest = append(rest, e)
-		}
-		return errors.Join(rest...)
+	if err := loop.Run(ctx); err != nil {
+		return fmt.Errorf("topology %q: %w", a.prog.Name(), err)
 	}
-	// Whatever makes Run return, the processors stop first (committing
-	// what is in flight), then every partition's changelog is flushed and
-	// stopped; the deferred bg.Wait above runs after this.
-	defer func() {
-		_ = stopGen()
-		a.leaveGroup(log, clog)
-	}()
-	stopPart := func(p uint32) {
-		gr.mu.Lock()
-		st := gr.parts[p]
-		gr.mu.Unlock()
-		if st != nil && st.cancel != nil {
-			st.cancel()
-			<-st.done
-		}
-		clog.Forget(p)
-		gr.setPhase(p, func(st *partState) { st.phase = NotOwned })
-	}
-	startRestore := func(p uint32, e connector.Epoch) {
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		gr.setPhase(p, func(st *partState) {
-			st.phase, st.epoch, st.cancel, st.done, st.restore = Restoring, e, cancel, done, RestoreProgress{}
-		})
-		bg.Go(func() {
-			defer close(done)
-			start := time.Now()
-			err := clog.Restore(rctx, p, e)
-			gr.setPhase(p, func(st *partState) {
-				if st.epoch == e && st.phase == Restoring {
-					st.restore.Took = time.Since(start)
-				}
-			})
-			if rctx.Err() == nil {
-				restoredC <- restored{p, e, err}
-			}
-		})
-	}
-	// A partition's changelog outlives Run's context: at a stop it is
-	// flushed after the processors stopped (leaveGroup), then cancelled.
-	serveCtx := context.WithoutCancel(ctx)
-	startServe := func(p uint32, e connector.Epoch) {
-		sctx, cancel := context.WithCancel(serveCtx)
-		done := make(chan struct{})
-		gr.setPhase(p, func(st *partState) { st.phase, st.cancel, st.done = Serving, cancel, done })
-		bg.Go(func() {
-			defer close(done)
-			err := clog.Serve(sctx, p)
-			if sctx.Err() == nil {
-				servedC <- served{p, e, err}
-			}
-		})
-	}
-
-	assignments := m.Assignments()
-	dirty := false
-	var settle <-chan time.Time
-	for {
-		if dirty && settle == nil {
-			settle = time.After(20 * time.Millisecond) // let a burst of changes in
-		}
-		select {
-		case <-ctx.Done():
-			return handleGenErr(stopGen())
-		case asg, ok := <-assignments:
-			if !ok {
-				err := handleGenErr(stopGen())
-				if merr := m.Err(); merr != nil {
-					return errors.Join(err, fmt.Errorf("topology %q: the group membership ended: %w", a.prog.Name(), merr))
-				}
-				return err
-			}
-			log.Info("strand: assignment", "kind", asg.Kind.String(), "partition", asg.Partition, "epoch", asg.Epoch, "reason", asg.Reason.String())
-			switch asg.Kind {
-			case connector.Gained:
-				if ph := a.Phase(asg.Partition); ph != NotOwned {
-					// Gained again under a newer epoch: what runs under
-					// the old one stops first.
-					clog.Lost(asg.Partition)
-					dirty = dirty || ph == Serving
-					stopPart(asg.Partition)
-				}
-				startRestore(asg.Partition, asg.Epoch)
-			case connector.Revoking:
-				if a.Phase(asg.Partition) == Serving {
-					if err := handleGenErr(stopGen()); err != nil {
-						return err
-					}
-					fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					if err := clog.Flush(fctx, asg.Partition); err != nil {
-						log.Warn("strand: changelog of a revoked partition not confirmed in time; its last commits are redone by the next owner", "partition", asg.Partition, "err", err)
-					}
-					cancel()
-					dirty = true
-				}
-				stopPart(asg.Partition)
-				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				if err := m.Release(rctx, asg.Partition); err != nil {
-					log.Warn("strand: release failed", "partition", asg.Partition, "err", err)
-				}
-				cancel()
-			case connector.Lost:
-				clog.Lost(asg.Partition)
-				if a.Phase(asg.Partition) == Serving {
-					dirty = true
-				}
-				stopPart(asg.Partition)
-			}
-		case r := <-restoredC:
-			gr.mu.Lock()
-			st := gr.parts[r.p]
-			current := st != nil && st.phase == Restoring && st.epoch == r.epoch
-			gr.mu.Unlock()
-			if !current {
-				continue
-			}
-			if errors.Is(r.err, errRetryRestore) {
-				startRestore(r.p, r.epoch)
-				continue
-			}
-			if r.err != nil {
-				if errors.Is(r.err, engine.ErrFenced) {
-					log.Warn("strand: partition fenced while restoring", "partition", r.p, "err", r.err)
-					stopPart(r.p)
-					continue
-				}
-				log.Error("strand: restore failed; trying again", "partition", r.p, "err", r.err)
-				p, e := r.p, r.epoch
-				time.AfterFunc(time.Second, func() {
-					if ep, ok := m.Owns(p); ok && ep == e && ctx.Err() == nil {
-						select {
-						case restoredC <- restored{p, e, errRetryRestore}:
-						default:
-						}
-					}
-				})
-				continue
-			}
-			startServe(r.p, r.epoch)
-			dirty = true
-		case s := <-servedC:
-			gr.mu.Lock()
-			st := gr.parts[s.p]
-			current := st != nil && st.phase == Serving && st.epoch == s.epoch
-			gr.mu.Unlock()
-			if !current {
-				continue
-			}
-			dirty = true
-			stopPart(s.p)
-			if s.err != nil && !errors.Is(s.err, engine.ErrFenced) {
-				// Still ours: restore it again (the store may be ahead
-				// of the changelog), after a pause.
-				log.Error("strand: changelog of a partition failed; restoring it again", "partition", s.p, "err", s.err)
-				p, e := s.p, s.epoch
-				time.AfterFunc(time.Second, func() {
-					if ep, ok := m.Owns(p); ok && ep == e && ctx.Err() == nil {
-						select {
-						case regainC <- restored{p, e, nil}:
-						default:
-						}
-					}
-				})
-			}
-		case r := <-regainC:
-			if a.Phase(r.p) == NotOwned {
-				if ep, ok := m.Owns(r.p); ok && ep == r.epoch {
-					startRestore(r.p, r.epoch)
-				}
-			}
-		case err := <-genDone:
-			genDone = nil
-			if err := handleGenErr(err); err != nil {
-				return err
-			}
-			dirty = true
-		case <-settle:
-			settle = nil
-			if dirty {
-				dirty = false
-				if err := handleGenErr(stopGen()); err != nil {
-					return err
-				}
-				startGen()
-			}
-		}
-	}
+	return nil
 }
 
-// errRetryRestore marks a restore to try again (see runGroup).
-var errRetryRestore = errors.New("retry the restore")
-
-// leaveGroup ends Run's part in the group once the processors stopped:
-// each serving partition's changelog is flushed (bounded), then every
-// partition stops.
-func (a *App) leaveGroup(log *slog.Logger, clog *changelog.Changelog) {
-	gr := a.grp
-	gr.mu.Lock()
-	var parts []uint32
-	sts := map[uint32]*partState{}
-	for p, st := range gr.parts {
-		parts = append(parts, p)
-		sts[p] = st
-	}
-	gr.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// runGeneration runs every source's processor over parts until ctx ends
+// or one fails (which stops the others).
+func (a *App) runGeneration(ctx context.Context, parts []uint32) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	errs := make([]error, len(a.procs))
 	var wg sync.WaitGroup
-	for _, p := range parts {
+	for i, proc := range a.procs {
 		wg.Go(func() {
-			if sts[p].phase == Serving {
-				if err := clog.Flush(ctx, p); err != nil {
-					log.Warn("strand: changelog not confirmed at stop; the next owner redoes the last commits", "partition", p, "err", err)
-				}
+			errs[i] = proc.RunPartitions(ctx, parts)
+			if errs[i] != nil {
+				cancel()
 			}
-			if sts[p].cancel != nil {
-				sts[p].cancel()
-				<-sts[p].done
-			}
-			clog.Forget(p)
-			gr.setPhase(p, func(st *partState) { st.phase = NotOwned })
 		})
 	}
 	wg.Wait()
+	return errors.Join(errs...)
 }
 
-// flatten returns the errors err joins (itself if it joins none).
-func flatten(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, flatten(e)...)
-		}
-		return out
+// fencedPartition says whether err ends a partition's work because it is
+// fenced, and the epoch it belongs to.
+func fencedPartition(err error) (uint32, connector.Epoch, bool) {
+	if !errors.Is(err, engine.ErrFenced) {
+		return 0, 0, false
 	}
-	return []error{err}
+	var fe *engine.FencedError
+	if errors.As(err, &fe) {
+		return fe.Partition, fe.Epoch, true
+	}
+	var pe *engine.PartitionError
+	if errors.As(err, &pe) {
+		return pe.Partition, 0, true
+	}
+	return 0, 0, false
+}
+
+// openFailed says whether err is a partition that could not be opened (its
+// reader, as during a broker outage, or its rows): worth another
+// generation, a bounded number of times (rebalance.MaxGenerationRetries).
+func openFailed(err error) bool {
+	var pe *engine.PartitionError
+	return errors.As(err, &pe) && pe.Op == stream.OpOpen
+}
+
+// groupChangelog is the engine's Changelog as the rebalancing loop uses
+// it: every call for one epoch.
+type groupChangelog struct{ c *changelog.Changelog }
+
+func (g groupChangelog) Restore(ctx context.Context, p uint32, e connector.Epoch) error {
+	return g.c.Restore(ctx, p, e)
+}
+func (g groupChangelog) Serve(ctx context.Context, p uint32, e connector.Epoch) error {
+	return g.c.ServeEpoch(ctx, p, e)
+}
+func (g groupChangelog) Flush(ctx context.Context, p uint32, e connector.Epoch) error {
+	return g.c.FlushEpoch(ctx, p, e)
+}
+func (g groupChangelog) Lost(p uint32, e connector.Epoch) { g.c.LostEpoch(p, e) }
+
+// follow keeps the phases Phase and Ownership report in step with the
+// loop's.
+func (gr *group) follow(states []rebalance.PartitionState) {
+	gr.mu.Lock()
+	defer gr.mu.Unlock()
+	seen := map[uint32]bool{}
+	for _, s := range states {
+		seen[s.P] = true
+		ph := Restoring
+		if s.Current {
+			ph = Serving
+		}
+		st := gr.parts[s.P]
+		if st == nil {
+			st = &partState{}
+			gr.parts[s.P] = st
+		}
+		if st.epoch != s.Epoch || st.phase == NotOwned {
+			st.restore, st.restoreStart = RestoreProgress{}, time.Now()
+		} else if ph == Restoring && st.phase == Serving {
+			// restored again under the same epoch
+			st.restore, st.restoreStart = RestoreProgress{}, time.Now()
+		}
+		st.phase, st.epoch = ph, s.Epoch
+	}
+	for p := range gr.parts {
+		if !seen[p] {
+			delete(gr.parts, p)
+		}
+	}
 }

@@ -137,17 +137,21 @@ func (c *Changelog) Stamp(p uint32, cps []state.Checkpoint) (uint64, []byte, err
 	part := c.parts[p]
 	if part == nil || part.lost {
 		c.mu.Unlock()
-		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, engine.ErrFenced)
+		var e connector.Epoch
+		if part != nil {
+			e = part.epoch
+		}
+		return 0, nil, engine.Fenced("commit", p, e)
 	}
 	epoch := part.epoch
 	c.mu.Unlock()
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return 0, nil, fmt.Errorf("commit of partition %d with epoch %d: %w", p, epoch, engine.ErrFenced)
+		return 0, nil, engine.Fenced("commit", p, epoch)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if part.lost || c.parts[p] != part {
-		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, engine.ErrFenced)
+		return 0, nil, engine.Fenced("commit", p, epoch)
 	}
 	meta := Meta{Epoch: epoch, Member: part.member, Seq: part.next, Tables: c.tables}
 	for _, cp := range cps {
@@ -194,11 +198,17 @@ func (c *Changelog) Gate(ctx context.Context, p uint32) error {
 	part := c.parts[p]
 	if part == nil {
 		c.mu.Unlock()
-		return fmt.Errorf("publish rows of partition %d: %w", p, engine.ErrFenced)
+		return engine.Fenced("publish rows", p, 0)
 	}
-	target := part.next - 1
+	target, epoch := part.next-1, part.epoch
 	c.mu.Unlock()
-	return c.waitVerified(ctx, part, target)
+	if err := c.waitVerified(ctx, part, target); err != nil {
+		if err == engine.ErrFenced {
+			return engine.Fenced("publish rows", p, epoch)
+		}
+		return err
+	}
+	return nil
 }
 
 // waitVerified waits until part's commits up to target (or up to the last
@@ -232,10 +242,10 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 func (c *Changelog) Check(p uint32) error {
 	epoch, kept := c.EpochOf(p)
 	if !kept {
-		return fmt.Errorf("publish rows of partition %d: %w", p, engine.ErrFenced)
+		return engine.Fenced("publish rows", p, epoch)
 	}
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return fmt.Errorf("publish rows of partition %d with epoch %d: %w", p, epoch, engine.ErrFenced)
+		return engine.Fenced("publish rows", p, epoch)
 	}
 	return nil
 }
@@ -485,7 +495,7 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 				return res, nil
 			}
 			if r.Kind == KindFence && r.Meta.Epoch > epoch {
-				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, engine.ErrFenced)
+				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, engine.Fenced("restore", p, epoch))
 			}
 			prev := h
 			switch h.Next(&r) {
@@ -593,7 +603,7 @@ func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	part := c.parts[p]
 	c.mu.Unlock()
 	if part == nil {
-		return fmt.Errorf("partition %d is not restored: %w", p, engine.ErrFenced)
+		return engine.Fenced("serve", p, 0)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -606,7 +616,7 @@ func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	lost := part.lost
 	c.mu.Unlock()
 	if lost {
-		return fmt.Errorf("partition %d: %w", p, engine.ErrFenced)
+		return engine.Fenced("serve", p, part.epoch)
 	}
 	return errors.Join(errs...)
 }

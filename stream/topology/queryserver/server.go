@@ -207,7 +207,8 @@ func WithLogger(l *slog.Logger) Option {
 // "GET /metrics") next to the query endpoints, so that one loopback server
 // serves both; h gets GET and HEAD requests only, like the rest. A pattern
 // that conflicts with the query endpoints or another WithHandler is refused
-// by New.
+// by New, except "GET /group" exactly, which replaces the built-in group
+// view.
 func WithHandler(pattern string, h http.Handler) Option {
 	return func(c *config) error {
 		if pattern == "" || h == nil {
@@ -217,6 +218,9 @@ func WithHandler(pattern string, h http.Handler) Option {
 		return nil
 	}
 }
+
+// groupPattern is the built-in group view's pattern (GroupView).
+const groupPattern = "GET /group"
 
 // Server is the query server of one App. It is an http.Handler: serve it
 // with ListenAndServe or Serve, or mount it on a server of one's own (under
@@ -272,8 +276,11 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc("GET /stats", s.handleStats)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	if !slices.ContainsFunc(c.extra, func(e extraHandler) bool { return e.pattern == groupPattern }) {
+		s.mux.HandleFunc(groupPattern, s.handleGroup)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s: see GET /tables, /tables/{table}, /tables/{table}/{key}, /stats, /healthz, /readyz", r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s: see GET /tables, /tables/{table}, /tables/{table}/{key}, /stats, /healthz, /readyz, /group", r.URL.Path))
 	})
 	for _, e := range c.extra {
 		if err := handle(s.mux, e.pattern, e.h); err != nil {
