@@ -163,39 +163,50 @@ func (h *projectHandler[K, E, V]) prepareScoped(rc *runCtx, events []E) (func(),
 // error (or a panic) undoes its writes and drops the timer (logged and
 // counted in Result.TimerFailures).
 func OnTimer[K, V any](table *state.Table[K, V], keys stream.Codec[K], fn func(ctx context.Context, key K, v *V, at time.Time) error) TimerHandler {
-	return &timerHandler[K, V]{table: table, keys: keys, fn: fn}
+	return &timerHandler[K, V]{table: table, keys: keys,
+		fn: func(ctx context.Context, key K, v *V, at time.Time, _ func(stream.Envelope)) error { return fn(ctx, key, v, at) }}
+}
+
+// OnTimerTo is OnTimer for a handler that also publishes to dest: the
+// envelopes it passes to emit are written to the outbox with its writes,
+// in the same commit, and published after it exactly once (§11), ahead of
+// what the batch's records emit; nothing of a failing handler is.
+func OnTimerTo[K, V any](table *state.Table[K, V], keys stream.Codec[K], dest string, fn func(ctx context.Context, key K, v *V, at time.Time, emit func(stream.Envelope)) error) TimerHandler {
+	return &timerHandler[K, V]{table: table, keys: keys, fn: fn, dest: dest}
 }
 
 type timerHandler[K, V any] struct {
 	table *state.Table[K, V]
 	keys  stream.Codec[K]
-	fn    func(ctx context.Context, key K, v *V, at time.Time) error
+	fn    func(ctx context.Context, key K, v *V, at time.Time, emit func(stream.Envelope)) error
+	dest  string
 }
 
 func (h *timerHandler[K, V]) tableName() string { return h.table.Name() }
 
-func (h *timerHandler[K, V]) fire(rc *runCtx, tt *tableTime, at time.Time) (deleted bool, sc *foldScope, err error) {
+func (h *timerHandler[K, V]) fire(rc *runCtx, tt *tableTime, at time.Time) (deleted bool, sc *foldScope, out []emitted, err error) {
 	key, err := h.keys.Decode(rc.key)
 	if err != nil {
-		return false, nil, fmt.Errorf("decode key %q: %w", rc.key, err)
+		return false, nil, nil, fmt.Errorf("decode key %q: %w", rc.key, err)
 	}
+	emit := func(env stream.Envelope) { out = append(out, emittedOf(h.dest, &env)) }
 	sc = &foldScope{timers: true}
 	ctx := &scopeCtx{Context: rc.ctx, s: sc}
 	var fnErr error
 	uerr := h.table.UpdateKeep(rc.tx, rc.partition, rc.key, func(v *V, _ bool) (bool, error) {
-		fnErr = callTimer(ctx, h.fn, key, v, at)
+		fnErr = callTimer(ctx, h.fn, key, v, at, emit)
 		return !sc.deleted, fnErr
 	})
 	switch {
 	case fnErr != nil && (uerr == nil || errors.Is(uerr, fnErr)):
-		return false, nil, fnErr
+		return false, nil, nil, fnErr
 	case uerr != nil:
-		return false, nil, errFatal{fmt.Errorf("update table %q: %w", h.table.Name(), uerr)}
+		return false, nil, nil, errFatal{fmt.Errorf("update table %q: %w", h.table.Name(), uerr)}
 	}
-	return sc.deleted, sc, nil
+	return sc.deleted, sc, out, nil
 }
 
-func callTimer[K, V any](ctx *scopeCtx, fn func(context.Context, K, *V, time.Time) error, key K, v *V, at time.Time) (err error) {
+func callTimer[K, V any](ctx *scopeCtx, fn func(context.Context, K, *V, time.Time, func(stream.Envelope)) error, key K, v *V, at time.Time, emit func(stream.Envelope)) (err error) {
 	ctx.s.active = true
 	defer func() {
 		ctx.s.active = false
@@ -203,5 +214,5 @@ func callTimer[K, V any](ctx *scopeCtx, fn func(context.Context, K, *V, time.Tim
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return fn(ctx, key, v, at)
+	return fn(ctx, key, v, at, emit)
 }

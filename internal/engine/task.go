@@ -354,6 +354,8 @@ type batch struct {
 	now        time.Time // the clock when the batch was staged (timers.go)
 	// expired: keys whose row the sweep of one table expired (timers.go)
 	expired map[string]bool
+	// timerEmits: what the sweep's timer handlers publish (timers.go)
+	timerEmits []emitted
 
 	mu       sync.Mutex
 	dead     []deadEntry

@@ -68,11 +68,13 @@ type TimerSpec struct {
 	Table   state.Attacher
 	Source  string
 	Handler TimerHandler
+	// Dest is the topic the handler publishes to (OnTimerTo), or "".
+	Dest string
 }
 
 // TimerHandler runs a table's timers. Make one with OnTimer.
 type TimerHandler interface {
-	fire(rc *runCtx, tt *tableTime, at time.Time) (deleted bool, sc *foldScope, err error)
+	fire(rc *runCtx, tt *tableTime, at time.Time) (deleted bool, sc *foldScope, out []emitted, err error)
 	tableName() string
 }
 
@@ -350,7 +352,7 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 			res.Expired++
 			continue
 		}
-		deleted, sc, err := tt.timer.fire(rc, tt, decodeAt(r.at))
+		deleted, sc, out, err := tt.timer.fire(rc, tt, decodeAt(r.at))
 		if err != nil {
 			if errors.As(err, new(errFatal)) {
 				return 0, false, err
@@ -363,6 +365,7 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 			continue
 		}
 		res.Fired++
+		b.timerEmits = append(b.timerEmits, out...)
 		t.written(rc, tt, deleted, sc)
 	}
 	return next, parked, nil

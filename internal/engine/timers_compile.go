@@ -80,6 +80,12 @@ func (c *compiler) compileTimes(spec Spec) {
 			continue
 		}
 		tt.timer, tt.timerSrc, tt.tpre = x.Handler, x.Source, deadlinePrefix(kindTimer, name)
+		if x.Dest != "" {
+			ps.emits = true
+			if !slices.Contains(ps.dests, x.Dest) {
+				ps.dests = append(ps.dests, x.Dest)
+			}
+		}
 		if !slices.Contains(ps.sweeps, tt) {
 			ps.sweeps = append(ps.sweeps, tt)
 		}

@@ -98,13 +98,74 @@ func WithTTL(d time.Duration) TableOption {
 // theirs). Build refuses a nil function or a table not made on this
 // topology.
 func OnTimer[K, V any](src *SourceNode[K], table *Table[K, V], fn func(ctx context.Context, key K, v *V, at time.Time) error) {
+	if fn == nil {
+		src.t.errs = append(src.t.errs, fmt.Errorf("source %q: OnTimer has a nil function", src.Name()))
+		return
+	}
+	onTimer(src, table, "", func(tab *state.Table[K, V], kc stream.Codec[K]) engine.TimerHandler {
+		return engine.OnTimer(tab, kc, fn)
+	})
+}
+
+// OnTimerTo is OnTimer for a timer handler that also publishes: the
+// events fn passes to emit are encoded by out and published to topic
+// exactly once, like To's (docs/design.md §11): written to the outbox in
+// the commit that fires the timer, ahead of what the batch's records
+// emit, and never for a handler that fails. An event that does not
+// encode fails the handler.
+//
+//	topology.OnTimerTo(src, parcels, "parcels/alerts", Alerts,
+//		func(ctx context.Context, id ParcelID, p *Parcel, at time.Time, emit func(StuckAlert)) error {
+//			emit(StuckAlert{Parcel: id, Since: p.Seen})
+//			return nil
+//		})
+func OnTimerTo[K, V, K2, E2 any](src *SourceNode[K], table *Table[K, V], topic string, out *stream.Event[K2, E2],
+	fn func(ctx context.Context, key K, v *V, at time.Time, emit func(E2)) error) {
 	t := src.t
 	switch {
-	case table == nil:
-		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimer without a table", src.Name()))
-		return
 	case fn == nil:
-		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimer of table %q has a nil function", src.Name(), table.Name()))
+		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimerTo %q has a nil function", src.Name(), topic))
+		return
+	case out == nil:
+		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimerTo %q has a nil output declaration", src.Name(), topic))
+		return
+	case out.Err() != nil:
+		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimerTo %q: output declaration: %w", src.Name(), topic, out.Err()))
+		return
+	case topic == "":
+		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimerTo has no topic", src.Name()))
+		return
+	}
+	n := &t.sources[src.idx]
+	if !containsString(n.outputs, topic) {
+		n.outputs = append(n.outputs, topic)
+	}
+	onTimer(src, table, topic, func(tab *state.Table[K, V], kc stream.Codec[K]) engine.TimerHandler {
+		return engine.OnTimerTo(tab, kc, topic, func(ctx context.Context, key K, v *V, at time.Time, emit func(stream.Envelope)) error {
+			var encErr error
+			err := fn(ctx, key, v, at, func(e E2) {
+				if encErr != nil {
+					return
+				}
+				env, err := out.Envelope(e)
+				if err != nil {
+					encErr = fmt.Errorf("OnTimerTo %q: encode %s: %w", topic, out.Name(), err)
+					return
+				}
+				emit(env)
+			})
+			if err == nil {
+				err = encErr
+			}
+			return err
+		})
+	})
+}
+
+func onTimer[K, V any](src *SourceNode[K], table *Table[K, V], dest string, build func(*state.Table[K, V], stream.Codec[K]) engine.TimerHandler) {
+	t := src.t
+	if table == nil {
+		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimer without a table", src.Name()))
 		return
 	}
 	tn := t.table(table.t)
@@ -113,7 +174,7 @@ func OnTimer[K, V any](src *SourceNode[K], table *Table[K, V], fn func(ctx conte
 		return
 	}
 	srcName := src.Name()
-	t.timers = append(t.timers, timerNode{table: table.t, source: srcName, build: func() (engine.TimerHandler, error) {
+	t.timers = append(t.timers, timerNode{table: table.t, source: srcName, dest: dest, build: func() (engine.TimerHandler, error) {
 		tn := t.table(table.t)
 		if tn.keyErr != nil || !tn.hasKeys {
 			return nil, fmt.Errorf("OnTimer of table %q: the table has no key codec", table.Name())
@@ -122,7 +183,7 @@ func OnTimer[K, V any](src *SourceNode[K], table *Table[K, V], fn func(ctx conte
 		if !ok {
 			return nil, fmt.Errorf("OnTimer of table %q: key codec %T does not encode %T", table.Name(), tn.keyCodec, *new(K))
 		}
-		return engine.OnTimer(table.t, kc, fn), nil
+		return build(table.t, kc), nil
 	}})
 	if !containsString(tn.sources, srcName) {
 		tn.sources = append(tn.sources, srcName)
@@ -132,6 +193,7 @@ func OnTimer[K, V any](src *SourceNode[K], table *Table[K, V], fn func(ctx conte
 type timerNode struct {
 	table  state.Attacher
 	source string
+	dest   string // OnTimerTo's topic
 	build  func() (engine.TimerHandler, error)
 }
 
@@ -164,7 +226,7 @@ func (t *Topology) timeSpecs() (ttls []engine.TTLSpec, timers []engine.TimerSpec
 			errs = append(errs, err)
 			continue
 		}
-		timers = append(timers, engine.TimerSpec{Table: tm.table, Source: tm.source, Handler: h})
+		timers = append(timers, engine.TimerSpec{Table: tm.table, Source: tm.source, Handler: h, Dest: tm.dest})
 	}
 	return ttls, timers, errs
 }

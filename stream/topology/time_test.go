@@ -185,3 +185,48 @@ func TestTimersFire(t *testing.T) {
 		t.Errorf("TimersFired = %d since the restart, want 3", n)
 	}
 }
+
+type tAlert struct {
+	K     string
+	Fired int64
+}
+
+var tAlerts = stream.DeclareFunc(1, func(a tAlert) string { return a.K })
+
+func TestTimerHandlerEmits(t *testing.T) {
+	topo := topology.New("timer-emits")
+	src := topology.Source[string](topo, "t/events")
+	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal]())
+	topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
+	topology.OnTimerTo(src, tab, "t/alerts", tAlerts, func(ctx context.Context, k string, v *tVal, at time.Time, emit func(tAlert)) error {
+		v.Fired++
+		emit(tAlert{K: k, Fired: v.Fired})
+		if v.Fired < 2 {
+			return topology.Schedule(ctx, at.Add(time.Minute))
+		}
+		return nil
+	})
+	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
+	topologytest.Pipe(d, tEvents, tEv{K: "a", Op: 2, N: 10}, tEv{K: "b", Op: 2, N: 20})
+	d.Advance()
+	d.AdvanceClock(30 * time.Second)
+	d.Advance()
+	d.Restart()
+	d.AdvanceClock(2 * time.Minute)
+	d.Advance()
+	d.AdvanceClock(2 * time.Minute)
+	d.Advance()
+	got := map[tAlert]int{}
+	for _, a := range topologytest.Outputs(d, "t/alerts", tAlerts) {
+		got[a]++
+	}
+	want := map[tAlert]int{{"a", 1}: 1, {"a", 2}: 1, {"b", 1}: 1, {"b", 2}: 1}
+	if len(got) != len(want) {
+		t.Fatalf("alerts %v, want %v", got, want)
+	}
+	for a, n := range want {
+		if got[a] != n {
+			t.Fatalf("alerts %v, want each of %v once", got, want)
+		}
+	}
+}
