@@ -164,7 +164,9 @@ func (h *projectHandler[K, E, V]) prepareScoped(rc *runCtx, events []E) (func(),
 // counted in Result.TimerFailures).
 func OnTimer[K, V any](table *state.Table[K, V], keys stream.Codec[K], fn func(ctx context.Context, key K, v *V, at time.Time) error) TimerHandler {
 	return &timerHandler[K, V]{table: table, keys: keys,
-		fn: func(ctx context.Context, key K, v *V, at time.Time, _ func(stream.Envelope)) error { return fn(ctx, key, v, at) }}
+		fn: func(ctx context.Context, key K, v *V, at time.Time, _ func(stream.Envelope)) error {
+			return fn(ctx, key, v, at)
+		}}
 }
 
 // OnTimerTo is OnTimer for a handler that also publishes to dest: the
