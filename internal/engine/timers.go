@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 )
 
@@ -19,12 +20,8 @@ import (
 // state that set them, so the changelog, snapshots and a restore carry
 // them like any other row:
 //
-//	kind(1) uvarint(len(table)) table 0x00 at(u64 BE) key   → empty      (index, in due order)
-//	kind(1) uvarint(len(table)) table 0x01 key               → at(u64 BE) (the key's deadline)
-//
-// kind is 'X' for expiry and 'T' for timers; at is the due time in Unix
-// nanoseconds with the sign bit flipped, so that byte order is time order.
-// Setting a deadline writes both rows; moving it writes both again and
+// (layout in internal/rows/deadlines.go: an index in due order, and the
+// deadline of each key). Setting a deadline writes both rows; moving it writes both again and
 // leaves the old index row stale; cancelling deletes the key row. A sweep
 // walks the index from its start up to now: an index row whose time is
 // the key row's is due (expiry deletes the table row, a timer runs its
@@ -41,15 +38,9 @@ import (
 // a parked key wait until the key goes on, so they never overtake its
 // parked events.
 
-// FamilyTimers holds the deadline rows of TTL tables and timers.
-const FamilyTimers state.Family = 0x1C
-
-const (
-	kindExpiry = 'X'
-	kindTimer  = 'T'
-	subIndex   = 0x00
-	subKey     = 0x01
-)
+// FamilyTimers holds the deadline rows of TTL tables and timers (layout:
+// internal/rows/deadlines.go).
+const FamilyTimers = state.FamilyTimers
 
 // TTLSpec gives a table a time to live: a row not written for TTL is
 // removed. Source names the source whose Tasks sweep it (one of the
@@ -128,35 +119,14 @@ type tableTime struct {
 	xpre, tpre []byte
 }
 
-func deadlinePrefix(kind byte, table string) []byte {
-	p := []byte{kind}
-	p = binary.AppendUvarint(p, uint64(len(table)))
-	return append(p, table...)
-}
-
-func encodeAt(at time.Time) uint64 { return uint64(at.UnixNano()) ^ (1 << 63) }
-func decodeAt(v uint64) time.Time  { return time.Unix(0, int64(v^(1<<63))) }
-
-func indexRow(pre []byte, at uint64, key []byte) []byte {
-	k := make([]byte, 0, len(pre)+9+len(key))
-	k = append(append(k, pre...), subIndex)
-	k = binary.BigEndian.AppendUint64(k, at)
-	return append(k, key...)
-}
-
-func keyRow(pre []byte, key []byte) []byte {
-	k := make([]byte, 0, len(pre)+1+len(key))
-	return append(append(append(k, pre...), subKey), key...)
-}
-
 // setDeadline writes a key's deadline rows into tx and lowers the Task's
 // earliest due time.
 func (t *Task) setDeadline(tx *state.Txn, pre, key []byte, at time.Time) {
-	v := encodeAt(at)
+	v := rows.EncodeDeadline(at)
 	var val [8]byte
 	binary.BigEndian.PutUint64(val[:], v)
-	tx.PutRow(FamilyTimers, t.partition, keyRow(pre, key), val[:])
-	tx.PutRow(FamilyTimers, t.partition, indexRow(pre, v, key), nil)
+	tx.PutRow(FamilyTimers, t.partition, rows.DeadlineKey(pre, key), val[:])
+	tx.PutRow(FamilyTimers, t.partition, rows.DeadlineIndexKey(pre, v, key), nil)
 	t.lowerDue(at.UnixNano())
 }
 
@@ -180,14 +150,14 @@ func (t *Task) written(rc *runCtx, tt *tableTime, deleted bool, sc *foldScope) {
 	tx := rc.tx
 	if tt.ttl > 0 {
 		if deleted {
-			tx.DeleteRow(FamilyTimers, t.partition, keyRow(tt.xpre, rc.key))
+			tx.DeleteRow(FamilyTimers, t.partition, rows.DeadlineKey(tt.xpre, rc.key))
 		} else {
 			t.setDeadline(tx, tt.xpre, rc.key, rc.b.now.Add(tt.ttl))
 		}
 	}
 	if tt.timer != nil && sc != nil && sc.timerSet {
 		if sc.timer.cancel {
-			tx.DeleteRow(FamilyTimers, t.partition, keyRow(tt.tpre, rc.key))
+			tx.DeleteRow(FamilyTimers, t.partition, rows.DeadlineKey(tt.tpre, rc.key))
 		} else {
 			t.setDeadline(tx, tt.tpre, rc.key, sc.timer.at)
 		}
@@ -221,12 +191,12 @@ func (t *Task) loadDue(ctx context.Context) error {
 var errStopScan = errors.New("stop")
 
 func (t *Task) firstIndex(ctx context.Context, pre []byte) (time.Time, bool, error) {
-	from := append(slices.Clip(pre), subIndex)
+	from := rows.DeadlineIndex(pre)
 	var at time.Time
 	found := false
 	err := t.db.RowsFrom(ctx, FamilyTimers, t.partition, from, func(k, _ []byte) error {
 		if len(k) >= len(from)+8 && string(k[:len(from)]) == string(from) {
-			at, found = decodeAt(binary.BigEndian.Uint64(k[len(from):])), true
+			at, found = rows.DecodeDeadline(binary.BigEndian.Uint64(k[len(from):])), true
 		}
 		return errStopScan
 	})
@@ -264,7 +234,7 @@ type dueRow struct {
 // them in res. It runs before the batch's records, with no commit of the
 // partition in flight.
 func (t *Task) sweep(b *batch, res *Result) error {
-	now := encodeAt(b.now)
+	now := rows.EncodeDeadline(b.now)
 	next, parked := uint64(math.MaxUint64), false
 	// What the sweep itself sets (a timer handler scheduling again)
 	// lowers due from here; what it leaves is added at the end.
@@ -286,7 +256,7 @@ func (t *Task) sweep(b *batch, res *Result) error {
 	}
 	t.dueParked = parked
 	if next != math.MaxUint64 {
-		t.lowerDue(decodeAt(next).UnixNano())
+		t.lowerDue(rows.DecodeDeadline(next).UnixNano())
 	}
 	return nil
 }
@@ -299,8 +269,8 @@ const sweepLimit = 4096
 // earliest deadline it left (MaxUint64: none) and whether it left some of
 // parked keys.
 func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now uint64, timer bool) (next uint64, parked bool, _ error) {
-	from := append(slices.Clip(pre), subIndex)
-	var rows []dueRow
+	from := rows.DeadlineIndex(pre)
+	var dueRows []dueRow
 	next = math.MaxUint64
 	if timer {
 		defer func() { b.expired = nil }()
@@ -310,19 +280,19 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 			return errStopScan
 		}
 		at := binary.BigEndian.Uint64(k[len(from):])
-		if at > now || len(rows) >= sweepLimit {
+		if at > now || len(dueRows) >= sweepLimit {
 			next = at
 			return errStopScan
 		}
-		rows = append(rows, dueRow{index: slices.Clone(k), key: slices.Clone(k[len(from)+8:]), at: at})
+		dueRows = append(dueRows, dueRow{index: slices.Clone(k), key: slices.Clone(k[len(from)+8:]), at: at})
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStopScan) {
 		return 0, false, fmt.Errorf("sweep the deadlines of table %q: %w", tt.name, err)
 	}
 	tx := b.tx
-	for _, r := range rows {
-		kr := keyRow(pre, r.key)
+	for _, r := range dueRows {
+		kr := rows.DeadlineKey(pre, r.key)
 		val, ok, err := t.db.Row(FamilyTimers, t.partition, kr)
 		if err != nil {
 			return 0, false, fmt.Errorf("sweep the deadlines of table %q: %w", tt.name, err)
@@ -343,7 +313,7 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 				return 0, false, errFatal{fmt.Errorf("expire a row of table %q: %w", tt.name, err)}
 			}
 			if tt.timer != nil { // the row is gone: so is its timer
-				tx.DeleteRow(FamilyTimers, t.partition, keyRow(tt.tpre, r.key))
+				tx.DeleteRow(FamilyTimers, t.partition, rows.DeadlineKey(tt.tpre, r.key))
 				if b.expired == nil {
 					b.expired = map[string]bool{}
 				}
@@ -352,7 +322,7 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 			res.Expired++
 			continue
 		}
-		deleted, sc, out, err := tt.timer.fire(rc, tt, decodeAt(r.at))
+		deleted, sc, out, err := tt.timer.fire(rc, tt, rows.DecodeDeadline(r.at))
 		if err != nil {
 			if errors.As(err, new(errFatal)) {
 				return 0, false, err
@@ -361,7 +331,7 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 			t.log.Error("strand: timer handler failed: the timer is dropped, its writes undone",
 				slog.String("source", t.src.name), slog.Uint64("partition", uint64(t.partition)),
 				slog.String("table", tt.name), slog.String("key", fmt.Sprintf("%q", r.key)),
-				slog.Time("at", decodeAt(r.at)), slog.Any("err", err))
+				slog.Time("at", rows.DecodeDeadline(r.at)), slog.Any("err", err))
 			continue
 		}
 		res.Fired++

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/strand-io/strand/internal/rows"
 )
 
 // compileTimes checks the TTLs and timer handlers of a Spec and gives each
@@ -56,7 +58,7 @@ func (c *compiler) compileTimes(spec Spec) {
 		if ps == nil {
 			continue
 		}
-		tt.ttl, tt.del, tt.ttlSrc, tt.xpre = x.TTL, x.Delete, x.Source, deadlinePrefix(kindExpiry, name)
+		tt.ttl, tt.del, tt.ttlSrc, tt.xpre = x.TTL, x.Delete, x.Source, rows.DeadlinePrefix(rows.DeadlineExpiry, name)
 		if !slices.Contains(ps.sweeps, tt) {
 			ps.sweeps = append(ps.sweeps, tt)
 		}
@@ -79,7 +81,7 @@ func (c *compiler) compileTimes(spec Spec) {
 		if ps == nil {
 			continue
 		}
-		tt.timer, tt.timerSrc, tt.tpre = x.Handler, x.Source, deadlinePrefix(kindTimer, name)
+		tt.timer, tt.timerSrc, tt.tpre = x.Handler, x.Source, rows.DeadlinePrefix(rows.DeadlineTimer, name)
 		if x.Dest != "" {
 			ps.emits = true
 			if !slices.Contains(ps.dests, x.Dest) {

@@ -30,7 +30,7 @@ type StuckAlert struct {
 }
 
 var (
-	Scanned   = stream.DeclareFunc(1, func(e ParcelScanned) string { return e.ID })
+	Scanned = stream.DeclareFunc(1, func(e ParcelScanned) string { return e.ID })
 	// A delivery is applied after every earlier scan of its parcel.
 	Delivered = stream.DeclareFunc(2, func(e ParcelDelivered) string { return e.ID }, stream.Fence(planner.Release))
 	Alerts    = stream.DeclareFunc(1, func(a StuckAlert) string { return a.ID })
