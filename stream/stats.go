@@ -47,6 +47,12 @@ type Counters struct {
 	// next number; each is applied at most once, whatever the number of
 	// replays.
 	Readmitted uint64
+	// Expired counts the rows of tables with a time to live
+	// (topology.WithTTL) removed because they were not written for it;
+	// TimersFired the timers (topology.OnTimer) whose handlers were
+	// applied; TimerFailures the timers dropped because their handler
+	// failed. Each is counted by the commit that did it.
+	Expired, TimersFired, TimerFailures uint64
 }
 
 // PartitionStats describes one partition's pipeline.
@@ -61,6 +67,11 @@ type PartitionStats struct {
 	// when no key waits for one (keys held behind a poison event wait for
 	// a Release instead).
 	NextRetry time.Time
+	// NextDeadline is when the earliest row expiry (topology.WithTTL) or
+	// timer (topology.OnTimer) of the partition may be due; zero when
+	// none is set. The partition's pipeline wakes then, also when no
+	// record comes.
+	NextDeadline time.Time
 	// HeldKeys and HeldRecords say how many keys the re-sequencer holds
 	// records of, waiting for a missing sequence number, and how many.
 	HeldKeys, HeldRecords int

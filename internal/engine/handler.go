@@ -62,7 +62,7 @@ func Project[K, E, V any](ev *stream.Event[K, E], table *state.Table[K, V], fold
 // is cancelled when the App stops for good (the drain timeout after a stop
 // has passed), so a fold waiting on something slow can give up.
 func ProjectContext[K, E, V any](ev *stream.Event[K, E], table *state.Table[K, V], fold func(ctx context.Context, v *V, e E) error) Handler {
-	return &projectHandler[K, E, V]{ev: ev, table: table, fold: fold}
+	return &projectHandler[K, E, V]{ev: ev, table: table, fold: fold, scoped: true}
 }
 
 // Handle returns a handler that calls fn with the events of ev, one key
@@ -84,6 +84,9 @@ type projectHandler[K, E, V any] struct {
 	ev    *stream.Event[K, E]
 	table *state.Table[K, V]
 	fold  func(ctx context.Context, v *V, e E) error
+	// scoped: the fold sees its context, so it may delete its row or set
+	// its key's timer (scope.go).
+	scoped bool
 }
 
 func (h *projectHandler[K, E, V]) decl() declaration {
@@ -207,6 +210,9 @@ type projector[E any] interface {
 func (h *projectHandler[K, E, V]) tableName() string { return h.table.Name() }
 
 func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) (int, error) {
+	if h.scoped {
+		return h.applyScoped(rc, events)
+	}
 	var foldErr error
 	at := 0
 	err := h.table.Update(rc.tx, rc.partition, rc.key, func(v *V, _ bool) error {
@@ -217,6 +223,7 @@ func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) (int, error) {
 	case foldErr != nil && (err == nil || errors.Is(err, foldErr)):
 		return at, foldErr
 	case err == nil:
+		rc.b.t.written(rc, rc.b.t.prog.times[h.table.Name()], false, nil)
 		return 0, nil
 	}
 	// The store refused (a value that does not encode counts as that):
@@ -225,6 +232,9 @@ func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) (int, error) {
 }
 
 func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, error) {
+	if h.scoped {
+		return h.prepareScoped(rc, events)
+	}
 	v, _, err := h.table.Read(rc.tx, rc.partition, rc.key)
 	if err != nil {
 		return nil, 0, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
@@ -239,6 +249,9 @@ func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, 
 	write, err := h.table.Stage(rc.tx, rc.partition, rc.key, v)
 	if err != nil {
 		return nil, 0, errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
+	}
+	if tt := rc.b.t.prog.times[h.table.Name()]; tt != nil {
+		return func() { write(); rc.b.t.written(rc, tt, false, nil) }, 0, nil
 	}
 	return write, 0, nil
 }

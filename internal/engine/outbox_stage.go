@@ -111,15 +111,23 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 	if b.emits == nil {
 		return
 	}
+	// What timer handlers emitted comes first: they ran before the
+	// batch's records (timers.go).
+	groups := make([][]emitted, 0, len(b.records)+1)
+	if len(b.timerEmits) > 0 {
+		groups = append(groups, b.timerEmits)
+	}
+	for i := range b.records {
+		if b.status[i] == statusApplied && len(b.emits[i]) > 0 {
+			groups = append(groups, b.emits[i])
+		}
+	}
 	n, size, seqs := 0, 0, 0
 	var dests []string
 	var perDest []int // messages per destination, then where each one's go next
-	for i := range b.records {
-		if b.status[i] != statusApplied {
-			continue
-		}
-		for j := range b.emits[i] {
-			em := &b.emits[i][j]
+	for _, g := range groups {
+		for j := range g {
+			em := &g[j]
 			n++
 			size += 32 + len(em.key) + len(em.payload)
 			if em.hasSeq {
@@ -155,12 +163,9 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 		b.tx.AppendRow(state.FamilyOutbox, t.partition, key, enc.End())
 		out[len(out)-1].last = true
 	}
-	for i := range b.records {
-		if b.status[i] != statusApplied {
-			continue
-		}
-		for j := range b.emits[i] {
-			em := &b.emits[i][j]
+	for _, g := range groups {
+		for j := range g {
+			em := &g[j]
 			if key != nil && (enc.Count() == rows.OutboxRowMessages || rowBytes >= rows.OutboxRowBytes) {
 				endRow()
 				key = nil
@@ -175,7 +180,7 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 			if err != nil {
 				// The emitting handler validated the envelope; a failure
 				// here is a bug, and the batch must not commit.
-				b.setFatal(fmt.Errorf("outbox message of offset %d: %w", b.records[i].Offset, err))
+				b.setFatal(fmt.Errorf("outbox message to %s: %w", em.dest, err))
 				return
 			}
 			d := slices.Index(dests, em.dest)

@@ -333,6 +333,9 @@ func addCounters(c *stream.Counters, o stream.Counters) {
 	c.OutboxPublished += o.OutboxPublished
 	c.OutboxErrors += o.OutboxErrors
 	c.Redelivered += o.Redelivered
+	c.Expired += o.Expired
+	c.TimersFired += o.TimersFired
+	c.TimerFailures += o.TimerFailures
 }
 
 // NewProcessor returns a processor of src for prog on db. It attaches the

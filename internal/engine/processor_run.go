@@ -594,7 +594,7 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 		}
 		return false, pl.errorf(stream.OpRetry, pl.task.Next(), err)
 	}
-	if res.Records == 0 {
+	if res.Records == 0 && !res.Swept {
 		return false, nil
 	}
 	pl.observeRetry(start, res)
@@ -625,6 +625,9 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		ps.Readmitted += uint64(res.Readmitted)
 		ps.OutboxCommitted += uint64(res.Emitted)
 		ps.Redelivered += uint64(res.Redelivered)
+		ps.Expired += uint64(res.Expired)
+		ps.TimersFired += uint64(res.Fired)
+		ps.TimerFailures += uint64(res.TimerFailures)
 		ps.Gaps += uint64(len(res.Gaps))
 		if batch {
 			ps.Batches++
@@ -732,6 +735,10 @@ func parkedStats(t *Task, ps *stream.PartitionStats) {
 		ps.NextRetry = at
 	}
 	ps.HeldKeys, ps.HeldRecords, ps.OldestHold, ps.NextGapTimeout = t.HeldStats()
+	ps.NextDeadline = time.Time{}
+	if at, ok := t.nextDeadline(); ok {
+		ps.NextDeadline = at
+	}
 }
 
 func latest(a, b time.Time) time.Time {

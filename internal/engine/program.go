@@ -46,6 +46,10 @@ type Spec struct {
 	// Backoff is the wait before the first retry of a parked key; it
 	// doubles with each failed try of the same record up to MaxBackoff. 0 means 100ms and 1 minute.
 	Backoff, MaxBackoff time.Duration
+	// TTLs and Timers give tables a time to live and timer handlers
+	// (timers.go).
+	TTLs   []TTLSpec
+	Timers []TimerSpec
 }
 
 // SourceSpec is one source of a program and the handlers of its events.
@@ -84,6 +88,9 @@ type Program struct {
 	maxAttempts int
 	backoff     time.Duration
 	maxBackoff  time.Duration
+	// times holds the tables with a TTL or a timer handler, by name
+	// (timers.go); nil when none has.
+	times map[string]*tableTime
 }
 
 // programSource is one source of a program, with routes by type tag.
@@ -99,6 +106,9 @@ type programSource struct {
 	// foreign classifies the source's records (foreign.go); nil: they
 	// carry strand headers.
 	foreign *ForeignSpec
+	// sweeps are the tables whose deadlines the source's Tasks sweep
+	// (timers.go).
+	sweeps []*tableTime
 }
 
 // route is everything the executor needs for one type tag.
@@ -215,6 +225,7 @@ func NewProgram(spec Spec) (*Program, error) {
 			}
 		}
 	}
+	c.compileTimes(spec)
 	names := slices.Clone(p.tableNames)
 	sort.Strings(names)
 	for _, n := range names {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -118,7 +119,12 @@ type Task struct {
 	// error that broke the Task when a commit failed.
 	pending *Pending
 	broken  error
-	stuck   []stream.StuckRun // runs of the last abandoned batch (stuck.go)
+	// due is the earliest deadline (timers.go) that may be due, in Unix
+	// nanoseconds; MaxInt64: none.
+	due atomic.Int64
+	// dueParked: the last sweep left deadlines of parked keys behind.
+	dueParked bool
+	stuck     []stream.StuckRun // runs of the last abandoned batch (stuck.go)
 
 	// scratch reused by Process
 	in      []connector.Record
@@ -193,6 +199,9 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 	if err := t.loadOutbox(ctx); err != nil {
 		return nil, fmt.Errorf("stream: source %q partition %d: load outbox: %w", source, partition, err)
 	}
+	if err := t.loadDue(ctx); err != nil {
+		return nil, fmt.Errorf("stream: source %q partition %d: %w", source, partition, err)
+	}
 	return t, nil
 }
 
@@ -254,6 +263,12 @@ type Result struct {
 	// Redelivered counts the records dropped because they are outbox
 	// messages applied before (published twice).
 	Emitted, Redelivered int
+	// Expired counts the rows of TTL tables this commit removed; Fired
+	// the timers whose handlers it applied; TimerFailures the timers
+	// dropped because their handler failed (timers.go).
+	Expired, Fired, TimerFailures int
+	// Swept: the commit swept the deadlines (its Task's NextRetry moved).
+	Swept bool
 	// outbox holds the outbox rows the commit wrote, in seq order, for the
 	// partition's publisher (it sends them from memory).
 	outbox []outRow
@@ -333,7 +348,12 @@ type batch struct {
 	// replays are the replay origins (replay.go) the batch applies.
 	replays [][rows.OriginLen]byte
 
-	mismatches int // written by prepare only
+	mismatches int       // written by prepare only
+	now        time.Time // the clock when the batch was staged (timers.go)
+	// expired: keys whose row the sweep of one table expired (timers.go)
+	expired map[string]bool
+	// timerEmits: what the sweep's timer handlers publish (timers.go)
+	timerEmits []emitted
 
 	mu       sync.Mutex
 	dead     []deadEntry
@@ -507,6 +527,12 @@ func (t *Task) Submit(ctx context.Context, records []connector.Record) (*Pending
 	if t.broken != nil {
 		return nil, t.broken
 	}
+	if t.pending != nil && t.deadlineDue(t.clock()) {
+		// A sweep reads the committed deadlines: none may be in flight.
+		if err := t.finishPending(); err != nil {
+			return nil, err
+		}
+	}
 	prev := t.pending
 	var prevTx *state.Txn
 	if prev != nil {
@@ -579,6 +605,9 @@ func (t *Task) Retry(ctx context.Context) (Result, error) {
 // (Task.HeldStats): Retry gives it up.
 func (t *Task) NextRetry() (time.Time, bool) {
 	at, found := t.nextGapTimeout()
+	if d, ok := t.nextDeadline(); ok && (!found || d.Before(at)) {
+		at, found = d, true
+	}
 	for _, pk := range t.parked {
 		if pk.manual {
 			continue
@@ -675,7 +704,10 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	if at, ok := t.nextGapTimeout(); ok && !at.After(now) {
 		gapDue = true
 	}
-	if len(due) == 0 && len(records) == 0 && !gapDue {
+	// A sweep reads committed deadlines: never with a commit in flight
+	// (Submit settles it first when a deadline is due).
+	sweepDue := prev == nil && t.deadlineDue(now)
+	if len(due) == 0 && len(records) == 0 && !gapDue && !sweepDue {
 		return nil, nil
 	}
 	reseq := t.src.reseq != nil
@@ -734,6 +766,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	b := &batch{
 		t: t, ctx: ctx, tx: tx, records: in, status: status,
 		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
+		now: now,
 	}
 	if sb != nil {
 		b.notes = sb.notes
@@ -751,8 +784,17 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 				sb.rollback()
 			}
 		}
+		if err != nil && sweepDue {
+			t.due.Store(math.MinInt64) // sweep again: what this one found is not committed
+		}
 	}()
 
+	if sweepDue {
+		if err := t.sweep(b, &res); err != nil {
+			return nil, fmt.Errorf("stream: source %q partition %d: %w", t.src.name, t.partition, err)
+		}
+		res.Swept = true
+	}
 	t.prepare(b, nParked)
 	if err := t.executeOrAbandon(b, sb); err != nil {
 		return nil, err
@@ -795,6 +837,9 @@ func (t *Task) applyStaged(st *staged) {
 	}
 	for k, pk := range st.changes {
 		if pk == nil {
+			if t.dueParked {
+				t.due.Store(math.MinInt64) // its deadlines may go now
+			}
 			delete(t.parked, k)
 		} else {
 			t.parked[k] = pk

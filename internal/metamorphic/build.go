@@ -25,6 +25,8 @@ type Built struct {
 	Unknown, Skipped []*stream.Event[string, Ev]
 	// Out are the declarations of the To nodes' outputs.
 	Out map[int]*stream.Event[string, Ev]
+	// Time is the time table (time.go), or nil.
+	Time *topology.Table[string, TRow]
 
 	c       *Case
 	mu      sync.Mutex
@@ -167,6 +169,7 @@ func Build(c *Case) *Built {
 			}, topology.KeyByTopic(child.Topic))
 		}
 	}
+	b.addTime(topo, srcs, streams, timeBase)
 	return b
 }
 

@@ -32,6 +32,11 @@
 //     Isolation also
 //     stream.Permanent errors and handlers that always fail (retries
 //     exhausted), next to healthy events of the same key.
+//   - Time in read models (Knobs.Time, time.go): a table fed by one
+//     unreduced node through a ProjectContext fold that deletes its row,
+//     sets and cancels its key's timer; the table has a TTL and a timer
+//     handler. After the run the clock passes every timer (each fires
+//     exactly once) and then the TTL (every row expires once).
 //   - Random batch sizes, random pipe/step interleavings, clock advances and
 //     restarts of the App over the same store; tables read with Scan and
 //     every row again with Get.

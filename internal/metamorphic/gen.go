@@ -44,6 +44,8 @@ type Knobs struct {
 	Failures bool
 	// Restarts restarts the App between steps.
 	Restarts bool
+	// Time adds a table with deletes, a TTL and timers (time.go).
+	Time bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -52,7 +54,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, Time: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.

@@ -49,6 +49,7 @@ var (
 		{"hold-poison", "the HoldPoisonedKey policy now and then", func(k *Knobs) *bool { return &k.HoldPoison }},
 		{"failures", "transient handler failures", func(k *Knobs) *bool { return &k.Failures }},
 		{"restarts", "restarts of the App", func(k *Knobs) *bool { return &k.Restarts }},
+		{"time", "a table with deletes, a TTL and timers", func(k *Knobs) *bool { return &k.Time }},
 	}
 	knobValues = map[string]*bool{}
 )

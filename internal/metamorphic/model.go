@@ -87,6 +87,10 @@ type Expected struct {
 	Outputs map[int][]Ev
 	// ForEach: per node with ForEach, the ids it must see at least once.
 	ForEach map[int][]int
+	// Time: the time table's rows once every timer fired, and how many
+	// timers fire (time.go); nil without one.
+	Time      map[string]TRow
+	TimeFired int
 }
 
 // logIdentity names a record of an input by its place in the log;
@@ -174,6 +178,7 @@ func Expect(c *Case) *Expected {
 			}
 		}
 	}
+	expectTime(c, x)
 	return x
 }
 

@@ -25,6 +25,11 @@ type Observed struct {
 	Outputs map[int][]Ev
 	// ForEach: per node with ForEach, how often it saw each id.
 	ForEach map[int]map[int]int
+	// Time: the time table once its timers fired; TimeFired the timers
+	// fired then, TimeLeft the rows left after the TTL and TimeExpired the
+	// rows expired (time.go).
+	Time                             map[string]TRow
+	TimeFired, TimeLeft, TimeExpired int
 }
 
 // maxRounds bounds the rounds of retries at the end of a run.
@@ -122,6 +127,9 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 		if n.ForEach {
 			o.ForEach[n.ID] = b.ForEachSeen(n.ID)
 		}
+	}
+	if err := runTime(d, b, o); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

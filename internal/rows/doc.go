@@ -14,6 +14,8 @@
 //	                    AppendString(source) 'r' AppendString(key) offset   AppendRecord      parked.go
 //	FamilyHolds         AppendString(source) AppendString(key) seq AppendHold                 sequences.go
 //	FamilySequences     AppendString(source) 'n'|'g'|'d' ...      next, gap notice, delta     sequences.go
+//	FamilyTimers        kind AppendString(table) 0x00 at key      empty (the index)           deadlines.go
+//	                    kind AppendString(table) 0x01 key         at (u64 BE)                 deadlines.go
 //
 // The changelog's rows (FamilyChangelog, FamilyLogHead) are internal/state's
 // and the payloads it publishes internal/scaleout/changelog's.

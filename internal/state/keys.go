@@ -50,6 +50,9 @@ const (
 	// not reserved, so the engine can read and delete its rows, but only
 	// logged commits and [DB.ApplyLogged] should write it.
 	FamilyLogHead Family = 0x17
+	// FamilyTimers holds the deadlines of TTL tables and timers: an index
+	// in due order and each key's deadline (layout: internal/rows).
+	FamilyTimers Family = 0x1C
 )
 
 // Reserved reports whether f is managed by this package itself (metadata,
@@ -81,6 +84,8 @@ func (f Family) String() string {
 		return "changelog"
 	case FamilyLogHead:
 		return "log-head"
+	case FamilyTimers:
+		return "timers"
 	}
 	return "family(0x" + strconv.FormatUint(uint64(f), 16) + ")"
 }

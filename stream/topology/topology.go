@@ -68,6 +68,7 @@ type Topology struct {
 	spec    engine.Spec
 	sources []sourceNode
 	tables  []tableNode
+	timers  []timerNode // OnTimer (time.go)
 	errs    []error
 }
 
@@ -160,6 +161,11 @@ type tableNode struct {
 	// table; Open gives the table their partition count.
 	sources     []string
 	partitioner interface{ SetPartitions(uint32) }
+	// time.go: the time to live (0: none), the typed delete of a row,
+	// and the options' errors.
+	ttl     time.Duration
+	del     func(tx *state.Txn, partition uint32, key []byte) error
+	optErrs []error
 }
 
 // SourceNode is one source of a topology: a partitioned log whose events
@@ -361,6 +367,8 @@ type TableOption func(*tableOptions)
 
 type tableOptions struct {
 	keys any
+	ttl  time.Duration // WithTTL (time.go)
+	errs []error
 }
 
 // TableKeys sets the key codec of a table; the default is
@@ -408,6 +416,8 @@ func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts .
 	}
 	tab := state.NewTable[K, V](name, kc, vc)
 	tn.attacher, tn.partitioner = tab, tab
+	tn.ttl, tn.optErrs = o.ttl, o.errs
+	tn.del = func(tx *state.Txn, p uint32, key []byte) error { return tab.Delete(tx, p, key) }
 	t.tables = append(t.tables, tn)
 	return &Table[K, V]{t: tab}
 }
@@ -465,6 +475,9 @@ func (t *Topology) Build() (*Program, error) {
 		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
 			Foreign: n.foreign})
 	}
+	ttls, timers, terrs := t.timeSpecs()
+	errs = append(errs, terrs...)
+	spec.TTLs, spec.Timers = ttls, timers
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
 		// problem; only table errors above would be duplicated.

@@ -313,6 +313,9 @@ func (d *Driver) retryDue() bool {
 			if (ps.ParkedKeys > 0 || ps.HeldRecords > 0) && !ps.NextRetry.IsZero() && !ps.NextRetry.After(now) {
 				return true
 			}
+			if !ps.NextDeadline.IsZero() && !ps.NextDeadline.After(now) {
+				return true // a row expires or a timer fires
+			}
 		}
 	}
 	return false
