@@ -12,6 +12,7 @@ import (
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The timers' crash test: a child process runs a topology whose keys each
@@ -72,10 +73,8 @@ func timerCrashTopology() (*topology.Topology, *topology.Table[string, tVal]) {
 }
 
 func TestTimerCrashChild(t *testing.T) {
+	crashtest.Child(t, "timer-crash")
 	dir := os.Getenv("STRAND_TIMER_CRASH_DIR")
-	if dir == "" {
-		t.Skip("run by TestTimersFireOnceAcrossKills")
-	}
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 2))
 	topo, tab := timerCrashTopology()
@@ -117,19 +116,20 @@ func TestTimersFireOnceAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
-	kills := 5
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills = 100
-	}
+	kills := crashtest.Kills(5, 100)
 	dir := t.TempDir()
+	runCrashChild := func(i int, killAfter time.Duration, env ...string) (finished bool) {
+		return crashtest.Run(t, crashtest.Spec{Role: "timer-crash", Test: "TestTimerCrashChild", Ready: crashReady,
+			Env: env}, killAfter).Finished
+	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	window := 400 // ms after the child has piped its log; grows when a run finishes first
 	for i := 0; i < kills; i++ {
-		if runCrashChild(t, "TestTimerCrashChild", "piping", i, time.Duration(1+r.IntN(window))*time.Millisecond,
+		if runCrashChild(i, time.Duration(1+r.IntN(window))*time.Millisecond,
 			"STRAND_TIMER_CRASH_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i)) {
 			window = window * 3 / 2
 		}
 	}
-	runCrashChild(t, "TestTimerCrashChild", "piping", kills, 0,
+	runCrashChild(kills, 0,
 		"STRAND_TIMER_CRASH_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(kills), "STRAND_TIMER_CRASH_CHECK=1")
 }
