@@ -32,6 +32,15 @@ type Inspection struct {
 	Outbox []InspectedOutbox
 	// DeadLetters are the committed dead letters not yet published.
 	DeadLetters []deadletter.Letter
+	// ReplayMarks are the offsets below which a reset's rebuild publishes
+	// nothing again (reset.go), per source partition, in key order;
+	// Origins and Sequences count the rows of the duplicate check and of
+	// the re-sequencer; Grouped says the store has changelog rows (it was
+	// run in a group, JoinGroup). Description is the stored topology's.
+	ReplayMarks       []InspectedCheckpoint
+	Origins, Sequences int
+	Grouped           bool
+	Description       string
 }
 
 // InspectedCheckpoint is one committed checkpoint.
@@ -161,6 +170,8 @@ func Inspect(dir string) (Inspection, error) {
 				outboxOrder = append(outboxOrder, id)
 			}
 			o.Messages += n
+		case state.FamilyReplayMark, state.FamilyOrigins, state.FamilySequences, state.FamilyChangelog, state.FamilyLogHead:
+			inspectEvolve(&in, f, part, rest, value) // reset.go
 		case state.FamilyDeadLetters:
 			var d deadletter.Letter
 			if err := rowfmt.DecodeLetter(bytes.Clone(value), &d); err != nil {
@@ -173,7 +184,7 @@ func Inspect(dir string) (Inspection, error) {
 	if err != nil {
 		return in, err
 	}
-	in.Layout, in.Fingerprint, in.Sources = meta.Layout, meta.Fingerprint, meta.Sources
+	in.Layout, in.Fingerprint, in.Sources, in.Description = meta.Layout, meta.Fingerprint, meta.Sources, meta.Description
 	for name, id := range meta.Tables {
 		in.Tables = append(in.Tables, InspectedTable{Name: name, ID: id, Rows: rows[id]})
 	}

@@ -492,7 +492,7 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 	var dests []string
 	var perDest []int // messages per destination, then where each one's go next
 	for i := range b.records {
-		if b.status[i] != statusApplied {
+		if b.status[i] != statusApplied || b.replayed(i) {
 			continue
 		}
 		for j := range b.emits[i] {
@@ -534,7 +534,7 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 		rows[len(rows)-1].last = true
 	}
 	for i := range b.records {
-		if b.status[i] != statusApplied {
+		if b.status[i] != statusApplied || b.replayed(i) {
 			continue
 		}
 		for j := range b.emits[i] {

@@ -83,6 +83,9 @@ type Task struct {
 	partition uint32
 	next      uint64
 	hasNext   bool
+	// replayMark: records below it were processed before a reset; their
+	// outputs are not published again (reset.go). 0: none.
+	replayMark uint64
 
 	clock        func() time.Time
 	log          *slog.Logger
@@ -186,6 +189,9 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 		return nil, fmt.Errorf("stream: source %q partition %d: read checkpoint: %w", source, partition, err)
 	}
 	t.next, t.hasNext = next, ok
+	if err := t.loadReplayMark(); err != nil {
+		return nil, fmt.Errorf("stream: source %q partition %d: read replay mark: %w", source, partition, err)
+	}
 	if err := t.loadParked(ctx); err != nil {
 		return nil, fmt.Errorf("stream: source %q partition %d: load parked events: %w", source, partition, err)
 	}
@@ -334,6 +340,9 @@ type batch struct {
 	outNext uint64
 	// replays are the replay origins (replay.go) the batch applies.
 	replays [][originLen]byte
+	// replayMark is the Task's (reset.go): nothing is published for
+	// records below it.
+	replayMark uint64
 
 	mismatches int // written by prepare only
 
@@ -736,6 +745,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	b := &batch{
 		t: t, ctx: ctx, tx: tx, records: in, status: status,
 		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
+		replayMark: t.replayMark,
 	}
 	if sb != nil {
 		b.notes = sb.notes
@@ -1333,6 +1343,9 @@ func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
 // res, in offset order.
 func (t *Task) writeDeadLetters(b *batch, res *Result) {
 	for _, d := range b.dead {
+		if b.replayed(d.idx) {
+			continue // dead-lettered before a reset (reset.go)
+		}
 		r := &b.records[d.idx]
 		dl := deadletter.Letter{
 			Source: t.src.name, Partition: t.partition, Offset: r.Offset, Timestamp: r.Timestamp,

@@ -81,6 +81,8 @@ func (f Family) String() string {
 		return "changelog"
 	case FamilyLogHead:
 		return "log-head"
+	case FamilyReplayMark:
+		return "replay-mark"
 	}
 	return "family(0x" + strconv.FormatUint(uint64(f), 16) + ")"
 }
