@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
 
 	"github.com/strand-io/strand/stream/topology"
 )
@@ -28,9 +27,6 @@ func reset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	r, err := topology.Reset(ctx, *dir, opts...)
 	if err != nil {
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("%w (stop the App first: a store is reset while nothing has it open)", err)
-		}
 		if errors.Is(err, os.ErrNotExist) {
 			return storeError(*dir, err)
 		}
