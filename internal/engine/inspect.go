@@ -37,10 +37,10 @@ type Inspection struct {
 	// Origins and Sequences count the rows of the duplicate check and of
 	// the re-sequencer; Grouped says the store has changelog rows (it was
 	// run in a group, JoinGroup). Description is the stored topology's.
-	ReplayMarks       []InspectedCheckpoint
+	ReplayMarks        []InspectedCheckpoint
 	Origins, Sequences int
-	Grouped           bool
-	Description       string
+	Grouped            bool
+	Description        string
 }
 
 // InspectedCheckpoint is one committed checkpoint.
