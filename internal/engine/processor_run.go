@@ -725,6 +725,7 @@ func parkedStats(t *Task, ps *stream.PartitionStats) {
 		ps.NextRetry = at
 	}
 	ps.HeldKeys, ps.HeldRecords, ps.OldestHold, ps.NextGapTimeout = t.HeldStats()
+	ps.ReplayMark = t.Replaying() // reset.go
 }
 
 func latest(a, b time.Time) time.Time {

@@ -243,3 +243,12 @@ func replayedRun(b *batch, idx []int) bool {
 	}
 	return true
 }
+
+// Replaying returns the partition's replay mark while its checkpoint is
+// below it (it is being rebuilt after a reset), else 0.
+func (t *Task) Replaying() uint64 {
+	if t.next < t.replayMark {
+		return t.replayMark
+	}
+	return 0
+}

@@ -56,6 +56,11 @@ type InspectedSource struct {
 	// Checkpoints holds the committed next offset of every partition that
 	// committed anything, by partition.
 	Checkpoints map[uint32]uint64
+	// Rebuilding holds, for every partition being rebuilt after a reset
+	// (Reset), the offset it had reached before: its checkpoint climbs
+	// towards it, and records below it publish nothing again. Nil when
+	// none is.
+	Rebuilding map[uint32]uint64 `json:",omitempty"`
 }
 
 // InspectedTable is one table of an inspected store.
@@ -160,6 +165,19 @@ func inspectStore(dir string) (*Inspection, error) {
 			byName[c.Source] = s
 		}
 		s.Checkpoints[c.Partition] = c.Next
+	}
+	for _, m := range in.ReplayMarks { // a partition being rebuilt after a reset (Reset)
+		s, ok := byName[m.Source]
+		if !ok {
+			s = &InspectedSource{Name: m.Source, Checkpoints: map[uint32]uint64{}}
+			byName[m.Source] = s
+		}
+		if s.Checkpoints[m.Partition] < m.Next {
+			if s.Rebuilding == nil {
+				s.Rebuilding = map[uint32]uint64{}
+			}
+			s.Rebuilding[m.Partition] = m.Next
+		}
 	}
 	for _, s := range byName {
 		out.Sources = append(out.Sources, *s)
