@@ -89,3 +89,12 @@ func (t *Table[K, V]) Codecs() (keys, values string) {
 	}
 	return keys, values
 }
+
+// SetVersion sets the version a topology declares for the table (0: none);
+// it is part of the topology's description, so that a new version is
+// refused by a store written with another (a changed fold or value). Call
+// it before the table is attached.
+func (t *Table[K, V]) SetVersion(v uint32) { t.version = v }
+
+// Version returns the table's declared version (0: none).
+func (t *Table[K, V]) Version() uint32 { return t.version }

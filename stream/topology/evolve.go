@@ -43,3 +43,12 @@ const (
 // meaning (name, sources and key types, event types with fence and
 // algebra, projections, To and KeyBy steps, tables with types and codecs).
 func (p *Program) Description() string { return p.p.Description() }
+
+// WithTableVersion declares the version of a table's fold and values (the
+// default, 0, is none). Change it when a projection's fold or the value's
+// meaning changes in a way no declaration shows (a fixed bug, a new
+// field): a state directory written with another version is refused by
+// Open, naming the table as needing a rebuild (strand reset).
+func WithTableVersion(v uint32) TableOption {
+	return func(o *tableOptions) { o.version = v }
+}

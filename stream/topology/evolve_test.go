@@ -113,4 +113,18 @@ func TestRefusalListsChanges(t *testing.T) {
 	if n := strings.Count(msg, "\n  - "); n != 1 {
 		t.Errorf("%d changes listed for a codec change, want 1:\n%s", n, msg)
 	}
+
+	// A new version of a table: the only change, a rebuild.
+	versioned := topology.New("accounts")
+	vsrc := topology.Source[AccountID](versioned, "bank/accounts")
+	vbal := topology.NewTable[AccountID, Account](versioned, "balances", stream.JSON[Account](), topology.WithTableVersion(2))
+	topology.Project(topology.On(vsrc, Opened), vbal, func(*Account, AccountOpened) error { return nil })
+	topology.Project(topology.On(vsrc, Deposits), vbal, func(*Account, Deposited) error { return nil })
+	topology.Project(topology.On(vsrc, Withdraws), vbal, func(*Account, Withdrawn) error { return nil })
+	topology.Project(topology.On(vsrc, Closed), vbal, func(*Account, AccountClosed) error { return nil })
+	msg = openRefused(t, versioned, dir)
+	if !strings.Contains(msg, `changed table "balances" version (was none, now 2): needs a rebuild of table "balances"`) ||
+		strings.Count(msg, "\n  - ") != 1 {
+		t.Errorf("a new table version is not listed as the one rebuild:\n%s", msg)
+	}
 }

@@ -360,7 +360,8 @@ func (t *Topology) table(a state.Attacher) *tableNode {
 type TableOption func(*tableOptions)
 
 type tableOptions struct {
-	keys any
+	keys    any
+	version uint32
 }
 
 // TableKeys sets the key codec of a table; the default is
@@ -407,6 +408,7 @@ func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts .
 		kc = keys
 	}
 	tab := state.NewTable[K, V](name, kc, vc)
+	tab.SetVersion(o.version) // evolve.go
 	tn.attacher, tn.partitioner = tab, tab
 	t.tables = append(t.tables, tn)
 	return &Table[K, V]{t: tab}
