@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,13 +26,33 @@ type resetTables struct {
 	n, buckets, counts *topology.Table[string, int64]
 }
 
+// calls counts the ForEach calls per event.
+type calls struct {
+	mu sync.Mutex
+	n  map[int]int
+}
+
+func (c *calls) count(n int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[n]
+}
+
 // resetTopology: a sum per key, a To publishing a notice per event, a
 // KeyBy into buckets; withCounts adds a table (a change Open refuses).
-func resetTopology(withCounts bool) (*topology.Topology, resetTables) {
+func resetTopology(withCounts bool, seen *calls) (*topology.Topology, resetTables) {
 	var tabs resetTables
 	topo := topology.New("reset")
 	src := topology.Source[string](topo, "s/log")
 	on := topology.On(src, resetEv)
+	on.ForEach("calls", func(_ context.Context, _ string, es []Ev) error {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		for _, e := range es {
+			seen.n[e.N]++
+		}
+		return nil
+	})
 	tabs.n = topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
 	topology.Project(on, tabs.n, func(v *int64, e Ev) error { *v += e.Amount; return nil })
 	topology.To(on, "notices", "s/notices", resetNotice, func(_ context.Context, _ string, e Ev, emit func(Ev)) error {
@@ -188,7 +209,8 @@ func TestResetPublishesNothingTwice(t *testing.T) {
 	dir := t.TempDir()
 	const first, second = 300, 200
 	publishRange(t, cl, 0, first)
-	topo, tabs := resetTopology(false)
+	seen := &calls{n: map[int]int{}}
+	topo, tabs := resetTopology(false, seen)
 	runUntilCaughtUp(t, topo, cl, dir, func(app *topology.App) {
 		checkTables(t, app, tabs, first)
 		// Refused while the App has the store open, naming it.
@@ -198,7 +220,7 @@ func TestResetPublishesNothingTwice(t *testing.T) {
 	})
 	checkOnce(t, cl, first, 1)
 
-	changed, ctabs := resetTopology(true)
+	changed, ctabs := resetTopology(true, seen)
 	_, err := topology.Open(ctx, changed, cl, dir, topology.WithLogger(slog.New(slog.DiscardHandler)))
 	var tc *topology.TopologyChangedError
 	if !errors.As(err, &tc) || len(tc.Changes) == 0 || tc.Changes[0].Subject != `table "counts"` || tc.Changes[0].Safety != topology.Safe {
@@ -229,18 +251,45 @@ func TestResetPublishesNothingTwice(t *testing.T) {
 		}
 	}
 
+	// The rebuild alone: the log ends at the marks, so no run straddles
+	// one and no ForEach is called again.
+	runUntilCaughtUp(t, changed, cl, dir, func(app *topology.App) {
+		checkTables(t, app, ctabs, first)
+	})
+	checkOnce(t, cl, first, 1)
+	for i := range first {
+		if n := seen.count(i); n != 1 {
+			t.Errorf("event %d: ForEach called %d times, want 1", i, n)
+		}
+	}
+
 	publishRange(t, cl, first, first+second)
 	runUntilCaughtUp(t, changed, cl, dir, func(app *topology.App) {
 		checkTables(t, app, ctabs, first+second)
 	})
 	checkOnce(t, cl, first+second, 2)
+	for i := range first + second {
+		if seen.count(i) == 0 {
+			t.Errorf("event %d: ForEach never called", i)
+		}
+	}
+
+	// A reset with records published after it and before the restart.
+	if _, err := topology.Reset(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	publishRange(t, cl, first+second, first+2*second)
+	runUntilCaughtUp(t, changed, cl, dir, func(app *topology.App) {
+		checkTables(t, app, ctabs, first+2*second)
+	})
+	checkOnce(t, cl, first+2*second, 3)
 
 	// A second reset right after: nothing published again either.
 	if _, err := topology.Reset(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
 	runUntilCaughtUp(t, changed, cl, dir, func(app *topology.App) {
-		checkTables(t, app, ctabs, first+second)
+		checkTables(t, app, ctabs, first+2*second)
 	})
-	checkOnce(t, cl, first+second, 2)
+	checkOnce(t, cl, first+2*second, 3)
 }
