@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/goleak"
 
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -95,7 +96,7 @@ func (f *holdFile) SyncTo(n int64) (bool, error) {
 // the fixture's source at offset off of partition pt.
 func deadLetterVisible(t *testing.T, db *state.DB, pt uint32, off uint64) bool {
 	t.Helper()
-	want := deadLetterRow(procSource, off)
+	want := rows.DeadLetterKey(procSource, off)
 	found := false
 	err := db.Rows(context.Background(), state.FamilyDeadLetters, pt, func(key, _ []byte) error {
 		found = found || bytes.Equal(key, want)

@@ -369,7 +369,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 // that was not applied.
 func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E, replayed bool) (accepted, failed int, errs error) {
 	accepted = len(reduced)
-	if len(r.handles) > 0 && !replayed { // a run wholly before a reset called them then (reset.go)
+	if len(r.handles) > 0 && !replayed { // a run wholly before a reset called them then (replaymark.go)
 		for _, h := range r.handles {
 			max := h.max
 			if max <= 0 {

@@ -685,7 +685,7 @@ func TestProcessorHookFailureSettlesTheCommitInFlight(t *testing.T) {
 	boom := errors.New("boom")
 	var commits atomic.Int64
 	// The hook of a batch runs after the next batch's commit started; when
-	// it fails, that commit must still be settled before Run returns.
+	// it fails, that commit must still be finished before Run returns.
 	p := newProc(t, fx, db, WithPollSize(10), WithHooks(Hooks{
 		AfterCommit: func(uint32, Result) error {
 			if commits.Add(1) == 5 {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/reset"
 	"github.com/strand-io/strand/internal/state"
 )
 
@@ -14,7 +14,7 @@ import (
 // reset now: records are parked or held by the re-sequencer (their outputs
 // are still to come), or the store was run in a group. The message says
 // what to do.
-var ErrResetRefused = engine.ErrResetRefused
+var ErrResetRefused = reset.ErrRefused
 
 // ResetOption configures Reset.
 type ResetOption func(*resetOptions) error
@@ -105,7 +105,7 @@ func Reset(ctx context.Context, dir string, opts ...ResetOption) (*ResetReport, 
 			return nil, err
 		}
 	}
-	plan, err := engine.Reset(ctx, dir, o.dryRun, state.WithLogger(o.log))
+	plan, err := reset.Store(ctx, dir, o.dryRun, state.WithLogger(o.log))
 	if err != nil {
 		return nil, fmt.Errorf("topology: reset %s: %w", dir, lockHint(dir, err))
 	}

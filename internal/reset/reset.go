@@ -1,4 +1,7 @@
-package engine
+// Package reset makes a strand store ready to be rebuilt from the log by
+// the next App that opens it, without publishing anything twice
+// (docs/design.md §17; topology.Reset and `strand reset` build on it).
+package reset
 
 import (
 	"context"
@@ -7,7 +10,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/internal/inspect"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 )
 
@@ -39,20 +43,20 @@ import (
 // (they were not applied: their outputs are still to come, and a mark
 // would suppress them), and for a store run in a group (changelog rows).
 
-// ErrResetRefused is wrapped by Reset when the store cannot be reset now;
+// ErrRefused is wrapped by Store when the store cannot be reset now;
 // the message says why and what to do.
-var ErrResetRefused = errors.New("stream: reset refused")
+var ErrRefused = errors.New("stream: reset refused")
 
-// ResetPlan is what Reset did, or would do (DryRun).
-type ResetPlan struct {
+// Plan is what Store did, or would do (DryRun).
+type Plan struct {
 	// Dir is the state directory; DryRun says nothing was changed.
 	Dir    string
 	DryRun bool
 	// Rewinds lists, per source partition, the checkpoint deleted (From)
 	// and the replay mark (below it nothing is published again).
-	Rewinds []ResetRewind
+	Rewinds []Rewind
 	// Tables lists the tables whose rows are deleted.
-	Tables []InspectedTable
+	Tables []inspect.Table
 	// Origins and Sequences count the duplicate-check and re-sequencer
 	// rows deleted.
 	Origins, Sequences int
@@ -60,8 +64,8 @@ type ResetPlan struct {
 	Outbox, DeadLetters int
 }
 
-// ResetRewind is one source partition a reset rewinds.
-type ResetRewind struct {
+// Rewind is one source partition a reset rewinds.
+type Rewind struct {
 	Source    string
 	Partition uint32
 	From      uint64
@@ -69,7 +73,7 @@ type ResetRewind struct {
 }
 
 // String describes the plan for a person, one line per step.
-func (p *ResetPlan) String() string {
+func (p *Plan) String() string {
 	var b strings.Builder
 	if p.DryRun {
 		fmt.Fprintf(&b, "reset of %s (dry run: nothing is changed)\n", p.Dir)
@@ -91,24 +95,6 @@ func (p *ResetPlan) String() string {
 	return b.String()
 }
 
-// inspectEvolve counts the rows of the families a reset deals with.
-func inspectEvolve(in *Inspection, f state.Family, part uint32, rest, value []byte) {
-	switch f {
-	case state.FamilyReplayMark:
-		r := rowenc.Reader{B: rest}
-		src := r.String()
-		if r.Err == nil && len(value) == 8 {
-			in.ReplayMarks = append(in.ReplayMarks, InspectedCheckpoint{Source: src, Partition: part, Next: binary.BigEndian.Uint64(value)})
-		}
-	case state.FamilyOrigins:
-		in.Origins++
-	case state.FamilySequences:
-		in.Sequences++
-	case state.FamilyChangelog, state.FamilyLogHead:
-		in.Grouped = true
-	}
-}
-
 // refuseReset says why the store described by in cannot be reset ("": it
 // can).
 func refuseReset(parked, held int, grouped bool) string {
@@ -122,17 +108,17 @@ func refuseReset(parked, held int, grouped bool) string {
 	return ""
 }
 
-// Reset resets the store in dir for a rebuild (see the top of this file),
+// Store resets the store in dir for a rebuild (see the top of this file),
 // or with dryRun only says what it would do. It refuses, wrapping
-// ErrResetRefused, a store with parked or held records or run in a group;
+// ErrRefused, a store with parked or held records or run in a group;
 // it fails while an App has the store open (Pebble's lock). opts open the
 // store (a logger, say).
-func Reset(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (*ResetPlan, error) {
-	in, err := Inspect(dir) // read-only: fails on a missing store, or one an App has open
+func Store(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (*Plan, error) {
+	in, err := inspect.Store(dir) // read-only: fails on a missing store, or one an App has open
 	if err != nil {
 		return nil, err
 	}
-	plan := &ResetPlan{Dir: dir, DryRun: dryRun, Tables: in.Tables, Origins: in.Origins, Sequences: in.Sequences,
+	plan := &Plan{Dir: dir, DryRun: dryRun, Tables: in.Tables, Origins: in.Origins, Sequences: in.Sequences,
 		DeadLetters: len(in.DeadLetters)}
 	for _, o := range in.Outbox {
 		plan.Outbox += o.Messages
@@ -149,11 +135,11 @@ func Reset(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (
 		marks[fmt.Sprintf("%s\x00%d", m.Source, m.Partition)] = m.Next
 	}
 	for _, c := range in.Checkpoints {
-		plan.Rewinds = append(plan.Rewinds, ResetRewind{Source: c.Source, Partition: c.Partition, From: c.Next,
+		plan.Rewinds = append(plan.Rewinds, Rewind{Source: c.Source, Partition: c.Partition, From: c.Next,
 			Mark: max(c.Next, marks[fmt.Sprintf("%s\x00%d", c.Source, c.Partition)])})
 	}
 	if why := refuseReset(parked, held, in.Grouped); why != "" {
-		return plan, fmt.Errorf("%w: %s: %s", ErrResetRefused, dir, why)
+		return plan, fmt.Errorf("%w: %s: %s", ErrRefused, dir, why)
 	}
 	if dryRun {
 		return plan, nil
@@ -179,7 +165,7 @@ func Reset(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (
 			case state.FamilyChangelog, state.FamilyLogHead:
 				why = refuseReset(0, 0, true)
 			}
-			return nil, fmt.Errorf("%w: %s: %s", ErrResetRefused, dir, why)
+			return nil, fmt.Errorf("%w: %s: %s", ErrRefused, dir, why)
 		}
 	}
 	cps, err := db.Checkpoints()
@@ -189,7 +175,7 @@ func Reset(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (
 	plan.Rewinds = plan.Rewinds[:0]
 	var puts []state.RowPut
 	for _, c := range cps {
-		key := rowenc.AppendString(nil, c.Source)
+		key := rows.AppendString(nil, c.Source)
 		mark := c.Next
 		old, ok, err := db.Row(state.FamilyReplayMark, c.Partition, key)
 		if err != nil {
@@ -198,7 +184,7 @@ func Reset(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (
 		if ok && len(old) == 8 {
 			mark = max(mark, binary.BigEndian.Uint64(old))
 		}
-		plan.Rewinds = append(plan.Rewinds, ResetRewind{Source: c.Source, Partition: c.Partition, From: c.Next, Mark: mark})
+		plan.Rewinds = append(plan.Rewinds, Rewind{Source: c.Source, Partition: c.Partition, From: c.Next, Mark: mark})
 		puts = append(puts, state.RowPut{Family: state.FamilyReplayMark, Partition: c.Partition, Key: key,
 			Value: binary.BigEndian.AppendUint64(nil, mark)})
 	}
@@ -209,46 +195,4 @@ func Reset(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (
 		return nil, fmt.Errorf("stream: reset %s: close: %w", dir, err)
 	}
 	return plan, nil
-}
-
-// loadReplayMark reads the partition's replay mark (0: none).
-func (t *Task) loadReplayMark() error {
-	v, ok, err := t.db.Row(state.FamilyReplayMark, t.partition, rowenc.AppendString(nil, t.src.name))
-	if err != nil || !ok {
-		return err
-	}
-	if len(v) != 8 {
-		return fmt.Errorf("malformed replay mark %x", v)
-	}
-	t.replayMark = binary.BigEndian.Uint64(v)
-	return nil
-}
-
-// replayed reports whether record i of b was processed before a reset:
-// nothing is published for it again.
-func (b *batch) replayed(i int) bool { return b.records[i].Offset < b.replayMark }
-
-// replayedRun reports whether every record of a run (indexes into b's
-// records) was processed before a reset: its ForEach handlers were called
-// then and are not called again. A run that straddles the mark calls them
-// (ForEach is at-least-once).
-func replayedRun(b *batch, idx []int) bool {
-	if b.replayMark == 0 || len(idx) == 0 {
-		return false
-	}
-	for _, i := range idx {
-		if !b.replayed(i) {
-			return false
-		}
-	}
-	return true
-}
-
-// Replaying returns the partition's replay mark while its checkpoint is
-// below it (it is being rebuilt after a reset), else 0.
-func (t *Task) Replaying() uint64 {
-	if t.next < t.replayMark {
-		return t.replayMark
-	}
-	return 0
 }
