@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
 var (
@@ -292,4 +294,51 @@ func TestResetPublishesNothingTwice(t *testing.T) {
 		checkTables(t, app, ctabs, first+2*second)
 	})
 	checkOnce(t, cl, first+2*second, 3)
+}
+
+// TestResetRefusesParkedRecords: records parked behind a failing handler
+// were not applied and their outputs are still to come: Reset refuses,
+// saying so, and changes nothing; once they are applied it resets.
+func TestResetRefusesParkedRecords(t *testing.T) {
+	ctx := context.Background()
+	var fail atomic.Bool
+	fail.Store(true)
+	topo := topology.New("parked", topology.WithRetry(100, time.Second, time.Second))
+	src := topology.Source[string](topo, "s/log")
+	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
+	topology.Project(topology.On(src, resetEv), n, func(v *int64, e Ev) error {
+		if fail.Load() {
+			return errors.New("not yet")
+		}
+		*v += e.Amount
+		return nil
+	})
+	d := topologytest.NewDriver(t, topo)
+	topologytest.Pipe(d, resetEv, Ev{K: "a", N: 1, Amount: 1})
+	d.Advance()
+	if keys, _ := d.Parked(); keys != 1 {
+		t.Fatalf("%d keys parked, want 1", keys)
+	}
+	d.Close()
+	_, err := topology.Reset(ctx, d.Dir(), topology.WithDryRun())
+	if !errors.Is(err, topology.ErrResetRefused) || !strings.Contains(err.Error(), "1 records are parked") {
+		t.Fatalf("dry run with a parked record = %v, want ErrResetRefused", err)
+	}
+	if _, err := topology.Reset(ctx, d.Dir()); !errors.Is(err, topology.ErrResetRefused) {
+		t.Fatalf("Reset with a parked record = %v, want ErrResetRefused", err)
+	}
+	fail.Store(false)
+	d.Restart()
+	d.AdvanceClock(2 * time.Second)
+	d.Advance()
+	if keys, _ := d.Parked(); keys != 0 {
+		t.Fatalf("%d keys parked after the retry", keys)
+	}
+	d.Close()
+	if _, err := topology.Reset(ctx, d.Dir()); err != nil {
+		t.Fatalf("Reset once the record is applied: %v", err)
+	}
+	if _, err := topology.Reset(ctx, d.Dir(), topology.WithResetLogger(nil)); err == nil || !strings.Contains(err.Error(), "WithResetLogger") {
+		t.Fatalf("a nil logger = %v, want a refusal naming the option", err)
+	}
 }
