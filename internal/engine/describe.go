@@ -18,7 +18,7 @@ import (
 // projection, each To and KeyBy step, each table with its Go type, codecs
 // and version). The store keeps it beside the fingerprint; when a start is
 // refused, the two descriptions are compared and every difference is
-// listed with what it means for the stored rows (docs/design.md §17).
+// listed with what it means for the stored rows (docs/design.md §18).
 
 // ChangeKind says how a part of a topology changed.
 type ChangeKind uint8

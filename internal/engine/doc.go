@@ -11,7 +11,7 @@
 //     topology's declarations into a Program: per source, a route per type
 //     tag (decoder, algebra, handlers, emitting handlers), and the tables;
 //     describe.go keeps its readable description and lists what changed
-//     when a store was written by another topology (docs/design.md §17).
+//     when a store was written by another topology (docs/design.md §18).
 //   - The executor (task.go; parked.go, resequencer.go, outbox_stage.go,
 //     stuck.go, replaymark.go: what a rebuild after a reset does not
 //     publish again) is a Task: one source partition's state in memory and the

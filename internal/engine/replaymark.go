@@ -8,7 +8,7 @@ import (
 	"github.com/strand-io/strand/internal/state"
 )
 
-// A reset (internal/reset, docs/design.md §17) leaves per source partition
+// A reset (internal/reset, docs/design.md §18) leaves per source partition
 // a replay mark: the offset the partition had reached. While the rebuild
 // reads the partition again below it, a Task folds every record into the
 // tables but publishes nothing: no outbox message (To, KeyBy), no dead

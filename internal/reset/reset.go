@@ -1,6 +1,6 @@
 // Package reset makes a strand store ready to be rebuilt from the log by
 // the next App that opens it, without publishing anything twice
-// (docs/design.md §17; topology.Reset and `strand reset` build on it).
+// (docs/design.md §18; topology.Reset and `strand reset` build on it).
 package reset
 
 import (
@@ -16,7 +16,7 @@ import (
 )
 
 // A reset makes a store ready to be rebuilt from the log by whatever
-// topology opens it next (docs/design.md §17), without publishing anything
+// topology opens it next (docs/design.md §18), without publishing anything
 // twice:
 //
 //   - every checkpoint is deleted (each partition is read again from its

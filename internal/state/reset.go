@@ -14,7 +14,7 @@ import (
 // which a partition's records were processed before a reset: their
 // outputs (To, KeyBy, dead letters, ForEach) were published then and are
 // not published again while the reset's rebuild replays them. Written by a
-// reset, read by the engine (docs/design.md §17).
+// reset, read by the engine (docs/design.md §18).
 const FamilyReplayMark Family = 0x18
 
 // CheckpointRow is one committed checkpoint: the next offset to read of a

@@ -2,7 +2,7 @@ package topology
 
 import "github.com/strand-io/strand/internal/engine"
 
-// What a refused start says (docs/design.md §17). A state directory keeps a
+// What a refused start says (docs/design.md §18). A state directory keeps a
 // readable description of the topology that wrote it; Open of another
 // topology is refused with a *TopologyChangedError that lists every
 // difference and, for each, whether the stored rows keep their meaning.

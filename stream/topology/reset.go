@@ -78,7 +78,7 @@ func (r *ResetReport) String() string { return r.text }
 // Reset makes the state directory dir ready to be rebuilt from the log by
 // the topology that opens it next — the same one, or a changed one that
 // Open refused (TopologyChangedError) — without publishing anything twice
-// (docs/design.md §17). It deletes every checkpoint, table row and
+// (docs/design.md §18). It deletes every checkpoint, table row and
 // re-sequencer row, the duplicate check of strand topics and the stored
 // topology; it keeps the outbox (messages committed before are still
 // published, and its sequence numbers go on rising, so readers of the
