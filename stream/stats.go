@@ -84,6 +84,11 @@ type PartitionStats struct {
 	OutboxPending int
 	// LastCommit is when the pipeline last committed (zero if never).
 	LastCommit time.Time
+	// ReplayMark is, while the partition is rebuilt after a reset
+	// (topology.Reset), the offset it had reached before: Next climbs
+	// towards it, and the records below it publish nothing again. 0 when
+	// the partition is not replaying.
+	ReplayMark uint64
 	Counters
 	// End is the partition's end offset as last seen (the offset the next
 	// published record will get): the larger of what the reader has polled

@@ -163,6 +163,17 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(w, "  %s\t%d\t%s\n", s.Name, s.Partitions, cps)
 	}
+	for _, s := range in.Sources {
+		parts := make([]uint32, 0, len(s.Rebuilding))
+		for p := range s.Rebuilding {
+			parts = append(parts, p)
+		}
+		slices.Sort(parts)
+		for _, p := range parts {
+			fmt.Fprintf(w, "  %s partition %d\trebuilding after a reset: at %d of %d (nothing published again below %d)\t\n",
+				s.Name, p, s.Checkpoints[p], s.Rebuilding[p], s.Rebuilding[p])
+		}
+	}
 	fmt.Fprintln(w, "\ntables\trows\t")
 	for _, t := range in.Tables {
 		fmt.Fprintf(w, "  %s\t%d\t\n", t.Name, t.Rows)

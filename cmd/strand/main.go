@@ -6,6 +6,7 @@
 //	strand dlq replay -topic STREAM/TOPIC [filters] [-dry-run] [-dir DIR]
 //	strand lag        -dir DIR
 //	strand inspect    DIR
+//	strand reset      -dir DIR [-dry-run]
 //
 // The Iggy connection comes from -addr, -user and -password, or from
 // STRAND_IGGY_ADDR, STRAND_IGGY_USER and STRAND_IGGY_PASSWORD; the
@@ -44,6 +45,7 @@ Usage:
                                                           re-publish dead letters to their source topics
   strand lag        -dir DIR                              lag of a state directory against its sources
   strand inspect    DIR                                   what a state directory holds
+  strand reset      -dir DIR [-dry-run]                   make a state directory rebuild from the log
   strand help                                             this text
 
 Iggy connection (dlq, lag):
@@ -110,6 +112,18 @@ an App has it open (Pebble locks it), they read a consistent copy the App
 makes of its store if it was opened with topology.WithLiveInspect(true)
 (inspect says so); else they fail, naming the App's pid.
 
+Reset makes a state directory ready to be rebuilt from the log by the next
+App that opens it, with the same topology or a changed one (whose start was
+refused with the list of what changed). It deletes every checkpoint, table
+row and re-sequencer row and the stored topology; it keeps the outbox and
+pending dead letters (still published) and the outbox's sequence numbers.
+Each partition remembers its old checkpoint: while the App reads the log
+again, records below it update the tables but publish nothing again (no To
+or KeyBy message, no dead letter, no ForEach call). It refuses while an App
+has the directory open, while records are parked or held (let the App apply
+or dead-letter them first), and for a store run in a group. -dry-run prints
+what it would do.
+
 Exit status: 0 on success, 1 on failure, 2 on a usage error.
 `
 
@@ -162,8 +176,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return lag(ctx, args[1:], stdout, stderr, getenv)
 	case "inspect":
 		return inspect(ctx, args[1:], stdout, stderr)
+	case "reset":
+		return reset(ctx, args[1:], stdout, stderr)
 	}
-	return usagef("unknown command %q: want dlq, lag, inspect or help", args[0])
+	return usagef("unknown command %q: want dlq, lag, inspect, reset or help", args[0])
 }
 
 // newFlags returns a flag set for a command that reports its errors to

@@ -9,9 +9,12 @@
 //
 //   - The compiler (program.go, handler.go, emit.go, foreign.go) turns a
 //     topology's declarations into a Program: per source, a route per type
-//     tag (decoder, algebra, handlers, emitting handlers), and the tables.
+//     tag (decoder, algebra, handlers, emitting handlers), and the tables;
+//     describe.go keeps its readable description and lists what changed
+//     when a store was written by another topology (docs/design.md §19).
 //   - The executor (task.go; parked.go, resequencer.go, outbox_stage.go,
-//     stuck.go) is a Task: one source partition's state in memory and the
+//     stuck.go, replaymark.go: what a rebuild after a reset does not
+//     publish again) is a Task: one source partition's state in memory and the
 //     work of one batch, from records to a staged Pebble transaction.
 //   - The partition pipelines (processor.go, processor_run.go, writers.go,
 //     extent.go, observe.go) are a Processor: per partition a reader that

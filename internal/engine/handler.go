@@ -350,7 +350,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 		return runResult{end: runFailed, err: err, at: -1}
 	}
 	r.counts.reduced(rc.key, len(buf.events), len(reduced))
-	applied, failed, err := r.apply(rc, key, reduced)
+	applied, failed, err := r.apply(rc, key, reduced, replayedRun(b, buf.idx))
 	for j, i := range buf.idx {
 		if buf.owner[j] < applied {
 			b.status[i] = statusApplied
@@ -380,9 +380,9 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 // chunk; projections then fold the accepted prefix and write it only if
 // every projection succeeded, so a projection never stores part of a run
 // that was not applied.
-func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E) (accepted, failed int, errs error) {
+func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E, replayed bool) (accepted, failed int, errs error) {
 	accepted = len(reduced)
-	if len(r.handles) > 0 {
+	if len(r.handles) > 0 && !replayed { // a run wholly before a reset called them then (replaymark.go)
 		for _, h := range r.handles {
 			max := h.max
 			if max <= 0 {

@@ -114,11 +114,11 @@ func (t *Task) writeOutbox(b *batch, res *Result) {
 	// What timer handlers emitted comes first: they ran before the
 	// batch's records (timers.go).
 	groups := make([][]emitted, 0, len(b.records)+1)
-	if len(b.timerEmits) > 0 {
+	if len(b.timerEmits) > 0 && !b.replayingTimers() { // replayingTimers: replaymark.go
 		groups = append(groups, b.timerEmits)
 	}
 	for i := range b.records {
-		if b.status[i] == statusApplied && len(b.emits[i]) > 0 {
+		if b.status[i] == statusApplied && len(b.emits[i]) > 0 && !b.replayed(i) { // replayed: replaymark.go
 			groups = append(groups, b.emits[i])
 		}
 	}

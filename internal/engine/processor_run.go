@@ -739,6 +739,7 @@ func parkedStats(t *Task, ps *stream.PartitionStats) {
 	if at, ok := t.nextDeadline(); ok {
 		ps.NextDeadline = at
 	}
+	ps.ReplayMark = t.Replaying() // replaymark.go
 }
 
 func latest(a, b time.Time) time.Time {

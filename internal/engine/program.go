@@ -83,11 +83,15 @@ type Program struct {
 	tables      []state.Attacher
 	tableNames  []string
 	fingerprint []byte
-	poison      stream.PoisonPolicy
-	workers     int
-	maxAttempts int
-	backoff     time.Duration
-	maxBackoff  time.Duration
+	// legacyFingerprint is the fingerprint without the description's newer
+	// lines; description the fingerprint's lines (describe.go).
+	legacyFingerprint []byte
+	description       string
+	poison            stream.PoisonPolicy
+	workers           int
+	maxAttempts       int
+	backoff           time.Duration
+	maxBackoff        time.Duration
 	// times holds the tables with a TTL or a timer handler, by name
 	// (timers.go); nil when none has.
 	times map[string]*tableTime
@@ -230,11 +234,12 @@ func NewProgram(spec Spec) (*Program, error) {
 	sort.Strings(names)
 	for _, n := range names {
 		fp.add("table", n, tables[n])
+		c.describeTable(n)
 	}
 	if len(c.errs) > 0 {
 		return nil, fmt.Errorf("%w: %q: %w", ErrBadTopology, spec.Name, errors.Join(c.errs...))
 	}
-	p.fingerprint = fp.sum()
+	p.fingerprint, p.legacyFingerprint, p.description = fp.sum(), fp.legacySum(), fp.b.String()
 	return p, nil
 }
 
@@ -431,7 +436,13 @@ func tableName(a state.Attacher) string {
 // which types project into which tables, and the tables with their Go
 // types. Plain handlers (Handle) are not part of it: adding or removing one
 // does not change what the tables hold.
-type fingerprint struct{ b strings.Builder }
+//
+// Its lines are also the topology's readable description (describe.go),
+// which the store keeps: a refused start lists what changed. Lines added
+// after the first stores were written (addNew: the tables' codecs and
+// versions) are left out of the legacy hash, which a store written before
+// them still carries and is accepted with.
+type fingerprint struct{ b, legacy strings.Builder }
 
 func newFingerprint(name string) *fingerprint {
 	f := &fingerprint{}
@@ -440,14 +451,27 @@ func newFingerprint(name string) *fingerprint {
 }
 
 func (f *fingerprint) add(parts ...string) {
+	appendLine(&f.b, parts)
+	appendLine(&f.legacy, parts)
+}
+
+// addNew adds a line that the legacy hash leaves out.
+func (f *fingerprint) addNew(parts ...string) { appendLine(&f.b, parts) }
+
+func appendLine(b *strings.Builder, parts []string) {
 	for _, p := range parts {
-		fmt.Fprintf(&f.b, "%d:%s;", len(p), p)
+		fmt.Fprintf(b, "%d:%s;", len(p), p)
 	}
-	f.b.WriteByte('\n')
+	b.WriteByte('\n')
 }
 
 func (f *fingerprint) sum() []byte {
 	s := sha256.Sum256([]byte(f.b.String()))
+	return s[:]
+}
+
+func (f *fingerprint) legacySum() []byte {
+	s := sha256.Sum256([]byte(f.legacy.String()))
 	return s[:]
 }
 
@@ -477,11 +501,17 @@ func (p *Program) Tables() []string { return slices.Clone(p.tableNames) }
 func (p *Program) Fingerprint() []byte { return slices.Clone(p.fingerprint) }
 
 // Attach binds the program's tables to db and checks the fingerprint
-// (state.DB.EnsureFingerprint): a database written by an incompatible
-// topology is refused with an error wrapping state.ErrIncompatibleTopology.
+// (state.DB.EnsureTopology, which keeps the program's description): a
+// database written by an incompatible topology is refused with a
+// *TopologyChangedError (wrapping state.ErrIncompatibleTopology) that lists
+// what changed.
 // Call it once per opened database, before NewTask.
 func (p *Program) Attach(db *state.DB) error {
-	if err := db.EnsureFingerprint(p.fingerprint); err != nil {
+	if err := db.EnsureTopology(p.fingerprint, p.legacyFingerprint, p.description); err != nil {
+		var ie *state.IncompatibleError
+		if errors.As(err, &ie) {
+			return p.changedError(ie)
+		}
 		return fmt.Errorf("stream: topology %q: %w", p.name, err)
 	}
 	if err := db.Attach(p.tables...); err != nil {

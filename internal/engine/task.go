@@ -82,6 +82,9 @@ type Task struct {
 	partition uint32
 	next      uint64
 	hasNext   bool
+	// replayMark: records below it were processed before a reset; their
+	// outputs are not published again (replaymark.go). 0: none.
+	replayMark uint64
 
 	clock        func() time.Time
 	log          *slog.Logger
@@ -190,6 +193,9 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 		return nil, fmt.Errorf("stream: source %q partition %d: read checkpoint: %w", source, partition, err)
 	}
 	t.next, t.hasNext = next, ok
+	if err := t.loadReplayMark(); err != nil {
+		return nil, fmt.Errorf("stream: source %q partition %d: read replay mark: %w", source, partition, err)
+	}
 	if err := t.loadParked(ctx); err != nil {
 		return nil, fmt.Errorf("stream: source %q partition %d: load parked events: %w", source, partition, err)
 	}
@@ -347,6 +353,9 @@ type batch struct {
 	outNext uint64
 	// replays are the replay origins (replay.go) the batch applies.
 	replays [][rows.OriginLen]byte
+	// replayMark is the Task's (replaymark.go): nothing is published for
+	// records below it.
+	replayMark uint64
 
 	mismatches int       // written by prepare only
 	now        time.Time // the clock when the batch was staged (timers.go)
@@ -766,7 +775,8 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	b := &batch{
 		t: t, ctx: ctx, tx: tx, records: in, status: status,
 		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
-		now: now,
+		now:        now,
+		replayMark: t.replayMark,
 	}
 	if sb != nil {
 		b.notes = sb.notes
@@ -1376,6 +1386,9 @@ func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
 // res, in offset order.
 func (t *Task) writeDeadLetters(b *batch, res *Result) {
 	for _, d := range b.dead {
+		if b.replayed(d.idx) {
+			continue // dead-lettered before a reset (replaymark.go)
+		}
 		r := &b.records[d.idx]
 		dl := deadletter.Letter{
 			Source: t.src.name, Partition: t.partition, Offset: r.Offset, Timestamp: r.Timestamp,

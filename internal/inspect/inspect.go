@@ -32,6 +32,15 @@ type Report struct {
 	Outbox []Outbox
 	// DeadLetters are the committed dead letters not yet published.
 	DeadLetters []deadletter.Letter
+	// ReplayMarks are the offsets below which a reset's rebuild publishes
+	// nothing again (internal/reset), per source partition, in key order;
+	// Origins and Sequences count the rows of the duplicate check and of
+	// the re-sequencer; Grouped says the store has changelog rows (it was
+	// run in a group, JoinGroup). Description is the stored topology's.
+	ReplayMarks        []Checkpoint
+	Origins, Sequences int
+	Grouped            bool
+	Description        string
 }
 
 // Checkpoint is one committed checkpoint.
@@ -160,6 +169,8 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 				outboxOrder = append(outboxOrder, id)
 			}
 			o.Messages += n
+		case state.FamilyReplayMark, state.FamilyOrigins, state.FamilySequences, state.FamilyChangelog, state.FamilyLogHead:
+			evolveRows(&in, f, part, rest, value) // evolve.go
 		case state.FamilyDeadLetters:
 			var d deadletter.Letter
 			if err := rows.DecodeLetter(bytes.Clone(value), &d); err != nil {
@@ -172,7 +183,7 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 	if err != nil {
 		return in, err
 	}
-	in.Layout, in.Fingerprint, in.Sources = meta.Layout, meta.Fingerprint, meta.Sources
+	in.Layout, in.Fingerprint, in.Sources, in.Description = meta.Layout, meta.Fingerprint, meta.Sources, meta.Description
 	for name, id := range meta.Tables {
 		in.Tables = append(in.Tables, Table{Name: name, ID: id, Rows: perTable[id]})
 	}

@@ -46,6 +46,10 @@ type Knobs struct {
 	Restarts bool
 	// Time adds a table with deletes, a TTL and timers (time.go).
 	Time bool
+	// Resets makes some restarts a reset (topology.Reset): the App rebuilds
+	// every table from the topics and publishes nothing again. A reset is
+	// refused while records are parked or held: then it is a restart.
+	Resets bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -54,7 +58,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, Time: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.
@@ -214,6 +218,9 @@ type Case struct {
 	// steps, then advance the clock and/or restart.
 	Chunks, Steps  []int
 	Clock, Restart []bool
+	// Reset makes restart i a reset (Knobs.Resets), when nothing is parked
+	// or held then.
+	Reset []bool
 	// Batches are the batch sizes, used in turn.
 	Batches []int
 }
@@ -514,6 +521,8 @@ func (c *Case) genPlan(r *rand.Rand) {
 		c.Steps = append(c.Steps, r.IntN(4))
 		c.Clock = append(c.Clock, r.IntN(4) == 0)
 		c.Restart = append(c.Restart, c.Knobs.Restarts && r.IntN(6) == 0)
+		// Not a random draw: seeds keep their cases.
+		c.Reset = append(c.Reset, c.Knobs.Resets && c.Restart[len(c.Restart)-1] && (len(c.Chunks)+len(c.Log))%3 != 0)
 	}
 	for range 1 + r.IntN(8) {
 		b := 1 + r.IntN(40)

@@ -50,6 +50,7 @@ var (
 		{"failures", "transient handler failures", func(k *Knobs) *bool { return &k.Failures }},
 		{"restarts", "restarts of the App", func(k *Knobs) *bool { return &k.Restarts }},
 		{"time", "a table with deletes, a TTL and timers", func(k *Knobs) *bool { return &k.Time }},
+		{"resets", "some restarts are resets (topology.Reset: rebuild, publish nothing again)", func(k *Knobs) *bool { return &k.Resets }},
 	}
 	knobValues = map[string]*bool{}
 )

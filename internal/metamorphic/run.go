@@ -64,7 +64,13 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 			d.AdvanceClock(c.backoff())
 		}
 		if c.Restart[i] {
-			d.Restart()
+			pk, _ := d.Parked()
+			hk, _ := d.Held()
+			if i < len(c.Reset) && c.Reset[i] && pk == 0 && hk == 0 {
+				d.Reset()
+			} else {
+				d.Restart()
+			}
 		}
 	}
 	released := map[string]bool{}

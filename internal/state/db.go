@@ -303,8 +303,8 @@ func (db *DB) getCopy(key []byte) ([]byte, bool, error) {
 // EnsureFingerprint compares fp, the fingerprint of the topology about to
 // run, with the one stored in the database. A new database stores fp
 // (durably) and accepts it; a database written by a topology with another
-// fingerprint is refused with an error wrapping [ErrIncompatibleTopology]
-// that shows both, so an incompatible topology never misreads state.
+// fingerprint is refused with an *[IncompatibleError] (wrapping
+// [ErrIncompatibleTopology]) that shows both, so an incompatible topology never misreads state.
 func (db *DB) EnsureFingerprint(fp []byte) error {
 	if len(fp) == 0 {
 		return fmt.Errorf("state: %s: empty topology fingerprint", db.dir)
@@ -326,8 +326,8 @@ func (db *DB) EnsureFingerprint(fp []byte) error {
 		return nil
 	}
 	if !bytes.Equal(stored, fp) {
-		return fmt.Errorf("%w: database at %s was written by topology fingerprint %x, the topology being started has fingerprint %x",
-			ErrIncompatibleTopology, db.dir, stored, fp)
+		desc, _, _ := db.getCopy(metaKey(metaTopology))
+		return &IncompatibleError{Dir: db.dir, Stored: stored, Now: fp, StoredDescription: string(desc)}
 	}
 	return nil
 }

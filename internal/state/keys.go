@@ -86,6 +86,8 @@ func (f Family) String() string {
 		return "log-head"
 	case FamilyTimers:
 		return "timers"
+	case FamilyReplayMark:
+		return "replay-mark"
 	}
 	return "family(0x" + strconv.FormatUint(uint64(f), 16) + ")"
 }

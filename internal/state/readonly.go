@@ -21,6 +21,9 @@ type Meta struct {
 	// Layout is the key layout version; Fingerprint the topology's.
 	Layout      int
 	Fingerprint []byte
+	// Description is the readable description of the topology that wrote
+	// the store ("" for a store written before descriptions were kept).
+	Description string
 	// Tables maps table names to their ids; Sources source names to their
 	// partition counts.
 	Tables  map[string]uint32
@@ -62,6 +65,8 @@ func OpenReadOnly(dir string) (*ReadOnly, error) {
 			r.Layout = int(v[0])
 		case name == metaFingerprint:
 			r.Fingerprint = append([]byte(nil), v...)
+		case name == metaTopology:
+			r.Description = string(v)
 		case len(name) > len(metaTablePrefix) && name[:len(metaTablePrefix)] == metaTablePrefix && len(v) == 4:
 			r.Tables[name[len(metaTablePrefix):]] = binary.BigEndian.Uint32(v)
 		case len(name) > len(metaSourcePrefix) && name[:len(metaSourcePrefix)] == metaSourcePrefix && len(v) == 4:

@@ -28,6 +28,8 @@ type Table[K, V any] struct {
 	shared bool // values of V may share memory with their copies (see aliasFree)
 	b      atomic.Pointer[binding[V]]
 	parts  atomic.Uint32 // partitions of the sources that write it (SetPartitions)
+	// version is the table's declared version (describe.go).
+	version uint32
 }
 
 // SetPartitions says how many partitions the sources writing the table

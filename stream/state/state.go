@@ -194,6 +194,11 @@ type Source struct {
 	// Checkpoints holds the committed next offset of every partition that
 	// committed anything, by partition.
 	Checkpoints map[uint32]uint64
+	// Rebuilding holds, for every partition being rebuilt after a reset
+	// (topology.Reset), the offset it had reached before: its checkpoint
+	// climbs towards it, and records below it publish nothing again. Nil
+	// when none is. Filled by Summary.
+	Rebuilding map[uint32]uint64 `json:",omitempty"`
 }
 
 // Sources returns the store's sources with their checkpoints, by name.

@@ -111,6 +111,19 @@ func (s *Store) Summary(ctx context.Context) (*Summary, error) {
 		}
 		src.Checkpoints[c.Partition] = c.Next
 	}
+	for _, m := range in.ReplayMarks { // a partition being rebuilt after a reset (topology.Reset)
+		src, ok := byName[m.Source]
+		if !ok {
+			src = &Source{Name: m.Source, Checkpoints: map[uint32]uint64{}}
+			byName[m.Source] = src
+		}
+		if src.Checkpoints[m.Partition] < m.Next {
+			if src.Rebuilding == nil {
+				src.Rebuilding = map[uint32]uint64{}
+			}
+			src.Rebuilding[m.Partition] = m.Next
+		}
+	}
 	out.Sources = sortedSources(byName)
 	for _, t := range in.Tables {
 		out.Tables = append(out.Tables, TableCount{Name: t.Name, Rows: t.Rows})

@@ -366,9 +366,10 @@ func (t *Topology) table(a state.Attacher) *tableNode {
 type TableOption func(*tableOptions)
 
 type tableOptions struct {
-	keys any
-	ttl  time.Duration // WithTTL (time.go)
-	errs []error
+	keys    any
+	ttl     time.Duration // WithTTL (time.go)
+	version uint32        // WithTableVersion
+	errs    []error
 }
 
 // TableKeys sets the key codec of a table; the default is
@@ -415,6 +416,7 @@ func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts .
 		kc = keys
 	}
 	tab := state.NewTable[K, V](name, kc, vc)
+	tab.SetVersion(o.version) // evolve.go
 	tn.attacher, tn.partitioner = tab, tab
 	tn.ttl, tn.optErrs = o.ttl, o.errs
 	tn.del = func(tx *state.Txn, p uint32, key []byte) error { return tab.Delete(tx, p, key) }

@@ -216,6 +216,19 @@ func (d *Driver) Restart() {
 	d.open()
 }
 
+// Reset closes the App, resets its state directory with topology.Reset
+// (every table is rebuilt from the topics when it opens again, and nothing
+// published before is published again) and opens it again. A reset that
+// is refused (records parked or held) fails the test.
+func (d *Driver) Reset() {
+	d.tb.Helper()
+	d.Close()
+	if _, err := topology.Reset(context.Background(), d.dir, topology.WithResetLogger(d.log)); err != nil {
+		d.tb.Fatalf("topologytest: %v", err)
+	}
+	d.open()
+}
+
 // Pipe appends events to the topology's only source (repartition topics
 // of KeyBy steps aside), each in the partition
 // of its key, encoded by decl exactly as a publisher encodes them. It fails
