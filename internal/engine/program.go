@@ -66,6 +66,8 @@ type SourceSpec struct {
 	// Foreign, when set, makes the source foreign: its records carry no
 	// strand headers and are classified (foreign.go).
 	Foreign *ForeignSpec
+	// Lookups lists the tables the source's handlers read (lookup.go).
+	Lookups []LookupSpec
 }
 
 // Program is a compiled topology: per source, the declared event types and
@@ -99,6 +101,9 @@ type programSource struct {
 	// foreign classifies the source's records (foreign.go); nil: they
 	// carry strand headers.
 	foreign *ForeignSpec
+	// lookups: per type tag, the tables its handlers read and how
+	// (lookup.go).
+	lookups map[planner.Tag]map[string]lookupRule
 }
 
 // route is everything the executor needs for one type tag.
@@ -215,6 +220,7 @@ func NewProgram(spec Spec) (*Program, error) {
 			}
 		}
 	}
+	c.compileLookups(spec)
 	names := slices.Clone(p.tableNames)
 	sort.Strings(names)
 	for _, n := range names {

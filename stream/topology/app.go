@@ -360,13 +360,13 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	}
 	for _, tn := range p.tables {
 		var n uint32
-		for _, sn := range tn.sources {
+		for _, sn := range tn.inputs() {
 			switch {
 			case n == 0:
 				n = counts[sn]
 			case counts[sn] != n:
-				return nil, fail(fmt.Errorf("table %q is fed by sources of %d and %d partitions (%q); a table's keys must be partitioned one way",
-					tn.name, n, counts[sn], tn.sources))
+				return nil, fail(fmt.Errorf("table %q is fed or read (Lookup) by sources of %d and %d partitions (%q); a table's keys must be partitioned one way",
+					tn.name, n, counts[sn], tn.inputs()))
 			}
 		}
 		tn.partitioner.SetPartitions(n)
@@ -604,11 +604,12 @@ func (p *Program) writerGroups() map[string]*engine.Writers {
 		return s
 	}
 	for _, tn := range p.tables {
-		for _, sn := range tn.sources {
+		inputs := tn.inputs() // readers (Lookup) take turns with the writers
+		for _, sn := range inputs {
 			if parent[sn] == "" {
 				parent[sn] = sn
 			}
-			if r, r0 := find(sn), find(tn.sources[0]); r != r0 {
+			if r, r0 := find(sn), find(inputs[0]); r != r0 {
 				parent[r] = r0
 			}
 		}

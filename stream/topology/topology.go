@@ -146,6 +146,7 @@ type sourceNode struct {
 	outputs []string
 	feeder  string
 	foreign *engine.ForeignSpec // ForeignSource (foreign.go)
+	lookups []engine.LookupSpec // Reads (lookup.go)
 }
 
 type tableNode struct {
@@ -160,6 +161,20 @@ type tableNode struct {
 	// table; Open gives the table their partition count.
 	sources     []string
 	partitioner interface{ SetPartitions(uint32) }
+	// readers lists the sources whose functions read the table with
+	// Lookup (lookup.go): they share its partition count and writer turns.
+	readers []string
+}
+
+// inputs returns the sources that write or read the table.
+func (tn *tableNode) inputs() []string {
+	out := slices.Clone(tn.sources)
+	for _, r := range tn.readers {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // SourceNode is one source of a topology: a partitioned log whose events
@@ -463,7 +478,7 @@ func (t *Topology) Build() (*Program, error) {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
 		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
-			Foreign: n.foreign})
+			Foreign: n.foreign, Lookups: n.lookups})
 	}
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
