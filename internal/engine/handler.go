@@ -471,7 +471,7 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 		e, err := payload.Decode(b.records[i].Payload)
 		if err != nil {
 			err = fmt.Errorf("type tag %d (%s): %w", r.ev.Tag(), r.ev.Name(), err)
-		} else if b.t.src.foreign == nil { // a foreign record's key is its classifier's (foreign.go)
+		} else if b.t.src.foreign == nil && !b.t.src.trustKeys { // a foreign record's key is its classifier's (foreign.go)
 			// The record was partitioned and planned by its header key:
 			// an event that names another key must not be applied to it.
 			reason = deadletter.ReasonKeyMismatch

@@ -68,6 +68,10 @@ type SourceSpec struct {
 	Foreign *ForeignSpec
 	// Lookups lists the tables the source's handlers read (lookup.go).
 	Lookups []LookupSpec
+	// TrustKeys: the source's records are keyed by their headers alone;
+	// an event's own key is not checked against them (the repartition
+	// topic of a KeyBy whose key function read tables, lookup.go).
+	TrustKeys bool
 }
 
 // Program is a compiled topology: per source, the declared event types and
@@ -104,6 +108,8 @@ type programSource struct {
 	// lookups: per type tag, the tables its handlers read and how
 	// (lookup.go).
 	lookups map[planner.Tag]map[string]lookupRule
+	// trustKeys: SourceSpec.TrustKeys.
+	trustKeys bool
 }
 
 // route is everything the executor needs for one type tag.
@@ -276,7 +282,7 @@ func (c *compiler) compileSource(si int, src SourceSpec) {
 		fail("source %q declared twice", src.Name)
 		return
 	}
-	ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}}
+	ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}, trustKeys: src.TrustKeys}
 	p.sources[src.Name] = ps
 	p.sourceNames = append(p.sourceNames, src.Name)
 

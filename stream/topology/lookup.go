@@ -101,3 +101,13 @@ func Lookup[K, V any](ctx context.Context, table *Table[K, V], key K) (V, bool, 
 	}
 	return engine.Lookup(ctx, table.t, key)
 }
+
+// KeyByContext is KeyBy with a key function that is given the run's
+// context, so that it can read tables with Lookup (declared with Reads on
+// s): a parcel re-keyed by the depot its address row names, for example.
+// The re-keyed stream takes each record's key from its headers (what the
+// step computed when it forwarded it), since the key cannot be computed
+// again from the event alone.
+func KeyByContext[K, E, K2 any](s *Stream[K, E], name string, key func(ctx context.Context, e E) (K2, error), opts ...KeyByOption) *Stream[K2, E] {
+	return keyBy(s, name, nil, key, opts)
+}

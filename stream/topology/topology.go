@@ -147,6 +147,9 @@ type sourceNode struct {
 	feeder  string
 	foreign *engine.ForeignSpec // ForeignSource (foreign.go)
 	lookups []engine.LookupSpec // Reads (lookup.go)
+	// trustKeys: a KeyByContext's repartition topic, whose records'
+	// keys are taken from their headers (lookup.go).
+	trustKeys bool
 }
 
 type tableNode struct {
@@ -478,7 +481,7 @@ func (t *Topology) Build() (*Program, error) {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
 		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
-			Foreign: n.foreign, Lookups: n.lookups})
+			Foreign: n.foreign, Lookups: n.lookups, TrustKeys: n.trustKeys})
 	}
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
