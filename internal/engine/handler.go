@@ -208,15 +208,24 @@ func (h *projectHandler[K, E, V]) tableName() string { return h.table.Name() }
 
 func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) (int, error) {
 	var foldErr error
+	var writes []func() // of the joins kept from this table (derive.go)
 	at := 0
 	err := h.table.Update(rc.tx, rc.partition, rc.key, func(v *V, _ bool) error {
 		at, foldErr = foldAll(rc.ctx, h.fold, v, events)
+		if foldErr == nil && rc.b.t.prog.hooks != nil {
+			if writes, foldErr = runHooks(rc, h.table.Name(), *v); foldErr != nil {
+				at = len(events) - 1
+			}
+		}
 		return foldErr
 	})
 	switch {
 	case foldErr != nil && (err == nil || errors.Is(err, foldErr)):
 		return at, foldErr
 	case err == nil:
+		for _, w := range writes {
+			w()
+		}
 		return 0, nil
 	}
 	// The store refused (a value that does not encode counts as that):
@@ -230,6 +239,12 @@ func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, 
 		return nil, 0, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
 	}
 	at, err := foldAll(rc.ctx, h.fold, &v, events)
+	var writes []func() // of the joins kept from this table (derive.go)
+	if err == nil && rc.b.t.prog.hooks != nil {
+		if writes, err = runHooks(rc, h.table.Name(), v); err != nil {
+			at = len(events) - 1
+		}
+	}
 	if err != nil {
 		if rerr := h.revert(rc); rerr != nil {
 			return nil, 0, rerr
@@ -239,6 +254,15 @@ func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, 
 	write, err := h.table.Stage(rc.tx, rc.partition, rc.key, v)
 	if err != nil {
 		return nil, 0, errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
+	}
+	if len(writes) > 0 {
+		own := write
+		write = func() {
+			own()
+			for _, w := range writes {
+				w()
+			}
+		}
 	}
 	return write, 0, nil
 }

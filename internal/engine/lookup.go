@@ -140,6 +140,11 @@ func (c *compiler) compileLookups(spec Spec) {
 			}
 		}
 	}
+	for in, hs := range c.p.hooks { // a join table is written by the runs that write its inputs
+		for _, h := range hs {
+			writers[h.derived] = append(writers[h.derived], writers[in]...)
+		}
+	}
 	fenced := func(ps *programSource, tag planner.Tag) bool {
 		rt := ps.routes[tag]
 		return rt != nil && rt.fence != 0 && rt.fence != planner.Relaxed

@@ -46,6 +46,9 @@ type Spec struct {
 	// Backoff is the wait before the first retry of a parked key; it
 	// doubles with each failed try of the same record up to MaxBackoff. 0 means 100ms and 1 minute.
 	Backoff, MaxBackoff time.Duration
+	// Hooks keep derived tables (table-table joins) up to date with
+	// their inputs (derive.go).
+	Hooks []HookSpec
 }
 
 // SourceSpec is one source of a program and the handlers of its events.
@@ -90,6 +93,9 @@ type Program struct {
 	maxAttempts int
 	backoff     time.Duration
 	maxBackoff  time.Duration
+	// hooks: per input table, the derived tables its writes update
+	// (derive.go).
+	hooks map[string][]hook
 }
 
 // programSource is one source of a program, with routes by type tag.
@@ -226,6 +232,7 @@ func NewProgram(spec Spec) (*Program, error) {
 			}
 		}
 	}
+	c.compileHooks(spec)
 	c.compileLookups(spec)
 	names := slices.Clone(p.tableNames)
 	sort.Strings(names)

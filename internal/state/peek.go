@@ -91,3 +91,14 @@ func (t *Table[K, V]) decodeCopy(enc, key []byte, partition uint32) (V, bool, er
 	}
 	return v, true, nil
 }
+
+// Clone returns v, or, when the table's value type has pointers, maps,
+// slices or interfaces, a copy of it through the table's codec that shares
+// no memory with v.
+func (t *Table[K, V]) Clone(v V) (V, error) {
+	if !t.shared {
+		return v, nil
+	}
+	c, _, err := t.copyOf(v, nil, 0)
+	return c, err
+}

@@ -69,6 +69,8 @@ type Topology struct {
 	sources []sourceNode
 	tables  []tableNode
 	errs    []error
+	// after runs at Build once every source's checks ran (join.go).
+	after []func() error
 }
 
 // Option configures a Topology.
@@ -482,6 +484,11 @@ func (t *Topology) Build() (*Program, error) {
 		}
 		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
 			Foreign: n.foreign, Lookups: n.lookups, TrustKeys: n.trustKeys})
+	}
+	for _, c := range t.after {
+		if err := c(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
