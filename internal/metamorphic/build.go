@@ -19,6 +19,8 @@ import (
 type Built struct {
 	Topo   *topology.Topology
 	Tables []*topology.Table[string, Row]
+	// Joins are the join tables of the case's joins (join.go).
+	Joins []*topology.Table[string, JoinRow]
 	// Decls are the declarations of each input's types; Unknown and
 	// Skipped of tags the topology does not handle and skips.
 	Decls            [][]*stream.Event[string, Ev]
@@ -167,6 +169,7 @@ func Build(c *Case) *Built {
 			}, topology.KeyByTopic(child.Topic))
 		}
 	}
+	b.buildJoins()
 	return b
 }
 

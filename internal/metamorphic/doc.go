@@ -32,6 +32,11 @@
 //     Isolation also
 //     stream.Permanent errors and handlers that always fail (retries
 //     exhausted), next to healthy events of the same key.
+//   - A table-table join (topology.JoinTables) of two of the case's tables,
+//     inner or left, when both are projected into and no node feeds both
+//     (derived from the case, not drawn: Case.joins); the model joins its
+//     own rows of the two sides, so a join row must equal the join of the
+//     sides after every run, whatever the interleavings.
 //   - Random batch sizes, random pipe/step interleavings, clock advances and
 //     restarts of the App over the same store; tables read with Scan and
 //     every row again with Get.

@@ -44,6 +44,9 @@ type Knobs struct {
 	Failures bool
 	// Restarts restarts the App between steps.
 	Restarts bool
+	// Joins keeps a table-table join of two of the case's tables
+	// (topology.JoinTables, join.go).
+	Joins bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -52,7 +55,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, Joins: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.
@@ -564,6 +567,9 @@ func (c *Case) String() string {
 			fmt.Fprintf(&b, " keyby→node %d", n.Child)
 		}
 		b.WriteByte('\n')
+	}
+	for _, j := range c.joins() {
+		fmt.Fprintf(&b, "  join %s: %s ⋈ %s inner=%v\n", j.Name, c.Tables[j.Left], c.Tables[j.Right], j.Inner)
 	}
 	ids := make([]int, 0, len(c.Fail))
 	for id := range c.Fail {

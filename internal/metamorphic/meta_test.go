@@ -47,6 +47,7 @@ var (
 		{"hold-poison", "the HoldPoisonedKey policy now and then", func(k *Knobs) *bool { return &k.HoldPoison }},
 		{"failures", "transient handler failures", func(k *Knobs) *bool { return &k.Failures }},
 		{"restarts", "restarts of the App", func(k *Knobs) *bool { return &k.Restarts }},
+		{"joins", "a table-table join of two tables", func(k *Knobs) *bool { return &k.Joins }},
 	}
 	knobValues = map[string]*bool{}
 )

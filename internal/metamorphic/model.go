@@ -87,6 +87,8 @@ type Expected struct {
 	Outputs map[int][]Ev
 	// ForEach: per node with ForEach, the ids it must see at least once.
 	ForEach map[int][]int
+	// Joins: per join of the case (Case.joins), key → row.
+	Joins []map[string]JoinRow
 }
 
 // logIdentity names a record of an input by its place in the log;
@@ -174,6 +176,7 @@ func Expect(c *Case) *Expected {
 			}
 		}
 	}
+	expectJoins(c, x)
 	return x
 }
 

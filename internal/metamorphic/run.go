@@ -25,6 +25,8 @@ type Observed struct {
 	Outputs map[int][]Ev
 	// ForEach: per node with ForEach, how often it saw each id.
 	ForEach map[int]map[int]int
+	// Joins: per join of the case, key → row of its join table.
+	Joins []map[string]JoinRow
 }
 
 // maxRounds bounds the rounds of retries at the end of a run.
@@ -104,6 +106,9 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 				return nil, fmt.Errorf("%w: table %s key %q: Get gives %v (found %v, error %v), Scan %v", ErrMismatch, t.Name(), k, g, ok, err, v)
 			}
 		}
+	}
+	if err := observeJoins(b, o); err != nil {
+		return nil, err
 	}
 	for _, dl := range d.DeadLetters() {
 		ident := fmt.Sprintf("%s?%d/%d", dl.Source, dl.Partition, dl.Offset)

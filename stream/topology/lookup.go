@@ -111,3 +111,13 @@ func Lookup[K, V any](ctx context.Context, table *Table[K, V], key K) (V, bool, 
 func KeyByContext[K, E, K2 any](s *Stream[K, E], name string, key func(ctx context.Context, e E) (K2, error), opts ...KeyByOption) *Stream[K2, E] {
 	return keyBy(s, name, nil, key, opts)
 }
+
+// feedsItself reports whether the topology publishes to source itself: a
+// KeyBy's repartition topic, or a topic a To step publishes to that the
+// topology also reads (a ToJoin's enriched events read back).
+func (p *Program) feedsItself(source string) bool {
+	if _, ok := p.feeders[source]; ok {
+		return true
+	}
+	return slices.Contains(p.Outputs(), source)
+}
