@@ -96,12 +96,17 @@ func Build(c *Case) *Built {
 		}
 	}
 	streams := map[int]*topology.Stream[string, Ev]{}
+	lookups := c.lookups()
 	for _, n := range c.Nodes {
 		if n.Depth == 0 {
 			streams[n.ID] = topology.On(srcs[n.Input], b.Decls[n.Input][n.Type])
 		}
 		s := streams[n.ID]
 		td := c.Inputs[n.Input].Types[n.Type]
+		lt, looks := lookups[n.ID]
+		if looks {
+			s.Reads(b.Tables[lt])
+		}
 		for h, t := range n.Tables {
 			fold := b.fold(n, h, td)
 			if !n.CtxFolds {
@@ -113,6 +118,13 @@ func Build(c *Case) *Built {
 					// The harness never stops an App mid-batch for good: a
 					// fold must not see its context done.
 					return fmt.Errorf("metamorphic: fold of node %d ran with a done context: %w", n.ID, ctx.Err())
+				}
+				if looks {
+					seen, _, err := topology.Lookup(ctx, b.Tables[lt], e.K)
+					if err != nil {
+						return err
+					}
+					r.look(e.ID, seen)
 				}
 				return fold(r, e)
 			})

@@ -47,6 +47,9 @@ type Knobs struct {
 	// Joins keeps a table-table join of two of the case's tables
 	// (topology.JoinTables, join.go).
 	Joins bool
+	// Lookups makes fenced nodes read a table of their own input with
+	// topology.Lookup (join.go).
+	Lookups bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -55,7 +58,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, Joins: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, SharedTables: true, Isolation: true, Joins: true, Lookups: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.
@@ -565,6 +568,9 @@ func (c *Case) String() string {
 		}
 		if n.Child >= 0 {
 			fmt.Fprintf(&b, " keyby→node %d", n.Child)
+		}
+		if t, ok := c.lookups()[n.ID]; ok {
+			fmt.Fprintf(&b, " looks-up %s", c.Tables[t])
 		}
 		b.WriteByte('\n')
 	}

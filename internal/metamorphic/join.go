@@ -3,6 +3,9 @@ package metamorphic
 import (
 	"context"
 	"fmt"
+	"slices"
+
+	"github.com/strand-io/strand/planner"
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
@@ -116,4 +119,66 @@ func compareJoins(c *Case, x *Expected, o *Observed) error {
 		}
 	}
 	return nil
+}
+
+// lookups returns, per node, the table its folds read with topology.Lookup
+// (Knobs.Lookups). Derived from the case, not drawn: a node at depth 0 of a
+// strand source whose type has a static fence other than Relaxed and whose
+// folds get a context reads the first table it does not project into that
+// only other types of its own input write (depth 0). What it sees is then
+// what the sequential fold of its input has at the event (docs/design.md
+// §17), which the model computes.
+func (c *Case) lookups() map[int]int {
+	if !c.Knobs.Lookups {
+		return nil
+	}
+	writers := map[int][]NodeDesc{}
+	for _, n := range c.Nodes {
+		for _, t := range n.Tables {
+			writers[t] = append(writers[t], n)
+		}
+	}
+	out := map[int]int{}
+	for _, n := range c.Nodes {
+		td := c.Inputs[n.Input].Types[n.Type]
+		if n.Depth != 0 || !n.CtxFolds || len(n.Tables) == 0 || c.Inputs[n.Input].Foreign ||
+			td.Kind != KindFence || td.Fence == planner.Relaxed {
+			continue
+		}
+	tables:
+		for t := range c.Tables {
+			if slices.Contains(n.Tables, t) || len(writers[t]) == 0 {
+				continue
+			}
+			for _, w := range writers[t] {
+				if w.Depth != 0 || w.Input != n.Input || w.Type == n.Type {
+					continue tables
+				}
+			}
+			out[n.ID] = t
+			break
+		}
+	}
+	return out
+}
+
+// digest is what a lookup records of the row it read: how many ids and
+// how much sum the row holds.
+func digest(r Row) int64 {
+	var d int64
+	for _, ids := range r.Lanes {
+		d += int64(len(ids))
+	}
+	for _, s := range r.Sums {
+		d += s
+	}
+	return d
+}
+
+// look records, in r, the digest of the row the event's lookup saw.
+func (r *Row) look(id int, seen Row) {
+	if r.Looks == nil {
+		r.Looks = map[int]int64{}
+	}
+	r.Looks[id] = digest(seen)
 }

@@ -48,6 +48,7 @@ var (
 		{"failures", "transient handler failures", func(k *Knobs) *bool { return &k.Failures }},
 		{"restarts", "restarts of the App", func(k *Knobs) *bool { return &k.Restarts }},
 		{"joins", "a table-table join of two tables", func(k *Knobs) *bool { return &k.Joins }},
+		{"lookups", "fenced nodes look up a table of their own input", func(k *Knobs) *bool { return &k.Lookups }},
 	}
 	knobValues = map[string]*bool{}
 )
