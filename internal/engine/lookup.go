@@ -31,6 +31,9 @@ type lookupRule struct {
 	// the run's own key may be read (other keys of the partition run
 	// concurrently in the batch).
 	sameKey bool
+	// global: the table is fed by global sources alone: any key may be
+	// read, from its own partition of the table, as last committed.
+	global bool
 }
 
 // Errors of a Lookup. Each error a Lookup returns for a misuse wraps one
@@ -97,6 +100,23 @@ func Lookup[K, V any](ctx context.Context, t *state.Table[K, V], k K) (V, bool, 
 	if err != nil {
 		return zero, false, stream.Permanent(fmt.Errorf("%w: %w", ErrLookupKey, err))
 	}
+	if rule.global {
+		// The key's partition first; the others on a miss, for a topic
+		// partitioned otherwise (a foreign producer): cheap with Pebble's
+		// bloom filters.
+		n := max(t.Partitions(), 1)
+		home := connector.PartitionOf(kb, n)
+		for i := range n {
+			v, found, err := t.PeekCommitted((home+i)%n, kb)
+			if err != nil {
+				return zero, false, fmt.Errorf("lookup in global table %q: %w", t.Name(), err)
+			}
+			if found {
+				return v, true, nil
+			}
+		}
+		return zero, false, nil
+	}
 	if !bytes.Equal(kb, sc.key) {
 		if rule.sameKey {
 			return zero, false, stream.Permanent(fmt.Errorf("%w: table %q is written by source %q itself, so its handlers may read only their own key's row (key %q), not %q: other keys of the batch run concurrently; feed the table from another input, or re-key with KeyBy",
@@ -128,6 +148,7 @@ func (c *compiler) compileLookups(spec Spec) {
 	type writer struct {
 		source string
 		tag    planner.Tag
+		global bool
 	}
 	writers := map[string][]writer{}
 	for _, src := range spec.Sources {
@@ -135,9 +156,33 @@ func (c *compiler) compileLookups(spec Spec) {
 			if h == nil || h.decl() == nil {
 				continue
 			}
-			if hi := h.info(); hi.kind == "project" {
-				writers[hi.table] = append(writers[hi.table], writer{src.Name, h.decl().Tag()})
+			hi := h.info()
+			switch {
+			case hi.kind == "project":
+				writers[hi.table] = append(writers[hi.table], writer{src.Name, h.decl().Tag(), src.Global})
+			case src.Global:
+				c.fail("global source %q: %s: a global source is read by every instance, so its events may only be projected into global tables (a side effect or an output would happen once per instance)",
+					src.Name, hi.describe())
 			}
+		}
+		if src.Global && len(src.Lookups) > 0 {
+			c.fail("global source %q reads tables with lookups; a global table is built from its topic alone", src.Name)
+		}
+	}
+	isGlobal := map[string]bool{}
+	for name, ws := range writers {
+		global, local := false, false
+		for _, w := range ws {
+			global, local = global || w.global, local || !w.global
+		}
+		if global && local {
+			c.fail("table %q is fed by global and non-global sources; a global table is fed by global sources alone", name)
+		}
+		isGlobal[name] = global && !local
+	}
+	for in, hs := range c.p.hooks {
+		if isGlobal[in] {
+			c.fail("join table %q: its side %q is a global table; joins of global tables are not built (look the global row up instead)", hs[0].derived, in)
 		}
 	}
 	for in, hs := range c.p.hooks { // a join table is written by the runs that write its inputs
@@ -170,7 +215,10 @@ func (c *compiler) compileLookups(spec Spec) {
 				continue
 			}
 			ws := writers[name]
-			rule := lookupRule{}
+			rule := lookupRule{global: isGlobal[name]}
+			if rule.global {
+				ws = nil // any key, as committed: no turn, no fence
+			}
 			for _, w := range ws {
 				if w.source != src.Name {
 					continue

@@ -75,6 +75,10 @@ type SourceSpec struct {
 	// an event's own key is not checked against them (the repartition
 	// topic of a KeyBy whose key function read tables, lookup.go).
 	TrustKeys bool
+	// Global makes the source global (lookup.go): every instance reads
+	// all of its partitions, and the tables it feeds (it alone) are read
+	// by lookups at any key.
+	Global bool
 }
 
 // Program is a compiled topology: per source, the declared event types and
@@ -116,6 +120,8 @@ type programSource struct {
 	lookups map[planner.Tag]map[string]lookupRule
 	// trustKeys: SourceSpec.TrustKeys.
 	trustKeys bool
+	// global: SourceSpec.Global.
+	global bool
 }
 
 // route is everything the executor needs for one type tag.
@@ -289,7 +295,8 @@ func (c *compiler) compileSource(si int, src SourceSpec) {
 		fail("source %q declared twice", src.Name)
 		return
 	}
-	ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}, trustKeys: src.TrustKeys}
+	ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}, trustKeys: src.TrustKeys,
+		global: src.Global}
 	p.sources[src.Name] = ps
 	p.sourceNames = append(p.sourceNames, src.Name)
 

@@ -102,3 +102,25 @@ func (t *Table[K, V]) Clone(v V) (V, error) {
 	c, _, err := t.copyOf(v, nil, 0)
 	return c, err
 }
+
+// PeekCommitted returns the committed value of key (encoded key bytes) in
+// the partition, read from Pebble and decoded afresh (never from the value
+// cache, whose values the partition's writer may be changing in place):
+// the newest commit that returned, whether or not its log is synced. It is
+// safe to call while any transaction commits; a reader that commits what it
+// derived from the value later in the same store cannot outlive it across a
+// crash (the log keeps commits in order).
+func (t *Table[K, V]) PeekCommitted(partition uint32, key []byte) (V, bool, error) {
+	var zero V
+	b, err := t.binding()
+	if err != nil {
+		return zero, false, err
+	}
+	var buf [keyBuf]byte
+	k := appendTableKey(buf[:0], b.id, partition, key)
+	v, present, _, err := t.load(b.db, k, b.db.hash(k), partition, key)
+	if err != nil || !present {
+		return zero, false, err
+	}
+	return v, true, nil
+}

@@ -411,6 +411,9 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if err != nil {
 		return nil, fail(fmt.Errorf("dead-letter topic %q: %w", dlqTopic, err))
 	}
+	if o.group != nil && len(p.global) > 0 {
+		return nil, fail(errors.New("topology.WithGroup: the topology has a global source (SourceNode.Global); global tables in a group are not built yet: split the partitions with topology.WithPartitions"))
+	}
 	if o.group != nil {
 		if err := a.openGroup(ctx, conn, &o, counts); err != nil {
 			return nil, fail(err)
@@ -422,9 +425,6 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),
 		engine.WithProcessorLogger(o.log), engine.WithDrainTimeout(o.drain), engine.WithOutboxSinks(sinks),
 	}
-	if len(o.partitions) > 0 {
-		popts = append(popts, engine.WithPartitions(o.partitions...))
-	}
 	if o.clock != nil {
 		popts = append(popts, engine.WithProcessorClock(o.clock))
 	}
@@ -433,7 +433,11 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	}
 	writers := p.writerGroups()
 	for _, src := range sources {
-		sopts := slices.Concat(popts, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
+		base := popts
+		if len(o.partitions) > 0 && !p.global[src.Name()] { // every instance reads all of a global source
+			base = append(slices.Clip(popts), engine.WithPartitions(o.partitions...))
+		}
+		sopts := slices.Concat(base, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
 			[]engine.ProcessorOption{engine.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
 		if w := writers[src.Name()]; w != nil {
 			sopts = append(sopts, engine.WithWriters(w))

@@ -121,3 +121,35 @@ func (p *Program) feedsItself(source string) bool {
 	}
 	return slices.Contains(p.Outputs(), source)
 }
+
+// runsOf reports whether the App processes partition pt of source: every
+// partition of a global source, else as runs says.
+func (a *App) runsOf(source string, pt uint32) bool {
+	return a.prog.global[source] || a.runs(pt)
+}
+
+// Global makes the source global (Kafka Streams' GlobalKTable, Goka's
+// lookup tables): every instance of the topology reads all of its
+// partitions, whatever topology.WithPartitions gives it, into tables of its
+// own store, and any function of the topology may look those tables up
+// (Lookup, declared with Reads) at any key, whatever its partition.
+//
+// Freshness: a lookup of a global table reads the table as last committed
+// when the lookup runs (not as of the batch: the global source's pipelines
+// commit beside the reader's), so it may be behind the global topic by what
+// its pipelines have not committed yet (their lag, in Stats), never by
+// more, and never goes back. Nothing orders a global source's records with
+// another input's: a fold that needs a row that may not have arrived yet
+// fails and is retried (WithRetry).
+//
+// Restart: the global source's checkpoints and rows commit in the store
+// like any source's, so a restart resumes from them without replay.
+//
+// Build refuses, on a global source, anything but projections into tables
+// that only global sources feed (a ForEach, To or KeyBy would happen once
+// per instance), lookups, and joins of global tables; Open refuses a
+// global source in a group (WithGroup): not built yet. Global returns s.
+func (s *SourceNode[K]) Global() *SourceNode[K] {
+	s.t.sources[s.idx].global = true
+	return s
+}

@@ -174,7 +174,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				next[ps.Partition] = ps.Next
 			}
 			for pt, end := range t.ends {
-				if !a.runs(uint32(pt)) || end == 0 {
+				if !a.runsOf(t.proc.Source(), uint32(pt)) || end == 0 {
 					continue
 				}
 				if n, ok := next[uint32(pt)]; !ok || n < end {
@@ -187,7 +187,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				break
 			}
 			for _, ps := range t.proc.Stats().Partitions {
-				if ps.Waiting() > 0 && a.runs(ps.Partition) {
+				if ps.Waiting() > 0 && a.runsOf(t.proc.Source(), ps.Partition) {
 					caught = false // held, parked, or To/KeyBy messages still to publish
 				}
 			}

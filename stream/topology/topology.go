@@ -152,6 +152,8 @@ type sourceNode struct {
 	// trustKeys: a KeyByContext's repartition topic, whose records'
 	// keys are taken from their headers (lookup.go).
 	trustKeys bool
+	// global: Global (lookup.go).
+	global bool
 }
 
 type tableNode struct {
@@ -169,11 +171,17 @@ type tableNode struct {
 	// readers lists the sources whose functions read the table with
 	// Lookup (lookup.go): they share its partition count and writer turns.
 	readers []string
+	// global: the table is fed by global sources alone (lookup.go): its
+	// readers neither share its partition count nor take turns.
+	global bool
 }
 
 // inputs returns the sources that write or read the table.
 func (tn *tableNode) inputs() []string {
 	out := slices.Clone(tn.sources)
+	if tn.global {
+		return out
+	}
 	for _, r := range tn.readers {
 		if !slices.Contains(out, r) {
 			out = append(out, r)
@@ -483,7 +491,7 @@ func (t *Topology) Build() (*Program, error) {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
 		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
-			Foreign: n.foreign, Lookups: n.lookups, TrustKeys: n.trustKeys})
+			Foreign: n.foreign, Lookups: n.lookups, TrustKeys: n.trustKeys, Global: n.global})
 	}
 	for _, c := range t.after {
 		if err := c(); err != nil {
@@ -502,14 +510,18 @@ func (t *Topology) Build() (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBuild, err)
 	}
-	prog := &Program{p: p, tables: map[string]tableNode{}, feeders: map[string]string{}}
-	for _, tn := range t.tables {
-		prog.tables[tn.name] = tn
-	}
+	prog := &Program{p: p, tables: map[string]tableNode{}, feeders: map[string]string{}, global: map[string]bool{}}
 	for _, n := range t.sources {
 		if n.feeder != "" {
 			prog.feeders[n.name] = n.feeder
 		}
+		if n.global {
+			prog.global[n.name] = true
+		}
+	}
+	for _, tn := range t.tables {
+		tn.global = len(tn.sources) > 0 && !slices.ContainsFunc(tn.sources, func(sn string) bool { return !prog.global[sn] })
+		prog.tables[tn.name] = tn
 	}
 	return prog, nil
 }
@@ -522,6 +534,8 @@ type Program struct {
 	// feeders maps each repartition topic (KeyBy) to the source it
 	// re-keys.
 	feeders map[string]string
+	// global holds the global sources (lookup.go).
+	global map[string]bool
 }
 
 // Name returns the topology's name.
