@@ -22,7 +22,9 @@
 //
 // Each measurement runs in its own child process (this binary, re-executed),
 // so its peak resident memory (rusage maxrss) is its own. benchmarks/run.sh
-// runs everything at the issues' sizes; RESULTS.md holds the figures.
+// runs everything at the issues' sizes; RESULTS.md holds the current figures,
+// HISTORY.md every round measured, README.md the scenarios (the registry
+// in registry.go).
 package main
 
 import (
@@ -54,6 +56,8 @@ import (
 // config is the command line.
 type config struct {
 	scenario      string
+	list          bool
+	record        string
 	events        int
 	accounts      int
 	skew          float64
@@ -108,7 +112,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("benchmarks", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.scenario, "scenario", "all", "core, e2e, latency, restart, scale, scaleout or all (= core,e2e,latency,restart; comma-separated list allowed)")
+	fs.StringVar(&c.scenario, "scenario", "all", "scenarios to run, comma-separated ("+scenarioNames()+"), or all (-list says what each measures)")
+	fs.BoolVar(&c.list, "list", false, "list the scenarios, what each measures and against what, and exit")
+	fs.StringVar(&c.record, "record", "", "also write each scenario's results as JSON to this directory (benchmarks/results: one file per scenario and run)")
 	fs.IntVar(&c.events, "events", 1_000_000, "events per run")
 	fs.IntVar(&c.accounts, "accounts", 10_000, "accounts (keys)")
 	fs.Float64Var(&c.skew, "skew", 1.1, "Zipf exponent of the account chosen per event (> 1)")
@@ -378,6 +384,8 @@ func realMain() int {
 	restore := iggy.RouteStdLog(slog.New(slog.DiscardHandler))
 	defer restore()
 	switch {
+	case cfg.list:
+		listScenarios(os.Stdout)
 	case cfg.serveBroker:
 		err = scenario.ServeBroker(ctx, os.Stdin, os.Stdout)
 	case cfg.scaleoutInstance != "":
@@ -405,22 +413,6 @@ func parseJob(s string) (job, error) {
 		return job{}, fmt.Errorf("benchmarks: -child %q: want scenario/variant/codec", s)
 	}
 	return job{p[0], p[1], p[2]}, nil
-}
-
-func scenarios(s string) ([]string, error) {
-	if s == "all" {
-		return []string{"core", "e2e", "latency", "restart"}, nil
-	}
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		switch x {
-		case "core", "e2e", "latency", "restart", "scale", "scaleout":
-			out = append(out, x)
-		default:
-			return nil, fmt.Errorf("benchmarks: unknown scenario %q (want core, e2e, latency, restart, scale, scaleout or all)", x)
-		}
-	}
-	return out, nil
 }
 
 // run runs the selected scenarios, each measurement in a child process
@@ -454,125 +446,22 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		defer f.Close()
 		jsonOut = f
 	}
-	runs := map[job][]scenario.Result{}
-	var order []job
-	measure := func(j job, extra ...string) (scenario.Result, error) {
-		load := sysstat.Load()
-		fmt.Fprintf(stderr, "running %s (load %s)...\n", j, load)
-		r, err := runJob(ctx, cfg, j, extra)
+	sess := &session{ctx: ctx, cfg: cfg, codecs: codecs, shares: shares, stderr: stderr, jsonOut: jsonOut, runs: map[job][]scenario.Result{}}
+	for _, d := range scs {
+		if err := d.plan(sess); err != nil {
+			return err
+		}
+	}
+	if cfg.record != "" {
+		files, err := sess.record(cfg.record, os.Args[1:], scs)
 		if err != nil {
-			return r, fmt.Errorf("%s: %w", j, err)
+			return err
 		}
-		r.Load = load
-		if _, seen := runs[j]; !seen {
-			order = append(order, j)
-		}
-		runs[j] = append(runs[j], r)
-		if jsonOut != nil {
-			b, _ := json.Marshal(r)
-			fmt.Fprintf(jsonOut, "%s\n", b)
-		}
-		return r, nil
-	}
-	// rounds runs the jobs -reps times, interleaved, so that a baseline and
-	// what is compared with it see the same load.
-	rounds := func(jobs ...job) error {
-		for range cfg.reps {
-			for _, j := range jobs {
-				if _, err := measure(j); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	var peak float64
-	for _, sc := range scs {
-		switch sc {
-		case "core":
-			var jobs []job
-			for _, cd := range codecs {
-				jobs = append(jobs, job{"core", "naive", string(cd)})
-				if cfg.naiveWorkers > 1 {
-					jobs = append(jobs, job{"core", "naive-par", string(cd)})
-				}
-				jobs = append(jobs, job{"core", "strand", string(cd)})
-			}
-			if err := rounds(jobs...); err != nil {
-				return err
-			}
-		case "e2e":
-			cd := string(codecs[0])
-			e2e := job{"e2e", "strand", cd}
-			if err := rounds(job{"e2e", "naive", cd}, e2e, job{"e2e", "naive-drain", cd}, job{"e2e", "strand-drain", cd}); err != nil {
-				return err
-			}
-			peak = median(runs[e2e]).Rate
-		case "latency":
-			cd := string(codecs[0])
-			var rates []float64
-			if cfg.latencyRate > 0 {
-				rates = []float64{cfg.latencyRate}
-			} else {
-				if peak == 0 {
-					e2e := job{"e2e", "strand", cd}
-					if err := rounds(e2e); err != nil {
-						return err
-					}
-					peak = median(runs[e2e]).Rate
-				}
-				for _, share := range shares {
-					rates = append(rates, share*peak)
-				}
-			}
-			for _, rate := range rates {
-				j := job{"latency", fmt.Sprintf("%.0f", rate), cd}
-				for range cfg.reps {
-					if _, err := measure(j, "-latency-rate", fmt.Sprint(rate)); err != nil {
-						return err
-					}
-				}
-			}
-		case "restart":
-			cd := string(codecs[0])
-			if err := rounds(job{"restart", "task", cd}, job{"restart", "processor", cd}); err != nil {
-				return err
-			}
-		case "scale":
-			cd := string(codecs[0])
-			sizes, err := cfg.scaleSizes()
-			if err != nil {
-				return err
-			}
-			for _, z := range sizes {
-				var jobs []job
-				for _, v := range strings.Split(cfg.scaleVariants, ",") {
-					jobs = append(jobs, job{z.name(), v, cd})
-				}
-				if err := rounds(jobs...); err != nil {
-					return err
-				}
-			}
-		case "scaleout":
-			plan, err := cfg.scaleoutPlan()
-			if err != nil {
-				return err
-			}
-			groups, err := plan.Jobs()
-			if err != nil {
-				return err
-			}
-			for _, g := range groups {
-				var jobs []job
-				for _, sj := range g {
-					jobs = append(jobs, job{sj.Scenario, sj.Variant, string(codecs[0])})
-				}
-				if err := rounds(jobs...); err != nil {
-					return err
-				}
-			}
+		for _, f := range files {
+			fmt.Fprintf(stderr, "recorded %s\n", f)
 		}
 	}
+	runs, order := sess.runs, sess.order
 	var results []scenario.Result
 	var scaleout [][]scenario.Result
 	for _, j := range order {
@@ -761,93 +650,4 @@ func (c config) profilePath(j job) string {
 		return ""
 	}
 	return fmt.Sprintf("%s-%s-%s-%s.pprof", c.cpuprofile, j.scenario, j.variant, j.codec)
-}
-
-// measureOne runs one measurement in this process.
-func measureOne(ctx context.Context, cfg config, j job) (scenario.Result, error) {
-	cd, err := workload.ParseCodec(j.codec)
-	if err != nil {
-		return scenario.Result{}, err
-	}
-	if scenario.IsScaleout(j.scenario) {
-		o, err := cfg.scaleoutOptions(cd)
-		if err != nil {
-			return scenario.Result{}, err
-		}
-		return scenario.RunScaleout(ctx, o, scenario.ScaleoutJob{Scenario: j.scenario, Variant: j.variant})
-	}
-	if strings.HasPrefix(j.scenario, "scale:") {
-		z, err := parseScaleName(j.scenario)
-		if err != nil {
-			return scenario.Result{}, err
-		}
-		w := cfg.workload()
-		w.Events, w.Accounts, w.Skew = z.events, z.keys, z.skew
-		pj := job{"scale-" + strings.ReplaceAll(j.scenario[len("scale:"):], ":", "-"), j.variant, j.codec}
-		o := scenario.ScaleOptions{Workload: w, Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(pj), Workers: cfg.workers, ValueCache: cfg.valueCacheMiB << 20}
-		if cfg.memprofile != "" {
-			o.MemProfile = fmt.Sprintf("%s-%s-%s-%s.pprof", cfg.memprofile, pj.scenario, pj.variant, pj.codec)
-		}
-		if cfg.scaleTimeline != "" {
-			o.Timeline = fmt.Sprintf("%s-%s-%s.csv", cfg.scaleTimeline, pj.scenario, pj.codec)
-		}
-		var r scenario.Result
-		switch j.variant {
-		case "strand":
-			r, err = scenario.ScaleStrand(ctx, o)
-		case "naive":
-			r, err = scenario.ScaleNaive(ctx, o)
-		case "input":
-			r, err = scenario.ScaleInput(ctx, o)
-		default:
-			return r, fmt.Errorf("benchmarks: unknown measurement %s", j)
-		}
-		r.Scenario = j.scenario // one name per size, so that rounds and ratios pair within it
-		return r, err
-	}
-	switch j.scenario {
-	case "core":
-		o := scenario.CoreOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, CPUProfile: cfg.profilePath(j), Workers: cfg.workers}
-		switch j.variant {
-		case "strand":
-			return scenario.CoreStrand(ctx, o)
-		case "naive":
-			return scenario.CoreNaive(ctx, o, 1)
-		case "naive-par":
-			return scenario.CoreNaive(ctx, o, max(cfg.naiveWorkers, 2))
-		case "strand-serial":
-			o.Serial = true
-			return scenario.CoreStrand(ctx, o)
-		}
-	case "e2e":
-		o := scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns, IdleMax: cfg.idleMax}
-		switch j.variant {
-		case "strand":
-			return scenario.E2EStrand(ctx, o, false)
-		case "strand-drain":
-			return scenario.E2EStrand(ctx, o, true)
-		case "naive":
-			return scenario.E2ENaive(ctx, o, false)
-		case "naive-drain":
-			return scenario.E2ENaive(ctx, o, true)
-		}
-	case "latency":
-		o := scenario.LatencyOptions{
-			E2EOptions: scenario.E2EOptions{Workload: cfg.workload(), Codec: cd, Batch: cfg.batch, Dir: cfg.dir, Broker: cfg.broker, CPUProfile: cfg.profilePath(j), PublisherConnections: cfg.pubConns, IdleMax: cfg.idleMax},
-			Rate:       cfg.latencyRate, Duration: cfg.latencyFor, Tick: cfg.latencyTick,
-		}
-		if cfg.latencyTrace != "" {
-			o.Trace = fmt.Sprintf("%s-%.0f.csv", cfg.latencyTrace, cfg.latencyRate)
-		}
-		return scenario.Latency(ctx, o)
-	case "restart":
-		o := scenario.RestartOptions{Keys: cfg.restartKeys, Partitions: uint32(cfg.partitions), Codec: cd, Batch: min(cfg.batch, 1000), Dir: cfg.dir}
-		switch j.variant {
-		case "task":
-			return scenario.Restart(ctx, o)
-		case "processor":
-			return scenario.RestartProcessor(ctx, o)
-		}
-	}
-	return scenario.Result{}, fmt.Errorf("benchmarks: unknown measurement %s", j)
 }

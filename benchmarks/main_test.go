@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,14 +133,16 @@ func TestRestartSmoke(t *testing.T) {
 // process (this test binary, re-executed), and checks the table.
 func TestRunner(t *testing.T) {
 	var out, errOut bytes.Buffer
+	rec := t.TempDir()
 	cfg, err := parseFlags([]string{"-scenario", "all", "-events", "3000", "-accounts", "200", "-batch", "300",
-		"-restart-keys", "2000", "-latency-duration", "200ms", "-latency-share", "0.25,0.5", "-dir", t.TempDir()}, &errOut)
+		"-restart-keys", "2000", "-latency-duration", "200ms", "-latency-share", "0.25,0.5", "-dir", t.TempDir(), "-record", rec}, &errOut)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := run(context.Background(), cfg, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
+	checkRecords(t, rec, "core", "e2e", "latency", "restart")
 	s := out.String()
 	t.Log("\n" + s)
 	for _, want := range []string{"core", "naive-8", "e2e", "strand-drain", "naive-drain", "publish→queryable", "restart (binary", "× naive"} {
@@ -243,6 +248,68 @@ func TestScaleRunner(t *testing.T) {
 	for _, bad := range [][]string{{"-scale-keys", "0"}, {"-scale-skews", "1"}, {"-scale-per-key", "0"}} {
 		if _, err := parseFlags(bad, &errOut); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// checkRecords checks that -record wrote one file per scenario, each with
+// verified results of its scenario only.
+func checkRecords(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(files) != len(want) {
+		t.Fatalf("-record wrote %v (%v); want one file for each of %v", files, err, want)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec Record
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if !slices.Contains(want, rec.Scenario) || !strings.HasPrefix(filepath.Base(f), rec.Scenario+"-") {
+			t.Errorf("%s holds scenario %q", f, rec.Scenario)
+		}
+		if len(rec.Results) == 0 || len(rec.Runs) != len(rec.Results) || rec.Machine == "" || len(rec.Args) == 0 {
+			t.Errorf("%s: %d results, %d runs, machine %q, args %q", f, len(rec.Results), len(rec.Runs), rec.Machine, rec.Args)
+		}
+		for _, r := range rec.Results {
+			if ownerOf(r.Scenario) == nil || ownerOf(r.Scenario).name != rec.Scenario || !r.Verified {
+				t.Errorf("%s: result %s/%s (verified %v) in the record of %s", f, r.Scenario, r.Variant, r.Verified, rec.Scenario)
+			}
+		}
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	for _, d := range registry {
+		if lookup(d.name) != d || d.plan == nil || d.measures == "" || d.baseline == "" || (d.measure == nil) == (d.variants == nil) {
+			t.Errorf("scenario %q is incomplete: a plan, what it measures, a baseline, and either measure or variants", d.name)
+		}
+	}
+	for jobScenario, want := range map[string]string{"core": "core", "e2e": "e2e", "latency": "latency", "restart": "restart",
+		"scale:10000:1.1:30000": "scale"} {
+		if d := ownerOf(jobScenario); d == nil || d.name != want {
+			t.Errorf("ownerOf(%q) = %v; want %s", jobScenario, d, want)
+		}
+	}
+	if _, err := measureOne(context.Background(), config{}, job{"nope", "strand", "binary"}); err == nil {
+		t.Error("measureOne of an unknown scenario succeeded")
+	}
+	if _, err := measureOne(context.Background(), config{}, job{"core", "nope", "binary"}); err == nil {
+		t.Error("measureOne of an unknown variant succeeded")
+	}
+	all, err := scenarios("all")
+	if err != nil || len(all) != 4 {
+		t.Errorf("all = %d scenarios, %v; want core, e2e, latency, restart", len(all), err)
+	}
+	var out bytes.Buffer
+	listScenarios(&out)
+	for _, d := range registry {
+		if !strings.Contains(out.String(), d.name+"") || !strings.Contains(out.String(), d.measures) {
+			t.Errorf("-list lacks %s", d.name)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs every benchmark scenario at the sizes of issues 5 and 6 and prints the
-# table (see RESULTS.md). Extra arguments go to the runner, e.g.
+# table (see README.md; current figures in RESULTS.md). Extra arguments go to the runner, e.g.
 #   benchmarks/run.sh -reps 3 -cpuprofile /tmp/strand
 #   benchmarks/run.sh -broker disk
 # Scenarios: core (1,000,000 events, no broker, binary and JSON), e2e (the

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scaleout-bench.sh — the scale-out measurements of issue 14 (RESULTS.md §16), in
+# scaleout-bench.sh — the scale-out measurements of issue 14 (HISTORY.md §16), in
 # full: restore of one partition holding 100,000 and 1,000,000 accounts by a
 # new owner, from the changelog alone and from snapshots, after 1, 2 and 4
 # events per key, against processing the log from scratch; the rebalance

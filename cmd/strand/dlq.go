@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/strand-io/strand/connectors/iggy"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
@@ -245,7 +245,7 @@ func replayMessage(dlqTopic string, d deadletter.Letter) (connector.Message, err
 	// often it is replayed, and lets it pass its re-sequencer at the key's
 	// current position (its strand-seq is the producer's, long past).
 	id := replayID(d)
-	fields = append(fields, connector.Field{Name: connector.HeaderOrigin, Value: engine.ReplayOrigin(dlqTopic, id)})
+	fields = append(fields, connector.Field{Name: connector.HeaderOrigin, Value: rows.ReplayOrigin(dlqTopic, id)})
 	return connector.Message{Key: d.Headers.Key, ID: id, Headers: fields, Payload: d.Payload}, nil
 }
 

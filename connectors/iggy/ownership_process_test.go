@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 const childEnv = "STRAND_GROUP_CHILD"
@@ -25,10 +25,8 @@ const childEnv = "STRAND_GROUP_CHILD"
 // It writes its claims to a file, one JSON line each, and leaves the group
 // on SIGTERM.
 func TestGroupChildProcess(t *testing.T) {
+	crashtest.Child(t, "group-member")
 	name := os.Getenv(childEnv)
-	if name == "" {
-		t.Skip("run by TestGroupProcessesKilledStoppedResumed")
-	}
 	f, err := os.OpenFile(os.Getenv(childEnv+"_TRACE"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +108,7 @@ func settledNames(st *groupState) string {
 }
 
 func TestGroupProcessesKilledStoppedResumed(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
+	if crashtest.Role() != "" {
 		t.Skip("a child does not start children")
 	}
 	tg := newTarget(t)
@@ -119,36 +117,20 @@ func TestGroupProcessesKilledStoppedResumed(t *testing.T) {
 	stream, _ := tg.topic(t, admin, 1)
 	dir := t.TempDir()
 	type child struct {
-		cmd   *exec.Cmd
+		proc  *crashtest.Proc
 		trace string
 	}
 	children := map[string]*child{}
 	for _, name := range []string{"p0", "p1", "p2"} {
 		c := &child{trace: filepath.Join(dir, name+".trace")}
-		c.cmd = exec.Command(os.Args[0], "-test.run=^TestGroupChildProcess$", "-test.count=1")
-		c.cmd.Env = append(os.Environ(), childEnv+"="+name, childEnv+"_ADDR="+tg.addr,
-			childEnv+"_STREAM="+stream, childEnv+"_TRACE="+c.trace)
-		out, err := os.Create(filepath.Join(dir, name+".out"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.cmd.Stdout, c.cmd.Stderr = out, out
-		if err := c.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		out.Close()
+		c.proc = crashtest.Start(t, crashtest.Spec{Role: "group-member", Test: "TestGroupChildProcess",
+			Env: []string{childEnv + "=" + name, childEnv + "_ADDR=" + tg.addr, childEnv + "_STREAM=" + stream, childEnv + "_TRACE=" + c.trace}})
 		t.Cleanup(func() {
 			if t.Failed() {
-				b, _ := os.ReadFile(out.Name())
-				t.Logf("output of %s:\n%s", name, b)
+				t.Logf("output of %s:\n%s", name, c.proc.Output())
 			}
 		})
 		children[name] = c
-		t.Cleanup(func() {
-			_ = c.cmd.Process.Signal(syscall.SIGCONT)
-			_ = c.cmd.Process.Kill()
-			_ = c.cmd.Wait()
-		})
 	}
 	wait := func(what, want string) time.Duration {
 		t.Helper()
@@ -173,20 +155,15 @@ func TestGroupProcessesKilledStoppedResumed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(children["p0"].cmd.Process.Signal(syscall.SIGKILL))
+	children["p0"].proc.Kill()
 	t.Logf("SIGKILL: partitions moved after %v", wait("after SIGKILL of p0", "[p1:3 p2:3]"))
-	_ = children["p0"].cmd.Wait()
-	must(children["p1"].cmd.Process.Signal(syscall.SIGSTOP))
+	must(children["p1"].proc.Signal(syscall.SIGSTOP))
 	t.Logf("SIGSTOP: partitions moved after %v", wait("after SIGSTOP of p1", "[p2:6]"))
-	must(children["p1"].cmd.Process.Signal(syscall.SIGCONT))
+	must(children["p1"].proc.Signal(syscall.SIGCONT))
 	t.Logf("SIGCONT: the resumed process rejoined and the group settled after %v", wait("after SIGCONT of p1", "[p1:3 p2:3]"))
 	for _, name := range []string{"p1", "p2"} {
-		must(children[name].cmd.Process.Signal(syscall.SIGTERM))
-		if err := children[name].cmd.Wait(); err != nil {
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) {
-				t.Fatal(err)
-			}
+		must(children[name].proc.Signal(syscall.SIGTERM))
+		if err := children[name].proc.Wait(t, time.Minute); err != nil {
 			t.Fatalf("child %s: %v", name, err)
 		}
 	}

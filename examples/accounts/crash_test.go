@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -28,27 +25,21 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
-// The crash test re-executes this test binary as the processor: with
-// childEnv set, TestMain runs the program with the arguments in
-// childArgsEnv (JSON) instead of the tests, with hooks that SIGKILL the
-// process at the point named by childKillEnv.
+// The crash test re-executes this test binary as the program (crashtest
+// role childRole): TestMain runs childMain with the child's arguments
+// instead of the tests, with hooks that SIGKILL the process at the point
+// named by childKillEnv.
 const (
-	childEnv      = "STRAND_ACCOUNTS_CHILD"
-	childArgsEnv  = "STRAND_ACCOUNTS_ARGS"
+	childRole     = "program"
 	childKillEnv  = "STRAND_ACCOUNTS_KILL"
 	childPlainDLQ = "STRAND_ACCOUNTS_PLAIN_DLQ"
 	childStopEnv  = "STRAND_ACCOUNTS_STOP"
-	selfKillLine  = "SELF-KILL"
 )
 
-func childMain() int {
-	var args []string
-	if err := json.Unmarshal([]byte(os.Getenv(childArgsEnv)), &args); err != nil {
-		fmt.Fprintln(os.Stderr, "child: bad", childArgsEnv, err)
-		return 2
-	}
+func childMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	hooks, err := killHooks(os.Getenv(childKillEnv))
@@ -82,14 +73,6 @@ type plainSink struct{ s connector.Sink }
 
 func (p plainSink) Send(ctx context.Context, msgs []connector.Message) error {
 	return p.s.Send(ctx, msgs)
-}
-
-// die reports where it is and SIGKILLs this process: no deferred function,
-// no flush, no graceful anything.
-func die(where string) {
-	fmt.Fprintf(os.Stderr, "%s %s\n", selfKillLine, where)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {}
 }
 
 // selfStopLine is what a child prints when it stops itself.
@@ -181,7 +164,7 @@ func killHooks(mode string) (topology.Faults, error) {
 			if len(records) > 0 && hit() {
 				once.Do(func() {
 					d := time.Duration(rand.Int64N(int64(3 * time.Millisecond)))
-					time.AfterFunc(d, func() { die(point) })
+					time.AfterFunc(d, func() { crashtest.Die(point) })
 				})
 			}
 			return nil
@@ -189,28 +172,28 @@ func killHooks(mode string) (topology.Faults, error) {
 	case "after-commit":
 		h.AfterCommit = func(string, uint32, uint64) error {
 			if hit() {
-				die(point)
+				crashtest.Die(point)
 			}
 			return nil
 		}
 	case "dlq-before-send":
 		h.BeforeDeadLetterSend = func(string, uint32, []deadletter.Letter) error {
 			if hit() {
-				die(point)
+				crashtest.Die(point)
 			}
 			return nil
 		}
 	case "dlq-after-send":
 		h.AfterDeadLetterSend = func(string, uint32, []deadletter.Letter) error {
 			if hit() {
-				die(point)
+				crashtest.Die(point)
 			}
 			return nil
 		}
 	case "dlq-after-delete":
 		h.AfterDeadLetterDelete = func(string, uint32, []deadletter.Letter) error {
 			if hit() {
-				die(point)
+				crashtest.Die(point)
 			}
 			return nil
 		}
@@ -220,54 +203,16 @@ func killHooks(mode string) (topology.Faults, error) {
 	return h, nil
 }
 
-// child is one processor process.
-type child struct {
-	cmd    *exec.Cmd
-	out    syncBuffer
-	ready  chan struct{}
-	exited chan struct{}
-	err    error
-}
-
-func startChild(t *testing.T, args []string, kill string, plainDLQ bool) *child {
+// startChild starts the program as a processor child process, killed at
+// the point kill names, with its dead-letter sink's SentChecker hidden
+// when plainDLQ.
+func startChild(t *testing.T, args []string, kill string, plainDLQ bool) *crashtest.Proc {
 	t.Helper()
-	js, _ := json.Marshal(args)
-	c := &child{ready: make(chan struct{}), exited: make(chan struct{})}
-	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), childEnv+"=1", childArgsEnv+"="+string(js), childKillEnv+"="+kill)
+	env := []string{childKillEnv + "=" + kill}
 	if plainDLQ {
-		c.cmd.Env = append(c.cmd.Env, childPlainDLQ+"=1")
+		env = append(env, childPlainDLQ+"=1")
 	}
-	stderr, err := c.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cmd.Stdout = &c.out
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		var once sync.Once
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			_, _ = c.out.Write([]byte(line + "\n"))
-			if strings.Contains(line, readyLine) {
-				once.Do(func() { close(c.ready) })
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		c.err = c.cmd.Wait()
-		close(c.exited)
-	}()
-	return c
-}
-
-// killed reports whether the child died of SIGKILL.
-func (c *child) killed() bool {
-	ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	return crashtest.Start(t, crashtest.Spec{Role: childRole, Args: args, Ready: readyLine, Env: env})
 }
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -279,6 +224,10 @@ type crashConfig struct {
 	rate          float64  // events per second
 	poisonSpacing int      // events between poison records
 	plainDLQ      bool     // children publish dead letters without a SentChecker
+	// atHook: a child with a kill point is left to die there (within a
+	// minute) instead of being killed by the parent after about a
+	// second: its kill point is sure to be reached, whatever the speed.
+	atHook bool
 }
 
 // crashResult is what a crash run did and what the final check found.
@@ -339,17 +288,16 @@ func crashRun(t *testing.T, cc crashConfig) crashResult {
 	for i := range cc.kills {
 		mode := cc.modes[i%len(cc.modes)]
 		c := startChild(t, args, mode, cc.plainDLQ)
-		var ready <-chan struct{} = c.ready
+		var ready <-chan struct{} = c.Ready()
 		if mode == "early" {
 			ready = closed
 		}
 		select {
 		case <-ready:
-		case <-c.exited:
+		case <-c.Done():
 		case <-time.After(time.Minute):
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-			t.Fatalf("child %d (%s) did not start within a minute:\n%s", i, mode, tail(c.out.String(), 40))
+			c.Kill()
+			t.Fatalf("child %d (%s) did not start within a minute:\n%s", i, mode, c.Tail(40))
 		}
 		var window time.Duration
 		switch mode {
@@ -359,19 +307,19 @@ func crashRun(t *testing.T, cc crashConfig) crashResult {
 			window = time.Duration(rng.Int64N(int64(800 * time.Millisecond)))
 		default:
 			window = time.Second + time.Duration(rng.Int64N(int64(800*time.Millisecond)))
+			if cc.atHook {
+				window = time.Minute
+			}
 		}
 		select {
-		case <-c.exited:
+		case <-c.Done():
 		case <-time.After(window):
-			_ = c.cmd.Process.Signal(syscall.SIGKILL)
-			<-c.exited
+			c.Kill()
 		}
-		if !c.killed() {
-			t.Fatalf("child %d (%s) ended without being killed (%v):\n%s", i, mode, c.err, tail(c.out.String(), 40))
+		if !c.Killed() {
+			t.Fatalf("child %d (%s) ended without being killed (%v):\n%s", i, mode, c.Err(), c.Tail(40))
 		}
-		out := c.out.String()
-		if j := strings.Index(out, selfKillLine+" "); j >= 0 {
-			where, _, _ := strings.Cut(out[j+len(selfKillLine)+1:], "\n")
+		if where, ok := c.SelfKill(); ok {
 			res.selfKills[where]++
 		} else {
 			res.parentKills++
@@ -389,15 +337,8 @@ func crashRun(t *testing.T, cc crashConfig) crashResult {
 
 	// A last processor catches up with everything and exits by itself.
 	c := startChild(t, append(args, "-drain"), "", cc.plainDLQ)
-	select {
-	case <-c.exited:
-	case <-time.After(3 * time.Minute):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-		t.Fatalf("the draining processor did not finish:\n%s", tail(c.out.String(), 40))
-	}
-	if c.err != nil {
-		t.Fatalf("the draining processor failed: %v\n%s", c.err, tail(c.out.String(), 40))
+	if err := c.Wait(t, 3*time.Minute); err != nil {
+		t.Fatalf("the draining processor failed: %v\n%s", err, c.Tail(40))
 	}
 
 	// The check reads the log back from the broker and compares.
@@ -419,13 +360,7 @@ func crashRun(t *testing.T, cc crashConfig) crashResult {
 // CI runs 20 kills; STRAND_SOAK=1 runs 300 (STRAND_SOAK_KILLS=n sets the
 // number), see benchmarks/soak-accounts.sh.
 func TestCrashKill(t *testing.T) {
-	kills := 20
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills = 300
-		if n, err := strconv.Atoi(os.Getenv("STRAND_SOAK_KILLS")); err == nil && n > 0 {
-			kills = n
-		}
-	}
+	kills := crashtest.Kills(20, 300)
 	res := crashRun(t, crashConfig{
 		kills: kills, rate: 5000, poisonSpacing: 300,
 		// "early" kills 0-300 ms after the start, ready or not (opening
@@ -437,11 +372,10 @@ func TestCrashKill(t *testing.T) {
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
-	if res.selfKills["commit"]+res.selfKills["after-commit"] == 0 || res.selfKills["dlq-after-send"]+res.selfKills["dlq-before-send"] == 0 {
-		// Where a random kill lands depends on the machine's speed: the
-		// data check above is the test; coverage is asserted over soaks.
-		coverage(t, "no kill inside a commit or no kill around a dead-letter send happened: %v", res.selfKills)
-	}
+	// Where a random kill lands depends on the machine's speed: the data
+	// check above is the test; coverage is asserted over soaks.
+	crashtest.Coverage(t, res.selfKills["commit"]+res.selfKills["after-commit"] > 0 && res.selfKills["dlq-after-send"]+res.selfKills["dlq-before-send"] > 0,
+		"no kill inside a commit or no kill around a dead-letter send happened: %v", res.selfKills)
 	if res.rep.Check.Events < int(res.published) || res.rep.DeadLetters < int(res.poisoned) || res.rep.DeadLetters == 0 {
 		t.Fatalf("checked %d events and %d dead letters; the producer published %d events and %d poison records",
 			res.rep.Check.Events, res.rep.DeadLetters, res.published, res.poisoned)
@@ -453,24 +387,11 @@ func TestCrashKill(t *testing.T) {
 // killed after a send and before deleting the rows sends those dead
 // letters again on restart, and the check must say so.
 func TestCrashKillCatchesDuplicateDeadLetters(t *testing.T) {
-	res := crashRun(t, crashConfig{kills: 3, rate: 3000, poisonSpacing: 100, plainDLQ: true, modes: []string{"dlq-after-send:1"}})
+	res := crashRun(t, crashConfig{kills: 3, rate: 3000, poisonSpacing: 100, plainDLQ: true, atHook: true, modes: []string{"dlq-after-send:1"}})
 	if res.selfKills["dlq-after-send"] == 0 {
 		t.Skipf("no child was killed after a dead-letter send (%v); nothing to catch", res.selfKills)
 	}
 	if !errors.Is(res.err, bank.ErrDeadLetters) || !strings.Contains(res.err.Error(), "more than once") {
 		t.Fatalf("check after duplicate dead letters: %v; want bank.ErrDeadLetters naming repeats", res.err)
 	}
-}
-
-// coverage reports that random kills did not land where a crash test
-// wanted them. Where they land depends on the machine's speed, so the
-// default run only logs it (the data checks are the test); soak runs
-// (STRAND_SOAK=1), which kill hundreds of times, assert it.
-func coverage(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("STRAND_SOAK") == "1" {
-		t.Errorf(format, args...)
-		return
-	}
-	t.Logf("coverage (asserted only with STRAND_SOAK=1): "+format, args...)
 }

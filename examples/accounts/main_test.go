@@ -24,11 +24,12 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/accounts/bank"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(childMain())
+	if code, ok := crashtest.Main(map[string]func([]string) int{childRole: childMain}); ok {
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -51,7 +52,8 @@ func testRun(t *testing.T, ctx context.Context, args []string, caughtUp func(*ap
 	return rep, out.String(), err
 }
 
-// TestEndToEnd is the example's main proof: 200,000 events over 8
+// TestEndToEnd is the example's main proof: 200,000 events (50,000 under
+// the race detector unless STRAND_SOAK is set) over 8
 // partitions through the embedded broker (started by the program itself,
 // as `go run ./examples/accounts` does), with poison records among them;
 // every balance equals the sequential fold of the log read back from the
@@ -59,7 +61,12 @@ func testRun(t *testing.T, ctx context.Context, args []string, caughtUp func(*ap
 // The HTTP endpoint is queried while the store is live. With
 // STRAND_IGGY_ADDR set it runs against that real Iggy 0.8 server instead.
 func TestEndToEnd(t *testing.T) {
-	const events, poison = 200_000, 24
+	// The README's run: 200,000 events; 50,000 under the race detector,
+	// where the run is ten times slower (the full size with STRAND_SOAK=1).
+	events, poison := 200_000, 24
+	if raceEnabled && !crashtest.Soak() {
+		events = 50_000
+	}
 	var queried atomic.Bool
 	args := []string{
 		"-events", fmt.Sprint(events), "-partitions", "8", "-poison", fmt.Sprint(poison),
@@ -80,11 +87,11 @@ func TestEndToEnd(t *testing.T) {
 	if rep.DLQErr != nil {
 		t.Fatal(rep.DLQErr)
 	}
-	if rep.Check.Events != events || rep.Published != events || rep.Poison != poison || rep.DeadLetters != poison {
+	if rep.Check.Events != events || rep.Published != int64(events) || rep.Poison != int64(poison) || rep.DeadLetters != poison {
 		t.Fatalf("checked %d events, published %d and %d poison, %d dead letters; want %d, %d, %d",
 			rep.Check.Events, rep.Published, rep.Poison, rep.DeadLetters, events, events, poison)
 	}
-	if rep.Records != events+poison {
+	if rep.Records != uint64(events+poison) {
 		t.Fatalf("processed %d records, want %d", rep.Records, events+poison)
 	}
 	if !queried.Load() {
@@ -243,9 +250,9 @@ func TestBrokerDropsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d connection drops; output:\n%s", drops.Load(), out)
-	if drops.Load() < 15 {
-		t.Fatalf("only %d drops happened during the run; the test proves little", drops.Load())
-	}
+	// How many drops land in the run depends on the machine's speed: the
+	// data check is the test; the count is asserted over soaks only.
+	crashtest.Coverage(t, drops.Load() >= 15, "only %d drops happened during the run; the test proves little", drops.Load())
 	if rep.Check.Events != 60000 || rep.DeadLetters != 12 {
 		t.Fatalf("checked %d events, %d dead letters", rep.Check.Events, rep.DeadLetters)
 	}

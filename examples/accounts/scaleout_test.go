@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The scale-out tests run processors of one group as child processes
@@ -155,9 +155,10 @@ func keepLogs(t *testing.T, all string) {
 
 // testLauncher re-executes the test binary as the program (childMain).
 func testLauncher(args []string) *exec.Cmd {
-	js, _ := json.Marshal(args)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", childArgsEnv+"="+string(js), childKillEnv+"=")
+	cmd, err := crashtest.Command(crashtest.Spec{Role: childRole, Args: args})
+	if err != nil {
+		panic(err) // the role is set: Command cannot fail
+	}
 	return cmd
 }
 

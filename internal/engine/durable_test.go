@@ -11,8 +11,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/goleak"
 
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/connector/memconn"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -95,7 +97,7 @@ func (f *holdFile) SyncTo(n int64) (bool, error) {
 // the fixture's source at offset off of partition pt.
 func deadLetterVisible(t *testing.T, db *state.DB, pt uint32, off uint64) bool {
 	t.Helper()
-	want := deadLetterRow(procSource, off)
+	want := rows.DeadLetterKey(procSource, off)
 	found := false
 	err := db.Rows(context.Background(), state.FamilyDeadLetters, pt, func(key, _ []byte) error {
 		found = found || bytes.Equal(key, want)
@@ -124,7 +126,7 @@ func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	defer closeDB(t, db)
 	defer fs.release()
 
-	sink := &memSink{failSends: 1} // the first try of letter 0 fails: a retry reads the store again
+	sink := failingSink(1, 0) // the first try of letter 0 fails: a retry reads the store again
 	first := make(chan struct{})
 	goOn := make(chan struct{})
 	var once sync.Once
@@ -144,10 +146,10 @@ func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	})
 	close(goOn) // the try fails; the retry reads the store, which shows letter 1
 	waitFor(t, "letter 0 published by the retry", func() bool {
-		return sink.byID()[deadletter.Letter{Source: procSource, Partition: 0, Offset: off0}.ID()] == 1
+		return byID(sink)[deadletter.Letter{Source: procSource, Partition: 0, Offset: off0}.ID()] == 1
 	})
 	id1 := deadletter.Letter{Source: procSource, Partition: 0, Offset: off1}.ID()
-	if n := sink.byID()[id1]; n != 0 {
+	if n := byID(sink)[id1]; n != 0 {
 		t.Fatalf("letter %d published %d times before its commit returned", off1, n)
 	}
 	if st := p.Stats(); len(st.Partitions) == 1 && st.Partitions[0].Next > off1 {
@@ -155,11 +157,11 @@ func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	}
 
 	fs.release()
-	waitFor(t, "letter 1 published once its commit returned", func() bool { return sink.byID()[id1] == 1 })
+	waitFor(t, "letter 1 published once its commit returned", func() bool { return byID(sink)[id1] == 1 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	for id, n := range sink.byID() {
+	for id, n := range byID(sink) {
 		if n != 1 {
 			t.Errorf("letter %x published %d times", id, n)
 		}
@@ -167,9 +169,9 @@ func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 }
 
 // outboxKeys counts the messages of s by key.
-func outboxKeys(s *memSink) map[string]int {
+func outboxKeys(s *memconn.Topic) map[string]int {
 	out := map[string]int{}
-	for _, m := range s.all() {
+	for _, m := range s.Messages() {
 		out[string(m.Key)]++
 	}
 	return out
@@ -193,8 +195,8 @@ func TestOutboxMessageNotPublishedBeforeItsCommitReturned(t *testing.T) {
 
 	// Run 1 leaves x's message in the store: its sink refuses everything.
 	fx.pipeDeposit(t, "x", 1) // odd: one message, to topic A
-	refusing := &memSink{failSends: 1 << 30}
-	p := newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: refusing, outTopicB: &memSink{}}),
+	refusing := failingSink(1<<30, 0)
+	p := newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: refusing, outTopicB: newMemSink()}),
 		WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
 	r := startProcessor(p)
 	waitFor(t, "x committed", func() bool { return caughtUp(p, fx.src) })
@@ -205,14 +207,14 @@ func TestOutboxMessageNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	// Run 2 reads x's row back from the store; its first try is held, then
 	// fails, and the retry reads the store again while y's commit waits
 	// for its WAL sync.
-	a := &memSink{failSends: 1}
+	a := failingSink(1, 0)
 	first, goOn := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	hooks := Hooks{BeforeOutboxSend: func(uint32, []connector.Message) error {
 		once.Do(func() { close(first); <-goOn })
 		return nil
 	}}
-	p = newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: &memSink{}}), WithHooks(hooks),
+	p = newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: newMemSink()}), WithHooks(hooks),
 		WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
 	r = startProcessor(p)
 	<-first

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
@@ -286,7 +286,7 @@ func TestForeignUnclassifiableRecordsAreDeadLetters(t *testing.T) {
 			var pend []deadletter.Letter
 			err = fx.db.Rows(context.Background(), state.FamilyDeadLetters, 0, func(_, v []byte) error {
 				var d deadletter.Letter
-				if err := rowfmt.DecodeLetter(v, &d); err != nil {
+				if err := rows.DecodeLetter(v, &d); err != nil {
 					return err
 				}
 				pend = append(pend, d)

@@ -10,8 +10,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -30,7 +29,7 @@ var errStopRows = errors.New("stop")
 // source in partition pt, in offset order: at most limit rows and about
 // outboxRoundBytes of payload (limit 0: all).
 func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([]pendingDeadLetter, error) {
-	prefix := rowenc.AppendString(nil, p.name)
+	prefix := rows.DeadLettersPrefix(p.name)
 	var out []pendingDeadLetter
 	size := 0
 	err := p.db.Rows(ctx, state.FamilyDeadLetters, pt, func(key, value []byte) error {
@@ -41,7 +40,7 @@ func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([
 			return nil
 		}
 		var d deadletter.Letter
-		if err := rowfmt.DecodeLetter(value, &d); err != nil {
+		if err := rows.DecodeLetter(value, &d); err != nil {
 			return fmt.Errorf("stream: source %q partition %d: dead-letter row %x: %w", p.name, pt, key, err)
 		}
 		out = append(out, pendingDeadLetter{key: bytes.Clone(key), letter: d})
@@ -155,7 +154,7 @@ func (deadLetterKind) count(ps *stream.PartitionStats, n int, failed bool) {
 }
 
 // messageKind is the outbox of a processor's emitting handlers (To,
-// KeyBy): the rows of state.FamilyOutbox of its source (outbox_rows.go),
+// KeyBy): the rows of state.FamilyOutbox of its source (internal/rows/outbox.go),
 // runs of messages each published to the sink of its destination topic.
 type messageKind struct {
 	p  *Processor
@@ -323,7 +322,7 @@ func (*messageKind) op() stream.PartitionOp { return stream.OpOutbox }
 
 func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool) ([]outRow, error) {
 	p := k.p
-	prefix := outboxPrefix(p.name)
+	prefix := rows.OutboxPrefix(p.name)
 	k.mu.Lock()
 	mp := k.part(pt)
 	next, rowFrom := mp.next, mp.rowFrom
@@ -356,31 +355,31 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 		if inMem && seq >= first {
 			return errStopRows // memory has the rest
 		}
-		if n, err := outboxRowCount(seq, value); err == nil && seq+uint64(n) <= next {
+		if n, err := rows.OutboxCount(seq, value); err == nil && seq+uint64(n) <= next {
 			return nil // published this run, its delete not committed
 		}
 		key = bytes.Clone(key)
-		msgs, err := decodeOutboxRow(seq, bytes.Clone(value))
+		msgs, err := rows.DecodeOutbox(seq, bytes.Clone(value))
 		if err != nil {
 			return fmt.Errorf("stream: source %q partition %d: %w", p.name, pt, err)
 		}
 		rowMsgs := make([]connector.Message, len(msgs))
 		for i := range msgs {
-			rowMsgs[i] = msgs[i].msg
+			rowMsgs[i] = msgs[i].Msg
 		}
 		for i := range msgs {
 			m := &msgs[i]
-			if m.seq < next {
+			if m.Seq < next {
 				continue
 			}
-			sink := p.opts.outboxSinks[m.dest]
+			sink := p.opts.outboxSinks[m.Dest]
 			if sink == nil {
-				return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: m.seq, Op: stream.OpOutbox,
-					Err: fmt.Errorf("outbox message %d is for topic %q, which the topology does not publish to", m.seq, m.dest)}}
+				return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: m.Seq, Op: stream.OpOutbox,
+					Err: fmt.Errorf("outbox message %d is for topic %q, which the topology does not publish to", m.Seq, m.Dest)}}
 			}
-			out = append(out, outRow{key: key, order: m.seq, dest: m.dest, sink: sink, msgs: rowMsgs, mi: i,
-				size: len(m.msg.Payload), last: i == len(msgs)-1})
-			size += len(m.msg.Payload)
+			out = append(out, outRow{key: key, order: m.Seq, dest: m.Dest, sink: sink, msgs: rowMsgs, mi: i,
+				size: len(m.Msg.Payload), last: i == len(msgs)-1})
+			size += len(m.Msg.Payload)
 			if limit > 0 && (len(out) >= limit || size >= outboxRoundBytes) {
 				return errStopRows
 			}
@@ -475,11 +474,11 @@ func (p *Processor) outboxPending(pt uint32) int64 {
 // countOutbox returns how many outbox messages of the processor's source
 // wait in partition pt.
 func (p *Processor) countOutbox(ctx context.Context, pt uint32) (int, error) {
-	prefix := outboxPrefix(p.name)
+	prefix := rows.OutboxPrefix(p.name)
 	n := 0
 	err := p.db.Rows(ctx, state.FamilyOutbox, pt, func(key, value []byte) error {
 		if bytes.HasPrefix(key, prefix) && len(key) == len(prefix)+8 {
-			c, err := outboxRowCount(binary.BigEndian.Uint64(key[len(prefix):]), value)
+			c, err := rows.OutboxCount(binary.BigEndian.Uint64(key[len(prefix):]), value)
 			if err != nil {
 				c = 1 // the publisher reports it
 			}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/internal/rowenc"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/planner"
@@ -249,7 +248,7 @@ func origin(t testing.TB, m connector.Message) []byte {
 	t.Helper()
 	for _, f := range m.Headers {
 		if f.Name == connector.HeaderOrigin {
-			if len(f.Value) != originLen {
+			if len(f.Value) != rows.OriginLen {
 				t.Fatalf("origin of %d bytes", len(f.Value))
 			}
 			return f.Value
@@ -470,19 +469,19 @@ func TestOutboxPublishesRowsOfVersion1(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	fx := emitFixture(t, 1)
 	db := fx.openDB(t)
-	origin := originStream(fx.prog.Name(), procSource, 0)
+	origin := rows.OriginStream(fx.prog.Name(), procSource, 0)
 	tx := db.NewTxn()
 	var old []string
 	for seq := uint64(1); seq <= 30; seq++ {
 		env := outEnvelope("old"+strconv.Itoa(int(seq%7)), int64(seq), 0)
-		m, _, _, err := outboxMessage(origin, seq, &env.Headers, env.Payload, nil, nil)
+		m, _, _, err := rows.OutboxMessage(origin, seq, &env.Headers, env.Payload, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx.PutRow(state.FamilyOutbox, 0, outboxRow(procSource, seq), encodeOutboxV1(outTopicA, m))
+		tx.PutRow(state.FamilyOutbox, 0, rows.OutboxKey(procSource, seq), encodeOutboxV1(outTopicA, m))
 		old = append(old, string(m.Payload))
 	}
-	tx.PutRow(state.FamilyOutbox, 0, outboxNextRow(procSource), binary.BigEndian.AppendUint64(nil, 31))
+	tx.PutRow(state.FamilyOutbox, 0, rows.OutboxNextKey(procSource), binary.BigEndian.AppendUint64(nil, 31))
 	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -511,119 +510,16 @@ func TestOutboxPublishesRowsOfVersion1(t *testing.T) {
 // encodeOutboxV1 is the row value of version 1, as strand wrote it before
 // runs of messages.
 func encodeOutboxV1(dest string, m connector.Message) []byte {
-	dst := []byte{outboxVersion1}
-	dst = rowenc.AppendString(dst, dest)
-	dst = rowenc.AppendString(dst, string(m.Key))
-	dst = rowenc.AppendString(dst, string(m.ID[:]))
+	dst := []byte{1} // the row version
+	dst = rows.AppendString(dst, dest)
+	dst = rows.AppendString(dst, string(m.Key))
+	dst = rows.AppendString(dst, string(m.ID[:]))
 	dst = binary.AppendUvarint(dst, uint64(len(m.Headers)))
 	for _, f := range m.Headers {
-		dst = rowenc.AppendString(dst, f.Name)
-		dst = rowenc.AppendString(dst, string(f.Value))
+		dst = rows.AppendString(dst, f.Name)
+		dst = rows.AppendString(dst, string(f.Value))
 	}
-	return rowenc.AppendString(dst, string(m.Payload))
-}
-
-// A row of messages decodes to the messages written, with the headers
-// connector.Headers.AppendFields gives plus the origin.
-func TestOutboxRowRoundTrip(t *testing.T) {
-	r := rand.New(rand.NewPCG(9, 10))
-	origin := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
-	for range 200 {
-		dests := []string{"x/a", "x/bb", "x/ccc"}[:1+r.IntN(3)]
-		var enc outboxEncoder
-		before := len(enc.buf)
-		enc.begin(origin, dests)
-		hl := len(enc.buf) - before
-		first := 1 + r.Uint64N(1<<40)
-		n := 1 + r.IntN(300)
-		var want []outboxRowMsg
-		for i := range n {
-			h := connector.Headers{Key: randBytes(r, 1+r.IntN(connector.MaxKeyLen)), Tag: planner.Tag(r.Uint32()),
-				Ordering: []planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}[r.IntN(4)],
-				Algebra:  algebra.Kind(r.IntN(int(algebra.IdempotentCommutative) + 1)), Seq: r.Uint64(), HasSeq: r.IntN(2) == 0}
-			payload := randBytes(r, r.IntN(200))
-			d := r.IntN(len(dests))
-			enc.add(d, &h, payload)
-			m, _, _, err := outboxMessage(origin, first+uint64(i), &h, payload, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, outboxRowMsg{seq: first + uint64(i), dest: dests[d], msg: m})
-			// The fields are those of AppendFields, then the origin.
-			fs, err := h.AppendFields(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(m.Headers) != len(fs)+1 {
-				t.Fatalf("%d header fields, AppendFields gives %d", len(m.Headers), len(fs))
-			}
-			for j, f := range fs {
-				if m.Headers[j].Name != f.Name || !bytes.Equal(m.Headers[j].Value, f.Value) {
-					t.Fatalf("field %d = %s %x, AppendFields %s %x", j, m.Headers[j].Name, m.Headers[j].Value, f.Name, f.Value)
-				}
-			}
-		}
-		value := enc.end(hl)
-		if c, err := outboxRowCount(first, value); err != nil || c != n {
-			t.Fatalf("outboxRowCount = %d, %v; want %d", c, err, n)
-		}
-		got, err := decodeOutboxRow(first, slices.Clone(value))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != len(want) {
-			t.Fatalf("%d messages decoded, want %d", len(got), len(want))
-		}
-		for i := range want {
-			g, w := got[i], want[i]
-			if g.seq != w.seq || g.dest != w.dest || !bytes.Equal(g.msg.Key, w.msg.Key) || g.msg.ID != w.msg.ID ||
-				!bytes.Equal(g.msg.Payload, w.msg.Payload) || len(g.msg.Headers) != len(w.msg.Headers) {
-				t.Fatalf("message %d: %+v, want %+v", i, g, w)
-			}
-			for j := range w.msg.Headers {
-				if g.msg.Headers[j].Name != w.msg.Headers[j].Name || !bytes.Equal(g.msg.Headers[j].Value, w.msg.Headers[j].Value) {
-					t.Fatalf("message %d header %d: %+v, want %+v", i, j, g.msg.Headers[j], w.msg.Headers[j])
-				}
-			}
-		}
-		// Every cut of the row is refused, never a panic.
-		for _, cut := range []int{0, 1, 5, len(value) / 2, len(value) - 1} {
-			if _, err := decodeOutboxRow(first, value[:cut]); err == nil {
-				t.Fatalf("a row cut at %d of %d bytes decoded", cut, len(value))
-			}
-		}
-	}
-}
-
-func randBytes(r *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-// FuzzDecodeOutboxRow: no input panics the decoder, and what it accepts it
-// accepts consistently with outboxRowCount.
-func FuzzDecodeOutboxRow(f *testing.F) {
-	var enc outboxEncoder
-	enc.begin([8]byte{9}, []string{"a/b"})
-	h := connector.Headers{Key: []byte("k"), Tag: 3, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative}
-	enc.add(0, &h, []byte("payload"))
-	h.Seq, h.HasSeq = 5, true
-	enc.add(0, &h, nil)
-	f.Add(enc.end(1 + 8 + 1 + 4))
-	m, _, _, _ := outboxMessage([8]byte{}, 1, &h, []byte("p"), nil, nil)
-	f.Add(encodeOutboxV1("a/b", m))
-	f.Fuzz(func(t *testing.T, value []byte) {
-		msgs, err := decodeOutboxRow(17, value)
-		if err != nil {
-			return
-		}
-		if n, err := outboxRowCount(17, value); err != nil || n != len(msgs) {
-			t.Fatalf("decoded %d messages, outboxRowCount %d, %v", len(msgs), n, err)
-		}
-	})
+	return rows.AppendString(dst, string(m.Payload))
 }
 
 // Rounds read back from the store (after a restart, or when memory gave
@@ -633,18 +529,18 @@ func TestOutboxStoreRoundsCutRows(t *testing.T) {
 	fx := emitFixture(t, 1)
 	db := fx.openDB(t)
 	defer closeDB(t, db)
-	origin := originStream(fx.prog.Name(), procSource, 0)
+	origin := rows.OriginStream(fx.prog.Name(), procSource, 0)
 	tx := db.NewTxn()
 	seq := uint64(1)
 	var rowStarts []uint64
 	for _, n := range []int{5, 1, 7, 3} {
-		var enc outboxEncoder
-		enc.begin(origin, []string{outTopicA})
+		var enc rows.OutboxEncoder
+		enc.Begin(origin, []string{outTopicA})
 		for i := range n {
 			env := outEnvelope("k"+strconv.Itoa(i), int64(seq)+int64(i), 0)
-			enc.add(0, &env.Headers, env.Payload)
+			enc.Add(0, &env.Headers, env.Payload)
 		}
-		tx.PutRow(state.FamilyOutbox, 0, outboxRow(procSource, seq), enc.end(1+8+1+1+len(outTopicA)))
+		tx.PutRow(state.FamilyOutbox, 0, rows.OutboxKey(procSource, seq), enc.End())
 		rowStarts = append(rowStarts, seq)
 		seq += uint64(n)
 	}
@@ -656,23 +552,23 @@ func TestOutboxStoreRoundsCutRows(t *testing.T) {
 	var got []uint64
 	deleted := map[string]bool{}
 	for round := 0; ; round++ {
-		rows, err := k.rows(context.Background(), 0, 4, true)
+		rs, err := k.rows(context.Background(), 0, 4, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) == 0 {
+		if len(rs) == 0 {
 			break
 		}
-		if len(rows) > 4 {
-			t.Fatalf("round of %d rows over a limit of 4", len(rows))
+		if len(rs) > 4 {
+			t.Fatalf("round of %d rows over a limit of 4", len(rs))
 		}
-		for _, r := range rows {
+		for _, r := range rs {
 			if r.last {
 				deleted[string(r.key)] = true
 			}
 			got = append(got, r.order)
 		}
-		if err := k.afterDelete(0, rows); err != nil {
+		if err := k.afterDelete(0, rs); err != nil {
 			t.Fatal(err)
 		}
 		if round > 20 {
@@ -688,7 +584,7 @@ func TestOutboxStoreRoundsCutRows(t *testing.T) {
 		t.Fatalf("%d messages, %d rows deleted; want %d and %d", len(got), len(deleted), seq-1, len(rowStarts))
 	}
 	for _, s := range rowStarts {
-		if !deleted[string(outboxRow(procSource, s))] {
+		if !deleted[string(rows.OutboxKey(procSource, s))] {
 			t.Errorf("row %d never ended a round", s)
 		}
 	}

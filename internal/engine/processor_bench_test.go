@@ -97,7 +97,7 @@ func benchTasks(b *testing.B, d state.Durability, poll int) {
 			b.Fatal(err)
 		}
 		rd, _ := fx.src.Open(ctx, pt, 0)
-		for n := len(fx.src.logs[pt]); task.Next() < uint64(n); {
+		for n := len(fx.src.log(pt)); task.Next() < uint64(n); {
 			recs, err := rd.Poll(ctx, poll)
 			if err != nil {
 				b.Fatal(err)

@@ -1,27 +1,24 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The SIGKILL test runs the processor in a child process (this test binary,
@@ -70,10 +67,8 @@ func crashFixture(t testing.TB, dir string, n int) *procFixture {
 // normal run. It processes until everything is committed and published,
 // then exits cleanly, unless a hook kills it first.
 func TestProcessorCrashChild(t *testing.T) {
+	crashtest.Child(t, "engine-crash")
 	dir := os.Getenv(crashEnvDir)
-	if dir == "" {
-		t.Skip("only runs as the SIGKILL test's child process")
-	}
 	n, err := strconv.Atoi(os.Getenv(crashEnvLen))
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +86,7 @@ func TestProcessorCrashChild(t *testing.T) {
 		var calls atomic.Int64
 		kill := func() error {
 			if calls.Add(1) == int64(n) {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {}
+				crashtest.Die(name)
 			}
 			return nil
 		}
@@ -152,8 +146,7 @@ func TestProcessorCrashChild(t *testing.T) {
 				}
 			}
 			if n == killAfterRead {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {}
+				crashtest.Die("AfterRead")
 			}
 		}
 	})
@@ -223,16 +216,13 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns child processes")
 	}
-	kills := 24
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills = 300
-	}
+	kills := crashtest.Kills(24, 300)
 	dir := t.TempDir()
 	fx := crashFixture(t, dir, crashLength(kills+20)) // the longest log: the reference
 	length := 0
 	modes := []string{"", "BeforeProcess", "", "AfterCommit", "", "BeforeDeadLetterSend", "", "AfterDeadLetterSend", "", "AfterDeadLetterDelete", "", "AfterRead"}
 	hogs := 0
-	if os.Getenv("STRAND_SOAK") != "" {
+	if crashtest.Soak() {
 		hogs = 4 // CPU burners beside the child: the windows open under load
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
@@ -241,52 +231,39 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 		if life > kills+20 {
 			t.Fatalf("no clean finish after %d lives", life)
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestProcessorCrashChild$", "-test.v")
 		mode := ""
 		if killed < kills {
 			length = crashLength(life)
 		}
-		cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvLen+"="+strconv.Itoa(length), crashEnvHogs+"="+strconv.Itoa(hogs))
+		env := []string{crashEnvDir + "=" + dir, crashEnvLen + "=" + strconv.Itoa(length), crashEnvHogs + "=" + strconv.Itoa(hogs)}
 		if killed < kills {
 			mode = modes[life%len(modes)]
 			if mode != "" {
 				mode += ":" + strconv.Itoa(1+rng.IntN(4))
-				cmd.Env = append(cmd.Env, crashEnvKill+"="+mode)
+				env = append(env, crashEnvKill+"="+mode)
 			}
 		}
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waited := make(chan error, 1)
-		go func() { waited <- cmd.Wait() }()
+		child := crashtest.Start(t, crashtest.Spec{Role: "engine-crash", Test: "TestProcessorCrashChild", Env: env})
 		var err error
 		if killed < kills && mode == "" {
 			select {
-			case err = <-waited:
+			case <-child.Done():
 			case <-time.After(time.Duration(30+rng.IntN(220)) * time.Millisecond):
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				err = <-waited
+				child.Kill()
 			}
+			err = child.Err()
 		} else {
-			select {
-			case err = <-waited:
-			case <-time.After(3 * time.Minute):
-				_ = cmd.Process.Kill()
-				<-waited
-				t.Fatalf("child hung (kill mode %q):\n%s", mode, out.String())
-			}
+			err = child.Wait(t, 3*time.Minute)
 		}
 		switch {
-		case err == nil && strings.Contains(out.String(), "crash-child: done"):
+		case err == nil && strings.Contains(child.Output(), "crash-child: done"):
 			// A child that finished before its kill came only ends the
 			// test once the kills are done: the next life's log is longer.
 			finished = killed >= kills || life >= kills+20
-		case isKilled(err):
+		case child.Killed():
 			killed++
 		default:
-			t.Fatalf("child (kill mode %q) failed: %v\n%s", mode, err, out.String())
+			t.Fatalf("child (kill mode %q) failed: %v\n%s", mode, err, child.Tail(60))
 		}
 		// After every life, the store is exactly the fold of the log up
 		// to its checkpoints.
@@ -320,9 +297,7 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 		}
 	}
 	t.Logf("%d kills before a clean finish", killed)
-	if killed < kills {
-		coverage(t, "only %d kills happened, want %d", killed, kills)
-	}
+	crashtest.Coverage(t, killed >= kills, "only %d kills happened, want %d", killed, kills)
 
 	// Everything is processed; every dead letter is in the sink once.
 	fx = crashFixture(t, dir, length)
@@ -358,15 +333,6 @@ func TestProcessorSurvivesSIGKILL(t *testing.T) {
 	if sink.total != want {
 		t.Errorf("sink holds %d messages, want %d", sink.total, want)
 	}
-}
-
-func isKilled(err error) bool {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return false
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // fileSink is a Sink and SentChecker appending messages to a file, one
@@ -449,17 +415,4 @@ func (s *fileSink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, 
 		out[i] = s.count[m.ID] > 0
 	}
 	return out, nil
-}
-
-// coverage reports that random kills did not land where a crash test
-// wanted them. Where they land depends on the machine's speed, so the
-// default run only logs it (the data checks are the test); soak runs
-// (STRAND_SOAK=1), which kill hundreds of times, assert it.
-func coverage(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("STRAND_SOAK") == "1" {
-		t.Errorf(format, args...)
-		return
-	}
-	t.Logf("coverage (asserted only with STRAND_SOAK=1): "+format, args...)
 }

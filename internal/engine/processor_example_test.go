@@ -53,7 +53,7 @@ func ExampleProcessor() {
 	}
 	defer db.Close()
 
-	dlq := &memSink{}
+	dlq := newMemSink()
 	p, err := NewProcessor(prog, db, src,
 		WithDeadLetterSink(dlq),
 		WithProcessorLogger(slog.New(slog.DiscardHandler)))
@@ -74,7 +74,7 @@ func ExampleProcessor() {
 		v, _, _ := balances.Get(context.Background(), acct)
 		fmt.Println(acct, v)
 	}
-	m := dlq.all()[0]
+	m := dlq.Messages()[0]
 	fmt.Println("dead letter:", header(m, deadletter.HeaderReason), "from partition", header(m, deadletter.HeaderPartition), "offset", header(m, deadletter.HeaderOffset))
 	// Output:
 	// run: <nil>

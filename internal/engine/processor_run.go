@@ -396,7 +396,7 @@ func (pl *pipeline) run(runCtx, drainCtx context.Context) error {
 	err := pl.loop(ctx, drainCtx, readErr)
 	// A commit still in flight (the loop stopped on an error) finishes
 	// before the pipeline is gone; it never outlives Run.
-	if serr := pl.settle(); err == nil {
+	if serr := pl.finishCommit(); err == nil {
 		err = serr
 	}
 	pl.giveTurn()
@@ -445,9 +445,9 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 		}
 		select {
 		case <-ctx.Done():
-			return pl.settle()
+			return pl.finishCommit()
 		case err := <-readErr:
-			if serr := pl.settle(); serr != nil {
+			if serr := pl.finishCommit(); serr != nil {
 				return serr
 			}
 			if err != nil {
@@ -455,34 +455,34 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			}
 			return nil // the reader stops only when ctx is done
 		case <-pendDone:
-			if err := pl.settle(); err != nil {
+			if err := pl.finishCommit(); err != nil {
 				return err
 			}
 			pl.giveTurn() // idle: the other sources' pipelines may write
 			continue
 		case recs := <-pl.batches:
 			if ctx.Err() != nil {
-				return pl.settle() // this batch not started: read again next time
+				return pl.finishCommit() // this batch not started: read again next time
 			}
 			if pl.holding && pl.turn.wanted() {
 				// Another source waits for the partition: let it write
 				// once this pipeline's commit is done.
-				if err := pl.settle(); err != nil {
+				if err := pl.finishCommit(); err != nil {
 					return err
 				}
 				pl.giveTurn()
 			}
 			if err := pl.takeTurn(ctx); err != nil {
-				return pl.settle() // stopped while waiting: read again next time
+				return pl.finishCommit() // stopped while waiting: read again next time
 			}
 			// process keeps the batch's slot while its commit is in
-			// flight (settle frees it), so the read-ahead bound counts
+			// flight (finishCommit frees it), so the read-ahead bound counts
 			// every batch not yet committed.
 			if err := pl.process(drainCtx, recs); err != nil {
 				return err
 			}
 		case <-retryC:
-			if err := pl.settle(); err != nil {
+			if err := pl.finishCommit(); err != nil {
 				return err
 			}
 			if err := pl.takeTurn(ctx); err != nil {
@@ -498,7 +498,7 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 				floor = idleRetryFloor
 			}
 		case req := <-pl.release:
-			if err := pl.settle(); err != nil {
+			if err := pl.finishCommit(); err != nil {
 				req.done <- err
 				return err
 			}
@@ -522,10 +522,10 @@ func (pl *pipeline) process(ctx context.Context, recs []connector.Record) error 
 	// Submit executes the batch, waits for the previous batch's commit
 	// and starts this one's: the commit overlaps the next batch's work.
 	pend, err := pl.task.Submit(ctx, recs)
-	serr := pl.settle() // the previous batch: Submit waited for its commit
+	serr := pl.finishCommit() // the previous batch: Submit waited for its commit
 	if err == nil {
 		// Tracked even when accounting for the previous batch failed, so
-		// that this commit is settled before the pipeline is gone.
+		// that this commit is finished before the pipeline is gone.
 		pl.pend, pl.pendFirst = pend, first
 		pl.pendStart, pl.pendRecs = start, recs
 		return serr
@@ -543,9 +543,9 @@ func (pl *pipeline) process(ctx context.Context, recs []connector.Record) error 
 	return pl.errorf(stream.OpProcess, first, err)
 }
 
-// settle waits for the commit of the batch last given to Submit, if any,
+// finishCommit waits for the commit of the batch last given to Submit, if any,
 // and accounts for it (stats, AfterCommit, advice, dead letters).
-func (pl *pipeline) settle() error {
+func (pl *pipeline) finishCommit() error {
 	pend := pl.pend
 	if pend == nil {
 		return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/connector/memconn"
 	"github.com/strand-io/strand/stream/deadletter"
 
 	"go.uber.org/goleak"
@@ -198,213 +199,79 @@ func (fx *procFixture) checkExact(t testing.TB, db *state.DB) {
 	}
 }
 
-// ---- in-memory source ----
+// ---- in-memory source and sinks: memconn ----
 
-// memSource is a Source over in-memory logs that tests append to while a
-// processor runs. Its readers copy records out, wait for new ones, count
-// what the processor does to them and can fail on demand.
+// memSource is an in-memory topic (package memconn, the one in-memory
+// connector) that tests append to while a processor runs; its readers wait
+// for new records, count what the processor does and fail on demand.
 type memSource struct {
-	name string
-
-	mu      sync.Mutex
-	grew    chan struct{} // closed and replaced on every append
-	logs    [][]connector.Record
-	advised []uint64
-	opened  int
-	closed  int
-	pollErr func(pt uint32, from uint64) error // under mu
-	onPoll  func(pt uint32, from uint64)       // called outside mu
-	gapAt   map[uint32]uint64                  // a reader skips this offset
+	*memconn.Topic
+	parts uint32
 }
 
 func newMemSource(name string, partitions uint32) *memSource {
-	return &memSource{name: name, grew: make(chan struct{}), logs: make([][]connector.Record, partitions), advised: make([]uint64, partitions)}
+	return &memSource{Topic: memconn.NewTopic(name, partitions), parts: partitions}
 }
 
-func (s *memSource) Name() string { return s.name }
-
-func (s *memSource) Partitions(ctx context.Context) (uint32, error) {
-	return uint32(len(s.logs)), nil
-}
-
+// partitions iterates over the source's partitions.
 func (s *memSource) partitions() func(func(uint32) bool) {
 	return func(yield func(uint32) bool) {
-		for i := range len(s.logs) {
-			if !yield(uint32(i)) {
+		for p := range s.parts {
+			if !yield(p) {
 				return
 			}
 		}
 	}
 }
 
+// appendEnv appends an envelope to its key's partition.
 func (s *memSource) appendEnv(env stream.Envelope) (uint32, uint64) {
-	pt := xxh32.Partition(env.Headers.Key, uint32(len(s.logs)))
+	pt := xxh32.Partition(env.Headers.Key, s.parts)
 	return pt, s.append(pt, connector.Record{Headers: env.Headers, Payload: env.Payload})
 }
 
 func (s *memSource) append(pt uint32, r connector.Record) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r.Partition, r.Offset = pt, uint64(len(s.logs[pt]))
-	r.Timestamp = uint64(time.Now().UnixMicro())
-	s.logs[pt] = append(s.logs[pt], r)
-	close(s.grew)
-	s.grew = make(chan struct{})
-	return r.Offset
+	off, err := s.Append(pt, r)
+	if err != nil {
+		panic(err) // a test appending to a partition the source does not have
+	}
+	return off
 }
 
-func (s *memSource) log(pt uint32) []connector.Record {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.logs[pt])
-}
+func (s *memSource) log(pt uint32) []connector.Record { return s.Records(pt) }
 
 func (s *memSource) total() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
-	for _, l := range s.logs {
-		n += len(l)
+	for p := range s.parts {
+		appended, _ := s.Len(p)
+		n += appended
 	}
 	return uint64(n)
 }
 
-func (s *memSource) Open(ctx context.Context, pt uint32, from uint64) (connector.PartitionReader, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if int(pt) >= len(s.logs) {
-		return nil, fmt.Errorf("memSource: no partition %d", pt)
-	}
-	s.opened++
-	return &memReader{s: s, pt: pt, next: from}, nil
+// newMemSink returns an in-memory sink (a memconn topic of one partition)
+// that answers Sent by message id.
+func newMemSink() *memconn.Topic { return memconn.NewTopic("sink", 1) }
+
+// failingSink is a memSink whose next n Sends fail after accepting the
+// first prefix messages of each.
+func failingSink(n, prefix int) *memconn.Topic {
+	s := newMemSink()
+	s.FailSends(n, prefix)
+	return s
 }
 
-type memReader struct {
-	s      *memSource
-	pt     uint32
-	next   uint64
-	closed atomic.Bool
-}
-
-func (r *memReader) Poll(ctx context.Context, max int) ([]connector.Record, error) {
-	s := r.s
-	if s.onPoll != nil {
-		s.onPoll(r.pt, r.next)
-	}
-	for {
-		if r.closed.Load() {
-			return nil, errors.New("memReader: closed")
-		}
-		s.mu.Lock()
-		if s.pollErr != nil {
-			if err := s.pollErr(r.pt, r.next); err != nil {
-				s.mu.Unlock()
-				return nil, err
-			}
-		}
-		log := s.logs[r.pt]
-		if r.next < uint64(len(log)) {
-			end := min(r.next+uint64(max), uint64(len(log)))
-			out := make([]connector.Record, 0, end-r.next)
-			for _, rec := range log[r.next:end] {
-				if gap, ok := s.gapAt[r.pt]; ok && rec.Offset == gap {
-					continue
-				}
-				rec.Headers.Key = slices.Clone(rec.Headers.Key)
-				rec.Payload = slices.Clone(rec.Payload)
-				out = append(out, rec)
-			}
-			r.next = end
-			s.mu.Unlock()
-			return out, nil
-		}
-		grew := s.grew
-		s.mu.Unlock()
-		select {
-		case <-grew:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("memReader: poll partition %d: %w", r.pt, ctx.Err())
-		}
-	}
-}
-
-func (r *memReader) Advise(ctx context.Context, next uint64) error {
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
-	r.s.advised[r.pt] = next
-	return nil
-}
-
-func (r *memReader) Close() error {
-	if !r.closed.Swap(true) {
-		r.s.mu.Lock()
-		r.s.closed++
-		r.s.mu.Unlock()
-	}
-	return nil
-}
-
-// ---- in-memory sink ----
-
-// memSink keeps what it is sent; it can fail sends (after sending a prefix)
-// and answers Sent by message id.
-type memSink struct {
-	mu        sync.Mutex
-	msgs      []connector.Message
-	failSends int // fail this many more Sends
-	prefix    int // ... after accepting this many of their messages
-	sends     int
-	checks    int
-}
-
-func (s *memSink) Send(ctx context.Context, msgs []connector.Message) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.sends++
-	if s.failSends > 0 {
-		s.failSends--
-		n := min(s.prefix, len(msgs))
-		s.msgs = append(s.msgs, msgs[:n]...)
-		return fmt.Errorf("memSink: injected failure after %d of %d messages", n, len(msgs))
-	}
-	s.msgs = append(s.msgs, msgs...)
-	return nil
-}
-
-func (s *memSink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.checks++
-	have := map[[16]byte]bool{}
-	for _, m := range s.msgs {
-		have[m.ID] = true
-	}
-	out := make([]bool, len(msgs))
-	for i, m := range msgs {
-		out[i] = have[m.ID]
-	}
-	return out, nil
-}
-
-// byID counts the messages per id.
-func (s *memSink) byID() map[[16]byte]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// byID counts a sink's messages per id.
+func byID(s *memconn.Topic) map[[16]byte]int {
 	out := map[[16]byte]int{}
-	for _, m := range s.msgs {
+	for _, m := range s.Messages() {
 		out[m.ID]++
 	}
 	return out
 }
 
-func (s *memSink) all() []connector.Message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.msgs)
-}
-
-// plainSink hides memSink's Sent: a sink without SentChecker.
-type plainSink struct{ s *memSink }
+// plainSink hides a sink's Sent: a sink without SentChecker.
+type plainSink struct{ s connector.Sink }
 
 func (p plainSink) Send(ctx context.Context, msgs []connector.Message) error {
 	return p.s.Send(ctx, msgs)
@@ -466,7 +333,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // its log.
 func caughtUp(p *Processor, src *memSource) bool {
 	st := p.Stats()
-	if len(st.Partitions) != len(src.logs) {
+	if len(st.Partitions) != int(src.parts) {
 		return false
 	}
 	for _, ps := range st.Partitions {
@@ -531,12 +398,12 @@ func TestProcessorProcessesManyPartitionsExactlyOnce(t *testing.T) {
 		t.Errorf("stats: %+v", st.Total)
 	}
 	for pt := range fx.src.partitions() {
-		if got, want := fx.src.advised[pt], uint64(len(fx.src.log(pt))); got != want {
+		if got, want := fx.src.Advised(pt), uint64(len(fx.src.log(pt))); got != want {
 			t.Errorf("partition %d: advised %d, want %d", pt, got, want)
 		}
 	}
-	if fx.src.opened != 8 || fx.src.closed != 8 {
-		t.Errorf("readers opened %d, closed %d; want 8 and 8", fx.src.opened, fx.src.closed)
+	if opened, closed := fx.src.Readers(); opened != 8 || closed != 8 {
+		t.Errorf("readers opened %d, closed %d; want 8 and 8", opened, closed)
 	}
 
 	// A restart resumes from the checkpoints: nothing is applied twice.
@@ -565,7 +432,7 @@ func TestProcessorOverlapsPollsAndBoundsReadAhead(t *testing.T) {
 				overlapped atomic.Int64
 				maxAhead   atomic.Uint64
 			)
-			fx.src.onPoll = func(pt uint32, from uint64) {
+			fx.src.OnPoll(func(pt uint32, from uint64) {
 				if processing.Load() > 0 {
 					overlapped.Add(1)
 				}
@@ -576,7 +443,7 @@ func TestProcessorOverlapsPollsAndBoundsReadAhead(t *testing.T) {
 						break
 					}
 				}
-			}
+			})
 			db := fx.openDB(t)
 			defer closeDB(t, db)
 			p := newProc(t, fx, db, WithPollSize(pollSize), WithPrefetch(prefetch), WithHooks(Hooks{
@@ -685,7 +552,7 @@ func TestProcessorHookFailureSettlesTheCommitInFlight(t *testing.T) {
 	boom := errors.New("boom")
 	var commits atomic.Int64
 	// The hook of a batch runs after the next batch's commit started; when
-	// it fails, that commit must still be settled before Run returns.
+	// it fails, that commit must still be finished before Run returns.
 	p := newProc(t, fx, db, WithPollSize(10), WithHooks(Hooks{
 		AfterCommit: func(uint32, Result) error {
 			if commits.Add(1) == 5 {
@@ -717,12 +584,12 @@ func TestProcessorSourceFailures(t *testing.T) {
 		defer goleak.VerifyNone(t)
 		fx := newProcFixture(t, 2, nil)
 		boom := errors.New("topic deleted")
-		fx.src.pollErr = func(pt uint32, from uint64) error {
+		fx.src.FailPolls(func(pt uint32, from uint64) error {
 			if pt == 1 && from >= 5 {
 				return boom
 			}
 			return nil
-		}
+		})
 		for i := range 40 {
 			fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
 		}
@@ -741,7 +608,7 @@ func TestProcessorSourceFailures(t *testing.T) {
 		for i := range 10 {
 			fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
 		}
-		fx.src.gapAt = map[uint32]uint64{0: 4}
+		fx.src.Hide(0, 4)
 		db := fx.openDB(t)
 		defer closeDB(t, db)
 		err := startProcessor(newProc(t, fx, db, WithPollSize(3))).wait(t)
@@ -775,7 +642,7 @@ func TestProcessorRetriesParkedKeys(t *testing.T) {
 	fx.pipeDeposit(t, "flaky", 7)
 	fx.pipeDeposit(t, "steady", 1)
 	fx.pipeDeposit(t, "broken", 3)
-	sink := &memSink{}
+	sink := newMemSink()
 	db := fx.openDB(t)
 	defer closeDB(t, db)
 	p := newProc(t, fx, db, WithDeadLetterSink(sink))
@@ -799,7 +666,7 @@ func TestProcessorRetriesParkedKeys(t *testing.T) {
 	if st.Total.Retries == 0 || st.Total.DeadLettered != 1 {
 		t.Errorf("stats %+v: want retries and 1 dead letter (broken after %d attempts)", st.Total, fx.prog.maxAttempts)
 	}
-	for _, m := range sink.all() {
+	for _, m := range sink.Messages() {
 		if h := header(m, deadletter.HeaderReason); h != deadletter.ReasonExhausted.String() {
 			t.Errorf("dead letter reason %q, want %q", h, deadletter.ReasonExhausted)
 		}
@@ -863,7 +730,7 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 						fx.pipeDeposit(t, acct, 1)
 					}
 				}
-				mem := &memSink{}
+				mem := newMemSink()
 				var sink connector.Sink = mem
 				if !checked {
 					sink = plainSink{mem}
@@ -904,7 +771,7 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 				}
 				fx.checkExact(t, db)
 
-				counts := mem.byID()
+				counts := byID(mem)
 				for _, o := range poison {
 					id := deadletter.Letter{Source: procSource, Partition: o.pt, Offset: o.off}.ID()
 					switch n := counts[id]; {
@@ -915,10 +782,10 @@ func TestProcessorPublishesDeadLettersExactlyOnceAcrossCrashes(t *testing.T) {
 						t.Errorf("dead letter of partition %d offset %d published %d times", o.pt, o.off, n)
 					}
 				}
-				if checked && len(mem.all()) != len(poison) {
-					t.Errorf("sink holds %d messages, want %d", len(mem.all()), len(poison))
+				if checked && len(mem.Messages()) != len(poison) {
+					t.Errorf("sink holds %d messages, want %d", len(mem.Messages()), len(poison))
 				}
-				m := mem.all()[0]
+				m := mem.Messages()[0]
 				if header(m, deadletter.HeaderReason) != deadletter.ReasonUnknownType.String() || header(m, deadletter.HeaderSource) != procSource ||
 					header(m, deadletter.HeaderOffset) == "" || header(m, deadletter.HeaderPartition) == "" || string(m.Payload) != `{"poison":true}` ||
 					header(m, connector.HeaderKey) == "" {
@@ -942,7 +809,7 @@ func TestProcessorRetriesFailedDeadLetterSends(t *testing.T) {
 		}
 	}
 	// Two failed sends, each after half their messages went through.
-	sink := &memSink{failSends: 2, prefix: 3}
+	sink := failingSink(2, 3)
 	db := fx.openDB(t)
 	defer closeDB(t, db)
 	p := newProc(t, fx, db, WithDeadLetterSink(sink), WithDeadLetterBackoff(time.Millisecond, 5*time.Millisecond))
@@ -951,16 +818,16 @@ func TestProcessorRetriesFailedDeadLetterSends(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	for id, n := range sink.byID() {
+	for id, n := range byID(sink) {
 		if n != 1 {
 			t.Errorf("message %x published %d times", id, n)
 		}
 	}
-	if len(sink.all()) != poison {
-		t.Errorf("sink holds %d messages, want %d", len(sink.all()), poison)
+	if len(sink.Messages()) != poison {
+		t.Errorf("sink holds %d messages, want %d", len(sink.Messages()), poison)
 	}
-	if st := p.Stats(); st.Total.PublishErrors != 2 || sink.checks == 0 {
-		t.Errorf("publish errors %d (want 2), Sent checks %d (want > 0)", st.Total.PublishErrors, sink.checks)
+	if st := p.Stats(); st.Total.PublishErrors != 2 || sink.SentChecks() == 0 {
+		t.Errorf("publish errors %d (want 2), Sent checks %d (want > 0)", st.Total.PublishErrors, sink.SentChecks())
 	}
 }
 
@@ -999,7 +866,7 @@ func TestProcessorReleasesHeldKey(t *testing.T) {
 	fx.pipeDeposit(t, "free", 4)
 	db := fx.openDB(t)
 	defer closeDB(t, db)
-	p := newProc(t, fx, db, WithDeadLetterSink(&memSink{}))
+	p := newProc(t, fx, db, WithDeadLetterSink(newMemSink()))
 	if err := p.Release(context.Background(), 0, []byte("held")); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("Release before Run = %v, want ErrNotRunning", err)
 	}

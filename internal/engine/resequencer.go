@@ -10,8 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -130,105 +129,15 @@ func (s *seqState) find(seq uint64) (int, bool) {
 	return slices.BinarySearchFunc(s.held, seq, func(h *holdEntry, seq uint64) int { return cmpU64(h.seq, seq) })
 }
 
-// Row layouts, under the task's partition:
-//
-//	FamilyHolds:     uvarint-prefixed source, uvarint-prefixed key, seq (u64 BE)
-//	                 → format, since (u64 BE ns), connector.Record binary
-//	FamilySequences: uvarint-prefixed source, 'n', uvarint-prefixed key
-//	                 → format, next (uvarint)
-//	FamilySequences: uvarint-prefixed source, 'g', uvarint-prefixed key, from (u64 BE)
-//	                 → format, to, age ns, at ns (u64 BE each), cause, policy
-//
-// One row per held record: a key's holds are contiguous and sort by number.
-const (
-	seqFormat   = 1
-	seqNextRow  = 'n'
-	seqGapRow   = 'g'
-	seqDeltaRow = 'd'
-	// deltaRowsMax is how many delta rows a partition keeps before a batch
-	// folds them into the keys' own rows.
-	deltaRowsMax = 64
-)
+// The re-sequencer's rows (held records in state.FamilyHolds; next numbers,
+// their delta rows and gap notices in state.FamilySequences) are laid out
+// by internal/rows (rows.HoldKey, rows.SeqNextKey, rows.DeltaKey,
+// rows.GapKey).
 
-// Next numbers are written as one delta row per batch (every key the
-// batch changed, with its new next number) rather than one row per key per
-// batch: one Pebble write instead of thousands. Every deltaRowsMax batches
-// one batch writes the own row of every key the deltas name and deletes
-// them, so loading reads at most deltaRowsMax deltas.
-//
-//	FamilySequences: uvarint-prefixed source, 'd', batch number (u64 BE)
-//	                 → format, count (uvarint), count × (uvarint-prefixed key, next uvarint)
-
-func deltaRowKey(source string, n uint64) []byte {
-	b := rowenc.AppendString(nil, source)
-	b = append(b, seqDeltaRow)
-	return binary.BigEndian.AppendUint64(b, n)
-}
-
-func decodeDelta(v []byte, fn func(key []byte, next uint64)) error {
-	rd := rowenc.Reader{B: v}
-	if f := rd.Byte(); f != seqFormat {
-		return fmt.Errorf("%w: sequence delta row: format %d unknown", stream.ErrCodec, f)
-	}
-	n := rd.Uvarint()
-	for i := uint64(0); i < n && rd.Err == nil; i++ {
-		k := rd.Bytes()
-		next := rd.Uvarint()
-		if rd.Err == nil {
-			fn(k, next)
-		}
-	}
-	if rd.Err != nil {
-		return fmt.Errorf("%w: sequence delta row: %w", stream.ErrCodec, rd.Err)
-	}
-	return nil
-}
-
-func holdRowKey(source string, key []byte, seq uint64) []byte {
-	b := rowenc.AppendString(nil, source)
-	b = rowenc.AppendString(b, string(key))
-	return binary.BigEndian.AppendUint64(b, seq)
-}
-
-func seqNextRowKey(source string, key []byte) []byte {
-	b := rowenc.AppendString(nil, source)
-	b = append(b, seqNextRow)
-	return rowenc.AppendString(b, string(key))
-}
-
-func gapRowKey(source string, key []byte, from uint64) []byte {
-	b := rowenc.AppendString(nil, source)
-	b = append(b, seqGapRow)
-	b = rowenc.AppendString(b, string(key))
-	return binary.BigEndian.AppendUint64(b, from)
-}
-
-func encodeHold(since int64, r *connector.Record) []byte {
-	b := []byte{seqFormat}
-	b = binary.BigEndian.AppendUint64(b, uint64(since))
-	b = rowfmt.AppendRecord(b, *r)
-	return b
-}
-
-func decodeHold(partition uint32, v []byte) (int64, connector.Record, error) {
-	if len(v) < 9 || v[0] != seqFormat {
-		return 0, connector.Record{}, fmt.Errorf("%w: hold row: bad format", stream.ErrCodec)
-	}
-	since := int64(binary.BigEndian.Uint64(v[1:9]))
-	r := connector.Record{Partition: partition}
-	if err := rowfmt.DecodeRecord(v[9:], &r); err != nil {
-		return 0, connector.Record{}, fmt.Errorf("hold row: %w", err)
-	}
-	return since, r, nil
-}
-
-func encodeGap(g *stream.GapNotice) []byte {
-	b := []byte{seqFormat}
-	b = binary.BigEndian.AppendUint64(b, g.To)
-	b = binary.BigEndian.AppendUint64(b, uint64(g.Age))
-	b = binary.BigEndian.AppendUint64(b, uint64(g.At.UnixNano()))
-	return append(b, byte(g.Cause), byte(g.Policy))
-}
+// deltaRowsMax is how many delta rows a partition keeps before a batch
+// folds them into the keys' own rows: one Pebble write per batch instead of
+// one per key, and loading reads at most deltaRowsMax deltas.
+const deltaRowsMax = 64
 
 // loadHolds reads the task's held records (without payloads) and their
 // keys' next expected numbers.
@@ -237,7 +146,7 @@ func (t *Task) loadHolds(ctx context.Context) error {
 		return nil
 	}
 	err := t.db.Rows(ctx, state.FamilyHolds, t.partition, func(key, value []byte) error {
-		rd := rowenc.Reader{B: key}
+		rd := rows.Reader{B: key}
 		if rd.String() != t.src.name {
 			return nil
 		}
@@ -246,7 +155,7 @@ func (t *Task) loadHolds(ctx context.Context) error {
 		if rd.Err != nil {
 			return fmt.Errorf("%w: hold row key %x: %w", stream.ErrCodec, key, rd.Err)
 		}
-		since, r, err := decodeHold(t.partition, value)
+		since, r, err := rows.DecodeHold(t.partition, value)
 		if err != nil {
 			return fmt.Errorf("key %q seq %d: %w", k, seq, err)
 		}
@@ -270,12 +179,12 @@ func (t *Task) loadHolds(ctx context.Context) error {
 	deltas := map[string]uint64{}
 	errDone := errors.New("done")
 	err = t.db.Rows(ctx, state.FamilySequences, t.partition, func(key, value []byte) error {
-		rd := rowenc.Reader{B: key}
+		rd := rows.Reader{B: key}
 		if rd.String() != t.src.name {
 			return nil
 		}
 		t.seqFresh = false
-		if rd.Byte() != seqDeltaRow {
+		if rd.Byte() != rows.SeqKindDelta {
 			return errDone // 'g' and 'n' rows sort after the deltas
 		}
 		n := rd.U64()
@@ -286,7 +195,7 @@ func (t *Task) loadHolds(ctx context.Context) error {
 			t.deltaFirst = n
 		}
 		t.deltaNext = n + 1
-		return decodeDelta(value, func(k []byte, next uint64) { deltas[string(k)] = next })
+		return rows.DecodeDelta(value, func(k []byte, next uint64) { deltas[string(k)] = next })
 	})
 	if errors.Is(err, errDone) {
 		err = nil
@@ -321,12 +230,12 @@ func (t *Task) loadHolds(ctx context.Context) error {
 
 // readNext reads a key's committed next expected number (0 when none).
 func (t *Task) readNext(key []byte) (uint64, error) {
-	v, ok, err := t.db.Row(state.FamilySequences, t.partition, seqNextRowKey(t.src.name, key))
+	v, ok, err := t.db.Row(state.FamilySequences, t.partition, rows.SeqNextKey(t.src.name, key))
 	if err != nil || !ok {
 		return 0, err
 	}
-	rd := rowenc.Reader{B: v}
-	if f := rd.Byte(); f != seqFormat {
+	rd := rows.Reader{B: v}
+	if f := rd.Byte(); f != rows.SeqFormat {
 		return 0, fmt.Errorf("%w: sequence row of key %q: format %d unknown", stream.ErrCodec, key, f)
 	}
 	next := rd.Uvarint()
@@ -462,14 +371,14 @@ func (sb *seqBatch) load(key []byte, h *holdEntry) (connector.Record, error) {
 		return *h.rec, nil
 	}
 	t := sb.t
-	v, ok, err := t.db.Row(state.FamilyHolds, t.partition, holdRowKey(t.src.name, key, h.seq))
+	v, ok, err := t.db.Row(state.FamilyHolds, t.partition, rows.HoldKey(t.src.name, key, h.seq))
 	if err != nil {
 		return connector.Record{}, err
 	}
 	if !ok {
 		return connector.Record{}, fmt.Errorf("stream: source %q partition %d: held record of key %q seq %d has no row", t.src.name, t.partition, key, h.seq)
 	}
-	_, r, err := decodeHold(t.partition, v)
+	_, r, err := rows.DecodeHold(t.partition, v)
 	return r, err
 }
 
@@ -486,7 +395,7 @@ func (sb *seqBatch) take(key []byte, s *seqState, n seqNote) error {
 	sb.heldNow--
 	sb.released++
 	if h.gen != sb.gen { // held by an earlier batch: it has a row
-		sb.tx.DeleteRow(state.FamilyHolds, sb.t.partition, holdRowKey(sb.t.src.name, key, h.seq))
+		sb.tx.DeleteRow(state.FamilyHolds, sb.t.partition, rows.HoldKey(sb.t.src.name, key, h.seq))
 	}
 	sb.add(r, n)
 	return nil
@@ -516,7 +425,7 @@ func (sb *seqBatch) giveUp(key []byte, s *seqState, cause stream.GapCause) error
 		Cause: cause, Policy: policy,
 	}
 	sb.gaps = append(sb.gaps, g)
-	sb.tx.PutRow(state.FamilySequences, sb.t.partition, gapRowKey(sb.t.src.name, key, g.From), encodeGap(&g))
+	sb.tx.PutRow(state.FamilySequences, sb.t.partition, rows.GapKey(sb.t.src.name, key, g.From), rows.AppendGap(nil, &g))
 	s.next = s.held[0].seq
 	if policy == stream.GapSkip {
 		return sb.releaseContiguous(key, s)
@@ -570,7 +479,7 @@ func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 			sb.add(*r, seqNote{})
 			continue
 		}
-		if isReplayOrigin(r.Headers.Origin) {
+		if rows.IsReplayOrigin(r.Headers.Origin) {
 			// A replay (strand dlq replay): its strand-seq is the one the
 			// producer gave it long ago; it is applied where its key is now,
 			// at most once (its origin).
@@ -633,11 +542,11 @@ func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 	// touched key's next number.
 	var kb, vb, delta []byte
 	nDelta := 0
-	prefix := rowenc.AppendString(nil, t.src.name)
+	prefix := rows.AppendString(nil, t.src.name)
 	sb.compact = t.deltaNext-t.deltaFirst >= deltaRowsMax
 	putNext := func(s *seqState) {
-		kb = rowenc.AppendString(append(append(kb[:0], prefix...), seqNextRow), s.key)
-		vb = binary.AppendUvarint(append(vb[:0], seqFormat), s.next)
+		kb = rows.AppendSeqNextKey(kb[:0], prefix, s.key)
+		vb = binary.AppendUvarint(append(vb[:0], rows.SeqFormat), s.next)
 		sb.tx.PutRow(state.FamilySequences, t.partition, kb, vb) // copies both
 	}
 	for _, u := range sb.undo {
@@ -647,7 +556,7 @@ func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 				own := ownRecord(*h.rec)
 				h.rec = &own
 				sb.memNew = append(sb.memNew, h)
-				sb.tx.PutRow(state.FamilyHolds, t.partition, holdRowKey(t.src.name, []byte(s.key), h.seq), encodeHold(h.since, h.rec))
+				sb.tx.PutRow(state.FamilyHolds, t.partition, rows.HoldKey(t.src.name, []byte(s.key), h.seq), rows.AppendHold(nil, h.since, h.rec))
 			}
 		}
 		if s.next == 0 {
@@ -657,7 +566,7 @@ func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 			putNext(s)
 			continue
 		}
-		delta = rowenc.AppendString(delta, s.key)
+		delta = rows.AppendString(delta, s.key)
 		delta = binary.AppendUvarint(delta, s.next)
 		nDelta++
 	}
@@ -671,11 +580,11 @@ func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 			}
 		}
 		for n := t.deltaFirst; n < t.deltaNext; n++ {
-			sb.tx.DeleteRow(state.FamilySequences, t.partition, deltaRowKey(t.src.name, n))
+			sb.tx.DeleteRow(state.FamilySequences, t.partition, rows.DeltaKey(t.src.name, n))
 		}
 	case nDelta > 0:
-		v := binary.AppendUvarint([]byte{seqFormat}, uint64(nDelta))
-		sb.tx.PutRow(state.FamilySequences, t.partition, deltaRowKey(t.src.name, t.deltaNext), append(v, delta...))
+		v := binary.AppendUvarint([]byte{rows.SeqFormat}, uint64(nDelta))
+		sb.tx.PutRow(state.FamilySequences, t.partition, rows.DeltaKey(t.src.name, t.deltaNext), append(v, delta...))
 		sb.delta = true
 	}
 	return nil
@@ -750,12 +659,12 @@ func (t *Task) canonicalParked(recs []connector.Record) []connector.Record {
 // partition, in sequence order.
 func ReadHolds(ctx context.Context, db *state.DB, source string, partition uint32, key []byte) ([]stream.HeldRecord, error) {
 	var out []stream.HeldRecord
-	prefix := rowenc.AppendString(rowenc.AppendString(nil, source), string(key))
+	prefix := rows.HoldsPrefix(source, key)
 	err := db.Rows(ctx, state.FamilyHolds, partition, func(k, v []byte) error {
 		if !bytes.HasPrefix(k, prefix) || len(k) != len(prefix)+8 {
 			return nil
 		}
-		since, r, err := decodeHold(partition, v)
+		since, r, err := rows.DecodeHold(partition, v)
 		if err != nil {
 			return err
 		}
@@ -773,8 +682,8 @@ func ReadHolds(ctx context.Context, db *state.DB, source string, partition uint3
 func ReadGaps(ctx context.Context, db *state.DB, source string, partition uint32, key []byte) ([]stream.GapNotice, error) {
 	var out []stream.GapNotice
 	err := db.Rows(ctx, state.FamilySequences, partition, func(k, v []byte) error {
-		rd := rowenc.Reader{B: k}
-		if rd.String() != source || rd.Byte() != seqGapRow {
+		rd := rows.Reader{B: k}
+		if rd.String() != source || rd.Byte() != rows.SeqKindGap {
 			return nil
 		}
 		kb := rd.Bytes()
@@ -782,8 +691,8 @@ func ReadGaps(ctx context.Context, db *state.DB, source string, partition uint32
 		if rd.Err != nil || (key != nil && !bytes.Equal(kb, key)) {
 			return nil
 		}
-		vr := rowenc.Reader{B: v}
-		if f := vr.Byte(); f != seqFormat {
+		vr := rows.Reader{B: v}
+		if f := vr.Byte(); f != rows.SeqFormat {
 			return fmt.Errorf("%w: gap row format %d unknown", stream.ErrCodec, f)
 		}
 		g := stream.GapNotice{Source: source, Partition: partition, Key: bytes.Clone(kb), From: from}

@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,8 +12,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -107,14 +105,14 @@ type Task struct {
 	deltaDirty            []*seqState
 	memHeld               []*holdEntry
 
-	// outbox (outbox_rows.go): the next sequence number of the partition's
+	// outbox (outbox_stage.go; layouts in internal/rows/outbox.go): the next sequence number of the partition's
 	// outbox messages, the origin stream they carry, and the highest
 	// sequence applied per origin stream read (nil: none yet).
 	outNext uint64
 	origin  [8]byte
 	origins map[[8]byte]uint64
 	// replayed holds the replay origins applied (replay.go; nil: none).
-	replayed map[[originLen]byte]struct{}
+	replayed map[[rows.OriginLen]byte]struct{}
 
 	// pipelining (Submit): the batch whose commit may be in flight, and the
 	// error that broke the Task when a commit failed.
@@ -307,7 +305,7 @@ const (
 	statusHeld
 	statusSkipped
 	statusStale
-	// statusDuplicate: an outbox message applied before (outbox_rows.go).
+	// statusDuplicate: an outbox message applied before (outbox_stage.go; layouts in internal/rows/outbox.go).
 	statusDuplicate
 )
 
@@ -333,7 +331,7 @@ type batch struct {
 	origins map[[8]byte]uint64
 	outNext uint64
 	// replays are the replay origins (replay.go) the batch applies.
-	replays [][originLen]byte
+	replays [][rows.OriginLen]byte
 
 	mismatches int // written by prepare only
 
@@ -421,7 +419,7 @@ type runCtx struct {
 // commit; if that commit failed, Process returns an error wrapping
 // ErrTaskBroken and does nothing.
 func (t *Task) Process(ctx context.Context, records []connector.Record) (Result, error) {
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		return Result{Next: t.next}, err
 	}
 	return t.process(ctx, records)
@@ -468,9 +466,9 @@ func (p *Pending) report() {
 	p.t.report(&p.res)
 }
 
-// settlePending waits for the pending commit of Submit, if any, and breaks
+// finishPending waits for the pending commit of Submit, if any, and breaks
 // the Task if it failed.
-func (t *Task) settlePending() error {
+func (t *Task) finishPending() error {
 	if t.broken != nil {
 		return t.broken
 	}
@@ -521,7 +519,7 @@ func (t *Task) Submit(ctx context.Context, records []connector.Record) (*Pending
 	}
 	p := &Pending{t: t, done: make(chan struct{})}
 	if st == nil { // nothing to do
-		if err := t.settlePending(); err != nil {
+		if err := t.finishPending(); err != nil {
 			return nil, err
 		}
 		p.res = Result{Next: t.next}
@@ -530,7 +528,7 @@ func (t *Task) Submit(ctx context.Context, records []connector.Record) (*Pending
 	}
 	// The previous commit must have succeeded before this one starts:
 	// this batch was built on it.
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		st.b.tx.Discard()
 		if st.seq != nil {
 			st.seq.rollback()
@@ -568,7 +566,7 @@ func (p *Pending) tx() *state.Txn {
 // nothing when no key is due. Call it when NextRetry comes and no batch is
 // flowing.
 func (t *Task) Retry(ctx context.Context) (Result, error) {
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		return Result{Next: t.next}, err
 	}
 	return t.process(ctx, nil)
@@ -607,7 +605,7 @@ func (t *Task) Parked() (keys, records int) {
 // poison event (HoldPoisonedKey) goes on. It commits at once; releasing a
 // key that is not parked does nothing.
 func (t *Task) Release(ctx context.Context, key []byte) error {
-	if err := t.settlePending(); err != nil {
+	if err := t.finishPending(); err != nil {
 		return err
 	}
 	pk, ok := t.parked[string(key)]
@@ -644,7 +642,7 @@ func (t *Task) process(ctx context.Context, records []connector.Record) (Result,
 	return st.res, nil
 }
 
-// staged is a batch executed and settled into its transaction, not yet
+// staged is a batch executed and written into its transaction, not yet
 // committed.
 type staged struct {
 	b       *batch
@@ -654,7 +652,7 @@ type staged struct {
 	seq     *seqBatch // nil when the re-sequencer is off
 }
 
-// stage runs a batch up to its commit: input, plan, execute, settle, with
+// stage runs a batch up to its commit: input, plan, execute, write the outcome, with
 // the transaction following prev (nil: none). It returns nil when there is
 // nothing to do. On error the transaction is discarded.
 func (t *Task) stage(ctx context.Context, records []connector.Record, prev *state.Txn) (st *staged, err error) {
@@ -770,7 +768,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 
 	// Write parked rows, dead letters and the checkpoint, and work out the
 	// new parked state; apply it to memory only after the commit.
-	changes := t.settle(b, now, &res)
+	changes := t.writeOutcome(b, now, &res)
 	res.Mismatches = b.mismatches
 	if sb != nil {
 		res.Resequenced = slices.Clone(sb.heldOffs)
@@ -1160,14 +1158,14 @@ func (t *Task) endRun(b *batch, rc *runCtx, tag planner.Tag, recs []int, res run
 	return false
 }
 
-// settle writes what a batch's execution decided into its transaction,
+// writeOutcome writes what a batch's execution decided into its transaction,
 // next to the table writes the handlers made, in one place and in this
 // order: the tally of the records (res), the rows of parked records, the
 // metadata of parked keys (attempts, next retry), and the dead letters; it
 // then lists the failures in res. The checkpoint is set by stage after it,
 // and the re-sequencer's rows by resequence before the batch runs. It returns the parked
 // keys to update in memory once the commit is done (nil value: unpark).
-func (t *Task) settle(b *batch, now time.Time, res *Result) map[string]*parkedKey {
+func (t *Task) writeOutcome(b *batch, now time.Time, res *Result) map[string]*parkedKey {
 	tallyRecords(b, res)
 	ps := t.newParkedSet(b)
 	t.parkRecords(b, ps)
@@ -1354,8 +1352,8 @@ func (t *Task) writeDeadLetters(b *batch, res *Result) {
 		dl.Headers.Key = bytes.Clone(dl.Headers.Key)
 		dl.Payload = bytes.Clone(dl.Payload)
 		t.foreignDeadLetter(&dl, r)
-		row := rowfmt.AppendLetter(nil, dl)
-		b.tx.PutRow(state.FamilyDeadLetters, t.partition, deadLetterRow(t.src.name, r.Offset), row)
+		row := rows.AppendLetter(nil, dl)
+		b.tx.PutRow(state.FamilyDeadLetters, t.partition, rows.DeadLetterKey(t.src.name, r.Offset), row)
 		res.DeadLetters = append(res.DeadLetters, dl)
 	}
 	slices.SortFunc(res.DeadLetters, func(a, b deadletter.Letter) int { return cmpU64(a.Offset, b.Offset) })
@@ -1420,9 +1418,4 @@ func ownRecord(r connector.Record) connector.Record {
 	r.Payload = bytes.Clone(r.Payload)
 	r.Raw = r.Raw.Clone()
 	return r
-}
-
-func deadLetterRow(source string, offset uint64) []byte {
-	b := rowenc.AppendString(nil, source)
-	return binary.BigEndian.AppendUint64(b, offset)
 }

@@ -1,19 +1,14 @@
 package metamorphic
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +18,7 @@ import (
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // Issue 23, item 5: the crash test of a topology with a table fed by two
@@ -39,6 +35,7 @@ const (
 	crashAddrEnv   = "STRAND_META_CRASH_ADDR"
 	crashSharedEnv = "STRAND_META_CRASH_SHARED"
 	crashReadyLine = "strand-meta-crash: running"
+	crashRole      = "meta-crash"
 	crashStream    = "meta"
 	crashDLQ       = "meta/dlq"
 )
@@ -97,7 +94,7 @@ func crashCase(shared bool, events int) *Case {
 
 // crashChild runs the App of the crash case over the broker until it has
 // caught up, and is killed by the parent at a random moment.
-func crashChild() int {
+func crashChild([]string) int {
 	dir, addr := os.Getenv(crashDirEnv), os.Getenv(crashAddrEnv)
 	c := crashCase(os.Getenv(crashSharedEnv) == "1", 0)
 	ctx := context.Background()
@@ -143,9 +140,9 @@ func TestCrashSharedTableKeyBy(t *testing.T) {
 		t.Skip("crash test in -short mode")
 	}
 	knobs, _ := testKnobs()
-	kills, events := 10, 3000
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills, events = 100, 30000
+	kills, events := crashtest.Kills(10, 100), 3000
+	if crashtest.Soak() {
+		events = 30000
 	}
 	c := crashCase(knobs.SharedTables, events)
 	defer iggy.RouteStdLog(slog.New(slog.DiscardHandler))()
@@ -205,31 +202,15 @@ func TestCrashSharedTableKeyBy(t *testing.T) {
 			break
 		}
 		publish(len(c.Log) / (2 * kills))
-		cmd, stderr, done := startCrashChild(t, env)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("child failed: %v\n%s", err, stderr)
-			}
+		spec := crashtest.Spec{Role: crashRole, Ready: crashReadyLine, Env: env}
+		if crashtest.Run(t, spec, time.Duration(1+r.IntN(150))*time.Millisecond).Finished {
 			finished++
-		case <-time.After(time.Duration(1+r.IntN(150)) * time.Millisecond):
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			<-done
+		} else {
 			killed++
 		}
 	}
 	publish(len(c.Log))
-	cmd, stderr, done := startCrashChild(t, env)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("last run: %v\n%s", err, stderr)
-		}
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		t.Fatalf("last run did not finish\n%s", stderr)
-	}
+	crashtest.Run(t, crashtest.Spec{Role: crashRole, Ready: crashReadyLine, Env: env}, 0)
 	t.Logf("%d kills, %d runs finished before a kill", killed, finished)
 
 	o, err := observeBroker(ctx, cl, c, dir+"/state")
@@ -335,40 +316,4 @@ func readAll(ctx context.Context, cl *iggy.Client, name string) ([]iggy.StoredMe
 		out = append(out, ms...)
 	}
 	return out, nil
-}
-
-// startCrashChild starts this test binary as the crash child and waits
-// until its App runs.
-func startCrashChild(t *testing.T, env []string) (*exec.Cmd, *bytes.Buffer, <-chan error) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		signalled := false
-		for sc.Scan() {
-			if !signalled && sc.Text() == crashReadyLine {
-				close(ready)
-				signalled = true
-			}
-		}
-		if !signalled {
-			close(ready)
-		}
-		_, _ = io.Copy(io.Discard, out)
-		done <- cmd.Wait()
-	}()
-	<-ready
-	return cmd, &stderr, done
 }

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(crashDirEnv) != "" { // the crash test's child process
-		os.Exit(crashChild())
+	if code, ok := crashtest.Main(map[string]func([]string) int{crashRole: crashChild}); ok {
+		os.Exit(code) // the crash test's child process
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -1,18 +1,16 @@
 package state
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The crash test runs a child process (this test binary, re-executed) that
@@ -71,10 +69,8 @@ func crashOpen(dir string, d Durability) (*DB, *Table[string, int64], error) {
 
 // TestCrashChild is the child process; it does nothing in a normal run.
 func TestCrashChild(t *testing.T) {
+	crashtest.Child(t, "state-crash")
 	dir := os.Getenv(crashEnvDir)
-	if dir == "" {
-		t.Skip("only runs as the crash test's child process")
-	}
 	d := Sync
 	if os.Getenv(crashEnvDurability) == "nosync" {
 		d = NoSync
@@ -128,10 +124,7 @@ func TestCrashRecoveryMatchesCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
-	kills := 20
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills = 200
-	}
+	kills := crashtest.Kills(20, 200)
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	var last [crashPartitions]uint64
@@ -140,29 +133,14 @@ func TestCrashRecoveryMatchesCheckpoint(t *testing.T) {
 		if i%2 == 1 {
 			durability = "nosync"
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvDurability+"="+durability)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
+		// Kill at a random moment after the first commit. The child
+		// commits for 20 s: it is killed long before it finishes.
+		out := crashtest.Run(t, crashtest.Spec{Role: "state-crash", Test: "TestCrashChild", Ready: "committing",
+			Env: []string{crashEnvDir + "=" + dir, crashEnvDurability + "=" + durability}},
+			time.Duration(1+rng.IntN(150))*time.Millisecond)
+		if out.Finished {
+			t.Fatalf("kill %d: the child finished 20 s of commits before its kill", i)
 		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		// Wait for the first commit, then kill at a random moment.
-		sc := bufio.NewScanner(out)
-		if !sc.Scan() || sc.Text() != "committing" {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("kill %d: child did not start committing (%q, %v)", i, sc.Text(), sc.Err())
-		}
-		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, out) // EOF once the child is gone
-		_ = cmd.Wait()
 
 		next := crashVerify(t, dir, i, durability)
 		for p := range next {

@@ -2,8 +2,9 @@
 // format of the messages it carries: the contract between strand's runtime
 // and a broker, as database/sql/driver is between database/sql and a
 // database. A service names it rarely (connectors/iggy implements it, and
-// package topologytest has an implementation in memory); a connector for
-// another broker implements it.
+// package memconn is one in memory, for tests); a connector for another
+// broker implements it, and passes package connectortest's conformance
+// suite.
 //
 //   - Records and messages: Record (what a source delivers), Message (what
 //     strand publishes), RawMessage (a foreign record's id and headers).

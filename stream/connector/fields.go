@@ -83,7 +83,7 @@ func (m *RawMessage) Clone() *RawMessage {
 // whose producers write no strand headers. The front door opens a source
 // declared foreign (topology.ForeignSource) with OpenForeignSource and
 // refuses a connector without it. connectors/iggy's Client and
-// topologytest's in-memory connector implement it.
+// memconn's in-memory Broker implement it.
 type ForeignConnector interface {
 	Connector
 	// OpenForeignSource returns the source named topic, which must exist,

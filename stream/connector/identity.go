@@ -12,7 +12,7 @@ import "context"
 // a running App asks again with its end offsets (connector.EndOffsetter)
 // and stops with an error when the answer changes (docs/design.md, "When
 // the log or the store changes"). connectors/iggy's Source answers the
-// topic's id and creation time; topologytest's in-memory topics answer a
+// topic's id and creation time; memconn's in-memory topics answer a
 // name made when the topic is.
 type Identifier interface {
 	// Identity returns a string that stays the same as long as the topic

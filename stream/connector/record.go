@@ -29,7 +29,7 @@ type Record struct {
 
 // Source is a partitioned, append-only log that a processor reads. strand's
 // core does not know any broker: connectors/iggy implements Source for an
-// Iggy topic, and the test driver implements it in memory.
+// Iggy topic, and package memconn implements it in memory.
 type Source interface {
 	// Name identifies the log (for Iggy, "stream/topic"). It is part of the
 	// checkpoint keys, so it must be stable across restarts.
@@ -105,7 +105,7 @@ type SentChecker interface {
 // Connector opens the topics a topology reads and the ones it writes (its
 // dead-letter topic), by name ("stream/topic" for Iggy). The front door
 // (package topology) takes one; connectors/iggy's Client is one, and
-// package topologytest has one in memory.
+// package memconn has one in memory.
 type Connector interface {
 	// OpenSource returns the source named topic, which must exist.
 	OpenSource(ctx context.Context, topic string) (Source, error)

@@ -1,21 +1,17 @@
 package topology_test
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"slices"
 	"strconv"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The crash test of issue 5: a child process runs the driver over a long
@@ -84,10 +80,8 @@ func crashDriver(tb testing.TB, dir string, batch func() int) (*taskDriver, func
 const crashReady = "strand-crash-child: piped"
 
 func TestCrashChild(t *testing.T) {
+	crashtest.Child(t, "topology-crash")
 	dir := os.Getenv("STRAND_CRASH_DIR")
-	if dir == "" {
-		t.Skip("run by TestCrashResumesExactly")
-	}
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 2))
 	d, _, _ := crashDriver(t, dir, func() int { return 1 + r.IntN(400) })
@@ -109,15 +103,12 @@ func TestCrashResumesExactly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
-	kills := 20
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills = 200
-	}
+	kills := crashtest.Kills(20, 200)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	run := func(i int, killAfter time.Duration) (finished bool) {
-		return runCrashChild(t, "TestCrashChild", "piping", i, killAfter,
-			"STRAND_CRASH_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
+		return crashtest.Run(t, crashtest.Spec{Role: "topology-crash", Test: "TestCrashChild", Ready: crashReady,
+			Env: []string{"STRAND_CRASH_DIR=" + dir, "STRAND_CRASH_RUN=" + strconv.Itoa(i)}}, killAfter).Finished
 	}
 	killed, midRun, restarts := 0, 0, 0
 	window := 300 // ms after the child has piped its log; shrinks when runs finish first
@@ -189,9 +180,7 @@ func TestCrashResumesExactly(t *testing.T) {
 	}
 	t.Logf("%d kills (%d advanced the checkpoint mid-run, %d fresh starts); %d keys and %d dead letters exact",
 		killed, midRun, restarts, len(got), poison)
-	if midRun < kills/4 {
-		coverage(t, "only %d of %d kills landed while the checkpoint was advancing", midRun, kills)
-	}
+	crashtest.Coverage(t, midRun >= kills/4, "only %d of %d kills landed while the checkpoint was advancing", midRun, kills)
 }
 
 // committed returns how many records the store has committed, over both
@@ -213,75 +202,6 @@ func committed(t *testing.T, dir string) uint64 {
 	return total
 }
 
-// runCrashChild runs child run i: the test named child in a child process
-// of this test binary, with env added to its environment. With killAfter <= 0
-// it waits for the child to finish; otherwise it kills the child with SIGKILL
-// killAfter after the child printed crashReady, unless it finishes first.
-// readyWhat names that moment in the failure message. It reports whether the
-// child finished, and fails t if the child failed.
-func runCrashChild(t *testing.T, child, readyWhat string, i int, killAfter time.Duration, env ...string) (finished bool) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), env...)
-	out := &limitedBuffer{ready: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	if killAfter <= 0 {
-		if err := <-done; err != nil {
-			t.Fatalf("final child run: %v\n%s", err, out.bytes())
-		}
-		return true
-	}
-	select {
-	case <-out.ready:
-	case err := <-done:
-		t.Fatalf("child run %d ended before %s: %v\n%s", i, readyWhat, err, out.bytes())
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("child run %d: %v\n%s", i, err, out.bytes())
-		}
-		return true
-	case <-time.After(killAfter):
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		return false
-	}
-}
-
-// limitedBuffer keeps the first 64 KiB of a child's output and closes
-// ready when the child says it has piped its log.
-type limitedBuffer struct {
-	mu    sync.Mutex
-	b     []byte
-	ready chan struct{}
-	seen  bool
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := 64<<10 - len(l.b); room > 0 {
-		l.b = append(l.b, p[:min(room, len(p))]...)
-	}
-	if !l.seen && bytes.Contains(l.b, []byte(crashReady)) {
-		l.seen = true
-		close(l.ready)
-	}
-	return len(p), nil
-}
-
-func (l *limitedBuffer) bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.b)
-}
-
 func tdParked(d *taskDriver, partitions uint32) int {
 	total := 0
 	for p := range partitions {
@@ -289,17 +209,4 @@ func tdParked(d *taskDriver, partitions uint32) int {
 		total += n
 	}
 	return total
-}
-
-// coverage reports that random kills did not land where a crash test
-// wanted them. Where they land depends on the machine's speed, so the
-// default run only logs it (the data checks are the test); soak runs
-// (STRAND_SOAK=1), which kill hundreds of times, assert it.
-func coverage(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("STRAND_SOAK") == "1" {
-		t.Errorf(format, args...)
-		return
-	}
-	t.Logf("coverage (asserted only with STRAND_SOAK=1): "+format, args...)
 }

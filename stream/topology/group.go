@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/scaleout/changelog"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -125,16 +126,16 @@ type ChangelogKind uint8
 
 const (
 	// ChangelogFence: a new owner took the partition over (Epoch, Member).
-	ChangelogFence = ChangelogKind(engine.ClogFence)
+	ChangelogFence = ChangelogKind(changelog.KindFence)
 	// ChangelogCommit: one commit of the partition.
-	ChangelogCommit = ChangelogKind(engine.ClogCommit)
+	ChangelogCommit = ChangelogKind(changelog.KindCommit)
 	// ChangelogSnapshot: part of a snapshot of the partition's rows.
-	ChangelogSnapshot = ChangelogKind(engine.ClogSnapshotChunk)
+	ChangelogSnapshot = ChangelogKind(changelog.KindSnapshotChunk)
 	// ChangelogSnapshotEnd: a snapshot is complete.
-	ChangelogSnapshotEnd = ChangelogKind(engine.ClogSnapshotEnd)
+	ChangelogSnapshotEnd = ChangelogKind(changelog.KindSnapshotEnd)
 )
 
-func (k ChangelogKind) String() string { return engine.ClogKind(k).String() }
+func (k ChangelogKind) String() string { return changelog.Kind(k).String() }
 
 // CheckpointRange is the offsets [From, Next) of one source a commit covers.
 type CheckpointRange struct {
@@ -154,7 +155,7 @@ type ChangelogEntry struct {
 // DecodeChangelog decodes the payload of a changelog record (read, for
 // example, with an Iggy client's OpenForeignSource).
 func DecodeChangelog(payload []byte) (ChangelogEntry, error) {
-	r, err := engine.DecodeClog(payload)
+	r, err := changelog.Decode(payload)
 	if err != nil {
 		return ChangelogEntry{}, err
 	}
@@ -171,31 +172,31 @@ type ChangelogVerdict uint8
 const (
 	// ChangelogValid: a commit of the partition's history (or a fence that
 	// raised its epoch).
-	ChangelogValid = ChangelogVerdict(engine.ClogValid)
+	ChangelogValid = ChangelogVerdict(changelog.Valid)
 	// ChangelogFenced: a commit of a deposed owner, after a newer fence;
 	// no reader applies it.
-	ChangelogFenced = ChangelogVerdict(engine.ClogFenced)
+	ChangelogFenced = ChangelogVerdict(changelog.Fenced)
 	// ChangelogDuplicate: a commit sent again.
-	ChangelogDuplicate = ChangelogVerdict(engine.ClogDuplicate)
+	ChangelogDuplicate = ChangelogVerdict(changelog.Duplicate)
 	// ChangelogInconsistent: a gap in the commit numbers, or an epoch
 	// without its fence.
-	ChangelogInconsistent = ChangelogVerdict(engine.ClogInconsistent)
+	ChangelogInconsistent = ChangelogVerdict(changelog.Inconsistent)
 	// ChangelogOther: another kind of record.
-	ChangelogOther = ChangelogVerdict(engine.ClogOther)
+	ChangelogOther = ChangelogVerdict(changelog.Other)
 )
 
-func (v ChangelogVerdict) String() string { return engine.ClogVerdict(v).String() }
+func (v ChangelogVerdict) String() string { return changelog.Verdict(v).String() }
 
 // ChangelogHistory follows one partition's changelog from its first
 // record, entry by entry, as every reader does (Judge).
-type ChangelogHistory struct{ h engine.ClogHistory }
+type ChangelogHistory struct{ h changelog.History }
 
 // Epoch returns the current epoch: the highest fence judged so far.
 func (h *ChangelogHistory) Epoch() connector.Epoch { return h.h.Epoch }
 
 // Judge classifies the next entry of the partition and advances.
 func (h *ChangelogHistory) Judge(e ChangelogEntry) ChangelogVerdict {
-	r := engine.ClogRecord{Kind: engine.ClogKind(e.Kind), Meta: engine.ClogMeta{Epoch: e.Epoch, Member: e.Member, Seq: e.Seq}}
+	r := changelog.Record{Kind: changelog.Kind(e.Kind), Meta: changelog.Meta{Epoch: e.Epoch, Member: e.Member, Seq: e.Seq}}
 	return ChangelogVerdict(h.h.Next(&r))
 }
 
@@ -253,7 +254,7 @@ type group struct {
 	sink       connector.Sink
 	src        connector.Source
 	marks      connector.Bookmarks
-	clog       *engine.Changelog // of the current Run
+	clog       *changelog.Changelog // of the current Run
 
 	mu    sync.Mutex
 	m     connector.Membership
@@ -380,9 +381,9 @@ func (a *App) runGroup(ctx context.Context) error {
 		}
 		return fmt.Errorf("topology %q: join the group: %w", a.prog.Name(), err)
 	}
-	clog := engine.NewChangelog(a.db, gr.sink, gr.src, gr.topic, gr.marks, m, engine.ChangelogOptions{
+	clog := changelog.New(a.db, gr.sink, gr.src, gr.topic, gr.marks, m, changelog.Options{
 		Sources: a.prog.Sources(), SnapshotEvery: gr.snapEvery, Logger: a.log,
-		Progress: func(rp engine.RestoreProgress) {
+		Progress: func(rp changelog.RestoreProgress) {
 			gr.setPhase(rp.Partition, func(st *partState) {
 				if st.phase == NotOwned {
 					return
@@ -686,7 +687,7 @@ var errRetryRestore = errors.New("retry the restore")
 // leaveGroup ends Run's part in the group once the processors stopped:
 // each serving partition's changelog is flushed (bounded), then every
 // partition stops.
-func (a *App) leaveGroup(log *slog.Logger, clog *engine.Changelog) {
+func (a *App) leaveGroup(log *slog.Logger, clog *changelog.Changelog) {
 	gr := a.grp
 	gr.mu.Lock()
 	var parts []uint32

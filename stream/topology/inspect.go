@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/inspect"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -143,7 +143,7 @@ func Inspect(dir string) (*Inspection, error) {
 
 // inspectStore reads the store in dir directly.
 func inspectStore(dir string) (*Inspection, error) {
-	in, err := engine.Inspect(dir)
+	in, err := inspect.Store(dir)
 	if err != nil {
 		return nil, fmt.Errorf("topology: inspect %s: %w", dir, err)
 	}

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/deadletter"
 )
@@ -177,7 +177,7 @@ func (l *liveInspect) report() (*liveReport, error) {
 	rep := &liveReport{Layout: in.Layout, Fingerprint: in.Fingerprint, Sources: in.Sources, Tables: in.Tables, Parked: in.Parked,
 		Held: in.Held, Outbox: in.Outbox}
 	for _, d := range in.PendingDeadLetters {
-		rep.DeadLetters = append(rep.DeadLetters, rowfmt.AppendLetter(nil, d))
+		rep.DeadLetters = append(rep.DeadLetters, rows.AppendLetter(nil, d))
 	}
 	return rep, nil
 }
@@ -268,7 +268,7 @@ func askLive(dir string, rec *liveRecord) (*Inspection, error) {
 		Tables: rep.Tables, Parked: rep.Parked, Held: rep.Held, Outbox: rep.Outbox, Live: rec.app()}
 	for _, b := range rep.DeadLetters {
 		var d deadletter.Letter
-		if err := rowfmt.DecodeLetter(b, &d); err != nil {
+		if err := rows.DecodeLetter(b, &d); err != nil {
 			return nil, fmt.Errorf("read the report: dead letter: %w", err)
 		}
 		in.PendingDeadLetters = append(in.PendingDeadLetters, d)

@@ -1,21 +1,19 @@
 package topology_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // liveTopology counts events per key; the key "stuck" always fails, so it
@@ -151,10 +149,8 @@ const liveChildReady = "strand-live-child: ready"
 // TestLiveInspectChild is the child process of TestInspectLiveAndCrashed:
 // it processes the log into the store and waits to be killed.
 func TestLiveInspectChild(t *testing.T) {
+	crashtest.Child(t, "live-inspect")
 	dir := os.Getenv("STRAND_LIVE_DIR")
-	if dir == "" {
-		t.Skip("run by TestInspectLiveAndCrashed")
-	}
 	topo, decl := liveTopology()
 	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.Dir(dir))
 	topologytest.Pipe(d, decl, liveEvents()...)
@@ -170,42 +166,12 @@ func TestLiveInspectChild(t *testing.T) {
 // reported as stale; an App that opens the store again replaces it.
 func TestInspectLiveAndCrashed(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLiveInspectChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "STRAND_LIVE_DIR="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := false
-		for sc.Scan() {
-			if !ok && strings.Contains(sc.Text(), liveChildReady) {
-				ok = true
-				ready <- true
-			}
-		}
-		if !ok {
-			ready <- false
-		}
-	}()
+	child := crashtest.Start(t, crashtest.Spec{Role: "live-inspect", Test: "TestLiveInspectChild", Ready: liveChildReady,
+		Env: []string{"STRAND_LIVE_DIR=" + dir}})
 	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("the child ended before it was ready")
-		}
+	case <-child.Ready():
+	case <-child.Done():
+		t.Fatalf("the child ended before it was ready: %v\n%s", child.Err(), child.Tail(20))
 	case <-time.After(30 * time.Second):
 		t.Fatal("the child did not get ready")
 	}
@@ -214,22 +180,18 @@ func TestInspectLiveAndCrashed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live.Live == nil || live.Live.PID != cmd.Process.Pid {
-		t.Fatalf("report of the child's open store: live %+v, want pid %d", live.Live, cmd.Process.Pid)
+	if live.Live == nil || live.Live.PID != child.Pid() {
+		t.Fatalf("report of the child's open store: live %+v, want pid %d", live.Live, child.Pid())
 	}
 	checkLiveFigures(t, live)
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	killed = true
+	child.Kill()
 	crashed, err := topology.Inspect(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if crashed.Live != nil || crashed.Stale == nil || crashed.Stale.PID != cmd.Process.Pid {
-		t.Fatalf("report of the crashed store: live %+v, stale %+v, want the child's pid %d", crashed.Live, crashed.Stale, cmd.Process.Pid)
+	if crashed.Live != nil || crashed.Stale == nil || crashed.Stale.PID != child.Pid() {
+		t.Fatalf("report of the crashed store: live %+v, stale %+v, want the child's pid %d", crashed.Live, crashed.Stale, child.Pid())
 	}
 	sameFigures(t, live, crashed)
 

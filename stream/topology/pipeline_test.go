@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 
 	"github.com/strand-io/strand/internal/state"
 )
@@ -195,10 +196,8 @@ func submitCrashWorkload() (bankDecls, []bankOp) {
 }
 
 func TestSubmitCrashChild(t *testing.T) {
+	crashtest.Child(t, "topology-submit-crash")
 	dir := os.Getenv("STRAND_SUBMIT_CRASH_DIR")
-	if dir == "" {
-		t.Skip("run by TestSubmitCrashResumesExactly")
-	}
 	ctx := context.Background()
 	decls, ops := submitCrashWorkload()
 	topo, _ := bankTopology(decls)
@@ -247,10 +246,7 @@ func TestSubmitCrashResumesExactly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
-	kills := 15
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills = 100
-	}
+	kills := crashtest.Kills(15, 100)
 	ctx := context.Background()
 	dir := t.TempDir()
 	decls, ops := submitCrashWorkload()
@@ -290,8 +286,8 @@ func TestSubmitCrashResumesExactly(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
 	run := func(i int, killAfter time.Duration) (finished bool) {
-		return runCrashChild(t, "TestSubmitCrashChild", "starting", i, killAfter,
-			"STRAND_SUBMIT_CRASH_DIR="+dir, "STRAND_SUBMIT_CRASH_RUN="+strconv.Itoa(i))
+		return crashtest.Run(t, crashtest.Spec{Role: "topology-submit-crash", Test: "TestSubmitCrashChild", Ready: crashReady,
+			Env: []string{"STRAND_SUBMIT_CRASH_DIR=" + dir, "STRAND_SUBMIT_CRASH_RUN=" + strconv.Itoa(i)}}, killAfter).Finished
 	}
 	killed, advanced := 0, 0
 	last := uint64(0)

@@ -14,6 +14,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The re-sequencer's crash test: a child process runs the real App (the
@@ -76,10 +77,8 @@ func reseqCrashTopology() (*topology.Topology, *topology.Table[string, PState]) 
 }
 
 func TestReseqCrashChild(t *testing.T) {
+	crashtest.Child(t, "topology-reseq-crash")
 	dir := os.Getenv("STRAND_RESEQ_CRASH_DIR")
-	if dir == "" {
-		t.Skip("run by TestReseqCrashHoldsAndTablesExact")
-	}
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 12))
 	topo, _ := reseqCrashTopology()
@@ -201,16 +200,13 @@ func TestReseqCrashHoldsAndTablesExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
-	kills := 20
-	if os.Getenv("STRAND_SOAK") != "" {
-		kills = 200
-	}
+	kills := crashtest.Kills(20, 200)
 	dir := t.TempDir()
 	log := reseqCrashLog()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
 	run := func(i int, killAfter time.Duration) bool {
-		return runCrashChild(t, "TestReseqCrashChild", "piping", i, killAfter,
-			"STRAND_RESEQ_CRASH_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
+		return crashtest.Run(t, crashtest.Spec{Role: "topology-reseq-crash", Test: "TestReseqCrashChild", Ready: crashReady,
+			Env: []string{"STRAND_RESEQ_CRASH_DIR=" + dir, "STRAND_CRASH_RUN=" + strconv.Itoa(i)}}, killAfter).Finished
 	}
 	killed, midRun, restarts, checks := 0, 0, 0, 0
 	window := 300
@@ -250,7 +246,5 @@ func TestReseqCrashHoldsAndTablesExact(t *testing.T) {
 	}
 	t.Logf("%d kills (%d advanced the checkpoint mid-run, %d fresh starts), %d checks of tables and holds against the model; %d held at the end",
 		killed, midRun, restarts, checks, held)
-	if midRun < kills/4 {
-		coverage(t, "only %d of %d kills landed while the checkpoint was advancing", midRun, kills)
-	}
+	crashtest.Coverage(t, midRun >= kills/4, "only %d of %d kills landed while the checkpoint was advancing", midRun, kills)
 }

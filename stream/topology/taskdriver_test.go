@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/engine"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
@@ -380,7 +380,7 @@ func (d *taskDriver) DeadLetters() []deadletter.Letter {
 	for p := range d.partitions {
 		err := d.db.Rows(context.Background(), state.FamilyDeadLetters, p, func(_, value []byte) error {
 			var dl deadletter.Letter
-			if err := rowfmt.DecodeLetter(value, &dl); err != nil {
+			if err := rows.DecodeLetter(value, &dl); err != nil {
 				return err
 			}
 			out = append(out, dl)

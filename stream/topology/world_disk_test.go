@@ -1,11 +1,9 @@
 package topology_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The state directory's disk fills up while an App runs (docs/design.md,
@@ -33,10 +32,8 @@ const fullDiskChildEnv = "STRAND_FULLDISK_CHILD" // broker address, state direct
 // to the last byte, says so, and reports what Run returned once more events
 // arrive. It does nothing in a normal run.
 func TestFullDiskChild(t *testing.T) {
+	crashtest.Child(t, "full-disk")
 	spec := os.Getenv(fullDiskChildEnv)
-	if spec == "" {
-		t.Skip("run by TestFullDiskStopsTheAppNotTheProcess")
-	}
 	addr, rest, _ := strings.Cut(spec, "|")
 	dir, filler, _ := strings.Cut(rest, "|")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -60,13 +57,13 @@ func TestFullDiskChild(t *testing.T) {
 	if err := fillDisk(filler); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Println("filled")
+	fmt.Println("fulldisk: filled")
 	select {
 	case err = <-done:
 	case <-ctx.Done():
 		t.Fatal("Run goes on on a full disk")
 	}
-	fmt.Printf("run: %v\n", err)
+	fmt.Printf("fulldisk: run: %v\n", err)
 	if !errors.Is(err, topology.ErrDiskFull) || !errors.Is(err, topology.ErrStoreFailed) {
 		t.Fatalf("Run on a full disk = %v, want ErrDiskFull", err)
 	}
@@ -112,53 +109,13 @@ func TestFullDiskStopsTheAppNotTheProcess(t *testing.T) {
 	_, _, decl := counter("fulldisk")
 	publishN(t, cl, decl, 200)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFullDiskChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), fullDiskChildEnv+"="+cl.Addr()+"|"+dir+"|"+filler)
-	cmd.Stderr = io.Discard
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var said []string
-	wait := func(prefix string) string {
-		t.Helper()
-		timeout := time.After(time.Minute)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					_ = cmd.Wait()
-					t.Fatalf("the child ended before saying %q (it said %q)", prefix, said)
-				}
-				said = append(said, l)
-				if strings.HasPrefix(l, prefix) {
-					return l
-				}
-			case <-timeout:
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				t.Fatalf("the child did not say %q within a minute (it said %q)", prefix, said)
-			}
-		}
-	}
-	wait("filled")
+	child := crashtest.Start(t, crashtest.Spec{Role: "full-disk", Test: "TestFullDiskChild",
+		Env: []string{fullDiskChildEnv + "=" + cl.Addr() + "|" + dir + "|" + filler}})
+	child.WaitLine(t, "fulldisk: filled", time.Minute)
 	publishN(t, cl, decl, 200) // events the child cannot commit
-	report := wait("run: ")
-	for range lines {
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("the process embedding the App did not survive the full disk: %v (it said %q)", err, said)
+	_, report, _ := strings.Cut(child.WaitLine(t, "fulldisk: run: ", time.Minute), "fulldisk: ")
+	if err := child.Wait(t, time.Minute); err != nil {
+		t.Fatalf("the process embedding the App did not survive the full disk: %v (it said %q)", err, child.Tail(20))
 	}
 	t.Log(report)
 	for _, want := range []string{"disk full", "bytes free", "make room on the disk"} {

@@ -253,7 +253,7 @@ func startInstance(ctx context.Context, o ScaleoutOptions, cfg InstanceConfig, o
 // other: each once the ones before it settled (waitSettled with ends,
 // within timeout). Instances that join at once make an instance give up
 // partitions while its processors are still starting, which can leave it
-// hung (Run does not return and its partitions stay Serving; see RESULTS.md,
+// hung (Run does not return and its partitions stay Serving; see HISTORY.md,
 // "Scale-out"): the measurements start their groups the way an operator
 // adds instances.
 func startGroup(ctx context.Context, o ScaleoutOptions, ps []*instProc, parts uint32, ends []uint64, timeout time.Duration,

@@ -12,7 +12,7 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/scaleout/changelog"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -125,7 +125,7 @@ func ScaleoutRestore(ctx context.Context, o ScaleoutOptions, variant string) (Re
 		return res, err
 	}
 	res.Extra["changelog_records"] = float64(clogEnds[0])
-	if mark, ok, err := b.cl.Bookmark(ctx, clog, 0, engine.SnapshotBookmark); err == nil && ok {
+	if mark, ok, err := b.cl.Bookmark(ctx, clog, 0, changelog.SnapshotBookmark); err == nil && ok {
 		res.Extra["snapshot_offset"] = float64(mark)
 	}
 

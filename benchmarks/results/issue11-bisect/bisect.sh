@@ -1,6 +1,6 @@
 #!/bin/sh
 # bisect.sh ROUNDS OUTDIR TESTBIN... — the interleaved rounds behind
-# RESULTS.md §13: each round runs BenchmarkAccounts' strand-binary and
+# HISTORY.md §13: each round runs BenchmarkAccounts' strand-binary and
 # strand-pipelined-binary (1,000,000 events, one run each) with every test
 # binary in turn, and appends the result lines to OUTDIR/<binary>.txt, one
 # file per binary, for benchstat. Build each binary at its commit with

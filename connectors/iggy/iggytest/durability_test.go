@@ -1,14 +1,10 @@
 package iggytest
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
@@ -229,24 +225,10 @@ func TestDurableRetentionDropsOldSegments(t *testing.T) {
 // when the directory is opened again.
 func TestDurableSurvivesKill9(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	cmd.Stderr = os.Stderr
-	must(t, cmd.Start())
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	must(t, err)
-	child := target{addr: strings.TrimSpace(line), user: "iggy", pass: "iggy"}
+	proc, addr := startBroker(t, dir, "")
+	child := target{addr: addr, user: "iggy", pass: "iggy"}
 	cli := child.login(t)
-	_, err = cli.CreateStream("s")
+	_, err := cli.CreateStream("s")
 	must(t, err)
 	sid, tid := mustID("s"), mustID("t")
 	_, err = cli.CreateTopic(sid, "t", 2, iggcon.CompressionAlgorithmNone, 0, 0, nil)
@@ -256,9 +238,7 @@ func TestDurableSurvivesKill9(t *testing.T) {
 	}
 	_, err = cli.PollMessages(sid, tid, iggcon.NewSingleConsumer(mustID("c")), iggcon.NextPollingStrategy(), 33, true, u32p(1))
 	must(t, err)
-	must(t, cmd.Process.Signal(syscall.SIGKILL))
-	_ = cmd.Wait()
-	killed = true
+	proc.Kill()
 	_ = cli.Close()
 
 	tg := durable(t, dir)

@@ -2,8 +2,11 @@ package iggytest
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,7 +87,7 @@ func TestRefuseConnectionsClosesNewConnectionsForAWhile(t *testing.T) {
 	}
 	nc.Close()
 	must(t, old.Ping()) // existing connections keep working
-	time.Sleep(350 * time.Millisecond)
+	waitAccepting(t, tg.addr)
 	must(t, tg.login(t).Ping())
 }
 
@@ -128,10 +131,18 @@ func TestCloseAbortsDelaysAndEndsEveryGoroutine(t *testing.T) {
 	must(t, err)
 	tg := target{addr: srv.Addr(), user: "iggy", pass: "iggy", srv: srv}
 	cli := tg.login(t)
-	srv.DelayNext(CmdPing, 1, time.Hour)
+	held := make(chan struct{})
+	var once sync.Once
+	srv.Control(func(req *Request) Reply {
+		if req.Command != CmdPing {
+			return Reply{}
+		}
+		once.Do(func() { close(held) })
+		return Reply{Action: Pass, Delay: time.Hour}
+	})
 	errc := make(chan error, 1)
 	go func() { errc <- cli.Ping() }()
-	time.Sleep(50 * time.Millisecond)
+	<-held // the ping is held by the broker
 	start := time.Now()
 	must(t, srv.Close())
 	if d := time.Since(start); d > 2*time.Second {
@@ -321,4 +332,22 @@ func TestCountedControlsAreSafeUnderLoad(t *testing.T) {
 		_, _ = cli.GetStreams()
 	}
 	t.Fatal("counted controls never used up")
+}
+
+// waitAccepting waits until the server at addr accepts connections again
+// after RefuseConnections: a refused connection is closed at once (EOF),
+// an accepted one waits for a request (the read times out).
+func waitAccepting(t *testing.T, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		nc, err := net.Dial("tcp", addr)
+		must(t, err)
+		_ = nc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		_, err = nc.Read(make([]byte, 1))
+		nc.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+	}
+	t.Fatal("the server still refuses connections after 10 s")
 }

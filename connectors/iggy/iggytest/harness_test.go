@@ -16,14 +16,13 @@ import (
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
-const childEnv = "IGGYTEST_CHILD_DATA_DIR"
-
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(childEnv); dir != "" {
-		runChild(dir)
-		return
+	if code, ok := crashtest.Main(map[string]func([]string) int{childRole: runChild}); ok {
+		os.Exit(code)
 	}
 	// The SDK logs three lines per login through the standard logger.
 	log.SetOutput(io.Discard)

@@ -1,23 +1,21 @@
 package iggytest
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/apache/iggy/foreign/go/client"
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // The soaks run only with STRAND_SOAK=1 (for as long as
@@ -318,20 +316,11 @@ func TestSoakKill9Restarts(t *testing.T) {
 	must(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
-	startChild := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+dir, childAddrEnv+"="+addr)
-		out, err := cmd.StdoutPipe()
-		must(t, err)
-		cmd.Stderr = os.Stderr
-		must(t, cmd.Start())
-		if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-			t.Fatalf("child did not start: %v", err)
-		}
-		return cmd
+	startChild := func() *crashtest.Proc {
+		p, _ := startBroker(t, dir, addr)
+		return p
 	}
 	cmd := startChild()
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	sc := &soakClient{addr: addr, timeout: 200 * time.Millisecond}
 	defer sc.close()
 	sid, tid := mustID("k"), mustID("t")
@@ -352,8 +341,8 @@ func TestSoakKill9Restarts(t *testing.T) {
 		killAt := time.Now().Add(time.Duration(20+rng.IntN(300)) * time.Millisecond)
 		var killed atomic.Bool
 		go func() {
-			time.Sleep(time.Until(killAt))
-			_ = cmd.Process.Signal(syscall.SIGKILL)
+			time.Sleep(time.Until(killAt)) // a kill at a random moment
+			cmd.Kill()
 			killed.Store(true)
 		}()
 		for !killed.Load() {
@@ -367,7 +356,7 @@ func TestSoakKill9Restarts(t *testing.T) {
 				acked[p] += int64(n)
 			}
 		}
-		_ = cmd.Wait()
+		<-cmd.Done()
 		sc.close()
 		cmd = startChild()
 		rounds++

@@ -3,9 +3,9 @@
 //
 // A Driver opens the topology's real App — the same pipelines, commits,
 // retries, parking, dead-letter publication and restarts as in production
-// — over an in-memory connector whose logs the test fills with Pipe and
-// hands out batch by batch with Step, on a clock that moves only when the
-// test calls AdvanceClock. Dead letters are published to an in-memory
+// — over an in-memory connector (package memconn, Broker) whose logs the
+// test fills with Pipe and hands out batch by batch with Step, on a clock
+// that moves only when the test calls AdvanceClock. Dead letters are published to an in-memory
 // dead-letter topic that DeadLetters reads; the Driver logs nothing unless
 // given a logger.
 //
@@ -31,6 +31,7 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/connector/memconn"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 )
@@ -58,7 +59,7 @@ type Driver struct {
 	batchSize func() int
 	log       *slog.Logger
 	opts      []topology.OpenOption
-	conn      *memConnector
+	conn      *memconn.Broker
 	clock     *clock
 	timeout   time.Duration
 
@@ -121,9 +122,11 @@ func NewDriver(tb TB, topo *topology.Topology, opts ...Option) *Driver {
 	if d.dir == "" {
 		d.dir = tb.TempDir()
 	}
-	d.conn = newMemConnector(d.parts, prog.Sources())
-	d.conn.resume(d.dir)
 	d.clock = newClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	if d.conn, err = newBroker(d.parts, prog.Sources(), d.clock); err != nil {
+		tb.Fatalf("topologytest: %v", err)
+	}
+	resume(d.conn, d.dir)
 	d.open()
 	tb.Cleanup(d.Close)
 	return d
@@ -178,6 +181,12 @@ func (d *Driver) started() bool {
 
 // App returns the running App (for Stats, Checkpoint, Release).
 func (d *Driver) App() *topology.App { return d.app }
+
+// Broker returns the in-memory broker the App runs over (package memconn):
+// for tests that inject faults (a sink whose sends fail, a source whose
+// polls fail) or read a topic directly. Records appended to a source
+// through it are handed out by Step, as Pipe's are.
+func (d *Driver) Broker() *memconn.Broker { return d.conn }
 
 // Dir returns the state directory.
 func (d *Driver) Dir() string { return d.dir }
@@ -253,15 +262,26 @@ func PipeTo[K, E any](d *Driver, source string, decl *stream.Event[K, E], events
 // driver assigns the offset, which it returns, and a timestamp.
 func (d *Driver) PipeRecord(source string, r connector.Record) uint64 {
 	d.tb.Helper()
-	s, ok := d.conn.sources[source]
-	if !ok {
-		d.tb.Fatalf("topologytest: no source %q", source)
-	}
+	s := d.source(source)
 	if r.Partition >= d.parts {
 		d.tb.Fatalf("topologytest: source %q has no partition %d", source, r.Partition)
 	}
 	r.Timestamp = uint64(d.clock.Now().UnixMicro())
-	return s.logs[r.Partition].append(r)
+	off, err := s.Append(r.Partition, r)
+	if err != nil {
+		d.tb.Fatalf("topologytest: %v", err)
+	}
+	return off
+}
+
+// source returns the in-memory topic of a source of the topology, failing
+// the test for a name that is none.
+func (d *Driver) source(name string) *memconn.Topic {
+	d.tb.Helper()
+	if !slices.Contains(d.prog.Sources(), name) {
+		d.tb.Fatalf("topologytest: no source %q", name)
+	}
+	return d.conn.Topic(name)
 }
 
 // Step hands every partition with records not yet handed out one more
@@ -272,8 +292,9 @@ func (d *Driver) Step() bool {
 	d.tb.Helper()
 	did := false
 	for _, name := range d.prog.Sources() {
-		for _, l := range d.conn.sources[name].logs {
-			if l.grant(d.batchSize()) > 0 {
+		s := d.source(name)
+		for p := range d.parts {
+			if s.Release(p, d.batchSize()) > 0 {
 				did = true
 			}
 		}
@@ -343,8 +364,9 @@ func (d *Driver) outboxEmpty() bool {
 
 func (d *Driver) caughtUp() bool {
 	for _, name := range d.prog.Sources() {
-		for p, l := range d.conn.sources[name].logs {
-			if _, granted := l.state(); d.next(name, uint32(p)) < uint64(granted) {
+		s := d.source(name)
+		for p := range d.parts {
+			if _, released := s.Len(p); d.next(name, p) < uint64(released) {
 				return false
 			}
 		}
@@ -376,7 +398,7 @@ func (d *Driver) describe() string {
 	fmt.Fprintf(&b, "clock %s", d.clock.Now().Format(time.RFC3339Nano))
 	for _, st := range d.app.Stats() {
 		for _, ps := range st.Partitions {
-			end, granted := d.conn.sources[st.Source].logs[ps.Partition].state()
+			end, granted := d.conn.Topic(st.Source).Len(ps.Partition)
 			fmt.Fprintf(&b, "; %s/%d: %d records, %d handed out, committed up to %d, %d keys parked (next retry %s)",
 				st.Source, ps.Partition, end, granted, ps.Next, ps.ParkedKeys, ps.NextRetry.Format(time.RFC3339Nano))
 		}
@@ -394,9 +416,10 @@ func (d *Driver) Lag() int {
 	d.tb.Helper()
 	lag := 0
 	for _, name := range d.prog.Sources() {
-		for p, l := range d.conn.sources[name].logs {
-			end, _ := l.state()
-			lag += end - int(d.next(name, uint32(p)))
+		s := d.source(name)
+		for p := range d.parts {
+			end, _ := s.Len(p)
+			lag += end - int(d.next(name, p))
 		}
 	}
 	return lag
@@ -445,11 +468,11 @@ func (d *Driver) DeadLetters() []deadletter.Letter {
 	}
 	var out []deadletter.Letter
 	outputs := d.prog.Outputs()
-	for name, s := range d.conn.sinks {
+	for _, name := range d.conn.Topics() {
 		if slices.Contains(outputs, name) {
 			continue
 		}
-		for _, m := range s.messages() {
+		for _, m := range d.conn.Topic(name).Messages() {
 			dl, err := deadletter.Parse(m)
 			if err != nil {
 				d.tb.Fatalf("topologytest: dead-letter message: %v", err)
@@ -493,13 +516,11 @@ func (d *Driver) Output(topic string) []connector.Message {
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-	d.conn.mu.Lock()
-	s := d.conn.sinks[topic]
-	d.conn.mu.Unlock()
+	s := d.conn.Topic(topic)
 	if s == nil {
 		return nil
 	}
-	return s.messages()
+	return s.Messages()
 }
 
 // Outputs decodes what the topology published to topic (Output) as events
@@ -509,7 +530,7 @@ func Outputs[K, E any](d *Driver, topic string, decl *stream.Event[K, E]) []E {
 	d.tb.Helper()
 	var out []E
 	for _, m := range d.Output(topic) {
-		r := recordOf(m)
+		r := memconn.RecordOf(m)
 		if r.HeaderErr != nil {
 			d.tb.Fatalf("topologytest: a message of %q: %v", topic, r.HeaderErr)
 		}

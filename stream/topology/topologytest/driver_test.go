@@ -48,3 +48,31 @@ func TestWaitCaughtUpUnderTheDriver(t *testing.T) {
 		t.Fatalf("counted %d visits, want 10", total)
 	}
 }
+
+// Broker gives the test the in-memory topics: what was piped is there, and
+// records a test appends through it are handed out by Step like piped ones.
+func TestBrokerIsTheDriversConnector(t *testing.T) {
+	visits := stream.DeclareFunc(1, func(v Visit) string { return v.Page })
+	topo := topology.New("broker")
+	src := topology.Source[string](topo, "web/visits")
+	counts := topology.NewTable[string, int](topo, "counts", stream.JSON[int]())
+	topology.Project(topology.On(src, visits), counts, func(n *int, v Visit) error { *n++; return nil })
+	d := topologytest.NewDriver(t, topo)
+	topologytest.Pipe(d, visits, Visit{Page: "a"})
+	top := d.Broker().Topic("web/visits")
+	if top == nil {
+		t.Fatal("Broker has no topic web/visits")
+	}
+	recs := top.Records(0)
+	if len(recs) != 1 {
+		t.Fatalf("the broker's topic holds %d records, want the 1 piped", len(recs))
+	}
+	recs[0].Offset = 0
+	if _, err := top.Append(0, recs[0]); err != nil { // the same visit again, through the broker
+		t.Fatal(err)
+	}
+	d.Advance()
+	if n, _, err := counts.Get(context.Background(), "a"); err != nil || n != 2 {
+		t.Fatalf("count of a = %d, %v; want 2 (one piped, one appended through Broker)", n, err)
+	}
+}

@@ -1,22 +1,12 @@
 package topologytest
 
 import (
-	"context"
 	"slices"
 
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
-
-var _ connector.ForeignConnector = (*memConnector)(nil)
-
-// OpenForeignSource returns the in-memory topic named topic: its records
-// are what PipeForeign appended, each with its raw message, so the
-// in-memory connector reads foreign topics as connectors/iggy does.
-func (c *memConnector) OpenForeignSource(ctx context.Context, topic string) (connector.Source, error) {
-	return c.OpenSource(ctx, topic)
-}
 
 // PipeForeign appends m, a message written by a producer that knows
 // nothing of strand, to partition m.Partition of source, which the topology

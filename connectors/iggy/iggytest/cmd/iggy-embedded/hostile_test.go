@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -29,8 +28,7 @@ func TestHostileClientsKeepTheBrokerSmall(t *testing.T) {
 	limitMiB := int64(envInt("STRAND_RSS_LIMIT_MIB", 200))
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childArgsEnv+"="+strings.Join([]string{"-addr", addr, "-data", dir}, "\x1f"))
+	cmd := brokerCommand(t, "-addr", addr, "-data", dir)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

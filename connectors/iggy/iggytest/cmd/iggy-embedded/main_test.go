@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,19 +17,39 @@ import (
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 func TestMain(m *testing.M) {
-	if args := os.Getenv(childArgsEnv); args != "" {
-		// Run as the broker process of a measurement (see rss_test.go).
-		if err := run(strings.Split(args, "\x1f")); err != nil {
-			fmt.Fprintln(os.Stderr, "iggy-embedded:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	if code, ok := crashtest.Main(map[string]func([]string) int{childRole: childMain}); ok {
+		os.Exit(code) // the broker process of a measurement (see brokerCommand)
 	}
 	log.SetOutput(io.Discard)
 	goleak.VerifyTestMain(m)
+}
+
+// childRole is the crashtest role in which the test binary runs the
+// command itself, with the child's arguments, instead of the tests.
+const childRole = "iggy-embedded"
+
+func childMain(args []string) int {
+	if err := run(args); err != nil {
+		fmt.Fprintln(os.Stderr, "iggy-embedded:", err)
+		return 1
+	}
+	return 0
+}
+
+// brokerCommand returns the command that runs the broker with args in a
+// child process (this test binary), not started.
+func brokerCommand(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd, err := crashtest.Command(crashtest.Spec{Role: childRole, Args: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd
 }
 
 func freeAddr(t *testing.T) string {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,11 +15,6 @@ import (
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 )
-
-// childArgsEnv makes the test binary run the command itself with the
-// unit-separator (0x1f) separated arguments it holds: the broker of a measurement runs as its
-// own process, so its memory is measured alone.
-const childArgsEnv = "IGGY_EMBEDDED_CHILD_ARGS"
 
 // procStatus reads a "VmRSS"/"VmHWM" line (kB) of /proc/PID/status.
 func procStatus(pid int, field string) (int64, error) {
@@ -66,8 +60,7 @@ func TestBrokerMemoryIsBoundedByTheCache(t *testing.T) {
 	if c := os.Getenv("STRAND_RSS_CACHE"); c != "" {
 		args = append(args, "-cache", c)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childArgsEnv+"="+strings.Join(args, "\x1f"))
+	cmd := brokerCommand(t, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

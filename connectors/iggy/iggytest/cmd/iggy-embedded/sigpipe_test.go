@@ -2,9 +2,6 @@ package main
 
 import (
 	"net"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 )
@@ -15,8 +12,7 @@ import (
 // killed the broker (exit by signal 13).
 func TestSurvivesItsStderrReaderGoingAway(t *testing.T) {
 	addr := freeAddr(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childArgsEnv+"="+strings.Join([]string{"-addr", addr, "-v"}, "\x1f"))
+	cmd := brokerCommand(t, "-addr", addr, "-v")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,4 @@
-// Package rowfmt encodes the records and dead letters the runtime keeps in its
-// store (records parked behind a failure or held by the re-sequencer, dead
-// letters waiting in the outbox): the row layouts of docs/design.md §6.
-package rowfmt
+package rows
 
 import (
 	"encoding/binary"
@@ -9,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/internal/rowenc"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -31,7 +27,7 @@ func AppendLetter(dst []byte, d deadletter.Letter) []byte {
 		v = deadLetterVersionForeign
 	}
 	dst = append(dst, v, byte(d.Reason))
-	dst = rowenc.AppendString(dst, d.Source)
+	dst = AppendString(dst, d.Source)
 	dst = binary.BigEndian.AppendUint32(dst, d.Partition)
 	dst = binary.BigEndian.AppendUint64(dst, d.Offset)
 	dst = binary.BigEndian.AppendUint64(dst, d.Timestamp)
@@ -40,9 +36,9 @@ func AppendLetter(dst []byte, d deadletter.Letter) []byte {
 	if d.Err != nil {
 		errText = d.Err.Error()
 	}
-	dst = rowenc.AppendString(dst, errText)
+	dst = AppendString(dst, errText)
 	dst = appendHeaders(dst, d.Headers)
-	dst = rowenc.AppendString(dst, string(d.Payload))
+	dst = AppendString(dst, string(d.Payload))
 	if d.Raw != nil {
 		dst = appendRaw(dst, d.Raw)
 	}
@@ -52,7 +48,7 @@ func AppendLetter(dst []byte, d deadletter.Letter) []byte {
 // DecodeLetter decodes into d a row written by AppendLetter. The payload and
 // key are copied.
 func DecodeLetter(data []byte, d *deadletter.Letter) error {
-	r := rowenc.Reader{B: data}
+	r := Reader{B: data}
 	v := r.Byte()
 	if v != deadLetterVersion && v != deadLetterVersionForeign {
 		return fmt.Errorf("%w: dead letter row version %d unknown", stream.ErrCodec, v)
@@ -81,7 +77,7 @@ func DecodeLetter(data []byte, d *deadletter.Letter) error {
 }
 
 func appendHeaders(dst []byte, h connector.Headers) []byte {
-	dst = rowenc.AppendString(dst, string(h.Key))
+	dst = AppendString(dst, string(h.Key))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(h.Tag))
 	dst = append(dst, byte(h.Ordering), byte(h.Algebra))
 	if h.HasSeq {
@@ -93,7 +89,7 @@ func appendHeaders(dst []byte, h connector.Headers) []byte {
 	return dst
 }
 
-func readHeaders(r *rowenc.Reader) connector.Headers {
+func readHeaders(r *Reader) connector.Headers {
 	var h connector.Headers
 	h.Key = r.Bytes()
 	if len(h.Key) == 0 {
@@ -126,7 +122,7 @@ func AppendRecord(dst []byte, r connector.Record) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, r.Offset)
 	dst = binary.BigEndian.AppendUint64(dst, r.Timestamp)
 	dst = appendHeaders(dst, r.Headers)
-	dst = rowenc.AppendString(dst, string(r.Payload))
+	dst = AppendString(dst, string(r.Payload))
 	if r.Raw != nil {
 		dst = appendRaw(dst, r.Raw)
 	}
@@ -136,7 +132,7 @@ func AppendRecord(dst []byte, r connector.Record) []byte {
 // DecodeRecord decodes into r a row written by AppendRecord; it leaves
 // r.Partition alone. The key and payload are copied.
 func DecodeRecord(data []byte, r *connector.Record) error {
-	rd := rowenc.Reader{B: data}
+	rd := Reader{B: data}
 	v := rd.Byte()
 	if v != recordVersion && v != recordVersionForeign {
 		return fmt.Errorf("%w: record row version %d unknown", stream.ErrCodec, v)

@@ -1,11 +1,11 @@
-package rowfmt_test
+package rows_test
 
 import (
 	"errors"
 	"reflect"
 	"testing"
 
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -22,7 +22,7 @@ func TestForeignRowsRoundTrip(t *testing.T) {
 		}
 		r := connector.Record{Offset: 9, Timestamp: 5, Payload: []byte("p"), Raw: raw,
 			Headers: connector.Headers{Key: []byte("k"), Tag: 2, Ordering: planner.Release, Seq: 4, HasSeq: true}}
-		b := rowfmt.AppendRecord(nil, r)
+		b := rows.AppendRecord(nil, r)
 		if want := byte(1); raw != nil {
 			want = 2
 			if b[0] != want {
@@ -32,16 +32,16 @@ func TestForeignRowsRoundTrip(t *testing.T) {
 			t.Fatalf("record row version %d, want %d", b[0], want)
 		}
 		var back connector.Record
-		if err := rowfmt.DecodeRecord(b, &back); err != nil {
+		if err := rows.DecodeRecord(b, &back); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(back.Raw, raw) || back.Offset != 9 || string(back.Headers.Key) != "k" || back.Headers.Seq != 4 {
 			t.Fatalf("record read back %+v, want raw %+v", back, raw)
 		}
 		d := deadletter.Letter{Source: "s", Offset: 9, Reason: deadletter.ReasonUnclassified, Err: errors.New("e"), Payload: []byte("p"), Raw: raw}
-		b = rowfmt.AppendLetter(nil, d)
+		b = rows.AppendLetter(nil, d)
 		var dback deadletter.Letter
-		if err := rowfmt.DecodeLetter(b, &dback); err != nil {
+		if err := rows.DecodeLetter(b, &dback); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(dback.Raw, raw) || dback.Reason != d.Reason || dback.Err.Error() != "e" {
@@ -50,7 +50,7 @@ func TestForeignRowsRoundTrip(t *testing.T) {
 		// Truncated rows are errors, never panics.
 		for n := range len(b) {
 			var x deadletter.Letter
-			if err := rowfmt.DecodeLetter(b[:n], &x); err == nil && n < len(b) && raw != nil {
+			if err := rows.DecodeLetter(b[:n], &x); err == nil && n < len(b) && raw != nil {
 				t.Fatalf("a dead-letter row cut to %d of %d bytes decoded", n, len(b))
 			}
 		}
@@ -76,15 +76,15 @@ func TestLetterRowRoundTrip(t *testing.T) {
 		Headers: connector.Headers{Key: []byte("k"), Tag: 4, Ordering: planner.Release, Seq: 9, HasSeq: true},
 		Payload: []byte("{"),
 	}
-	b := rowfmt.AppendLetter(nil, dl)
+	b := rows.AppendLetter(nil, dl)
 	var back deadletter.Letter
-	if err := rowfmt.DecodeLetter(b, &back); err != nil {
+	if err := rows.DecodeLetter(b, &back); err != nil {
 		t.Fatal(err)
 	}
 	if back.Source != dl.Source || back.Offset != 77 || back.Err.Error() != "bad json" || back.Headers.Seq != 9 || string(back.Payload) != "{" || back.Attempts != 2 {
 		t.Fatalf("round trip %+v", back)
 	}
-	if err := rowfmt.DecodeLetter(b[:len(b)-3], &back); !errors.Is(err, stream.ErrCodec) {
+	if err := rows.DecodeLetter(b[:len(b)-3], &back); !errors.Is(err, stream.ErrCodec) {
 		t.Fatalf("truncated row: %v", err)
 	}
 }

@@ -1,9 +1,8 @@
-package rowfmt
+package rows
 
 import (
 	"encoding/binary"
 
-	"github.com/strand-io/strand/internal/rowenc"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -13,22 +12,22 @@ func appendRaw(dst []byte, m *connector.RawMessage) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(m.Headers)))
 	for _, f := range m.Headers {
 		dst = append(dst, byte(f.NameKind))
-		dst = rowenc.AppendString(dst, f.Name)
+		dst = AppendString(dst, f.Name)
 		dst = append(dst, byte(f.ValueKind))
-		dst = rowenc.AppendString(dst, string(f.Value))
+		dst = AppendString(dst, string(f.Value))
 	}
 	return dst
 }
 
 // readRaw decodes what appendRaw wrote; the bytes are copied.
-func readRaw(r *rowenc.Reader) *connector.RawMessage {
+func readRaw(r *Reader) *connector.RawMessage {
 	m := &connector.RawMessage{}
 	for i := range m.ID {
 		m.ID[i] = r.Byte()
 	}
 	n := r.Uvarint()
 	if n > uint64(len(r.B)) { // each header takes at least a byte
-		r.Err = rowenc.ErrShort
+		r.Err = ErrShort
 		return m
 	}
 	m.Headers = make([]connector.Field, 0, n)

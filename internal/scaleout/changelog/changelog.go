@@ -1,4 +1,4 @@
-package engine
+package changelog
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -54,8 +55,8 @@ type RestoreProgress struct {
 	Done      bool
 }
 
-// ChangelogOptions configure NewChangelog.
-type ChangelogOptions struct {
+// Options configure New.
+type Options struct {
 	// Sources are the topology's sources (for the offsets a commit covers).
 	Sources []string
 	// SnapshotEvery is the number of commits of a partition between two
@@ -81,9 +82,9 @@ type Changelog struct {
 	topic string
 	marks connector.Bookmarks // may be nil
 	m     connector.Membership
-	opts  ChangelogOptions
+	opts  Options
 	log   *slog.Logger
-	// tables is the digest of the store's table ids (ClogMeta.Tables).
+	// tables is the digest of the store's table ids (Meta.Tables).
 	tables uint32
 
 	mu    sync.Mutex
@@ -115,10 +116,10 @@ type clogPart struct {
 	snapEnded             map[uint64]bool
 }
 
-// NewChangelog returns the changelog of db over sink and src (the
+// New returns the changelog of db over sink and src (the
 // changelog topic named topic, read with raw payloads), for the
 // partitions m grants. Install it with db.SetCommitLogger.
-func NewChangelog(db *state.DB, sink connector.Sink, src connector.Source, topic string, marks connector.Bookmarks, m connector.Membership, opts ChangelogOptions) *Changelog {
+func New(db *state.DB, sink connector.Sink, src connector.Source, topic string, marks connector.Bookmarks, m connector.Membership, opts Options) *Changelog {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -133,21 +134,21 @@ func (c *Changelog) Stamp(p uint32, cps []state.Checkpoint) (uint64, []byte, err
 	part := c.parts[p]
 	if part == nil || part.lost {
 		c.mu.Unlock()
-		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, ErrFenced)
+		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, engine.ErrFenced)
 	}
 	epoch := part.epoch
 	c.mu.Unlock()
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return 0, nil, fmt.Errorf("commit of partition %d with epoch %d: %w", p, epoch, ErrFenced)
+		return 0, nil, fmt.Errorf("commit of partition %d with epoch %d: %w", p, epoch, engine.ErrFenced)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if part.lost || c.parts[p] != part {
-		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, ErrFenced)
+		return 0, nil, fmt.Errorf("commit of partition %d: %w", p, engine.ErrFenced)
 	}
-	meta := ClogMeta{Epoch: epoch, Member: part.member, Seq: part.next, Tables: c.tables}
+	meta := Meta{Epoch: epoch, Member: part.member, Seq: part.next, Tables: c.tables}
 	for _, cp := range cps {
-		meta.Ranges = append(meta.Ranges, ClogRange{Source: cp.Source, From: part.last[cp.Source], Next: cp.Next})
+		meta.Ranges = append(meta.Ranges, Range{Source: cp.Source, From: part.last[cp.Source], Next: cp.Next})
 	}
 	head, err := json.Marshal(&meta)
 	if err != nil {
@@ -184,13 +185,13 @@ func (c *Changelog) Done(p uint32, seq uint64, ok bool) {
 
 // Gate returns once every commit of partition p stamped so far is
 // confirmed in the changelog (so that rows an outbox read may be
-// published), or ErrFenced once p is lost or not kept here.
+// published), or engine.ErrFenced once p is lost or not kept here.
 func (c *Changelog) Gate(ctx context.Context, p uint32) error {
 	c.mu.Lock()
 	part := c.parts[p]
 	if part == nil {
 		c.mu.Unlock()
-		return fmt.Errorf("publish rows of partition %d: %w", p, ErrFenced)
+		return fmt.Errorf("publish rows of partition %d: %w", p, engine.ErrFenced)
 	}
 	target := part.next - 1
 	c.mu.Unlock()
@@ -204,7 +205,7 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 		c.mu.Lock()
 		if part.lost {
 			c.mu.Unlock()
-			return ErrFenced
+			return engine.ErrFenced
 		}
 		if part.verified >= min(target, part.next-1) {
 			c.mu.Unlock()
@@ -221,17 +222,17 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 	}
 }
 
-// Check returns ErrFenced unless p is kept here and this member still owns
+// Check returns engine.ErrFenced unless p is kept here and this member still owns
 // it with the epoch it was restored under (its lease holds): outboxes call
 // it at the last moment before a send, so that an owner resumed after a
 // pause does not send what the new owner sends.
 func (c *Changelog) Check(p uint32) error {
 	epoch, kept := c.EpochOf(p)
 	if !kept {
-		return fmt.Errorf("publish rows of partition %d: %w", p, ErrFenced)
+		return fmt.Errorf("publish rows of partition %d: %w", p, engine.ErrFenced)
 	}
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return fmt.Errorf("publish rows of partition %d with epoch %d: %w", p, epoch, ErrFenced)
+		return fmt.Errorf("publish rows of partition %d with epoch %d: %w", p, epoch, engine.ErrFenced)
 	}
 	return nil
 }
@@ -239,7 +240,7 @@ func (c *Changelog) Check(p uint32) error {
 // Flush waits until every commit of p is confirmed in the changelog.
 func (c *Changelog) Flush(ctx context.Context, p uint32) error { return c.Gate(ctx, p) }
 
-// Lost marks p lost: its commits fail with ErrFenced from now on, and its
+// Lost marks p lost: its commits fail with engine.ErrFenced from now on, and its
 // rows are no longer published.
 func (c *Changelog) Lost(p uint32) {
 	c.mu.Lock()
@@ -314,7 +315,7 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch connector.Epoch
 	delete(c.parts, p)
 	c.mu.Unlock()
 	member := c.m.ID()
-	fence, err := encodeClog(ClogFence, &ClogMeta{Epoch: epoch, Member: member, Tables: c.tables}, nil)
+	fence, err := encodeClog(KindFence, &Meta{Epoch: epoch, Member: member, Tables: c.tables}, nil)
 	if err != nil {
 		return err
 	}
@@ -388,9 +389,9 @@ type rebuilt struct {
 func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch, member connector.MemberID, level int) (rebuilt, error) {
 	start := time.Now()
 	var res rebuilt
-	var h ClogHistory
+	var h History
 	var from uint64
-	var localHead ClogMeta // reuse: the store's last commit
+	var localHead Meta // reuse: the store's last commit
 	mode, modeLevel := "full", levelStart
 	if level <= levelReuse {
 		head, okHead, err := c.db.LogHead(p)
@@ -408,7 +409,7 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 			}
 			if err == nil && localHead.Seq >= pos.Seq {
 				mode, modeLevel = "reuse", levelReuse
-				from, h = pos.Offset+1, ClogHistory{Epoch: pos.Epoch, Last: pos.Seq}
+				from, h = pos.Offset+1, History{Epoch: pos.Epoch, Last: pos.Seq}
 				res.last, res.lastOff, res.lastEpoch = pos.Seq, pos.Offset, pos.Epoch
 			}
 		}
@@ -426,7 +427,7 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 					mode, modeLevel = "snapshot", levelSnapshot
 					res.snapshot = true
 					res.applied += n
-					from, h = resume+1, ClogHistory{Epoch: snapHead.Epoch, Last: snapHead.Seq}
+					from, h = resume+1, History{Epoch: snapHead.Epoch, Last: snapHead.Seq}
 					res.last, res.lastOff, res.lastEpoch = snapHead.Seq, resume, snapHead.Epoch
 				} else {
 					c.log.Warn("strand: the latest snapshot could not be loaded; restoring from the changelog's start", "partition", p, "err", err)
@@ -464,12 +465,12 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 		}
 		for i := range recs {
 			off := recs[i].Offset
-			r, err := DecodeClog(recs[i].Payload)
+			r, err := Decode(recs[i].Payload)
 			if err != nil {
 				c.log.Warn("strand: changelog record skipped", "partition", p, "offset", off, "err", err)
 				continue
 			}
-			if r.Kind == ClogFence && r.Meta.Epoch == epoch && r.Meta.Member == member {
+			if r.Kind == KindFence && r.Meta.Epoch == epoch && r.Meta.Member == member {
 				if mode == "reuse" && res.last < localHead.Seq {
 					// The store holds commits the changelog never got.
 					return res, restartError{levelSnapshot}
@@ -478,13 +479,13 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 				report(off+1, true)
 				return res, nil
 			}
-			if r.Kind == ClogFence && r.Meta.Epoch > epoch {
-				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, ErrFenced)
+			if r.Kind == KindFence && r.Meta.Epoch > epoch {
+				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, engine.ErrFenced)
 			}
 			prev := h
 			switch h.Next(&r) {
-			case ClogValid:
-				if r.Kind != ClogCommit {
+			case Valid:
+				if r.Kind != KindCommit {
 					continue
 				}
 				if mode == "reuse" && r.Meta.Seq <= localHead.Seq {
@@ -499,7 +500,7 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 					res.applied++
 				}
 				res.last, res.lastOff, res.lastEpoch = r.Meta.Seq, off, r.Meta.Epoch
-			case ClogInconsistent:
+			case Inconsistent:
 				if modeLevel < levelStart {
 					c.log.Warn("strand: changelog does not follow on from where the restore began; restoring from its start",
 						"partition", p, "mode", mode, "offset", off, "epoch", r.Meta.Epoch, "seq", r.Meta.Seq, "current_epoch", prev.Epoch, "last", prev.Last)
@@ -520,10 +521,10 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 // loadSnapshot applies the snapshot whose first chunk is at offset x, and
 // returns its head (its last commit), the offset to go on after and the
 // chunks applied.
-func (c *Changelog) loadSnapshot(ctx context.Context, p uint32, x uint64) (ClogMeta, uint64, int, error) {
+func (c *Changelog) loadSnapshot(ctx context.Context, p uint32, x uint64) (Meta, uint64, int, error) {
 	rd, err := c.src.Open(ctx, p, x)
 	if err != nil {
-		return ClogMeta{}, 0, 0, err
+		return Meta{}, 0, 0, err
 	}
 	defer rd.Close()
 	var id uint64
@@ -531,16 +532,16 @@ func (c *Changelog) loadSnapshot(ctx context.Context, p uint32, x uint64) (ClogM
 	for {
 		recs, err := rd.Poll(ctx, clogPollRecords)
 		if err != nil {
-			return ClogMeta{}, 0, 0, err
+			return Meta{}, 0, 0, err
 		}
 		for i := range recs {
-			r, err := DecodeClog(recs[i].Payload)
+			r, err := Decode(recs[i].Payload)
 			if err != nil {
 				continue
 			}
 			if id == 0 {
-				if r.Kind != ClogSnapshotChunk || r.Meta.Index != 0 {
-					return ClogMeta{}, 0, 0, fmt.Errorf("offset %d holds no snapshot's first chunk", x)
+				if r.Kind != KindSnapshotChunk || r.Meta.Index != 0 {
+					return Meta{}, 0, 0, fmt.Errorf("offset %d holds no snapshot's first chunk", x)
 				}
 				id = r.Meta.Snapshot
 			}
@@ -548,31 +549,31 @@ func (c *Changelog) loadSnapshot(ctx context.Context, p uint32, x uint64) (ClogM
 				continue
 			}
 			switch r.Kind {
-			case ClogSnapshotChunk:
+			case KindSnapshotChunk:
 				if r.Meta.Index != next {
-					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x: chunk %d where %d was due", id, r.Meta.Index, next)
+					return Meta{}, 0, 0, fmt.Errorf("snapshot %x: chunk %d where %d was due", id, r.Meta.Index, next)
 				}
 				if err := c.sameTables(&r); err != nil {
-					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x chunk %d: %w", id, next, err)
+					return Meta{}, 0, 0, fmt.Errorf("snapshot %x chunk %d: %w", id, next, err)
 				}
 				if err := c.db.ApplyLogged(ctx, p, r.Writes); err != nil {
-					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x chunk %d: %w", id, next, err)
+					return Meta{}, 0, 0, fmt.Errorf("snapshot %x chunk %d: %w", id, next, err)
 				}
 				next++
-			case ClogSnapshotEnd:
+			case KindSnapshotEnd:
 				if r.Meta.Chunks != next {
-					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x: %d chunks read, its end says %d", id, next, r.Meta.Chunks)
+					return Meta{}, 0, 0, fmt.Errorf("snapshot %x: %d chunks read, its end says %d", id, next, r.Meta.Chunks)
 				}
 				head, ok, err := c.db.LogHead(p)
 				if err != nil || !ok {
-					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x: no head row (%v)", id, err)
+					return Meta{}, 0, 0, fmt.Errorf("snapshot %x: no head row (%v)", id, err)
 				}
 				m, err := parseHead(head)
 				if err != nil {
-					return ClogMeta{}, 0, 0, err
+					return Meta{}, 0, 0, err
 				}
 				if m.Seq != r.Meta.Seq {
-					return ClogMeta{}, 0, 0, fmt.Errorf("snapshot %x: head commit %d, its end says %d", id, m.Seq, r.Meta.Seq)
+					return Meta{}, 0, 0, fmt.Errorf("snapshot %x: head commit %d, its end says %d", id, m.Seq, r.Meta.Seq)
 				}
 				return m, r.Meta.Resume, int(next), nil
 			}
@@ -581,13 +582,13 @@ func (c *Changelog) loadSnapshot(ctx context.Context, p uint32, x uint64) (ClogM
 }
 
 // Serve publishes, confirms and snapshots partition p (restored by
-// Restore) until ctx ends or p is lost: then it returns ErrFenced.
+// Restore) until ctx ends or p is lost: then it returns engine.ErrFenced.
 func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	c.mu.Lock()
 	part := c.parts[p]
 	c.mu.Unlock()
 	if part == nil {
-		return fmt.Errorf("partition %d is not restored: %w", p, ErrFenced)
+		return fmt.Errorf("partition %d is not restored: %w", p, engine.ErrFenced)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -600,7 +601,7 @@ func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	lost := part.lost
 	c.mu.Unlock()
 	if lost {
-		return fmt.Errorf("partition %d: %w", p, ErrFenced)
+		return fmt.Errorf("partition %d: %w", p, engine.ErrFenced)
 	}
 	return errors.Join(errs...)
 }
@@ -631,11 +632,11 @@ func (c *Changelog) publish(ctx context.Context, p uint32, part *clogPart) error
 			size, lastSeq := 0, sent
 			err := c.db.RowsFrom(ctx, state.FamilyChangelog, p, seqKey(sent+1), func(k, v []byte) error {
 				if len(k) != 8 {
-					return errStopRows
+					return errStop
 				}
 				seq := binary.BigEndian.Uint64(k)
 				if seq > hi || len(payloads) >= clogRoundRows || (size > 0 && size+len(v) > clogRoundBytes) {
-					return errStopRows
+					return errStop
 				}
 				pl, err := commitPayload(v)
 				if err != nil {
@@ -646,7 +647,7 @@ func (c *Changelog) publish(ctx context.Context, p uint32, part *clogPart) error
 				lastSeq = seq
 				return nil
 			})
-			if err != nil && !errors.Is(err, errStopRows) {
+			if err != nil && !errors.Is(err, errStop) {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -696,7 +697,7 @@ func (c *Changelog) publish(ctx context.Context, p uint32, part *clogPart) error
 func (c *Changelog) confirm(ctx context.Context, p uint32, part *clogPart) error {
 	c.mu.Lock()
 	from := part.fenceOff + 1
-	h := ClogHistory{Epoch: part.epoch, Last: part.verified}
+	h := History{Epoch: part.epoch, Last: part.verified}
 	c.mu.Unlock()
 	rd, err := c.src.Open(ctx, p, from)
 	if err != nil {
@@ -718,12 +719,12 @@ func (c *Changelog) confirm(ctx context.Context, p uint32, part *clogPart) error
 		c.mu.Lock()
 		for i := range recs {
 			off := recs[i].Offset
-			r, err := DecodeClog(recs[i].Payload)
+			r, err := Decode(recs[i].Payload)
 			if err != nil {
 				continue
 			}
 			switch r.Kind {
-			case ClogFence:
+			case KindFence:
 				if r.Meta.Epoch > part.epoch {
 					c.log.Warn("strand: partition fenced by a newer owner; stopping it", "partition", p,
 						"epoch", part.epoch, "newer_epoch", r.Meta.Epoch, "newer_member", r.Meta.Member)
@@ -734,19 +735,19 @@ func (c *Changelog) confirm(ctx context.Context, p uint32, part *clogPart) error
 					c.mu.Unlock()
 					return nil
 				}
-			case ClogCommit:
-				if h.Next(&r) == ClogValid {
+			case KindCommit:
+				if h.Next(&r) == Valid {
 					part.verified, part.verifiedOff = r.Meta.Seq, off
 					if part.track != nil {
 						part.track[r.Meta.Seq] = off
 					}
 					moved = true
 				}
-			case ClogSnapshotChunk:
+			case KindSnapshotChunk:
 				if r.Meta.Member == part.member && r.Meta.Index == 0 {
 					part.snapFirst[r.Meta.Snapshot] = off
 				}
-			case ClogSnapshotEnd:
+			case KindSnapshotEnd:
 				if r.Meta.Member == part.member {
 					part.snapEnded[r.Meta.Snapshot] = true
 					moved = true
@@ -814,7 +815,7 @@ func (c *Changelog) snapshot(ctx context.Context, p uint32, part *clogPart) erro
 	var lastChunk []byte
 	err := c.db.SnapshotPartition(ctx, p, clogChunkBytes, func(w []byte) error {
 		lastChunk = append(lastChunk[:0], w...)
-		pl, err := encodeClog(ClogSnapshotChunk, &ClogMeta{Epoch: epoch, Member: member, Snapshot: id, Index: chunks, Tables: c.tables}, w)
+		pl, err := encodeClog(KindSnapshotChunk, &Meta{Epoch: epoch, Member: member, Snapshot: id, Index: chunks, Tables: c.tables}, w)
 		if err != nil {
 			return err
 		}
@@ -842,7 +843,7 @@ func (c *Changelog) snapshot(ctx context.Context, p uint32, part *clogPart) erro
 	if !ok {
 		return fmt.Errorf("snapshot %x: the offset of commit %d is unknown", id, headSeq)
 	}
-	end, err := encodeClog(ClogSnapshotEnd, &ClogMeta{Epoch: epoch, Member: member, Snapshot: id, Chunks: chunks, Seq: headSeq, Resume: resume}, nil)
+	end, err := encodeClog(KindSnapshotEnd, &Meta{Epoch: epoch, Member: member, Snapshot: id, Chunks: chunks, Seq: headSeq, Resume: resume}, nil)
 	if err != nil {
 		return err
 	}
@@ -868,7 +869,7 @@ func (c *Changelog) snapshot(ctx context.Context, p uint32, part *clogPart) erro
 		select {
 		case <-ch:
 		case <-lost:
-			return ErrFenced
+			return engine.ErrFenced
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -898,7 +899,7 @@ func snapshotHead(p uint32, id uint64, lastChunk []byte) (uint64, error) {
 var ErrTablesDiffer = errors.New("stream: the instances number their tables differently")
 
 // sameTables refuses rows of a writer that numbers its tables otherwise.
-func (c *Changelog) sameTables(r *ClogRecord) error {
+func (c *Changelog) sameTables(r *Record) error {
 	if r.Meta.Tables != 0 && r.Meta.Tables != c.tables {
 		return fmt.Errorf("%w: member %d wrote it with table digest %08x, this store's is %08x", ErrTablesDiffer, r.Meta.Member, r.Meta.Tables, c.tables)
 	}
@@ -925,3 +926,6 @@ func retry(ctx context.Context, log *slog.Logger, what string, p uint32, fn func
 		wait = min(wait*2, 5*time.Second)
 	}
 }
+
+// errStop ends a walk over a partition's rows early.
+var errStop = errors.New("stop")

@@ -1,4 +1,4 @@
-package engine
+package inspect
 
 import (
 	"bytes"
@@ -8,82 +8,81 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strand-io/strand/internal/rowenc"
-	"github.com/strand-io/strand/internal/rowfmt"
+	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
-// Inspection is what a store holds, read without a topology (Inspect).
-type Inspection struct {
+// Report is what a store holds, read without a topology (Store).
+type Report struct {
 	Layout      int
 	Fingerprint []byte
 	// Sources maps source names to their partition counts.
 	Sources map[string]uint32
 	// Checkpoints, Tables and Parked are in key order.
-	Checkpoints []InspectedCheckpoint
-	Tables      []InspectedTable
-	Parked      []InspectedParked
+	Checkpoints []Checkpoint
+	Tables      []Table
+	Parked      []Parked
 	// Held counts, per source partition that has any, the records the
 	// re-sequencer holds behind a missing sequence number (each held key
 	// has an open gap); Outbox the To/KeyBy messages committed and not yet
 	// published. Both in key order.
-	Held   []InspectedHeld
-	Outbox []InspectedOutbox
+	Held   []Held
+	Outbox []Outbox
 	// DeadLetters are the committed dead letters not yet published.
 	DeadLetters []deadletter.Letter
 }
 
-// InspectedCheckpoint is one committed checkpoint.
-type InspectedCheckpoint struct {
+// Checkpoint is one committed checkpoint.
+type Checkpoint struct {
 	Source    string
 	Partition uint32
 	Next      uint64
 }
 
-// InspectedTable is one table and how many rows it has.
-type InspectedTable struct {
+// Table is one table and how many rows it has.
+type Table struct {
 	Name string
 	ID   uint32
 	Rows int
 }
 
-// InspectedParked counts the parked keys and records of a source partition.
-type InspectedParked struct {
+// Parked counts the parked keys and records of a source partition.
+type Parked struct {
 	Source        string
 	Partition     uint32
 	Keys, Records int
 }
 
-// InspectedHeld counts the keys the re-sequencer holds records of (each
+// Held counts the keys the re-sequencer holds records of (each
 // behind an open gap) and the records, of a source partition; Oldest is
 // when the oldest of them was held.
-type InspectedHeld struct {
+type Held struct {
 	Source        string
 	Partition     uint32
 	Keys, Records int
 	Oldest        time.Time
 }
 
-// InspectedOutbox counts the committed To/KeyBy messages of a source
+// Outbox counts the committed To/KeyBy messages of a source
 // partition not yet published.
-type InspectedOutbox struct {
+type Outbox struct {
 	Source    string
 	Partition uint32
 	Messages  int
 }
 
-// Inspect reads the store in dir read-only (see state.ScanReadOnly: it
+// Store reads the store in dir read-only (see state.ScanReadOnly: it
 // fails while an App has the store open).
-func Inspect(dir string) (Inspection, error) {
-	var in Inspection
-	rows := map[uint32]int{}
-	parked := map[string]*InspectedParked{}
+func Store(dir string) (Report, error) {
+	var in Report
+	perTable := map[uint32]int{}
+	parked := map[string]*Parked{}
 	var parkedOrder []string
-	held := map[string]*InspectedHeld{}
+	held := map[string]*Held{}
 	var heldOrder []string
 	lastHeldKey := map[string]string{}
-	outbox := map[string]*InspectedOutbox{}
+	outbox := map[string]*Outbox{}
 	var outboxOrder []string
 	meta, err := state.ScanReadOnly(dir, func(f state.Family, part uint32, rest, value []byte) error {
 		switch f {
@@ -91,13 +90,13 @@ func Inspect(dir string) (Inspection, error) {
 			if len(value) != 8 {
 				return fmt.Errorf("stream: inspect %s: checkpoint %q partition %d has %d bytes", dir, rest, part, len(value))
 			}
-			in.Checkpoints = append(in.Checkpoints, InspectedCheckpoint{Source: string(rest), Partition: part, Next: binary.BigEndian.Uint64(value)})
+			in.Checkpoints = append(in.Checkpoints, Checkpoint{Source: string(rest), Partition: part, Next: binary.BigEndian.Uint64(value)})
 		case state.FamilyTable:
 			if len(rest) >= 4 {
-				rows[binary.BigEndian.Uint32(rest)]++
+				perTable[binary.BigEndian.Uint32(rest)]++
 			}
 		case state.FamilyParked:
-			r := rowenc.Reader{B: rest}
+			r := rows.Reader{B: rest}
 			src := r.String()
 			kind := r.Byte()
 			if r.Err != nil {
@@ -106,27 +105,27 @@ func Inspect(dir string) (Inspection, error) {
 			id := fmt.Sprintf("%s\x00%d", src, part)
 			pk, ok := parked[id]
 			if !ok {
-				pk = &InspectedParked{Source: src, Partition: part}
+				pk = &Parked{Source: src, Partition: part}
 				parked[id] = pk
 				parkedOrder = append(parkedOrder, id)
 			}
 			switch kind {
-			case parkedMeta:
+			case rows.ParkedKindMeta:
 				pk.Keys++
-			case parkedRecord:
+			case rows.ParkedKindRecord:
 				pk.Records++
 			}
 		case state.FamilyHolds:
-			r := rowenc.Reader{B: rest}
+			r := rows.Reader{B: rest}
 			src := r.String()
 			key := r.String()
-			if r.Err != nil || len(value) < 9 || value[0] != seqFormat {
+			if r.Err != nil || len(value) < 9 || value[0] != rows.SeqFormat {
 				return fmt.Errorf("stream: inspect %s: hold row %x: malformed", dir, rest)
 			}
 			id := fmt.Sprintf("%s\x00%d", src, part)
 			h, ok := held[id]
 			if !ok {
-				h = &InspectedHeld{Source: src, Partition: part}
+				h = &Held{Source: src, Partition: part}
 				held[id] = h
 				heldOrder = append(heldOrder, id)
 			}
@@ -140,30 +139,28 @@ func Inspect(dir string) (Inspection, error) {
 				h.Oldest = since
 			}
 		case state.FamilyOutbox:
-			r := rowenc.Reader{B: rest}
-			src := r.String()
-			kind := r.Byte()
-			if r.Err != nil {
-				return fmt.Errorf("stream: inspect %s: outbox row %x: %w", dir, rest, r.Err)
+			src, seq, messages, err := rows.ParseOutboxKey(rest)
+			if err != nil {
+				return fmt.Errorf("stream: inspect %s: %w", dir, err)
 			}
-			if kind != outboxRowMessage || len(r.B) != 8 {
+			if !messages {
 				return nil // the next-seq row
 			}
-			n, err := outboxRowCount(binary.BigEndian.Uint64(r.B), value)
+			n, err := rows.OutboxCount(seq, value)
 			if err != nil {
 				return fmt.Errorf("stream: inspect %s: %w", dir, err)
 			}
 			id := fmt.Sprintf("%s\x00%d", src, part)
 			o, ok := outbox[id]
 			if !ok {
-				o = &InspectedOutbox{Source: src, Partition: part}
+				o = &Outbox{Source: src, Partition: part}
 				outbox[id] = o
 				outboxOrder = append(outboxOrder, id)
 			}
 			o.Messages += n
 		case state.FamilyDeadLetters:
 			var d deadletter.Letter
-			if err := rowfmt.DecodeLetter(bytes.Clone(value), &d); err != nil {
+			if err := rows.DecodeLetter(bytes.Clone(value), &d); err != nil {
 				return fmt.Errorf("stream: inspect %s: dead-letter row %x: %w", dir, rest, err)
 			}
 			in.DeadLetters = append(in.DeadLetters, d)
@@ -175,9 +172,9 @@ func Inspect(dir string) (Inspection, error) {
 	}
 	in.Layout, in.Fingerprint, in.Sources = meta.Layout, meta.Fingerprint, meta.Sources
 	for name, id := range meta.Tables {
-		in.Tables = append(in.Tables, InspectedTable{Name: name, ID: id, Rows: rows[id]})
+		in.Tables = append(in.Tables, Table{Name: name, ID: id, Rows: perTable[id]})
 	}
-	slices.SortFunc(in.Tables, func(a, b InspectedTable) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(in.Tables, func(a, b Table) int { return strings.Compare(a.Name, b.Name) })
 	for _, id := range parkedOrder {
 		in.Parked = append(in.Parked, *parked[id])
 	}

@@ -1,4 +1,4 @@
-package engine
+package changelog
 
 import (
 	"cmp"
@@ -14,38 +14,33 @@ import (
 	"github.com/strand-io/strand/stream/connector"
 )
 
-// ErrFenced means a partition is owned by another instance now (a higher
-// epoch fenced this one): nothing this instance commits or publishes for
-// it counts any more.
-var ErrFenced = errors.New("stream: partition fenced: another instance owns it now")
-
 // ErrBadChangelog is wrapped by errors about a changelog record that does
 // not decode.
 var ErrBadChangelog = errors.New("stream: bad changelog record")
 
-// ClogKind is the kind of a changelog record.
-type ClogKind uint8
+// Kind is the kind of a changelog record.
+type Kind uint8
 
 const (
-	// ClogFence: a new owner takes the partition over with its epoch.
-	ClogFence ClogKind = iota + 1
-	// ClogCommit: one commit of the partition (its writes).
-	ClogCommit
-	// ClogSnapshotChunk: part of a snapshot of the partition's rows.
-	ClogSnapshotChunk
-	// ClogSnapshotEnd: a snapshot is complete.
-	ClogSnapshotEnd
+	// KindFence: a new owner takes the partition over with its epoch.
+	KindFence Kind = iota + 1
+	// KindCommit: one commit of the partition (its writes).
+	KindCommit
+	// KindSnapshotChunk: part of a snapshot of the partition's rows.
+	KindSnapshotChunk
+	// KindSnapshotEnd: a snapshot is complete.
+	KindSnapshotEnd
 )
 
-func (k ClogKind) String() string {
+func (k Kind) String() string {
 	switch k {
-	case ClogFence:
+	case KindFence:
 		return "fence"
-	case ClogCommit:
+	case KindCommit:
 		return "commit"
-	case ClogSnapshotChunk:
+	case KindSnapshotChunk:
 		return "snapshot-chunk"
-	case ClogSnapshotEnd:
+	case KindSnapshotEnd:
 		return "snapshot-end"
 	}
 	return fmt.Sprintf("ClogKind(%d)", uint8(k))
@@ -54,21 +49,21 @@ func (k ClogKind) String() string {
 // clogMagic starts every changelog record's payload.
 const clogMagic = "SCL1"
 
-// ClogRange is the offsets [From, Next) of one source a commit covers.
-type ClogRange struct {
+// Range is the offsets [From, Next) of one source a commit covers.
+type Range struct {
 	Source string `json:"src"`
 	From   uint64 `json:"from"`
 	Next   uint64 `json:"next"`
 }
 
-// ClogMeta is what a changelog record says about itself (JSON in the
+// Meta is what a changelog record says about itself (JSON in the
 // payload). For a commit it is also the partition's head row in the
 // store: the last commit the store reflects.
-type ClogMeta struct {
+type Meta struct {
 	Epoch  connector.Epoch    `json:"e"`
 	Member connector.MemberID `json:"m"`
 	Seq    uint64             `json:"s,omitempty"` // commit: its number; snapshot end: the last commit it holds
-	Ranges []ClogRange        `json:"r,omitempty"` // commit
+	Ranges []Range            `json:"r,omitempty"` // commit
 	// Tables is a digest of the writer's table ids (fence, commit, chunk):
 	// rows carry them, so a store applies rows only from a writer that
 	// numbers its tables alike.
@@ -80,16 +75,16 @@ type ClogMeta struct {
 	Resume   uint64 `json:"resume,omitempty"` // end: offset of commit Seq, where a reader goes on after the snapshot
 }
 
-// ClogRecord is one decoded changelog record.
-type ClogRecord struct {
-	Kind   ClogKind
-	Meta   ClogMeta
+// Record is one decoded changelog record.
+type Record struct {
+	Kind   Kind
+	Meta   Meta
 	Writes []byte // commit and chunk: the rows (state batch representation)
 }
 
 // appendClog appends the payload of a record: magic, kind, uvarint length
 // of the meta JSON, the JSON, then writes.
-func appendClog(dst []byte, k ClogKind, meta []byte, writes []byte) []byte {
+func appendClog(dst []byte, k Kind, meta []byte, writes []byte) []byte {
 	dst = append(dst, clogMagic...)
 	dst = append(dst, byte(k))
 	dst = binary.AppendUvarint(dst, uint64(len(meta)))
@@ -97,7 +92,7 @@ func appendClog(dst []byte, k ClogKind, meta []byte, writes []byte) []byte {
 	return append(dst, writes...)
 }
 
-func encodeClog(k ClogKind, m *ClogMeta, writes []byte) ([]byte, error) {
+func encodeClog(k Kind, m *Meta, writes []byte) ([]byte, error) {
 	meta, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
@@ -112,17 +107,17 @@ func commitPayload(row []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return appendClog(make([]byte, 0, len(clogMagic)+1+binary.MaxVarintLen32+len(row)), ClogCommit, head, writes), nil
+	return appendClog(make([]byte, 0, len(clogMagic)+1+binary.MaxVarintLen32+len(row)), KindCommit, head, writes), nil
 }
 
-// DecodeClog decodes a changelog record's payload. Writes aliases payload.
-func DecodeClog(payload []byte) (ClogRecord, error) {
-	var r ClogRecord
+// Decode decodes a changelog record's payload. Writes aliases payload.
+func Decode(payload []byte) (Record, error) {
+	var r Record
 	if len(payload) < len(clogMagic)+2 || string(payload[:len(clogMagic)]) != clogMagic {
 		return r, fmt.Errorf("%w: no %q magic", ErrBadChangelog, clogMagic)
 	}
-	r.Kind = ClogKind(payload[len(clogMagic)])
-	if r.Kind < ClogFence || r.Kind > ClogSnapshotEnd {
+	r.Kind = Kind(payload[len(clogMagic)])
+	if r.Kind < KindFence || r.Kind > KindSnapshotEnd {
 		return r, fmt.Errorf("%w: unknown kind %d", ErrBadChangelog, r.Kind)
 	}
 	rest := payload[len(clogMagic)+1:]
@@ -138,82 +133,82 @@ func DecodeClog(payload []byte) (ClogRecord, error) {
 }
 
 // parseHead decodes a head row (a commit's meta JSON).
-func parseHead(head []byte) (ClogMeta, error) {
-	var m ClogMeta
+func parseHead(head []byte) (Meta, error) {
+	var m Meta
 	if err := json.Unmarshal(head, &m); err != nil {
 		return m, fmt.Errorf("%w: head: %w", ErrBadChangelog, err)
 	}
 	return m, nil
 }
 
-// ClogHistory applies the rules every reader of a changelog partition
+// History applies the rules every reader of a changelog partition
 // follows, record by record in log order, and says what each commit is:
 // a Fence raises the current epoch; a commit of a lower epoch is fenced (a
 // deposed owner's late work); a commit of the current epoch that repeats a
 // number already seen is a duplicate; the next number is valid; anything
 // else (a gap, an epoch above the current one without its fence) means
 // the reader did not start where it should.
-type ClogHistory struct {
+type History struct {
 	Epoch connector.Epoch // the current epoch
 	Last  uint64          // the last valid commit's number (0: none)
 }
 
-// ClogVerdict is what ClogHistory.Next says about a record.
-type ClogVerdict uint8
+// Verdict is what History.Next says about a record.
+type Verdict uint8
 
 const (
-	// ClogValid: a commit of the valid history (or a fence that raised the epoch).
-	ClogValid ClogVerdict = iota + 1
-	// ClogFenced: a commit below the current epoch.
-	ClogFenced
-	// ClogDuplicate: a commit already seen (a resend).
-	ClogDuplicate
-	// ClogInconsistent: a gap, or an epoch without its fence.
-	ClogInconsistent
-	// ClogOther: a record that is not a commit and changed nothing.
-	ClogOther
+	// Valid: a commit of the valid history (or a fence that raised the epoch).
+	Valid Verdict = iota + 1
+	// Fenced: a commit below the current epoch.
+	Fenced
+	// Duplicate: a commit already seen (a resend).
+	Duplicate
+	// Inconsistent: a gap, or an epoch without its fence.
+	Inconsistent
+	// Other: a record that is not a commit and changed nothing.
+	Other
 )
 
-func (v ClogVerdict) String() string {
+func (v Verdict) String() string {
 	switch v {
-	case ClogValid:
+	case Valid:
 		return "valid"
-	case ClogFenced:
+	case Fenced:
 		return "fenced"
-	case ClogDuplicate:
+	case Duplicate:
 		return "duplicate"
-	case ClogInconsistent:
+	case Inconsistent:
 		return "inconsistent"
-	case ClogOther:
+	case Other:
 		return "other"
 	}
-	return fmt.Sprintf("ClogVerdict(%d)", uint8(v))
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
 
 // Next classifies r and advances the history.
-func (h *ClogHistory) Next(r *ClogRecord) ClogVerdict {
+func (h *History) Next(r *Record) Verdict {
 	switch r.Kind {
-	case ClogFence:
+	case KindFence:
 		if r.Meta.Epoch > h.Epoch {
 			h.Epoch = r.Meta.Epoch
-			return ClogValid
+			return Valid
 		}
-		return ClogOther
-	case ClogCommit:
+		return Other
+	case KindCommit:
 		switch {
 		case r.Meta.Epoch < h.Epoch:
-			return ClogFenced
+			return Fenced
 		case r.Meta.Epoch > h.Epoch:
-			return ClogInconsistent
+			return Inconsistent
 		case r.Meta.Seq <= h.Last:
-			return ClogDuplicate
+			return Duplicate
 		case r.Meta.Seq != h.Last+1:
-			return ClogInconsistent
+			return Inconsistent
 		}
 		h.Last = r.Meta.Seq
-		return ClogValid
+		return Valid
 	}
-	return ClogOther
+	return Other
 }
 
 // tablesDigest digests a store's table ids (state.DB.TableIDs).

@@ -1,4 +1,4 @@
-package engine
+package rows
 
 import (
 	"encoding/binary"
@@ -32,7 +32,7 @@ func ReplayOrigin(dlqTopic string, id [16]byte) []byte {
 	return append(o, id[:8]...)
 }
 
-// isReplayOrigin reports whether o is a ReplayOrigin.
-func isReplayOrigin(o []byte) bool {
-	return len(o) == originLen && binary.BigEndian.Uint32(o[4:8]) == replayPartition
+// IsReplayOrigin reports whether o is a ReplayOrigin.
+func IsReplayOrigin(o []byte) bool {
+	return len(o) == OriginLen && binary.BigEndian.Uint32(o[4:8]) == replayPartition
 }

@@ -1,0 +1,132 @@
+package crashtest
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if code, ok := Main(map[string]func([]string) int{
+		"echo": func(args []string) int {
+			fmt.Println(strings.Join(args, " "))
+			if len(args) > 0 && args[0] == "fail" {
+				return 3
+			}
+			return 0
+		},
+		"die": func(args []string) int {
+			_, maybe, err := KillPoint(args[0], "inside")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			maybe()
+			return 0
+		},
+	}); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// TestSleeper is a child that says it is ready and then waits to be
+// killed (at most a minute: it never outlives a lost parent).
+func TestSleeper(t *testing.T) {
+	Child(t, "sleeper")
+	fmt.Println("sleeper: ready")
+	time.Sleep(time.Minute)
+}
+
+func TestRunKillsAReadyChild(t *testing.T) {
+	out := Run(t, Spec{Role: "sleeper", Test: "TestSleeper", Ready: "sleeper: ready"}, time.Millisecond)
+	if out.Finished || out.SelfKill != "" {
+		t.Fatalf("outcome %+v; want a kill by the parent", out)
+	}
+	if !strings.Contains(out.Output, "sleeper: ready") {
+		t.Errorf("output %q lacks the ready line", out.Output)
+	}
+}
+
+func TestRunWaitsForAChildToFinish(t *testing.T) {
+	out := Run(t, Spec{Role: "echo", Args: []string{"hello", "world"}}, 0)
+	if !out.Finished || !strings.Contains(out.Output, "hello world") {
+		t.Fatalf("outcome %+v; want finished with its arguments echoed", out)
+	}
+}
+
+func TestSelfKillIsReported(t *testing.T) {
+	p := Start(t, Spec{Role: "die", Args: []string{"inside:1"}})
+	<-p.Done()
+	if point, ok := p.SelfKill(); !ok || point != "inside" {
+		t.Fatalf("SelfKill = %q, %v; want inside (output %q)", point, ok, p.Output())
+	}
+	if !p.Killed() || !p.EndedBy(syscall.SIGKILL) {
+		t.Error("a child that died by Die was not killed by SIGKILL")
+	}
+	out := Run(t, Spec{Role: "die", Args: []string{"inside:1"}, Ready: "never printed"}, time.Second)
+	if out.SelfKill != "inside" {
+		t.Errorf("Run of a child that kills itself before it is ready: %+v", out)
+	}
+}
+
+func TestFailingChildIsAnError(t *testing.T) {
+	p := Start(t, Spec{Role: "echo", Args: []string{"fail"}})
+	if err := p.Wait(t, time.Minute); err == nil {
+		t.Fatal("a child exiting with code 3 reported no error")
+	}
+	if p.Killed() {
+		t.Error("a child that exited reported a kill")
+	}
+	if _, ok := p.SelfKill(); ok {
+		t.Error("a child that exited reported a self-kill")
+	}
+}
+
+func TestKillPointRefusesBadModes(t *testing.T) {
+	for _, mode := range []string{"inside", "inside:x", "inside:2", "outside:0.5"} {
+		if _, _, err := KillPoint(mode, "inside"); err == nil {
+			t.Errorf("KillPoint(%q) succeeded", mode)
+		}
+	}
+	if point, maybe, err := KillPoint("inside:0", "inside"); err != nil || point != "inside" {
+		t.Fatalf("KillPoint(inside:0) = %q, %v", point, err)
+	} else {
+		maybe() // probability 0: returns
+	}
+}
+
+func TestKillsAndCoverage(t *testing.T) {
+	t.Setenv("STRAND_SOAK", "")
+	if Kills(20, 200) != 20 || Soak() {
+		t.Error("default run: want 20 kills and no soak")
+	}
+	Coverage(t, false, "logged only: %d", 1)
+	t.Setenv("STRAND_SOAK", "1")
+	t.Setenv("STRAND_SOAK_KILLS", "7")
+	if Kills(20, 200) != 7 {
+		t.Error("soak with STRAND_SOAK_KILLS=7: want 7 kills")
+	}
+}
+
+func TestOutputKeepsHeadAndTail(t *testing.T) {
+	ready := make(chan struct{})
+	o := newOutput("go", ready)
+	line := strings.Repeat("x", 1023) + "\n"
+	for range 3 * 1024 {
+		_, _ = o.Write([]byte(line))
+	}
+	_, _ = o.Write([]byte("last go\n"))
+	select {
+	case <-ready:
+	default:
+		t.Fatal("ready not closed by a line containing the ready text")
+	}
+	s := o.String()
+	if !strings.HasSuffix(s, "last go\n") || !strings.Contains(s, "output dropped") || len(s) > 2*outputHalf+100 {
+		t.Errorf("output of %d bytes: want the head, a mark and the tail", len(s))
+	}
+}
