@@ -365,7 +365,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 			case n == 0:
 				n = counts[sn]
 			case counts[sn] != n:
-				return nil, fail(fmt.Errorf("table %q is fed or read (Lookup) by sources of %d and %d partitions (%q); a table's keys must be partitioned one way",
+				return nil, fail(fmt.Errorf("table %q is fed by sources of %d and %d partitions (%q, readers with Lookup included); a table's keys must be partitioned one way",
 					tn.name, n, counts[sn], tn.inputs()))
 			}
 		}
