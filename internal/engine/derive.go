@@ -7,7 +7,7 @@ import (
 	"github.com/strand-io/strand/internal/state"
 )
 
-// WriteHook keeps a derived table (a table-table join, docs/design.md §18)
+// WriteHook keeps a derived table (a table-table join, docs/design.md §20)
 // up to date with one of its input tables. It is called inside the run
 // whose projection folded input's new value v (a value of the input's
 // value type) for key, after the fold and before anything is written, and

@@ -16,7 +16,7 @@ import (
 
 // LookupSpec declares that the functions of one event type of a source
 // (its projections, ForEach, To and KeyBy functions) read a table of the
-// program with Lookup (docs/design.md §18).
+// program with Lookup (docs/design.md §20).
 type LookupSpec struct {
 	// Tag is the event type whose functions read the table.
 	Tag planner.Tag
@@ -74,7 +74,7 @@ func (t *Task) scopeLookups(rc *runCtx) {
 }
 
 // Lookup returns the row of key k of table t as the run whose handler got
-// ctx sees it (docs/design.md §18): the table as of the batch's writer
+// ctx sees it (docs/design.md §20): the table as of the batch's writer
 // turn, with the writes of the key's earlier runs in the batch. ok is
 // false when the key has no row. A misuse (an undeclared table, a key the
 // handler may not read, a context no handler got) is an error wrapping

@@ -127,7 +127,7 @@ func compareJoins(c *Case, x *Expected, o *Observed) error {
 // folds get a context reads the first table it does not project into that
 // only other types of its own input write (depth 0). What it sees is then
 // what the sequential fold of its input has at the event (docs/design.md
-// §18), which the model computes.
+// §20), which the model computes.
 func (c *Case) lookups() map[int]int {
 	if !c.Knobs.Lookups {
 		return nil

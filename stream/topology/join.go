@@ -93,7 +93,7 @@ func (j *Join[E, RK, R]) row(ctx context.Context, e E) (R, bool, error) {
 // whether it was found. With Inner an event without a row is not folded
 // (the key's row is still written, as after any run: the zero value if it
 // had none); with Left fold gets the zero row and found false. The row is
-// what a Lookup sees (docs/design.md §18): the table as its writers
+// what a Lookup sees (docs/design.md §20): the table as its writers
 // committed it before the batch, with this event's key's earlier writes.
 // Everything else is as ProjectContext. ProjectJoin returns s.
 func ProjectJoin[K, E, RK, R, V any](s *Stream[K, E], j *Join[E, RK, R], table *Table[K, V], fold func(v *V, e E, r R, found bool) error) *Stream[K, E] {
@@ -147,7 +147,7 @@ func ToJoin[K, E, RK, R, K2, E2 any](s *Stream[K, E], j *Join[E, RK, R], name, t
 // the same commit. With Inner a key has a row only while both sides have
 // one; with Left while left has one (found says whether right does). So
 // after every commit, for every key, the join table holds exactly the join
-// of the two rows (docs/design.md §18). Both sides must be tables of t
+// of the two rows (docs/design.md §20). Both sides must be tables of t
 // written by projections, co-partitioned (Open checks the partition
 // counts); the sources that write them take writer turns. join must not
 // keep or change its arguments.

@@ -36,7 +36,7 @@ var (
 // Reads declares that the functions attached to s (its projections written
 // with ProjectContext, ForEach, To and KeyByContext functions) read tables
 // with Lookup. Build refuses what it cannot make exact (docs/design.md
-// §18):
+// §20):
 //
 //   - a table no projection of the topology writes;
 //   - a table the stream's own event type projects into (the fold has the
@@ -84,7 +84,7 @@ func (s *Stream[K, E]) Reads(tables ...Readable) *Stream[K, E] {
 // Lookup returns the row of key in table as the function that got ctx
 // sees it, and false when key has no row: table as committed before the
 // batch's writer turn, with what the event's earlier runs in the batch
-// wrote to it (docs/design.md §18). ctx must be the context a fold
+// wrote to it (docs/design.md §20). ctx must be the context a fold
 // (ProjectContext), a ForEach, To or KeyByContext function was given, on
 // a stream that declared table with Reads.
 //
