@@ -63,6 +63,46 @@ func check(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, s
 		bad("%d customers, want %d", customers, len(wantCustomers))
 	}
 
+	// The enriched orders (a foreign-key join with the profiles), and the
+	// enriched lines' topic: every line once.
+	if shop.EnrichedOrders != nil {
+		want := orders.EnrichedReference(lines, orders.CustomerProfiles(cfg.customer, cfg.seed))
+		n := 0
+		if err := shop.EnrichedOrders.Scan(ctx, func(k orders.OrderID, v orders.EnrichedOrder) bool {
+			n++
+			if w := want[k]; v != w {
+				bad("enriched order %d = %+v, want %+v", k, v, w)
+			}
+			return true
+		}); err != nil {
+			return err
+		}
+		if n != len(want) {
+			bad("%d enriched orders, want %d", n, len(want))
+		}
+		enriched, err := readTopic(ctx, cl, orders.EnrichedTopic)
+		if err != nil {
+			return err
+		}
+		once := map[int]int{}
+		for _, m := range enriched {
+			e, err := orders.Enriched.Decode(m.Payload)
+			if err != nil {
+				return fmt.Errorf("an enriched line at %d/%d: %w", m.Partition, m.Offset, err)
+			}
+			once[e.N]++
+		}
+		for _, l := range lines {
+			if once[l.N] != 1 {
+				bad("enriched line %d published %d times", l.N, once[l.N])
+				break
+			}
+		}
+		if len(enriched) != len(lines) {
+			bad("%d enriched lines in the topic, want %d", len(enriched), len(lines))
+		}
+	}
+
 	// The receipts topic: every receipt exactly once (none without the
 	// receipts step).
 	var receipts []iggy.StoredMessage
@@ -128,7 +168,7 @@ func check(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, s
 	if len(problems) > 0 {
 		return fmt.Errorf("check failed:\n  %s", joinLines(problems))
 	}
-	fmt.Fprintf(stdout, "check: ok: %d orders, %d customers, %d receipts and %d forwarded lines, each exactly once\n",
+	fmt.Fprintf(stdout, "check: ok: %d orders, %d customers, %d receipts and %d forwarded lines, each exactly once; orders enriched with their customers' profiles\n",
 		len(wantOrders), len(wantCustomers), len(receipts), len(fwd))
 	return nil
 }

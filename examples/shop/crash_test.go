@@ -86,8 +86,11 @@ func processor(args []string, kill string) crashtest.Spec {
 // TestCrashWhileForwarding kills the processor with SIGKILL while it
 // forwards (at random moments, and right around the outbox's sends), at
 // least 20 times, restarting it on the same store and the same broker;
-// then it lets it finish and checks both read models, the receipts topic
-// and the repartition topic: every row exact, every message exactly once.
+// then it lets it finish and checks the read models (the orders enriched
+// with their customers' profiles, a foreign-key join, included), the
+// receipts topic and the repartition and enriched topics: every row exact,
+// every message exactly once. Half the profiles come late, so lines wait
+// for them across kills.
 // STRAND_SOAK=1 makes it 200 kills over a bigger workload.
 func TestCrashWhileForwarding(t *testing.T) {
 	if testing.Short() {
@@ -114,9 +117,29 @@ func TestCrashWhileForwarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if err := cl.EnsureTopic(ctx, orders.Stream, orders.Topic, 4); err != nil {
+	for _, topic := range []string{orders.Topic, orders.ProfilesTopic} {
+		if err := cl.EnsureTopic(ctx, orders.Stream, topic, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Half the customers' profiles now, the rest after a quarter of the
+	// kills: the lines of the others wait for theirs (parked, retried
+	// across kills) before the join enriches them.
+	ppub, err := iggy.NewPublisher(ctx, cl, orders.Stream, orders.ProfilesTopic)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer ppub.Close(ctx)
+	profiles := orders.CustomerProfiles(60, 1)
+	publishProfiles := func(ps []orders.Profile) {
+		if err := iggy.PublishBatch(ctx, ppub, orders.Profiles, ps); err != nil {
+			t.Fatal(err)
+		}
+		if err := ppub.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishProfiles(profiles[:30])
 	pub, err := iggy.NewPublisher(ctx, cl, orders.Stream, orders.Topic)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +161,12 @@ func TestCrashWhileForwarding(t *testing.T) {
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	modes := []string{"", "after-commit:0.2", "outbox-before-send:0.3", "outbox-after-send:0.3"}
 	killed, finished := 0, 0
+	late := false
 	for killed < kills {
+		if !late && killed >= kills/4 {
+			publishProfiles(profiles[30:])
+			late = true
+		}
 		if finished > 5*kills {
 			// A fast machine: the runs end before the kills. Not a
 			// failure (no random event is asserted); the check below

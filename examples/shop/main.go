@@ -1,8 +1,10 @@
 // Command shop is strand's two-stage example: order lines keyed by order
 // are projected into an "orders" read model, re-keyed by customer with
-// topology.KeyBy into a "customers" read model, and turned into receipts
-// that topology.To publishes to a topic, all exactly once. With no flags it
-// needs nothing installed:
+// topology.KeyBy into a "customers" read model, joined there with the
+// customers' profiles (shop/customer-profiles) and sent on with
+// topology.ToJoin into an "enriched-orders" read model (a foreign-key
+// join), and turned into receipts that topology.To publishes to a topic,
+// all exactly once. With no flags it needs nothing installed:
 //
 //	go run ./examples/shop
 //
@@ -235,7 +237,20 @@ func connect(ctx context.Context, cfg config, log *slog.Logger) (*iggy.Client, e
 
 // produce publishes the workload.
 func produce(ctx context.Context, cfg config, cl *iggy.Client, stdout io.Writer) error {
-	if err := cl.EnsureTopic(ctx, orders.Stream, orders.Topic, cfg.partitions); err != nil {
+	if err := ensureTopics(ctx, cfg, cl); err != nil {
+		return err
+	}
+	// The customers' profiles first: a line whose customer has no profile
+	// yet waits for it (orders.ErrNoProfile), and this keeps that rare.
+	ppub, err := iggy.NewPublisher(ctx, cl, orders.Stream, orders.ProfilesTopic)
+	if err != nil {
+		return err
+	}
+	if err := iggy.PublishBatch(ctx, ppub, orders.Profiles, orders.CustomerProfiles(cfg.customer, cfg.seed)); err != nil {
+		_ = ppub.Close(ctx)
+		return err
+	}
+	if err := ppub.Close(ctx); err != nil {
 		return err
 	}
 	pub, err := iggy.NewPublisher(ctx, cl, orders.Stream, orders.Topic)
@@ -255,6 +270,18 @@ func produce(ctx context.Context, cfg config, cl *iggy.Client, stdout io.Writer)
 	return nil
 }
 
+// ensureTopics creates the topics the producer writes and the processor
+// reads (the orders, the customers' profiles, and the enriched lines the
+// topology publishes and reads back), if missing.
+func ensureTopics(ctx context.Context, cfg config, cl *iggy.Client) error {
+	for _, topic := range []string{orders.Topic, orders.ProfilesTopic, orders.EnrichedTopic} {
+		if err := cl.EnsureTopic(ctx, orders.Stream, topic, cfg.partitions); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // readyLine is printed once the processor runs (the crash test waits for
 // it).
 const readyLine = "processor running"
@@ -263,6 +290,9 @@ const readyLine = "processor running"
 // caught up.
 func process(ctx context.Context, cfg config, cl *iggy.Client, log *slog.Logger, stdout io.Writer) error {
 	shop := shopTopology(cfg)
+	if err := ensureTopics(ctx, cfg, cl); err != nil {
+		return err
+	}
 	app, err := topology.Open(ctx, shop.Topology, cl, cfg.data, append([]topology.OpenOption{topology.WithLogger(log),
 		topology.WithDeadLetterTopic(orders.Stream + "/" + orders.DLQTopic)}, cfg.extra...)...)
 	if err != nil {

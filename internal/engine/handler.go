@@ -214,15 +214,24 @@ func (h *projectHandler[K, E, V]) apply(rc *runCtx, events []E) (int, error) {
 		return h.applyScoped(rc, events)
 	}
 	var foldErr error
+	var writes []func() // of the joins kept from this table (derive.go)
 	at := 0
 	err := h.table.Update(rc.tx, rc.partition, rc.key, func(v *V, _ bool) error {
 		at, foldErr = foldAll(rc.ctx, h.fold, v, events)
+		if foldErr == nil && rc.b.t.prog.hooks != nil {
+			if writes, foldErr = runHooks(rc, h.table.Name(), *v); foldErr != nil {
+				at = len(events) - 1
+			}
+		}
 		return foldErr
 	})
 	switch {
 	case foldErr != nil && (err == nil || errors.Is(err, foldErr)):
 		return at, foldErr
 	case err == nil:
+		for _, w := range writes {
+			w()
+		}
 		rc.b.t.written(rc, rc.b.t.prog.times[h.table.Name()], false, nil)
 		return 0, nil
 	}
@@ -240,6 +249,12 @@ func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, 
 		return nil, 0, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
 	}
 	at, err := foldAll(rc.ctx, h.fold, &v, events)
+	var writes []func() // of the joins kept from this table (derive.go)
+	if err == nil && rc.b.t.prog.hooks != nil {
+		if writes, err = runHooks(rc, h.table.Name(), v); err != nil {
+			at = len(events) - 1
+		}
+	}
 	if err != nil {
 		if rerr := h.revert(rc); rerr != nil {
 			return nil, 0, rerr
@@ -250,8 +265,18 @@ func (h *projectHandler[K, E, V]) prepare(rc *runCtx, events []E) (func(), int, 
 	if err != nil {
 		return nil, 0, errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
 	}
+	if len(writes) > 0 {
+		own := write
+		write = func() {
+			own()
+			for _, w := range writes {
+				w()
+			}
+		}
+	}
 	if tt := rc.b.t.prog.times[h.table.Name()]; tt != nil {
-		return func() { write(); rc.b.t.written(rc, tt, false, nil) }, 0, nil
+		own := write
+		return func() { own(); rc.b.t.written(rc, tt, false, nil) }, 0, nil
 	}
 	return write, 0, nil
 }
@@ -484,7 +509,7 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 		e, err := payload.Decode(b.records[i].Payload)
 		if err != nil {
 			err = fmt.Errorf("type tag %d (%s): %w", r.ev.Tag(), r.ev.Name(), err)
-		} else if b.t.src.foreign == nil { // a foreign record's key is its classifier's (foreign.go)
+		} else if b.t.src.foreign == nil && !b.t.src.trustKeys { // a foreign record's key is its classifier's (foreign.go)
 			// The record was partitioned and planned by its header key:
 			// an event that names another key must not be applied to it.
 			reason = deadletter.ReasonKeyMismatch

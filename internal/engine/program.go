@@ -50,6 +50,9 @@ type Spec struct {
 	// (timers.go).
 	TTLs   []TTLSpec
 	Timers []TimerSpec
+	// Hooks keep derived tables (table-table joins) up to date with
+	// their inputs (derive.go).
+	Hooks []HookSpec
 }
 
 // SourceSpec is one source of a program and the handlers of its events.
@@ -70,6 +73,16 @@ type SourceSpec struct {
 	// Foreign, when set, makes the source foreign: its records carry no
 	// strand headers and are classified (foreign.go).
 	Foreign *ForeignSpec
+	// Lookups lists the tables the source's handlers read (lookup.go).
+	Lookups []LookupSpec
+	// TrustKeys: the source's records are keyed by their headers alone;
+	// an event's own key is not checked against them (the repartition
+	// topic of a KeyBy whose key function read tables, lookup.go).
+	TrustKeys bool
+	// Global makes the source global (lookup.go): every instance reads
+	// all of its partitions, and the tables it feeds (it alone) are read
+	// by lookups at any key.
+	Global bool
 }
 
 // Program is a compiled topology: per source, the declared event types and
@@ -95,6 +108,9 @@ type Program struct {
 	// times holds the tables with a TTL or a timer handler, by name
 	// (timers.go); nil when none has.
 	times map[string]*tableTime
+	// hooks: per input table, the derived tables its writes update
+	// (derive.go).
+	hooks map[string][]hook
 }
 
 // programSource is one source of a program, with routes by type tag.
@@ -113,6 +129,13 @@ type programSource struct {
 	// sweeps are the tables whose deadlines the source's Tasks sweep
 	// (timers.go).
 	sweeps []*tableTime
+	// lookups: per type tag, the tables its handlers read and how
+	// (lookup.go).
+	lookups map[planner.Tag]map[string]lookupRule
+	// trustKeys: SourceSpec.TrustKeys.
+	trustKeys bool
+	// global: SourceSpec.Global.
+	global bool
 }
 
 // route is everything the executor needs for one type tag.
@@ -230,6 +253,8 @@ func NewProgram(spec Spec) (*Program, error) {
 		}
 	}
 	c.compileTimes(spec)
+	c.compileHooks(spec)
+	c.compileLookups(spec)
 	names := slices.Clone(p.tableNames)
 	sort.Strings(names)
 	for _, n := range names {
@@ -286,7 +311,8 @@ func (c *compiler) compileSource(si int, src SourceSpec) {
 		fail("source %q declared twice", src.Name)
 		return
 	}
-	ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}}
+	ps := &programSource{name: src.Name, routes: map[planner.Tag]*route{}, skip: map[planner.Tag]bool{}, trustKeys: src.TrustKeys,
+		global: src.Global}
 	p.sources[src.Name] = ps
 	p.sourceNames = append(p.sourceNames, src.Name)
 

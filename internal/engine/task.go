@@ -425,7 +425,8 @@ type runCtx struct {
 	partition uint32
 	key       []byte
 	b         *batch
-	slot      *activeRun // the worker's: what it runs now (stuck.go)
+	slot      *activeRun   // the worker's: what it runs now (stuck.go)
+	scope     *lookupScope // the key's lookups (lookup.go); nil: none
 }
 
 // Process processes one batch of the task's partition, records in offset
@@ -1034,6 +1035,7 @@ func (t *Task) runKey(b *batch, plan *planner.Plan[string], k planner.KeyPlan[st
 		scratch = recs
 		if rc.b == nil {
 			*rc = runCtx{ctx: b.ctx, tx: b.tx, partition: t.partition, key: b.records[recs[0]].Headers.Key, b: b, slot: rc.slot}
+			t.scopeLookups(rc)
 		}
 		return t.runOne(b, rc, r.Tag(), recs)
 	}
@@ -1090,6 +1092,9 @@ func (t *Task) runOne(b *batch, rc *runCtx, tag planner.Tag, recs []int) bool {
 	rt := t.src.routes[tag]
 	if rc.slot != nil {
 		rc.slot.tag.Store(uint32(tag))
+	}
+	if rc.scope != nil {
+		rc.scope.tag = tag
 	}
 	res := rt.runner.run(rc, recs)
 	if res.end == runFailed && b.ctx.Err() == nil {

@@ -19,6 +19,8 @@ import (
 type Built struct {
 	Topo   *topology.Topology
 	Tables []*topology.Table[string, Row]
+	// Joins are the join tables of the case's joins (join.go).
+	Joins []*topology.Table[string, JoinRow]
 	// Decls are the declarations of each input's types; Unknown and
 	// Skipped of tags the topology does not handle and skips.
 	Decls            [][]*stream.Event[string, Ev]
@@ -96,12 +98,17 @@ func Build(c *Case) *Built {
 		}
 	}
 	streams := map[int]*topology.Stream[string, Ev]{}
+	lookups := c.lookups()
 	for _, n := range c.Nodes {
 		if n.Depth == 0 {
 			streams[n.ID] = topology.On(srcs[n.Input], b.Decls[n.Input][n.Type])
 		}
 		s := streams[n.ID]
 		td := c.Inputs[n.Input].Types[n.Type]
+		lt, looks := lookups[n.ID]
+		if looks {
+			s.Reads(b.Tables[lt])
+		}
 		for h, t := range n.Tables {
 			fold := b.fold(n, h, td)
 			if !n.CtxFolds {
@@ -113,6 +120,13 @@ func Build(c *Case) *Built {
 					// The harness never stops an App mid-batch for good: a
 					// fold must not see its context done.
 					return fmt.Errorf("metamorphic: fold of node %d ran with a done context: %w", n.ID, ctx.Err())
+				}
+				if looks {
+					seen, _, err := topology.Lookup(ctx, b.Tables[lt], e.K)
+					if err != nil {
+						return err
+					}
+					r.look(e.ID, seen)
 				}
 				return fold(r, e)
 			})
@@ -170,6 +184,7 @@ func Build(c *Case) *Built {
 		}
 	}
 	b.addTime(topo, srcs, streams, timeBase)
+	b.buildJoins()
 	return b
 }
 

@@ -37,6 +37,16 @@
 //     sets and cancels its key's timer; the table has a TTL and a timer
 //     handler. After the run the clock passes every timer (each fires
 //     exactly once) and then the TTL (every row expires once).
+//   - A table-table join (topology.JoinTables) of two of the case's tables,
+//     inner or left, when both are projected into and no node feeds both
+//     (derived from the case, not drawn: Case.joins); the model joins its
+//     own rows of the two sides, so a join row must equal the join of the
+//     sides after every run, whatever the interleavings.
+//   - Lookups (topology.Lookup): a node at depth 0 with a static fence
+//     other than Relaxed and ProjectContext folds reads the first table that
+//     only other types of its own input write (derived, not drawn:
+//     Case.lookups); each fold records a digest of the row it saw (Row.Looks)
+//     and the model the digest of its own row at that event.
 //   - Random batch sizes, random pipe/step interleavings, clock advances and
 //     restarts of the App over the same store; tables read with Scan and
 //     every row again with Get.

@@ -50,6 +50,12 @@ type Knobs struct {
 	// every table from the topics and publishes nothing again. A reset is
 	// refused while records are parked or held: then it is a restart.
 	Resets bool
+	// Joins keeps a table-table join of two of the case's tables
+	// (topology.JoinTables, join.go).
+	Joins bool
+	// Lookups makes fenced nodes read a table of their own input with
+	// topology.Lookup (join.go).
+	Lookups bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -58,7 +64,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, Joins: true, Lookups: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.
@@ -574,7 +580,13 @@ func (c *Case) String() string {
 		if n.Child >= 0 {
 			fmt.Fprintf(&b, " keyby→node %d", n.Child)
 		}
+		if t, ok := c.lookups()[n.ID]; ok {
+			fmt.Fprintf(&b, " looks-up %s", c.Tables[t])
+		}
 		b.WriteByte('\n')
+	}
+	for _, j := range c.joins() {
+		fmt.Fprintf(&b, "  join %s: %s ⋈ %s inner=%v\n", j.Name, c.Tables[j.Left], c.Tables[j.Right], j.Inner)
 	}
 	ids := make([]int, 0, len(c.Fail))
 	for id := range c.Fail {

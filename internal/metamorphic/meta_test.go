@@ -51,6 +51,8 @@ var (
 		{"restarts", "restarts of the App", func(k *Knobs) *bool { return &k.Restarts }},
 		{"time", "a table with deletes, a TTL and timers", func(k *Knobs) *bool { return &k.Time }},
 		{"resets", "some restarts are resets (topology.Reset: rebuild, publish nothing again)", func(k *Knobs) *bool { return &k.Resets }},
+		{"joins", "a table-table join of two tables", func(k *Knobs) *bool { return &k.Joins }},
+		{"lookups", "fenced nodes look up a table of their own input", func(k *Knobs) *bool { return &k.Lookups }},
 	}
 	knobValues = map[string]*bool{}
 )

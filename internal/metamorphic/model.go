@@ -21,6 +21,9 @@ type Row struct {
 	Lanes map[string][]int         `json:"l,omitempty"`
 	Sums  map[string]int64         `json:"s,omitempty"`
 	Obs   map[int]map[string]int64 `json:"o,omitempty"`
+	// Looks: per event of a node that reads a table (Case.lookups), the
+	// digest of the row its lookup saw.
+	Looks map[int]int64 `json:"k,omitempty"`
 }
 
 // lane names a lane: physical input, origin key, type tag.
@@ -91,6 +94,8 @@ type Expected struct {
 	// timers fire (time.go); nil without one.
 	Time      map[string]TRow
 	TimeFired int
+	// Joins: per join of the case (Case.joins), key → row.
+	Joins []map[string]JoinRow
 }
 
 // logIdentity names a record of an input by its place in the log;
@@ -133,6 +138,7 @@ func Expect(c *Case) *Expected {
 			x.DLs[logIdentity(in.Name, i)] = ExpDL{Reason: reason}
 		}
 	}
+	lookups := c.lookups()
 	var walk func(n NodeDesc, e Ev)
 	walk = func(n NodeDesc, e Ev) {
 		ident := idIdentity(n.Topic, e.ID)
@@ -153,8 +159,12 @@ func Expect(c *Case) *Expected {
 		}
 		td := c.Inputs[n.Input].Types[n.Type]
 		key := e.keyAt(n.Depth)
+		lt, looks := lookups[n.ID]
 		for _, t := range n.Tables {
 			row := x.Tables[t][key]
+			if looks {
+				row.look(e.ID, x.Tables[lt][key])
+			}
 			row.apply(n.Topic, n.Depth, td, e)
 			x.Tables[t][key] = row
 		}
@@ -179,13 +189,15 @@ func Expect(c *Case) *Expected {
 		}
 	}
 	expectTime(c, x)
+	expectJoins(c, x)
 	return x
 }
 
 // equalRows reports whether two rows are equal, nil and empty maps alike.
 func equalRows(a, b Row) bool {
 	return maps.EqualFunc(a.Lanes, b.Lanes, slices.Equal) && maps.Equal(a.Sums, b.Sums) &&
-		maps.EqualFunc(a.Obs, b.Obs, func(x, y map[string]int64) bool { return maps.Equal(x, y) })
+		maps.EqualFunc(a.Obs, b.Obs, func(x, y map[string]int64) bool { return maps.Equal(x, y) }) &&
+		maps.Equal(a.Looks, b.Looks)
 }
 
 // diffRows describes the first difference between two rows.
@@ -203,6 +215,11 @@ func diffRows(got, want Row) string {
 	for _, id := range sortedKeys(got.Obs, want.Obs) {
 		if !maps.Equal(got.Obs[id], want.Obs[id]) {
 			return fmt.Sprintf("fenced event #%d saw %v applied before it, want %v", id, got.Obs[id], want.Obs[id])
+		}
+	}
+	for _, id := range sortedKeys(got.Looks, want.Looks) {
+		if got.Looks[id] != want.Looks[id] {
+			return fmt.Sprintf("event #%d's lookup saw a row of digest %d, want %d", id, got.Looks[id], want.Looks[id])
 		}
 	}
 	return "equal"

@@ -30,6 +30,8 @@ type Observed struct {
 	// rows expired (time.go).
 	Time                             map[string]TRow
 	TimeFired, TimeLeft, TimeExpired int
+	// Joins: per join of the case, key → row of its join table.
+	Joins []map[string]JoinRow
 }
 
 // maxRounds bounds the rounds of retries at the end of a run.
@@ -115,6 +117,9 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 				return nil, fmt.Errorf("%w: table %s key %q: Get gives %v (found %v, error %v), Scan %v", ErrMismatch, t.Name(), k, g, ok, err, v)
 			}
 		}
+	}
+	if err := observeJoins(b, o); err != nil {
+		return nil, err
 	}
 	for _, dl := range d.DeadLetters() {
 		ident := fmt.Sprintf("%s?%d/%d", dl.Source, dl.Partition, dl.Offset)

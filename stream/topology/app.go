@@ -362,13 +362,13 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	}
 	for _, tn := range p.tables {
 		var n uint32
-		for _, sn := range tn.sources {
+		for _, sn := range tn.inputs() {
 			switch {
 			case n == 0:
 				n = counts[sn]
 			case counts[sn] != n:
-				return nil, fail(fmt.Errorf("table %q is fed by sources of %d and %d partitions (%q); a table's keys must be partitioned one way",
-					tn.name, n, counts[sn], tn.sources))
+				return nil, fail(fmt.Errorf("table %q is fed by sources of %d and %d partitions (%q, readers with Lookup included); a table's keys must be partitioned one way",
+					tn.name, n, counts[sn], tn.inputs()))
 			}
 		}
 		tn.partitioner.SetPartitions(n)
@@ -413,6 +413,9 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if err != nil {
 		return nil, fail(fmt.Errorf("dead-letter topic %q: %w", dlqTopic, err))
 	}
+	if o.group != nil && len(p.global) > 0 {
+		return nil, fail(errors.New("topology.WithGroup: the topology has a global source (SourceNode.Global); global tables in a group are not built yet: split the partitions with topology.WithPartitions"))
+	}
 	if o.group != nil {
 		if err := a.openGroup(ctx, conn, &o, counts); err != nil {
 			return nil, fail(err)
@@ -424,9 +427,6 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),
 		engine.WithProcessorLogger(o.log), engine.WithDrainTimeout(o.drain), engine.WithOutboxSinks(sinks),
 	}
-	if len(o.partitions) > 0 {
-		popts = append(popts, engine.WithPartitions(o.partitions...))
-	}
 	if o.clock != nil {
 		popts = append(popts, engine.WithProcessorClock(o.clock))
 	}
@@ -435,7 +435,11 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	}
 	writers := p.writerGroups()
 	for _, src := range sources {
-		sopts := slices.Concat(popts, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
+		base := popts
+		if len(o.partitions) > 0 && !p.global[src.Name()] { // every instance reads all of a global source
+			base = append(slices.Clip(popts), engine.WithPartitions(o.partitions...))
+		}
+		sopts := slices.Concat(base, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
 			[]engine.ProcessorOption{engine.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
 		if w := writers[src.Name()]; w != nil {
 			sopts = append(sopts, engine.WithWriters(w))
@@ -604,11 +608,12 @@ func (p *Program) writerGroups() map[string]*engine.Writers {
 		return s
 	}
 	for _, tn := range p.tables {
-		for _, sn := range tn.sources {
+		inputs := tn.inputs() // readers (Lookup) take turns with the writers
+		for _, sn := range inputs {
 			if parent[sn] == "" {
 				parent[sn] = sn
 			}
-			if r, r0 := find(sn), find(tn.sources[0]); r != r0 {
+			if r, r0 := find(sn), find(inputs[0]); r != r0 {
 				parent[r] = r0
 			}
 		}

@@ -185,6 +185,17 @@ func KeyByKeys[K2 any](c stream.Codec[K2]) KeyByOption {
 // not applied to s's other handlers either. name identifies the step
 // (unique in the topology).
 func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), opts ...KeyByOption) *Stream[K2, E] {
+	var ck func(context.Context, E) (K2, error)
+	if key != nil {
+		ck = func(_ context.Context, e E) (K2, error) { return key(e) }
+	}
+	return keyBy(s, name, key, ck, opts)
+}
+
+// keyBy is KeyBy and KeyByContext: plain is the key function of the
+// re-keyed declaration (nil for KeyByContext, whose keys the repartition
+// topic's reader takes from the records' headers), key the step's.
+func keyBy[K, E, K2 any](s *Stream[K, E], name string, plain func(E) (K2, error), key func(context.Context, E) (K2, error), opts []KeyByOption) *Stream[K2, E] {
 	t := s.src.t
 	if !s.check(fmt.Sprintf("KeyBy %q", name)) {
 		return &Stream[K2, E]{src: Source[K2](t, "invalid KeyBy "+name), decl: nil}
@@ -202,7 +213,11 @@ func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), 
 	}
 	if key == nil {
 		t.errs = append(t.errs, fmt.Errorf("%s has a nil key function", where))
-		key = func(E) (K2, error) { var k K2; return k, fmt.Errorf("no key function") }
+		key = func(context.Context, E) (K2, error) { var k K2; return k, fmt.Errorf("no key function") }
+	}
+	trust := plain == nil
+	if trust {
+		plain = func(E) (K2, error) { var k K2; return k, nil } // never asked: the reader trusts the headers
 	}
 	if name == "" {
 		t.errs = append(t.errs, fmt.Errorf("%s: a KeyBy step needs a name", where))
@@ -211,13 +226,17 @@ func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), 
 	if topic == "" {
 		topic = repartitionTopic(t.name, n.name, name)
 	}
-	rekeyed := stream.Rekey(s.decl, func(e E) K2 { k, _ := key(e); return k }, o.keys...)
+	rekeyed := stream.Rekey(s.decl, func(e E) K2 { k, _ := plain(e); return k }, o.keys...)
 	if err := rekeyed.Err(); err != nil {
 		t.errs = append(t.errs, fmt.Errorf("%s: %w", where, err))
 	}
 	from := n.name
-	emitFn := func(_ context.Context, _ K, e E, payload []byte, envs []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error) {
-		env, buf, err := rekeyEnvelope(rekeyed, key, e, payload, buf)
+	emitFn := func(ctx context.Context, _ K, e E, payload []byte, envs []stream.Envelope, buf []byte) ([]stream.Envelope, []byte, error) {
+		k, err := key(ctx, e)
+		if err != nil {
+			return envs, buf, err
+		}
+		env, buf, err := rekeyEnvelope(rekeyed, k, e, payload, buf)
 		if err != nil {
 			return envs, buf, err
 		}
@@ -232,18 +251,15 @@ func KeyBy[K, E, K2 any](s *Stream[K, E], name string, key func(E) (K2, error), 
 		t.errs = append(t.errs, fmt.Errorf("%s: repartition topic %q is already a source of the topology", where, topic))
 	}
 	sn.feeder = from
+	sn.trustKeys = sn.trustKeys || trust
 	return &Stream[K2, E]{src: src, decl: rekeyed}
 }
 
 // rekeyEnvelope is e under its new key, with the payload it came with (the
 // declaration's payload codec is the source's): what the repartition topic
 // carries.
-func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], key func(E) (K2, error), e E, payload, buf []byte) (stream.Envelope, []byte, error) {
+func rekeyEnvelope[K2, E any](d *stream.Event[K2, E], k K2, e E, payload, buf []byte) (stream.Envelope, []byte, error) {
 	if err := d.Err(); err != nil {
-		return stream.Envelope{}, buf, err
-	}
-	k, err := key(e)
-	if err != nil {
 		return stream.Envelope{}, buf, err
 	}
 	kb, buf, err := appendTo(spare(buf, 32), d.KeyCodec(), k)

@@ -122,8 +122,9 @@ func (a *App) observeTelemetry() error {
 // they are when it is called: every partition's committed checkpoint has
 // reached the partition's end offset as of the call, and no committed dead
 // letter or To/KeyBy message is waiting to be published; the repartition
-// topics of KeyBy steps count with what the topology forwarded to them
-// until then. It needs Run to be running (or to be
+// topics of KeyBy steps, and the topics its To steps publish to that it
+// reads itself (a join sent on and read back), count with what the
+// topology forwarded to them until then. It needs Run to be running (or to be
 // started) to make progress, and sources that report their end offsets
 // (connector.EndOffsetter; connectors/iggy's do). It returns ctx's error if
 // ctx ends first; a source that fails to report its end offsets (a lost
@@ -173,7 +174,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				next[ps.Partition] = ps.Next
 			}
 			for pt, end := range t.ends {
-				if !a.runs(uint32(pt)) || end == 0 {
+				if !a.runsOf(t.proc.Source(), uint32(pt)) || end == 0 {
 					continue
 				}
 				if n, ok := next[uint32(pt)]; !ok || n < end {
@@ -186,7 +187,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 				break
 			}
 			for _, ps := range t.proc.Stats().Partitions {
-				if ps.Waiting() > 0 && a.runs(ps.Partition) {
+				if ps.Waiting() > 0 && a.runsOf(t.proc.Source(), ps.Partition) {
 					caught = false // held, parked, or To/KeyBy messages still to publish
 				}
 			}
@@ -201,7 +202,7 @@ func (a *App) WaitCaughtUp(ctx context.Context) error {
 			// repartition topics' ends again.
 			grew := false
 			for i, t := range targets {
-				if _, internal := a.prog.feeders[t.proc.Source()]; !internal {
+				if !a.prog.feedsItself(t.proc.Source()) {
 					continue
 				}
 				ends, err := endOffsets(t.proc)

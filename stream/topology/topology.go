@@ -70,6 +70,11 @@ type Topology struct {
 	tables  []tableNode
 	timers  []timerNode // OnTimer (time.go)
 	errs    []error
+	// after runs at Build once every source's checks ran (join.go).
+	after []func() error
+	// contextWritten: the tables a ProjectContext fold writes, which may
+	// delete rows (time.go); JoinTables refuses them as sides (join.go).
+	contextWritten map[state.Attacher]bool
 }
 
 // Option configures a Topology.
@@ -147,6 +152,12 @@ type sourceNode struct {
 	outputs []string
 	feeder  string
 	foreign *engine.ForeignSpec // ForeignSource (foreign.go)
+	lookups []engine.LookupSpec // Reads (lookup.go)
+	// trustKeys: a KeyByContext's repartition topic, whose records'
+	// keys are taken from their headers (lookup.go).
+	trustKeys bool
+	// global: Global (lookup.go).
+	global bool
 }
 
 type tableNode struct {
@@ -166,6 +177,26 @@ type tableNode struct {
 	ttl     time.Duration
 	del     func(tx *state.Txn, partition uint32, key []byte) error
 	optErrs []error
+	// readers lists the sources whose functions read the table with
+	// Lookup (lookup.go): they share its partition count and writer turns.
+	readers []string
+	// global: the table is fed by global sources alone (lookup.go): its
+	// readers neither share its partition count nor take turns.
+	global bool
+}
+
+// inputs returns the sources that write or read the table.
+func (tn *tableNode) inputs() []string {
+	out := slices.Clone(tn.sources)
+	if tn.global {
+		return out
+	}
+	for _, r := range tn.readers {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // SourceNode is one source of a topology: a partitioned log whose events
@@ -307,6 +338,13 @@ func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e
 func ProjectContext[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(ctx context.Context, v *V, e E) error) *Stream[K, E] {
 	if fold == nil {
 		return project(s, table, nil)
+	}
+	if table != nil && s.src != nil && s.src.t != nil {
+		t := s.src.t
+		if t.contextWritten == nil {
+			t.contextWritten = map[state.Attacher]bool{}
+		}
+		t.contextWritten[table.t] = true
 	}
 	return project(s, table, engine.ProjectContext(s.decl, tableOf(table), fold))
 }
@@ -475,7 +513,12 @@ func (t *Topology) Build() (*Program, error) {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
 		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
-			Foreign: n.foreign})
+			Foreign: n.foreign, Lookups: n.lookups, TrustKeys: n.trustKeys, Global: n.global})
+	}
+	for _, c := range t.after {
+		if err := c(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	ttls, timers, terrs := t.timeSpecs()
 	errs = append(errs, terrs...)
@@ -492,14 +535,18 @@ func (t *Topology) Build() (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBuild, err)
 	}
-	prog := &Program{p: p, tables: map[string]tableNode{}, feeders: map[string]string{}}
-	for _, tn := range t.tables {
-		prog.tables[tn.name] = tn
-	}
+	prog := &Program{p: p, tables: map[string]tableNode{}, feeders: map[string]string{}, global: map[string]bool{}}
 	for _, n := range t.sources {
 		if n.feeder != "" {
 			prog.feeders[n.name] = n.feeder
 		}
+		if n.global {
+			prog.global[n.name] = true
+		}
+	}
+	for _, tn := range t.tables {
+		tn.global = len(tn.sources) > 0 && !slices.ContainsFunc(tn.sources, func(sn string) bool { return !prog.global[sn] })
+		prog.tables[tn.name] = tn
 	}
 	return prog, nil
 }
@@ -512,6 +559,8 @@ type Program struct {
 	// feeders maps each repartition topic (KeyBy) to the source it
 	// re-keys.
 	feeders map[string]string
+	// global holds the global sources (lookup.go).
+	global map[string]bool
 }
 
 // Name returns the topology's name.

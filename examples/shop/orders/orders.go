@@ -4,9 +4,17 @@
 //
 //   - "orders" (keyed by OrderID): each order's customer, total and lines,
 //     projected straight from the source topic;
+//
 //   - "customers" (keyed by CustomerID): each customer's order lines and
 //     total spend, fed through topology.KeyBy, which re-keys the order
 //     events by customer through a repartition topic the topology owns;
+//
+//   - "enriched-orders" (keyed by OrderID): each order with its customer's
+//     profile (name, region), a foreign-key join: the lines re-keyed by
+//     customer are joined with the "profiles" table (fed by the
+//     customer-profiles topic) by topology.ToJoin, which publishes each
+//     line enriched to the orders-enriched topic, read back by the same
+//     topology and folded by order;
 //
 // and one output topic, "receipts", that topology.To publishes a Receipt
 // to, exactly once, for every positive order line. Workload generates a
@@ -17,6 +25,7 @@ package orders
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -31,6 +40,12 @@ const (
 	Topic         = "orders"
 	ReceiptsTopic = "receipts"
 	DLQTopic      = "orders.dlq"
+	// ProfilesTopic carries the customers' profiles, keyed by customer.
+	ProfilesTopic = "customer-profiles"
+	// EnrichedTopic carries the order lines joined with their customer's
+	// profile, keyed by order: the ToJoin step publishes them, and the
+	// topology reads them back into the enriched-orders table.
+	EnrichedTopic = "orders-enriched"
 )
 
 // OrderID and CustomerID are the two keys.
@@ -72,11 +87,49 @@ type Customer struct {
 	Sum int64 `json:"sum"`
 }
 
-// Declarations of the two event types.
+// Profile is a customer's profile: the event of the profiles topic, keyed
+// by customer.
+type Profile struct {
+	Customer CustomerID `json:"customer"`
+	Name     string     `json:"name"`
+	Region   string     `json:"region"`
+}
+
+// EnrichedLine is an order line joined with its customer's profile: the
+// event of the orders-enriched topic, keyed by order.
+type EnrichedLine struct {
+	Order    OrderID    `json:"order"`
+	Customer CustomerID `json:"customer"`
+	Name     string     `json:"name"`
+	Region   string     `json:"region"`
+	Amount   int64      `json:"amount"`
+	N        int        `json:"n"`
+}
+
+// EnrichedOrder is a row of the enriched-orders table: an order's total
+// and lines, with the customer of its latest line (the highest N: an
+// order's lines reach the table through their customers' partitions, in
+// no order between customers) and that customer's profile.
+type EnrichedOrder struct {
+	Customer CustomerID `json:"customer"`
+	Name     string     `json:"name"`
+	Region   string     `json:"region"`
+	Total    int64      `json:"total"`
+	Lines    int        `json:"lines"`
+	LastN    int        `json:"last_n"`
+}
+
+// Declarations of the event types.
 var (
 	Lines    = stream.DeclareFunc[OrderID](1, func(l Line) OrderID { return l.Order })
 	Receipts = stream.DeclareFunc[OrderID](2, func(r Receipt) OrderID { return r.Order })
+	Profiles = stream.DeclareFunc[CustomerID](3, func(p Profile) CustomerID { return p.Customer })
+	Enriched = stream.DeclareFunc[OrderID](4, func(e EnrichedLine) OrderID { return e.Order })
 )
+
+// ErrNoProfile fails a line whose customer has no profile yet: the line is
+// parked and retried (topology.WithRetry) until the profile is there.
+var ErrNoProfile = errors.New("shop: the customer has no profile yet")
 
 // TagLine is the type tag of Line.
 const TagLine planner.Tag = 1
@@ -86,10 +139,58 @@ type Shop struct {
 	Topology  *topology.Topology
 	Orders    *topology.Table[OrderID, Order]
 	Customers *topology.Table[CustomerID, Customer]
+	// Profiles and EnrichedOrders are nil in the single-stage and
+	// no-receipts variants.
+	Profiles       *topology.Table[CustomerID, Profile]
+	EnrichedOrders *topology.Table[OrderID, EnrichedOrder]
+
+	byCustomer *topology.Stream[CustomerID, Line]
 }
 
 // NewTopology returns the shop topology over the stream's topics.
-func NewTopology(streamName string) *Shop { return newTopology(streamName, true, true) }
+func NewTopology(streamName string) *Shop {
+	s := newTopology(streamName, true, true)
+	s.enrich(streamName)
+	return s
+}
+
+// NewWithoutEnrichment returns the shop topology without its enriched
+// orders (the topology before lookups and joins): the baseline of the
+// lookup benchmark.
+func NewWithoutEnrichment(streamName string) *Shop { return newTopology(streamName, true, true) }
+
+// enrich adds the enriched orders: a foreign-key join of the lines,
+// re-keyed by customer, with the customers' profiles.
+func (s *Shop) enrich(streamName string) {
+	t := s.Topology
+	s.Profiles = topology.NewTable[CustomerID, Profile](t, "profiles", stream.JSON[Profile]())
+	s.EnrichedOrders = topology.NewTable[OrderID, EnrichedOrder](t, "enriched-orders", stream.JSON[EnrichedOrder]())
+	profiles := topology.Source[CustomerID](t, streamName+"/"+ProfilesTopic)
+	topology.Project(topology.On(profiles, Profiles), s.Profiles, func(p *Profile, e Profile) error { *p = e; return nil })
+	customerOf := func(l Line) CustomerID { return l.Customer }
+	topology.ToJoin(s.byCustomer, topology.JoinOn(s.Profiles, customerOf, topology.Left), "enrich", streamName+"/"+EnrichedTopic, Enriched,
+		func(_ context.Context, c CustomerID, l Line, p Profile, found bool, emit func(EnrichedLine)) error {
+			if !found {
+				// The profiles come from another topic: nothing orders
+				// them before the lines. Wait for the profile.
+				return fmt.Errorf("%w: customer %s, line %d", ErrNoProfile, c, l.N)
+			}
+			emit(EnrichedLine{Order: l.Order, Customer: c, Name: p.Name, Region: p.Region, Amount: l.Amount, N: l.N})
+			return nil
+		})
+	enriched := topology.Source[OrderID](t, streamName+"/"+EnrichedTopic)
+	topology.Project(topology.On(enriched, Enriched), s.EnrichedOrders, FoldEnriched)
+}
+
+// FoldEnriched folds an enriched line into its order's row.
+func FoldEnriched(o *EnrichedOrder, e EnrichedLine) error {
+	o.Total += e.Amount
+	o.Lines++
+	if e.N > o.LastN {
+		o.Customer, o.Name, o.Region, o.LastN = e.Customer, e.Name, e.Region, e.N
+	}
+	return nil
+}
 
 // NewSingleStage returns the shop topology without its KeyBy and To steps
 // (the orders table alone): the baseline of the two-stage benchmark.
@@ -130,6 +231,7 @@ func newTopology(streamName string, twoStage, receipts bool) *Shop {
 		}
 		return l.Customer, nil
 	})
+	s.byCustomer = byCustomer
 	topology.Project(byCustomer, s.Customers, func(c *Customer, l Line) error {
 		c.Lines++
 		c.Total += l.Amount
@@ -179,4 +281,34 @@ func Reference(lines []Line) (map[OrderID]Order, map[CustomerID]Customer, []Rece
 		}
 	}
 	return orders, customers, receipts
+}
+
+// CustomerProfiles returns the profile of each of the workload's customers
+// (customer-0000 to customers-1).
+func CustomerProfiles(customers int, seed uint64) []Profile {
+	r := rand.New(rand.NewPCG(seed, 2))
+	regions := []string{"north", "south", "east", "west"}
+	out := make([]Profile, customers)
+	for i := range out {
+		out[i] = Profile{Customer: CustomerID(fmt.Sprintf("customer-%04d", i)), Name: fmt.Sprintf("Customer %d", i),
+			Region: regions[r.IntN(len(regions))]}
+	}
+	return out
+}
+
+// EnrichedReference is the enriched-orders table the topology must
+// produce from lines and the profiles.
+func EnrichedReference(lines []Line, profiles []Profile) map[OrderID]EnrichedOrder {
+	byID := map[CustomerID]Profile{}
+	for _, p := range profiles {
+		byID[p.Customer] = p
+	}
+	out := map[OrderID]EnrichedOrder{}
+	for _, l := range lines {
+		p := byID[l.Customer]
+		o := out[l.Order]
+		_ = FoldEnriched(&o, EnrichedLine{Order: l.Order, Customer: l.Customer, Name: p.Name, Region: p.Region, Amount: l.Amount, N: l.N})
+		out[l.Order] = o
+	}
+	return out
 }

@@ -163,8 +163,16 @@ func (d *Driver) open() {
 }
 
 func (d *Driver) started() bool {
+	// The partitions the App processes (topology.WithPartitions may give it
+	// some; a global source has all of them).
+	want := 0
+	for p := range d.parts {
+		if d.app.Processes(p) {
+			want++
+		}
+	}
 	for _, st := range d.app.Stats() {
-		if len(st.Partitions) < int(d.parts) {
+		if len(st.Partitions) < want {
 			return false
 		}
 	}

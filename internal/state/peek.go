@@ -1,0 +1,126 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// Peek returns the value of key (encoded key bytes) in the partition as the
+// transaction sees it, as [Table.Read] does, for a reader that is not the
+// key's writer (a lookup of another table): the Txn's own write of the key
+// if it made one, else a committing predecessor's (NewTxnAfter), else the
+// committed value. Unlike Read it never remembers the read in the Txn, so
+// a table only peeked at costs the commit nothing, and the value it returns
+// shares no memory with the Txn or the value cache: a value type with
+// pointers, maps, slices or interfaces is copied through the table's codec
+// (one encode and one decode), others are plain copies. ok is false when the
+// key has no value.
+//
+// Peek is safe to call concurrently with Reads, Writes and Peeks of other
+// keys; the caller must make sure no goroutine changes the same key of the
+// table in this Txn at the same time (the engine's lookup rules do).
+func (t *Table[K, V]) Peek(tx *Txn, partition uint32, key []byte) (V, bool, error) {
+	var zero V
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return zero, false, err
+	}
+	var buf [keyBuf]byte
+	k := appendTableKey(buf[:0], b.id, partition, key)
+	h := b.db.hash(k)
+	s := tt.shard(h)
+	s.mu.Lock()
+	if e := s.get(h, k); e != nil {
+		v, present, enc, dirty := e.v, e.present, e.enc, e.dirty
+		s.mu.Unlock()
+		switch {
+		case !present:
+			return zero, false, nil
+		case !t.shared:
+			return v, true, nil
+		case dirty:
+			return t.decodeCopy(enc, key, partition)
+		}
+		return t.copyOf(v, key, partition)
+	}
+	s.mu.Unlock()
+
+	if tx.prev != nil && !tx.prevSettled() {
+		if t.shared {
+			<-tx.prev.finished
+		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
+			return v, present, nil
+		}
+	}
+	ref, v, present, gen := b.cache.lookup(h, k)
+	if ref == 0 {
+		var encLen int
+		v, present, encLen, err = t.load(b.db, k, h, partition, key)
+		if err != nil {
+			return zero, false, err
+		}
+		b.cache.fill(h, k, v, present, encLen, gen)
+	}
+	if !present {
+		return zero, false, nil
+	}
+	if !t.shared {
+		return v, true, nil
+	}
+	return t.copyOf(v, key, partition)
+}
+
+// copyOf returns a copy of v that shares no memory with it, through the
+// table's codec.
+func (t *Table[K, V]) copyOf(v V, key []byte, partition uint32) (V, bool, error) {
+	enc, err := t.values.Append(nil, v)
+	if err != nil {
+		var zero V
+		return zero, false, fmt.Errorf("%w: table %q: copy the value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
+	}
+	return t.decodeCopy(enc, key, partition)
+}
+
+// decodeCopy decodes a copy of enc, so the value shares no memory with the
+// bytes the Txn keeps.
+func (t *Table[K, V]) decodeCopy(enc, key []byte, partition uint32) (V, bool, error) {
+	v, err := t.values.Decode(bytes.Clone(enc))
+	if err != nil {
+		var zero V
+		return zero, false, fmt.Errorf("state: table %q: decode the value of key %q partition %d: %w", t.name, key, partition, err)
+	}
+	return v, true, nil
+}
+
+// Clone returns v, or, when the table's value type has pointers, maps,
+// slices or interfaces, a copy of it through the table's codec that shares
+// no memory with v.
+func (t *Table[K, V]) Clone(v V) (V, error) {
+	if !t.shared {
+		return v, nil
+	}
+	c, _, err := t.copyOf(v, nil, 0)
+	return c, err
+}
+
+// PeekCommitted returns the committed value of key (encoded key bytes) in
+// the partition, read from Pebble and decoded afresh (never from the value
+// cache, whose values the partition's writer may be changing in place):
+// the newest commit that returned, whether or not its log is synced. It is
+// safe to call while any transaction commits; a reader that commits what it
+// derived from the value later in the same store cannot outlive it across a
+// crash (the log keeps commits in order).
+func (t *Table[K, V]) PeekCommitted(partition uint32, key []byte) (V, bool, error) {
+	var zero V
+	b, err := t.binding()
+	if err != nil {
+		return zero, false, err
+	}
+	var buf [keyBuf]byte
+	k := appendTableKey(buf[:0], b.id, partition, key)
+	v, present, _, err := t.load(b.db, k, b.db.hash(k), partition, key)
+	if err != nil || !present {
+		return zero, false, err
+	}
+	return v, true, nil
+}
