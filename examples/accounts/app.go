@@ -330,7 +330,18 @@ func (a *app) waitCaughtUp(ctx context.Context, procDone <-chan error) error {
 	go func() { caught <- a.app.WaitCaughtUp(wctx) }()
 	select {
 	case err := <-caught:
-		return err
+		if err == nil {
+			return nil
+		}
+		// The wait can fail because the processor did (its partition's
+		// failure ends the App): report that failure, as below, when the
+		// processor has stopped.
+		select {
+		case perr := <-procDone:
+			return fmt.Errorf("processor stopped before it caught up: %w", perr)
+		case <-time.After(2 * time.Second):
+			return err
+		}
 	case err := <-procDone:
 		cancel()
 		<-caught
