@@ -224,56 +224,7 @@ func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, erro
 // the Txn: the read-fold-write of a projection. fn must not use the same key
 // of the Txn; the same concurrency rules as Read and Write apply.
 func (t *Table[K, V]) Update(tx *Txn, partition uint32, key []byte, fn func(v *V, ok bool) error) error {
-	b, tt, err := t.txn(tx)
-	if err != nil {
-		return err
-	}
-	var buf [keyBuf]byte
-	k := appendTableKey(buf[:0], b.id, partition, key)
-	h := b.db.hash(k)
-	s := tt.shard(h)
-	s.mu.Lock()
-	e := s.get(h, k)
-	var present bool
-	if e != nil {
-		present = e.present
-	}
-	s.mu.Unlock()
-	if e == nil {
-		v, p, ref, err := t.resolve(tx, b, h, k, partition, key)
-		if err != nil {
-			return err
-		}
-		present = p
-		s.mu.Lock()
-		if e = s.get(h, k); e != nil { // the same key from another goroutine: keep its entry
-			present = e.present
-		} else {
-			e = tt.newEntry(s, h, k)
-			e.v, e.present, e.ce = v, present, ref
-		}
-		s.mu.Unlock()
-	}
-	// fn folds into the entry's value in place (no other goroutine uses
-	// this key of the Txn meanwhile, and none reads the entry before the
-	// Txn commits); old is what the entry goes back to if fn or the
-	// encoding fails.
-	old := e.v
-	if err := fn(&e.v, present); err != nil {
-		e.v = old
-		if rerr := t.revert(tt, s, h, k); rerr != nil {
-			return rerr
-		}
-		return err
-	}
-	if err := tt.encode(s, t.values, e); err != nil {
-		e.v = old
-		if rerr := t.revert(tt, s, h, k); rerr != nil {
-			return rerr
-		}
-		return fmt.Errorf("%w: table %q: value of key %q partition %d: %w", ErrEncode, t.name, key, partition, err)
-	}
-	return nil
+	return t.UpdateKeep(tx, partition, key, func(v *V, ok bool) (bool, error) { return true, fn(v, ok) })
 }
 
 // Revert puts key (encoded key bytes) of the partition back as the

@@ -29,7 +29,7 @@ func (t *Table[K, V]) UpdateKeep(tx *Txn, partition uint32, key []byte, fn func(
 		}
 		present = p
 		s.mu.Lock()
-		if e = s.get(h, k); e != nil {
+		if e = s.get(h, k); e != nil { // the same key from another goroutine: keep its entry
 			present = e.present
 		} else {
 			e = tt.newEntry(s, h, k)
@@ -37,6 +37,10 @@ func (t *Table[K, V]) UpdateKeep(tx *Txn, partition uint32, key []byte, fn func(
 		}
 		s.mu.Unlock()
 	}
+	// fn folds into the entry's value in place (no other goroutine uses
+	// this key of the Txn meanwhile, and none reads the entry before the
+	// Txn commits); old is what the entry goes back to if fn or the
+	// encoding fails.
 	old := e.v
 	keep, err := fn(&e.v, present)
 	if err != nil {
