@@ -109,14 +109,23 @@ func (h *projectHandler[K, E, V]) applyScoped(rc *runCtx, events []E) (int, erro
 	ctx := &scopeCtx{Context: rc.ctx, s: sc}
 	var foldErr error
 	at, deleted := 0, false
+	var writes []func() // of the joins kept from this table (derive.go)
 	err := h.table.UpdateKeep(rc.tx, rc.partition, rc.key, func(v *V, _ bool) (bool, error) {
 		at, deleted, foldErr = foldScoped(ctx, h.fold, v, events)
+		if foldErr == nil && rc.b.t.prog.hooks != nil {
+			if writes, foldErr = runHooks(rc, h.table.Name(), hookValue(*v, deleted)); foldErr != nil {
+				at = len(events) - 1
+			}
+		}
 		return !deleted, foldErr
 	})
 	switch {
 	case foldErr != nil && (err == nil || errors.Is(err, foldErr)):
 		return at, foldErr
 	case err == nil:
+		for _, w := range writes {
+			w()
+		}
 		rc.b.t.written(rc, tt, deleted, sc)
 		return 0, nil
 	}
@@ -133,11 +142,22 @@ func (h *projectHandler[K, E, V]) prepareScoped(rc *runCtx, events []E) (func(),
 		return nil, 0, errFatal{fmt.Errorf("read table %q: %w", h.table.Name(), err)}
 	}
 	at, deleted, err := foldScoped(ctx, h.fold, &v, events)
+	var writes []func() // of the joins kept from this table (derive.go)
+	if err == nil && rc.b.t.prog.hooks != nil {
+		if writes, err = runHooks(rc, h.table.Name(), hookValue(v, deleted)); err != nil {
+			at = len(events) - 1
+		}
+	}
 	if err != nil {
 		if rerr := h.revert(rc); rerr != nil {
 			return nil, 0, rerr
 		}
 		return nil, at, err
+	}
+	joins := func() {
+		for _, w := range writes {
+			w()
+		}
 	}
 	if deleted {
 		return func() {
@@ -145,6 +165,7 @@ func (h *projectHandler[K, E, V]) prepareScoped(rc *runCtx, events []E) (func(),
 				rc.b.setFatal(fmt.Errorf("delete from table %q: %w", h.table.Name(), err))
 				return
 			}
+			joins()
 			rc.b.t.written(rc, tt, true, sc)
 		}, 0, nil
 	}
@@ -152,7 +173,16 @@ func (h *projectHandler[K, E, V]) prepareScoped(rc *runCtx, events []E) (func(),
 	if err != nil {
 		return nil, 0, errFatal{fmt.Errorf("write table %q: %w", h.table.Name(), err)}
 	}
-	return func() { write(); rc.b.t.written(rc, tt, false, sc) }, 0, nil
+	return func() { write(); joins(); rc.b.t.written(rc, tt, false, sc) }, 0, nil
+}
+
+// hookValue is what a fold leaves for the join hooks of its table
+// (derive.go): the row's value, or nil when the fold deleted the row.
+func hookValue[V any](v V, deleted bool) any {
+	if deleted {
+		return nil
+	}
+	return v
 }
 
 // OnTimer returns the timer handler of table: fn runs when a timer that a

@@ -185,6 +185,10 @@ func JoinTables[K, L, R, V any](t *Topology, name string, left *Table[K, L], rig
 	}
 	t.spec.Hooks = append(t.spec.Hooks,
 		engine.HookSpec{Input: lt, Derived: vt, Hook: func(tx *state.Txn, p uint32, key []byte, v any) (func(), error) {
+			if v == nil { // the left row was deleted (topology.Delete)
+				var l L
+				return derive(tx, p, key, l, false, *new(R), false)
+			}
 			l, err := lt.Clone(v.(L))
 			if err != nil {
 				return nil, err
@@ -196,11 +200,15 @@ func JoinTables[K, L, R, V any](t *Topology, name string, left *Table[K, L], rig
 			return derive(tx, p, key, l, true, r, rok)
 		}},
 		engine.HookSpec{Input: rt, Derived: vt, Hook: func(tx *state.Txn, p uint32, key []byte, v any) (func(), error) {
-			r, err := rt.Clone(v.(R))
+			l, lok, err := lt.Peek(tx, p, key)
 			if err != nil {
 				return nil, err
 			}
-			l, lok, err := lt.Peek(tx, p, key)
+			if v == nil { // the right row was deleted (topology.Delete)
+				var r R
+				return derive(tx, p, key, l, lok, r, false)
+			}
+			r, err := rt.Clone(v.(R))
 			if err != nil {
 				return nil, err
 			}
@@ -215,9 +223,9 @@ func JoinTables[K, L, R, V any](t *Topology, name string, left *Table[K, L], rig
 			return fmt.Errorf("%s: table %q was not made with topology.NewTable on this topology", where, right.Name())
 		}
 		for _, side := range []*tableNode{ln, rn} {
-			if side.ttl > 0 || t.contextWritten[side.attacher] || slices.ContainsFunc(t.timers, func(tm timerNode) bool { return state.Attacher(tm.table) == side.attacher }) {
-				return fmt.Errorf("%s: table %q is written by a ProjectContext fold, a timer handler or has a TTL: "+
-					"its deletes and timer writes are not carried into a join table yet; write it with topology.Project, without WithTTL or OnTimer", where, side.name)
+			if side.ttl > 0 || slices.ContainsFunc(t.timers, func(tm timerNode) bool { return state.Attacher(tm.table) == side.attacher }) {
+				return fmt.Errorf("%s: table %q has a TTL or a timer handler: its expiries and timer writes are not carried "+
+					"into a join table yet; join tables without WithTTL and OnTimer", where, side.name)
 			}
 		}
 		switch {

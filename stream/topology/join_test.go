@@ -51,7 +51,20 @@ func foldSide(v *sideRow, e sideSet) error {
 	return nil
 }
 
-func newTableJoin() *tableJoin {
+func newTableJoin() *tableJoin { return newTableJoinDeleting(false) }
+
+// foldSideDeleting is foldSide for a ProjectContext fold: an event with
+// Del removes the row (topology.Delete), which the joins must follow.
+func foldSideDeleting(ctx context.Context, v *sideRow, e sideSet) error {
+	if e.Del {
+		return topology.Delete(ctx)
+	}
+	return foldSide(v, e)
+}
+
+// newTableJoinDeleting is newTableJoin whose sides L, R and S are written
+// by folds that delete their row on an event with Del when deleting.
+func newTableJoinDeleting(deleting bool) *tableJoin {
 	j := &tableJoin{topo: topology.New("tj")}
 	j.a1 = stream.DeclareFunc[uint64](1, func(e sideSet) uint64 { return e.K })
 	j.a2 = stream.DeclareFunc[uint64](2, func(e sideSet) uint64 { return e.K })
@@ -61,9 +74,15 @@ func newTableJoin() *tableJoin {
 	j.s = topology.NewTable[uint64, sideRow](j.topo, "s", stream.JSON[sideRow]())
 	a := topology.Source[uint64](j.topo, "tj/a")
 	b := topology.Source[uint64](j.topo, "tj/b")
-	topology.Project(topology.On(a, j.a1), j.l, foldSide)
-	topology.Project(topology.On(a, j.a2), j.s, foldSide)
-	topology.Project(topology.On(b, j.b1), j.r, foldSide)
+	if deleting {
+		topology.ProjectContext(topology.On(a, j.a1), j.l, foldSideDeleting)
+		topology.ProjectContext(topology.On(a, j.a2), j.s, foldSideDeleting)
+		topology.ProjectContext(topology.On(b, j.b1), j.r, foldSideDeleting)
+	} else {
+		topology.Project(topology.On(a, j.a1), j.l, foldSide)
+		topology.Project(topology.On(a, j.a2), j.s, foldSide)
+		topology.Project(topology.On(b, j.b1), j.r, foldSide)
+	}
 	j.inner = topology.JoinTables(j.topo, "inner", j.l, j.r, topology.Inner, stream.JSON[pairRow](), pair)
 	j.left = topology.JoinTables(j.topo, "left", j.l, j.s, topology.Left, stream.JSON[pairRow](), pair)
 	return j
@@ -117,7 +136,14 @@ func (j *tableJoin) check(t *testing.T, want map[string]map[uint64]sideRow) {
 // TestPropertyTableJoin: after every step, under random batchings,
 // partition counts, interleavings of the two sources and restarts, each
 // join table holds exactly the join of its sides.
-func TestPropertyTableJoin(t *testing.T) {
+func TestPropertyTableJoin(t *testing.T) { propertyTableJoin(t, false) }
+
+// TestPropertyTableJoinWithDeletes: the same with sides written by
+// ProjectContext folds that delete their rows now and then; a join row
+// follows its sides' deletes in the same commit.
+func TestPropertyTableJoinWithDeletes(t *testing.T) { propertyTableJoin(t, true) }
+
+func propertyTableJoin(t *testing.T, deleting bool) {
 	seeds := uint64(5)
 	if os.Getenv("STRAND_SOAK") != "" {
 		seeds = 100
@@ -125,18 +151,22 @@ func TestPropertyTableJoin(t *testing.T) {
 	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 17))
-			j := newTableJoin()
+			j := newTableJoinDeleting(deleting)
 			d := topologytest.NewDriver(t, j.topo, topologytest.Partitions(uint32(1+r.IntN(3))),
 				topologytest.BatchSizes(func() int { return 1 + r.IntN(5) }))
 			want := map[string]map[uint64]sideRow{"l": {}, "r": {}, "s": {}}
 			apply := func(name string, e sideSet) {
+				if e.Del {
+					delete(want[name], e.K)
+					return
+				}
 				v := want[name][e.K]
 				_ = foldSide(&v, e)
 				want[name][e.K] = v
 			}
 			for round := range 6 {
 				for range 1 + r.IntN(15) {
-					e := sideSet{K: uint64(1 + r.IntN(8)), Add: int64(r.IntN(9))}
+					e := sideSet{K: uint64(1 + r.IntN(8)), Add: int64(r.IntN(9)), Del: deleting && r.IntN(5) == 0}
 					switch r.IntN(3) {
 					case 0:
 						topologytest.PipeTo(d, "tj/a", j.a1, e)

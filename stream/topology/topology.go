@@ -72,9 +72,6 @@ type Topology struct {
 	errs    []error
 	// after runs at Build once every source's checks ran (join.go).
 	after []func() error
-	// contextWritten: the tables a ProjectContext fold writes, which may
-	// delete rows (time.go); JoinTables refuses them as sides (join.go).
-	contextWritten map[state.Attacher]bool
 }
 
 // Option configures a Topology.
@@ -338,13 +335,6 @@ func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e
 func ProjectContext[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(ctx context.Context, v *V, e E) error) *Stream[K, E] {
 	if fold == nil {
 		return project(s, table, nil)
-	}
-	if table != nil && s.src != nil && s.src.t != nil {
-		t := s.src.t
-		if t.contextWritten == nil {
-			t.contextWritten = map[state.Attacher]bool{}
-		}
-		t.contextWritten[table.t] = true
 	}
 	return project(s, table, engine.ProjectContext(s.decl, tableOf(table), fold))
 }
