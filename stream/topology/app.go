@@ -91,6 +91,7 @@ type openOptions struct {
 	group      connector.Group  // see group.go
 	queryAddr  string
 	snapEvery  *int
+	standbys   int            // WithStandbys (standby.go)
 	reserve    *int64         // WithDiskReserve (world.go)
 	faults     *Faults        // WithFaults (faults.go)
 	grace      *time.Duration // WithOutboxGrace (faults.go)
@@ -391,6 +392,9 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	defer func() {
 		if !ok {
 			_ = db.Close()
+			if a.dlq != nil { // opened below; the other sinks close with opened
+				closeSinks(map[string]connector.Sink{"": a.dlq})
+			}
 		}
 	}()
 	if err := p.p.Attach(db); err != nil {
@@ -420,8 +424,8 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		if err := a.openGroup(ctx, conn, &o, counts); err != nil {
 			return nil, fail(err)
 		}
-	} else if o.queryAddr != "" || o.snapEvery != nil {
-		return nil, fail(errors.New("topology.WithQueryAddr and topology.WithSnapshotEvery need topology.WithGroup"))
+	} else if o.queryAddr != "" || o.snapEvery != nil || o.standbys > 0 {
+		return nil, fail(errors.New("topology.WithQueryAddr, topology.WithSnapshotEvery and topology.WithStandbys need topology.WithGroup"))
 	}
 	popts := []engine.ProcessorOption{
 		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),
