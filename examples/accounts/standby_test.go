@@ -100,6 +100,9 @@ func (c *cluster) waitStandbys(timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
+			for _, gs := range c.statuses() {
+				c.t.Logf("instance %d (member %d): partitions %+v; standbys %+v; members %+v", gs.Instance, gs.Member, gs.Partitions, gs.Standbys, gs.Members)
+			}
 			c.t.Fatalf("not every partition has a current standby copy within %v: %v", timeout, have)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/scaleout/changelog"
+	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -168,4 +169,24 @@ func (t *Table[K, V]) GetStandby(ctx context.Context, app *App, k K, maxStale ti
 		return zero, false, Freshness{}, Staleness{}, err
 	}
 	return v, ok, fr, st, nil
+}
+
+// standbyGauges are the standby copies for the metrics
+// (strand.standby.lag, strand.standby.staleness).
+func (a *App) standbyGauges() []telemetry.StandbyGauge {
+	sbs := a.Standbys()
+	if len(sbs) == 0 {
+		return nil
+	}
+	src := a.prog.Sources()[0]
+	now := time.Now()
+	out := make([]telemetry.StandbyGauge, len(sbs))
+	for i, sb := range sbs {
+		age := time.Duration(-1)
+		if !sb.CurrentAt.IsZero() {
+			age = max(now.Sub(sb.CurrentAt), 0)
+		}
+		out[i] = telemetry.StandbyGauge{Source: src, Partition: sb.Partition, Lag: sb.Lag, Staleness: age}
+	}
+	return out
 }

@@ -3,9 +3,14 @@ package topology_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
@@ -42,7 +47,10 @@ func TestGroupStandbysArePromoted(t *testing.T) {
 	// No snapshots: without its standby copy, a new owner would read the
 	// whole changelog.
 	opts := []topology.OpenOption{topology.WithStandbys(1), topology.WithSnapshotEvery(0)}
-	a := startInstance(t, cl, "a", t.TempDir(), opts...)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx)
+	a := startInstance(t, cl, "a", t.TempDir(), append(opts, topology.WithMeterProvider(mp))...)
 	b := startInstance(t, cl, "b", t.TempDir(), opts...)
 	owner := settled(t, parts, a, b)
 	check(t, owner, want)
@@ -64,6 +72,17 @@ func TestGroupStandbysArePromoted(t *testing.T) {
 		}
 		return true
 	})
+	// The metrics show a's standby copies: one lag per partition it keeps.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	lags := sums(t, rm, "strand.standby.lag", semconv.MessagingDestinationPartitionIDKey)
+	for p := range uint32(parts) {
+		if _, ok := lags[fmt.Sprint(p)]; ok == (owner[p] == a) {
+			t.Errorf("strand.standby.lag of partition %d on a (owner %s): %v", p, owner[p].name, lags)
+		}
+	}
 	publishCounts(t, cl, decl, 1000, 1000, keys, want)
 	owner = settled(t, parts, a, b)
 	check(t, owner, want)
