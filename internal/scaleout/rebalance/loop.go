@@ -317,6 +317,11 @@ func (l *Loop) stopPartition(p uint32, e Epoch) {
 	}
 	l.cfg.Changelog.Lost(p, e)
 	l.stopTask(p, e)
+	// A restore that finished while it was being cancelled may have kept
+	// p under e after the Lost above: end that too (else the changelog
+	// keeps a partition the node dropped, and its standby copy cannot
+	// start).
+	l.cfg.Changelog.Lost(p, e)
 }
 
 func (l *Loop) startTask(parent context.Context, p uint32, e Epoch, fn func(ctx context.Context) Event) {
