@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/scaleout/changelog"
+	groupstate "github.com/strand-io/strand/internal/scaleout/membership"
 	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -187,6 +188,40 @@ func (a *App) standbyGauges() []telemetry.StandbyGauge {
 			age = max(now.Sub(sb.CurrentAt), 0)
 		}
 		out[i] = telemetry.StandbyGauge{Source: src, Partition: sb.Partition, Lag: sb.Lag, Staleness: age}
+	}
+	return out
+}
+
+// StandbyAddrs returns the query addresses of the other members of the
+// group that keep a standby copy of partition p, as this instance computes
+// them from its view of the membership (membership.Standbys, the same
+// function every member applies), in promotion order; nil outside a group,
+// without WithStandbys, or while Run is not in the group. A stale read
+// that this instance cannot answer may be asked of them.
+func (a *App) StandbyAddrs(p uint32) []string {
+	if a.grp == nil || a.grp.standbys == 0 {
+		return nil
+	}
+	m := a.Membership()
+	if m == nil {
+		return nil
+	}
+	members := m.Members()
+	sb := groupstate.Standbys(members, a.grp.partitions, a.grp.standbys)
+	if int(p) >= len(sb) {
+		return nil
+	}
+	self := m.ID()
+	var out []string
+	for _, id := range sb[p] {
+		if id == self {
+			continue
+		}
+		for _, mb := range members {
+			if mb.ID == id && mb.Addr != "" {
+				out = append(out, mb.Addr)
+			}
+		}
 	}
 	return out
 }

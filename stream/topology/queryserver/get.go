@@ -65,7 +65,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rt.Kind {
 	case Unavailable:
-		if stale && s.fromStandby(w, r, t, l, q, bound) {
+		if stale && (s.fromStandby(w, r, t, l, q, bound) || s.toStandbys(w, r, q)) {
 			return
 		}
 		unavailable(w, q, rt)
@@ -73,7 +73,12 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	case Remote:
 		var fallback func() bool
 		if stale {
-			fallback = func() bool { return s.fromStandby(w, r, t, l, q, bound) }
+			if hopped(r) && s.fromStandby(w, r, t, l, q, bound) {
+				return // sent here for this instance's standby copy (stale.go)
+			}
+			fallback = func() bool {
+				return s.fromStandby(w, r, t, l, q, bound) || s.toStandbys(w, r, q)
+			}
 		}
 		s.toOwner(w, r, q, rt.Owner, fallback)
 		return

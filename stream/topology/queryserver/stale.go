@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -94,4 +95,58 @@ func (s *Server) fromStandby(w http.ResponseWriter, r *http.Request, t table, l 
 	}
 	writeBody(w, http.StatusOK, body)
 	return true
+}
+
+// toStandbys asks the other instances that keep a standby copy of the
+// key's partition (topology.App.StandbyAddrs) for a stale answer, in
+// promotion order, and passes on the first answer that is one (200 or 404,
+// from a standby copy or from a new owner); false (nothing written) when
+// none answers so, or when the request was sent here by another instance
+// already.
+func (s *Server) toStandbys(w http.ResponseWriter, r *http.Request, q Query) bool {
+	if hopped(r) || s.cfg.redirect {
+		return false
+	}
+	for _, addr := range s.app.StandbyAddrs(q.Partition) {
+		target, err := ownerURL(addr, r, false)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.forwardTimeout)
+		req, err := http.NewRequestWithContext(ctx, r.Method, target, nil)
+		if err != nil {
+			cancel()
+			continue
+		}
+		for k, vs := range r.Header {
+			if !hopByHop[k] {
+				req.Header[k] = vs
+			}
+		}
+		req.Header.Set(HeaderForwarded, "1")
+		resp, err := s.cfg.client.Do(req)
+		if err != nil {
+			cancel()
+			continue
+		}
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+			resp.Body.Close()
+			cancel()
+			continue
+		}
+		for k, vs := range resp.Header {
+			if !hopByHop[k] && k != "Content-Length" {
+				w.Header()[k] = vs
+			}
+		}
+		if resp.Header.Get(HeaderStaleness) == "" {
+			w.Header().Set(HeaderOwner, addr) // it owns the partition now
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		resp.Body.Close()
+		cancel()
+		return true
+	}
+	return false
 }

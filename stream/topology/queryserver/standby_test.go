@@ -65,7 +65,7 @@ func getGroupView(t *testing.T, addr string) queryserver.GroupView {
 // instance's standby copies and how current they are; a get whose owner
 // cannot answer is answered from the local standby copy only when the
 // caller allows a staleness bound, with the staleness in the headers, and
-// never otherwise.
+// never otherwise; an instance without the copy asks the one that has it.
 func TestStaleReadsFromAStandby(t *testing.T) {
 	var events []Deposit
 	for i := range 200 {
@@ -74,55 +74,56 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 	cl, ref := brokerWith(t, 4, events)
 	a := startGroupInstance(t, cl, "stale-a")
 	b := startGroupInstance(t, cl, "stale-b")
+	c := startGroupInstance(t, cl, "stale-c")
+	all := []*groupInstance{a, b, c}
 
-	// Both serve two partitions, and each keeps a current standby copy of
-	// the other's two.
+	// Every partition is served, and has a current standby copy on an
+	// instance that does not own it.
 	deadline := time.Now().Add(60 * time.Second)
-	var va queryserver.GroupView
+	owner := map[uint32]*groupInstance{}
 	for {
-		va = getGroupView(t, a.addr)
-		vb := getGroupView(t, b.addr)
-		ok := len(va.Partitions) == 2 && len(vb.Partitions) == 2 && len(va.Standbys) == 2 && len(vb.Standbys) == 2
-		for _, sb := range append(va.Standbys, vb.Standbys...) {
-			ok = ok && sb.StalenessMS >= 0 && sb.Lag == 0 && sb.Epoch != 0
+		clear(owner)
+		current := map[uint32]bool{}
+		ok := true
+		for _, in := range all {
+			v := getGroupView(t, in.addr)
+			ok = ok && len(v.Partitions) > 0
+			for _, p := range v.Partitions {
+				ok = ok && p.Phase == topology.Serving.String()
+				owner[p.Partition] = in
+			}
+			for _, sb := range v.Standbys {
+				for _, p := range v.Partitions {
+					if p.Partition == sb.Partition {
+						t.Fatalf("an instance keeps a standby copy of partition %d, which it owns", p.Partition)
+					}
+				}
+				if sb.StalenessMS >= 0 && sb.Epoch != 0 {
+					current[sb.Partition] = true
+				}
+			}
 		}
-		for _, p := range append(va.Partitions, vb.Partitions...) {
-			ok = ok && p.Phase == topology.Serving.String()
-		}
-		if ok {
+		if ok && len(owner) == 4 && len(current) == 4 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no current standby copies: a %+v, b %+v", va, vb)
+			t.Fatalf("not every partition served with a current standby copy: owners %v, standbys %v", owner, current)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	owned := map[uint32]bool{}
-	for _, p := range va.Partitions {
-		owned[p.Partition] = true
-		for _, sb := range va.Standbys {
-			if sb.Partition == p.Partition {
-				t.Fatalf("a keeps a standby copy of partition %d, which it owns", p.Partition)
-			}
-		}
-	}
-	// Wait until b's partitions are all through (their standby copies on a
-	// then catch up).
-	waitCaught := func(app *topology.App) {
+	for _, in := range all {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := app.WaitCaughtUp(ctx); err != nil {
+		if err := in.app.WaitCaughtUp(ctx); err != nil {
 			t.Fatal(err)
 		}
+		cancel()
 	}
-	waitCaught(a.app)
-	waitCaught(b.app)
 
 	// b's query server goes away (the owner is unreachable; the group
 	// still lists it).
 	b.stop()
-	get := func(acct AccountID, header string) *http.Response {
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/tables/balances/%d", a.addr, acct), nil)
+	get := func(via *groupInstance, acct AccountID, header string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/tables/balances/%d", via.addr, acct), nil)
 		if header != "" {
 			req.Header.Set(queryserver.HeaderMaxStaleness, header)
 		}
@@ -134,43 +135,45 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 	}
 	checked := 0
 	for acct, want := range ref {
-		resp := get(acct, "")
-		resp.Body.Close()
-		pstr := resp.Header.Get(queryserver.HeaderPartition)
-		p, _ := strconv.ParseUint(pstr, 10, 32)
-		if owned[uint32(p)] {
-			continue // a serves it itself
-		}
-		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(queryserver.HeaderStaleness) != "" {
-			t.Fatalf("account %d without consent: %s (staleness %q), want 502 and nothing stale", acct, resp.Status, resp.Header.Get(queryserver.HeaderStaleness))
-		}
-		// With consent: answered by a's standby copy, current (the
-		// partition is through) and right.
-		for {
-			resp = get(acct, "1m")
-			var bal Balance
-			err := json.NewDecoder(resp.Body).Decode(&bal)
+		for _, via := range []*groupInstance{a, c} {
+			resp := get(via, acct, "")
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && err == nil && bal == want {
-				break
+			p, _ := strconv.ParseUint(resp.Header.Get(queryserver.HeaderPartition), 10, 32)
+			if owner[uint32(p)] != b {
+				break // served by its owner
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("account %d from the standby: %s %+v, want %+v", acct, resp.Status, bal, want)
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(queryserver.HeaderStaleness) != "" {
+				t.Fatalf("account %d without consent: %s (staleness %q), want 502 and nothing stale", acct, resp.Status, resp.Header.Get(queryserver.HeaderStaleness))
 			}
-			time.Sleep(20 * time.Millisecond)
+			// With consent: answered from the standby copy (by via, or by
+			// the instance that keeps it), current (the partition is
+			// through) and right.
+			for {
+				resp = get(via, acct, "1m")
+				var bal Balance
+				err := json.NewDecoder(resp.Body).Decode(&bal)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK && err == nil && bal == want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("account %d from the standby: %s %+v, want %+v", acct, resp.Status, bal, want)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if ms, err := strconv.ParseInt(resp.Header.Get(queryserver.HeaderStaleness), 10, 64); err != nil || ms < 0 || ms > 60_000 {
+				t.Fatalf("account %d: %s %q", acct, queryserver.HeaderStaleness, resp.Header.Get(queryserver.HeaderStaleness))
+			}
+			if resp.Header.Get(queryserver.HeaderEpoch) == "" || resp.Header.Get(queryserver.HeaderStandbySeq) == "" || resp.Header.Get(queryserver.HeaderCheckpoint) == "" {
+				t.Fatalf("account %d: headers %v", acct, resp.Header)
+			}
+			checked++
 		}
-		if ms, err := strconv.ParseInt(resp.Header.Get(queryserver.HeaderStaleness), 10, 64); err != nil || ms < 0 || ms > 60_000 {
-			t.Fatalf("account %d: %s %q", acct, queryserver.HeaderStaleness, resp.Header.Get(queryserver.HeaderStaleness))
-		}
-		if resp.Header.Get(queryserver.HeaderEpoch) == "" || resp.Header.Get(queryserver.HeaderStandbySeq) == "" || resp.Header.Get(queryserver.HeaderCheckpoint) == "" {
-			t.Fatalf("account %d: headers %v", acct, resp.Header)
-		}
-		checked++
 	}
 	if checked == 0 {
 		t.Fatal("no account of b's partitions")
 	}
-	resp := get(1, "soon")
+	resp := get(a, 1, "soon")
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a bad %s: %s, want 400", queryserver.HeaderMaxStaleness, resp.Status)
