@@ -230,9 +230,11 @@ func (c *Changelog) standby(ctx context.Context, p uint32, level int) error {
 	// Where the changelog ends, asked every StandbyEndsEvery: reaching an
 	// end asked at t means the copy was current at t.
 	ectx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		cancel() // first: the asking goroutine ends with ectx
+		wg.Wait()
+	}()
 	if eo, ok := c.src.(connector.EndOffsetter); ok {
 		wg.Go(func() {
 			t := time.NewTicker(StandbyEndsEvery)
