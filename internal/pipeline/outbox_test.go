@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"github.com/strand-io/strand/internal/outbox"
+
 	"github.com/strand-io/strand/internal/executor"
 
 	"context"
@@ -333,7 +335,7 @@ func TestOutboxPublishesOnceInOrderThroughFailures(t *testing.T) {
 			checkTopic(t, outTopicA, a, want[outTopicA])
 			checkTopic(t, outTopicB, b, want[outTopicB])
 			fx.checkExact(t, db)
-			if n, err := p.countOutbox(context.Background(), 0); err != nil || n != 0 {
+			if n, err := outbox.CountMessages(context.Background(), p.db, p.name, 0); err != nil || n != 0 {
 				t.Errorf("%d outbox messages left in partition 0 (%v)", n, err)
 			}
 		})
@@ -368,8 +370,8 @@ func TestOutboxPacesTheSourceToAHealthySink(t *testing.T) {
 		t.Fatal(err)
 	}
 	// At a commit: what the last await let through (one commit's messages
-	// or outboxFlowRows), the commit that overlapped it, and this one.
-	if bound := int64(outboxFlowRows + 2*500); most.Load() > bound {
+	// or outbox.FlowRows), the commit that overlapped it, and this one.
+	if bound := int64(outbox.FlowRows + 2*500); most.Load() > bound {
 		t.Errorf("up to %d messages waited; flow control bounds it to %d", most.Load(), bound)
 	}
 	checkTopic(t, outTopicA, a, expectedOutputs(t, fx)[outTopicA])
@@ -400,9 +402,9 @@ func TestOutboxNeverHoldsTheSourceOnAFailingOrStuckSink(t *testing.T) {
 			start := time.Now()
 			run := startProcessor(p)
 			waitFor(t, "every record applied", func() bool { return caughtUp(p, fx.src) })
-			// The stuck sink holds each partition once, for outboxStall at
+			// The stuck sink holds each partition once, for outbox.Stall at
 			// most; the refusing one not at all.
-			if el := time.Since(start); el > outboxStall+3*time.Second {
+			if el := time.Since(start); el > outbox.Stall+3*time.Second {
 				t.Errorf("the source took %v to apply 9000 records past a %s sink", el, mode)
 			}
 			if n := a.count(); n != 0 {
@@ -488,7 +490,7 @@ func TestOutboxPublishesRowsOfVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeDB(t, db)
-	if n, err := (&Processor{db: db, name: procSource}).countOutbox(context.Background(), 0); err != nil || n != 30 {
+	if n, err := outbox.CountMessages(context.Background(), db, procSource, 0); err != nil || n != 30 {
 		t.Fatalf("countOutbox = %d, %v; want 30", n, err)
 	}
 	pipeDeposits(t, fx, 100, 5, rand.New(rand.NewPCG(7, 8)))
@@ -522,74 +524,6 @@ func encodeOutboxV1(dest string, m connector.Message) []byte {
 		dst = rows.AppendString(dst, string(f.Value))
 	}
 	return rows.AppendString(dst, string(m.Payload))
-}
-
-// Rounds read back from the store (after a restart, or when memory gave
-// up) may cut a row: its messages are published in order across rounds,
-// and it is deleted only with its last one.
-func TestOutboxStoreRoundsCutRows(t *testing.T) {
-	fx := emitFixture(t, 1)
-	db := fx.openDB(t)
-	defer closeDB(t, db)
-	origin := rows.OriginStream(fx.prog.Name(), procSource, 0)
-	tx := db.NewTxn()
-	seq := uint64(1)
-	var rowStarts []uint64
-	for _, n := range []int{5, 1, 7, 3} {
-		var enc rows.OutboxEncoder
-		enc.Begin(origin, []string{outTopicA})
-		for i := range n {
-			env := outEnvelope("k"+strconv.Itoa(i), int64(seq)+int64(i), 0)
-			enc.Add(0, &env.Headers, env.Payload)
-		}
-		tx.PutRow(state.FamilyOutbox, 0, rows.OutboxKey(procSource, seq), enc.End())
-		rowStarts = append(rowStarts, seq)
-		seq += uint64(n)
-	}
-	if err := tx.Commit(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p := newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: newPartSink(1), outTopicB: newPartSink(1)}))
-	k := newMessageKind(p)
-	var got []uint64
-	deleted := map[string]bool{}
-	for round := 0; ; round++ {
-		rs, err := k.rows(context.Background(), 0, 4, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rs) == 0 {
-			break
-		}
-		if len(rs) > 4 {
-			t.Fatalf("round of %d rows over a limit of 4", len(rs))
-		}
-		for _, r := range rs {
-			if r.last {
-				deleted[string(r.key)] = true
-			}
-			got = append(got, r.order)
-		}
-		if err := k.afterDelete(0, rs); err != nil {
-			t.Fatal(err)
-		}
-		if round > 20 {
-			t.Fatal("rounds do not end")
-		}
-	}
-	for i, s := range got {
-		if s != uint64(i+1) {
-			t.Fatalf("rounds gave %v, want 1..%d in order", got, seq-1)
-		}
-	}
-	if len(got) != int(seq-1) || len(deleted) != len(rowStarts) {
-		t.Fatalf("%d messages, %d rows deleted; want %d and %d", len(got), len(deleted), seq-1, len(rowStarts))
-	}
-	for _, s := range rowStarts {
-		if !deleted[string(rows.OutboxKey(procSource, s))] {
-			t.Errorf("row %d never ended a round", s)
-		}
-	}
 }
 
 func pendingNone(p *Processor) bool {

@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"github.com/strand-io/strand/internal/outbox"
+
 	"cmp"
 	"github.com/strand-io/strand/internal/executor"
 
@@ -482,13 +484,11 @@ func (p *Processor) PendingDeadLetters(ctx context.Context) ([]deadletter.Letter
 	}
 	var out []deadletter.Letter
 	for _, pt := range parts {
-		rows, err := p.deadLetterRows(ctx, pt, 0)
+		letters, err := outbox.PendingDeadLetters(ctx, p.db, p.name, pt)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rows {
-			out = append(out, r.letter)
-		}
+		out = append(out, letters...)
 	}
 	return out, nil
 }

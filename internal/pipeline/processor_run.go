@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"github.com/strand-io/strand/internal/outbox"
+
 	"github.com/strand-io/strand/internal/executor"
 
 	"context"
@@ -99,7 +101,7 @@ func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 	return p.run(ctx, parts)
 }
 
-func (p *Processor) run(ctx context.Context, parts []uint32) error {
+func (p *Processor) run(ctx context.Context, parts []uint32) (err error) {
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -107,15 +109,18 @@ func (p *Processor) run(ctx context.Context, parts []uint32) error {
 	defer stopDrain()
 
 	var outboxes outboxes
+	cfg := p.outboxConfig()
 	if p.opts.sink != nil {
-		outboxes.dead = newOutbox(p, deadLetterKind{p})
+		if outboxes.dead, err = outbox.NewDeadLetters(cfg); err != nil {
+			return fmt.Errorf("stream: run source %q: %w", p.name, err)
+		}
 	} else {
 		p.log.Warn("strand: processor has no dead-letter sink; dead letters stay in the store")
 	}
 	if len(p.prog.Outputs(p.name)) > 0 {
-		outboxes.messages = newMessageKind(p)
-		outboxes.msgs = newOutbox(p, outboxes.messages)
-		outboxes.messages.ob = outboxes.msgs // its commits pace themselves on it (await)
+		if outboxes.msgs, err = outbox.NewMessages(cfg); err != nil {
+			return fmt.Errorf("stream: run source %q: %w", p.name, err)
+		}
 	}
 	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
@@ -176,13 +181,12 @@ func drainContext(ctx, runCtx context.Context, timeout time.Duration) (drainCtx 
 // outboxes are a processor's outboxes: of its dead letters and of its To
 // and KeyBy messages; nil when it has none of that kind.
 type outboxes struct {
-	dead, msgs *outbox
-	messages   *messageKind // msgs's kind, which commits hand their rows to
+	dead, msgs *outbox.Outbox
 }
 
-func (o outboxes) all() []*outbox {
-	var out []*outbox
-	for _, b := range []*outbox{o.dead, o.msgs} {
+func (o outboxes) all() []*outbox.Outbox {
+	var out []*outbox.Outbox
+	for _, b := range []*outbox.Outbox{o.dead, o.msgs} {
 		if b != nil {
 			out = append(out, b)
 		}
@@ -211,7 +215,7 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 	pipelinesDone := make(chan struct{})
 	var outboxWG sync.WaitGroup
 	for _, ob := range obs.all() {
-		outboxWG.Go(func() { ob.run(runCtx, drainCtx, pipelinesDone, fail) })
+		outboxWG.Go(func() { ob.Run(runCtx, drainCtx, pipelinesDone, fail) })
 	}
 	for _, pl := range pls {
 		wg.Go(func() {
@@ -284,7 +288,7 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 		pl := &pipeline{
 			p: p, part: pt, task: task, reader: rd, outboxes: obs,
 			batches:  make(chan []connector.Record, p.opts.prefetch+1),
-			slots:    make(chan struct{}, p.opts.prefetch+1),
+			flow:     newFlow(pt, p.opts.prefetch, obs.msgs),
 			advise:   make(chan uint64, 1),
 			release:  make(chan releaseReq),
 			stopped:  make(chan struct{}),
@@ -295,17 +299,17 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 		}
 		pls = append(pls, pl)
 		if obs.dead != nil {
-			obs.dead.start(pt, task.Next())
+			obs.dead.Start(pt, task.Next())
 		}
 		if obs.msgs != nil {
-			n, err := p.countOutbox(ctx, pt)
+			n, err := outbox.CountMessages(ctx, p.db, p.name, pt)
 			if err != nil {
 				closeAll()
 				_ = rd.Close()
 				return nil, &PartitionError{Source: p.name, Partition: pt, Offset: task.Next(), Op: stream.OpOpen, Err: fmt.Errorf("count outbox messages: %w", err)}
 			}
 			pl.outboxFound = n
-			obs.msgs.start(pt, task.OutboxNext())
+			obs.msgs.Start(pt, task.OutboxNext())
 		}
 	}
 	p.mu.Lock()
@@ -337,7 +341,7 @@ type pipeline struct {
 	log      *slog.Logger
 
 	batches chan []connector.Record // polled batches, in offset order
-	slots   chan struct{}           // one token per batch polled and not yet processed
+	flow    *flow                   // the pipeline's backpressure (flow.go)
 	advise  chan uint64             // latest committed checkpoint to advise
 	release chan releaseReq         // Release requests
 	stopped chan struct{}           // closed when the pipeline loop has returned
@@ -539,7 +543,7 @@ func (pl *pipeline) process(ctx context.Context, recs []connector.Record) error 
 		pl.pendStart, pl.pendRecs = start, recs
 		return serr
 	}
-	<-pl.slots // this batch is not pending
+	pl.flow.done() // this batch is not pending
 	if serr != nil {
 		return serr
 	}
@@ -562,12 +566,12 @@ func (pl *pipeline) finishCommit() error {
 	pl.pend = nil
 	res, err := pend.Wait()
 	if err != nil {
-		<-pl.slots
+		pl.flow.done()
 		return pl.errorf(stream.OpCommit, pl.pendFirst, err)
 	}
 	pl.observeBatch(pend, res)
 	err = pl.committed(res, true)
-	<-pl.slots // only now may the reader poll in the batch's place
+	pl.flow.done() // only now may the reader poll in the batch's place
 	return err
 }
 
@@ -608,10 +612,10 @@ func (pl *pipeline) retry(ctx context.Context) (did bool, err error) {
 func (pl *pipeline) committed(res executor.Result, batch bool) error {
 	// The commit returned: its rows may be published (outbox.returned).
 	if pl.outboxes.dead != nil {
-		pl.outboxes.dead.committed(pl.part, res.Next)
+		pl.outboxes.dead.Committed(pl.part, res.Next)
 	}
 	if n := len(res.Outbox); n > 0 && pl.outboxes.msgs != nil {
-		pl.outboxes.msgs.committed(pl.part, res.Outbox[n-1].Seq+1)
+		pl.outboxes.msgs.Committed(pl.part, res.Outbox[n-1].Seq+1)
 	}
 	now := time.Now()
 	pl.p.update(pl.part, func(ps *stream.PartitionStats) {
@@ -650,11 +654,11 @@ func (pl *pipeline) committed(res executor.Result, batch bool) error {
 		pl.advise <- res.Next
 	}
 	if len(res.DeadLetters) > 0 && pl.outboxes.dead != nil {
-		pl.outboxes.dead.notify(pl.part)
+		pl.outboxes.dead.Notify(pl.part)
 	}
 	if res.Emitted > 0 && pl.outboxes.msgs != nil {
-		pl.outboxes.messages.push(pl.part, res.Outbox)
-		pl.outboxes.msgs.notify(pl.part)
+		pl.outboxes.msgs.Push(pl.part, res.Outbox)
+		pl.flow.committed(len(res.Outbox)) // may wait for the publisher
 	}
 	return nil
 }
@@ -663,23 +667,21 @@ func (pl *pipeline) committed(res executor.Result, batch bool) error {
 // the batches. It returns nil when ctx is done.
 func (pl *pipeline) read(ctx context.Context) error {
 	for {
-		select {
-		case pl.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !pl.flow.poll(ctx) {
 			return nil
 		}
 		pollStart := time.Now()
 		recs, err := pl.reader.Poll(ctx, pl.p.opts.pollSize)
 		pl.observePoll(len(recs), pollStart, err)
 		if err != nil {
-			<-pl.slots
+			pl.flow.done()
 			if ctx.Err() != nil {
 				return nil
 			}
 			return pl.errorf(stream.OpPoll, pl.readFrom, err)
 		}
 		if len(recs) == 0 {
-			<-pl.slots
+			pl.flow.done()
 			continue
 		}
 		for i := range recs {
@@ -698,7 +700,7 @@ func (pl *pipeline) read(ctx context.Context) error {
 				return pl.errorf(stream.OpHook, recs[0].Offset, fmt.Errorf("AfterPoll: %w", err))
 			}
 		}
-		pl.batches <- recs // never blocks: slots bound the queue
+		pl.batches <- recs // never blocks: the flow's slots bound the queue
 	}
 }
 

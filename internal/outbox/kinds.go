@@ -1,4 +1,4 @@
-package pipeline
+package outbox
 
 import (
 	"github.com/strand-io/strand/internal/executor"
@@ -30,7 +30,7 @@ var errStopRows = errors.New("stop")
 // deadLetterRows reads the committed dead-letter rows of the processor's
 // source in partition pt, in offset order: at most limit rows and about
 // outboxRoundBytes of payload (limit 0: all).
-func (p *Processor) deadLetterRows(ctx context.Context, pt uint32, limit int) ([]pendingDeadLetter, error) {
+func (p *env) deadLetterRows(ctx context.Context, pt uint32, limit int) ([]pendingDeadLetter, error) {
 	prefix := rows.DeadLettersPrefix(p.name)
 	var out []pendingDeadLetter
 	size := 0
@@ -92,7 +92,7 @@ func deadLetterMessage(d deadletter.Letter) connector.Message {
 
 // deadLetterKind is the outbox of a processor's dead letters: the rows of
 // state.FamilyDeadLetters of its source, published to the dead-letter sink.
-type deadLetterKind struct{ p *Processor }
+type deadLetterKind struct{ p *env }
 
 func (deadLetterKind) what() string           { return "dead letters" }
 func (deadLetterKind) family() state.Family   { return state.FamilyDeadLetters }
@@ -159,7 +159,7 @@ func (deadLetterKind) count(ps *stream.PartitionStats, n int, failed bool) {
 // KeyBy): the rows of state.FamilyOutbox of its source (internal/rows/outbox.go),
 // runs of messages each published to the sink of its destination topic.
 type messageKind struct {
-	p  *Processor
+	p  *env
 	ob *outbox // the outbox publishing these rows (flow control)
 
 	mu    sync.Mutex
@@ -269,7 +269,7 @@ func wholeRows(rows []outRow) []outRow {
 	return rows
 }
 
-func newMessageKind(p *Processor) *messageKind {
+func newMessageKind(p *env) *messageKind {
 	return &messageKind{p: p, parts: map[uint32]*msgPart{}}
 }
 
@@ -284,9 +284,9 @@ func (k *messageKind) part(pt uint32) *msgPart {
 }
 
 // push hands the messages a commit of partition pt wrote to its publisher,
-// which owns them from now on, wakes it, and makes the pipeline wait while
-// too many messages of pt wait (outbox.await). The pipeline calls it after
-// each commit that wrote outbox rows, in commit order.
+// which owns them from now on, and wakes it. The pipeline calls it after
+// each commit that wrote outbox rows, in commit order, then waits in its
+// flow (Outbox.Await) while too many messages of pt wait.
 func (k *messageKind) push(pt uint32, committed []executor.OutboxRow) {
 	rows := make([]outRow, len(committed))
 	for i, r := range committed {
@@ -295,7 +295,6 @@ func (k *messageKind) push(pt uint32, committed []executor.OutboxRow) {
 	k.add(pt, rows)
 	if k.ob != nil && len(rows) > 0 {
 		k.ob.notify(pt)
-		k.ob.await(pt, len(rows))
 	}
 }
 
@@ -380,7 +379,7 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 			}
 			sink := p.opts.outboxSinks[m.Dest]
 			if sink == nil {
-				return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: m.Seq, Op: stream.OpOutbox,
+				return fatalError{&stream.PartitionError{Source: p.name, Partition: pt, Offset: m.Seq, Op: stream.OpOutbox,
 					Err: fmt.Errorf("outbox message %d is for topic %q, which the topology does not publish to", m.Seq, m.Dest)}}
 			}
 			out = append(out, outRow{key: key, order: m.Seq, dest: m.Dest, sink: sink, msgs: rowMsgs, mi: i,
@@ -465,24 +464,12 @@ func outMessages(rows []outRow) []connector.Message {
 	return out
 }
 
-// outboxPending returns how many outbox rows of partition pt wait to be
-// published, as Stats counts them.
-func (p *Processor) outboxPending(pt uint32) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ps := p.stats[pt]
-	if ps == nil {
-		return 0
-	}
-	return p.outboxBase[pt] + int64(ps.OutboxCommitted) - int64(ps.OutboxPublished)
-}
-
-// countOutbox returns how many outbox messages of the processor's source
-// wait in partition pt.
-func (p *Processor) countOutbox(ctx context.Context, pt uint32) (int, error) {
-	prefix := rows.OutboxPrefix(p.name)
+// CountMessages returns how many outbox messages of source wait in
+// partition pt of db.
+func CountMessages(ctx context.Context, db *state.DB, source string, pt uint32) (int, error) {
+	prefix := rows.OutboxPrefix(source)
 	n := 0
-	err := p.db.Rows(ctx, state.FamilyOutbox, pt, func(key, value []byte) error {
+	err := db.Rows(ctx, state.FamilyOutbox, pt, func(key, value []byte) error {
 		if bytes.HasPrefix(key, prefix) && len(key) == len(prefix)+8 {
 			c, err := rows.OutboxCount(binary.BigEndian.Uint64(key[len(prefix):]), value)
 			if err != nil {

@@ -1,4 +1,4 @@
-package pipeline
+package outbox
 
 import (
 	"github.com/strand-io/strand/internal/executor"
@@ -24,17 +24,17 @@ const (
 
 // Flow control of the message outbox (outbox.await): a commit that leaves
 // more messages of its partition waiting than it wrote itself (and more
-// than outboxFlowRows) makes the pipeline wait for the publisher, as long
+// than FlowRows) makes the pipeline wait for the publisher, as long
 // as the publisher keeps publishing: not after a failed send, and never
-// longer than outboxStall without a round published. So the publisher
+// longer than Stall without a round published. So the publisher
 // sends one commit's messages while the pipeline executes the next batch;
 // a healthy but slower sink paces its sources, and the rows are deleted
 // while still in Pebble's memtable (a backlog is flushed and compacted,
 // then read back); a failing or stuck sink never holds them up for more
-// than outboxStall.
+// than Stall.
 const (
-	outboxFlowRows = 4096
-	outboxStall    = time.Second
+	FlowRows = 4096
+	Stall    = time.Second
 )
 
 // outRow is one committed row an outbox publishes: a dead letter or an
@@ -94,7 +94,7 @@ type outboxKind interface {
 // and never stop the processor; only a store failure does. The message
 // outbox also paces its pipelines while its sinks keep up (await).
 type outbox struct {
-	p    *Processor
+	p    *env
 	kind outboxKind
 	// runCtx is Run's context once run started (await waits only then).
 	runCtx context.Context
@@ -130,7 +130,7 @@ type outboxPart struct {
 	alive    time.Time
 }
 
-func newOutbox(p *Processor, kind outboxKind) *outbox {
+func newOutbox(p *env, kind outboxKind) *outbox {
 	return &outbox{p: p, kind: kind, parts: map[uint32]*outboxPart{}}
 }
 
@@ -183,7 +183,7 @@ func (o *outbox) notify(pt uint32) {
 
 // fatalError marks an outbox error that must stop Run (a store failure or a
 // hook); other errors (the sink's) are retried.
-type fatalError struct{ err *PartitionError }
+type fatalError struct{ err *stream.PartitionError }
 
 func (f fatalError) Error() string { return f.err.Error() }
 func (f fatalError) Unwrap() error { return f.err }
@@ -266,7 +266,7 @@ func (o *outbox) runPartition(runCtx, drainCtx context.Context, pipelinesDone <-
 func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) error {
 	p, k := o.p, o.kind
 	fatal := func(op stream.PartitionOp, order uint64, err error) error {
-		return fatalError{&PartitionError{Source: p.name, Partition: pt, Offset: order, Op: op, Err: err}}
+		return fatalError{&stream.PartitionError{Source: p.name, Partition: pt, Offset: order, Op: op, Err: err}}
 	}
 	storeErr := func(what string, order uint64, err error) error {
 		if ctx.Err() != nil {
@@ -511,9 +511,9 @@ func (o *outbox) flow(pt uint32, fn func(part *outboxPart)) {
 }
 
 // await is the flow control of a pipeline that just committed n outbox
-// messages of partition pt: it returns once at most max(n, outboxFlowRows)
+// messages of partition pt: it returns once at most max(n, FlowRows)
 // of them wait, or at once when the publisher is failing, has not
-// published a round for outboxStall, or Run is ending.
+// published a round for Stall, or Run is ending.
 func (o *outbox) await(pt uint32, n int) {
 	o.mu.Lock()
 	ctx, part := o.runCtx, o.parts[pt]
@@ -528,19 +528,19 @@ func (o *outbox) await(pt uint32, n int) {
 		}
 	}()
 	for {
-		if ctx.Err() != nil || o.p.outboxPending(pt) <= int64(max(n, outboxFlowRows)) {
+		if ctx.Err() != nil || o.p.outboxPending(pt) <= int64(max(n, FlowRows)) {
 			return
 		}
 		o.mu.Lock()
 		failing, idle, ch := part.failing, time.Since(part.alive), part.progress
 		o.mu.Unlock()
-		if failing || idle >= outboxStall {
+		if failing || idle >= Stall {
 			return
 		}
 		if timer == nil {
-			timer = time.NewTimer(outboxStall - idle)
+			timer = time.NewTimer(Stall - idle)
 		} else {
-			timer.Reset(outboxStall - idle)
+			timer.Reset(Stall - idle)
 		}
 		select {
 		case <-ch:
