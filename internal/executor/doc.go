@@ -1,34 +1,41 @@
-// Package engine runs a compiled topology over the partitions of its
-// sources: the program compiler, the executor and the partition pipelines
-// with their outboxes (docs/design.md §3). Row layouts are internal/rows',
-// the store internal/state's, replication internal/scaleout/changelog's;
-// stream/topology is the front door that builds a Program and opens
-// Processors.
+// Package executor is the compiler and the executor of strand's runtime
+// (docs/design.md §3): it turns a topology's declarations into a Program
+// and executes the batches of one source partition with a Task, from
+// polled records to a staged Pebble transaction. The partition pipelines
+// that poll and commit (internal/pipeline) and the outboxes that publish
+// what commits left behind (internal/outbox) sit above it; row layouts are
+// internal/rows', the store internal/state's, replication
+// internal/scaleout/changelog's; stream/topology is the front door that
+// builds a Program and opens the pipelines.
 //
-// # Rooms
+// The compiler and the executor are one package because a compiled
+// Program is code the executor runs: each route's runner is a closure over
+// the executor's run context (runCtx: the batch's transaction, the key's
+// scope), so neither half compiles without the other.
 //
-//   - The compiler (program.go, handler.go, emit.go, foreign.go) turns a
-//     topology's declarations into a Program: per source, a route per type
-//     tag (decoder, algebra, handlers, emitting handlers), and the tables;
-//     describe.go keeps its readable description and lists what changed
-//     when a store was written by another topology (docs/design.md §19).
+// # Files
+//
+//   - The compiler (program.go, handler.go, emit.go, foreign.go, lookup.go,
+//     derive.go, timers_compile.go) turns the declarations into a Program:
+//     per source, a route per type tag (decoder, algebra, handlers,
+//     emitting handlers), and the tables; describe.go keeps its readable
+//     description and lists what changed when a store was written by
+//     another topology (docs/design.md §19).
 //   - The executor (task.go; parked.go, resequencer.go, outbox_stage.go,
-//     stuck.go, replaymark.go: what a rebuild after a reset does not
-//     publish again) is a Task: one source partition's state in memory and the
-//     work of one batch, from records to a staged Pebble transaction.
-//   - The partition pipelines (processor.go, processor_run.go, writers.go,
-//     extent.go, observe.go) are a Processor: per partition a reader that
-//     polls the connector and a loop that hands batches to its Task,
-//     finishes their commits and reports them.
-//   - The outboxes (outbox.go, outbox_deadletters.go) publish what commits
-//     left behind: dead letters, and the messages of To and KeyBy.
+//     stuck.go, scope.go, timers.go, replaymark.go: what a rebuild after a
+//     reset does not publish again) is a Task: one source partition's state
+//     in memory and the work of one batch. pipeline_api.go is what the
+//     pipelines read of it besides Submit, Retry and Release; runcounts.go
+//     counts the runs per event type; fenced.go is the error of a deposed
+//     owner.
 //
 // # The life of a batch
 //
-// A pipeline's reader polls the connector (pipeline.read) while a slot is
-// free; the loop (pipeline.loop) takes the batch and, holding the
-// partition's writer turn when inputs share a table (Writers), calls
-// Task.Submit. Submit stages the batch (Task.stage):
+// A pipeline's reader (internal/pipeline, pipeline.read) polls the
+// connector while its flow has a slot free; the pipeline's loop
+// (pipeline.loop) takes the batch and, holding the partition's writer turn
+// when inputs share a table (pipeline.Writers), calls Task.Submit. Submit
+// stages the batch (Task.stage):
 //
 //  1. classify the records of a foreign source and read their headers;
 //     take in the parked keys that are due;
@@ -48,10 +55,12 @@
 // Submit then waits for the previous batch's commit (Task.finishPending),
 // applies the staged batch to the Task's memory and starts its commit in
 // the background: the commit of one batch overlaps the execution of the
-// next. The loop finishes that commit when the next batch is submitted or
-// the pipeline idles (pipeline.finishCommit): stats, the AfterCommit hook,
-// the offset advice to the connector, and a nudge to the outboxes, which
-// publish the committed dead letters and messages and delete their rows.
+// next. The pipeline finishes that commit when the next batch is submitted
+// or it idles (pipeline.finishCommit): stats, the AfterCommit hook, the
+// offset advice to the connector, and the commit's rows handed to the
+// outboxes (internal/outbox), which publish the committed dead letters and
+// messages and delete their rows. The pipeline's flow (internal/pipeline,
+// flow.go) is the one place that decides when the pipeline waits.
 //
 // A batch is all or nothing: until its commit returns, nothing of it is
 // visible, published or advised, and an error discards its transaction
