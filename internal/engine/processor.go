@@ -115,6 +115,7 @@ type Processor struct {
 type ProcessorOption func(*processorOptions)
 
 type processorOptions struct {
+	tables       func(table string) bool // WithStoreTables (global.go), or nil: all
 	writers      *Writers
 	sink         connector.Sink
 	pollSize     int
@@ -388,7 +389,7 @@ func NewProcessor(prog *Program, db *state.DB, src connector.Source, opts ...Pro
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	if err := prog.Attach(db); err != nil {
+	if err := prog.AttachSome(db, o.tables); err != nil { // global.go
 		return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
 	}
 	p := &Processor{
