@@ -47,7 +47,7 @@ func (c *Case) timeNode() int {
 		return -1
 	}
 	for i, n := range c.Nodes {
-		if n.Depth != 0 || len(n.Tables) == 0 {
+		if n.Depth != 0 || len(n.Tables) == 0 || c.Inputs[n.Input].Global {
 			continue
 		}
 		if k := c.Inputs[n.Input].Types[n.Type].Kind; k == KindFence || k == KindFenceBy {
