@@ -104,6 +104,9 @@ type Expected struct {
 	// the most it may have seen (crossread.go).
 	XBound map[int]int64
 	xreads map[int]xread
+	// timeIDs: per key, the ids the node that feeds the time table
+	// folded, in order (expectTime).
+	timeIDs map[string][]int
 }
 
 // logIdentity names a record of an input by its place in the log;
@@ -147,7 +150,8 @@ func Expect(c *Case) *Expected {
 		}
 	}
 	lookups, kinds, deleters, cross := c.lookups(), c.readKinds(), c.deleters(), c.crossReads()
-	x.xreads = map[int]xread{}
+	x.xreads, x.timeIDs = map[int]xread{}, map[string][]int{}
+	timeNode := c.timeNode()
 	var walk func(n NodeDesc, e Ev)
 	walk = func(n NodeDesc, e Ev) {
 		ident := idIdentity(n.Topic, e.ID)
@@ -168,6 +172,9 @@ func Expect(c *Case) *Expected {
 		}
 		td := c.Inputs[n.Input].Types[n.Type]
 		key := e.keyAt(n.Depth)
+		if n.ID == timeNode {
+			x.timeIDs[key] = append(x.timeIDs[key], e.ids()...)
+		}
 		lt, looks := lookups[n.ID]
 		xt, xreads := cross[n.ID]
 		kind := kinds[n.ID]
