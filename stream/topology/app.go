@@ -519,9 +519,13 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	// The global sources first: the others start once the global tables
 	// caught up to the ends of their topics (global_group.go).
-	waitGlobal := a.startGlobal(ctx, cancel)
+	globalDone := a.startGlobal(ctx, cancel)
+	if err := a.waitGlobal(ctx); err != nil && ctx.Err() == nil {
+		cancel()
+		return fmt.Errorf("topology %q: run: %w", a.prog.Name(), errors.Join(err, globalDone()))
+	}
 	errs := make([]error, len(a.procs))
-	if a.waitGlobal(ctx) == nil {
+	if ctx.Err() == nil {
 		var wg sync.WaitGroup
 		for i, proc := range a.procs {
 			if a.prog.global[proc.Source()] {
@@ -537,7 +541,7 @@ func (a *App) Run(ctx context.Context) error {
 		wg.Wait()
 	}
 	cancel()
-	return errors.Join(append(errs, waitGlobal())...)
+	return errors.Join(append(errs, globalDone())...)
 }
 
 // Close stops Run if it is running (as if its context were done) and waits

@@ -433,10 +433,10 @@ func (a *App) runGroup(ctx context.Context) error {
 	// partitions, whatever the instance owns (global_group.go).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	waitGlobal := a.startGlobal(ctx, cancel)
+	globalDone := a.startGlobal(ctx, cancel)
 	err = loop.Run(ctx)
 	cancel()
-	if gerr := waitGlobal(); gerr != nil {
+	if gerr := globalDone(); gerr != nil {
 		return fmt.Errorf("topology %q: %w", a.prog.Name(), errors.Join(err, gerr))
 	}
 	if err != nil {
