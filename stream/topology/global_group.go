@@ -57,7 +57,7 @@ func (a *App) attach() error {
 	return a.prog.p.AttachSome(a.gdb, a.storeTables(a.gdb))
 }
 
-// storeTables says which tables db holds (engine.WithStoreTables): nil
+// storeTables says which tables db holds (pipeline.WithStoreTables): nil
 // (all) without a store of global tables.
 func (a *App) storeTables(db *state.DB) func(table string) bool {
 	if a.gdb == nil {
