@@ -197,7 +197,7 @@ func TestScaleOutStandbyPromotion(t *testing.T) {
 
 // TestScaleOutStandbyFigures measures the failover of an owner SIGKILLed
 // for good, with and without standbys, over STRAND_FAILOVER_ROUNDS rounds
-// (default 8) with a 4s session timeout (benchmarks/RESULTS.md §27). Only
+// (default 8) with a 4s session timeout (benchmarks/HISTORY.md §29). Only
 // with STRAND_SOAK=1.
 func TestScaleOutStandbyFigures(t *testing.T) {
 	if os.Getenv("STRAND_SOAK") != "1" {
