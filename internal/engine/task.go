@@ -128,8 +128,8 @@ type Task struct {
 	// dueParked: the last sweep left deadlines of parked keys behind.
 	dueParked bool
 	// wms: the stream time of each window table the Task keeps (windows.go).
-	wms []wmState
-	stuck     []stream.StuckRun // runs of the last abandoned batch (stuck.go)
+	wms   []wmState
+	stuck []stream.StuckRun // runs of the last abandoned batch (stuck.go)
 
 	// scratch reused by Process
 	in      []connector.Record

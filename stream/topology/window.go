@@ -340,7 +340,9 @@ type EventTime[E any] struct {
 }
 
 // EventTimeOf takes the event time from the event itself.
-func EventTimeOf[E any](fn func(E) time.Time) EventTime[E] { return EventTime[E]{fn: fn, set: fn != nil} }
+func EventTimeOf[E any](fn func(E) time.Time) EventTime[E] {
+	return EventTime[E]{fn: fn, set: fn != nil}
+}
 
 // MessageTime takes the event time from the record's timestamp (the
 // broker's append time).

@@ -34,7 +34,7 @@ var (
 	wBase   = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-func wTime(e wEv) time.Time { return wBase.Add(time.Duration(e.At) * time.Second) }
+func wTime(e wEv) time.Time  { return wBase.Add(time.Duration(e.At) * time.Second) }
 func wSec(t time.Time) int64 { return int64(t.Sub(wBase) / time.Second) }
 func wFold(a *wAgg, e wEv) error {
 	a.Sum += e.N
