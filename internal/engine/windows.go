@@ -815,7 +815,7 @@ func (h *windowAgg[K, E, A]) add(row *WindowRow[A], et, st int64, e E, spans *[]
 		end := satAdd(et, gap)
 		var kept, merged []WindowEntry[A]
 		for _, w := range row.Windows {
-			if !w.Closed && et > w.Start-gap && et < w.End {
+			if !w.Closed && open(w.End) && et > w.Start-gap && et < w.End {
 				merged = append(merged, w)
 				continue
 			}

@@ -299,7 +299,7 @@ func (w *WindowTable[K, A]) Get(ctx context.Context, key K, start time.Time) (Wi
 }
 
 // Range returns the windows of key that start in [from, to), in start
-// order.
+// order; a zero from or to leaves that side open.
 func (w *WindowTable[K, A]) Range(ctx context.Context, key K, from, to time.Time) ([]WindowResult[A], error) {
 	row, ok, err := w.t.Get(ctx, key)
 	if err != nil || !ok {
@@ -307,6 +307,9 @@ func (w *WindowTable[K, A]) Range(ctx context.Context, key K, from, to time.Time
 	}
 	var out []WindowResult[A]
 	f, e := from.UnixNano(), to.UnixNano()
+	if from.IsZero() {
+		f = math.MinInt64
+	}
 	if to.IsZero() {
 		e = math.MaxInt64
 	}
