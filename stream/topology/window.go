@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 )
@@ -38,20 +38,20 @@ import (
 // Windows is the shape of a window table's windows: Tumbling, Hopping or
 // Sessions.
 type Windows struct {
-	shape engine.WindowShape
+	shape executor.WindowShape
 }
 
 // Tumbling returns consecutive windows of size: [k·size, (k+1)·size) from
 // the Unix epoch. Every event belongs to exactly one.
 func Tumbling(size time.Duration) Windows {
-	return Windows{engine.WindowShape{Kind: engine.WindowTumbling, Size: size, Advance: size}}
+	return Windows{executor.WindowShape{Kind: executor.WindowTumbling, Size: size, Advance: size}}
 }
 
 // Hopping returns windows of size starting every advance (from the Unix
 // epoch): an event belongs to size/advance of them. advance must be more
 // than 0 and at most size.
 func Hopping(size, advance time.Duration) Windows {
-	return Windows{engine.WindowShape{Kind: engine.WindowHopping, Size: size, Advance: advance}}
+	return Windows{executor.WindowShape{Kind: executor.WindowHopping, Size: size, Advance: advance}}
 }
 
 // Sessions returns session windows: per key, events less than gap apart in
@@ -59,17 +59,17 @@ func Hopping(size, advance time.Duration) Windows {
 // bridges two sessions merges them (WithMerge combines their aggregates,
 // and a session table needs it).
 func Sessions(gap time.Duration) Windows {
-	return Windows{engine.WindowShape{Kind: engine.WindowSession, Gap: gap}}
+	return Windows{executor.WindowShape{Kind: executor.WindowSession, Gap: gap}}
 }
 
 // String describes the windows.
 func (w Windows) String() string {
 	switch w.shape.Kind {
-	case engine.WindowTumbling:
+	case executor.WindowTumbling:
 		return fmt.Sprintf("tumbling %v", w.shape.Size)
-	case engine.WindowHopping:
+	case executor.WindowHopping:
 		return fmt.Sprintf("hopping %v every %v", w.shape.Size, w.shape.Advance)
-	case engine.WindowSession:
+	case executor.WindowSession:
 		return fmt.Sprintf("sessions with gap %v", w.shape.Gap)
 	}
 	return "no windows"
@@ -102,13 +102,13 @@ func (p LatePolicy) String() string {
 
 // ErrLate is wrapped by the error a late event is dead-lettered with under
 // LateDeadLetter.
-var ErrLate = engine.ErrLate
+var ErrLate = executor.ErrLate
 
 // WindowOption configures a window table (NewWindowTable).
 type WindowOption func(*windowOptions)
 
 type windowOptions struct {
-	cfg          engine.WindowConfig
+	cfg          executor.WindowConfig
 	retentionSet bool
 	merge        any
 	errs         []error
@@ -190,8 +190,8 @@ func WithMerge[A any](merge func(a, b A) A) WindowOption {
 // aggregates. Make one with NewWindowTable and feed it with Aggregate.
 // Reads see the last durable commit, like Table.Get.
 type WindowTable[K, A any] struct {
-	t    *state.Table[K, engine.WindowRow[A]]
-	core *engine.WindowCore[K, A]
+	t    *state.Table[K, executor.WindowRow[A]]
+	core *executor.WindowCore[K, A]
 	topo *Topology
 }
 
@@ -235,7 +235,7 @@ func NewWindowTable[K, A any](t *Topology, name string, windows Windows, values 
 	if err := windows.shape.Check(); err != nil {
 		o.errs = append(o.errs, fmt.Errorf("window table %q: %w", name, err))
 	}
-	if windows.shape.Kind == engine.WindowSession && merge == nil && o.merge == nil {
+	if windows.shape.Kind == executor.WindowSession && merge == nil && o.merge == nil {
 		o.errs = append(o.errs, fmt.Errorf("window table %q: session windows need topology.WithMerge", name))
 	}
 	if o.cfg.Retention < o.cfg.Grace {
@@ -255,11 +255,11 @@ func NewWindowTable[K, A any](t *Topology, name string, windows Windows, values 
 	if values != nil {
 		vc = values
 	}
-	tab := state.NewTable[K, engine.WindowRow[A]](name, kc, engine.WindowRowCodec(vc))
+	tab := state.NewTable[K, executor.WindowRow[A]](name, kc, executor.WindowRowCodec(vc))
 	tn.attacher, tn.partitioner = tab, tab
 	tn.optErrs = o.errs
 	t.tables = append(t.tables, tn)
-	w := &WindowTable[K, A]{t: tab, topo: t, core: engine.NewWindowCore(tab, keys, o.cfg, merge)}
+	w := &WindowTable[K, A]{t: tab, topo: t, core: executor.NewWindowCore(tab, keys, o.cfg, merge)}
 	t.windows = append(t.windows, windowNode{table: tab, core: w.core})
 	return w
 }
@@ -268,9 +268,9 @@ func NewWindowTable[K, A any](t *Topology, name string, windows Windows, values 
 // Aggregate.
 type windowNode struct {
 	table  state.Attacher
-	core   interface{ Config() engine.WindowConfig }
+	core   interface{ Config() executor.WindowConfig }
 	source string
-	spec   func(source string) engine.WindowSpec
+	spec   func(source string) executor.WindowSpec
 }
 
 // Name returns the table's name.
@@ -279,7 +279,7 @@ func (w *WindowTable[K, A]) Name() string { return w.t.Name() }
 // Windows returns the table's window shape.
 func (w *WindowTable[K, A]) Windows() Windows { return Windows{w.core.Config().Shape} }
 
-func resultOf[A any](e engine.WindowEntry[A]) WindowResult[A] {
+func resultOf[A any](e executor.WindowEntry[A]) WindowResult[A] {
 	return WindowResult[A]{Window: Window{Start: time.Unix(0, e.Start), End: time.Unix(0, e.End)}, Value: e.Agg, Final: e.Closed}
 }
 
@@ -291,7 +291,7 @@ func (w *WindowTable[K, A]) Get(ctx context.Context, key K, start time.Time) (Wi
 	if err != nil || !ok {
 		return WindowResult[A]{}, false, wrapNotOpen(err)
 	}
-	e, ok := engine.FindWindow(row, start.UnixNano())
+	e, ok := executor.FindWindow(row, start.UnixNano())
 	if !ok {
 		return WindowResult[A]{}, false, nil
 	}
@@ -325,7 +325,7 @@ func (w *WindowTable[K, A]) Range(ctx context.Context, key K, from, to time.Time
 // partition, until fn returns false; it reads one durable state like
 // Table.Scan.
 func (w *WindowTable[K, A]) Scan(ctx context.Context, fn func(key K, windows []WindowResult[A]) bool) error {
-	return wrapNotOpen(w.t.Scan(ctx, func(k K, row engine.WindowRow[A]) bool {
+	return wrapNotOpen(w.t.Scan(ctx, func(k K, row executor.WindowRow[A]) bool {
 		rs := make([]WindowResult[A], len(row.Windows))
 		for i, x := range row.Windows {
 			rs[i] = resultOf(x)
@@ -386,13 +386,13 @@ func Aggregate[K, E, A any](s *Stream[K, E], w *WindowTable[K, A], at EventTime[
 		if wn.source == "" {
 			wn.source = n.name
 			core := w.core
-			wn.spec = func(source string) engine.WindowSpec { return engine.WindowSpec{Core: core, Source: source} }
+			wn.spec = func(source string) executor.WindowSpec { return executor.WindowSpec{Core: core, Source: source} }
 		} else if wn.source != n.name {
 			t.errs = append(t.errs, fmt.Errorf("window table %q: aggregated from sources %q and %q; a window table has one source", w.Name(), wn.source, n.name))
 			return s
 		}
 	}
-	return project(s, &Table[K, engine.WindowRow[A]]{t: w.t}, engine.Aggregate(s.decl, w.core, at.fn, fold))
+	return project(s, &Table[K, executor.WindowRow[A]]{t: w.t}, executor.Aggregate(s.decl, w.core, at.fn, fold))
 }
 
 // EmitFinal publishes each window's final result once, when the window
@@ -445,7 +445,7 @@ func EmitFinal[K, A, K2, E2 any](w *WindowTable[K, A], topic string, out *stream
 
 // windowSpecs returns the window tables of the topology for its engine
 // Spec, and the problems found.
-func (t *Topology) windowSpecs() (specs []engine.WindowSpec, errs []error) {
+func (t *Topology) windowSpecs() (specs []executor.WindowSpec, errs []error) {
 	for _, wn := range t.windows {
 		if wn.spec == nil {
 			errs = append(errs, fmt.Errorf("window table %q: no Aggregate feeds it", tableName(wn.table)))
