@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -145,7 +146,7 @@ type WindowEntry[A any] struct {
 }
 
 // WindowRow is the value a window table stores per key: its windows, in
-// start order.
+// start order (then end order: two sessions may start together).
 type WindowRow[A any] struct {
 	Windows []WindowEntry[A]
 }
@@ -886,14 +887,12 @@ func (h *windowAgg[K, E, A]) add(row *WindowRow[A], et, st int64, e E, spans *[]
 }
 
 func insertWindow[A any](ws []WindowEntry[A], w WindowEntry[A]) []WindowEntry[A] {
-	k, _ := slices.BinarySearchFunc(ws, w.Start, func(x WindowEntry[A], s int64) int {
+	k, _ := slices.BinarySearchFunc(ws, w, func(x, w WindowEntry[A]) int {
 		switch {
-		case x.Start < s:
-			return -1
-		case x.Start > s:
-			return 1
+		case x.Start != w.Start:
+			return cmp.Compare(x.Start, w.Start)
 		}
-		return 0
+		return cmp.Compare(x.End, w.End)
 	})
 	return slices.Insert(ws, k, w)
 }

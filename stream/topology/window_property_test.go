@@ -1,6 +1,7 @@
 package topology_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -113,7 +114,7 @@ func (m *wrModel) event(now time.Time, e wEv) {
 			nw.agg.Count += w.agg.Count
 		}
 		kept = append(kept, nw)
-		slices.SortFunc(kept, func(a, b wrWin) int { return int(a.start - b.start) })
+		slices.SortFunc(kept, func(a, b wrWin) int { return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.end, b.end)) })
 		m.keys[e.K] = kept
 		return
 	}
