@@ -52,8 +52,8 @@ func Example_windows() {
 		Payment{"a", 10, h.Add(5 * time.Minute)},
 		Payment{"a", 20, h.Add(50 * time.Minute)},
 		Payment{"a", 5, h.Add(65 * time.Minute)},
-		Payment{"a", 1, h.Add(55 * time.Minute)}, // out of order, within the grace
-		Payment{"a", 7, h.Add(75 * time.Minute)}, // closes 09:00 (10:00 + 10 minutes)
+		Payment{"a", 1, h.Add(55 * time.Minute)},  // out of order, within the grace
+		Payment{"a", 7, h.Add(75 * time.Minute)},  // closes 09:00 (10:00 + 10 minutes)
 		Payment{"a", 99, h.Add(30 * time.Minute)}) // late: 09:00 is closed
 	d.Advance()
 	ctx := context.Background()
