@@ -16,7 +16,8 @@ import (
 // publish-and-read-back round whenever a commit ran just before it. The
 // non-waiting reads (GetRecent, ScanPartitionRecent) answer instead from
 // the newest durable view whose rows of the partition are all confirmed:
-// every such read hands the current view to the partition as a candidate
+// every such read hands a view holding every returned write (one fsync
+// shared by concurrent reads at most) to the partition as a candidate
 // (at most maxCandidates, oldest kept, as those are confirmed first); a
 // candidate whose head row (the partition's last commit in it) the
 // ConfirmedCheck says is confirmed becomes the partition's confirmed view,
@@ -151,7 +152,10 @@ func (db *DB) confirmedView(p uint32) (*view, error) {
 	if check == nil {
 		return nil, nil
 	}
-	cur, err := db.recentView()
+	// The candidate holds every write that returned (as Get's view): when
+	// the partition is idle and confirmed, the read answers its newest
+	// state, not a view from whenever the last read took one.
+	cur, err := db.readView()
 	if err != nil {
 		return nil, err
 	}
