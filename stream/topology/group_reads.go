@@ -48,7 +48,7 @@ func (gr *group) confirmedCheck(p uint32, head []byte) (bool, error) {
 		return true, nil
 	}
 	ok, err := clog.Confirmed(p, head)
-	if errors.Is(err, engine.ErrFenced) {
+	if errors.Is(err, executor.ErrFenced) {
 		return false, fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 	}
 	return ok, err

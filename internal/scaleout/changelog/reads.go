@@ -75,7 +75,7 @@ func (c *Changelog) noteUnconfirmed(p uint32) {
 // Confirmed reports, without waiting, whether every commit of partition p
 // up to the one whose head row is head (nil: none) is confirmed in the
 // changelog, and checks as ConfirmRead does that p may be answered here:
-// it returns an error wrapping engine.ErrFenced when p left this
+// it returns an error wrapping executor.ErrFenced when p left this
 // instance with commits not confirmed, is lost, or its lease does not
 // hold. A partition not kept here whose rows were all confirmed (or never
 // this instance's) is confirmed. It implements state.ConfirmedCheck.
@@ -94,7 +94,7 @@ func (c *Changelog) Confirmed(p uint32, head []byte) (bool, error) {
 		left := c.unconfirmed[p]
 		c.mu.Unlock()
 		if left {
-			return false, fmt.Errorf("partition %d left this instance with commits not confirmed: %w", p, engine.ErrFenced)
+			return false, fmt.Errorf("partition %d left this instance with commits not confirmed: %w", p, executor.ErrFenced)
 		}
 		return true, nil
 	}
@@ -102,10 +102,10 @@ func (c *Changelog) Confirmed(p uint32, head []byte) (bool, error) {
 	ok := head == nil || seq <= part.verified
 	c.mu.Unlock()
 	if lost {
-		return false, fmt.Errorf("partition %d left this instance: %w", p, engine.ErrFenced)
+		return false, fmt.Errorf("partition %d left this instance: %w", p, executor.ErrFenced)
 	}
 	if e, owned := c.m.Owns(p); !owned || e != epoch {
-		return false, fmt.Errorf("partition %d is no longer this instance's (epoch %d): %w", p, epoch, engine.ErrFenced)
+		return false, fmt.Errorf("partition %d is no longer this instance's (epoch %d): %w", p, epoch, executor.ErrFenced)
 	}
 	return ok, nil
 }
