@@ -54,6 +54,10 @@ func (s *Sink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, erro
 		}
 		byPart[pt] = append(byPart[pt], i)
 	}
+	// Requests of an earlier process (WithSessionLog) first.
+	if err := s.p.settleEarlierSessions(ctx); err != nil {
+		return nil, fmt.Errorf("iggy: check sent messages in %s: %w", s.Name(), err)
+	}
 	// A Send that returned early (its context ended) may have left a
 	// request in flight that lands after the look below: wait for every
 	// request to these partitions to be answered, or known lost, first.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"time"
 )
 
@@ -32,6 +33,7 @@ type config struct {
 	log            *slog.Logger
 	sourceOpts     []SourceOption // WithSourceOptions
 	protocol       Protocol       // WithProtocol
+	sessionLogDir  string         // WithSessionLogDir
 }
 
 func defaultConfig() config {
@@ -244,5 +246,26 @@ func sleep(ctx interface{ Done() <-chan struct{} }, d time.Duration, stop <-chan
 		return false
 	case <-stop:
 		return false
+	}
+}
+
+// WithSessionLogDir makes every Sink that Client.OpenSink opens (the
+// dead-letter and output sinks of a topology's App) keep a session log in
+// dir, one file per topic (WithSessionLog): after a kill, the restarted
+// process's first check of what was sent waits until the killed one's
+// sessions are gone from the server, so that a send it left at the broker
+// cannot land after that check (protocol 0.8; docs/design.md §2). dir must
+// belong to this process alone and outlive its restarts (next to its state
+// directory); it is created if missing.
+func WithSessionLogDir(dir string) Option {
+	return func(c *config) error {
+		if dir == "" {
+			return errors.New("iggy.WithSessionLogDir: empty directory")
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("iggy.WithSessionLogDir: %w", err)
+		}
+		c.sessionLogDir = dir
+		return nil
 	}
 }

@@ -32,6 +32,7 @@ type pubConfig struct {
 	ids             func(stream.Envelope) [16]byte
 	deliveryTimeout time.Duration
 	resendWindow    int
+	sessionLog      string // WithSessionLog (sessionlog.go)
 }
 
 func defaultPubConfig() pubConfig {
@@ -227,6 +228,7 @@ type Publisher struct {
 	t     topicRef
 	parts uint32
 	cfg   pubConfig
+	slog  *sessionLog // WithSessionLog, or nil
 	log   *slog.Logger
 
 	senders []*sender
@@ -284,12 +286,20 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 		closing:  make(chan struct{}),
 		stop:     make(chan struct{}),
 	}
+	if cfg.sessionLog != "" {
+		if p.slog, err = openSessionLog(cfg.sessionLog); err != nil {
+			return nil, err
+		}
+	}
 	n := min(cfg.connections, int(p.parts))
 	for i := range n {
 		k, err := c.openConn(fmt.Sprintf("publisher %s connection %d", t, i))
 		if err != nil {
 			for _, s := range p.senders {
 				c.closeConn(s.k)
+			}
+			if p.slog != nil {
+				p.slog.close()
 			}
 			return nil, fmt.Errorf("iggy: new publisher for %s: %w", t, err)
 		}
@@ -703,6 +713,9 @@ func (p *Publisher) Close(ctx context.Context) error {
 	for _, s := range p.senders {
 		p.cl.closeConn(s.k)
 	}
+	if p.slog != nil {
+		p.slog.close()
+	}
 	if err != nil {
 		return fmt.Errorf("iggy: close publisher %s: %w", p.t, err)
 	}
@@ -1058,8 +1071,18 @@ func (s *sender) deliver(q *pqueue) {
 			var local string
 			err = s.k.callOnce(s.ctx, func(c *session) error {
 				local = c.nc.LocalAddr().String()
+				if p.slog != nil { // sessionlog.go: on disk before anything is sent on it
+					if err := p.slog.record(local); err != nil {
+						return err
+					}
+				}
 				return s.sendOnce(c, q, msgs, &req)
 			})
+			var le *sessionLogError
+			if errors.As(err, &le) {
+				s.fail(q, fmt.Errorf("iggy: send %d messages to %s partition %d: %w", len(msgs), p.t, q.part, err))
+				return
+			}
 			if err != nil && !notSent(err) {
 				uncertain, sentFrom = true, local
 			}

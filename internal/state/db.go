@@ -48,6 +48,7 @@ type DB struct {
 	clog     changelog                // which partitions' commits are logged, and to whom (changelog.go)
 	views    views                    // the durable read view of Table.Get and Scan (view.go)
 	readGate atomic.Pointer[ReadGate] // readgate.go
+	cviews   confirmedViews           // confirmedview.go
 	fail     failure                  // the fatal error that stopped writes (fatal.go)
 	space    *spaceGuard              // refuses commits while the disk is nearly full (space.go)
 	// fsCloser stops the disk-health checks of Pebble's file system.
@@ -236,6 +237,7 @@ func (db *DB) Close() error {
 		t.release(db)
 	}
 	db.mu.Unlock()
+	db.closeConfirmedViews()
 	db.closeViews()
 	var ferr error
 	if db.failed() == nil && db.space.check() == nil {

@@ -58,18 +58,23 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 	}
 	defer b.db.exit()
 	var v *view
-	if wait || b.db.gated() {
+	if wait {
 		v, err = b.db.readView()
+		if err == nil {
+			if err = b.db.confirmRead(ctx, partition); err != nil {
+				v.release()
+			} else {
+				b.db.promoteConfirmed(partition, v)
+			}
+		}
 	} else {
-		v, err = b.db.recentView()
+		// The confirmed view in a group (never waits), else a recent one.
+		v, err = b.db.recentConfirmed(ctx, partition)
 	}
 	if err != nil {
-		return fr, err
-	}
-	defer v.release()
-	if err := b.db.confirmRead(ctx, partition); err != nil {
 		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
 	}
+	defer v.release()
 	if fr.Checkpoints, err = checkpointsIn(v, partition); err != nil {
 		return fr, err
 	}

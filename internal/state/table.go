@@ -480,7 +480,7 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return fmt.Errorf("state: scan table %q: %w", t.name, err)
 	}
-	err = t.scan(ctx, b.db, b.id, it, fn)
+	err = t.scan(ctx, b.db, v, b.id, it, fn)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("state: scan table %q: %w", t.name, cerr)
 	}
@@ -489,7 +489,7 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 
 // scan skips from partition to partition: the table's rows of one partition
 // are contiguous, but other tables' rows lie between partitions.
-func (t *Table[K, V]) scan(ctx context.Context, db *DB, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
+func (t *Table[K, V]) scan(ctx context.Context, db *DB, v *view, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
 	seek := make([]byte, 0, rowKeyExtra)
 	confirmed, first := uint32(0), true // the partition confirmRead last passed
 	valid := it.SeekGE(appendTableKey(seek[:0], id, 0, nil))
@@ -515,6 +515,7 @@ func (t *Table[K, V]) scan(ctx context.Context, db *DB, id uint32, it *pebble.It
 				if err := db.confirmRead(ctx, partition); err != nil {
 					return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
 				}
+				db.promoteConfirmed(partition, v)
 				confirmed, first = partition, false
 			}
 			kb := key[rowKeyExtra:]

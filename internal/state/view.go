@@ -288,6 +288,9 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 		return zero, false, Freshness{}, err
 	}
 	defer db.exit()
+	if !wait && db.cviews.installed() != nil {
+		return t.getConfirmed(ctx, db, b.id, key) // confirmedview_read.go
+	}
 	var v *view
 	if wait || db.gated() {
 		v, err = db.readView()
@@ -305,6 +308,7 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	if err := db.confirmRead(ctx, p); err != nil {
 		return zero, false, Freshness{}, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, p, err)
 	}
+	db.promoteConfirmed(p, v)
 	cps, err := checkpointsIn(v, p)
 	if err != nil {
 		return zero, false, Freshness{}, err

@@ -365,7 +365,8 @@ func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOp
 	marks, _ := conn.(connector.Bookmarks)
 	a.grp = &group{g: o.group, addr: o.queryAddr, snapEvery: snapEvery, standbys: o.standbys, partitions: n, topic: topic,
 		sink: sink, src: src, marks: marks, parts: map[uint32]*partState{}}
-	a.db.SetReadGate(a.grp.readGate) // group_reads.go
+	a.db.SetReadGate(a.grp.readGate)             // group_reads.go
+	a.db.SetConfirmedCheck(a.grp.confirmedCheck) // group_reads.go
 	return nil
 }
 

@@ -35,3 +35,21 @@ func (gr *group) readGate(ctx context.Context, p uint32) error {
 	}
 	return nil
 }
+
+// confirmedCheck tells a non-waiting read (GetRecent, ScanPartitionRecent,
+// the query server) whether a view of partition p whose last commit of p
+// has head row head may be shown (state.ConfirmedCheck): without a
+// changelog (outside Run) every view may.
+func (gr *group) confirmedCheck(p uint32, head []byte) (bool, error) {
+	gr.mu.Lock()
+	clog := gr.clog
+	gr.mu.Unlock()
+	if clog == nil {
+		return true, nil
+	}
+	ok, err := clog.Confirmed(p, head)
+	if errors.Is(err, executor.ErrFenced) {
+		return false, fmt.Errorf("%w: %w", ErrNotConfirmed, err)
+	}
+	return ok, err
+}

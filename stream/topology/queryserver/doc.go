@@ -9,7 +9,8 @@
 //
 // # Endpoints
 //
-//	GET /tables/{table}/{key}  the key's committed value as JSON; 404 only when the row does not exist
+//	GET /tables/{table}/{key}  the key's committed value as JSON; 404 only when the row does not exist;
+//	                           ?wait=1: one that holds every commit returned before the request
 //	GET /tables/{table}        a page of rows: ?limit=N&prefix=P&after=CURSOR → {"rows":[{"key","partition","value"}],"next"}
 //	GET /tables                the registered tables and their partition counts
 //	GET /stats                 App.Stats as JSON

@@ -90,8 +90,9 @@ type table interface {
 	// locate parses a key's string form into a located key.
 	locate(s string) (located, error)
 	// get returns the JSON of the key's committed value and how fresh it
-	// is.
-	get(ctx context.Context, l located) ([]byte, bool, topology.Freshness, error)
+	// is; wait: from every commit that returned before the call
+	// (Table.GetFresh), else without waiting (Table.GetRecent).
+	get(ctx context.Context, l located, wait bool) ([]byte, bool, topology.Freshness, error)
 	// scanPartition calls fn with the rows of a partition after the key
 	// bytes after; fn's key bytes are valid only during the call. It
 	// returns how fresh the rows are.
@@ -136,8 +137,12 @@ func (s *served[K, V]) locate(str string) (located, error) {
 	return located{key: k, bytes: kb}, nil
 }
 
-func (s *served[K, V]) get(ctx context.Context, l located) ([]byte, bool, topology.Freshness, error) {
-	v, ok, fr, err := s.tbl.GetRecent(ctx, l.key.(K))
+func (s *served[K, V]) get(ctx context.Context, l located, wait bool) ([]byte, bool, topology.Freshness, error) {
+	get := s.tbl.GetRecent
+	if wait {
+		get = s.tbl.GetFresh
+	}
+	v, ok, fr, err := get(ctx, l.key.(K))
 	if err != nil || !ok {
 		return nil, ok, fr, err
 	}

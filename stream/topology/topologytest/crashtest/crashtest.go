@@ -42,6 +42,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,6 +164,34 @@ func Kills(normal, soak int) int {
 		return n
 	}
 	return soak
+}
+
+// Hogs starts, in a soak run (STRAND_SOAK set), one goroutine per CPU that
+// burns CPU beside the children until the test ends: the windows a crash
+// test looks for (a send in flight, a commit visible before its log
+// record is synced) open under load. In the default run it starts none,
+// so that the suite stays fast on a shared machine.
+func Hogs(t testing.TB) {
+	t.Helper()
+	if !Soak() {
+		return
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range runtime.NumCPU() {
+		wg.Go(func() {
+			for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+				if x&0xffff == 0 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
 }
 
 // Coverage reports that kills did not land where a crash test wanted them
