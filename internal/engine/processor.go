@@ -138,6 +138,15 @@ type processorOptions struct {
 	// check, when set, is called right before an outbox sends rows of a
 	// partition: an error (ErrFenced) stops the outbox instead.
 	check func(partition uint32) error
+	// builds: the tables built in the background (build.go), or nil.
+	builds *Evolution
+}
+
+// WithBuilds makes the processor build, beside its pipelines, the tables
+// of its source that ev (Program.AttachEvolving) builds in the
+// background; nil builds none.
+func WithBuilds(ev *Evolution) ProcessorOption {
+	return func(o *processorOptions) { o.builds = ev }
 }
 
 // DefaultPollSize is the most records one poll asks for, unless

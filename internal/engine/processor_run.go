@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/strand-io/strand/stream"
@@ -115,6 +116,9 @@ func (p *Processor) run(ctx context.Context, parts []uint32) error {
 		outboxes.msgs = newOutbox(p, outboxes.messages)
 		outboxes.messages.ob = outboxes.msgs // its commits pace themselves on it (await)
 	}
+	if err := p.opts.builds.finishReady(runCtx); err != nil { // build.go
+		return err
+	}
 	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -217,6 +221,13 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 				fail(err)
 			}
 		})
+		for _, tb := range p.opts.builds.buildsOf(p.name, pl.part) { // build.go
+			wg.Go(func() {
+				if err := pl.build(runCtx, tb); err != nil {
+					fail(err)
+				}
+			})
+		}
 	}
 	wg.Wait()
 	close(pipelinesDone)
@@ -285,11 +296,19 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 			slots:    make(chan struct{}, p.opts.prefetch+1),
 			advise:   make(chan uint64, 1),
 			release:  make(chan releaseReq),
+			handover: make(chan handoverReq),
 			stopped:  make(chan struct{}),
 			log:      p.log.With(slog.Uint64("partition", uint64(pt))),
 			advised:  task.Next(),
 			readFrom: task.Next(),
 			turn:     p.opts.writers.turn(pt),
+		}
+		pl.mainNext.Store(task.Next())
+		for _, tb := range p.opts.builds.buildsOf(p.name, pt) { // build.go
+			if task.building == nil {
+				task.building = map[string]bool{}
+			}
+			task.building[tb.table] = true
 		}
 		pls = append(pls, pl)
 		if obs.dead != nil {
@@ -338,6 +357,10 @@ type pipeline struct {
 	slots   chan struct{}           // one token per batch polled and not yet processed
 	advise  chan uint64             // latest committed checkpoint to advise
 	release chan releaseReq         // Release requests
+	// handover takes the requests of the partition's build readers
+	// (build.go); mainNext is the checkpoint of the last commit finished.
+	handover chan handoverReq
+	mainNext atomic.Uint64
 	stopped chan struct{}           // closed when the pipeline loop has returned
 
 	advised  uint64 // last offset advised (advisor goroutine, then run)
@@ -504,6 +527,10 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			if !did {
 				floor = idleRetryFloor
 			}
+		case req := <-pl.handover:
+			if err := pl.serveHandover(ctx, req); err != nil {
+				return err
+			}
 		case req := <-pl.release:
 			if err := pl.finishCommit(); err != nil {
 				req.done <- err
@@ -612,6 +639,7 @@ func (pl *pipeline) committed(res Result, batch bool) error {
 		pl.outboxes.msgs.committed(pl.part, res.outbox[n-1].order+1)
 	}
 	now := time.Now()
+	pl.mainNext.Store(res.Next)
 	pl.p.update(pl.part, func(ps *stream.PartitionStats) {
 		ps.Next, ps.LastCommit = res.Next, now
 		parkedStats(pl.task, ps)

@@ -85,6 +85,13 @@ type Task struct {
 	// replayMark: records below it were processed before a reset; their
 	// outputs are not published again (replaymark.go). 0: none.
 	replayMark uint64
+	// Builds (build.go): building names the tables whose projections the
+	// Task skips (built by a build reader, not handed over yet); only,
+	// when set, the tables whose projections it alone applies (a build
+	// reader's Task). The pipeline goroutine changes building between
+	// batches.
+	building map[string]bool
+	only     map[string]bool
 
 	clock        func() time.Time
 	log          *slog.Logger
@@ -178,6 +185,11 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 	if !ok {
 		return nil, fmt.Errorf("stream: topology %q has no source %q", p.name, source)
 	}
+	return p.newTask(ctx, db, src, partition, opts...)
+}
+
+func (p *Program) newTask(ctx context.Context, db *state.DB, src *programSource, partition uint32, opts ...TaskOption) (*Task, error) {
+	source := src.name
 	o := taskOptions{clock: time.Now, log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)

@@ -30,6 +30,23 @@ type Table[K, V any] struct {
 	parts  atomic.Uint32 // partitions of the sources that write it (SetPartitions)
 	// version is the table's declared version (describe.go).
 	version uint32
+	// serve, during a build (build.go), says where reads go instead of
+	// the binding's id; nil: there.
+	serve atomic.Pointer[serving]
+}
+
+func (t *Table[K, V]) serveFrom(s *serving) { t.serve.Store(s) }
+
+// readID is the id reads of the table (Get, Scan, queries) are answered
+// from: the binding's, or during a build the previous rows' (build.go).
+func (t *Table[K, V]) readID(b *binding[V]) (uint32, error) {
+	if s := t.serve.Load(); s != nil {
+		if s.err != nil {
+			return 0, s.err
+		}
+		return s.id, nil
+	}
+	return b.id, nil
 }
 
 // SetPartitions says how many partitions the sources writing the table
@@ -464,6 +481,10 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return err
 	}
+	id, err := t.readID(b)
+	if err != nil {
+		return err
+	}
 	if err := b.db.enter(); err != nil {
 		return err
 	}
@@ -480,7 +501,7 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return fmt.Errorf("state: scan table %q: %w", t.name, err)
 	}
-	err = t.scan(ctx, b.db, b.id, it, fn)
+	err = t.scan(ctx, b.db, id, it, fn)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("state: scan table %q: %w", t.name, cerr)
 	}

@@ -76,6 +76,7 @@ func (d Durability) String() string {
 type OpenOption func(*openOptions) error
 
 type openOptions struct {
+	inPlaceOff bool // WithInPlaceChanges(false) (build.go)
 	log        *slog.Logger
 	dlq        string
 	pollSize   int
@@ -255,6 +256,7 @@ type App struct {
 	partitions []uint32     // WithPartitions, or nil for all
 	live       *live.Server // see live.go
 	grp        *group       // WithGroup (group.go), or nil
+	evo        *engine.Evolution // tables built in the background (build.go), or nil
 
 	mu      sync.Mutex
 	closed  bool
@@ -393,7 +395,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 			_ = db.Close()
 		}
 	}()
-	if err := p.p.Attach(db); err != nil {
+	if err := a.attach(ctx, &o, counts); err != nil { // build.go
 		return nil, fail(err)
 	}
 	for _, sn := range p.Sources() {
@@ -443,6 +445,9 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 			[]engine.ProcessorOption{engine.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
 		if w := writers[src.Name()]; w != nil {
 			sopts = append(sopts, engine.WithWriters(w))
+		}
+		if a.evo != nil {
+			sopts = append(sopts, engine.WithBuilds(a.evo))
 		}
 		proc, err := engine.NewProcessor(p.p, db, src, sopts...)
 		if err != nil {

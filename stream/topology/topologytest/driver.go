@@ -224,6 +224,31 @@ func (d *Driver) Restart() {
 	d.open()
 }
 
+// Evolve closes the App and opens topo, a changed version of its
+// topology, on the same state directory and topics, as a deployment of
+// new code would: the changes are made in place where they can be
+// (topology.Open: tables added or with a new version are built in the
+// background, and Step and Advance wait for those builds), or the open
+// fails the test. topo's sources must be topics of the Driver; a new
+// one is created empty.
+func (d *Driver) Evolve(topo *topology.Topology) {
+	d.tb.Helper()
+	prog, err := topo.Build()
+	if err != nil {
+		d.tb.Fatalf("topologytest: %v", err)
+	}
+	d.Close()
+	for _, n := range prog.Sources() {
+		if d.conn.Topic(n) == nil {
+			if _, err := d.conn.CreateTopic(n, d.parts); err != nil {
+				d.tb.Fatalf("topologytest: %v", err)
+			}
+		}
+	}
+	d.prog = prog
+	d.open()
+}
+
 // Reset closes the App, resets its state directory with topology.Reset
 // (every table is rebuilt from the topics when it opens again, and nothing
 // published before is published again) and opens it again. A reset that
@@ -379,6 +404,11 @@ func (d *Driver) outboxEmpty() bool {
 }
 
 func (d *Driver) caughtUp() bool {
+	for _, bp := range d.app.Builds() {
+		if !bp.Done {
+			return false // a table built in the background (topology.App.Builds)
+		}
+	}
 	for _, name := range d.prog.Sources() {
 		s := d.source(name)
 		for p := range d.parts {
