@@ -625,6 +625,10 @@ func (p *Program) newBuildTask(ctx context.Context, db *state.DB, source, alias 
 		return nil, err
 	}
 	t.only = map[string]bool{table: true}
+	// A key the main pipeline holds behind a poison record (HoldPoisonedKey)
+	// is not handed over before it is released; the build must not hold it
+	// for a Release that only the main pipeline gets.
+	t.passPoison = true
 	t.replayMark = math.MaxUint64 // every output was published by the main pipeline
 	return t, nil
 }
@@ -645,4 +649,12 @@ func activeProjects[E any](t *Task, ps []projector[E]) []projector[E] {
 		out = append(out, p)
 	}
 	return out
+}
+
+// poisonPolicy is the policy a batch of the Task follows.
+func (t *Task) poisonPolicy() stream.PoisonPolicy {
+	if t.passPoison {
+		return stream.PassPoison
+	}
+	return t.prog.poison
 }

@@ -92,6 +92,9 @@ type Task struct {
 	// batches.
 	building map[string]bool
 	only     map[string]bool
+	// passPoison: the Task passes poison records whatever the program's
+	// policy (a build reader's: the main pipeline holds the keys).
+	passPoison bool
 
 	clock        func() time.Time
 	log          *slog.Logger
@@ -787,7 +790,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	}
 	b := &batch{
 		t: t, ctx: ctx, tx: tx, records: in, status: status,
-		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
+		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.poisonPolicy(),
 		now:        now,
 		replayMark: t.replayMark,
 	}

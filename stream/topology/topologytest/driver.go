@@ -404,9 +404,13 @@ func (d *Driver) outboxEmpty() bool {
 }
 
 func (d *Driver) caughtUp() bool {
-	for _, bp := range d.app.Builds() {
-		if !bp.Done {
-			return false // a table built in the background (topology.App.Builds)
+	if keys, _ := d.Parked(); keys == 0 {
+		// A table built in the background (topology.App.Builds) is handed
+		// over to a partition's pipeline when it has no parked key.
+		for _, bp := range d.app.Builds() {
+			if !bp.Done {
+				return false
+			}
 		}
 	}
 	for _, name := range d.prog.Sources() {
@@ -457,7 +461,8 @@ func (d *Driver) describe() string {
 }
 
 // Lag returns how many records are not committed yet, over every source
-// and partition.
+// and partition, plus the records tables built in the background still
+// have to build (at least 1 per build not finished).
 func (d *Driver) Lag() int {
 	d.tb.Helper()
 	lag := 0
@@ -466,6 +471,11 @@ func (d *Driver) Lag() int {
 		for p := range d.parts {
 			end, _ := s.Len(p)
 			lag += end - int(d.next(name, p))
+		}
+	}
+	for _, bp := range d.app.Builds() {
+		if !bp.Done {
+			lag += max(int(bp.Target-bp.Built), 1) // still being built
 		}
 	}
 	return lag
