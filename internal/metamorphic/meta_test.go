@@ -53,6 +53,7 @@ var (
 		{"resets", "some restarts are resets (topology.Reset: rebuild, publish nothing again)", func(k *Knobs) *bool { return &k.Resets }},
 		{"joins", "a table-table join of two tables", func(k *Knobs) *bool { return &k.Joins }},
 		{"lookups", "fenced nodes look up a table of their own input", func(k *Knobs) *bool { return &k.Lookups }},
+		{"evolve", "the topology changes at a restart: a table added or with a new version, built in the background", func(k *Knobs) *bool { return &k.Evolve }},
 	}
 	knobValues = map[string]*bool{}
 )
