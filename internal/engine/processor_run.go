@@ -361,7 +361,7 @@ type pipeline struct {
 	// (build.go); mainNext is the checkpoint of the last commit finished.
 	handover chan handoverReq
 	mainNext atomic.Uint64
-	stopped chan struct{}           // closed when the pipeline loop has returned
+	stopped  chan struct{} // closed when the pipeline loop has returned
 
 	advised  uint64 // last offset advised (advisor goroutine, then run)
 	readFrom uint64 // next offset the reader expects (reader goroutine)

@@ -37,10 +37,10 @@ type Report struct {
 	// Origins and Sequences count the rows of the duplicate check and of
 	// the re-sequencer; Grouped says the store has changelog rows (it was
 	// run in a group, JoinGroup). Description is the stored topology's.
-	ReplayMarks        []Checkpoint
+	ReplayMarks []Checkpoint
 	// Builds lists, per table built in the background and partition, how
 	// far its build reader is, or where it was handed over (evolve.go).
-	Builds []BuildPart
+	Builds             []BuildPart
 	Origins, Sequences int
 	Grouped            bool
 	Description        string

@@ -237,7 +237,7 @@ type Case struct {
 	// restart EvolveAt-1 (0: never); table EvolveTable is added then
 	// (EvolveAdd) or gets version 1 then.
 	EvolveAt, EvolveTable int
-	EvolveAdd            bool
+	EvolveAdd             bool
 }
 
 // Ev is the payload of every generated event.

@@ -253,9 +253,9 @@ type App struct {
 
 	tel        *telemetry.Telemetry // see telemetry.go
 	endEvery   time.Duration
-	partitions []uint32     // WithPartitions, or nil for all
-	live       *live.Server // see live.go
-	grp        *group       // WithGroup (group.go), or nil
+	partitions []uint32          // WithPartitions, or nil for all
+	live       *live.Server      // see live.go
+	grp        *group            // WithGroup (group.go), or nil
 	evo        *engine.Evolution // tables built in the background (build.go), or nil
 
 	mu      sync.Mutex
