@@ -142,7 +142,7 @@ func (e *Evolution) Building() bool {
 func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions map[string]uint32) (*Evolution, error) {
 	ev := &Evolution{db: db}
 	start := map[string]bool{} // tables to start building: has old rows
-	err := p.Attach(db)
+	err := p.attach(db)
 	var te *TopologyChangedError
 	switch {
 	case err == nil:
@@ -657,4 +657,26 @@ func (t *Task) poisonPolicy() stream.PoisonPolicy {
 		return stream.PassPoison
 	}
 	return t.prog.poison
+}
+
+// ErrBuilding is wrapped by Attach of a store with a table being built in
+// the background: open it as before (topology.Open without WithGroup,
+// WithPartitions or WithInPlaceChanges(false)) until the build finishes,
+// or reset it.
+var ErrBuilding = errors.New("stream: a table of the store is being built in the background")
+
+func refuseBuilds(db *state.DB, topology string) error {
+	builds, err := db.Builds()
+	if err != nil {
+		return fmt.Errorf("stream: topology %q: %w", topology, err)
+	}
+	if len(builds) > 0 {
+		names := make([]string, len(builds))
+		for i, b := range builds {
+			names[i] = b.Table
+		}
+		return fmt.Errorf("%w: table %s; open the store the way that started the build (topology.Open without WithGroup, WithPartitions or WithInPlaceChanges(false)) until it finishes (App.Builds), or reset it (strand reset)",
+			ErrBuilding, quoteList(names))
+	}
+	return nil
 }
