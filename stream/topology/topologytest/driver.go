@@ -404,9 +404,11 @@ func (d *Driver) outboxEmpty() bool {
 }
 
 func (d *Driver) caughtUp() bool {
-	if keys, _ := d.Parked(); keys == 0 {
+	if keys, _ := d.Parked(); keys == 0 && d.allReleased() {
 		// A table built in the background (topology.App.Builds) is handed
-		// over to a partition's pipeline when it has no parked key.
+		// over to a partition's pipeline when it has no parked key; its
+		// build reads the records from the first one on, which a Driver
+		// reopened on a store hands out again step by step.
 		for _, bp := range d.app.Builds() {
 			if !bp.Done {
 				return false
@@ -417,6 +419,19 @@ func (d *Driver) caughtUp() bool {
 		s := d.source(name)
 		for p := range d.parts {
 			if _, released := s.Len(p); d.next(name, p) < uint64(released) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// allReleased reports whether every record piped was handed out.
+func (d *Driver) allReleased() bool {
+	for _, name := range d.prog.Sources() {
+		s := d.source(name)
+		for p := range d.parts {
+			if appended, released := s.Len(p); released < appended {
 				return false
 			}
 		}
