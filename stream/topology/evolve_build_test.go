@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
@@ -147,5 +149,44 @@ func TestBuildInBackground(t *testing.T) {
 	a, _, err := balances.Get(ctx, 3)
 	if err != nil || a.Balance != m.balances[2][3] {
 		t.Errorf("after restart balances.Get(3) = %d, %v; want %d", a.Balance, err, m.balances[2][3])
+	}
+}
+
+// TestInPlaceRefusedSaysWhy: a change Open cannot make in place (a new
+// version of a table with a TTL: a build cannot replay expiries) is
+// refused with the differences and why not in place; the store is left
+// as it was (the old topology opens it again).
+func TestInPlaceRefusedSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	topo1, _, _ := evolving(1)
+	d := topologytest.NewDriver(t, topo1, topologytest.Dir(dir))
+	topologytest.Pipe(d, Deposits, Deposited{Account: 1, Amount: 5})
+	d.Advance()
+	d.Close()
+
+	ttl := topology.New("accounts")
+	src := topology.Source[AccountID](ttl, "bank/accounts")
+	bal := topology.NewTable[AccountID, Account](ttl, "balances", stream.JSON[Account](), topology.WithTableVersion(2), topology.WithTTL(time.Hour))
+	topology.Project(topology.On(src, Opened), bal, func(*Account, AccountOpened) error { return nil })
+	topology.Project(topology.On(src, Deposits), bal, func(*Account, Deposited) error { return nil })
+	topology.To(topology.On(src, Deposits), "receipts", "bank/receipts", Deposits,
+		func(_ context.Context, _ AccountID, e Deposited, emit func(Deposited)) error {
+			emit(e)
+			return nil
+		})
+	ftb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		topologytest.NewDriver(ftb, ttl, topologytest.Dir(dir)).Close()
+	}()
+	<-done
+	for _, want := range []string{`changed table "balances" version`, `not made in place: table "balances" cannot be built in the background: it has a TTL or timers`, "strand reset"} {
+		if !strings.Contains(ftb.msg, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, ftb.msg)
+		}
+	}
+	if msg := openRefused(t, func() *topology.Topology { t, _, _ := evolving(1); return t }(), dir); msg != "" {
+		t.Errorf("the old topology cannot open the store after a refused change: %s", msg)
 	}
 }
