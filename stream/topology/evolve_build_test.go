@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -17,16 +19,16 @@ import (
 // evolving is the accounts topology of version v: v 1 folds balances as
 // accounts() does and publishes every deposit to "bank/receipts"; v 2
 // declares balances with version 2 whose fold counts deposits twice
-// (a fixed fold), and adds the table "owners".
+// (a fixed fold), and adds the table "owners"; v 3 is v 2 without owners.
 func evolving(v int) (*topology.Topology, *topology.Table[AccountID, Account], *topology.Table[AccountID, string]) {
 	t := topology.New("accounts")
 	src := topology.Source[AccountID](t, "bank/accounts")
 	var opts []topology.TableOption
 	if v > 1 {
-		opts = append(opts, topology.WithTableVersion(uint32(v)))
+		opts = append(opts, topology.WithTableVersion(2))
 	}
 	balances := topology.NewTable[AccountID, Account](t, "balances", stream.JSON[Account](), opts...)
-	factor := int64(v)
+	factor := int64(min(v, 2))
 	topology.Project(topology.On(src, Opened), balances, func(a *Account, e AccountOpened) error {
 		a.Owner, a.Open = e.Owner, true
 		a.Opens++
@@ -42,7 +44,7 @@ func evolving(v int) (*topology.Topology, *topology.Table[AccountID, Account], *
 			return nil
 		})
 	var owners *topology.Table[AccountID, string]
-	if v > 1 {
+	if v == 2 {
 		owners = topology.NewTable[AccountID, string](t, "owners", stream.JSON[string]())
 		topology.Project(topology.On(src, Opened), owners, func(o *string, e AccountOpened) error {
 			*o += e.Owner + ";"
@@ -149,6 +151,18 @@ func TestBuildInBackground(t *testing.T) {
 	a, _, err := balances.Get(ctx, 3)
 	if err != nil || a.Balance != m.balances[2][3] {
 		t.Errorf("after restart balances.Get(3) = %d, %v; want %d", a.Balance, err, m.balances[2][3])
+	}
+	// A table removed from the topology is dropped at Open.
+	topo3, _, _ := evolving(3)
+	d.Evolve(topo3)
+	d.Close()
+	db, err := state.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got := db.RegisteredTables(); !slices.Equal(got, []string{"balances"}) {
+		t.Errorf("tables after owners was removed: %v, want balances alone", got)
 	}
 }
 
