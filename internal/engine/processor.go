@@ -434,6 +434,12 @@ func (p *Processor) Stats() stream.Stats {
 		s.ParkedRecords += ps.ParkedRecords
 	}
 	slices.SortFunc(s.Partitions, func(a, b stream.PartitionStats) int { return cmpU64(uint64(a.Partition), uint64(b.Partition)) })
+	for _, bp := range p.opts.builds.Progress() { // build.go
+		if bp.Source == p.name {
+			s.Builds = append(s.Builds, stream.BuildStats{Table: bp.Table, Replacing: bp.Replacing, Built: bp.Built, Target: bp.Target,
+				Partitions: bp.Partitions, Left: bp.Left, Done: bp.Done})
+		}
+	}
 	return s
 }
 

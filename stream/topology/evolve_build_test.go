@@ -125,6 +125,9 @@ func TestBuildInBackground(t *testing.T) {
 	if b := d.App().Builds(); len(b) != 2 || b[0].Table != "balances" || !b[0].Replacing || b[1].Table != "owners" || b[1].Replacing {
 		t.Fatalf("builds = %+v, want balances (replacing) and owners (new)", b)
 	}
+	if st := d.App().Stats(); len(st) != 1 || len(st[0].Builds) != 2 || !st[0].Builds[0].Done || st[0].Builds[0].Built != st[0].Builds[0].Target {
+		t.Errorf("Stats builds = %+v, want balances and owners done", st)
+	}
 	for _, bp := range d.App().Builds() {
 		if !bp.Done || bp.Left != 0 {
 			t.Fatalf("build of %q not done after Advance: %+v", bp.Table, bp)
