@@ -3,7 +3,8 @@ package topology
 import (
 	"context"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
 )
 
@@ -23,18 +24,18 @@ import (
 var ErrTableBuilding = state.ErrTableBuilding
 
 // BuildProgress is the progress of one table built in the background.
-type BuildProgress = engine.BuildProgress
+type BuildProgress = executor.BuildProgress
 
 // ErrBuildRetention is wrapped by the error Run returns when a table
 // build needs records the source's retention has removed.
-var ErrBuildRetention = engine.ErrBuildRetention
+var ErrBuildRetention = pipeline.ErrBuildRetention
 
 // Builds returns the progress of the tables built in the background since
 // Open, finished ones included (Done).
 func (a *App) Builds() []BuildProgress { return a.evo.Progress() }
 
 // attach attaches the program to the store: in place of a refusal, the
-// changes that can be made in place are (engine.Program.AttachEvolving),
+// changes that can be made in place are (executor.Program.AttachEvolving),
 // except for an instance of a group or of some partitions only, where
 // every instance would have to build its part at once.
 func (a *App) attach(ctx context.Context, o *openOptions, counts map[string]uint32) error {

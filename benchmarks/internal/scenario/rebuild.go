@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/connector/memconn"
 )
@@ -46,9 +47,9 @@ func Rebuild(ctx context.Context, o CoreOptions) (Result, error) {
 		_ = db.Close()
 		return res, err
 	}
-	tasks := make([]*engine.Task, n)
+	tasks := make([]*executor.Task, n)
 	for p := range n {
-		if tasks[p], err = topo0.Program.NewTask(ctx, db, workload.Source, p, engine.WithLogger(quietLogger())); err != nil {
+		if tasks[p], err = topo0.Program.NewTask(ctx, db, workload.Source, p, executor.WithLogger(quietLogger())); err != nil {
 			_ = db.Close()
 			return res, err
 		}
@@ -101,8 +102,8 @@ func Rebuild(ctx context.Context, o CoreOptions) (Result, error) {
 	if !ev.Building() {
 		return res, errors.New("rebuild: the new version started without a build")
 	}
-	proc, err := engine.NewProcessor(topo1.Program, db, topic, engine.WithBuilds(ev), engine.WithProcessorLogger(quietLogger()),
-		engine.WithPollSize(o.Batch))
+	proc, err := pipeline.NewProcessor(topo1.Program, db, topic, pipeline.WithBuilds(ev), pipeline.WithProcessorLogger(quietLogger()),
+		pipeline.WithPollSize(o.Batch))
 	if err != nil {
 		return res, err
 	}
