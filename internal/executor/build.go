@@ -46,7 +46,11 @@ type Evolution struct {
 	builds  []*TableBuild
 	dropped []string
 	db      *state.DB
+	prog    *Program
 }
+
+// Of reports whether e is p's AttachEvolving on db: p is attached to db.
+func (e *Evolution) Of(p *Program, db *state.DB) bool { return e != nil && e.prog == p && e.db == db }
 
 // TableBuild is one table being built (Evolution.BuildsOf).
 type TableBuild struct {
@@ -134,7 +138,7 @@ func (e *Evolution) Building() bool {
 //
 // The tables to build are built by the processors given WithBuilds.
 func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions map[string]uint32) (*Evolution, error) {
-	ev := &Evolution{db: db}
+	ev := &Evolution{db: db, prog: p}
 	start := map[string]bool{} // tables to start building: has old rows
 	err := p.attach(db)
 	var te *TopologyChangedError

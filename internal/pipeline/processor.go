@@ -402,8 +402,13 @@ func NewProcessor(prog *executor.Program, db *state.DB, src connector.Source, op
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	if err := prog.Attach(db); err != nil {
-		return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
+	switch {
+	case o.builds == nil:
+		if err := prog.Attach(db); err != nil {
+			return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
+		}
+	case !o.builds.Of(prog, db): // attached by AttachEvolving (build.go)
+		return nil, fmt.Errorf("stream: NewProcessor: source %q: WithBuilds of another program or store", name)
 	}
 	p := &Processor{
 		prog: prog, db: db, src: src, name: name, opts: o,
