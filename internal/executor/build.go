@@ -139,6 +139,9 @@ func (e *Evolution) Building() bool {
 // The tables to build are built by the processors given WithBuilds.
 func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions map[string]uint32) (*Evolution, error) {
 	ev := &Evolution{db: db, prog: p}
+	if err := db.DropRetired(ctx); err != nil { // rows of tables rebuilt before this start
+		return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+	}
 	start := map[string]bool{} // tables to start building: has old rows
 	err := p.attach(db)
 	var te *TopologyChangedError

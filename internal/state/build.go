@@ -305,13 +305,14 @@ func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) er
 		wb := db.pdb.NewBatch()
 		defer wb.Close()
 		for p := range partitions {
-			if b.HasOld {
-				lo := appendTableKey(nil, b.OldID, p, nil)
-				if err := wb.DeleteRange(lo, prefixEnd(lo), nil); err != nil {
-					return err
-				}
-			}
 			if err := wb.Delete(rowKey(FamilyBuild, p, []byte(name)), nil); err != nil {
+				return err
+			}
+		}
+		if b.HasOld {
+			// Reads from views taken before the switch still read them:
+			// they go at the next start (DropRetired).
+			if err := wb.Set(metaKey(metaRetiredPrefix+name), binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, b.OldID), partitions), nil); err != nil {
 				return err
 			}
 		}
@@ -331,7 +332,74 @@ func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) er
 	}
 	db.registry[name] = b.ID
 	db.views.wrote()
-	t.serveFrom(nil)
+	// Views whose generation counts the switch read the built rows; older
+	// ones (taken before it returned) the rows served until now.
+	prev := &serving{err: &BuildingError{Table: name}}
+	if b.HasOld {
+		prev = &serving{id: b.OldID}
+	}
+	prev.after = db.views.gen.Load()
+	t.serveFrom(prev)
+	return nil
+}
+
+const metaRetiredPrefix = "retired/"
+
+// DropRetired removes the rows a table served before a build switched it
+// to its built rows (FinishBuild keeps them for the reads of views taken
+// before the switch), in one synced batch. Call it at the start, before
+// any read.
+func (db *DB) DropRetired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := db.enter(); err != nil {
+		return err
+	}
+	defer db.exit()
+	prefix := metaKey(metaRetiredPrefix)
+	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("state: %s: read retired tables: %w", db.dir, err)
+	}
+	type retired struct {
+		key       []byte
+		id, parts uint32
+	}
+	var rs []retired
+	for valid := it.First(); valid; valid = it.Next() {
+		v := it.Value()
+		if len(v) != 8 {
+			continue
+		}
+		rs = append(rs, retired{key: bytes.Clone(it.Key()), id: binary.BigEndian.Uint32(v), parts: binary.BigEndian.Uint32(v[4:])})
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("state: %s: read retired tables: %w", db.dir, err)
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	err = db.guard(func() error {
+		wb := db.pdb.NewBatch()
+		defer wb.Close()
+		for _, r := range rs {
+			for p := range r.parts {
+				lo := appendTableKey(nil, r.id, p, nil)
+				if err := wb.DeleteRange(lo, prefixEnd(lo), nil); err != nil {
+					return err
+				}
+			}
+			if err := wb.Delete(r.key, nil); err != nil {
+				return err
+			}
+		}
+		return wb.Commit(pebble.Sync)
+	})
+	if err != nil {
+		return fmt.Errorf("state: %s: drop the rows of rebuilt tables: %w", db.dir, err)
+	}
+	db.views.wrote()
 	return nil
 }
 
@@ -405,10 +473,12 @@ func BuildSourceName(table, source string) string {
 }
 
 // serving is where a table's reads go during a build: rows of another id,
-// or a refusal.
+// or a refusal; once the build has switched, only for views taken before
+// the switch (gen below after: they may not hold it).
 type serving struct {
-	id  uint32
-	err error
+	id    uint32
+	err   error
+	after uint64
 }
 
 // buildIDs returns the ids builds in progress write under (loadMeta counts

@@ -53,10 +53,6 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 	if err != nil {
 		return fr, err
 	}
-	id, err := t.readID(b)
-	if err != nil {
-		return fr, err
-	}
 	if err := b.db.enter(); err != nil {
 		return fr, err
 	}
@@ -71,6 +67,10 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 		return fr, err
 	}
 	defer v.release()
+	id, err := t.readID(b, v)
+	if err != nil {
+		return fr, err
+	}
 	if err := b.db.confirmRead(ctx, partition); err != nil {
 		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
 	}

@@ -39,12 +39,18 @@ func (t *Table[K, V]) serveFrom(s *serving) { t.serve.Store(s) }
 
 // readID is the id reads of the table (Get, Scan, queries) are answered
 // from: the binding's, or during a build the previous rows' (build.go).
-func (t *Table[K, V]) readID(b *binding[V]) (uint32, error) {
+// Call it with the view the read uses: a view taken before a build's
+// switch is read at the previous id (whose rows stay until the next
+// start).
+func (t *Table[K, V]) readID(b *binding[V], v *view) (uint32, error) {
 	if s := t.serve.Load(); s != nil {
-		if s.err != nil {
+		switch {
+		case s.after > 0 && v.gen >= s.after:
+		case s.err != nil:
 			return 0, s.err
+		default:
+			return s.id, nil
 		}
-		return s.id, nil
 	}
 	return b.id, nil
 }
@@ -103,6 +109,7 @@ func (t *Table[K, V]) boundTo() *DB {
 }
 
 func (t *Table[K, V]) bind(db *DB, id uint32) {
+	t.serve.Store(nil) // a build (build.go) sets it again
 	t.b.Store(&binding[V]{db: db, id: id, cache: newValueCache[V](&db.budget)})
 }
 
@@ -481,10 +488,6 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return err
 	}
-	id, err := t.readID(b)
-	if err != nil {
-		return err
-	}
 	if err := b.db.enter(); err != nil {
 		return err
 	}
@@ -494,6 +497,10 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 		return err
 	}
 	defer v.release()
+	id, err := t.readID(b, v)
+	if err != nil {
+		return err
+	}
 	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{byte(FamilyTable)},
 		UpperBound: []byte{byte(FamilyTable) + 1},

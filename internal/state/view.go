@@ -282,10 +282,6 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	if err := ctx.Err(); err != nil {
 		return zero, false, Freshness{}, err
 	}
-	id, err := t.readID(b)
-	if err != nil {
-		return zero, false, Freshness{}, err
-	}
 	key, err := t.keys.Append(nil, k)
 	if err != nil {
 		return zero, false, Freshness{}, fmt.Errorf("state: table %q: encode key %v: %w", t.name, k, err)
@@ -305,6 +301,10 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 		return zero, false, Freshness{}, err
 	}
 	defer v.release()
+	id, err := t.readID(b, v)
+	if err != nil {
+		return zero, false, Freshness{}, err
+	}
 	val, present, p, err := t.getIn(db, v, id, key)
 	if err != nil {
 		return zero, false, Freshness{}, err

@@ -12,8 +12,6 @@ import (
 
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
-	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
@@ -103,14 +101,10 @@ func TestBuildCrashChild(t *testing.T) {
 	}
 	d.Close()
 	// The outbox's sequence numbers count every receipt ever committed.
-	perPart := make([]uint64, buildCrashParts)
+	deposits := uint64(0)
 	for _, e := range log {
-		if dep, ok := e.(Deposited); ok {
-			key, err := stream.JSON[AccountID]().Append(nil, dep.Account)
-			if err != nil {
-				t.Fatal(err)
-			}
-			perPart[xxh32.Partition(key, buildCrashParts)]++
+		if _, ok := e.(Deposited); ok {
+			deposits++
 		}
 	}
 	db, err := state.Open(dir)
@@ -118,14 +112,16 @@ func TestBuildCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	committed := uint64(0)
 	for p := range uint32(buildCrashParts) {
 		v, ok, err := db.Row(state.FamilyOutbox, p, rows.OutboxNextKey("bank/accounts"))
 		if err != nil || !ok || len(v) != 8 {
 			t.Fatalf("partition %d: outbox sequence row %x, %v, %v", p, v, ok, err)
 		}
-		if got := binary.BigEndian.Uint64(v) - 1; got != perPart[p] {
-			t.Errorf("partition %d: %d receipts committed to the outbox, want %d (one per deposit)", p, got, perPart[p])
-		}
+		committed += binary.BigEndian.Uint64(v) - 1
+	}
+	if committed != deposits {
+		t.Errorf("%d receipts committed to the outbox, want %d (one per deposit)", committed, deposits)
 	}
 }
 
