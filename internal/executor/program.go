@@ -543,12 +543,8 @@ func (p *Program) Attach(db *state.DB) error {
 }
 
 func (p *Program) attach(db *state.DB) error {
-	if err := db.EnsureTopology(p.fingerprint, p.legacyFingerprint, p.description); err != nil {
-		var ie *state.IncompatibleError
-		if errors.As(err, &ie) {
-			return p.changedError(ie)
-		}
-		return fmt.Errorf("stream: topology %q: %w", p.name, err)
+	if err := p.ensureTopology(db); err != nil { // global.go
+		return err
 	}
 	if err := db.Attach(p.tables...); err != nil {
 		return fmt.Errorf("stream: topology %q: attach tables: %w", p.name, err)

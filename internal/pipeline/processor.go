@@ -120,6 +120,7 @@ type Processor struct {
 type ProcessorOption func(*processorOptions)
 
 type processorOptions struct {
+	tables       func(table string) bool // WithStoreTables (global.go), or nil: all
 	writers      *Writers
 	sink         connector.Sink
 	pollSize     int
@@ -404,7 +405,7 @@ func NewProcessor(prog *executor.Program, db *state.DB, src connector.Source, op
 	}
 	switch {
 	case o.builds == nil:
-		if err := prog.Attach(db); err != nil {
+		if err := prog.AttachSome(db, o.tables); err != nil { // global.go
 			return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
 		}
 	case !o.builds.Of(prog, db): // attached by AttachEvolving (build.go)

@@ -34,13 +34,13 @@ var ErrBuildRetention = pipeline.ErrBuildRetention
 // Open, finished ones included (Done).
 func (a *App) Builds() []BuildProgress { return a.evo.Progress() }
 
-// attach attaches the program to the store: in place of a refusal, the
+// attachEvolving attaches the program to the store: in place of a refusal, the
 // changes that can be made in place are (executor.Program.AttachEvolving),
 // except for an instance of a group or of some partitions only, where
 // every instance would have to build its part at once.
-func (a *App) attach(ctx context.Context, o *openOptions, counts map[string]uint32) error {
-	if o.inPlaceOff || o.group != nil || len(o.partitions) > 0 {
-		return a.prog.p.Attach(a.db)
+func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[string]uint32) error {
+	if o.inPlaceOff || o.group != nil || len(o.partitions) > 0 || a.gdb != nil {
+		return a.attach() // global_group.go
 	}
 	ev, err := a.prog.p.AttachEvolving(ctx, a.db, counts)
 	if err != nil {
