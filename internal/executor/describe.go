@@ -133,6 +133,10 @@ type TopologyChangedError struct {
 	Described bool
 	// Changes lists the differences, tables first.
 	Changes []Change
+	// InPlace says why the changes cannot be made while the store is kept
+	// (tables built in the background, docs/design.md §19); "" when that
+	// was not tried.
+	InPlace string
 }
 
 // Error lists the differences and what to do.
@@ -150,6 +154,9 @@ func (e *TopologyChangedError) Error() string {
 		if rb := e.RebuildTables(); len(rb) > 0 {
 			fmt.Fprintf(&b, "\ntables to rebuild: %s", quoteList(rb))
 		}
+	}
+	if e.InPlace != "" {
+		fmt.Fprintf(&b, "\nnot made in place: %s", e.InPlace)
 	}
 	fmt.Fprintf(&b, "\nwhat to do: stop every App of the directory, run `strand reset -dir %s` (or topology.Reset; add -dry-run to see what it does first), and start the new topology: every table is rebuilt from the log, and nothing published before (To, KeyBy, dead letters) is published again; or go back to the topology that wrote the store", e.Dir)
 	return b.String()

@@ -540,7 +540,17 @@ func (p *Program) Fingerprint() []byte { return slices.Clone(p.fingerprint) }
 // *TopologyChangedError (wrapping state.ErrIncompatibleTopology) that lists
 // what changed.
 // Call it once per opened database, before NewTask.
+//
+// A store with a table being built in the background (AttachEvolving) is
+// refused: only a processor given the builds (WithBuilds) keeps it right.
 func (p *Program) Attach(db *state.DB) error {
+	if err := p.attach(db); err != nil {
+		return err
+	}
+	return refuseBuilds(db, p.name)
+}
+
+func (p *Program) attach(db *state.DB) error {
 	if err := p.ensureTopology(db); err != nil { // global.go
 		return err
 	}

@@ -85,6 +85,16 @@ type Task struct {
 	// replayMark: records below it were processed before a reset; their
 	// outputs are not published again (replaymark.go). 0: none.
 	replayMark uint64
+	// Builds (build.go): building names the tables whose projections the
+	// Task skips (built by a build reader, not handed over yet); only,
+	// when set, the tables whose projections it alone applies (a build
+	// reader's Task). The pipeline goroutine changes building between
+	// batches.
+	building map[string]bool
+	only     map[string]bool
+	// passPoison: the Task passes poison records whatever the program's
+	// policy (a build reader's: the main pipeline holds the keys).
+	passPoison bool
 
 	clock        func() time.Time
 	log          *slog.Logger
@@ -180,6 +190,11 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 	if !ok {
 		return nil, fmt.Errorf("stream: topology %q has no source %q", p.name, source)
 	}
+	return p.newTask(ctx, db, src, partition, opts...)
+}
+
+func (p *Program) newTask(ctx context.Context, db *state.DB, src *programSource, partition uint32, opts ...TaskOption) (*Task, error) {
+	source := src.name
 	o := taskOptions{clock: time.Now, log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
@@ -783,7 +798,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	}
 	b := &batch{
 		t: t, ctx: ctx, tx: tx, records: in, status: status,
-		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
+		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.poisonPolicy(),
 		now:        now,
 		replayMark: t.replayMark,
 	}

@@ -37,7 +37,10 @@ type Report struct {
 	// Origins and Sequences count the rows of the duplicate check and of
 	// the re-sequencer; Grouped says the store has changelog rows (it was
 	// run in a group, JoinGroup). Description is the stored topology's.
-	ReplayMarks        []Checkpoint
+	ReplayMarks []Checkpoint
+	// Builds lists, per table built in the background and partition, how
+	// far its build reader is, or where it was handed over (evolve.go).
+	Builds             []BuildPart
 	Origins, Sequences int
 	Grouped            bool
 	Description        string
@@ -100,6 +103,9 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 		case state.FamilyCheckpoint:
 			if len(value) != 8 {
 				return fmt.Errorf("stream: inspect %s: checkpoint %q partition %d has %d bytes", dir, rest, part, len(value))
+			}
+			if buildCheckpoint(&in, string(rest), part, value) { // evolve.go
+				return nil
 			}
 			in.Checkpoints = append(in.Checkpoints, Checkpoint{Source: string(rest), Partition: part, Next: binary.BigEndian.Uint64(value)})
 		case state.FamilyTable:

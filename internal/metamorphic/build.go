@@ -40,13 +40,29 @@ type Built struct {
 var errNoKey = errors.New("meta: the event has no key for this KeyBy step")
 
 // Build turns c's description into a topology.
-func Build(c *Case) *Built {
+func Build(c *Case) *Built { return build(c, nil, false) }
+
+// build turns c's description into a topology: before its evolution
+// (evolve.go) when before is set. A Built made after prev shares what
+// prev's handlers observed.
+func build(c *Case, prev *Built, before bool) *Built {
 	b := &Built{c: c, Out: map[int]*stream.Event[string, Ev]{}, tries: map[[3]int]int{}, forEach: map[int]map[int]int{}}
+	if prev != nil {
+		b.tries, b.forEach = prev.tries, prev.forEach
+	}
 	topo := topology.New("meta", topology.WithWorkers(c.Workers),
 		topology.WithRetry(c.Attempts, c.backoff(), c.maxBackoff()), topology.WithPoisonPolicy(c.Poison))
 	b.Topo = topo
-	for _, name := range c.Tables {
-		b.Tables = append(b.Tables, topology.NewTable[string, Row](topo, name, stream.JSON[Row]()))
+	for i, name := range c.Tables {
+		var opts []topology.TableOption
+		if c.EvolveAt > 0 && i == c.EvolveTable && !c.EvolveAdd && !before {
+			opts = append(opts, topology.WithTableVersion(1))
+		}
+		if c.EvolveAt > 0 && i == c.EvolveTable && c.EvolveAdd && before {
+			b.Tables = append(b.Tables, nil) // not in the topology yet
+			continue
+		}
+		b.Tables = append(b.Tables, topology.NewTable[string, Row](topo, name, stream.JSON[Row](), opts...))
 	}
 	key := func(e Ev) string { return e.K }
 	payload := stream.Payload(stream.JSON[Ev]())
@@ -121,6 +137,9 @@ func Build(c *Case) *Built {
 			dt = d
 		}
 		for h, t := range n.Tables {
+			if b.Tables[t] == nil {
+				continue // added by the evolution
+			}
 			if !n.CtxFolds {
 				topology.Project(s, b.Tables[t], b.fold(n, h, td))
 				continue

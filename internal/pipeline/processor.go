@@ -144,6 +144,15 @@ type processorOptions struct {
 	// check, when set, is called right before an outbox sends rows of a
 	// partition: an error (ErrFenced) stops the outbox instead.
 	check func(partition uint32) error
+	// builds: the tables built in the background (build.go), or nil.
+	builds *executor.Evolution
+}
+
+// WithBuilds makes the processor build, beside its pipelines, the tables
+// of its source that ev (Program.AttachEvolving) builds in the
+// background; nil builds none.
+func WithBuilds(ev *executor.Evolution) ProcessorOption {
+	return func(o *processorOptions) { o.builds = ev }
 }
 
 // DefaultPollSize is the most records one poll asks for, unless
@@ -396,8 +405,13 @@ func NewProcessor(prog *executor.Program, db *state.DB, src connector.Source, op
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	if err := prog.AttachSome(db, o.tables); err != nil { // global.go
-		return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
+	switch {
+	case o.builds == nil:
+		if err := prog.AttachSome(db, o.tables); err != nil { // global.go
+			return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
+		}
+	case !o.builds.Of(prog, db): // attached by AttachEvolving (build.go)
+		return nil, fmt.Errorf("stream: NewProcessor: source %q: WithBuilds of another program or store", name)
 	}
 	p := &Processor{
 		prog: prog, db: db, src: src, name: name, opts: o,
@@ -433,6 +447,12 @@ func (p *Processor) Stats() stream.Stats {
 		s.ParkedRecords += ps.ParkedRecords
 	}
 	slices.SortFunc(s.Partitions, func(a, b stream.PartitionStats) int { return cmp.Compare(a.Partition, b.Partition) })
+	for _, bp := range p.opts.builds.Progress() { // build.go
+		if bp.Source == p.name {
+			s.Builds = append(s.Builds, stream.BuildStats{Table: bp.Table, Replacing: bp.Replacing, Built: bp.Built, Target: bp.Target,
+				Partitions: bp.Partitions, Left: bp.Left, Done: bp.Done})
+		}
+	}
 	return s
 }
 

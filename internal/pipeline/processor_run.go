@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/strand-io/strand/stream"
@@ -122,6 +123,9 @@ func (p *Processor) run(ctx context.Context, parts []uint32) (err error) {
 			return fmt.Errorf("stream: run source %q: %w", p.name, err)
 		}
 	}
+	if err := p.opts.builds.FinishReady(runCtx); err != nil { // build.go
+		return err
+	}
 	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -223,6 +227,13 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 				fail(err)
 			}
 		})
+		for _, tb := range p.opts.builds.BuildsOf(p.name, pl.part) { // build.go
+			wg.Go(func() {
+				if err := pl.build(runCtx, tb); err != nil {
+					fail(err)
+				}
+			})
+		}
 	}
 	wg.Wait()
 	close(pipelinesDone)
@@ -291,11 +302,16 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 			flow:     newFlow(pt, p.opts.prefetch, obs.msgs),
 			advise:   make(chan uint64, 1),
 			release:  make(chan releaseReq),
+			handover: make(chan handoverReq),
 			stopped:  make(chan struct{}),
 			log:      p.log.With(slog.Uint64("partition", uint64(pt))),
 			advised:  task.Next(),
 			readFrom: task.Next(),
 			turn:     p.opts.writers.turn(pt),
+		}
+		pl.mainNext.Store(task.Next())
+		for _, tb := range p.opts.builds.BuildsOf(p.name, pt) { // build.go
+			task.SetBuilding(tb.Table(), true)
 		}
 		pls = append(pls, pl)
 		if obs.dead != nil {
@@ -344,7 +360,11 @@ type pipeline struct {
 	flow    *flow                   // the pipeline's backpressure (flow.go)
 	advise  chan uint64             // latest committed checkpoint to advise
 	release chan releaseReq         // Release requests
-	stopped chan struct{}           // closed when the pipeline loop has returned
+	// handover takes the requests of the partition's build readers
+	// (build.go); mainNext is the checkpoint of the last commit finished.
+	handover chan handoverReq
+	mainNext atomic.Uint64
+	stopped  chan struct{} // closed when the pipeline loop has returned
 
 	advised  uint64 // last offset advised (advisor goroutine, then run)
 	readFrom uint64 // next offset the reader expects (reader goroutine)
@@ -510,6 +530,10 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			if !did {
 				floor = idleRetryFloor
 			}
+		case req := <-pl.handover:
+			if err := pl.serveHandover(ctx, req); err != nil {
+				return err
+			}
 		case req := <-pl.release:
 			if err := pl.finishCommit(); err != nil {
 				req.done <- err
@@ -618,6 +642,7 @@ func (pl *pipeline) committed(res executor.Result, batch bool) error {
 		pl.outboxes.msgs.Committed(pl.part, res.Outbox[n-1].Seq+1)
 	}
 	now := time.Now()
+	pl.mainNext.Store(res.Next)
 	pl.p.update(pl.part, func(ps *stream.PartitionStats) {
 		ps.Next, ps.LastCommit = res.Next, now
 		parkedStats(pl.task, ps)

@@ -215,6 +215,13 @@ func (db *DB) loadMeta(fs vfs.FS, idFile *storeID) error {
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("state: open %s: read table registry: %w", db.dir, err)
 	}
+	builds, err := db.buildIDs()
+	if err != nil {
+		return fmt.Errorf("state: open %s: %w", db.dir, err)
+	}
+	for _, id := range builds {
+		maxID = max(maxID, id)
+	}
 	db.nextID.Store(maxID + 1)
 	return nil
 }
@@ -490,6 +497,7 @@ type attacher interface {
 	cacheStats() (hits, misses, entries int64)
 	forget(db *DB, keys []tableKey) // drop applied keys from the value cache (changelog.go)
 	dropPartition(db *DB, p uint32) // drop a partition's cached values (changelog.go)
+	serveFrom(s *serving)           // where reads go during a build (build.go); nil: the table's id
 }
 
 // Attach binds tables to the database, so that they can be read and written.

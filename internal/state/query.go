@@ -75,16 +75,20 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
 	}
 	defer v.release()
+	id, err := t.readID(b, v)
+	if err != nil {
+		return fr, err
+	}
 	if fr.Checkpoints, err = checkpointsIn(v, partition); err != nil {
 		return fr, err
 	}
-	lower := appendTableKey(make([]byte, 0, rowKeyExtra+len(after)+1), b.id, partition, after)
+	lower := appendTableKey(make([]byte, 0, rowKeyExtra+len(after)+1), id, partition, after)
 	if after != nil {
 		lower = append(lower, 0) // the smallest key after after
 	}
 	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: lower,
-		UpperBound: prefixEnd(appendTableKey(nil, b.id, partition, nil)),
+		UpperBound: prefixEnd(appendTableKey(nil, id, partition, nil)),
 	})
 	if err != nil {
 		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)

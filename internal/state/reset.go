@@ -43,6 +43,9 @@ func (db *DB) Checkpoints() ([]CheckpointRow, error) {
 			_ = it.Close()
 			return nil, fmt.Errorf("state: %s: malformed checkpoint row %x", db.dir, k)
 		}
+		if buildSource(k[prefixLen:]) {
+			continue // a build reader's (build.go)
+		}
 		out = append(out, CheckpointRow{Source: string(k[prefixLen:]), Partition: binary.BigEndian.Uint32(k[1:prefixLen]),
 			Next: binary.BigEndian.Uint64(v)})
 	}
@@ -137,6 +140,10 @@ func (db *DB) ResetState(ctx context.Context, clear []Family, put []RowPut) erro
 		}
 		_ = b.Delete(metaKey(metaFingerprint), nil)
 		_ = b.Delete(metaKey(metaTopology), nil)
+		// Builds in progress (build.go) end: every table is rebuilt.
+		bp := metaKey(metaBuildPrefix)
+		_ = b.DeleteRange(bp, prefixEnd(bp), nil)
+		_ = b.DeleteRange([]byte{byte(FamilyBuild)}, familyEnd(FamilyBuild), nil)
 		for _, r := range put {
 			_ = b.Set(rowKey(r.Family, r.Partition, r.Key), r.Value, nil)
 		}

@@ -30,6 +30,29 @@ type Table[K, V any] struct {
 	parts  atomic.Uint32 // partitions of the sources that write it (SetPartitions)
 	// version is the table's declared version (describe.go).
 	version uint32
+	// serve, during a build (build.go), says where reads go instead of
+	// the binding's id; nil: there.
+	serve atomic.Pointer[serving]
+}
+
+func (t *Table[K, V]) serveFrom(s *serving) { t.serve.Store(s) }
+
+// readID is the id reads of the table (Get, Scan, queries) are answered
+// from: the binding's, or during a build the previous rows' (build.go).
+// Call it with the view the read uses: a view taken before a build's
+// switch is read at the previous id (whose rows stay until the next
+// start).
+func (t *Table[K, V]) readID(b *binding[V], v *view) (uint32, error) {
+	if s := t.serve.Load(); s != nil {
+		switch {
+		case s.after > 0 && v.gen >= s.after:
+		case s.err != nil:
+			return 0, s.err
+		default:
+			return s.id, nil
+		}
+	}
+	return b.id, nil
 }
 
 // SetPartitions says how many partitions the sources writing the table
@@ -86,6 +109,7 @@ func (t *Table[K, V]) boundTo() *DB {
 }
 
 func (t *Table[K, V]) bind(db *DB, id uint32) {
+	t.serve.Store(nil) // a build (build.go) sets it again
 	t.b.Store(&binding[V]{db: db, id: id, cache: newValueCache[V](&db.budget)})
 }
 
@@ -473,6 +497,10 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 		return err
 	}
 	defer v.release()
+	id, err := t.readID(b, v)
+	if err != nil {
+		return err
+	}
 	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{byte(FamilyTable)},
 		UpperBound: []byte{byte(FamilyTable) + 1},
@@ -480,7 +508,7 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return fmt.Errorf("state: scan table %q: %w", t.name, err)
 	}
-	err = t.scan(ctx, b.db, v, b.id, it, fn)
+	err = t.scan(ctx, b.db, v, id, it, fn)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("state: scan table %q: %w", t.name, cerr)
 	}

@@ -245,6 +245,9 @@ func checkpointsIn(v *view, p uint32) ([]Checkpoint, error) {
 		if len(val) != 8 {
 			return nil, fmt.Errorf("state: checkpoint of source %q partition %d has %d bytes, want 8", it.Key()[len(prefix):], p, len(val))
 		}
+		if buildSource(it.Key()[len(prefix):]) {
+			continue // a build reader's (build.go)
+		}
 		out = append(out, Checkpoint{Source: string(it.Key()[len(prefix):]), Next: binary.BigEndian.Uint64(val)})
 	}
 	if err := it.Error(); err != nil {
@@ -301,7 +304,11 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 		return zero, false, Freshness{}, err
 	}
 	defer v.release()
-	val, present, p, err := t.getIn(db, v, b.id, key)
+	id, err := t.readID(b, v)
+	if err != nil {
+		return zero, false, Freshness{}, err
+	}
+	val, present, p, err := t.getIn(db, v, id, key)
 	if err != nil {
 		return zero, false, Freshness{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/live"
 	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
@@ -76,6 +77,7 @@ func (d Durability) String() string {
 type OpenOption func(*openOptions) error
 
 type openOptions struct {
+	inPlaceOff bool // WithInPlaceChanges(false) (build.go)
 	log        *slog.Logger
 	dlq        string
 	pollSize   int
@@ -258,9 +260,10 @@ type App struct {
 
 	tel        *telemetry.Telemetry // see telemetry.go
 	endEvery   time.Duration
-	partitions []uint32     // WithPartitions, or nil for all
-	live       *live.Server // see live.go
-	grp        *group       // WithGroup (group.go), or nil
+	partitions []uint32            // WithPartitions, or nil for all
+	live       *live.Server        // see live.go
+	grp        *group              // WithGroup (group.go), or nil
+	evo        *executor.Evolution // tables built in the background (build.go), or nil
 
 	mu      sync.Mutex
 	closed  bool
@@ -411,7 +414,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if err := a.startTelemetry(&o); err != nil {
 		return nil, fail(err)
 	}
-	if err := a.attach(); err != nil {
+	if err := a.attachEvolving(ctx, &o, counts); err != nil { // build.go
 		return nil, fail(err)
 	}
 	for _, sn := range p.Sources() {
@@ -460,7 +463,11 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 			sopts = append(sopts, pipeline.WithWriters(w))
 		}
 		db := a.storeOf(src.Name())
-		proc, err := pipeline.NewProcessor(p.p, db, src, append(sopts, pipeline.WithStoreTables(a.storeTables(db)))...)
+		sopts = append(sopts, pipeline.WithStoreTables(a.storeTables(db)))
+		if a.evo != nil {
+			sopts = append(sopts, pipeline.WithBuilds(a.evo))
+		}
+		proc, err := pipeline.NewProcessor(p.p, db, src, sopts...)
 		if err != nil {
 			return nil, fail(err)
 		}

@@ -32,7 +32,7 @@ func openRefused(t *testing.T, topo *topology.Topology, dir string) string {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d := topologytest.NewDriver(ftb, topo, topologytest.Dir(dir))
+		d := topologytest.NewDriver(ftb, topo, topologytest.Dir(dir), topologytest.OpenOptions(topology.WithInPlaceChanges(false)))
 		d.Close()
 	}()
 	<-done

@@ -456,6 +456,9 @@ func readErr(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, topology.ErrNotOpen):
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("the App is not open: %w", err))
+	case errors.Is(err, topology.ErrTableBuilding):
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%w; retry in 5s", err))
 	case errors.Is(err, topology.ErrNotConfirmed):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%w; retry in 1s", err))
