@@ -78,7 +78,7 @@ func payloadFree(err error) error {
 // is involved, so a hand-written pair costs a few nanoseconds per event.
 // UnmarshalBinary must not keep data (copy strings and slices out of it).
 //
-//	stream.Declare[AccountID, Deposited](2, stream.Payload(stream.Binary[Deposited]()))
+//	stream.Declare[AccountID, Deposited](2, stream.WithPayload(stream.Binary[Deposited]()))
 func Binary[T encoding.BinaryAppender, P interface {
 	*T
 	encoding.BinaryUnmarshaler

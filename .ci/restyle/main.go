@@ -75,6 +75,12 @@ type rename struct {
 }
 
 var renames = []rename{
+	{"stream", "Fence", "WithFence", false},
+	{"stream", "FenceBy", "WithFenceBy", false},
+	{"stream", "Reduce", "WithReduce", false},
+	{"stream", "Payload", "WithPayload", false},
+	{"stream", "KeyCodec", "WithKeyCodec", false},
+	{"stream", "Sequence", "WithSequence", false},
 	{"stream/topology", "MaxBatch", "WithMaxBatch", true},
 	{"stream/topology", "TableKeys", "WithTableKeys", true},
 	{"stream/topology", "ForeignKeys", "WithForeignKeys", true},
@@ -795,6 +801,19 @@ func (e *editor) renames(v *variant) {
 			}
 			return true
 		})
+		// The doc comment of a renamed function starts with its new name.
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || fd.Doc == nil || !inOwn {
+				continue
+			}
+			for _, r := range own {
+				c := fd.Doc.List[0]
+				if (fd.Name.Name == r.old || fd.Name.Name == r.new) && strings.HasPrefix(c.Text, "// "+r.old+" ") {
+					e.add(c.Pos()+3, c.Pos()+3+token.Pos(len(r.old)), r.new)
+				}
+			}
+		}
 		// Comments and string literals.
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
@@ -882,7 +901,11 @@ func (e *editor) errorPrefixes(v *variant) {
 			if !ok {
 				return true
 			}
-			pn, ok := v.info.Uses[sel.X.(*ast.Ident)].(*types.PkgName)
+			x, ok := sel.X.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			pn, ok := v.info.Uses[x].(*types.PkgName)
 			if !ok {
 				return true
 			}

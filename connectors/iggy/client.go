@@ -71,7 +71,7 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -222,7 +222,14 @@ func (c *Client) Partitions(ctx context.Context, stream, topic string) (uint32, 
 }
 
 // TopicOption configures a topic that EnsureTopic creates.
-type TopicOption func(*topicConfig)
+type TopicOption interface {
+	apply(*topicConfig)
+}
+
+// topicOptionFunc adapts a function to TopicOption.
+type topicOptionFunc func(*topicConfig)
+
+func (f topicOptionFunc) apply(c *topicConfig) { f(c) }
 
 type topicConfig struct {
 	expiry  iggcon.Duration
@@ -234,13 +241,13 @@ type topicConfig struct {
 // setting (no expiry on a default 0.8 server). Readers report the deleted
 // range as ErrOffsetGap if they had not read it yet.
 func WithMessageExpiry(d iggcon.Duration) TopicOption {
-	return func(c *topicConfig) { c.expiry = d }
+	return topicOptionFunc(func(c *topicConfig) { c.expiry = d })
 }
 
 // WithMaxTopicSize caps the size in bytes of a topic EnsureTopic creates
 // (0, the default, is the server's setting: unlimited on a default server).
 func WithMaxTopicSize(bytes uint64) TopicOption {
-	return func(c *topicConfig) { c.maxSize = bytes }
+	return topicOptionFunc(func(c *topicConfig) { c.maxSize = bytes })
 }
 
 // maxPartitions is Iggy's limit on partitions per topic.
@@ -265,7 +272,7 @@ func (c *Client) EnsureTopic(ctx context.Context, stream, topic string, partitio
 	var tc topicConfig
 	for _, o := range opts {
 		if o != nil {
-			o(&tc)
+			o.apply(&tc)
 		}
 	}
 	if err := c.ensureStream(ctx, t); err != nil {

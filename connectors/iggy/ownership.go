@@ -89,7 +89,14 @@ var ErrNotOwner = errors.New("iggy: partition not owned by this member")
 var ErrGroupMismatch = errors.New("iggy: group expects another partition count")
 
 // GroupOption configures JoinGroup.
-type GroupOption func(*groupConfig) error
+type GroupOption interface {
+	apply(*groupConfig) error
+}
+
+// groupOptionFunc adapts a function to GroupOption.
+type groupOptionFunc func(*groupConfig) error
+
+func (f groupOptionFunc) apply(c *groupConfig) error { return f(c) }
 
 type groupConfig struct {
 	timeout   time.Duration
@@ -128,13 +135,13 @@ var ErrInstanceFenced = errors.New("iggy: another member joined with this member
 // running, ends with ErrInstanceFenced. Two running processes must never
 // share an id. 1..255 bytes.
 func WithInstanceID(id string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if id == "" || len(id) > 255 {
 			return fmt.Errorf("iggy.WithInstanceID: %d bytes, want 1..255", len(id))
 		}
 		c.instance = id
 		return nil
-	}
+	})
 }
 
 // WithMembershipSnapshots sets how many records of the membership log go
@@ -144,13 +151,13 @@ func WithInstanceID(id string) GroupOption {
 // bookmark) instead of the log's start, so joining costs the same after a
 // year of heartbeats as after a minute.
 func WithMembershipSnapshots(every int) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if every < 0 {
 			return fmt.Errorf("iggy.WithMembershipSnapshots: %d, want 0 or more", every)
 		}
 		c.snapEvery = every
 		return nil
-	}
+	})
 }
 
 // WithSessionTimeout sets how long a member may stay silent in the
@@ -159,39 +166,39 @@ func WithMembershipSnapshots(every int) GroupOption {
 // asked to give up within this time (default 10s). It bounds how long a
 // crashed or stalled instance holds its partitions.
 func WithSessionTimeout(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d < 10*time.Millisecond {
 			return fmt.Errorf("iggy.WithSessionTimeout: %v, want at least 10ms", d)
 		}
 		c.timeout = d
 		return nil
-	}
+	})
 }
 
 // WithHeartbeat sets how often a member writes a heartbeat to the
 // membership log (default a quarter of the session timeout). It must be
 // less than half the session timeout.
 func WithHeartbeat(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("iggy.WithHeartbeat: %v, want more than 0", d)
 		}
 		c.heartbeat = d
 		return nil
-	}
+	})
 }
 
 // WithGroupPollInterval sets how often a member reads the membership log
 // when it has read everything (default a quarter of the heartbeat, at most
 // 100ms). It bounds how late a member learns of a change.
 func WithGroupPollInterval(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("iggy.WithGroupPollInterval: %v, want more than 0", d)
 		}
 		c.poll = d
 		return nil
-	}
+	})
 }
 
 // WithLeaseMargin sets how much earlier than the others could declare it
@@ -199,13 +206,13 @@ func WithGroupPollInterval(d time.Duration) GroupOption {
 // session timeout). It covers the difference between the rates of the
 // member's clock and the broker's.
 func WithLeaseMargin(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d < 0 {
 			return fmt.Errorf("iggy.WithLeaseMargin: %v, want at least 0", d)
 		}
 		c.margin = d
 		return nil
-	}
+	})
 }
 
 // WithQueryAddr publishes addr (an opaque string, for example the
@@ -213,50 +220,50 @@ func WithLeaseMargin(d time.Duration) GroupOption {
 // the other instances to route queries with (Member.Addr). At most 1024
 // bytes.
 func WithQueryAddr(addr string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if len(addr) > 1024 {
 			return fmt.Errorf("iggy.WithQueryAddr: %d bytes, want at most 1024", len(addr))
 		}
 		c.addr = addr
 		return nil
-	}
+	})
 }
 
 // WithMemberName names the member in its record and in logs (default
 // hostname/pid). At most 255 bytes.
 func WithMemberName(name string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if name == "" || len(name) > 255 {
 			return fmt.Errorf("iggy.WithMemberName: %d bytes, want 1..255", len(name))
 		}
 		c.name = name
 		return nil
-	}
+	})
 }
 
 // WithMembershipTopic sets the topic of the membership log (default
 // "strand-members-" followed by the topology's name). It is created with
 // one partition if missing and must not be subject to retention.
 func WithMembershipTopic(topic string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if topic == "" || len(topic) > 255 {
 			return fmt.Errorf("iggy.WithMembershipTopic: %d bytes, want 1..255", len(topic))
 		}
 		c.topic = topic
 		return nil
-	}
+	})
 }
 
 // WithGroupLogger sends the membership's diagnostics to l (default the
 // Client's logger).
 func WithGroupLogger(l *slog.Logger) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if l == nil {
 			return errors.New("iggy.WithGroupLogger: nil logger")
 		}
 		c.log = l
 		return nil
-	}
+	})
 }
 
 // Membership is this instance's membership of a group: the instances of
@@ -355,7 +362,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}

@@ -21,7 +21,14 @@ import (
 )
 
 // PublisherOption configures a Publisher or a Sink.
-type PublisherOption func(*pubConfig) error
+type PublisherOption interface {
+	apply(*pubConfig) error
+}
+
+// publisherOptionFunc adapts a function to PublisherOption.
+type publisherOptionFunc func(*pubConfig) error
+
+func (f publisherOptionFunc) apply(c *pubConfig) error { return f(c) }
 
 type pubConfig struct {
 	batchMessages   int
@@ -46,25 +53,25 @@ func defaultPubConfig() pubConfig {
 
 // WithBatchSize caps one SendMessages request at n messages (default 1000).
 func WithBatchSize(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
 			return fmt.Errorf("iggy.WithBatchSize: %v, want at least 1", n)
 		}
 		c.batchMessages = n
 		return nil
-	}
+	})
 }
 
 // WithBatchBytes caps one SendMessages request at about n bytes of messages
 // (default 1 MiB); a single larger message is still sent, alone.
 func WithBatchBytes(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
 			return fmt.Errorf("iggy.WithBatchBytes: %v, want at least 1", n)
 		}
 		c.batchBytes = n
 		return nil
-	}
+	})
 }
 
 // WithLinger makes a partition's batch wait up to d for more events before
@@ -72,26 +79,26 @@ func WithBatchBytes(n int) PublisherOption {
 // the connection is free, and events that arrive meanwhile form the next
 // one, so batching adapts to the load without adding latency when idle).
 func WithLinger(d time.Duration) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if d < 0 {
 			return fmt.Errorf("iggy.WithLinger: %v, want 0 or more", d)
 		}
 		c.linger = d
 		return nil
-	}
+	})
 }
 
 // WithBufferBytes bounds the bytes of events queued and not yet accepted by
 // the broker (default 64 MiB). A publish that would exceed it waits for room
 // (or for its context).
 func WithBufferBytes(n int64) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
 			return fmt.Errorf("iggy.WithBufferBytes: %v, want at least 1", n)
 		}
 		c.bufferBytes = n
 		return nil
-	}
+	})
 }
 
 // WithConnections sets how many connections (SDK clients) send in parallel
@@ -99,13 +106,13 @@ func WithBufferBytes(n int64) PublisherOption {
 // partition has one batch in flight at a time and its batches arrive in
 // order.
 func WithConnections(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
 			return fmt.Errorf("iggy.WithConnections: %v, want at least 1", n)
 		}
 		c.connections = n
 		return nil
-	}
+	})
 }
 
 // WithMessageIDs sets the Iggy message id of each published envelope to
@@ -114,13 +121,13 @@ func WithConnections(n int) PublisherOption {
 // id means "generate one". Without this option every event gets a fresh
 // unique id. KeySeqID is a ready-made fn for events with sequence numbers.
 func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if fn == nil {
 			return errors.New("iggy.WithMessageIDs: nil function")
 		}
 		c.ids = fn
 		return nil
-	}
+	})
 }
 
 // WithDeliveryTimeout makes the publisher give up on a batch that transient
@@ -128,26 +135,26 @@ func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
 // fail its events with the last error (default 0: retry until the publisher
 // is closed or the caller's context ends).
 func WithDeliveryTimeout(d time.Duration) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if d < 0 {
 			return fmt.Errorf("iggy.WithDeliveryTimeout: %v, want 0 or more", d)
 		}
 		c.deliveryTimeout = d
 		return nil
-	}
+	})
 }
 
 // WithResendCheckWindow sets how many messages at the end of a partition
 // the publisher searches for a batch whose send had an unknown outcome
 // (default 1000 plus the batch). See Publisher.
 func WithResendCheckWindow(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n < 0 {
 			return fmt.Errorf("iggy.WithResendCheckWindow: %v, want 0 or more", n)
 		}
 		c.resendWindow = n
 		return nil
-	}
+	})
 }
 
 // KeySeqID derives a message id from an envelope's key and sequence number,
@@ -257,7 +264,7 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}

@@ -16,7 +16,14 @@ import (
 )
 
 // SourceOption configures a Source.
-type SourceOption func(*srcConfig) error
+type SourceOption interface {
+	apply(*srcConfig) error
+}
+
+// sourceOptionFunc adapts a function to SourceOption.
+type sourceOptionFunc func(*srcConfig) error
+
+func (f sourceOptionFunc) apply(c *srcConfig) error { return f(c) }
 
 type srcConfig struct {
 	pollBatch        int
@@ -33,13 +40,13 @@ func defaultSrcConfig() srcConfig {
 // WithPollBatch caps the messages one poll request asks for (default 4096);
 // Poll's max argument caps it further.
 func WithPollBatch(n int) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if n <= 0 {
 			return fmt.Errorf("iggy.WithPollBatch: %d, want at least 1", n)
 		}
 		c.pollBatch = n
 		return nil
-	}
+	})
 }
 
 // maxPollLinger bounds WithPollLinger.
@@ -59,13 +66,13 @@ const pollLingerStep = time.Millisecond
 // latency per batch; under light load a batch waits one millisecond more
 // (the poll that finds nothing new). d must be 0..1s.
 func WithPollLinger(d time.Duration) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if d < 0 || d > maxPollLinger {
 			return fmt.Errorf("iggy.WithPollLinger: %v, want 0..%v", d, maxPollLinger)
 		}
 		c.linger = d
 		return nil
-	}
+	})
 }
 
 // WithIdleBackoff sets how long a reader waits before polling again after
@@ -73,13 +80,13 @@ func WithPollLinger(d time.Duration) SourceOption {
 // partition stays empty (default 1ms to 50ms). The server has no long poll,
 // so this trades the latency of a new event against idle requests.
 func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if minWait <= 0 || maxWait < minWait {
 			return fmt.Errorf("iggy.WithIdleBackoff: %v..%v, want 0 < min <= max", minWait, maxWait)
 		}
 		c.idleMin, c.idleMax = minWait, maxWait
 		return nil
-	}
+	})
 }
 
 // WithConsumer names the Iggy consumer under which Advise stores offsets
@@ -88,7 +95,7 @@ func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
 // with "strand-bookmark:" are refused: they hold bookmarks
 // (Client.SetBookmark).
 func WithConsumer(name string) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if name == "" || len(name) > 255 {
 			return fmt.Errorf("iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
 		}
@@ -97,7 +104,7 @@ func WithConsumer(name string) SourceOption {
 		}
 		c.consumer = name
 		return nil
-	}
+	})
 }
 
 // Source is one Iggy topic read as a connector.Source: each partition is read
@@ -132,7 +139,7 @@ func NewSource(c *Client, stream, topic string, opts ...SourceOption) (*Source, 
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}

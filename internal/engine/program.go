@@ -248,7 +248,7 @@ func NewProgram(spec Spec) (*Program, error) {
 				seqd = seqd || rt.sequenced
 			}
 			if !seqd && len(ps.routes) > 0 {
-				fail("source %q: Resequence is on, but none of its event types is declared with stream.Sequence", src.Name)
+				fail("source %q: Resequence is on, but none of its event types is declared with stream.WithSequence", src.Name)
 			}
 		}
 	}

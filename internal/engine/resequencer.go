@@ -18,7 +18,7 @@ import (
 )
 
 // ResequenceSpec turns the re-sequencer on for a source (docs/design.md §10):
-// records of sequenced types (stream.Sequence) are applied in the order of
+// records of sequenced types (stream.WithSequence) are applied in the order of
 // their strand-seq headers, per key, whatever order the log has them in.
 // Zero fields take the defaults given.
 type ResequenceSpec struct {

@@ -49,7 +49,7 @@ func Build(c *Case) *Built {
 		b.Tables = append(b.Tables, topology.NewTable[string, Row](topo, name, stream.JSON[Row]()))
 	}
 	key := func(e Ev) string { return e.K }
-	payload := stream.Payload(stream.JSON[Ev]())
+	payload := stream.WithPayload(stream.JSON[Ev]())
 	srcs := make([]*topology.SourceNode[string], len(c.Inputs))
 	for i, in := range c.Inputs {
 		var decls []*stream.Event[string, Ev]
@@ -57,20 +57,20 @@ func Build(c *Case) *Built {
 			opts := []stream.Option{payload}
 			switch td.Kind {
 			case KindFence:
-				opts = append(opts, stream.Fence(td.Fence))
+				opts = append(opts, stream.WithFence(td.Fence))
 			case KindFenceBy:
-				opts = append(opts, stream.FenceBy(func(e Ev) planner.Ordering { return e.Fence }))
+				opts = append(opts, stream.WithFenceBy(func(e Ev) planner.Ordering { return e.Fence }))
 			case KindFold:
-				opts = append(opts, stream.Reduce(algebra.Fold(func(acc, next Ev) Ev {
+				opts = append(opts, stream.WithReduce(algebra.Fold(func(acc, next Ev) Ev {
 					acc.IDs, acc.Ks = append(slices.Clip(acc.ids()), next.ids()...), append(slices.Clip(acc.origins()), next.origins()...)
 					return acc
 				})))
 			case KindSum:
-				opts = append(opts, stream.Reduce(algebra.Sum(func(e Ev) int64 { return e.Amt },
+				opts = append(opts, stream.WithReduce(algebra.Sum(func(e Ev) int64 { return e.Amt },
 					func(e Ev, n int64) Ev { e.Amt = n; return e })))
 			}
 			if in.Reseq {
-				opts = append(opts, stream.Sequence(func(e Ev) uint64 { return e.Seq }))
+				opts = append(opts, stream.WithSequence(func(e Ev) uint64 { return e.Seq }))
 			}
 			decls = append(decls, stream.DeclareFunc(td.Tag, key, opts...))
 		}
@@ -91,7 +91,7 @@ func Build(c *Case) *Built {
 			if in.DupDeadLetter {
 				dup = stream.DeadLetterDuplicates
 			}
-			srcs[i].Resequence(topology.OnDuplicate(dup))
+			srcs[i].Resequence(topology.WithDuplicatePolicy(dup))
 		}
 		if in.SkipTag != 0 {
 			srcs[i].Skip(in.SkipTag)
@@ -180,7 +180,7 @@ func Build(c *Case) *Built {
 					panic("meta: a KeyBy step panics on this event")
 				}
 				return e.RK[depth], nil
-			}, topology.KeyByTopic(child.Topic))
+			}, topology.WithKeyByTopic(child.Topic))
 		}
 	}
 	b.addTime(topo, srcs, streams, timeBase)

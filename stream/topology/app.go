@@ -73,7 +73,14 @@ func (d Durability) String() string {
 
 // OpenOption configures Open. An invalid value makes Open fail with an
 // error naming the option.
-type OpenOption func(*openOptions) error
+type OpenOption interface {
+	apply(*openOptions) error
+}
+
+// openOptionFunc adapts a function to OpenOption.
+type openOptionFunc func(*openOptions) error
+
+func (f openOptionFunc) apply(c *openOptions) error { return f(c) }
 
 type openOptions struct {
 	log        *slog.Logger
@@ -109,70 +116,70 @@ type Clock interface {
 // WithClock runs the App's retry backoff on c instead of the wall clock
 // (tests: see package topologytest).
 func WithClock(c Clock) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if c == nil {
 			return errors.New("topology.WithClock: nil clock")
 		}
 		o.clock = c
 		return nil
-	}
+	})
 }
 
 // WithLogger sets the logger of everything the App runs (failures of keys,
 // dead letters, the store's messages); the default is slog.Default(). Log
 // lines never carry payload bytes.
 func WithLogger(l *slog.Logger) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if l == nil {
 			return errors.New("topology.WithLogger: nil logger")
 		}
 		o.log = l
 		return nil
-	}
+	})
 }
 
 // WithDeadLetterTopic sets the topic dead letters of every source are
 // published to (created by the connector if missing); the default is the
 // first source's name followed by ".dlq".
 func WithDeadLetterTopic(topic string) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if topic == "" {
 			return errors.New("topology.WithDeadLetterTopic: empty topic name")
 		}
 		o.dlq = topic
 		return nil
-	}
+	})
 }
 
 // WithPollSize sets the most records one poll of a partition returns
 // (default 4096).
 func WithPollSize(n int) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if n < 1 {
 			return fmt.Errorf("topology.WithPollSize: %d, want at least 1", n)
 		}
 		o.pollSize = n
 		return nil
-	}
+	})
 }
 
 // WithPrefetch sets how many polled batches a partition may read ahead of
 // the one being processed (default 1; 0 polls only when idle).
 func WithPrefetch(n int) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if n < 0 {
 			return fmt.Errorf("topology.WithPrefetch: %d, want 0 or more", n)
 		}
 		o.prefetch = n
 		return nil
-	}
+	})
 }
 
 // WithPartitions makes the App process only the given partitions of every
 // source (default: all). Several Apps with disjoint partitions and their
 // own state directories can share the work; nothing coordinates them.
 func WithPartitions(ps ...uint32) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if len(ps) == 0 {
 			return errors.New("topology.WithPartitions: no partition")
 		}
@@ -185,56 +192,56 @@ func WithPartitions(ps ...uint32) OpenOption {
 		}
 		o.partitions = append([]uint32(nil), ps...)
 		return nil
-	}
+	})
 }
 
 // WithDurability sets when a commit returns (default Sync).
 func WithDurability(d Durability) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if d != Sync && d != NoSync {
 			return fmt.Errorf("topology.WithDurability: unknown durability %d", uint8(d))
 		}
 		o.durability = d
 		return nil
-	}
+	})
 }
 
 // WithCacheSize sets the store's block cache in bytes (default 64 MiB,
 // at least 4 MiB).
 func WithCacheSize(bytes int64) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 4<<20 {
 			return fmt.Errorf("topology.WithCacheSize: %d bytes, want at least 4 MiB", bytes)
 		}
 		o.cacheSize = bytes
 		return nil
-	}
+	})
 }
 
 // WithValueCacheSize bounds the cache of decoded table values that saves
 // hot keys a read and a decode (default 64 MiB, counting what each entry
 // really holds; 0 turns it off).
 func WithValueCacheSize(bytes int64) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 0 {
 			return fmt.Errorf("topology.WithValueCacheSize: %d bytes, want 0 or more", bytes)
 		}
 		o.valueCache = bytes
 		return nil
-	}
+	})
 }
 
 // WithDrainTimeout bounds how long Run, once its context is done, waits for
 // the batches in flight to commit and the dead letters to be published
 // (default 30 seconds).
 func WithDrainTimeout(d time.Duration) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if d <= 0 {
 			return fmt.Errorf("topology.WithDrainTimeout: %v, want more than 0", d)
 		}
 		o.drain = d
 		return nil
-	}
+	})
 }
 
 // App runs a built topology: every partition of every source, one state
@@ -291,7 +298,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			return nil, err
 		}
 	}

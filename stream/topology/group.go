@@ -31,26 +31,26 @@ import (
 // be a connector.ForeignConnector (it reads the changelog's raw records);
 // WithPartitions cannot be combined with it.
 func WithGroup(g connector.Group) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if g == nil {
 			return errors.New("topology.WithGroup: nil group")
 		}
 		o.group = g
 		return nil
-	}
+	})
 }
 
 // WithQueryAddr sets the query address (host:port of the instance's query
 // server) the App announces to its group, so that the other instances can
 // forward queries of the partitions it owns. Only with WithGroup.
 func WithQueryAddr(addr string) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if strings.ContainsAny(addr, " \t\n") {
 			return fmt.Errorf("topology.WithQueryAddr: %q is not an address", addr)
 		}
 		o.queryAddr = addr
 		return nil
-	}
+	})
 }
 
 // DefaultSnapshotEvery is the number of commits of a partition between two
@@ -62,13 +62,13 @@ const DefaultSnapshotEvery = 2000
 // restores from the latest snapshot and the commits after it, so this
 // bounds the restore time. Only with WithGroup.
 func WithSnapshotEvery(commits int) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if commits < 0 {
 			return fmt.Errorf("topology.WithSnapshotEvery: %d, want 0 or more", commits)
 		}
 		o.snapEvery = &commits
 		return nil
-	}
+	})
 }
 
 // Phase is what an instance of a group does with one partition.

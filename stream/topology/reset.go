@@ -17,7 +17,14 @@ import (
 var ErrResetRefused = reset.ErrRefused
 
 // ResetOption configures Reset.
-type ResetOption func(*resetOptions) error
+type ResetOption interface {
+	apply(*resetOptions) error
+}
+
+// resetOptionFunc adapts a function to ResetOption.
+type resetOptionFunc func(*resetOptions) error
+
+func (f resetOptionFunc) apply(c *resetOptions) error { return f(c) }
 
 type resetOptions struct {
 	dryRun bool
@@ -26,19 +33,19 @@ type resetOptions struct {
 
 // WithDryRun makes Reset change nothing and report what it would do.
 func WithDryRun() ResetOption {
-	return func(o *resetOptions) error { o.dryRun = true; return nil }
+	return resetOptionFunc(func(o *resetOptions) error { o.dryRun = true; return nil })
 }
 
 // WithResetLogger sets the logger of the store Reset opens (default: a
 // logger that discards). A nil logger is refused.
 func WithResetLogger(l *slog.Logger) ResetOption {
-	return func(o *resetOptions) error {
+	return resetOptionFunc(func(o *resetOptions) error {
 		if l == nil {
 			return errors.New("topology: WithResetLogger: nil logger")
 		}
 		o.log = l
 		return nil
-	}
+	})
 }
 
 // ResetReport is what Reset did, or would do (DryRun).
@@ -101,7 +108,7 @@ func Reset(ctx context.Context, dir string, opts ...ResetOption) (*ResetReport, 
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			return nil, err
 		}
 	}

@@ -31,7 +31,7 @@ const (
 
 // WithProtocol selects the protocols the listener speaks; the default is
 // ProtocolAuto.
-func WithProtocol(p Protocol) Option { return func(c *config) { c.protocol = p } }
+func WithProtocol(p Protocol) Option { return optionFunc(func(c *config) { c.protocol = p }) }
 
 // String names the protocol selection.
 func (p Protocol) String() string {

@@ -23,7 +23,7 @@ import (
 // client that never completes it holds no other connection up. Clients use
 // the SDK's tcp.WithTLS; for tests, WriteSelfSignedCert makes a pair.
 func WithTLS(certFile, keyFile string) Option {
-	return func(c *config) { c.certFile, c.keyFile = certFile, keyFile }
+	return optionFunc(func(c *config) { c.certFile, c.keyFile = certFile, keyFile })
 }
 
 func (cfg *config) tlsConfig() (*tls.Config, error) {

@@ -53,19 +53,26 @@ var (
 )
 
 // Option configures a Broker.
-type Option func(*Broker) error
+type Option interface {
+	apply(*Broker) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Broker) error
+
+func (f optionFunc) apply(c *Broker) error { return f(c) }
 
 // WithClock sets the clock that stamps appended records (Record.Timestamp)
 // that carry no timestamp of their own; the default is time.Now. A nil
 // clock is refused.
 func WithClock(now func() time.Time) Option {
-	return func(b *Broker) error {
+	return optionFunc(func(b *Broker) error {
 		if now == nil {
 			return errors.New("memconn.WithClock: nil clock; pass a function returning the time")
 		}
 		b.now = now
 		return nil
-	}
+	})
 }
 
 // WithManualRelease keeps records appended to the broker's topics (by
@@ -74,10 +81,10 @@ func WithClock(now func() time.Time) Option {
 // records only, as a broker counts what its producers have published. The
 // default releases every record when it is appended.
 func WithManualRelease() Option {
-	return func(b *Broker) error {
+	return optionFunc(func(b *Broker) error {
 		b.manual = true
 		return nil
-	}
+	})
 }
 
 // New returns an empty broker, or an error naming an option that refused
@@ -88,7 +95,7 @@ func New(opts ...Option) (*Broker, error) {
 		if o == nil {
 			continue
 		}
-		if err := o(b); err != nil {
+		if err := o.apply(b); err != nil {
 			return nil, err
 		}
 	}
