@@ -228,14 +228,9 @@ func WithTaskOptions(opts ...TaskOption) ProcessorOption {
 	return func(o *processorOptions) { o.taskOpts = append(o.taskOpts, opts...) }
 }
 
-// Clock is the time a processor runs on: the wall clock by default, a
-// test's clock in the broker-free driver. Now gives the time retries are
-// due by; At returns a channel that receives once the clock reads t or
-// later (at once if it already does).
-type Clock interface {
-	Now() time.Time
-	At(t time.Time) <-chan time.Time
-}
+// Clock is the time a processor runs on: stream.Clock, the wall clock by
+// default, a test's clock in the broker-free driver.
+type Clock = stream.Clock
 
 // WithProcessorClock runs the processor's retry backoff on c instead of the wall
 // clock.

@@ -44,32 +44,18 @@ func wrapNotOpen(err error) error {
 	return err
 }
 
-// Durability says when a commit returns; see WithDurability.
-type Durability uint8
+// Durability says when a commit returns; see WithDurability. It is
+// stream.Durability (one definition for the App and its store).
+type Durability = stream.Durability
 
 const (
-	// Sync makes a commit return only after it is fsynced: a committed
-	// batch survives a machine crash. The default; concurrent commits of
-	// different partitions share fsyncs.
-	Sync Durability = iota
+	// Sync makes a commit return only after it is fsynced (stream.Sync);
+	// the default.
+	Sync = stream.Sync
 	// NoSync makes a commit return once it is in the write-ahead log
-	// buffer: a process crash loses nothing, a machine crash may lose the
-	// last commits, and what survives is always a prefix of the commits,
-	// so tables still match their checkpoints. Dead letters are published
-	// only after their commit is synced.
-	NoSync
+	// buffer (stream.NoSync).
+	NoSync = stream.NoSync
 )
-
-// String returns "sync" or "nosync".
-func (d Durability) String() string {
-	switch d {
-	case Sync:
-		return "sync"
-	case NoSync:
-		return "nosync"
-	}
-	return fmt.Sprintf("Durability(%d)", uint8(d))
-}
 
 // OpenOption configures Open. An invalid value makes Open fail with an
 // error naming the option.
@@ -103,15 +89,10 @@ type openOptions struct {
 	grace      *time.Duration // WithOutboxGrace (faults.go)
 }
 
-// Clock is the time an App's retries run on. The default is the wall
-// clock; package topologytest drives an App on a clock of its own.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// At returns a channel that receives once the clock reads t or later
-	// (at once if it already does).
-	At(t time.Time) <-chan time.Time
-}
+// Clock is the time an App's retries run on (stream.Clock). The default
+// is the wall clock; package topologytest drives an App on a clock of its
+// own.
+type Clock = stream.Clock
 
 // WithClock runs the App's retry backoff on c instead of the wall clock
 // (tests: see package topologytest).
@@ -381,7 +362,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		tn.partitioner.SetPartitions(n)
 	}
 
-	sopts := []state.Option{state.WithDurability(state.Durability(o.durability)), state.WithCacheSize(o.cacheSize),
+	sopts := []state.Option{state.WithDurability(o.durability), state.WithCacheSize(o.cacheSize),
 		state.WithValueCacheSize(o.valueCache), state.WithLogger(o.log)}
 	if o.reserve != nil {
 		sopts = append(sopts, state.WithDiskReserve(*o.reserve))
