@@ -22,7 +22,7 @@ type Codec[T any] interface {
 
 // ErrCodec is wrapped by the errors of the codecs in this package, so
 // callers can tell encoding problems from other failures with errors.Is.
-var ErrCodec = errors.New("stream: codec")
+var ErrCodec = errors.New("strand: codec")
 
 // JSON returns the default payload codec. It follows encoding/json's rules
 // (struct tags, exported fields, HTML escaping, sorted map keys) and

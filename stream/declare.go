@@ -14,7 +14,7 @@ import (
 // a mistyped or repeated option, an invalid fence, a key type without a key
 // codec. Such a declaration never panics; it refuses to encode (Envelope)
 // and a topology that uses it refuses to build.
-var ErrBadDeclaration = errors.New("stream: bad event declaration")
+var ErrBadDeclaration = errors.New("strand: bad event declaration")
 
 // Keyed is implemented by event types that know their key.
 type Keyed[K any] interface{ Key() K }

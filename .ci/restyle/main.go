@@ -883,16 +883,39 @@ func (e *editor) textRenames(pos token.Pos, text string, table map[string]map[st
 	}
 }
 
-// errorPrefixes rewrites the component prefix of error texts to "strand: ".
+// errorPrefixes rewrites the component prefix of error texts to "strand: "
+// and makes the wrappers among them strerr.Errorf.
 func (e *editor) errorPrefixes(v *variant) {
-	if !errorPrefixPackages.MatchString(e.w.rel(v.pkg.ImportPath)) {
+	rel := e.w.rel(v.pkg.ImportPath)
+	if !errorPrefixPackages.MatchString(rel) || rel == "internal/strerr" {
 		return
 	}
+	strerrPath := e.w.module + "/internal/strerr"
 	for _, f := range v.files {
 		if strings.HasSuffix(e.w.fset.File(f.Pos()).Name(), "_test.go") {
 			continue
 		}
+		fmtUses, fmtConverted := 0, 0
+		var fmtSpec *ast.ImportSpec
+		hasStrerr := false
+		for _, is := range f.Imports {
+			switch is.Path.Value {
+			case `"fmt"`:
+				if is.Name == nil {
+					fmtSpec = is
+				}
+			case `"` + strerrPath + `"`:
+				hasStrerr = true
+			}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				if x, ok := sel.X.(*ast.Ident); ok {
+					if pn, ok := v.info.Uses[x].(*types.PkgName); ok && pn.Imported().Path() == "fmt" {
+						fmtUses++
+					}
+				}
+			}
 			c, ok := n.(*ast.CallExpr)
 			if !ok || len(c.Args) == 0 {
 				return true
@@ -910,7 +933,7 @@ func (e *editor) errorPrefixes(v *variant) {
 				return true
 			}
 			p, name := pn.Imported().Path(), sel.Sel.Name
-			if !(p == "fmt" && name == "Errorf") && !(p == "errors" && name == "New") {
+			if !(p == "fmt" && name == "Errorf") && !(p == "errors" && name == "New") && !(p == strerrPath && name == "Errorf") {
 				return true
 			}
 			lit, ok := c.Args[0].(*ast.BasicLit)
@@ -918,26 +941,63 @@ func (e *editor) errorPrefixes(v *variant) {
 				return true
 			}
 			body := lit.Value[1:]
-			m := errorPrefix.FindStringSubmatchIndex(body)
-			switch {
-			case m != nil:
-				// "state: x" → "strand: x"; "strand: x" stays.
-				if m[2] >= 0 {
-					e.add(lit.Pos()+1, lit.Pos()+1+token.Pos(m[1]), "strand: ")
+			prefixed := strings.HasPrefix(body, "strand: ")
+			if m := errorPrefix.FindStringSubmatchIndex(body); m != nil && m[2] >= 0 {
+				comp := body[m[2]:m[3]]
+				repl := "strand: "
+				if componentPrefix[comp] {
+					repl = "strand: " + comp + ": "
 				}
-			case qualified.MatchString(body):
-				// "topology.WithRetry: x" → "strand: topology.WithRetry: x".
+				e.add(lit.Pos()+1, lit.Pos()+1+token.Pos(m[1]), repl)
+				prefixed = true
+			} else if qualified.MatchString(body) {
 				e.add(lit.Pos()+1, lit.Pos()+1, "strand: ")
+				prefixed = true
+			}
+			if prefixed && p == "fmt" && strings.Contains(body, "%w") {
+				e.add(x.Pos(), x.End(), "strerr")
+				fmtConverted++
+				if !hasStrerr {
+					hasStrerr = true
+					e.addImport(f, strerrPath)
+				}
 			}
 			return true
 		})
+		if fmtSpec != nil && fmtConverted > 0 && fmtConverted == fmtUses {
+			e.add(fmtSpec.Pos(), fmtSpec.End(), "")
+		}
 	}
+}
+
+// componentPrefix: prefixes that name a part users configure by name (a
+// connector, a test tool); they stay as the "where" after "strand: ".
+var componentPrefix = map[string]bool{
+	"iggy": true, "iggytest": true, "queryserver": true, "topologytest": true,
+	"memconn": true, "connectortest": true, "crashtest": true,
+}
+
+// addImport adds an import of path to f.
+func (e *editor) addImport(f *ast.File, path string) {
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.IMPORT {
+			continue
+		}
+		if g.Rparen.IsValid() {
+			e.add(g.Rparen, g.Rparen, "\t\""+path+"\"\n")
+		} else {
+			e.add(g.End(), g.End(), "\nimport \""+path+"\"")
+		}
+		return
+	}
+	e.add(f.Name.End(), f.Name.End(), "\n\nimport \""+path+"\"")
 }
 
 // qualified matches an error text that starts with the qualified name of
 // an exported function ("topology.WithRetry: ", "queryserver.Table: ",
 // "topology.GapPolicy(").
-var qualified = regexp.MustCompile(`^[a-z]+\.[A-Z]\w*[:(\[]`)
+var qualified = regexp.MustCompile(`^[a-z]+\.[A-Z]\w*[:(\[ ]`)
 
 func (e *editor) apply(dry bool) ([]string, error) {
 	var changed []string

@@ -3,6 +3,7 @@ package iggy
 import (
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/strerr"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -73,7 +74,7 @@ func WithSourceOptions(opts ...SourceOption) Option {
 				continue
 			}
 			if err := o.apply(&sc); err != nil {
-				return fmt.Errorf("iggy.WithSourceOptions: %w", err)
+				return strerr.Errorf("strand: iggy.WithSourceOptions: %w", err)
 			}
 		}
 		c.sourceOpts = append(c.sourceOpts, opts...)
@@ -89,7 +90,7 @@ func WithSourceOptions(opts ...SourceOption) Option {
 func WithProtocol(p Protocol) Option {
 	return optionFunc(func(c *config) error {
 		if p > Protocol010 {
-			return fmt.Errorf("iggy.WithProtocol: unknown protocol %d", p)
+			return fmt.Errorf("strand: iggy.WithProtocol: unknown protocol %d", p)
 		}
 		c.protocol = p
 		return nil
@@ -102,7 +103,7 @@ func WithProtocol(p Protocol) Option {
 func WithCredentials(user, password string) Option {
 	return optionFunc(func(c *config) error {
 		if user == "" {
-			return errors.New("iggy.WithCredentials: empty user name")
+			return errors.New("strand: iggy.WithCredentials: empty user name")
 		}
 		c.user, c.password, c.token = user, password, ""
 		return nil
@@ -114,7 +115,7 @@ func WithCredentials(user, password string) Option {
 func WithPersonalAccessToken(token string) Option {
 	return optionFunc(func(c *config) error {
 		if token == "" {
-			return errors.New("iggy.WithPersonalAccessToken: empty token")
+			return errors.New("strand: iggy.WithPersonalAccessToken: empty token")
 		}
 		c.token, c.user, c.password = token, "", ""
 		return nil
@@ -145,7 +146,7 @@ func WithTLS(opts ...TLSOption) Option {
 func WithTLSServerName(name string) TLSOption {
 	return tLSOptionFunc(func(t *tlsConfig) error {
 		if name == "" {
-			return errors.New("iggy.WithTLSServerName: empty name")
+			return errors.New("strand: iggy.WithTLSServerName: empty name")
 		}
 		t.serverName = name
 		return nil
@@ -157,7 +158,7 @@ func WithTLSServerName(name string) TLSOption {
 func WithTLSCAFile(path string) TLSOption {
 	return tLSOptionFunc(func(t *tlsConfig) error {
 		if path == "" {
-			return errors.New("iggy.WithTLSCAFile: empty path")
+			return errors.New("strand: iggy.WithTLSCAFile: empty path")
 		}
 		t.caFile = path
 		return nil
@@ -176,7 +177,7 @@ func WithTLSInsecureSkipVerify() TLSOption {
 func WithDialTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithDialTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithDialTimeout: %v, want more than 0", d)
 		}
 		c.dialTimeout = d
 		return nil
@@ -190,7 +191,7 @@ func WithDialTimeout(d time.Duration) Option {
 func WithCallTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithCallTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithCallTimeout: %v, want more than 0", d)
 		}
 		c.callTimeout = d
 		return nil
@@ -204,7 +205,7 @@ func WithCallTimeout(d time.Duration) Option {
 func WithBackoff(min, max time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if min <= 0 || max < min {
-			return fmt.Errorf("iggy.WithBackoff: %v..%v, want 0 < min <= max", min, max)
+			return fmt.Errorf("strand: iggy.WithBackoff: %v..%v, want 0 < min <= max", min, max)
 		}
 		c.backoff = backoff{min: min, max: max}
 		return nil
@@ -216,7 +217,7 @@ func WithBackoff(min, max time.Duration) Option {
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
-			return errors.New("iggy.WithLogger: nil logger")
+			return errors.New("strand: iggy.WithLogger: nil logger")
 		}
 		c.log = l
 		return nil

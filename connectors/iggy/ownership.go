@@ -14,6 +14,7 @@ import (
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"github.com/strand-io/strand/internal/scaleout/membership"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -82,11 +83,11 @@ type Member = connector.Member
 var _ connector.Membership = (*Membership)(nil)
 
 // ErrNotOwner means a partition is not owned by this member (Release).
-var ErrNotOwner = errors.New("iggy: partition not owned by this member")
+var ErrNotOwner = errors.New("strand: iggy: partition not owned by this member")
 
 // ErrGroupMismatch means the group is formed by members that expect
 // another number of partitions; this member was refused.
-var ErrGroupMismatch = errors.New("iggy: group expects another partition count")
+var ErrGroupMismatch = errors.New("strand: iggy: group expects another partition count")
 
 // GroupOption configures JoinGroup.
 type GroupOption interface {
@@ -124,7 +125,7 @@ const membershipSnapshotBookmark = "strand-members-snapshot"
 // ErrInstanceFenced means another process joined the group with this
 // member's instance id (WithInstanceID) and took its partitions over: the
 // membership ends for good. Two live processes must not share an id.
-var ErrInstanceFenced = errors.New("iggy: another member joined with this member's instance id")
+var ErrInstanceFenced = errors.New("strand: iggy: another member joined with this member's instance id")
 
 // WithInstanceID makes the member static (Kafka's KIP-345): id names the
 // instance across restarts (a host name, a pod's ordinal). A member that
@@ -137,7 +138,7 @@ var ErrInstanceFenced = errors.New("iggy: another member joined with this member
 func WithInstanceID(id string) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if id == "" || len(id) > 255 {
-			return fmt.Errorf("iggy.WithInstanceID: %d bytes, want 1..255", len(id))
+			return fmt.Errorf("strand: iggy.WithInstanceID: %d bytes, want 1..255", len(id))
 		}
 		c.instance = id
 		return nil
@@ -153,7 +154,7 @@ func WithInstanceID(id string) GroupOption {
 func WithMembershipSnapshots(every int) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if every < 0 {
-			return fmt.Errorf("iggy.WithMembershipSnapshots: %d, want 0 or more", every)
+			return fmt.Errorf("strand: iggy.WithMembershipSnapshots: %d, want 0 or more", every)
 		}
 		c.snapEvery = every
 		return nil
@@ -168,7 +169,7 @@ func WithMembershipSnapshots(every int) GroupOption {
 func WithSessionTimeout(d time.Duration) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if d < 10*time.Millisecond {
-			return fmt.Errorf("iggy.WithSessionTimeout: %v, want at least 10ms", d)
+			return fmt.Errorf("strand: iggy.WithSessionTimeout: %v, want at least 10ms", d)
 		}
 		c.timeout = d
 		return nil
@@ -181,7 +182,7 @@ func WithSessionTimeout(d time.Duration) GroupOption {
 func WithHeartbeat(d time.Duration) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithHeartbeat: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithHeartbeat: %v, want more than 0", d)
 		}
 		c.heartbeat = d
 		return nil
@@ -194,7 +195,7 @@ func WithHeartbeat(d time.Duration) GroupOption {
 func WithGroupPollInterval(d time.Duration) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithGroupPollInterval: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithGroupPollInterval: %v, want more than 0", d)
 		}
 		c.poll = d
 		return nil
@@ -208,7 +209,7 @@ func WithGroupPollInterval(d time.Duration) GroupOption {
 func WithLeaseMargin(d time.Duration) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if d < 0 {
-			return fmt.Errorf("iggy.WithLeaseMargin: %v, want at least 0", d)
+			return fmt.Errorf("strand: iggy.WithLeaseMargin: %v, want at least 0", d)
 		}
 		c.margin = d
 		return nil
@@ -222,7 +223,7 @@ func WithLeaseMargin(d time.Duration) GroupOption {
 func WithQueryAddr(addr string) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if len(addr) > 1024 {
-			return fmt.Errorf("iggy.WithQueryAddr: %d bytes, want at most 1024", len(addr))
+			return fmt.Errorf("strand: iggy.WithQueryAddr: %d bytes, want at most 1024", len(addr))
 		}
 		c.addr = addr
 		return nil
@@ -234,7 +235,7 @@ func WithQueryAddr(addr string) GroupOption {
 func WithMemberName(name string) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if name == "" || len(name) > 255 {
-			return fmt.Errorf("iggy.WithMemberName: %d bytes, want 1..255", len(name))
+			return fmt.Errorf("strand: iggy.WithMemberName: %d bytes, want 1..255", len(name))
 		}
 		c.name = name
 		return nil
@@ -247,7 +248,7 @@ func WithMemberName(name string) GroupOption {
 func WithMembershipTopic(topic string) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if topic == "" || len(topic) > 255 {
-			return fmt.Errorf("iggy.WithMembershipTopic: %d bytes, want 1..255", len(topic))
+			return fmt.Errorf("strand: iggy.WithMembershipTopic: %d bytes, want 1..255", len(topic))
 		}
 		c.topic = topic
 		return nil
@@ -259,7 +260,7 @@ func WithMembershipTopic(topic string) GroupOption {
 func WithGroupLogger(l *slog.Logger) GroupOption {
 	return groupOptionFunc(func(c *groupConfig) error {
 		if l == nil {
-			return errors.New("iggy.WithGroupLogger: nil logger")
+			return errors.New("strand: iggy.WithGroupLogger: nil logger")
 		}
 		c.log = l
 		return nil
@@ -367,22 +368,22 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		}
 	}
 	if topology == "" {
-		return nil, errors.New("iggy: JoinGroup: empty topology name")
+		return nil, errors.New("strand: iggy: JoinGroup: empty topology name")
 	}
 	if partitions == 0 || partitions > maxPartitions {
-		return nil, fmt.Errorf("iggy: JoinGroup %s: %d partitions, want 1..%d", topology, partitions, maxPartitions)
+		return nil, fmt.Errorf("strand: iggy: JoinGroup %s: %d partitions, want 1..%d", topology, partitions, maxPartitions)
 	}
 	if cfg.topic == "" {
 		cfg.topic = "strand-members-" + topology
 		if len(cfg.topic) > 255 {
-			return nil, fmt.Errorf("iggy: JoinGroup: topology name of %d bytes is too long for the membership topic's name; use WithMembershipTopic", len(topology))
+			return nil, fmt.Errorf("strand: iggy: JoinGroup: topology name of %d bytes is too long for the membership topic's name; use WithMembershipTopic", len(topology))
 		}
 	}
 	if cfg.heartbeat == 0 {
 		cfg.heartbeat = cfg.timeout / 4
 	}
 	if cfg.heartbeat*2 >= cfg.timeout {
-		return nil, fmt.Errorf("iggy.WithHeartbeat: %v, want less than half the session timeout %v", cfg.heartbeat, cfg.timeout)
+		return nil, fmt.Errorf("strand: iggy.WithHeartbeat: %v, want less than half the session timeout %v", cfg.heartbeat, cfg.timeout)
 	}
 	if cfg.poll == 0 {
 		cfg.poll = min(cfg.heartbeat/4, 100*time.Millisecond)
@@ -391,14 +392,14 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		cfg.margin = cfg.timeout / 10
 	}
 	if cfg.margin >= cfg.timeout/2 {
-		return nil, fmt.Errorf("iggy.WithLeaseMargin: %v, want less than half the session timeout %v", cfg.margin, cfg.timeout)
+		return nil, fmt.Errorf("strand: iggy.WithLeaseMargin: %v, want less than half the session timeout %v", cfg.margin, cfg.timeout)
 	}
 	t, err := newTopicRef(stream, cfg.topic)
 	if err != nil {
 		return nil, err
 	}
 	if err := c.EnsureTopic(ctx, stream, cfg.topic, 1); err != nil {
-		return nil, fmt.Errorf("iggy: JoinGroup %s: membership log: %w", topology, err)
+		return nil, strerr.Errorf("strand: iggy: JoinGroup %s: membership log: %w", topology, err)
 	}
 	m := &Membership{
 		cl: c, cfg: cfg, t: t, topology: topology, partitions: partitions,
@@ -417,7 +418,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 			c.closeConn(m.rd)
 		}
 		m.cancel()
-		return nil, fmt.Errorf("iggy: JoinGroup %s: %w", topology, err)
+		return nil, strerr.Errorf("strand: iggy: JoinGroup %s: %w", topology, err)
 	}
 	m.loadSnapshot(ctx)
 	m.newIncarnation(0)
@@ -430,7 +431,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 	case <-m.joined:
 	case <-ctx.Done():
 		m.Close()
-		return nil, fmt.Errorf("iggy: JoinGroup %s: %w", topology, ctx.Err())
+		return nil, strerr.Errorf("strand: iggy: JoinGroup %s: %w", topology, ctx.Err())
 	}
 	m.mu.Lock()
 	err = m.err
@@ -554,9 +555,9 @@ func (m *Membership) Release(ctx context.Context, p uint32) error {
 		}
 		if !sleep(ctx, m.cl.cfg.backoff.delay(attempt), m.stop) {
 			if ctx.Err() != nil {
-				return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, ctx.Err())
+				return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, ctx.Err())
 			}
-			return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, ErrClosed)
+			return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, ErrClosed)
 		}
 	}
 }
@@ -575,7 +576,7 @@ func (m *Membership) sendRelease(ctx context.Context, p uint32, rs *releaseState
 	rs.sent = rs.sent || err == nil
 	m.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, err)
+		return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, err)
 	}
 	return nil
 }
@@ -766,7 +767,7 @@ func (m *Membership) postJoin() error {
 		Timeout: uint64(m.cfg.timeout.Microseconds()), Parts: m.partitions, Replaces: m.old, Instance: m.cfg.instance}
 	m.mu.Unlock()
 	if err := m.append(m.ctx, &r); err != nil {
-		return fmt.Errorf("iggy: join group %s: %w", m.topology, err)
+		return strerr.Errorf("strand: iggy: join group %s: %w", m.topology, err)
 	}
 	m.mu.Lock()
 	m.joinPosted = true
@@ -787,7 +788,7 @@ func (m *Membership) readBatch() (int, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("iggy: read membership log %s: %w", m.t, err)
+		return 0, strerr.Errorf("strand: iggy: read membership log %s: %w", m.t, err)
 	}
 	if pm == nil || len(pm.Messages) == 0 {
 		return 0, nil

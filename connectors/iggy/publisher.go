@@ -15,6 +15,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 	"github.com/zeebo/xxh3"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -55,7 +56,7 @@ func defaultPubConfig() pubConfig {
 func WithBatchSize(n int) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithBatchSize: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithBatchSize: %v, want at least 1", n)
 		}
 		c.batchMessages = n
 		return nil
@@ -67,7 +68,7 @@ func WithBatchSize(n int) PublisherOption {
 func WithBatchBytes(n int) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithBatchBytes: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithBatchBytes: %v, want at least 1", n)
 		}
 		c.batchBytes = n
 		return nil
@@ -81,7 +82,7 @@ func WithBatchBytes(n int) PublisherOption {
 func WithLinger(d time.Duration) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if d < 0 {
-			return fmt.Errorf("iggy.WithLinger: %v, want 0 or more", d)
+			return fmt.Errorf("strand: iggy.WithLinger: %v, want 0 or more", d)
 		}
 		c.linger = d
 		return nil
@@ -94,7 +95,7 @@ func WithLinger(d time.Duration) PublisherOption {
 func WithBufferBytes(n int64) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithBufferBytes: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithBufferBytes: %v, want at least 1", n)
 		}
 		c.bufferBytes = n
 		return nil
@@ -108,7 +109,7 @@ func WithBufferBytes(n int64) PublisherOption {
 func WithConnections(n int) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithConnections: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithConnections: %v, want at least 1", n)
 		}
 		c.connections = n
 		return nil
@@ -123,7 +124,7 @@ func WithConnections(n int) PublisherOption {
 func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if fn == nil {
-			return errors.New("iggy.WithMessageIDs: nil function")
+			return errors.New("strand: iggy.WithMessageIDs: nil function")
 		}
 		c.ids = fn
 		return nil
@@ -137,7 +138,7 @@ func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
 func WithDeliveryTimeout(d time.Duration) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if d < 0 {
-			return fmt.Errorf("iggy.WithDeliveryTimeout: %v, want 0 or more", d)
+			return fmt.Errorf("strand: iggy.WithDeliveryTimeout: %v, want 0 or more", d)
 		}
 		c.deliveryTimeout = d
 		return nil
@@ -150,7 +151,7 @@ func WithDeliveryTimeout(d time.Duration) PublisherOption {
 func WithResendCheckWindow(n int) PublisherOption {
 	return publisherOptionFunc(func(c *pubConfig) error {
 		if n < 0 {
-			return fmt.Errorf("iggy.WithResendCheckWindow: %v, want 0 or more", n)
+			return fmt.Errorf("strand: iggy.WithResendCheckWindow: %v, want 0 or more", n)
 		}
 		c.resendWindow = n
 		return nil
@@ -270,14 +271,14 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 	}
 	d, err := topicDetails(ctx, c.admin, t)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: new publisher: %w", err)
+		return nil, strerr.Errorf("strand: iggy: new publisher: %w", err)
 	}
 	if d.PartitionsCount == 0 {
-		return nil, fmt.Errorf("iggy: new publisher: topic %s has no partitions", t)
+		return nil, fmt.Errorf("strand: iggy: new publisher: topic %s has no partitions", t)
 	}
 	head, err := newSendHead(t)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: new publisher: %w", err)
+		return nil, strerr.Errorf("strand: iggy: new publisher: %w", err)
 	}
 	p := &Publisher{
 		head:     head,
@@ -298,7 +299,7 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 			for _, s := range p.senders {
 				c.closeConn(s.k)
 			}
-			return nil, fmt.Errorf("iggy: new publisher for %s: %w", t, err)
+			return nil, strerr.Errorf("strand: iggy: new publisher for %s: %w", t, err)
 		}
 		s := &sender{p: p, k: k, wake: make(chan struct{}, 1), progress: make(chan struct{})}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -332,7 +333,7 @@ func (p *Publisher) PartitionOf(key []byte) uint32 { return xxh32.Partition(key,
 func Publish[E any](ctx context.Context, p *Publisher, enc stream.Encoder[E], e E) error {
 	env, err := enc.Envelope(e)
 	if err != nil {
-		return fmt.Errorf("iggy: publish to %s: encode %T: %w", p.t, e, err)
+		return strerr.Errorf("strand: iggy: publish to %s: encode %T: %w", p.t, e, err)
 	}
 	return p.Send(ctx, env)
 }
@@ -345,7 +346,7 @@ func PublishBatch[E any](ctx context.Context, p *Publisher, enc stream.Encoder[E
 	for i, e := range events {
 		env, err := enc.Envelope(e)
 		if err != nil {
-			return fmt.Errorf("iggy: publish to %s: encode event %d (%T): %w", p.t, i, e, err)
+			return strerr.Errorf("strand: iggy: publish to %s: encode event %d (%T): %w", p.t, i, e, err)
 		}
 		envs[i] = env
 	}
@@ -415,12 +416,12 @@ func (p *Publisher) buildEnvelopes(envs []stream.Envelope, tp []byte) ([]item, e
 	for i := range envs {
 		e := &envs[i]
 		if err := checkPayload(e.Payload); err != nil {
-			return nil, fmt.Errorf("iggy: publish to %s: event %d (type tag %d, key %q): %w", p.t, i, e.Headers.Tag, e.Headers.Key, err)
+			return nil, strerr.Errorf("strand: iggy: publish to %s: event %d (type tag %d, key %q): %w", p.t, i, e.Headers.Tag, e.Headers.Key, err)
 		}
 		start := len(arena)
 		var err error
 		if arena, err = appendStrandHeaders(arena, &e.Headers); err != nil {
-			return nil, fmt.Errorf("iggy: publish to %s: event %d: %w", p.t, i, err)
+			return nil, strerr.Errorf("strand: iggy: publish to %s: event %d: %w", p.t, i, err)
 		}
 		if tp != nil {
 			arena = appendTLV(arena, connector.HeaderTraceParent, tp)
@@ -486,7 +487,7 @@ func (p *Publisher) sendItems(ctx context.Context, items []item) error {
 		select {
 		case <-w.done: // resolved meanwhile
 		default:
-			return fmt.Errorf("iggy: publish to %s: %w; events not yet sent were withdrawn, events in flight may still be delivered", p.t, ctx.Err())
+			return strerr.Errorf("strand: iggy: publish to %s: %w; events not yet sent were withdrawn, events in flight may still be delivered", p.t, ctx.Err())
 		}
 	}
 	w.mu.Lock()
@@ -505,9 +506,9 @@ func (p *Publisher) enqueue(ctx context.Context, it *item) error {
 	size := int64(it.slot.size)
 	if err := p.budget.acquire(ctx, size, p.closing); err != nil {
 		if errors.Is(err, ErrClosed) {
-			return fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+			return strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 		}
-		return fmt.Errorf("iggy: publish to %s: waiting for buffer room: %w", p.t, err)
+		return strerr.Errorf("strand: iggy: publish to %s: waiting for buffer room: %w", p.t, err)
 	}
 	n := uint32(len(p.senders))
 	s := p.senders[it.part%n]
@@ -516,7 +517,7 @@ func (p *Publisher) enqueue(ctx context.Context, it *item) error {
 	if s.closing {
 		s.mu.Unlock()
 		p.budget.release(size)
-		return fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+		return strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 	}
 	q.push(it.msg, it.slot)
 	if len(q.msgs)-q.head == 1 {
@@ -546,9 +547,9 @@ func (p *Publisher) enqueueAll(ctx context.Context, items []item) (int, error) {
 		}
 		if err := p.budget.acquire(ctx, size, p.closing); err != nil {
 			if errors.Is(err, ErrClosed) {
-				return done, fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+				return done, strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 			}
-			return done, fmt.Errorf("iggy: publish to %s: waiting for buffer room: %w", p.t, err)
+			return done, strerr.Errorf("strand: iggy: publish to %s: waiting for buffer room: %w", p.t, err)
 		}
 		run := items[done:end]
 		n := uint32(len(p.senders))
@@ -598,7 +599,7 @@ func (p *Publisher) pushRun(run []item, si, n uint32, size int64) error {
 	if s.closing {
 		s.mu.Unlock()
 		p.budget.release(size)
-		return fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+		return strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 	}
 	notify := p.cfg.linger == 0
 	for i := range run {
@@ -677,7 +678,7 @@ func (p *Publisher) Flush(ctx context.Context) error {
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return fmt.Errorf("iggy: flush %s: %w", p.t, ctx.Err())
+				return strerr.Errorf("strand: iggy: flush %s: %w", p.t, ctx.Err())
 			}
 		}
 	}
@@ -711,7 +712,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 		p.cl.closeConn(s.k)
 	}
 	if err != nil {
-		return fmt.Errorf("iggy: close publisher %s: %w", p.t, err)
+		return strerr.Errorf("strand: iggy: close publisher %s: %w", p.t, err)
 	}
 	return nil
 }
@@ -1033,12 +1034,12 @@ func (s *sender) take(q *pqueue) {
 	}
 }
 
-var errWithdrawn = errors.New("iggy: withdrawn by its publisher before it was sent")
+var errWithdrawn = errors.New("strand: iggy: withdrawn by its publisher before it was sent")
 
 // errEarlierFailed resolves a message of a Send (Sink.Send, Publisher.Send)
 // not sent because an earlier message of the same call to the same
 // partition failed.
-var errEarlierFailed = errors.New("iggy: not sent: an earlier message of the same send to this partition failed")
+var errEarlierFailed = errors.New("strand: iggy: not sent: an earlier message of the same send to this partition failed")
 
 // broadcast wakes Flush waiters. It must hold mu.
 func (s *sender) broadcast() {
@@ -1209,6 +1210,6 @@ func (s *sender) failAll() {
 	queues := append([]*pqueue(nil), s.queues...)
 	s.mu.Unlock()
 	for _, q := range queues {
-		s.failQueue(q, fmt.Errorf("iggy: publish to %s partition %d: %w before it was sent", s.p.t, q.part, ErrClosed))
+		s.failQueue(q, strerr.Errorf("strand: iggy: publish to %s partition %d: %w before it was sent", s.p.t, q.part, ErrClosed))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 	"github.com/strand-io/strand/connectors/iggy/internal/wire"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -42,7 +43,7 @@ func defaultSrcConfig() srcConfig {
 func WithPollBatch(n int) SourceOption {
 	return sourceOptionFunc(func(c *srcConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithPollBatch: %d, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithPollBatch: %d, want at least 1", n)
 		}
 		c.pollBatch = n
 		return nil
@@ -68,7 +69,7 @@ const pollLingerStep = time.Millisecond
 func WithPollLinger(d time.Duration) SourceOption {
 	return sourceOptionFunc(func(c *srcConfig) error {
 		if d < 0 || d > maxPollLinger {
-			return fmt.Errorf("iggy.WithPollLinger: %v, want 0..%v", d, maxPollLinger)
+			return fmt.Errorf("strand: iggy.WithPollLinger: %v, want 0..%v", d, maxPollLinger)
 		}
 		c.linger = d
 		return nil
@@ -82,7 +83,7 @@ func WithPollLinger(d time.Duration) SourceOption {
 func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
 	return sourceOptionFunc(func(c *srcConfig) error {
 		if minWait <= 0 || maxWait < minWait {
-			return fmt.Errorf("iggy.WithIdleBackoff: %v..%v, want 0 < min <= max", minWait, maxWait)
+			return fmt.Errorf("strand: iggy.WithIdleBackoff: %v..%v, want 0 < min <= max", minWait, maxWait)
 		}
 		c.idleMin, c.idleMax = minWait, maxWait
 		return nil
@@ -97,10 +98,10 @@ func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
 func WithConsumer(name string) SourceOption {
 	return sourceOptionFunc(func(c *srcConfig) error {
 		if name == "" || len(name) > 255 {
-			return fmt.Errorf("iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
+			return fmt.Errorf("strand: iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
 		}
 		if reservedConsumer(name) {
-			return fmt.Errorf("iggy.WithConsumer: name %q: the prefix %q is reserved for bookmarks", name, bookmarkPrefix)
+			return fmt.Errorf("strand: iggy.WithConsumer: name %q: the prefix %q is reserved for bookmarks", name, bookmarkPrefix)
 		}
 		c.consumer = name
 		return nil
@@ -145,7 +146,7 @@ func NewSource(c *Client, stream, topic string, opts ...SourceOption) (*Source, 
 	}
 	cid, err := iggcon.NewIdentifier(cfg.consumer)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: consumer name %q: must be 1..255 bytes: %w", cfg.consumer, err)
+		return nil, strerr.Errorf("strand: iggy: consumer name %q: must be 1..255 bytes: %w", cfg.consumer, err)
 	}
 	return &Source{
 		cl:       c,
@@ -176,20 +177,20 @@ func (s *Source) Partitions(ctx context.Context) (uint32, error) {
 func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (connector.PartitionReader, error) {
 	d, err := topicDetails(ctx, s.cl.admin, s.t)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: %w", s.t, partition, err)
 	}
 	if partition >= d.PartitionsCount {
-		return nil, fmt.Errorf("iggy: open %s partition %d: the topic has partitions 0..%d: %w",
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: the topic has partitions 0..%d: %w",
 			s.t, partition, int64(d.PartitionsCount)-1, ierror.ErrPartitionNotFound)
 	}
 	k, err := s.cl.openConn(fmt.Sprintf("reader %s partition %d", s.t, partition))
 	if err != nil {
-		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: %w", s.t, partition, err)
 	}
 	req, err := newPollRequest(s.consumer, s.t, partition)
 	if err != nil {
 		s.cl.closeConn(k)
-		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: %w", s.t, partition, err)
 	}
 	r := &Reader{
 		src:       s,
@@ -360,13 +361,13 @@ func (r *Reader) Advise(ctx context.Context, next uint64) error {
 	s := r.src
 	wc, err := wireConsumer(s.consumer)
 	if err != nil {
-		return fmt.Errorf("iggy: advise %s consumer %q: %w", s.t, s.cfg.consumer, err)
+		return strerr.Errorf("strand: iggy: advise %s consumer %q: %w", s.t, s.cfg.consumer, err)
 	}
 	err = r.k.call(ctx, func(c *session) error {
 		return c.storeConsumerOffset(wc, s.t, r.partition, next-1)
 	})
 	if err != nil {
-		return fmt.Errorf("iggy: advise %s partition %d consumer %q offset %d: %w", s.t, r.partition, s.cfg.consumer, next-1, err)
+		return strerr.Errorf("strand: iggy: advise %s partition %d consumer %q offset %d: %w", s.t, r.partition, s.cfg.consumer, next-1, err)
 	}
 	return nil
 }

@@ -14,12 +14,13 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/planner"
 )
 
 // ErrBadTopology is wrapped by every error NewProgram (and so topology
 // Build) returns: the topology cannot work, and the message names why.
-var ErrBadTopology = errors.New("stream: bad topology")
+var ErrBadTopology = errors.New("strand: bad topology")
 
 // Spec describes a program for NewProgram. Package topology fills one from
 // its fluent builder; most users never write one by hand.
@@ -538,10 +539,10 @@ func (p *Program) Attach(db *state.DB) error {
 		if errors.As(err, &ie) {
 			return p.changedError(ie)
 		}
-		return fmt.Errorf("stream: topology %q: %w", p.name, err)
+		return strerr.Errorf("strand: topology %q: %w", p.name, err)
 	}
 	if err := db.Attach(p.tables...); err != nil {
-		return fmt.Errorf("stream: topology %q: attach tables: %w", p.name, err)
+		return strerr.Errorf("strand: topology %q: attach tables: %w", p.name, err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ package telemetry
 import (
 	"context"
 	"errors"
-	"fmt"
+
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -108,7 +109,7 @@ type Telemetry struct {
 // New makes the instruments of cfg's providers.
 func New(cfg Config) (*Telemetry, error) {
 	if cfg.MeterProvider == nil || cfg.TracerProvider == nil || cfg.Propagator == nil {
-		return nil, errors.New("telemetry: nil meter provider, tracer provider or propagator")
+		return nil, errors.New("strand: nil meter provider, tracer provider or propagator")
 	}
 	t := &Telemetry{cfg: cfg, sets: map[string]attribute.Set{}}
 	t.tracer = cfg.TracerProvider.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))
@@ -173,7 +174,7 @@ func New(cfg Config) (*Telemetry, error) {
 	t.duplicates = obsCounter(MetricDuplicates, "{event}", "Records the re-sequencer found already applied or held; never applied.")
 	t.gaps = obsCounter(MetricGaps, "{gap}", "Gaps the re-sequencer gave up waiting for (skipped or dead-lettered).")
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+		return nil, strerr.Errorf("strand: instruments: %w", err)
 	}
 	return t, nil
 }
@@ -217,7 +218,7 @@ func (t *Telemetry) Observe(g Gauges) error {
 	}, t.lag, t.parkedKeys, t.parkedRecords, t.reduced, t.calls,
 		t.heldKeys, t.heldRecords, t.oldestHold, t.resequenced, t.duplicates, t.gaps)
 	if err != nil {
-		return fmt.Errorf("telemetry: register callback: %w", err)
+		return strerr.Errorf("strand: register callback: %w", err)
 	}
 	t.mu.Lock()
 	t.regs = append(t.regs, reg)

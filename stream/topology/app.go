@@ -23,7 +23,7 @@ import (
 var (
 	// ErrNotOpen is wrapped by Table.Get and Table.Scan before an App of
 	// the table's topology is open, and after it was closed.
-	ErrNotOpen = errors.New("topology: table not open")
+	ErrNotOpen = errors.New("strand: table not open")
 	// ErrIncompatibleTopology is wrapped by Open when the state directory
 	// was written by a topology with another fingerprint (see
 	// Program.Fingerprint).
@@ -32,9 +32,9 @@ var (
 	// count differs from the one its state was written with.
 	ErrPartitionsChanged = state.ErrPartitionsChanged
 	// ErrClosed is wrapped by the methods of an App after Close.
-	ErrClosed = errors.New("topology: app closed")
+	ErrClosed = errors.New("strand: app closed")
 	// ErrRunning is wrapped by Run when the App is already running.
-	ErrRunning = errors.New("topology: app already running")
+	ErrRunning = errors.New("strand: app already running")
 )
 
 func wrapNotOpen(err error) error {
@@ -99,7 +99,7 @@ type Clock = stream.Clock
 func WithClock(c Clock) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if c == nil {
-			return errors.New("topology.WithClock: nil clock")
+			return errors.New("strand: topology.WithClock: nil clock")
 		}
 		o.clock = c
 		return nil
@@ -112,7 +112,7 @@ func WithClock(c Clock) OpenOption {
 func WithLogger(l *slog.Logger) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if l == nil {
-			return errors.New("topology.WithLogger: nil logger")
+			return errors.New("strand: topology.WithLogger: nil logger")
 		}
 		o.log = l
 		return nil
@@ -125,7 +125,7 @@ func WithLogger(l *slog.Logger) OpenOption {
 func WithDeadLetterTopic(topic string) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if topic == "" {
-			return errors.New("topology.WithDeadLetterTopic: empty topic name")
+			return errors.New("strand: topology.WithDeadLetterTopic: empty topic name")
 		}
 		o.dlq = topic
 		return nil
@@ -137,7 +137,7 @@ func WithDeadLetterTopic(topic string) OpenOption {
 func WithPollSize(n int) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if n < 1 {
-			return fmt.Errorf("topology.WithPollSize: %d, want at least 1", n)
+			return fmt.Errorf("strand: topology.WithPollSize: %d, want at least 1", n)
 		}
 		o.pollSize = n
 		return nil
@@ -149,7 +149,7 @@ func WithPollSize(n int) OpenOption {
 func WithPrefetch(n int) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if n < 0 {
-			return fmt.Errorf("topology.WithPrefetch: %d, want 0 or more", n)
+			return fmt.Errorf("strand: topology.WithPrefetch: %d, want 0 or more", n)
 		}
 		o.prefetch = n
 		return nil
@@ -162,12 +162,12 @@ func WithPrefetch(n int) OpenOption {
 func WithPartitions(ps ...uint32) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if len(ps) == 0 {
-			return errors.New("topology.WithPartitions: no partition")
+			return errors.New("strand: topology.WithPartitions: no partition")
 		}
 		seen := map[uint32]bool{}
 		for _, p := range ps {
 			if seen[p] {
-				return fmt.Errorf("topology.WithPartitions: partition %d given twice", p)
+				return fmt.Errorf("strand: topology.WithPartitions: partition %d given twice", p)
 			}
 			seen[p] = true
 		}
@@ -180,7 +180,7 @@ func WithPartitions(ps ...uint32) OpenOption {
 func WithDurability(d Durability) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if d != Sync && d != NoSync {
-			return fmt.Errorf("topology.WithDurability: unknown durability %d", uint8(d))
+			return fmt.Errorf("strand: topology.WithDurability: unknown durability %d", uint8(d))
 		}
 		o.durability = d
 		return nil
@@ -192,7 +192,7 @@ func WithDurability(d Durability) OpenOption {
 func WithCacheSize(bytes int64) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 4<<20 {
-			return fmt.Errorf("topology.WithCacheSize: %d bytes, want at least 4 MiB", bytes)
+			return fmt.Errorf("strand: topology.WithCacheSize: %d bytes, want at least 4 MiB", bytes)
 		}
 		o.cacheSize = bytes
 		return nil
@@ -205,7 +205,7 @@ func WithCacheSize(bytes int64) OpenOption {
 func WithValueCacheSize(bytes int64) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 0 {
-			return fmt.Errorf("topology.WithValueCacheSize: %d bytes, want 0 or more", bytes)
+			return fmt.Errorf("strand: topology.WithValueCacheSize: %d bytes, want 0 or more", bytes)
 		}
 		o.valueCache = bytes
 		return nil
@@ -218,7 +218,7 @@ func WithValueCacheSize(bytes int64) OpenOption {
 func WithDrainTimeout(d time.Duration) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if d <= 0 {
-			return fmt.Errorf("topology.WithDrainTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: topology.WithDrainTimeout: %v, want more than 0", d)
 		}
 		o.drain = d
 		return nil
@@ -284,7 +284,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		}
 	}
 	if conn == nil {
-		return nil, errors.New("topology: Open: nil connector")
+		return nil, errors.New("strand: Open: nil connector")
 	}
 	name := p.Name()
 	fail := func(err error) error { return fmt.Errorf("topology %q: open: %w", name, err) }
@@ -332,7 +332,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		}
 		for _, pt := range o.partitions {
 			if pt >= n {
-				return nil, fail(fmt.Errorf("topology.WithPartitions: source %q has %d partitions, no partition %d", sn, n, pt))
+				return nil, fail(fmt.Errorf("strand: topology.WithPartitions: source %q has %d partitions, no partition %d", sn, n, pt))
 			}
 		}
 		if feeder, ok := p.feeders[sn]; ok && n != counts[feeder] {
@@ -402,14 +402,14 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		return nil, fail(fmt.Errorf("dead-letter topic %q: %w", dlqTopic, err))
 	}
 	if o.group != nil && len(p.global) > 0 {
-		return nil, fail(errors.New("topology.WithGroup: the topology has a global source (SourceNode.Global); global tables in a group are not built yet: split the partitions with topology.WithPartitions"))
+		return nil, fail(errors.New("strand: topology.WithGroup: the topology has a global source (SourceNode.Global); global tables in a group are not built yet: split the partitions with topology.WithPartitions"))
 	}
 	if o.group != nil {
 		if err := a.openGroup(ctx, conn, &o, counts); err != nil {
 			return nil, fail(err)
 		}
 	} else if o.queryAddr != "" || o.snapEvery != nil {
-		return nil, fail(errors.New("topology.WithQueryAddr and topology.WithSnapshotEvery need topology.WithGroup"))
+		return nil, fail(errors.New("strand: topology.WithQueryAddr and topology.WithSnapshotEvery need topology.WithGroup"))
 	}
 	popts := []engine.ProcessorOption{
 		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),

@@ -150,7 +150,7 @@ type keyByOptions struct {
 func WithKeyByTopic(topic string) KeyByOption {
 	return keyByOptionFunc(func(o *keyByOptions) error {
 		if topic == "" {
-			return fmt.Errorf("topology.WithKeyByTopic: empty topic name")
+			return fmt.Errorf("strand: topology.WithKeyByTopic: empty topic name")
 		}
 		o.topic = topic
 		return nil
@@ -163,7 +163,7 @@ func WithKeyByTopic(topic string) KeyByOption {
 func WithKeyByKeys[K2 any](c stream.Codec[K2]) KeyByOption {
 	return keyByOptionFunc(func(o *keyByOptions) error {
 		if c == nil {
-			return fmt.Errorf("topology.WithKeyByKeys: nil codec")
+			return fmt.Errorf("strand: topology.WithKeyByKeys: nil codec")
 		}
 		o.keys = append(o.keys, stream.WithKeyCodec(c))
 		return nil

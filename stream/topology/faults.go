@@ -60,7 +60,7 @@ func WithFaults(f Faults) OpenOption {
 func WithOutboxGrace(d time.Duration) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if d < 0 {
-			return errors.New("topology.WithOutboxGrace: the grace must not be negative")
+			return errors.New("strand: topology.WithOutboxGrace: the grace must not be negative")
 		}
 		o.grace = &d
 		return nil

@@ -32,7 +32,7 @@ type foreignOptions struct {
 func WithForeignKeys[K any](c stream.Codec[K]) ForeignOption {
 	return foreignOptionFunc(func(o *foreignOptions) error {
 		if c == nil {
-			return errors.New("topology.WithForeignKeys: nil codec")
+			return errors.New("strand: topology.WithForeignKeys: nil codec")
 		}
 		o.keys = c
 		return nil

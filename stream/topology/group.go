@@ -33,7 +33,7 @@ import (
 func WithGroup(g connector.Group) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if g == nil {
-			return errors.New("topology.WithGroup: nil group")
+			return errors.New("strand: topology.WithGroup: nil group")
 		}
 		o.group = g
 		return nil
@@ -46,7 +46,7 @@ func WithGroup(g connector.Group) OpenOption {
 func WithQueryAddr(addr string) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if strings.ContainsAny(addr, " \t\n") {
-			return fmt.Errorf("topology.WithQueryAddr: %q is not an address", addr)
+			return fmt.Errorf("strand: topology.WithQueryAddr: %q is not an address", addr)
 		}
 		o.queryAddr = addr
 		return nil
@@ -64,7 +64,7 @@ const DefaultSnapshotEvery = 2000
 func WithSnapshotEvery(commits int) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if commits < 0 {
-			return fmt.Errorf("topology.WithSnapshotEvery: %d, want 0 or more", commits)
+			return fmt.Errorf("strand: topology.WithSnapshotEvery: %d, want 0 or more", commits)
 		}
 		o.snapEvery = &commits
 		return nil
@@ -314,24 +314,24 @@ func (gr *group) setPhase(p uint32, fn func(st *partState)) {
 // openGroup prepares the group part of Open.
 func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOptions, counts map[string]uint32) error {
 	if len(o.partitions) > 0 {
-		return errors.New("topology.WithPartitions cannot be combined with topology.WithGroup: the group decides the partitions")
+		return errors.New("strand: topology.WithPartitions cannot be combined with topology.WithGroup: the group decides the partitions")
 	}
 	fc, ok := conn.(connector.ForeignConnector)
 	if !ok {
-		return fmt.Errorf("topology.WithGroup: the connector (%T) cannot read raw records (connector.ForeignConnector), which the changelog needs", conn)
+		return fmt.Errorf("strand: topology.WithGroup: the connector (%T) cannot read raw records (connector.ForeignConnector), which the changelog needs", conn)
 	}
 	var n uint32
 	for _, sn := range a.prog.Sources() {
 		if n == 0 {
 			n = counts[sn]
 		} else if counts[sn] != n {
-			return fmt.Errorf("topology.WithGroup: sources have %d and %d partitions (%q); a group shares partitions of one count", n, counts[sn], sn)
+			return fmt.Errorf("strand: topology.WithGroup: sources have %d and %d partitions (%q); a group shares partitions of one count", n, counts[sn], sn)
 		}
 	}
 	first := a.prog.Sources()[0]
 	streamName, _, ok := strings.Cut(first, "/")
 	if !ok {
-		return fmt.Errorf("topology.WithGroup: source %q is not named stream/topic", first)
+		return fmt.Errorf("strand: topology.WithGroup: source %q is not named stream/topic", first)
 	}
 	topic := ChangelogTopic(streamName, a.prog.Name())
 	sink, err := conn.OpenSink(ctx, topic, n)

@@ -25,7 +25,7 @@ func (f resequenceOptionFunc) apply(c *engine.ResequenceSpec) error { return f(c
 func WithSeqStart(s stream.SeqStart) ResequenceOption {
 	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
 		if !s.Valid() {
-			return fmt.Errorf("topology.WithSeqStart(%d): unknown start", uint8(s))
+			return fmt.Errorf("strand: topology.WithSeqStart(%d): unknown start", uint8(s))
 		}
 		r.Start = s
 		return nil
@@ -40,11 +40,11 @@ func WithGapPolicy(p stream.GapPolicy, timeout time.Duration) ResequenceOption {
 	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
 		switch {
 		case !p.Valid():
-			return fmt.Errorf("topology.WithGapPolicy(%d, %v): unknown policy", uint8(p), timeout)
+			return fmt.Errorf("strand: topology.WithGapPolicy(%d, %v): unknown policy", uint8(p), timeout)
 		case timeout < 0:
-			return fmt.Errorf("topology.WithGapPolicy(%s, %v): negative timeout", p, timeout)
+			return fmt.Errorf("strand: topology.WithGapPolicy(%s, %v): negative timeout", p, timeout)
 		case p == stream.GapWait && timeout != 0:
-			return fmt.Errorf("topology.WithGapPolicy(%s, %v): wait never times out; give 0, or choose skip or dead-letter", p, timeout)
+			return fmt.Errorf("strand: topology.WithGapPolicy(%s, %v): wait never times out; give 0, or choose skip or dead-letter", p, timeout)
 		}
 		r.Gap, r.GapTimeout = p, timeout
 		return nil
@@ -57,7 +57,7 @@ func WithGapPolicy(p stream.GapPolicy, timeout time.Duration) ResequenceOption {
 func WithHoldLimits(perKey, perPartition int) ResequenceOption {
 	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
 		if perKey < 1 || perPartition < 1 {
-			return fmt.Errorf("topology.WithHoldLimits(%d, %d): want at least 1 each", perKey, perPartition)
+			return fmt.Errorf("strand: topology.WithHoldLimits(%d, %d): want at least 1 each", perKey, perPartition)
 		}
 		r.MaxHeldPerKey, r.MaxHeld = perKey, perPartition
 		return nil
@@ -71,7 +71,7 @@ func WithHoldLimits(perKey, perPartition int) ResequenceOption {
 func WithDuplicatePolicy(p stream.DuplicatePolicy) ResequenceOption {
 	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
 		if !p.Valid() {
-			return fmt.Errorf("topology.WithDuplicatePolicy(%d): unknown policy", uint8(p))
+			return fmt.Errorf("strand: topology.WithDuplicatePolicy(%d): unknown policy", uint8(p))
 		}
 		r.Duplicates = p
 		return nil
@@ -85,7 +85,7 @@ func WithDuplicatePolicy(p stream.DuplicatePolicy) ResequenceOption {
 func WithGapNotice(fn func(stream.GapNotice)) ResequenceOption {
 	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
 		if fn == nil {
-			return fmt.Errorf("topology.WithGapNotice: nil function")
+			return fmt.Errorf("strand: topology.WithGapNotice: nil function")
 		}
 		r.OnGap = fn
 		return nil

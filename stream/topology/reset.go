@@ -3,11 +3,12 @@ package topology
 import (
 	"context"
 	"errors"
-	"fmt"
+
 	"log/slog"
 
 	"github.com/strand-io/strand/internal/reset"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // ErrResetRefused is wrapped by Reset when a state directory cannot be
@@ -41,7 +42,7 @@ func WithDryRun() ResetOption {
 func WithResetLogger(l *slog.Logger) ResetOption {
 	return resetOptionFunc(func(o *resetOptions) error {
 		if l == nil {
-			return errors.New("topology: WithResetLogger: nil logger")
+			return errors.New("strand: WithResetLogger: nil logger")
 		}
 		o.log = l
 		return nil
@@ -114,7 +115,7 @@ func Reset(ctx context.Context, dir string, opts ...ResetOption) (*ResetReport, 
 	}
 	plan, err := reset.Store(ctx, dir, o.dryRun, state.WithLogger(o.log))
 	if err != nil {
-		return nil, fmt.Errorf("topology: reset %s: %w", dir, lockHint(dir, err))
+		return nil, strerr.Errorf("strand: reset %s: %w", dir, lockHint(dir, err))
 	}
 	r := &ResetReport{Dir: plan.Dir, DryRun: plan.DryRun, Origins: plan.Origins, Sequences: plan.Sequences,
 		Outbox: plan.Outbox, DeadLetters: plan.DeadLetters, text: plan.String()}

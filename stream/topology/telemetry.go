@@ -31,7 +31,7 @@ type telemetryOptions struct {
 func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if mp == nil {
-			return errors.New("topology.WithMeterProvider: nil meter provider")
+			return errors.New("strand: topology.WithMeterProvider: nil meter provider")
 		}
 		o.tel.mp = mp
 		return nil
@@ -45,7 +45,7 @@ func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 func WithTracerProvider(tp trace.TracerProvider) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if tp == nil {
-			return errors.New("topology.WithTracerProvider: nil tracer provider")
+			return errors.New("strand: topology.WithTracerProvider: nil tracer provider")
 		}
 		o.tel.tp = tp
 		return nil
@@ -60,7 +60,7 @@ func WithTracerProvider(tp trace.TracerProvider) OpenOption {
 func WithPropagator(p propagation.TextMapPropagator) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if p == nil {
-			return errors.New("topology.WithPropagator: nil propagator")
+			return errors.New("strand: topology.WithPropagator: nil propagator")
 		}
 		o.tel.prop = p
 		return nil
@@ -75,7 +75,7 @@ func WithPropagator(p propagation.TextMapPropagator) OpenOption {
 func WithEndOffsetInterval(d time.Duration) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if d <= 0 {
-			return fmt.Errorf("topology.WithEndOffsetInterval: %v, want more than 0", d)
+			return fmt.Errorf("strand: topology.WithEndOffsetInterval: %v, want more than 0", d)
 		}
 		o.tel.endEvery = d
 		return nil

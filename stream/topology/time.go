@@ -72,7 +72,7 @@ func CancelTimer(ctx context.Context) error { return engine.CancelTimer(ctx) }
 func WithTTL(d time.Duration) TableOption {
 	return tableOptionFunc(func(o *tableOptions) {
 		if d <= 0 || d > 100*365*24*time.Hour {
-			o.errs = append(o.errs, fmt.Errorf("topology.WithTTL: %v, want more than 0 and at most 100 years", d))
+			o.errs = append(o.errs, fmt.Errorf("strand: topology.WithTTL: %v, want more than 0 and at most 100 years", d))
 			return
 		}
 		o.ttl = d

@@ -90,7 +90,7 @@ func (f optionFunc) apply(c *Topology) { f(c) }
 func WithPoisonPolicy(p stream.PoisonPolicy) Option {
 	return optionFunc(func(t *Topology) {
 		if p != stream.PassPoison && p != stream.HoldPoisonedKey {
-			t.errs = append(t.errs, fmt.Errorf("topology.WithPoisonPolicy: unknown policy %d", uint8(p)))
+			t.errs = append(t.errs, fmt.Errorf("strand: topology.WithPoisonPolicy: unknown policy %d", uint8(p)))
 			return
 		}
 		t.spec.Poison = p
@@ -102,7 +102,7 @@ func WithPoisonPolicy(p stream.PoisonPolicy) Option {
 func WithWorkers(n int) Option {
 	return optionFunc(func(t *Topology) {
 		if n < 1 {
-			t.errs = append(t.errs, fmt.Errorf("topology.WithWorkers: %d workers, want at least 1", n))
+			t.errs = append(t.errs, fmt.Errorf("strand: topology.WithWorkers: %d workers, want at least 1", n))
 			return
 		}
 		t.spec.Workers = n
@@ -120,7 +120,7 @@ func WithWorkers(n int) Option {
 func WithRetry(attempts int, backoff, max time.Duration) Option {
 	return optionFunc(func(t *Topology) {
 		if attempts < 1 || backoff <= 0 || max < backoff {
-			t.errs = append(t.errs, fmt.Errorf("topology.WithRetry: %d attempts, backoff %v up to %v; want attempts >= 1 and 0 < backoff <= max",
+			t.errs = append(t.errs, fmt.Errorf("strand: topology.WithRetry: %d attempts, backoff %v up to %v; want attempts >= 1 and 0 < backoff <= max",
 				attempts, backoff, max))
 			return
 		}
@@ -284,7 +284,7 @@ type forEachOptions struct{ maxBatch int }
 func WithMaxBatch(n int) ForEachOption {
 	return forEachOptionFunc(func(o *forEachOptions) error {
 		if n < 0 {
-			return fmt.Errorf("topology.WithMaxBatch: %d, want 0 (whole runs) or more", n)
+			return fmt.Errorf("strand: topology.WithMaxBatch: %d, want 0 (whole runs) or more", n)
 		}
 		o.maxBatch = n
 		return nil
@@ -474,7 +474,7 @@ func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts .
 }
 
 // ErrBuild is wrapped by every error Build returns.
-var ErrBuild = errors.New("topology: build refused")
+var ErrBuild = errors.New("strand: build refused")
 
 // Build checks the topology and compiles it into a Program. It
 // refuses, with one error naming every problem (and wrapping ErrBuild and

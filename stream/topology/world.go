@@ -49,7 +49,7 @@ var ErrDiskFull = state.ErrDiskFull
 func WithDiskReserve(bytes int64) OpenOption {
 	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 0 {
-			return fmt.Errorf("topology.WithDiskReserve: %d bytes, want 0 or more", bytes)
+			return fmt.Errorf("strand: topology.WithDiskReserve: %d bytes, want 0 or more", bytes)
 		}
 		o.reserve = &bytes
 		return nil

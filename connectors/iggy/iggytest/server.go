@@ -6,7 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
-	"fmt"
+
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/internal/xxh32"
 )
 
@@ -191,7 +192,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	if cfg.dataDir != "" {
 		s.cache = newCache(cfg.cacheBytes)
 		if err := s.openDisk(); err != nil {
-			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
+			return nil, strerr.Errorf("strand: iggytest: open data directory %q: %w", cfg.dataDir, err)
 		}
 		s.mu.Lock()
 		s.ensureConfiguredToken()
@@ -205,7 +206,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		s.closeDiskOnFailure()
-		return nil, fmt.Errorf("iggytest: listen on %q: %w", cfg.addr, err)
+		return nil, strerr.Errorf("strand: iggytest: listen on %q: %w", cfg.addr, err)
 	}
 	s.ln = ln
 	s.addr = ln.Addr().String()
@@ -436,7 +437,7 @@ func (c *conn) serve() {
 	}
 }
 
-var errCloseConn = errors.New("iggytest: connection closed by the broker")
+var errCloseConn = errors.New("strand: iggytest: connection closed by the broker")
 
 // serveOne reads one request frame and writes its response.
 func (c *conn) serveOne() error {

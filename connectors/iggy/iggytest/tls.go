@@ -8,7 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
+
+	"github.com/strand-io/strand/internal/strerr"
 	"math/big"
 	"net"
 	"os"
@@ -32,7 +33,7 @@ func (cfg *config) tlsConfig() (*tls.Config, error) {
 	}
 	cert, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("iggytest: TLS certificate: %w", err)
+		return nil, strerr.Errorf("strand: iggytest: TLS certificate: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

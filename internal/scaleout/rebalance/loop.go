@@ -111,7 +111,7 @@ const flushed EventKind = 200
 // NewLoop returns a Loop over cfg.
 func NewLoop(cfg Config) (*Loop, error) {
 	if cfg.Membership == nil || cfg.Changelog == nil || cfg.Run == nil || cfg.Fenced == nil {
-		return nil, errors.New("rebalance: NewLoop needs a Membership, a Changelog, Run and Fenced")
+		return nil, errors.New("strand: NewLoop needs a Membership, a Changelog, Run and Fenced")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}

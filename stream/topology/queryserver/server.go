@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -54,7 +55,7 @@ const (
 // ErrNotLoopback is wrapped by Listen, ListenAndServe and Serve when asked
 // to bind to an address that is not a loopback one without
 // WithNonLoopback.
-var ErrNotLoopback = errors.New("queryserver: not a loopback address")
+var ErrNotLoopback = errors.New("strand: queryserver: not a loopback address")
 
 // Option configures New. An invalid value makes New fail with an error
 // naming the option.
@@ -94,7 +95,7 @@ type extraHandler struct {
 func WithAddr(addr string) Option {
 	return optionFunc(func(c *config) error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("queryserver.WithAddr: %q: %w", addr, err)
+			return strerr.Errorf("strand: queryserver.WithAddr: %q: %w", addr, err)
 		}
 		c.addr = addr
 		return nil
@@ -119,7 +120,7 @@ func WithNonLoopback() Option {
 func WithRouter(r Router) Option {
 	return optionFunc(func(c *config) error {
 		if r == nil {
-			return errors.New("queryserver.WithRouter: nil router")
+			return errors.New("strand: queryserver.WithRouter: nil router")
 		}
 		c.router = r
 		return nil
@@ -141,7 +142,7 @@ func WithRedirect() Option {
 func WithHTTPClient(hc *http.Client) Option {
 	return optionFunc(func(c *config) error {
 		if hc == nil {
-			return errors.New("queryserver.WithHTTPClient: nil client")
+			return errors.New("strand: queryserver.WithHTTPClient: nil client")
 		}
 		c.client = hc
 		return nil
@@ -153,7 +154,7 @@ func WithHTTPClient(hc *http.Client) Option {
 func WithForwardTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("queryserver.WithForwardTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: queryserver.WithForwardTimeout: %v, want more than 0", d)
 		}
 		c.forwardTimeout = d
 		return nil
@@ -165,7 +166,7 @@ func WithForwardTimeout(d time.Duration) Option {
 func WithMaxLimit(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("queryserver.WithMaxLimit: %d, want at least 1", n)
+			return fmt.Errorf("strand: queryserver.WithMaxLimit: %d, want at least 1", n)
 		}
 		c.maxLimit = n
 		return nil
@@ -178,7 +179,7 @@ func WithMaxLimit(n int) Option {
 func WithScanBudget(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("queryserver.WithScanBudget: %d, want at least 1", n)
+			return fmt.Errorf("strand: queryserver.WithScanBudget: %d, want at least 1", n)
 		}
 		c.scanBudget = n
 		return nil
@@ -191,7 +192,7 @@ func WithScanBudget(n int) Option {
 func WithReadyTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("queryserver.WithReadyTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: queryserver.WithReadyTimeout: %v, want more than 0", d)
 		}
 		c.readyTimeout = d
 		return nil
@@ -203,7 +204,7 @@ func WithReadyTimeout(d time.Duration) Option {
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error {
 		if l == nil {
-			return errors.New("queryserver.WithLogger: nil logger")
+			return errors.New("strand: queryserver.WithLogger: nil logger")
 		}
 		c.log = l
 		return nil
@@ -219,7 +220,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithHandler(pattern string, h http.Handler) Option {
 	return optionFunc(func(c *config) error {
 		if pattern == "" || h == nil {
-			return fmt.Errorf("queryserver.WithHandler: pattern %q with handler %v: want both", pattern, h)
+			return fmt.Errorf("strand: queryserver.WithHandler: pattern %q with handler %v: want both", pattern, h)
 		}
 		c.extra = append(c.extra, extraHandler{pattern, h})
 		return nil
@@ -248,7 +249,7 @@ type Server struct {
 // options.
 func New(app *topology.App, opts ...Option) (*Server, error) {
 	if app == nil {
-		return nil, errors.New("queryserver.New: nil app")
+		return nil, errors.New("strand: queryserver.New: nil app")
 	}
 	c := config{addr: DefaultAddr, router: appRouter(app), forwardTimeout: DefaultForwardTimeout,
 		maxLimit: DefaultMaxLimit, scanBudget: DefaultScanBudget, readyTimeout: DefaultReadyTimeout, log: slog.Default()}
@@ -265,7 +266,7 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 	for _, t := range c.tables {
 		name := t.info().Name
 		if _, dup := s.tables[name]; dup {
-			return nil, fmt.Errorf("queryserver.WithTable: table %q registered twice", name)
+			return nil, fmt.Errorf("strand: queryserver.WithTable: table %q registered twice", name)
 		}
 		s.tables[name] = t
 		s.names = append(s.names, name)
@@ -291,7 +292,7 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 	})
 	for _, e := range c.extra {
 		if err := handle(s.mux, e.pattern, e.h); err != nil {
-			return nil, fmt.Errorf("queryserver.WithHandler: %w", err)
+			return nil, strerr.Errorf("strand: queryserver.WithHandler: %w", err)
 		}
 	}
 	return s, nil
@@ -338,7 +339,7 @@ func (s *Server) Listen() (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", s.cfg.addr)
 	if err != nil {
-		return nil, fmt.Errorf("queryserver: listen on %s: %w", s.cfg.addr, err)
+		return nil, strerr.Errorf("strand: queryserver: listen on %s: %w", s.cfg.addr, err)
 	}
 	return ln, nil
 }
@@ -362,7 +363,7 @@ const shutdownTimeout = 5 * time.Second
 // a loopback address is refused unless WithNonLoopback was given.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if ln == nil {
-		return errors.New("queryserver: Serve: nil listener")
+		return errors.New("strand: queryserver: Serve: nil listener")
 	}
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !s.cfg.allowRemote && !a.IP.IsLoopback() {
 		_ = ln.Close()
@@ -375,7 +376,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case err := <-errc:
 		s.Close()
-		return fmt.Errorf("queryserver: serve on %s: %w", ln.Addr(), err)
+		return strerr.Errorf("strand: queryserver: serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -387,7 +388,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	<-errc
 	s.Close()
 	if err != nil {
-		return fmt.Errorf("queryserver: shut down %s: %w", ln.Addr(), err)
+		return strerr.Errorf("strand: queryserver: shut down %s: %w", ln.Addr(), err)
 	}
 	return nil
 }
@@ -399,7 +400,7 @@ func (s *Server) checkAddr(addr string) error {
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("queryserver.WithAddr: %q: %w", addr, err)
+		return strerr.Errorf("strand: queryserver.WithAddr: %q: %w", addr, err)
 	}
 	if strings.EqualFold(host, "localhost") {
 		return nil
@@ -450,10 +451,10 @@ func (s *Server) route(r *http.Request, q Query) (Route, error) {
 	case Local, Unavailable:
 	case Remote:
 		if rt.Owner == "" {
-			return rt, fmt.Errorf("router: partition %d of table %q is Remote without an owner address", q.Partition, q.Table)
+			return rt, fmt.Errorf("strand: partition %d of table %q is Remote without an owner address", q.Partition, q.Table)
 		}
 	default:
-		return rt, fmt.Errorf("router: partition %d of table %q: unknown %v", q.Partition, q.Table, rt.Kind)
+		return rt, fmt.Errorf("strand: partition %d of table %q: unknown %v", q.Partition, q.Table, rt.Kind)
 	}
 	return rt, nil
 }

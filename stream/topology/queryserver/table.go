@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
@@ -34,7 +35,7 @@ type tableOptions[K any] struct {
 func WithKeyParser[K any](parse func(string) (K, error)) TableOption[K] {
 	return tableOptionFunc[K](func(o *tableOptions[K]) error {
 		if parse == nil {
-			return errors.New("queryserver.WithKeyParser: nil function")
+			return errors.New("strand: queryserver.WithKeyParser: nil function")
 		}
 		o.parse = parse
 		return nil
@@ -48,7 +49,7 @@ func WithKeyParser[K any](parse func(string) (K, error)) TableOption[K] {
 func WithKeyFormatter[K any](format func(K) string) TableOption[K] {
 	return tableOptionFunc[K](func(o *tableOptions[K]) error {
 		if format == nil {
-			return errors.New("queryserver.WithKeyFormatter: nil function")
+			return errors.New("strand: queryserver.WithKeyFormatter: nil function")
 		}
 		o.format = format
 		return nil
@@ -63,7 +64,7 @@ func WithKeyFormatter[K any](format func(K) string) TableOption[K] {
 func WithTable[K, V any](tbl *topology.Table[K, V], opts ...TableOption[K]) Option {
 	return optionFunc(func(c *config) error {
 		if tbl == nil {
-			return errors.New("queryserver.WithTable: nil table")
+			return errors.New("strand: queryserver.WithTable: nil table")
 		}
 		var o tableOptions[K]
 		for _, opt := range opts {
@@ -71,14 +72,14 @@ func WithTable[K, V any](tbl *topology.Table[K, V], opts ...TableOption[K]) Opti
 				continue
 			}
 			if err := opt.apply(&o); err != nil {
-				return fmt.Errorf("queryserver.WithTable %q: %w", tbl.Name(), err)
+				return strerr.Errorf("strand: queryserver.WithTable %q: %w", tbl.Name(), err)
 			}
 		}
 		kt := reflect.TypeFor[K]()
 		if o.parse == nil {
 			p, err := defaultParse[K](kt)
 			if err != nil {
-				return fmt.Errorf("queryserver.WithTable %q: %w", tbl.Name(), err)
+				return strerr.Errorf("strand: queryserver.WithTable %q: %w", tbl.Name(), err)
 			}
 			o.parse = p
 		}
