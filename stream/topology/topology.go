@@ -32,9 +32,13 @@
 //
 // # Options
 //
-// Every option is a function that checks its value: builder options
-// (Option, TableOption, ForEachOption) report a bad value from Build,
-// OpenOptions from Open, each error naming the option.
+// Every option type (Option, TableOption, ForEachOption, KeyByOption,
+// ForeignOption, ResequenceOption, OpenOption, ResetOption) is an opaque
+// interface made only by this package's With… functions, each of which
+// checks its value: builder options report a bad value from Build,
+// OpenOptions from Open, each error naming the option
+// ("strand: topology.WithRetry: …"). Errors strand returns start with
+// "strand: " once (docs/design.md §1).
 //
 // # Guarantees
 //

@@ -18,6 +18,10 @@
 //
 // Everything is safe for concurrent use. Records and messages handed out
 // are copies: a caller may keep and change them.
+//
+// Option is an opaque interface made only by this package's With…
+// functions (WithClock, WithManualRelease); New refuses a bad value with
+// an error naming the option.
 package memconn
 
 import (

@@ -82,4 +82,10 @@
 // ListenAndServe binds to a loopback address (default 127.0.0.1:8080) and
 // refuses any other unless WithNonLoopback is given: the server has no
 // authentication of its own.
+//
+// # Options
+//
+// Option and TableOption are opaque interfaces made only by this package's
+// With… functions (WithAddr, WithTable, WithKeyParser, …); New refuses a
+// bad value with an error naming the option.
 package queryserver

@@ -13,6 +13,9 @@
 //	topologytest.Pipe(d, Deposits, Deposited{Account: 42, Amount: 100})
 //	d.Advance()
 //	acct, ok, err := balances.Get(ctx, 42)
+//
+// Option is an opaque interface made only by this package's With…
+// functions (WithDir, WithPartitions, WithBatchSize, WithOpenOptions, …).
 package topologytest
 
 import (
