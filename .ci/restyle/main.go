@@ -28,7 +28,9 @@
 //     `o.apply(&cfg)`; a conversion `OpenOption(func…)` uses the adapter.
 //
 //  2. Renames. Option constructors get With… names (the table renames
-//     below): every use across the module, resolved or not (a merged
+//     below, and "With" in front of any other exported function of a
+//     public package whose one result is an option type): every use
+//     across the module, resolved or not (a merged
 //     branch calling topology.MaxBatch is rewritten too), qualified
 //     mentions in comments, string literals and Markdown files
 //     (topology.MaxBatch → topology.WithMaxBatch), and unqualified mentions
@@ -335,6 +337,38 @@ func (w *world) findOptions(lp *listPkg) {
 						pkg: lp.ImportPath, name: ts.Name.Name, adapter: adapterName(ts.Name.Name),
 					}
 				}
+			}
+		}
+	}
+	// A constructor of one of them (an exported function whose one result
+	// is the option) not named With… yet gets "With" in front, unless the
+	// table names it already.
+	rel := w.rel(lp.ImportPath)
+	known := map[string]bool{}
+	for _, r := range renames {
+		if r.pkg == rel {
+			known[r.old], known[r.new] = true, true
+		}
+	}
+	for _, n := range lp.GoFiles {
+		for _, d := range w.files[filepath.Join(lp.Dir, n)].Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || !fd.Name.IsExported() || strings.HasPrefix(fd.Name.Name, "With") || known[fd.Name.Name] {
+				continue
+			}
+			res := fd.Type.Results
+			if res == nil || len(res.List) != 1 || len(res.List[0].Names) > 1 {
+				continue
+			}
+			t := res.List[0].Type
+			switch x := t.(type) {
+			case *ast.IndexExpr:
+				t = x.X
+			case *ast.IndexListExpr:
+				t = x.X
+			}
+			if id, ok := t.(*ast.Ident); ok && w.options[lp.ImportPath+"."+id.Name] != nil {
+				renames = append(renames, rename{rel, fd.Name.Name, "With" + fd.Name.Name, false})
 			}
 		}
 	}
