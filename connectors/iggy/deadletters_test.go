@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 
@@ -78,7 +79,7 @@ type dlqRig struct {
 	want   map[string]int64
 	events int // good events published
 	poison int
-	prog   *engine.Program
+	prog   *executor.Program
 	counts *state.Table[string, int64]
 	src    *Source
 	sink   *Sink
@@ -96,9 +97,9 @@ func newDLQRig(t *testing.T, tg *target, c *Client) *dlqRig {
 	r.counts = state.NewTable[string, int64]("counts", stream.StringKey[string](), stream.JSON[int64]())
 	r.counts.SetPartitions(4)
 	events := stream.DeclareFunc[string, event](7, func(e event) string { return e.Key })
-	prog, err := engine.NewProgram(engine.Spec{Name: "dlq-test", Sources: []engine.SourceSpec{{
+	prog, err := executor.NewProgram(executor.Spec{Name: "dlq-test", Sources: []executor.SourceSpec{{
 		Name:     s + "/" + topic,
-		Handlers: []engine.Handler{engine.Project(events, r.counts, func(v *int64, _ event) error { *v++; return nil })},
+		Handlers: []executor.Handler{executor.Project(events, r.counts, func(v *int64, _ event) error { *v++; return nil })},
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -149,10 +150,10 @@ func (r *dlqRig) open() *state.DB {
 }
 
 // run runs a processor until it stops by itself or until(p) holds.
-func (r *dlqRig) run(db *state.DB, hooks engine.Hooks, until func(*engine.Processor) bool) error {
+func (r *dlqRig) run(db *state.DB, hooks pipeline.Hooks, until func(*pipeline.Processor) bool) error {
 	r.t.Helper()
-	p, err := engine.NewProcessor(r.prog, db, r.src, engine.WithDeadLetterSink(r.sink), engine.WithHooks(hooks),
-		engine.WithPollSize(50), engine.WithProcessorLogger(testLogger()), engine.WithDeadLetterBackoff(5*time.Millisecond, 50*time.Millisecond))
+	p, err := pipeline.NewProcessor(r.prog, db, r.src, pipeline.WithDeadLetterSink(r.sink), pipeline.WithHooks(hooks),
+		pipeline.WithPollSize(50), pipeline.WithProcessorLogger(testLogger()), pipeline.WithDeadLetterBackoff(5*time.Millisecond, 50*time.Millisecond))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func (r *dlqRig) run(db *state.DB, hooks engine.Hooks, until func(*engine.Proces
 
 // finished says whether every event is counted and no dead letter is
 // pending.
-func (r *dlqRig) finished(p *engine.Processor) bool {
+func (r *dlqRig) finished(p *pipeline.Processor) bool {
 	pending, err := p.PendingDeadLetters(r.ctx)
 	if err != nil || len(pending) > 0 {
 		return false
@@ -220,7 +221,7 @@ func (r *dlqRig) check() {
 	}
 }
 
-// TestProcessorDeadLettersThroughIggyExactlyOnce runs a engine.Processor on
+// TestProcessorDeadLettersThroughIggyExactlyOnce runs a pipeline.Processor on
 // an Iggy topic with poison events, "crashes" it right after a dead-letter
 // publication and before the rows' deletion, restarts it on the same store,
 // and finds every dead letter exactly once in the dead-letter topic: Sink
@@ -233,7 +234,7 @@ func TestProcessorDeadLettersThroughIggyExactlyOnce(t *testing.T) {
 	errCrash := errors.New("simulated crash")
 	var crashed atomic.Bool
 	db := r.open()
-	err := r.run(db, engine.Hooks{AfterDeadLetterSend: func(uint32, []deadletter.Letter) error {
+	err := r.run(db, pipeline.Hooks{AfterDeadLetterSend: func(uint32, []deadletter.Letter) error {
 		if crashed.CompareAndSwap(false, true) {
 			return errCrash
 		}
@@ -248,7 +249,7 @@ func TestProcessorDeadLettersThroughIggyExactlyOnce(t *testing.T) {
 
 	db = r.open()
 	defer db.Close()
-	if err := r.run(db, engine.Hooks{}, r.finished); err != nil {
+	if err := r.run(db, pipeline.Hooks{}, r.finished); err != nil {
 		t.Fatalf("second run: %v", err)
 	}
 	r.check()
@@ -281,7 +282,7 @@ func TestProcessorThroughIggySurvivesDroppedConnections(t *testing.T) {
 		}
 	}()
 	var commits atomic.Int64
-	err := r.run(db, engine.Hooks{AfterCommit: func(uint32, engine.Result) error {
+	err := r.run(db, pipeline.Hooks{AfterCommit: func(uint32, executor.Result) error {
 		commits.Add(1)
 		time.Sleep(2 * time.Millisecond) // let the drops hit every stage
 		return nil

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -100,7 +100,7 @@ func TestGracefulStopDoesNotResendAHeldDeadLetter(t *testing.T) {
 	defer remove()
 	db := r.open()
 	defer db.Close()
-	err := r.run(db, engine.Hooks{}, func(*engine.Processor) bool {
+	err := r.run(db, pipeline.Hooks{}, func(*pipeline.Processor) bool {
 		select {
 		case <-held: // a dead letter's send is at the broker, unanswered: stop
 			return true
@@ -111,7 +111,7 @@ func TestGracefulStopDoesNotResendAHeldDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first run: %v", err)
 	}
-	if err := r.run(db, engine.Hooks{}, r.finished); err != nil {
+	if err := r.run(db, pipeline.Hooks{}, r.finished); err != nil {
 		t.Fatalf("second run: %v", err)
 	}
 	r.check()

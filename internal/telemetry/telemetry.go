@@ -24,7 +24,8 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -184,7 +185,7 @@ type Gauges struct {
 	// Stats returns every source's stats (App.Stats).
 	Stats func() []stream.Stats
 	// RunCounts returns a source's run totals (Program.RunCounts).
-	RunCounts func(source string) []engine.RunCounts
+	RunCounts func(source string) []executor.RunCounts
 }
 
 // Observe registers the callback of the observable instruments; Close
@@ -251,7 +252,7 @@ func (t *Telemetry) partitionSet(source string, partition uint32) attribute.Set 
 	return s
 }
 
-func (t *Telemetry) typeSet(source string, rc engine.RunCounts) attribute.Set {
+func (t *Telemetry) typeSet(source string, rc executor.RunCounts) attribute.Set {
 	k := source + "\x01" + rc.Name
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -273,12 +274,12 @@ func (t *Telemetry) base(source string, partition uint32) []attribute.KeyValue {
 	}
 }
 
-// Source returns the engine.Observer of one source's processor.
+// Source returns the pipeline.Observer of one source's processor.
 func (t *Telemetry) Source(name string) *SourceObserver {
 	return &SourceObserver{t: t, source: name, spanName: "process " + name, parts: map[uint32]*partSets{}}
 }
 
-// SourceObserver is the engine.Observer of one source: it records the
+// SourceObserver is the pipeline.Observer of one source: it records the
 // metrics of polls and commits and makes the process spans.
 type SourceObserver struct {
 	t        *Telemetry
@@ -289,7 +290,7 @@ type SourceObserver struct {
 	parts map[uint32]*partSets
 }
 
-var _ engine.Observer = (*SourceObserver)(nil)
+var _ pipeline.Observer = (*SourceObserver)(nil)
 
 // partSets are the precomputed attribute sets of one partition.
 type partSets struct {
@@ -350,7 +351,7 @@ func (so *SourceObserver) Polled(partition uint32, records int, start time.Time,
 }
 
 // Committed records a commit's metrics and its process span.
-func (so *SourceObserver) Committed(partition uint32, c engine.Commit) {
+func (so *SourceObserver) Committed(partition uint32, c pipeline.Commit) {
 	ctx := context.Background()
 	ps := so.sets(partition)
 	t := so.t
@@ -395,7 +396,7 @@ func (so *SourceObserver) Committed(partition uint32, c engine.Commit) {
 
 // span makes the commit's process span after the fact, from c.Start to
 // c.End, linked to the spans its records were published in.
-func (so *SourceObserver) span(ps *partSets, c engine.Commit) {
+func (so *SourceObserver) span(ps *partSets, c pipeline.Commit) {
 	_, span := so.t.tracer.Start(context.Background(), so.spanName,
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(c.Start))
 	if !span.IsRecording() {

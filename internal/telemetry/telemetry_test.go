@@ -14,7 +14,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // batch returns a commit of n records whose traceparents come from
 // distinct producer spans.
-func batch(n, distinct int) engine.Commit {
+func batch(n, distinct int) pipeline.Commit {
 	recs := make([]connector.Record, n)
 	offs := make([]uint64, n)
 	for i := range recs {
@@ -32,8 +33,8 @@ func batch(n, distinct int) engine.Commit {
 		offs[i] = uint64(i)
 	}
 	now := time.Now()
-	return engine.Commit{Start: now.Add(-time.Millisecond), End: now, Records: recs,
-		Result: engine.Result{Next: uint64(n), Records: n, Applied: offs}}
+	return pipeline.Commit{Start: now.Add(-time.Millisecond), End: now, Records: recs,
+		Result: executor.Result{Next: uint64(n), Records: n, Applied: offs}}
 }
 
 // BenchmarkCommitted measures the telemetry of one commit of a batch of

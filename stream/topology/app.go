@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
 	"github.com/strand-io/strand/internal/live"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream"
@@ -235,7 +235,7 @@ type App struct {
 	db    *state.DB
 	dlq   connector.Sink
 	sinks map[string]connector.Sink // To and KeyBy destinations
-	procs []*engine.Processor
+	procs []*pipeline.Processor
 	log   *slog.Logger
 
 	tel        *telemetry.Telemetry // see telemetry.go
@@ -273,7 +273,7 @@ func Open(ctx context.Context, t *Topology, conn connector.Connector, dir string
 // directory whose files are missing or damaged (ErrStoreDamaged); see
 // docs/design.md §16.
 func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string, opts ...OpenOption) (*App, error) {
-	o := openOptions{log: slog.Default(), pollSize: engine.DefaultPollSize, prefetch: 1,
+	o := openOptions{log: slog.Default(), pollSize: pipeline.DefaultPollSize, prefetch: 1,
 		cacheSize: state.DefaultCacheSize, valueCache: state.DefaultValueCacheSize, drain: 30 * time.Second}
 	for _, opt := range opts {
 		if opt == nil {
@@ -411,28 +411,28 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	} else if o.queryAddr != "" || o.snapEvery != nil {
 		return nil, fail(errors.New("strand: topology.WithQueryAddr and topology.WithSnapshotEvery need topology.WithGroup"))
 	}
-	popts := []engine.ProcessorOption{
-		engine.WithDeadLetterSink(a.dlq), engine.WithPollSize(o.pollSize), engine.WithPrefetch(o.prefetch),
-		engine.WithProcessorLogger(o.log), engine.WithDrainTimeout(o.drain), engine.WithOutboxSinks(sinks),
+	popts := []pipeline.ProcessorOption{
+		pipeline.WithDeadLetterSink(a.dlq), pipeline.WithPollSize(o.pollSize), pipeline.WithPrefetch(o.prefetch),
+		pipeline.WithProcessorLogger(o.log), pipeline.WithDrainTimeout(o.drain), pipeline.WithOutboxSinks(sinks),
 	}
 	if o.clock != nil {
-		popts = append(popts, engine.WithProcessorClock(o.clock))
+		popts = append(popts, pipeline.WithProcessorClock(o.clock))
 	}
 	if a.grp != nil {
-		popts = append(popts, engine.WithPublishGate(a.grp.gate, a.grp.check))
+		popts = append(popts, pipeline.WithPublishGate(a.grp.gate, a.grp.check))
 	}
 	writers := p.writerGroups()
 	for _, src := range sources {
 		base := popts
 		if len(o.partitions) > 0 && !p.global[src.Name()] { // every instance reads all of a global source
-			base = append(slices.Clip(popts), engine.WithPartitions(o.partitions...))
+			base = append(slices.Clip(popts), pipeline.WithPartitions(o.partitions...))
 		}
 		sopts := slices.Concat(base, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
-			[]engine.ProcessorOption{engine.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
+			[]pipeline.ProcessorOption{pipeline.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
 		if w := writers[src.Name()]; w != nil {
-			sopts = append(sopts, engine.WithWriters(w))
+			sopts = append(sopts, pipeline.WithWriters(w))
 		}
-		proc, err := engine.NewProcessor(p.p, db, src, sopts...)
+		proc, err := pipeline.NewProcessor(p.p, db, src, sopts...)
 		if err != nil {
 			return nil, fail(err)
 		}
@@ -584,9 +584,9 @@ func (a *App) PendingDeadLetters(ctx context.Context) ([]deadletter.Letter, erro
 
 // writerGroups returns the writer turns of the sources that share tables
 // (docs/design.md §2, one writer per row): sources linked by a table they
-// both write, directly or through other sources, share one engine.Writers;
+// both write, directly or through other sources, share one pipeline.Writers;
 // a source that shares no table with another has none.
-func (p *Program) writerGroups() map[string]*engine.Writers {
+func (p *Program) writerGroups() map[string]*pipeline.Writers {
 	parent := map[string]string{}
 	var find func(s string) string
 	find = func(s string) string {
@@ -610,15 +610,15 @@ func (p *Program) writerGroups() map[string]*engine.Writers {
 	for sn := range parent {
 		size[find(sn)]++
 	}
-	out := map[string]*engine.Writers{}
-	groups := map[string]*engine.Writers{}
+	out := map[string]*pipeline.Writers{}
+	groups := map[string]*pipeline.Writers{}
 	for sn := range parent {
 		root := find(sn)
 		if size[root] < 2 {
 			continue
 		}
 		if groups[root] == nil {
-			groups[root] = engine.NewWriters()
+			groups[root] = pipeline.NewWriters()
 		}
 		out[sn] = groups[root]
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -363,7 +363,7 @@ func benchPipelined(b *testing.B, ops []bankOp, ref map[uint64]balance, binaryPa
 	resetPeakRSS()
 	const chunk = 100_000
 	var elapsed, cpu time.Duration
-	var pend *engine.Pending
+	var pend *executor.Pending
 	for start := 0; start < len(ops); start += chunk {
 		recs := bankRecords(b, decls, ops[start:min(start+chunk, len(ops))], uint64(start))
 		t0, c0 := time.Now(), cpuTime()

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -79,12 +79,12 @@ func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event
 		}
 		return envs, buf, err
 	}
-	n.handlers = append(n.handlers, engine.Emit(s.decl, name, topic, engine.EmitTo, emitFn))
+	n.handlers = append(n.handlers, executor.Emit(s.decl, name, topic, executor.EmitTo, emitFn))
 	return s
 }
 
 // emitChunk is the size of the buffers To and KeyBy encode envelopes into
-// (engine.EmitFunc's buf): a few hundred envelopes share one allocation.
+// (executor.EmitFunc's buf): a few hundred envelopes share one allocation.
 const emitChunk = 16 << 10
 
 // spare returns buf if it has room for need more bytes, else a new buffer
@@ -250,7 +250,7 @@ func keyBy[K, E, K2 any](s *Stream[K, E], name string, plain func(E) (K2, error)
 		return append(envs, env), buf, nil
 	}
 	n.outputs = append(n.outputs, topic)
-	n.handlers = append(n.handlers, engine.Emit(s.decl, name, topic, engine.EmitKeyBy, emitFn))
+	n.handlers = append(n.handlers, executor.Emit(s.decl, name, topic, executor.EmitKeyBy, emitFn))
 
 	src := Source[K2](t, topic)
 	sn := &t.sources[src.idx]

@@ -1,6 +1,6 @@
 package topology
 
-import "github.com/strand-io/strand/internal/engine"
+import "github.com/strand-io/strand/internal/executor"
 
 // What a refused start says (docs/design.md §19). A state directory keeps a
 // readable description of the topology that wrote it; Open of another
@@ -11,31 +11,31 @@ import "github.com/strand-io/strand/internal/engine"
 // directory written by another topology: errors.As finds it, errors.Is
 // matches ErrIncompatibleTopology. Changes lists the differences; its
 // message says what to do (strand reset, or Reset).
-type TopologyChangedError = engine.TopologyChangedError
+type TopologyChangedError = executor.TopologyChangedError
 
 // Change is one difference between the topology that wrote a state
 // directory and the one being opened.
-type Change = engine.Change
+type Change = executor.Change
 
 // ChangeKind says how a part of a topology changed: ChangeAdded,
 // ChangeRemoved, ChangeModified.
-type ChangeKind = engine.ChangeKind
+type ChangeKind = executor.ChangeKind
 
 // The kinds of change.
 const (
-	ChangeAdded    = engine.ChangeAdded
-	ChangeRemoved  = engine.ChangeRemoved
-	ChangeModified = engine.ChangeModified
+	ChangeAdded    = executor.ChangeAdded
+	ChangeRemoved  = executor.ChangeRemoved
+	ChangeModified = executor.ChangeModified
 )
 
 // Safety says whether the rows a state directory holds keep their meaning
 // after a change: Safe, or NeedsRebuild (Change.Rebuild names the tables).
-type Safety = engine.Safety
+type Safety = executor.Safety
 
 // The safeties of a change.
 const (
-	Safe         = engine.Safe
-	NeedsRebuild = engine.NeedsRebuild
+	Safe         = executor.Safe
+	NeedsRebuild = executor.NeedsRebuild
 )
 
 // Description returns the readable description of the topology that its

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 
 	"github.com/hashicorp/go-multierror"
 
@@ -328,7 +328,7 @@ func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 			src := topology.Source[string](topo, "log").Skip(9)
 			topology.On(src, decl).ForEach("rec", rec.sink(1))
 			var seen []deadletter.Letter
-			d := newTaskDriver(t, topo, tdTaskOptions(engine.OnDeadLetter(func(dl deadletter.Letter) {
+			d := newTaskDriver(t, topo, tdTaskOptions(executor.OnDeadLetter(func(dl deadletter.Letter) {
 				seen = append(seen, dl)
 			})))
 			h := connector.Headers{Key: []byte("a"), Tag: 1, Ordering: planner.Relaxed}
@@ -565,7 +565,7 @@ func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
 		got = append(got, key)
 		return nil
 	})
-	d := newTaskDriver(t, topo, tdTaskOptions(engine.WithLogger(nil)))
+	d := newTaskDriver(t, topo, tdTaskOptions(executor.WithLogger(nil)))
 	tdPipe(d, decl, Ev{K: "bad"}, Ev{K: "good"})
 	d.Advance()
 	res := d.Results()[0]

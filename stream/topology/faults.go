@@ -4,7 +4,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
@@ -69,16 +70,16 @@ func WithOutboxGrace(d time.Duration) OpenOption {
 
 // processorFaults turns the App's options into the engine's hooks and
 // grace for one source's processor.
-func (o *openOptions) processorFaults(source string) []engine.ProcessorOption {
-	var out []engine.ProcessorOption
+func (o *openOptions) processorFaults(source string) []pipeline.ProcessorOption {
+	var out []pipeline.ProcessorOption
 	if o.grace != nil {
-		out = append(out, engine.WithOutboxGrace(*o.grace))
+		out = append(out, pipeline.WithOutboxGrace(*o.grace))
 	}
 	f := o.faults
 	if f == nil {
 		return out
 	}
-	var h engine.Hooks
+	var h pipeline.Hooks
 	if fn := f.AfterPoll; fn != nil {
 		h.AfterPoll = func(p uint32, recs []connector.Record) error { return fn(source, p, recs) }
 	}
@@ -86,7 +87,7 @@ func (o *openOptions) processorFaults(source string) []engine.ProcessorOption {
 		h.BeforeProcess = func(p uint32, recs []connector.Record) error { return fn(source, p, recs) }
 	}
 	if fn := f.AfterCommit; fn != nil {
-		h.AfterCommit = func(p uint32, res engine.Result) error { return fn(source, p, res.Next) }
+		h.AfterCommit = func(p uint32, res executor.Result) error { return fn(source, p, res.Next) }
 	}
 	letters := func(fn func(string, uint32, []deadletter.Letter) error) func(uint32, []deadletter.Letter) error {
 		if fn == nil {
@@ -105,5 +106,5 @@ func (o *openOptions) processorFaults(source string) []engine.ProcessorOption {
 	}
 	h.BeforeOutboxSend = msgs(f.BeforeOutboxSend)
 	h.AfterOutboxSend = msgs(f.AfterOutboxSend)
-	return append(out, engine.WithHooks(h))
+	return append(out, pipeline.WithHooks(h))
 }

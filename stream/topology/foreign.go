@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -104,7 +104,7 @@ func ForeignSource[K any](t *Topology, name string, classify func(stream.Foreign
 		t.errs = append(t.errs, fmt.Errorf("source %q: ForeignSource with a nil classifier", name))
 	}
 	s := Source[K](t, name)
-	t.sources[s.idx].foreign = engine.NewForeign(classify, keys)
+	t.sources[s.idx].foreign = executor.NewForeign(classify, keys)
 	return s
 }
 

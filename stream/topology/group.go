@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/scaleout/changelog"
 	"github.com/strand-io/strand/internal/scaleout/rebalance"
 	"github.com/strand-io/strand/stream"
@@ -280,7 +281,7 @@ func (gr *group) gate(ctx context.Context, p uint32) error {
 	clog := gr.clog
 	gr.mu.Unlock()
 	if clog == nil {
-		return fmt.Errorf("partition %d: %w", p, engine.ErrFenced)
+		return fmt.Errorf("partition %d: %w", p, executor.ErrFenced)
 	}
 	return clog.Gate(ctx, p)
 }
@@ -292,7 +293,7 @@ func (gr *group) check(p uint32) error {
 	clog := gr.clog
 	gr.mu.Unlock()
 	if clog == nil {
-		return fmt.Errorf("partition %d: %w", p, engine.ErrFenced)
+		return fmt.Errorf("partition %d: %w", p, executor.ErrFenced)
 	}
 	return clog.Check(p)
 }
@@ -451,14 +452,14 @@ func (a *App) runGeneration(ctx context.Context, parts []uint32) error {
 // fencedPartition says whether err ends a partition's work because it is
 // fenced, and the epoch it belongs to.
 func fencedPartition(err error) (uint32, connector.Epoch, bool) {
-	if !errors.Is(err, engine.ErrFenced) {
+	if !errors.Is(err, executor.ErrFenced) {
 		return 0, 0, false
 	}
-	var fe *engine.FencedError
+	var fe *executor.FencedError
 	if errors.As(err, &fe) {
 		return fe.Partition, fe.Epoch, true
 	}
-	var pe *engine.PartitionError
+	var pe *pipeline.PartitionError
 	if errors.As(err, &pe) {
 		return pe.Partition, 0, true
 	}
@@ -469,7 +470,7 @@ func fencedPartition(err error) (uint32, connector.Epoch, bool) {
 // reader, as during a broker outage, or its rows): worth another
 // generation, a bounded number of times (rebalance.MaxGenerationRetries).
 func openFailed(err error) bool {
-	var pe *engine.PartitionError
+	var pe *pipeline.PartitionError
 	return errors.As(err, &pe) && pe.Op == stream.OpOpen
 }
 

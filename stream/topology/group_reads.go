@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 )
 
 // ErrNotConfirmed is wrapped by a table read (Get, Scan, ScanPartition,
@@ -28,7 +28,7 @@ func (gr *group) readGate(ctx context.Context, p uint32) error {
 		return nil
 	}
 	if err := clog.ConfirmRead(ctx, p); err != nil {
-		if errors.Is(err, engine.ErrFenced) {
+		if errors.Is(err, executor.ErrFenced) {
 			return fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 		}
 		return err

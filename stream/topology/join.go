@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 )
@@ -184,7 +184,7 @@ func JoinTables[K, L, R, V any](t *Topology, name string, left *Table[K, L], rig
 		return vt.Stage(tx, p, key, join(l, r, rok))
 	}
 	t.spec.Hooks = append(t.spec.Hooks,
-		engine.HookSpec{Input: lt, Derived: vt, Hook: func(tx *state.Txn, p uint32, key []byte, v any) (func(), error) {
+		executor.HookSpec{Input: lt, Derived: vt, Hook: func(tx *state.Txn, p uint32, key []byte, v any) (func(), error) {
 			if v == nil { // the left row was deleted (topology.Delete)
 				var l L
 				return derive(tx, p, key, l, false, *new(R), false)
@@ -199,7 +199,7 @@ func JoinTables[K, L, R, V any](t *Topology, name string, left *Table[K, L], rig
 			}
 			return derive(tx, p, key, l, true, r, rok)
 		}},
-		engine.HookSpec{Input: rt, Derived: vt, Hook: func(tx *state.Txn, p uint32, key []byte, v any) (func(), error) {
+		executor.HookSpec{Input: rt, Derived: vt, Hook: func(tx *state.Txn, p uint32, key []byte, v any) (func(), error) {
 			l, lok, err := lt.Peek(tx, p, key)
 			if err != nil {
 				return nil, err

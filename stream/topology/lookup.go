@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 )
 
@@ -23,14 +23,14 @@ func (t *Table[K, V]) attacher() state.Attacher { return t.t }
 var (
 	// ErrLookupContext: Lookup was given a context that is not the one a
 	// fold (ProjectContext), ForEach, To or KeyByContext function got.
-	ErrLookupContext = engine.ErrLookupContext
+	ErrLookupContext = executor.ErrLookupContext
 	// ErrLookupUndeclared: the stream did not declare the table with
 	// Reads.
-	ErrLookupUndeclared = engine.ErrLookupUndeclared
+	ErrLookupUndeclared = executor.ErrLookupUndeclared
 	// ErrLookupKey: the key may not be read from here: it is in another
 	// partition, or the table is written by the reader's own input and the
 	// key is not the event's own key.
-	ErrLookupKey = engine.ErrLookupKey
+	ErrLookupKey = executor.ErrLookupKey
 )
 
 // Reads declares that the functions attached to s (its projections written
@@ -66,7 +66,7 @@ func (s *Stream[K, E]) Reads(tables ...Readable) *Stream[K, E] {
 			continue
 		}
 		a := tab.attacher()
-		n.lookups = append(n.lookups, engine.LookupSpec{Tag: s.decl.Tag(), Table: a})
+		n.lookups = append(n.lookups, executor.LookupSpec{Tag: s.decl.Tag(), Table: a})
 		n.checks = append(n.checks, func() error {
 			tn := t.table(a)
 			if tn == nil {
@@ -99,7 +99,7 @@ func Lookup[K, V any](ctx context.Context, table *Table[K, V], key K) (V, bool, 
 		var zero V
 		return zero, false, fmt.Errorf("strand: topology.Lookup: nil table")
 	}
-	return engine.Lookup(ctx, table.t, key)
+	return executor.Lookup(ctx, table.t, key)
 }
 
 // KeyByContext is KeyBy with a key function that is given the run's

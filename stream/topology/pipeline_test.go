@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 
 	"github.com/strand-io/strand/internal/state"
@@ -49,7 +49,7 @@ func TestSubmitPipelinedEqualsFold(t *testing.T) {
 		if got := int(task.Next()); got != next {
 			t.Fatalf("restart %d: task resumes at %d, want %d", restart, got, next)
 		}
-		var pend []*engine.Pending
+		var pend []*executor.Pending
 		var sizes []int
 		for b := 0; b < 1+r.IntN(30) && next < len(recs); b++ {
 			n := min(1+r.IntN(700), len(recs)-next)
@@ -119,11 +119,11 @@ func TestSubmitStopsAfterFailedCommit(t *testing.T) {
 		if err := prog.Attach(db); err != nil {
 			t.Fatal(err)
 		}
-		task, err := prog.NewTask(ctx, db, prog.Sources()[0], 0, engine.WithLogger(nil))
+		task, err := prog.NewTask(ctx, db, prog.Sources()[0], 0, executor.WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pend []*engine.Pending
+		var pend []*executor.Pending
 		failed := false
 		closed := make(chan struct{})
 		for i := 0; i < len(recs); i += 500 {
@@ -145,7 +145,7 @@ func TestSubmitStopsAfterFailedCommit(t *testing.T) {
 		for _, p := range pend {
 			if _, err := p.Wait(); err != nil {
 				failed = true
-				if !errors.Is(err, engine.ErrTaskBroken) {
+				if !errors.Is(err, executor.ErrTaskBroken) {
 					t.Fatalf("Wait = %v, want ErrTaskBroken", err)
 				}
 			}
@@ -221,7 +221,7 @@ func TestSubmitCrashChild(t *testing.T) {
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_SUBMIT_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 5))
 	fmt.Println(crashReady)
-	var pend *engine.Pending
+	var pend *executor.Pending
 	for next := int(task.Next()); next < len(recs); {
 		n := min(1+r.IntN(800), len(recs)-next)
 		p, err := task.Submit(ctx, recs[next:next+n])

@@ -5,25 +5,25 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/stream"
 )
 
 // ResequenceOption configures the re-sequencer of a source (Resequence).
 // An invalid option is refused by Build, with an error naming it.
 type ResequenceOption interface {
-	apply(*engine.ResequenceSpec) error
+	apply(*executor.ResequenceSpec) error
 }
 
 // resequenceOptionFunc adapts a function to ResequenceOption.
-type resequenceOptionFunc func(*engine.ResequenceSpec) error
+type resequenceOptionFunc func(*executor.ResequenceSpec) error
 
-func (f resequenceOptionFunc) apply(c *engine.ResequenceSpec) error { return f(c) }
+func (f resequenceOptionFunc) apply(c *executor.ResequenceSpec) error { return f(c) }
 
 // WithSeqStart sets where each key's sequence starts: stream.StartAtOne (the
 // default) or stream.StartAtFirstSeen, for streams that ran before strand.
 func WithSeqStart(s stream.SeqStart) ResequenceOption {
-	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
+	return resequenceOptionFunc(func(r *executor.ResequenceSpec) error {
 		if !s.Valid() {
 			return fmt.Errorf("strand: topology.WithSeqStart(%d): unknown start", uint8(s))
 		}
@@ -37,7 +37,7 @@ func WithSeqStart(s stream.SeqStart) ResequenceOption {
 // stream.GapDeadLetter once the oldest record held behind the gap has
 // waited timeout on the App's clock (0: only when a bound overflows).
 func WithGapPolicy(p stream.GapPolicy, timeout time.Duration) ResequenceOption {
-	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
+	return resequenceOptionFunc(func(r *executor.ResequenceSpec) error {
 		switch {
 		case !p.Valid():
 			return fmt.Errorf("strand: topology.WithGapPolicy(%d, %v): unknown policy", uint8(p), timeout)
@@ -55,7 +55,7 @@ func WithGapPolicy(p stream.GapPolicy, timeout time.Duration) ResequenceOption {
 // 10,000 and 100,000). When a bound overflows, the key's first gap is given
 // up at once by the gap policy (under GapWait: dead-lettered).
 func WithHoldLimits(perKey, perPartition int) ResequenceOption {
-	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
+	return resequenceOptionFunc(func(r *executor.ResequenceSpec) error {
 		if perKey < 1 || perPartition < 1 {
 			return fmt.Errorf("strand: topology.WithHoldLimits(%d, %d): want at least 1 each", perKey, perPartition)
 		}
@@ -69,7 +69,7 @@ func WithHoldLimits(perKey, perPartition int) ResequenceOption {
 // default) or stream.DeadLetterDuplicates. Duplicates are never applied
 // and always counted (stream.Counters.Duplicates).
 func WithDuplicatePolicy(p stream.DuplicatePolicy) ResequenceOption {
-	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
+	return resequenceOptionFunc(func(r *executor.ResequenceSpec) error {
 		if !p.Valid() {
 			return fmt.Errorf("strand: topology.WithDuplicatePolicy(%d): unknown policy", uint8(p))
 		}
@@ -83,7 +83,7 @@ func WithDuplicatePolicy(p stream.DuplicatePolicy) ResequenceOption {
 // with the state the gap changed; fn is a notification, called on the
 // partition's goroutine, and must not block.
 func WithGapNotice(fn func(stream.GapNotice)) ResequenceOption {
-	return resequenceOptionFunc(func(r *engine.ResequenceSpec) error {
+	return resequenceOptionFunc(func(r *executor.ResequenceSpec) error {
 		if fn == nil {
 			return fmt.Errorf("strand: topology.WithGapNotice: nil function")
 		}
@@ -105,7 +105,7 @@ func WithGapNotice(fn func(stream.GapNotice)) ResequenceOption {
 // Build refuses a source with Resequence but no sequenced type.
 func (s *SourceNode[K]) Resequence(opts ...ResequenceOption) *SourceNode[K] {
 	n := &s.t.sources[s.idx]
-	spec := &engine.ResequenceSpec{}
+	spec := &executor.ResequenceSpec{}
 	if n.reseq != nil {
 		s.t.errs = append(s.t.errs, fmt.Errorf("source %q: Resequence given twice", n.name))
 		return s
@@ -126,12 +126,12 @@ func (s *SourceNode[K]) Resequence(opts ...ResequenceOption) *SourceNode[K] {
 // the key codec writes them) in a source partition, in sequence order, as
 // last committed.
 func (a *App) Held(ctx context.Context, source string, partition uint32, key []byte) ([]stream.HeldRecord, error) {
-	return engine.ReadHolds(ctx, a.db, source, partition, key)
+	return executor.ReadHolds(ctx, a.db, source, partition, key)
 }
 
 // Gaps returns the gaps the re-sequencer gave up for key in a source
 // partition (every key's when key is nil), as last committed: the
 // durable record of every stream.GapNotice.
 func (a *App) Gaps(ctx context.Context, source string, partition uint32, key []byte) ([]stream.GapNotice, error) {
-	return engine.ReadGaps(ctx, a.db, source, partition, key)
+	return executor.ReadGaps(ctx, a.db, source, partition, key)
 }

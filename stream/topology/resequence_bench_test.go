@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
@@ -108,7 +108,7 @@ func runReseqVariant(b *testing.B, decls bankDecls, resequence bool, recs []conn
 	}
 	resetPeakRSS()
 	maxHeld := 0
-	var pend *engine.Pending
+	var pend *executor.Pending
 	t0, c0 := time.Now(), cpuTime()
 	for i := 0; i < len(recs); i += batch {
 		p, err := task.Submit(ctx, recs[i:min(i+batch, len(recs))])

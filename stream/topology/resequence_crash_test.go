@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -172,7 +172,7 @@ func checkReseqStore(t *testing.T, dir string, log []reseqCrashRec) (records uin
 		}
 	}
 	for k, w := range wantHeld {
-		hs, err := engine.ReadHolds(context.Background(), d.DB(), "log", xxh32.Partition([]byte(k), 2), []byte(k))
+		hs, err := executor.ReadHolds(context.Background(), d.DB(), "log", xxh32.Partition([]byte(k), 2), []byte(k))
 		if err != nil {
 			t.Fatal(err)
 		}

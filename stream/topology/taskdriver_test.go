@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/internal/xxh32"
@@ -20,7 +20,7 @@ import (
 // taskDriver runs a topology without a broker, for tests: in the spirit of Kafka
 // Streams' TopologyTestDriver and Goka's tester. Events piped in are kept in
 // an in-memory log per source partition; Step processes them through the
-// very engine.Task a processor runtime uses, on a real Pebble store in a
+// very executor.Task a processor runtime uses, on a real Pebble store in a
 // temporary directory, so tables, checkpoints, parked events and dead
 // letters behave exactly as in production.
 //
@@ -38,18 +38,18 @@ import (
 type taskDriver struct {
 	tb         TB
 	built      *topology.Program
-	prog       *engine.Program
+	prog       *executor.Program
 	dir        string
 	partitions uint32
 	batchSize  func() int
 	stateOpts  []state.Option
-	taskOpts   []engine.TaskOption
+	taskOpts   []executor.TaskOption
 	now        time.Time
 
 	logs    map[string][]*partitionLog // source → partition → records
 	db      *state.DB
-	tasks   map[string][]*engine.Task // source → partition → task
-	results []engine.Result
+	tasks   map[string][]*executor.Task // source → partition → task
+	results []executor.Result
 }
 
 // TB is the part of testing.TB the driver uses: any *testing.T or
@@ -94,7 +94,7 @@ func tdStateOptions(opts ...state.Option) tdOption {
 }
 
 // TaskOptions adds options for every task (OnDeadLetter, WithLogger).
-func tdTaskOptions(opts ...engine.TaskOption) tdOption {
+func tdTaskOptions(opts ...executor.TaskOption) tdOption {
 	return func(d *taskDriver) { d.taskOpts = append(d.taskOpts, opts...) }
 }
 
@@ -145,8 +145,8 @@ func (d *taskDriver) open() {
 		d.tb.Fatalf("topology.taskDriver: %v", err)
 	}
 	d.db = db
-	d.tasks = map[string][]*engine.Task{}
-	topts := append([]engine.TaskOption{engine.WithClock(func() time.Time { return d.now })}, d.taskOpts...)
+	d.tasks = map[string][]*executor.Task{}
+	topts := append([]executor.TaskOption{executor.WithClock(func() time.Time { return d.now })}, d.taskOpts...)
 	for _, s := range d.prog.Sources() {
 		for p := range n {
 			task, err := d.prog.NewTask(context.Background(), db, s, p, topts...)
@@ -159,7 +159,7 @@ func (d *taskDriver) open() {
 }
 
 // Program returns the compiled topology.
-func (d *taskDriver) Program() *engine.Program { return d.prog }
+func (d *taskDriver) Program() *executor.Program { return d.prog }
 
 // DB returns the open store.
 func (d *taskDriver) DB() *state.DB { return d.db }
@@ -247,9 +247,9 @@ func (d *taskDriver) Step() bool {
 	type job struct {
 		source    string
 		partition int
-		task      *engine.Task
+		task      *executor.Task
 		records   []connector.Record // nil: retry parked keys
-		res       engine.Result
+		res       executor.Result
 		err       error
 	}
 	var jobs []*job
@@ -359,11 +359,11 @@ func (d *taskDriver) Lag() int {
 
 // Results returns the result of every batch processed so far (since the
 // driver was made; restarts keep them).
-func (d *taskDriver) Results() []engine.Result { return slices.Clone(d.results) }
+func (d *taskDriver) Results() []executor.Result { return slices.Clone(d.results) }
 
 // Task returns the task of one source partition, to inspect parked keys
 // or Release one.
-func (d *taskDriver) Task(source string, partition uint32) *engine.Task {
+func (d *taskDriver) Task(source string, partition uint32) *executor.Task {
 	ts := d.tasks[source]
 	if int(partition) >= len(ts) {
 		return nil

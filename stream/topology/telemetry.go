@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/telemetry"
 	"github.com/strand-io/strand/stream/deadletter"
 )
@@ -104,10 +104,10 @@ func (a *App) startTelemetry(o *openOptions) error {
 	return nil
 }
 
-func (a *App) telemetryOptions(source string) []engine.ProcessorOption {
-	opts := []engine.ProcessorOption{engine.WithObserver(a.tel.Source(source))}
+func (a *App) telemetryOptions(source string) []pipeline.ProcessorOption {
+	opts := []pipeline.ProcessorOption{pipeline.WithObserver(a.tel.Source(source))}
 	if a.endEvery > 0 {
-		opts = append(opts, engine.WithEndOffsetInterval(a.endEvery))
+		opts = append(opts, pipeline.WithEndOffsetInterval(a.endEvery))
 	}
 	return opts
 }
@@ -138,14 +138,14 @@ func (a *App) observeTelemetry() error {
 // until ctx ends.
 func (a *App) WaitCaughtUp(ctx context.Context) error {
 	type target struct {
-		proc *engine.Processor
+		proc *pipeline.Processor
 		ends []uint64
 	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	// endOffsets asks a source for its end offsets, retrying a failure
 	// (a lost connection) until ctx is done.
-	endOffsets := func(p *engine.Processor) ([]uint64, error) {
+	endOffsets := func(p *pipeline.Processor) ([]uint64, error) {
 		for {
 			ends, err := p.EndOffsets(ctx)
 			if err == nil {

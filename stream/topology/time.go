@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 )
@@ -24,11 +24,11 @@ import (
 // ErrNoFold is wrapped by the error of Delete, Schedule and CancelTimer
 // when ctx is not the context of a running ProjectContext fold or timer
 // handler.
-var ErrNoFold = engine.ErrNoFold
+var ErrNoFold = executor.ErrNoFold
 
 // ErrNoTimers is wrapped by Schedule's error when the table folded has no
 // timer handler (OnTimer).
-var ErrNoTimers = engine.ErrNoTimers
+var ErrNoTimers = executor.ErrNoTimers
 
 // Delete removes the row the fold is folding, once the current event is
 // folded: it is a deletion in the commit (Table.Get answers not found, the
@@ -43,7 +43,7 @@ var ErrNoTimers = engine.ErrNoTimers
 //		func(ctx context.Context, p *Parcel, e ParcelDelivered) error {
 //			return topology.Delete(ctx)
 //		})
-func Delete(ctx context.Context) error { return engine.DeleteRow(ctx) }
+func Delete(ctx context.Context) error { return executor.DeleteRow(ctx) }
 
 // Schedule sets the timer of the key being folded to fire at at, replacing
 // the timer the key had in this table: when the App's clock (WithClock)
@@ -55,10 +55,10 @@ func Delete(ctx context.Context) error { return engine.DeleteRow(ctx) }
 // that has a timer handler; otherwise the error wraps ErrNoFold or
 // ErrNoTimers. A fold that returns Schedule's error fails its event like
 // any other error.
-func Schedule(ctx context.Context, at time.Time) error { return engine.ScheduleTimer(ctx, at) }
+func Schedule(ctx context.Context, at time.Time) error { return executor.ScheduleTimer(ctx, at) }
 
 // CancelTimer cancels the timer of the key being folded, if it has one.
-func CancelTimer(ctx context.Context) error { return engine.CancelTimer(ctx) }
+func CancelTimer(ctx context.Context) error { return executor.CancelTimer(ctx) }
 
 // WithTTL gives the table a time to live: a row that no projection (or
 // timer handler) has written for d, on the App's clock (WithClock), is
@@ -102,8 +102,8 @@ func OnTimer[K, V any](src *SourceNode[K], table *Table[K, V], fn func(ctx conte
 		src.t.errs = append(src.t.errs, fmt.Errorf("source %q: OnTimer has a nil function", src.Name()))
 		return
 	}
-	onTimer(src, table, "", func(tab *state.Table[K, V], kc stream.Codec[K]) engine.TimerHandler {
-		return engine.OnTimer(tab, kc, fn)
+	onTimer(src, table, "", func(tab *state.Table[K, V], kc stream.Codec[K]) executor.TimerHandler {
+		return executor.OnTimer(tab, kc, fn)
 	})
 }
 
@@ -140,8 +140,8 @@ func OnTimerTo[K, V, K2, E2 any](src *SourceNode[K], table *Table[K, V], topic s
 	if !containsString(n.outputs, topic) {
 		n.outputs = append(n.outputs, topic)
 	}
-	onTimer(src, table, topic, func(tab *state.Table[K, V], kc stream.Codec[K]) engine.TimerHandler {
-		return engine.OnTimerTo(tab, kc, topic, func(ctx context.Context, key K, v *V, at time.Time, emit func(stream.Envelope)) error {
+	onTimer(src, table, topic, func(tab *state.Table[K, V], kc stream.Codec[K]) executor.TimerHandler {
+		return executor.OnTimerTo(tab, kc, topic, func(ctx context.Context, key K, v *V, at time.Time, emit func(stream.Envelope)) error {
 			var encErr error
 			err := fn(ctx, key, v, at, func(e E2) {
 				if encErr != nil {
@@ -162,7 +162,7 @@ func OnTimerTo[K, V, K2, E2 any](src *SourceNode[K], table *Table[K, V], topic s
 	})
 }
 
-func onTimer[K, V any](src *SourceNode[K], table *Table[K, V], dest string, build func(*state.Table[K, V], stream.Codec[K]) engine.TimerHandler) {
+func onTimer[K, V any](src *SourceNode[K], table *Table[K, V], dest string, build func(*state.Table[K, V], stream.Codec[K]) executor.TimerHandler) {
 	t := src.t
 	if table == nil {
 		t.errs = append(t.errs, fmt.Errorf("source %q: OnTimer without a table", src.Name()))
@@ -174,7 +174,7 @@ func onTimer[K, V any](src *SourceNode[K], table *Table[K, V], dest string, buil
 		return
 	}
 	srcName := src.Name()
-	t.timers = append(t.timers, timerNode{table: table.t, source: srcName, dest: dest, build: func() (engine.TimerHandler, error) {
+	t.timers = append(t.timers, timerNode{table: table.t, source: srcName, dest: dest, build: func() (executor.TimerHandler, error) {
 		tn := t.table(table.t)
 		if tn.keyErr != nil || !tn.hasKeys {
 			return nil, fmt.Errorf("OnTimer of table %q: the table has no key codec", table.Name())
@@ -194,7 +194,7 @@ type timerNode struct {
 	table  state.Attacher
 	source string
 	dest   string // OnTimerTo's topic
-	build  func() (engine.TimerHandler, error)
+	build  func() (executor.TimerHandler, error)
 }
 
 func containsString(xs []string, s string) bool {
@@ -208,7 +208,7 @@ func containsString(xs []string, s string) bool {
 
 // timeSpecs returns the TTLs and timer handlers of the topology's tables
 // for its engine Spec, and the problems found.
-func (t *Topology) timeSpecs() (ttls []engine.TTLSpec, timers []engine.TimerSpec, errs []error) {
+func (t *Topology) timeSpecs() (ttls []executor.TTLSpec, timers []executor.TimerSpec, errs []error) {
 	for _, tn := range t.tables {
 		errs = append(errs, tn.optErrs...)
 		if tn.ttl <= 0 {
@@ -218,7 +218,7 @@ func (t *Topology) timeSpecs() (ttls []engine.TTLSpec, timers []engine.TimerSpec
 			errs = append(errs, fmt.Errorf("table %q: WithTTL on a table no projection writes", tn.name))
 			continue
 		}
-		ttls = append(ttls, engine.TTLSpec{Table: tn.attacher, TTL: tn.ttl, Source: tn.sources[0], Delete: tn.del})
+		ttls = append(ttls, executor.TTLSpec{Table: tn.attacher, TTL: tn.ttl, Source: tn.sources[0], Delete: tn.del})
 	}
 	for _, tm := range t.timers {
 		h, err := tm.build()
@@ -226,7 +226,7 @@ func (t *Topology) timeSpecs() (ttls []engine.TTLSpec, timers []engine.TimerSpec
 			errs = append(errs, err)
 			continue
 		}
-		timers = append(timers, engine.TimerSpec{Table: tm.table, Source: tm.source, Handler: h, Dest: tm.dest})
+		timers = append(timers, executor.TimerSpec{Table: tm.table, Source: tm.source, Handler: h, Dest: tm.dest})
 	}
 	return ttls, timers, errs
 }

@@ -58,7 +58,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
@@ -69,7 +69,7 @@ import (
 // concurrent use while it is being built; build it once at start-up.
 type Topology struct {
 	name    string
-	spec    engine.Spec
+	spec    executor.Spec
 	sources []sourceNode
 	tables  []tableNode
 	timers  []timerNode // OnTimer (time.go)
@@ -150,17 +150,17 @@ func (t *Topology) Name() string { return t.name }
 type sourceNode struct {
 	name     string
 	keyType  reflect.Type
-	handlers []engine.Handler
+	handlers []executor.Handler
 	skip     []planner.Tag
 	checks   []func() error // per-handler checks run at Build
-	reseq    *engine.ResequenceSpec
+	reseq    *executor.ResequenceSpec
 	// outputs are the topics the source's To and KeyBy steps publish to;
 	// feeder, for a KeyBy's repartition topic, is the source whose
 	// events it carries (its partition count is the topic's).
 	outputs []string
 	feeder  string
-	foreign *engine.ForeignSpec // ForeignSource (foreign.go)
-	lookups []engine.LookupSpec // Reads (lookup.go)
+	foreign *executor.ForeignSpec // ForeignSource (foreign.go)
+	lookups []executor.LookupSpec // Reads (lookup.go)
 	// trustKeys: a KeyByContext's repartition topic, whose records'
 	// keys are taken from their headers (lookup.go).
 	trustKeys bool
@@ -324,7 +324,7 @@ func (s *Stream[K, E]) ForEach(name string, fn func(ctx context.Context, key K, 
 			n.name, s.decl.Tag(), s.decl.Name(), name))
 		return s
 	}
-	n.handlers = append(n.handlers, engine.Handle(s.decl, name, o.maxBatch, fn))
+	n.handlers = append(n.handlers, executor.Handle(s.decl, name, o.maxBatch, fn))
 	return s
 }
 
@@ -341,7 +341,7 @@ func Project[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(v *V, e
 	if fold == nil {
 		return project(s, table, nil)
 	}
-	return project(s, table, engine.Project(s.decl, tableOf(table), fold))
+	return project(s, table, executor.Project(s.decl, tableOf(table), fold))
 }
 
 // ProjectContext is Project with a fold that is given a context: it is
@@ -354,7 +354,7 @@ func ProjectContext[K, E, V any](s *Stream[K, E], table *Table[K, V], fold func(
 	if fold == nil {
 		return project(s, table, nil)
 	}
-	return project(s, table, engine.ProjectContext(s.decl, tableOf(table), fold))
+	return project(s, table, executor.ProjectContext(s.decl, tableOf(table), fold))
 }
 
 func tableOf[K, V any](t *Table[K, V]) *state.Table[K, V] {
@@ -364,7 +364,7 @@ func tableOf[K, V any](t *Table[K, V]) *state.Table[K, V] {
 	return t.t
 }
 
-func project[K, E, V any](s *Stream[K, E], table *Table[K, V], h engine.Handler) *Stream[K, E] {
+func project[K, E, V any](s *Stream[K, E], table *Table[K, V], h executor.Handler) *Stream[K, E] {
 	if !s.check("projection") {
 		return s
 	}
@@ -527,7 +527,7 @@ func (t *Topology) Build() (*Program, error) {
 		if len(n.handlers) == 0 {
 			errs = append(errs, fmt.Errorf("source %q has no handler", n.name))
 		}
-		spec.Sources = append(spec.Sources, engine.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
+		spec.Sources = append(spec.Sources, executor.SourceSpec{Name: n.name, Handlers: n.handlers, Skip: n.skip, Resequence: n.reseq,
 			Foreign: n.foreign, Lookups: n.lookups, TrustKeys: n.trustKeys, Global: n.global})
 	}
 	for _, c := range t.after {
@@ -541,12 +541,12 @@ func (t *Topology) Build() (*Program, error) {
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
 		// problem; only table errors above would be duplicated.
-		if _, err := engine.NewProgram(spec); err != nil {
+		if _, err := executor.NewProgram(spec); err != nil {
 			errs = append(errs, err)
 		}
 		return nil, fmt.Errorf("%w: topology %q: %w", ErrBuild, t.name, errors.Join(errs...))
 	}
-	p, err := engine.NewProgram(spec)
+	p, err := executor.NewProgram(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBuild, err)
 	}
@@ -569,7 +569,7 @@ func (t *Topology) Build() (*Program, error) {
 // Program is a built topology: checked, compiled, ready to Open. It can be
 // opened any number of times, one App at a time per state directory.
 type Program struct {
-	p      *engine.Program
+	p      *executor.Program
 	tables map[string]tableNode
 	// feeders maps each repartition topic (KeyBy) to the source it
 	// re-keys.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -61,7 +61,7 @@ func WithDiskReserve(bytes int64) OpenOption {
 // tell it (stored on the first start), and the end of every partition
 // against its checkpoint, when the connector reports ends. It returns the
 // identities, by source, for the processors to keep checking while they
-// run (engine.WithSourceExtent).
+// run (pipeline.WithSourceExtent).
 func (a *App) checkSources(ctx context.Context, sources []connector.Source, counts map[string]uint32) (map[string]string, error) {
 	ids := map[string]string{}
 	for _, src := range sources {
@@ -101,7 +101,7 @@ func (a *App) checkSources(ctx context.Context, sources []connector.Source, coun
 		}
 		for pt, next := range nexts {
 			if next > ends[pt] {
-				return nil, engine.CheckpointBeyondEnd(name, uint32(pt), next, ends[pt])
+				return nil, pipeline.CheckpointBeyondEnd(name, uint32(pt), next, ends[pt])
 			}
 		}
 	}

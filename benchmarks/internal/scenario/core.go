@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/benchmarks/internal/naive"
@@ -162,7 +162,7 @@ func (m *measure) stop(res *Result) {
 	}
 }
 
-// CoreStrand runs the pre-encoded log through one engine.Task per partition,
+// CoreStrand runs the pre-encoded log through one executor.Task per partition,
 // all partitions concurrently, batches of o.Batch records, sync commits, on
 // a fresh store; then reads the table back and checks it against the
 // sequential reference.
@@ -192,9 +192,9 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 	if err := prog.Attach(db); err != nil {
 		return res, err
 	}
-	tasks := make([]*engine.Task, n)
+	tasks := make([]*executor.Task, n)
 	for p := range n {
-		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, engine.WithLogger(quietLogger())); err != nil {
+		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, executor.WithLogger(quietLogger())); err != nil {
 			return res, err
 		}
 	}
@@ -228,7 +228,7 @@ func CoreStrand(ctx context.Context, o CoreOptions) (Result, error) {
 // partitions concurrently, and returns the number of commits. With
 // pipelined, batches go through Task.Submit, so that a batch's commit
 // overlaps the execution of the next; else through Task.Process.
-func runTasks(ctx context.Context, log *workload.Log, tasks []*engine.Task, batch int, pipelined bool) (int, error) {
+func runTasks(ctx context.Context, log *workload.Log, tasks []*executor.Task, batch int, pipelined bool) (int, error) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(tasks))
 	commits := make([]int, len(tasks))
@@ -254,7 +254,7 @@ func runTasks(ctx context.Context, log *workload.Log, tasks []*engine.Task, batc
 	return total, nil
 }
 
-func processAll(ctx context.Context, log *workload.Log, task *engine.Task, p uint32, batch int) (int, error) {
+func processAll(ctx context.Context, log *workload.Log, task *executor.Task, p uint32, batch int) (int, error) {
 	commits := 0
 	recs := make([]connector.Record, 0, batch)
 	for off := int(task.Next()); off < log.PartitionLen(p); {
@@ -272,12 +272,12 @@ func processAll(ctx context.Context, log *workload.Log, task *engine.Task, p uin
 	return commits, nil
 }
 
-func submitAll(ctx context.Context, log *workload.Log, task *engine.Task, p uint32, batch int) (int, error) {
+func submitAll(ctx context.Context, log *workload.Log, task *executor.Task, p uint32, batch int) (int, error) {
 	commits := 0
 	// Two record buffers: a batch's records stay untouched while its
 	// commit may be in flight.
 	bufs := [2][]connector.Record{make([]connector.Record, 0, batch), make([]connector.Record, 0, batch)}
-	var pending *engine.Pending
+	var pending *executor.Pending
 	wait := func(off int) error {
 		if pending == nil {
 			return nil
@@ -309,7 +309,7 @@ func submitAll(ctx context.Context, log *workload.Log, task *engine.Task, p uint
 	return commits, wait(log.PartitionLen(p))
 }
 
-func checkResult(r engine.Result) error {
+func checkResult(r executor.Result) error {
 	if err := r.Err(); err != nil {
 		return err
 	}

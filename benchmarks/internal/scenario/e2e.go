@@ -10,7 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/benchmarks/internal/naive"
@@ -236,15 +237,15 @@ func (pr *progress) committed(p uint32, next uint64) uint64 {
 	return prev
 }
 
-// processor is a engine.Processor of the accounts topology on a fresh
+// processor is a pipeline.Processor of the accounts topology on a fresh
 // store, reading the broker.
 type processor struct {
 	db   *state.DB
 	topo *workload.Topo
-	proc *engine.Processor
+	proc *pipeline.Processor
 }
 
-func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log, batch int, idleMax time.Duration, hooks engine.Hooks) (*processor, error) {
+func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log, batch int, idleMax time.Duration, hooks pipeline.Hooks) (*processor, error) {
 	topo, err := workload.NewTopology(log.Decls, 0)
 	if err != nil {
 		return nil, err
@@ -264,11 +265,11 @@ func newProcessor(ctx context.Context, dir string, b *broker, log *workload.Log,
 		_ = db.Close()
 		return nil, err
 	}
-	proc, err := engine.NewProcessor(prog, db, src,
-		engine.WithPollSize(batch),
-		engine.WithProcessorLogger(quietLogger()),
-		engine.WithTaskOptions(engine.WithLogger(quietLogger())),
-		engine.WithHooks(hooks))
+	proc, err := pipeline.NewProcessor(prog, db, src,
+		pipeline.WithPollSize(batch),
+		pipeline.WithProcessorLogger(quietLogger()),
+		pipeline.WithTaskOptions(executor.WithLogger(quietLogger())),
+		pipeline.WithHooks(hooks))
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -298,7 +299,7 @@ func (p *processor) run(ctx context.Context, done <-chan struct{}) (stop func() 
 	}
 }
 
-func checkCommit(res engine.Result) error {
+func checkCommit(res executor.Result) error {
 	if err := checkResult(res); err != nil {
 		return err
 	}
@@ -309,7 +310,7 @@ func checkCommit(res engine.Result) error {
 }
 
 // E2EStrand runs the workload through the embedded broker into a
-// engine.Processor: with drain false the producer publishes while the
+// pipeline.Processor: with drain false the producer publishes while the
 // processor runs and the clock covers both (from the first publish to the
 // last commit); with drain true the log is published first and the clock
 // covers the processor alone. Tables are checked against the reference.
@@ -323,7 +324,7 @@ func E2EStrand(ctx context.Context, o E2EOptions, drain bool) (Result, error) {
 
 	pr := newProgress(log)
 	var hookErr atomic.Pointer[error]
-	hooks := engine.Hooks{AfterCommit: func(p uint32, r engine.Result) error {
+	hooks := pipeline.Hooks{AfterCommit: func(p uint32, r executor.Result) error {
 		if err := checkCommit(r); err != nil {
 			err = fmt.Errorf("partition %d: %w", p, err)
 			hookErr.CompareAndSwap(nil, &err)

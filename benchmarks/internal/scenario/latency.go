@@ -14,7 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/benchmarks/internal/workload"
@@ -87,7 +88,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 	}
 	polledAt := make([]int64, log.Partitions())
 	beganAt := make([]int64, log.Partitions())
-	hooks := engine.Hooks{}
+	hooks := pipeline.Hooks{}
 	if o.Trace != "" {
 		hooks.AfterPoll = func(p uint32, _ []connector.Record) error {
 			select {
@@ -108,7 +109,7 @@ func Latency(ctx context.Context, o LatencyOptions) (Result, error) {
 			return nil
 		}
 	}
-	hooks.AfterCommit = func(p uint32, r engine.Result) error {
+	hooks.AfterCommit = func(p uint32, r executor.Result) error {
 		now := time.Now().UnixNano()
 		if err := checkCommit(r); err != nil {
 			err = fmt.Errorf("partition %d: %w", p, err)

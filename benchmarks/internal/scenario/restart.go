@@ -10,7 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/stream/connector"
 
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
@@ -116,7 +117,7 @@ func walBytes(dir string) int64 {
 type session struct {
 	db    *state.DB
 	topo  *workload.Topo
-	tasks []*engine.Task
+	tasks []*executor.Task
 	open  time.Duration // state.Open
 	ocpu  time.Duration // CPU time the process spent during state.Open
 	setup time.Duration // Build + Attach + NewTask ×n
@@ -130,7 +131,7 @@ func (s *RestartStore) open(ctx context.Context) (*session, error) {
 	}
 	t1, c1 := time.Now(), sysstat.CPUTime()
 	topo, err := workload.NewTopology(s.log.Decls, 0)
-	var prog *engine.Program
+	var prog *executor.Program
 	if err == nil {
 		prog = topo.Program
 		topo.SetPartitions(s.o.Partitions)
@@ -140,9 +141,9 @@ func (s *RestartStore) open(ctx context.Context) (*session, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	tasks := make([]*engine.Task, s.o.Partitions)
+	tasks := make([]*executor.Task, s.o.Partitions)
 	for p := range s.o.Partitions {
-		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, engine.WithLogger(quietLogger())); err != nil {
+		if tasks[p], err = prog.NewTask(ctx, db, workload.Source, p, executor.WithLogger(quietLogger())); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -296,7 +297,7 @@ func Restart(ctx context.Context, o RestartOptions) (Result, error) {
 
 // RestartProcessor is the restart through the embedded broker: the broker
 // holds the log that built the state plus a new batch per partition; a
-// engine.Processor is started on the reopened store and the clock stops at
+// pipeline.Processor is started on the reopened store and the clock stops at
 // its first commit in every partition. It includes connecting to the
 // broker and opening one reader per partition.
 func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
@@ -356,7 +357,7 @@ func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
 	done := make(chan struct{})
 	var firstErr atomic.Pointer[error]
 	seen := make([]atomic.Bool, o.Partitions)
-	hooks := engine.Hooks{AfterCommit: func(p uint32, r engine.Result) error {
+	hooks := pipeline.Hooks{AfterCommit: func(p uint32, r executor.Result) error {
 		err := checkCommit(r)
 		first := r.Records > 0 && !seen[p].Swap(true)
 		if err == nil && first && r.Next-uint64(r.Records) != s.next[p] {
@@ -387,8 +388,8 @@ func RestartProcessor(ctx context.Context, o RestartOptions) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	proc, err := engine.NewProcessor(prog, db, src, engine.WithPollSize(o.Batch), engine.WithProcessorLogger(quietLogger()),
-		engine.WithTaskOptions(engine.WithLogger(quietLogger())), engine.WithHooks(hooks))
+	proc, err := pipeline.NewProcessor(prog, db, src, pipeline.WithPollSize(o.Batch), pipeline.WithProcessorLogger(quietLogger()),
+		pipeline.WithTaskOptions(executor.WithLogger(quietLogger())), pipeline.WithHooks(hooks))
 	if err != nil {
 		return res, err
 	}

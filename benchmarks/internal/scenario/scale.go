@@ -16,14 +16,14 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/naive"
 	"github.com/strand-io/strand/benchmarks/internal/sysstat"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/connector"
 )
 
 // ScaleOptions configure the scale scenario: the accounts workload with
 // every one of Workload.Accounts keys touched (workload.Config.Cover), run
-// through one engine.Task per partition or the naive consumer, as the core
+// through one executor.Task per partition or the naive consumer, as the core
 // scenario does, with the input held off the Go heap (workload.Packed) and
 // encoded batch by batch.
 type ScaleOptions struct {
@@ -163,7 +163,7 @@ func (s *scaleRun) close() {
 	_ = os.RemoveAll(s.dir)
 }
 
-// ScaleStrand runs the scale workload through one engine.Task per
+// ScaleStrand runs the scale workload through one executor.Task per
 // partition, all partitions concurrently, batches of o.Batch records through
 // Task.Submit, sync commits, on a fresh store, then checks every account
 // against the reference.
@@ -192,9 +192,9 @@ func ScaleStrand(ctx context.Context, o ScaleOptions) (Result, error) {
 	if err := topo.Program.Attach(db); err != nil {
 		return *res, err
 	}
-	tasks := make([]*engine.Task, n)
+	tasks := make([]*executor.Task, n)
 	for p := range n {
-		if tasks[p], err = topo.Program.NewTask(ctx, db, workload.Source, p, engine.WithLogger(quietLogger())); err != nil {
+		if tasks[p], err = topo.Program.NewTask(ctx, db, workload.Source, p, executor.WithLogger(quietLogger())); err != nil {
 			return *res, err
 		}
 	}
@@ -377,7 +377,7 @@ func eachPartition(n uint32, fn func(p uint32) (int, error)) (int, error) {
 // submitPacked feeds partition p of in to task through Task.Submit, with two
 // record buffers and arenas: a batch's records stay untouched until its
 // commit is known, while the next one executes.
-func submitPacked(ctx context.Context, s *scaleRun, task *engine.Task, p uint32, batch int) (int, error) {
+func submitPacked(ctx context.Context, s *scaleRun, task *executor.Task, p uint32, batch int) (int, error) {
 	in := s.in
 	commits := 0
 	var recs [2][]connector.Record
@@ -387,7 +387,7 @@ func submitPacked(ctx context.Context, s *scaleRun, task *engine.Task, p uint32,
 			s.addBuffers(recs[k], arenas[k])
 		}
 	}()
-	var pending *engine.Pending
+	var pending *executor.Pending
 	wait := func(off int) error {
 		if pending == nil {
 			return nil

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/strand-io/strand/examples/accounts/bank"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
 )
@@ -18,7 +18,7 @@ const Source = bank.Stream + "/" + bank.Topic
 // engine directly: the benchmarks drive its Tasks and processors without
 // the front door, to measure the core itself.
 type Topo struct {
-	Program  *engine.Program
+	Program  *executor.Program
 	Balances *state.Table[AccountID, Account]
 	Decls    Decls
 }
@@ -37,14 +37,14 @@ func NewTopology(d Decls, workers int) (*Topo, error) {
 		values = stream.Binary[Account]()
 	}
 	bal := state.NewTable[AccountID, Account]("balances", keys, values)
-	prog, err := engine.NewProgram(engine.Spec{
+	prog, err := executor.NewProgram(executor.Spec{
 		Name:    bank.TopologyName(ev.Codec),
 		Workers: workers,
-		Sources: []engine.SourceSpec{{Name: Source, Handlers: []engine.Handler{
-			engine.Project(ev.Opened, bal, bank.ApplyOpened),
-			engine.Project(ev.Deposits, bal, bank.ApplyDeposited),
-			engine.Project(ev.Withdrawals, bal, bank.ApplyWithdrawn),
-			engine.Project(ev.Closed, bal, bank.ApplyClosed),
+		Sources: []executor.SourceSpec{{Name: Source, Handlers: []executor.Handler{
+			executor.Project(ev.Opened, bal, bank.ApplyOpened),
+			executor.Project(ev.Deposits, bal, bank.ApplyDeposited),
+			executor.Project(ev.Withdrawals, bal, bank.ApplyWithdrawn),
+			executor.Project(ev.Closed, bal, bank.ApplyClosed),
 		}}},
 	})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -141,17 +141,17 @@ func (c *Changelog) Stamp(p uint32, cps []state.Checkpoint) (uint64, []byte, err
 		if part != nil {
 			e = part.epoch
 		}
-		return 0, nil, engine.Fenced("commit", p, e)
+		return 0, nil, executor.Fenced("commit", p, e)
 	}
 	epoch := part.epoch
 	c.mu.Unlock()
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return 0, nil, engine.Fenced("commit", p, epoch)
+		return 0, nil, executor.Fenced("commit", p, epoch)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if part.lost || c.parts[p] != part {
-		return 0, nil, engine.Fenced("commit", p, epoch)
+		return 0, nil, executor.Fenced("commit", p, epoch)
 	}
 	meta := Meta{Epoch: epoch, Member: part.member, Seq: part.next, Tables: c.tables}
 	for _, cp := range cps {
@@ -192,19 +192,19 @@ func (c *Changelog) Done(p uint32, seq uint64, ok bool) {
 
 // Gate returns once every commit of partition p stamped so far is
 // confirmed in the changelog (so that rows an outbox read may be
-// published), or engine.ErrFenced once p is lost or not kept here.
+// published), or executor.ErrFenced once p is lost or not kept here.
 func (c *Changelog) Gate(ctx context.Context, p uint32) error {
 	c.mu.Lock()
 	part := c.parts[p]
 	if part == nil {
 		c.mu.Unlock()
-		return engine.Fenced("publish rows", p, 0)
+		return executor.Fenced("publish rows", p, 0)
 	}
 	target, epoch := part.next-1, part.epoch
 	c.mu.Unlock()
 	if err := c.waitVerified(ctx, part, target); err != nil {
-		if err == engine.ErrFenced {
-			return engine.Fenced("publish rows", p, epoch)
+		if err == executor.ErrFenced {
+			return executor.Fenced("publish rows", p, epoch)
 		}
 		return err
 	}
@@ -218,7 +218,7 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 		c.mu.Lock()
 		if part.lost {
 			c.mu.Unlock()
-			return engine.ErrFenced
+			return executor.ErrFenced
 		}
 		if part.verified >= min(target, part.next-1) {
 			c.mu.Unlock()
@@ -235,17 +235,17 @@ func (c *Changelog) waitVerified(ctx context.Context, part *clogPart, target uin
 	}
 }
 
-// Check returns engine.ErrFenced unless p is kept here and this member still owns
+// Check returns executor.ErrFenced unless p is kept here and this member still owns
 // it with the epoch it was restored under (its lease holds): outboxes call
 // it at the last moment before a send, so that an owner resumed after a
 // pause does not send what the new owner sends.
 func (c *Changelog) Check(p uint32) error {
 	epoch, kept := c.EpochOf(p)
 	if !kept {
-		return engine.Fenced("publish rows", p, epoch)
+		return executor.Fenced("publish rows", p, epoch)
 	}
 	if e, ok := c.m.Owns(p); !ok || e != epoch {
-		return engine.Fenced("publish rows", p, epoch)
+		return executor.Fenced("publish rows", p, epoch)
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func (c *Changelog) Check(p uint32) error {
 // Flush waits until every commit of p is confirmed in the changelog.
 func (c *Changelog) Flush(ctx context.Context, p uint32) error { return c.Gate(ctx, p) }
 
-// Lost marks p lost: its commits fail with engine.ErrFenced from now on, and its
+// Lost marks p lost: its commits fail with executor.ErrFenced from now on, and its
 // rows are no longer published.
 func (c *Changelog) Lost(p uint32) {
 	c.mu.Lock()
@@ -495,7 +495,7 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 				return res, nil
 			}
 			if r.Kind == KindFence && r.Meta.Epoch > epoch {
-				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, engine.Fenced("restore", p, epoch))
+				return res, fmt.Errorf("partition %d: epoch %d is already fenced by epoch %d: %w", p, epoch, r.Meta.Epoch, executor.Fenced("restore", p, epoch))
 			}
 			prev := h
 			switch h.Next(&r) {
@@ -597,13 +597,13 @@ func (c *Changelog) loadSnapshot(ctx context.Context, p uint32, x uint64) (Meta,
 }
 
 // Serve publishes, confirms and snapshots partition p (restored by
-// Restore) until ctx ends or p is lost: then it returns engine.ErrFenced.
+// Restore) until ctx ends or p is lost: then it returns executor.ErrFenced.
 func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	c.mu.Lock()
 	part := c.parts[p]
 	c.mu.Unlock()
 	if part == nil {
-		return engine.Fenced("serve", p, 0)
+		return executor.Fenced("serve", p, 0)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -616,7 +616,7 @@ func (c *Changelog) Serve(ctx context.Context, p uint32) error {
 	lost := part.lost
 	c.mu.Unlock()
 	if lost {
-		return engine.Fenced("serve", p, part.epoch)
+		return executor.Fenced("serve", p, part.epoch)
 	}
 	return errors.Join(errs...)
 }
@@ -884,7 +884,7 @@ func (c *Changelog) snapshot(ctx context.Context, p uint32, part *clogPart) erro
 		select {
 		case <-ch:
 		case <-lost:
-			return engine.ErrFenced
+			return executor.ErrFenced
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -5,9 +5,10 @@
 // snapshots bound the replay, and Restore rebuilds a partition's store from
 // its changelog when an instance takes the partition over.
 //
-// It sits above the engine (internal/engine) and below the front door
-// (stream/topology): the engine knows the changelog only through the
-// Processor's stamp and gate hooks and the error it returns (engine.ErrFenced).
+// It sits above the executor (internal/executor: ErrFenced, FencedError)
+// and below the front door (stream/topology): the pipelines
+// (internal/pipeline) know the changelog only through the Processor's stamp
+// and gate hooks and the error it returns (executor.ErrFenced).
 // Decode and History read a changelog's records on their own (the
 // strand CLI and the tests check a changelog's history with them).
 package changelog

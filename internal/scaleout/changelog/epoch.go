@@ -2,7 +2,7 @@ package changelog
 
 import (
 	"context"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -18,7 +18,7 @@ func (c *Changelog) kept(p uint32, e connector.Epoch) *clogPart {
 }
 
 // LostEpoch is Forget for the epoch e only: p's commits under e fail with
-// engine.ErrFenced from now on and it is forgotten; if p is kept under another
+// executor.ErrFenced from now on and it is forgotten; if p is kept under another
 // epoch (a newer grant restored meanwhile), nothing changes.
 func (c *Changelog) LostEpoch(p uint32, e connector.Epoch) {
 	c.mu.Lock()
@@ -32,27 +32,27 @@ func (c *Changelog) LostEpoch(p uint32, e connector.Epoch) {
 	}
 }
 
-// ServeEpoch is Serve for p kept under epoch e; a engine.FencedError if p is
+// ServeEpoch is Serve for p kept under epoch e; a executor.FencedError if p is
 // not (any more).
 func (c *Changelog) ServeEpoch(ctx context.Context, p uint32, e connector.Epoch) error {
 	if c.kept(p, e) == nil {
-		return engine.Fenced("serve", p, e)
+		return executor.Fenced("serve", p, e)
 	}
 	return c.Serve(ctx, p)
 }
 
-// FlushEpoch is Flush for p kept under epoch e; a engine.FencedError if p is not.
+// FlushEpoch is Flush for p kept under epoch e; a executor.FencedError if p is not.
 func (c *Changelog) FlushEpoch(ctx context.Context, p uint32, e connector.Epoch) error {
 	part := c.kept(p, e)
 	if part == nil {
-		return engine.Fenced("flush", p, e)
+		return executor.Fenced("flush", p, e)
 	}
 	c.mu.Lock()
 	target := part.next - 1
 	c.mu.Unlock()
 	if err := c.waitVerified(ctx, part, target); err != nil {
-		if err == engine.ErrFenced {
-			return engine.Fenced("flush", p, e)
+		if err == executor.ErrFenced {
+			return executor.Fenced("flush", p, e)
 		}
 		return err
 	}

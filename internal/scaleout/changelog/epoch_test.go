@@ -3,7 +3,7 @@ package changelog
 import (
 	"context"
 	"errors"
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 	"testing"
 
 	"github.com/strand-io/strand/stream/connector"
@@ -23,8 +23,8 @@ func TestChangelogCallsActForTheirEpochOnly(t *testing.T) {
 		t.Fatalf("the loss of epoch 7 ended epoch 9: %d %v", e, ok)
 	}
 	err := c.ServeEpoch(context.Background(), 4, 7)
-	var fe *engine.FencedError
-	if !errors.Is(err, engine.ErrFenced) || !errors.As(err, &fe) || fe.Partition != 4 || fe.Epoch != 7 {
+	var fe *executor.FencedError
+	if !errors.Is(err, executor.ErrFenced) || !errors.As(err, &fe) || fe.Partition != 4 || fe.Epoch != 7 {
 		t.Fatalf("ServeEpoch of epoch 7: %v", err)
 	}
 	if err := c.FlushEpoch(context.Background(), 4, 8); !errors.As(err, &fe) || fe.Epoch != 8 {
@@ -42,7 +42,7 @@ func TestChangelogCallsActForTheirEpochOnly(t *testing.T) {
 	default:
 		t.Fatal("the lost part's waiters were not woken")
 	}
-	if got := engine.Fenced("commit", 3, connector.Epoch(0)).Error(); got != "commit of partition 3: "+engine.ErrFenced.Error() {
+	if got := executor.Fenced("commit", 3, connector.Epoch(0)).Error(); got != "commit of partition 3: "+executor.ErrFenced.Error() {
 		t.Errorf("error without an epoch: %q", got)
 	}
 }

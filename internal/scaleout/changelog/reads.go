@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/strand-io/strand/internal/engine"
+	"github.com/strand-io/strand/internal/executor"
 )
 
 // ConfirmRead returns once every commit of partition p stamped so far is
@@ -13,7 +13,7 @@ import (
 // restores, so what it answers is never taken back by a failover; and
 // the membership must still grant p with its epoch (the lease), so that
 // a deposed owner does not answer rows older than its successor's. It
-// returns an error wrapping engine.ErrFenced when p is lost or released before
+// returns an error wrapping executor.ErrFenced when p is lost or released before
 // its commits were confirmed, and for as long as p's rows here may hold
 // such commits (until p is restored here again); nil at once when p is not
 // kept here and its rows were all confirmed (or never this instance's).
@@ -24,7 +24,7 @@ func (c *Changelog) ConfirmRead(ctx context.Context, p uint32) error {
 		left := c.unconfirmed[p]
 		c.mu.Unlock()
 		if left {
-			return fmt.Errorf("partition %d left this instance with commits not confirmed: %w", p, engine.ErrFenced)
+			return fmt.Errorf("partition %d left this instance with commits not confirmed: %w", p, executor.ErrFenced)
 		}
 		return nil
 	}
@@ -39,13 +39,13 @@ func (c *Changelog) ConfirmRead(ctx context.Context, p uint32) error {
 			// owner that has not noticed yet (paused, cut off) would
 			// answer rows older than the new owner's.
 			if e, ok := c.m.Owns(p); !ok || e != epoch {
-				return fmt.Errorf("partition %d is no longer this instance's (epoch %d): %w", p, epoch, engine.ErrFenced)
+				return fmt.Errorf("partition %d is no longer this instance's (epoch %d): %w", p, epoch, executor.ErrFenced)
 			}
 			return nil
 		}
 		if part.lost {
 			c.mu.Unlock()
-			return fmt.Errorf("partition %d left this instance before its commits were confirmed: %w", p, engine.ErrFenced)
+			return fmt.Errorf("partition %d left this instance before its commits were confirmed: %w", p, executor.ErrFenced)
 		}
 		ch, lost := part.progress, part.lostC
 		c.mu.Unlock()

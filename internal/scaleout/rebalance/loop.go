@@ -28,7 +28,7 @@ func (SystemClock) AfterFunc(d time.Duration, f func()) func() bool {
 }
 
 // Changelog is what Loop needs of the changelog of the partitions the
-// instance owns (internal/engine's Changelog). Every call names the epoch
+// instance owns (internal/scaleout/changelog's Changelog). Every call names the epoch
 // it acts for; a call for an epoch the partition is not kept under any
 // more does nothing (Lost) or fails as fenced.
 type Changelog interface {

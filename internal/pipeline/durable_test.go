@@ -1,0 +1,241 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/goleak"
+
+	"github.com/strand-io/strand/internal/rows"
+	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/connector/memconn"
+	"github.com/strand-io/strand/stream/deadletter"
+)
+
+// holdFS is the operating system's file system with a write-ahead log
+// whose fsyncs can be held: while held, a commit of a Sync store is
+// visible to Pebble's readers (Pebble publishes a batch before its WAL
+// sync returns) but has not returned, which is the window a crash takes
+// back.
+type holdFS struct {
+	vfs.FS
+	mu   sync.Mutex
+	held chan struct{} // non-nil: WAL syncs wait for it to close
+}
+
+func newHoldFS() *holdFS { return &holdFS{FS: vfs.Default} }
+
+// hold makes WAL syncs wait until release.
+func (h *holdFS) hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == nil {
+		h.held = make(chan struct{})
+	}
+}
+
+// release lets the held WAL syncs go on.
+func (h *holdFS) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held != nil {
+		close(h.held)
+		h.held = nil
+	}
+}
+
+func (h *holdFS) wait() {
+	h.mu.Lock()
+	ch := h.held
+	h.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func (h *holdFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return &holdFile{File: f, fs: h}, nil
+}
+
+func (h *holdFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := h.FS.Create(name, c)
+	return h.wrap(name, f, err)
+}
+
+func (h *holdFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := h.FS.ReuseForWrite(oldname, newname, c)
+	return h.wrap(newname, f, err)
+}
+
+func (h *holdFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := h.FS.OpenReadWrite(name, c, opts...)
+	return h.wrap(name, f, err)
+}
+
+type holdFile struct {
+	vfs.File
+	fs *holdFS
+}
+
+func (f *holdFile) Sync() error     { f.fs.wait(); return f.File.Sync() }
+func (f *holdFile) SyncData() error { f.fs.wait(); return f.File.SyncData() }
+func (f *holdFile) SyncTo(n int64) (bool, error) {
+	f.fs.wait()
+	return f.File.SyncTo(n)
+}
+
+// deadLetterVisible reports whether the store shows the dead-letter row of
+// the fixture's source at offset off of partition pt.
+func deadLetterVisible(t *testing.T, db *state.DB, pt uint32, off uint64) bool {
+	t.Helper()
+	want := rows.DeadLetterKey(procSource, off)
+	found := false
+	err := db.Rows(context.Background(), state.FamilyDeadLetters, pt, func(key, _ []byte) error {
+		found = found || bytes.Equal(key, want)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// TestDeadLetterNotPublishedBeforeItsCommitReturned holds the WAL sync of
+// the commit that writes a dead letter, so that Pebble shows its row while
+// the commit has not returned, and makes the dead-letter publisher read
+// the store in that window (a retry of an earlier letter): the letter must
+// not leave before its commit returned — a crash there would take the
+// commit back and the next run would send the letter again.
+func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := newProcFixture(t, 1, nil)
+	fs := newHoldFS()
+	db, err := state.Open(fx.dir, state.WithFS(fs)) // Sync durability
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeDB(t, db)
+	defer fs.release()
+
+	sink := failingSink(1, 0) // the first try of letter 0 fails: a retry reads the store again
+	first := make(chan struct{})
+	goOn := make(chan struct{})
+	var once sync.Once
+	hooks := Hooks{BeforeDeadLetterSend: func(uint32, []deadletter.Letter) error {
+		once.Do(func() { close(first); <-goOn })
+		return nil
+	}}
+	p := newProc(t, fx, db, WithDeadLetterSink(sink), WithHooks(hooks), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
+	_, off0 := fx.pipePoison("a")
+	r := startProcessor(p)
+	<-first // the publisher holds letter 0 in hand
+
+	fs.hold()
+	_, off1 := fx.pipePoison("b")
+	waitFor(t, "letter 1's row visible while its commit waits for the WAL sync", func() bool {
+		return deadLetterVisible(t, db, 0, off1)
+	})
+	close(goOn) // the try fails; the retry reads the store, which shows letter 1
+	waitFor(t, "letter 0 published by the retry", func() bool {
+		return byID(sink)[deadletter.Letter{Source: procSource, Partition: 0, Offset: off0}.ID()] == 1
+	})
+	id1 := deadletter.Letter{Source: procSource, Partition: 0, Offset: off1}.ID()
+	if n := byID(sink)[id1]; n != 0 {
+		t.Fatalf("letter %d published %d times before its commit returned", off1, n)
+	}
+	if st := p.Stats(); len(st.Partitions) == 1 && st.Partitions[0].Next > off1 {
+		t.Fatalf("checkpoint %d: the commit of offset %d returned while its WAL sync was held", st.Partitions[0].Next, off1)
+	}
+
+	fs.release()
+	waitFor(t, "letter 1 published once its commit returned", func() bool { return byID(sink)[id1] == 1 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range byID(sink) {
+		if n != 1 {
+			t.Errorf("letter %x published %d times", id, n)
+		}
+	}
+}
+
+// outboxKeys counts the messages of s by key.
+func outboxKeys(s *memconn.Topic) map[string]int {
+	out := map[string]int{}
+	for _, m := range s.Messages() {
+		out[string(m.Key)]++
+	}
+	return out
+}
+
+// TestOutboxMessageNotPublishedBeforeItsCommitReturned is the dead-letter
+// test's twin for To/KeyBy messages, on the path that reads rows back from
+// the store (a run that starts with messages an earlier run left): while
+// the commit of a new message waits for its WAL sync, a retry that reads
+// the store must not publish it.
+func TestOutboxMessageNotPublishedBeforeItsCommitReturned(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	fx := emitFixture(t, 1)
+	fs := newHoldFS()
+	db, err := state.Open(fx.dir, state.WithFS(fs)) // Sync durability
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeDB(t, db)
+	defer fs.release()
+
+	// Run 1 leaves x's message in the store: its sink refuses everything.
+	fx.pipeDeposit(t, "x", 1) // odd: one message, to topic A
+	refusing := failingSink(1<<30, 0)
+	p := newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: refusing, outTopicB: newMemSink()}),
+		WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
+	r := startProcessor(p)
+	waitFor(t, "x committed", func() bool { return caughtUp(p, fx.src) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Run 2 reads x's row back from the store; its first try is held, then
+	// fails, and the retry reads the store again while y's commit waits
+	// for its WAL sync.
+	a := failingSink(1, 0)
+	first, goOn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hooks := Hooks{BeforeOutboxSend: func(uint32, []connector.Message) error {
+		once.Do(func() { close(first); <-goOn })
+		return nil
+	}}
+	p = newProc(t, fx, db, WithOutboxSinks(map[string]connector.Sink{outTopicA: a, outTopicB: newMemSink()}), WithHooks(hooks),
+		WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
+	r = startProcessor(p)
+	<-first
+	fs.hold()
+	fx.pipeDeposit(t, "y", 3)
+	waitFor(t, "y's outbox row visible while its commit waits for the WAL sync", func() bool {
+		n := 0
+		_ = db.Rows(context.Background(), state.FamilyOutbox, 0, func(_, _ []byte) error { n++; return nil })
+		return n == 2
+	})
+	close(goOn)
+	waitFor(t, "x's message published by the retry", func() bool { return outboxKeys(a)["x/a"] == 1 })
+	if n := outboxKeys(a)["y/a"]; n != 0 {
+		t.Fatalf("y's message published %d times before its commit returned", n)
+	}
+	fs.release()
+	waitFor(t, "y's message published once its commit returned", func() bool { return outboxKeys(a)["y/a"] == 1 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := outboxKeys(a); len(got) != 2 || got["x/a"] != 1 || got["y/a"] != 1 {
+		t.Fatalf("topic A holds %v, want x/a and y/a once", got)
+	}
+}
