@@ -83,6 +83,7 @@ var renames = []rename{
 	{"stream", "Payload", "WithPayload", false},
 	{"stream", "KeyCodec", "WithKeyCodec", false},
 	{"stream", "Sequence", "WithSequence", false},
+	{"stream/connector/memconn", "WithManualRelease", "WithManualDelivery", true},
 	{"stream/topology", "MaxBatch", "WithMaxBatch", true},
 	{"stream/topology", "TableKeys", "WithTableKeys", true},
 	{"stream/topology", "ForeignKeys", "WithForeignKeys", true},

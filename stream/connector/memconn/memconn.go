@@ -6,9 +6,9 @@
 // A Broker holds topics by name. A test appends records to a topic's
 // partitions directly (Topic.Append) or publishes messages to it through a
 // sink (Topic.Send, the Broker's OpenSink), and reads back what was
-// published (Topic.Messages). A Broker made WithManualRelease keeps what is
+// published (Topic.Messages). A Broker made WithManualDelivery keeps what is
 // appended out of the readers' sight until the test releases it
-// (Topic.Release), so that a test driver hands records out batch by batch
+// (Topic.Deliver), so that a test driver hands records out batch by batch
 // (package topologytest does).
 //
 // For tests of failure handling a Topic fails polls (FailPolls) or sends
@@ -20,7 +20,7 @@
 // are copies: a caller may keep and change them.
 //
 // Option is an opaque interface made only by this package's With…
-// functions (WithClock, WithManualRelease); New refuses a bad value with
+// functions (WithClock, WithManualDelivery); New refuses a bad value with
 // an error naming the option.
 package memconn
 
@@ -80,12 +80,12 @@ func WithClock(now func() time.Time) Option {
 	})
 }
 
-// WithManualRelease keeps records appended to the broker's topics (by
-// Append or by a sink) out of their readers' sight until Topic.Release
+// WithManualDelivery keeps records appended to the broker's topics (by
+// Append or by a sink) out of their readers' sight until Topic.Deliver
 // lets them through; end offsets (Topic.EndOffsets) count released
 // records only, as a broker counts what its producers have published. The
 // default releases every record when it is appended.
-func WithManualRelease() Option {
+func WithManualDelivery() Option {
 	return optionFunc(func(b *Broker) error {
 		b.manual = true
 		return nil
@@ -314,9 +314,9 @@ func (pt *partition) append(r connector.Record, raw *connector.RawMessage, relea
 	return r.Offset
 }
 
-// Release lets readers see up to n more records of partition p (on a
-// broker made WithManualRelease) and returns how many it let through.
-func (t *Topic) Release(p uint32, n int) int {
+// Deliver lets readers see up to n more records of partition p (on a
+// broker made WithManualDelivery) and returns how many it let through.
+func (t *Topic) Deliver(p uint32, n int) int {
 	pt, err := t.part(p)
 	if err != nil {
 		return 0

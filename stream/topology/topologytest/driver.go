@@ -317,7 +317,7 @@ func (d *Driver) Step() bool {
 	for _, name := range d.prog.Sources() {
 		s := d.source(name)
 		for p := range d.parts {
-			if s.Release(p, d.batchSize()) > 0 {
+			if s.Deliver(p, d.batchSize()) > 0 {
 				did = true
 			}
 		}
