@@ -336,10 +336,14 @@ func (a *app) waitCaughtUp(ctx context.Context, procDone <-chan error) error {
 		// The wait can fail because the processor did (its partition's
 		// failure ends the App): report that failure, as below, when the
 		// processor has stopped.
+		// A loaded machine may take seconds to stop it: the bound is
+		// for a wait that failed on its own, not a race.
 		select {
 		case perr := <-procDone:
 			return fmt.Errorf("processor stopped before it caught up: %w", perr)
-		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return err
+		case <-time.After(30 * time.Second):
 			return err
 		}
 	case err := <-procDone:

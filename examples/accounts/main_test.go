@@ -229,7 +229,12 @@ func TestBrokerDropsConnections(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
+		// At most maxDrops (10 s of them): on a slow machine a drop every
+		// 100 ms can cut every poll of the final check's read-back before it
+		// returns, and the check never ends (it hung for 7 minutes under a
+		// load of 25 on 2 cores). The run's own phases get the drops first.
+		const maxDrops = 100
+		for drops.Load() < maxDrops {
 			select {
 			case <-stop:
 				return

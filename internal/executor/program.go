@@ -534,12 +534,8 @@ func (p *Program) Fingerprint() []byte { return slices.Clone(p.fingerprint) }
 // what changed.
 // Call it once per opened database, before NewTask.
 func (p *Program) Attach(db *state.DB) error {
-	if err := db.EnsureTopology(p.fingerprint, p.legacyFingerprint, p.description); err != nil {
-		var ie *state.IncompatibleError
-		if errors.As(err, &ie) {
-			return p.changedError(ie)
-		}
-		return strerr.Errorf("strand: topology %q: %w", p.name, err)
+	if err := p.ensureTopology(db); err != nil { // global.go
+		return err
 	}
 	if err := db.Attach(p.tables...); err != nil {
 		return strerr.Errorf("strand: topology %q: attach tables: %w", p.name, err)

@@ -86,6 +86,9 @@ func Build(c *Case) *Built {
 		} else {
 			srcs[i] = topology.Source[string](topo, in.Name)
 		}
+		if in.Global {
+			srcs[i].Global() // crossread.go
+		}
 		if in.Reseq {
 			dup := stream.DropDuplicates
 			if in.DupDeadLetter {
@@ -98,7 +101,7 @@ func Build(c *Case) *Built {
 		}
 	}
 	streams := map[int]*topology.Stream[string, Ev]{}
-	lookups := c.lookups()
+	lookups, deleters, cross := c.lookups(), c.deleters(), c.crossReads()
 	for _, n := range c.Nodes {
 		if n.Depth == 0 {
 			streams[n.ID] = topology.On(srcs[n.Input], b.Decls[n.Input][n.Type])
@@ -106,30 +109,23 @@ func Build(c *Case) *Built {
 		s := streams[n.ID]
 		td := c.Inputs[n.Input].Types[n.Type]
 		lt, looks := lookups[n.ID]
-		if looks {
-			s.Reads(b.Tables[lt])
+		if looks && c.readKinds()[n.ID] == ReadLookup {
+			s.Reads(b.Tables[lt]) // a join declares its table itself
+		}
+		kind, dt, xt := c.readKinds()[n.ID], -1, -1
+		if x, ok := cross[n.ID]; ok {
+			xt = x
+			s.Reads(b.Tables[xt])
+		}
+		if d, ok := deleters[n.ID]; ok {
+			dt = d
 		}
 		for h, t := range n.Tables {
-			fold := b.fold(n, h, td)
 			if !n.CtxFolds {
-				topology.Project(s, b.Tables[t], fold)
+				topology.Project(s, b.Tables[t], b.fold(n, h, td))
 				continue
 			}
-			topology.ProjectContext(s, b.Tables[t], func(ctx context.Context, r *Row, e Ev) error {
-				if ctx.Err() != nil {
-					// The harness never stops an App mid-batch for good: a
-					// fold must not see its context done.
-					return fmt.Errorf("metamorphic: fold of node %d ran with a done context: %w", n.ID, ctx.Err())
-				}
-				if looks {
-					seen, _, err := topology.Lookup(ctx, b.Tables[lt], e.K)
-					if err != nil {
-						return err
-					}
-					r.look(e.ID, seen)
-				}
-				return fold(r, e)
-			})
+			b.projectRead(s, n, h, t, td, lt, kind, looks, t == dt, xt) // streamjoin.go
 		}
 		if n.To {
 			depth := n.Depth

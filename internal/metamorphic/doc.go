@@ -41,12 +41,25 @@
 //     inner or left, when both are projected into and no node feeds both
 //     (derived from the case, not drawn: Case.joins); the model joins its
 //     own rows of the two sides, so a join row must equal the join of the
-//     sides after every run, whatever the interleavings.
+//     sides after every run, whatever the interleavings. A fenced node that
+//     is the only input's writer of a side deletes its row on every fourth
+//     event (topology.Delete, Case.deleters): a deleted side is a missing
+//     side.
 //   - Lookups (topology.Lookup): a node at depth 0 with a static fence
 //     other than Relaxed and ProjectContext folds reads the first table that
 //     only other types of its own input write (derived, not drawn:
 //     Case.lookups); each fold records a digest of the row it saw (Row.Looks)
-//     and the model the digest of its own row at that event.
+//     and the model the digest of its own row at that event. With
+//     Knobs.StreamJoins some of them read it through a stream-table join
+//     instead (topology.ProjectJoin, Left: -1 for a missing row; Inner: an
+//     event without a row is not folded; Case.readKinds).
+//   - Reads of other inputs' tables and global tables (Knobs.CrossReads,
+//     crossread.go): a fenced node reads a table only other inputs write,
+//     and a case in three gets a global input (SourceNode.Global) whose
+//     table such nodes read first. What they see depends on timing (§20),
+//     so the model checks the promise, not a value: each read's digest is
+//     between 0 and the row's final digest, and never decreases along one
+//     node's events of a key.
 //   - Random batch sizes, random pipe/step interleavings, clock advances and
 //     restarts of the App over the same store; tables read with Scan and
 //     every row again with Get.

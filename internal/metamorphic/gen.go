@@ -51,11 +51,20 @@ type Knobs struct {
 	// refused while records are parked or held: then it is a restart.
 	Resets bool
 	// Joins keeps a table-table join of two of the case's tables
-	// (topology.JoinTables, join.go).
+	// (topology.JoinTables, join.go), whose sides' rows are deleted now
+	// and then (topology.Delete, Case.deleters).
 	Joins bool
 	// Lookups makes fenced nodes read a table of their own input with
 	// topology.Lookup (join.go).
 	Lookups bool
+	// StreamJoins makes some of those nodes read their table with a
+	// stream-table join instead (topology.ProjectJoin, Left or Inner;
+	// streamjoin.go).
+	StreamJoins bool
+	// CrossReads makes fenced nodes read a table only other inputs write,
+	// and adds a global input (SourceNode.Global) to a case in three
+	// (crossread.go).
+	CrossReads bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -64,7 +73,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, Joins: true, Lookups: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, Joins: true, Lookups: true, StreamJoins: true, CrossReads: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.
@@ -113,6 +122,8 @@ type InputDesc struct {
 	Types         []TypeDesc
 	// SkipTag, when not 0, is a tag the source skips (SourceNode.Skip).
 	SkipTag planner.Tag
+	// Global: the source is global (SourceNode.Global, Case.addGlobal).
+	Global bool
 }
 
 // NodeDesc is one stream of the topology: the events of one type of an
@@ -319,6 +330,7 @@ func Generate(seed uint64, knobs Knobs) *Case {
 	c.genNodes(r)
 	c.genLog(r)
 	c.genPlan(r)
+	c.addGlobal() // crossread.go
 	return c
 }
 
@@ -554,7 +566,7 @@ func (c *Case) String() string {
 	fmt.Fprintf(&b, "case seed=%d: %d partitions, %d workers, %d attempts, backoff %v..%v, poison policy %s, batches %v\n",
 		c.Seed, c.Parts, c.Workers, c.Attempts, c.backoff(), c.maxBackoff(), c.Poison, c.Batches)
 	for i, in := range c.Inputs {
-		fmt.Fprintf(&b, "  input %d %q foreign=%v reseq=%v dup-dlq=%v skip=%d:", i, in.Name, in.Foreign, in.Reseq, in.DupDeadLetter, in.SkipTag)
+		fmt.Fprintf(&b, "  input %d %q foreign=%v reseq=%v dup-dlq=%v skip=%d global=%v:", i, in.Name, in.Foreign, in.Reseq, in.DupDeadLetter, in.SkipTag, in.Global)
 		for _, t := range in.Types {
 			fmt.Fprintf(&b, " tag%d=%s", t.Tag, t.Kind)
 			if t.Kind == KindFence {
@@ -581,7 +593,13 @@ func (c *Case) String() string {
 			fmt.Fprintf(&b, " keyby→node %d", n.Child)
 		}
 		if t, ok := c.lookups()[n.ID]; ok {
-			fmt.Fprintf(&b, " looks-up %s", c.Tables[t])
+			fmt.Fprintf(&b, " reads %s (%s)", c.Tables[t], c.readKinds()[n.ID])
+		}
+		if t, ok := c.crossReads()[n.ID]; ok {
+			fmt.Fprintf(&b, " reads-other-input's %s", c.Tables[t])
+		}
+		if t, ok := c.deleters()[n.ID]; ok {
+			fmt.Fprintf(&b, " deletes-from %s", c.Tables[t])
 		}
 		b.WriteByte('\n')
 	}

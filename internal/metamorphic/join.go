@@ -41,6 +41,9 @@ func (c *Case) joins() []JoinDesc {
 	}
 	fed := [2]bool{}
 	for _, n := range c.Nodes {
+		if c.Inputs[n.Input].Global && slices.ContainsFunc(n.Tables, func(t int) bool { return t < 2 }) {
+			return nil // joins of global tables are refused
+		}
 		has := [2]bool{}
 		for _, t := range n.Tables {
 			if t < 2 {
@@ -175,10 +178,11 @@ func digest(r Row) int64 {
 	return d
 }
 
-// look records, in r, the digest of the row the event's lookup saw.
-func (r *Row) look(id int, seen Row) {
+// look records, in r, the digest of the row the event's lookup saw
+// (lookDigest).
+func (r *Row) look(id int, d int64) {
 	if r.Looks == nil {
 		r.Looks = map[int]int64{}
 	}
-	r.Looks[id] = digest(seen)
+	r.Looks[id] = d
 }

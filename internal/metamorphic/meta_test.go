@@ -53,6 +53,8 @@ var (
 		{"resets", "some restarts are resets (topology.Reset: rebuild, publish nothing again)", func(k *Knobs) *bool { return &k.Resets }},
 		{"joins", "a table-table join of two tables", func(k *Knobs) *bool { return &k.Joins }},
 		{"lookups", "fenced nodes look up a table of their own input", func(k *Knobs) *bool { return &k.Lookups }},
+		{"cross-reads", "fenced nodes read a table of other inputs; an input made global", func(k *Knobs) *bool { return &k.CrossReads }},
+		{"stream-joins", "some of those read it with a stream-table join (ProjectJoin, left or inner)", func(k *Knobs) *bool { return &k.StreamJoins }},
 	}
 	knobValues = map[string]*bool{}
 )

@@ -24,6 +24,10 @@ type Row struct {
 	// Looks: per event of a node that reads a table (Case.lookups), the
 	// digest of the row its lookup saw.
 	Looks map[int]int64 `json:"k,omitempty"`
+	// XLooks: per event of a node that reads another input's table
+	// (Case.crossReads), the digest of the row it saw: checked against
+	// bounds (crossread.go), not compared.
+	XLooks map[int]int64 `json:"x,omitempty"`
 }
 
 // lane names a lane: physical input, origin key, type tag.
@@ -96,6 +100,13 @@ type Expected struct {
 	TimeFired int
 	// Joins: per join of the case (Case.joins), key → row.
 	Joins []map[string]JoinRow
+	// XBound: per event that read another input's table (Case.crossReads),
+	// the most it may have seen (crossread.go).
+	XBound map[int]int64
+	xreads map[int]xread
+	// timeIDs: per key, the ids the node that feeds the time table
+	// folded, in order (expectTime).
+	timeIDs map[string][]int
 }
 
 // logIdentity names a record of an input by its place in the log;
@@ -138,7 +149,9 @@ func Expect(c *Case) *Expected {
 			x.DLs[logIdentity(in.Name, i)] = ExpDL{Reason: reason}
 		}
 	}
-	lookups := c.lookups()
+	lookups, kinds, deleters, cross := c.lookups(), c.readKinds(), c.deleters(), c.crossReads()
+	x.xreads, x.timeIDs = map[int]xread{}, map[string][]int{}
+	timeNode := c.timeNode()
 	var walk func(n NodeDesc, e Ev)
 	walk = func(n NodeDesc, e Ev) {
 		ident := idIdentity(n.Topic, e.ID)
@@ -159,11 +172,30 @@ func Expect(c *Case) *Expected {
 		}
 		td := c.Inputs[n.Input].Types[n.Type]
 		key := e.keyAt(n.Depth)
+		if n.ID == timeNode {
+			x.timeIDs[key] = append(x.timeIDs[key], e.ids()...)
+		}
 		lt, looks := lookups[n.ID]
+		xt, xreads := cross[n.ID]
+		kind := kinds[n.ID]
+		dt, del := deleters[n.ID]
 		for _, t := range n.Tables {
 			row := x.Tables[t][key]
 			if looks {
-				row.look(e.ID, x.Tables[lt][key])
+				seen, found := x.Tables[lt][key]
+				if kind == ReadInner && !found {
+					x.Tables[t][key] = row // not folded, the row still written
+					continue
+				}
+				row.look(e.ID, lookDigest(kind, seen, found))
+			}
+			if xreads {
+				row.xlook(e.ID, 0) // its value is bounded, not known
+				x.xreads[e.ID] = xread{node: n.ID, table: xt, key: key}
+			}
+			if del && t == dt && deletes(e) {
+				delete(x.Tables[t], key)
+				continue
 			}
 			row.apply(n.Topic, n.Depth, td, e)
 			x.Tables[t][key] = row
@@ -190,6 +222,7 @@ func Expect(c *Case) *Expected {
 	}
 	expectTime(c, x)
 	expectJoins(c, x)
+	expectCrossReads(x)
 	return x
 }
 

@@ -47,7 +47,7 @@ func (c *Case) timeNode() int {
 		return -1
 	}
 	for i, n := range c.Nodes {
-		if n.Depth != 0 || len(n.Tables) == 0 {
+		if n.Depth != 0 || len(n.Tables) == 0 || c.Inputs[n.Input].Global {
 			continue
 		}
 		if k := c.Inputs[n.Input].Types[n.Type].Kind; k == KindFence || k == KindFenceBy {
@@ -102,21 +102,15 @@ func (b *Built) addTime(topo *topology.Topology, srcs []*topology.SourceNode[str
 	})
 }
 
-// expectTime fills x's expectation of the time table from the lanes of the
-// node that feeds it.
+// expectTime fills x's expectation of the time table from the events the
+// model folded in the node that feeds it (Expected.timeIDs: not its
+// table's lanes, which a deleting node may clear, Case.deleters).
 func expectTime(c *Case, x *Expected) {
-	i := c.timeNode()
-	if i < 0 {
+	if c.timeNode() < 0 {
 		return
 	}
-	n := c.Nodes[i]
-	tag := c.Inputs[n.Input].Types[n.Type].Tag
 	x.Time = map[string]TRow{}
-	for key, row := range x.Tables[n.Tables[0]] {
-		ids := row.Lanes[lane(n.Topic, key, tag)]
-		if len(ids) == 0 {
-			continue
-		}
+	for key, ids := range x.timeIDs {
 		var r TRow
 		present, timer := false, false
 		for _, id := range ids {

@@ -121,6 +121,7 @@ type Processor struct {
 type ProcessorOption func(*processorOptions)
 
 type processorOptions struct {
+	tables       func(table string) bool // WithStoreTables (global.go), or nil: all
 	writers      *Writers
 	sink         connector.Sink
 	pollSize     int
@@ -389,7 +390,7 @@ func NewProcessor(prog *executor.Program, db *state.DB, src connector.Source, op
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	if err := prog.Attach(db); err != nil {
+	if err := prog.AttachSome(db, o.tables); err != nil { // global.go
 		return nil, strerr.Errorf("strand: NewProcessor: source %q: %w", name, err)
 	}
 	p := &Processor{

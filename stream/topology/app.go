@@ -230,13 +230,18 @@ func WithDrainTimeout(d time.Duration) OpenOption {
 // Program.Open), run it with Run, query its tables while it runs, and
 // Close it. Its methods are safe for concurrent use.
 type App struct {
-	prog  *Program
-	dir   string
-	db    *state.DB
-	dlq   connector.Sink
-	sinks map[string]connector.Sink // To and KeyBy destinations
-	procs []*pipeline.Processor
-	log   *slog.Logger
+	prog *Program
+	dir  string
+	db   *state.DB
+	// gdb is the store of the global tables of an instance of a group,
+	// or nil (global_group.go); reportsEnds: the global sources that can
+	// report their end offsets.
+	gdb         *state.DB
+	reportsEnds map[string]bool
+	dlq         connector.Sink
+	sinks       map[string]connector.Sink // To and KeyBy destinations
+	procs       []*pipeline.Processor
+	log         *slog.Logger
 
 	tel        *telemetry.Telemetry // see telemetry.go
 	endEvery   time.Duration
@@ -372,20 +377,32 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		return nil, fail(lockHint(dir, err))
 	}
 	a := &App{prog: p, dir: dir, db: db, log: o.log, partitions: o.partitions, sinks: sinks}
-	if err := a.startTelemetry(&o); err != nil {
-		return nil, fail(err)
-	}
 	ok := false
 	defer func() {
 		if !ok {
 			_ = db.Close()
+			if a.gdb != nil {
+				_ = a.gdb.Close()
+			}
+			if a.dlq != nil {
+				closeSinks(map[string]connector.Sink{"": a.dlq})
+			}
 		}
 	}()
-	if err := p.p.Attach(db); err != nil {
+	if o.group != nil && len(p.global) > 0 {
+		if err := a.openGlobalStore(dir, sopts); err != nil { // global_group.go
+			return nil, fail(err)
+		}
+	}
+	a.noteEnds(sources)
+	if err := a.startTelemetry(&o); err != nil {
+		return nil, fail(err)
+	}
+	if err := a.attach(); err != nil {
 		return nil, fail(err)
 	}
 	for _, sn := range p.Sources() {
-		if err := db.EnsureSource(sn, counts[sn]); err != nil {
+		if err := a.storeOf(sn).EnsureSource(sn, counts[sn]); err != nil {
 			return nil, fail(err)
 		}
 	}
@@ -401,9 +418,6 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if err != nil {
 		return nil, fail(fmt.Errorf("dead-letter topic %q: %w", dlqTopic, err))
 	}
-	if o.group != nil && len(p.global) > 0 {
-		return nil, fail(errors.New("strand: topology.WithGroup: the topology has a global source (SourceNode.Global); global tables in a group are not built yet: split the partitions with topology.WithPartitions"))
-	}
 	if o.group != nil {
 		if err := a.openGroup(ctx, conn, &o, counts); err != nil {
 			return nil, fail(err)
@@ -418,21 +432,22 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if o.clock != nil {
 		popts = append(popts, pipeline.WithProcessorClock(o.clock))
 	}
-	if a.grp != nil {
-		popts = append(popts, pipeline.WithPublishGate(a.grp.gate, a.grp.check))
-	}
 	writers := p.writerGroups()
 	for _, src := range sources {
 		base := popts
 		if len(o.partitions) > 0 && !p.global[src.Name()] { // every instance reads all of a global source
 			base = append(slices.Clip(popts), pipeline.WithPartitions(o.partitions...))
 		}
+		if a.grp != nil && !p.global[src.Name()] { // a global source's rows are not the group's (global_group.go)
+			base = append(slices.Clip(base), pipeline.WithPublishGate(a.grp.gate, a.grp.check))
+		}
 		sopts := slices.Concat(base, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
 			[]pipeline.ProcessorOption{pipeline.WithSourceExtent(counts[src.Name()], identities[src.Name()])})
 		if w := writers[src.Name()]; w != nil {
 			sopts = append(sopts, pipeline.WithWriters(w))
 		}
-		proc, err := pipeline.NewProcessor(p.p, db, src, sopts...)
+		db := a.storeOf(src.Name())
+		proc, err := pipeline.NewProcessor(p.p, db, src, append(sopts, pipeline.WithStoreTables(a.storeTables(db)))...)
 		if err != nil {
 			return nil, fail(err)
 		}
@@ -490,18 +505,31 @@ func (a *App) Run(ctx context.Context) error {
 	if a.grp != nil {
 		return a.runGroup(ctx)
 	}
-	errs := make([]error, len(a.procs))
-	var wg sync.WaitGroup
-	for i, proc := range a.procs {
-		wg.Go(func() {
-			errs[i] = proc.Run(ctx)
-			if errs[i] != nil {
-				cancel() // one source failed: stop the others, committing their work
-			}
-		})
+	// The global sources first: the others start once the global tables
+	// caught up to the ends of their topics (global_group.go).
+	globalDone := a.startGlobal(ctx, cancel)
+	if err := a.waitGlobal(ctx); err != nil && ctx.Err() == nil {
+		cancel()
+		return fmt.Errorf("topology %q: run: %w", a.prog.Name(), errors.Join(err, globalDone()))
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	errs := make([]error, len(a.procs))
+	if ctx.Err() == nil {
+		var wg sync.WaitGroup
+		for i, proc := range a.procs {
+			if a.prog.global[proc.Source()] {
+				continue
+			}
+			wg.Go(func() {
+				errs[i] = proc.Run(ctx)
+				if errs[i] != nil {
+					cancel() // one source failed: stop the others, committing their work
+				}
+			})
+		}
+		wg.Wait()
+	}
+	cancel()
+	return errors.Join(append(errs, globalDone())...)
 }
 
 // Close stops Run if it is running (as if its context were done) and waits
@@ -538,6 +566,9 @@ func (a *App) Close() error {
 		}
 	}
 	errs = append(errs, a.tel.Close(), a.db.Close())
+	if a.gdb != nil {
+		errs = append(errs, a.gdb.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -554,7 +585,7 @@ func (a *App) Stats() []stream.Stats {
 // Checkpoint returns the committed next offset of a source partition (where
 // processing resumes), and false when nothing was committed for it.
 func (a *App) Checkpoint(source string, partition uint32) (uint64, bool, error) {
-	return a.db.Checkpoint(source, partition)
+	return a.storeOf(source).Checkpoint(source, partition)
 }
 
 // Release lets a key held behind a poison event (stream.HoldPoisonedKey) go

@@ -323,11 +323,17 @@ func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOp
 	}
 	var n uint32
 	for _, sn := range a.prog.Sources() {
+		if a.prog.global[sn] {
+			continue // read whole by every instance (global_group.go)
+		}
 		if n == 0 {
 			n = counts[sn]
 		} else if counts[sn] != n {
 			return fmt.Errorf("strand: topology.WithGroup: sources have %d and %d partitions (%q); a group shares partitions of one count", n, counts[sn], sn)
 		}
+	}
+	if n == 0 {
+		return errors.New("strand: topology.WithGroup: every source is global (SourceNode.Global); a group shares the partitions of at least one source that is not")
 	}
 	first := a.prog.Sources()[0]
 	streamName, _, ok := strings.Cut(first, "/")
@@ -376,7 +382,7 @@ func (a *App) runGroup(ctx context.Context) error {
 		return fmt.Errorf("topology %q: join the group: %w", a.prog.Name(), err)
 	}
 	clog := changelog.New(a.db, gr.sink, gr.src, gr.topic, gr.marks, m, changelog.Options{
-		Sources: a.prog.Sources(), SnapshotEvery: gr.snapEvery, Logger: a.log,
+		Sources: a.groupSources(), SnapshotEvery: gr.snapEvery, Logger: a.log,
 		Progress: func(rp changelog.RestoreProgress) {
 			gr.setPhase(rp.Partition, func(st *partState) {
 				if st.phase == NotOwned {
@@ -424,7 +430,17 @@ func (a *App) runGroup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := loop.Run(ctx); err != nil {
+	// The global sources run the whole membership, over all their
+	// partitions, whatever the instance owns (global_group.go).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	globalDone := a.startGlobal(ctx, cancel)
+	err = loop.Run(ctx)
+	cancel()
+	if gerr := globalDone(); gerr != nil {
+		return fmt.Errorf("topology %q: %w", a.prog.Name(), errors.Join(err, gerr))
+	}
+	if err != nil {
 		return fmt.Errorf("topology %q: %w", a.prog.Name(), err)
 	}
 	return nil
@@ -435,9 +451,20 @@ func (a *App) runGroup(ctx context.Context) error {
 func (a *App) runGeneration(ctx context.Context, parts []uint32) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The folds start once the global tables caught up to the ends of
+	// their topics now (global_group.go).
+	if err := a.waitGlobal(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // the generation ended first
+		}
+		return err
+	}
 	errs := make([]error, len(a.procs))
 	var wg sync.WaitGroup
 	for i, proc := range a.procs {
+		if a.prog.global[proc.Source()] {
+			continue // runs beside the generations (runGroup)
+		}
 		wg.Go(func() {
 			errs[i] = proc.RunPartitions(ctx, parts)
 			if errs[i] != nil {

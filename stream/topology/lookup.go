@@ -130,25 +130,32 @@ func (a *App) runsOf(source string, pt uint32) bool {
 
 // Global makes the source global (Kafka Streams' GlobalKTable, Goka's
 // lookup tables): every instance of the topology reads all of its
-// partitions, whatever topology.WithPartitions gives it, into tables of its
-// own store, and any function of the topology may look those tables up
-// (Lookup, declared with Reads) at any key, whatever its partition.
+// partitions, whatever topology.WithPartitions or its group (WithGroup)
+// gives it, into tables of its own store, and any function of the topology
+// may look those tables up (Lookup, declared with Reads) at any key,
+// whatever its partition.
 //
-// Freshness: a lookup of a global table reads the table as last committed
-// when the lookup runs (not as of the batch: the global source's pipelines
-// commit beside the reader's), so it may be behind the global topic by what
-// its pipelines have not committed yet (their lag, in Stats), never by
-// more, and never goes back. Nothing orders a global source's records with
+// Freshness (docs/design.md §20): the folds of the other sources start (at
+// Run, and in a group whenever the instance's partitions are assigned or
+// move) only once the global tables caught up to the ends of their topics
+// observed then, so a row published before is always seen. Afterwards a
+// lookup of a global table reads the table as last committed when the
+// lookup runs (not as of the batch: the global source's pipelines commit
+// beside the reader's), so it may be behind the global topic by what its
+// pipelines have not committed yet (their lag, in Stats), never by more,
+// and never goes back. Nothing orders a global source's records with
 // another input's: a fold that needs a row that may not have arrived yet
 // fails and is retried (WithRetry).
 //
-// Restart: the global source's checkpoints and rows commit in the store
-// like any source's, so a restart resumes from them without replay.
+// Restart: the global source's checkpoints and rows commit like any
+// source's (in a group, in a store of their own, GlobalStoreDir, that the
+// changelog and ownership moves leave alone), so a restart resumes from
+// them without replay.
 //
 // Build refuses, on a global source, anything but projections into tables
 // that only global sources feed (a ForEach, To or KeyBy would happen once
-// per instance), lookups, and joins of global tables; Open refuses a
-// global source in a group (WithGroup): not built yet. Global returns s.
+// per instance), lookups, and joins of global tables; Open refuses a group
+// whose sources are all global. Global returns s.
 func (s *SourceNode[K]) Global() *SourceNode[K] {
 	s.t.sources[s.idx].global = true
 	return s

@@ -30,10 +30,11 @@ type benchSum struct {
 // lookupBenchTopology is the lookup benchmark's topology: transactions
 // (Relaxed, not reduced) folded into sums, rates set now and then by an
 // Acquire-fenced type of the same source, tiers from a source of their
-// own. With lookups the fold reads the key's rate and tier (two lookups
-// per event); without, it folds the amount alone, over the same tables
-// and writes.
-func lookupBenchTopology(lookups bool) (*topology.Topology, *stream.Event[uint64, benchTx], *stream.Event[uint64, benchRate], *stream.Event[uint64, benchRate], *topology.Table[uint64, benchSum]) {
+// own (mode "global": a global source, SourceNode.Global). With lookups
+// (modes "lookups" and "global") the fold reads the key's rate and tier
+// (two lookups per event); without ("plain"), it folds the amount alone,
+// over the same tables and writes.
+func lookupBenchTopology(mode string) (*topology.Topology, *stream.Event[uint64, benchTx], *stream.Event[uint64, benchRate], *stream.Event[uint64, benchRate], *topology.Table[uint64, benchSum]) {
 	topo := topology.New("lookup-bench")
 	tx := stream.DeclareFunc[uint64](1, func(e benchTx) uint64 { return e.K })
 	rate := stream.DeclareFunc[uint64](2, func(e benchRate) uint64 { return e.K }, stream.WithFence(planner.Acquire))
@@ -43,9 +44,13 @@ func lookupBenchTopology(lookups bool) (*topology.Topology, *stream.Event[uint64
 	sums := topology.NewTable[uint64, benchSum](topo, "sums", stream.JSON[benchSum]())
 	src := topology.Source[uint64](topo, "bench/tx")
 	topology.Project(topology.On(src, rate), rates, func(v *int64, e benchRate) error { *v = e.Rate; return nil })
-	topology.Project(topology.On(topology.Source[uint64](topo, "bench/tiers"), tier), tiers, func(v *int64, e benchRate) error { *v = e.Rate; return nil })
+	tierSrc := topology.Source[uint64](topo, "bench/tiers")
+	if mode == "global" {
+		tierSrc.Global()
+	}
+	topology.Project(topology.On(tierSrc, tier), tiers, func(v *int64, e benchRate) error { *v = e.Rate; return nil })
 	s := topology.On(src, tx)
-	if !lookups {
+	if mode == "plain" {
 		topology.ProjectContext(s, sums, func(_ context.Context, v *benchSum, e benchTx) error {
 			v.Sum += e.Amt
 			v.N++
@@ -70,8 +75,9 @@ func lookupBenchTopology(lookups bool) (*topology.Topology, *stream.Event[uint64
 }
 
 // BenchmarkLookupFold compares a fold that reads two other tables per event
-// (one its own source writes, one another source writes) with the same fold
-// without lookups, through the engine's tasks (NoSync commits, to compare
+// (one its own source writes, one another source writes: "lookups"; or a
+// global table, read as last committed: "global") with the same fold
+// without lookups ("plain"), through the engine's tasks (NoSync commits, to compare
 // CPU rather than fsyncs; batches of 10,000). STRAND_BENCH_EVENTS (default
 // 200,000) and STRAND_BENCH_ACCOUNTS (keys, default 10,000) change the
 // workload.
@@ -80,11 +86,11 @@ func lookupBenchTopology(lookups bool) (*topology.Topology, *stream.Event[uint64
 func BenchmarkLookupFold(b *testing.B) {
 	n := envInt("STRAND_BENCH_EVENTS", 200_000)
 	keys := envInt("STRAND_BENCH_ACCOUNTS", 10_000)
-	for _, mode := range []string{"plain", "lookups"} {
+	for _, mode := range []string{"plain", "lookups", "global"} {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
-				topo, txDecl, rateDecl, tierDecl, sums := lookupBenchTopology(mode == "lookups")
+				topo, txDecl, rateDecl, tierDecl, sums := lookupBenchTopology(mode)
 				d := newTaskDriver(b, topo, tdBatchSize(10_000), tdStateOptions(state.WithDurability(state.NoSync)))
 				r := rand.New(rand.NewPCG(1, 2))
 				for k := range keys {

@@ -71,7 +71,7 @@ func (a *App) checkSources(ctx context.Context, sources []connector.Source, coun
 			if err != nil {
 				return nil, fmt.Errorf("source %q: identity: %w", name, err)
 			}
-			if err := a.db.EnsureSourceIdentity(name, id); err != nil {
+			if err := a.storeOf(name).EnsureSourceIdentity(name, id); err != nil {
 				return nil, err
 			}
 			ids[name] = id
@@ -85,7 +85,7 @@ func (a *App) checkSources(ctx context.Context, sources []connector.Source, coun
 		n := counts[name]
 		nexts := make([]uint64, n)
 		for pt := range n {
-			next, _, err := a.db.Checkpoint(name, pt)
+			next, _, err := a.storeOf(name).Checkpoint(name, pt)
 			if err != nil {
 				return nil, err
 			}
