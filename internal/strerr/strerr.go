@@ -65,4 +65,3 @@ func (c *chain) Unwrap() []error {
 	}
 	return nil
 }
-
