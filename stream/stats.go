@@ -53,6 +53,12 @@ type Counters struct {
 	// applied; TimerFailures the timers dropped because their handler
 	// failed. Each is counted by the commit that did it.
 	Expired, TimersFired, TimerFailures uint64
+	// LateEvents counts the events of window tables (topology.Aggregate)
+	// that came after every window they belong to closed and were counted
+	// instead of aggregated (topology.WithLateEvents); WindowsClosed the
+	// windows closed (their results final). Each is counted by the commit
+	// that did it.
+	LateEvents, WindowsClosed uint64
 }
 
 // PartitionStats describes one partition's pipeline.

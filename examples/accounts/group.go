@@ -28,7 +28,7 @@ func (a *app) groupOptions() []topology.OpenOption {
 	}
 	g := a.cl.Group(a.cfg.stream, gopts...)
 	return []topology.OpenOption{topology.WithGroup(g), topology.WithQueryAddr(a.httpAddr),
-		topology.WithSnapshotEvery(a.cfg.snapshotEvery)}
+		topology.WithSnapshotEvery(a.cfg.snapshotEvery), topology.WithStandbys(a.cfg.standbys)}
 }
 
 // groupStatus is what GET /group answers: this instance's part in the
@@ -41,6 +41,19 @@ type groupStatus struct {
 	Partitions []partStatus `json:"partitions"`
 	// Members is the group as this instance last read its membership.
 	Members []memberStatus `json:"members"`
+	// Standbys are the standby copies this instance keeps (-standbys).
+	Standbys []standbyStatus `json:"standbys"`
+}
+
+// standbyStatus is a standby copy of a partition this instance does not
+// own, and how current it is.
+type standbyStatus struct {
+	Partition uint32 `json:"partition"`
+	Seq       uint64 `json:"seq"` // the last commit applied
+	Lag       uint64 `json:"lag"` // changelog records not applied yet
+	// StalenessMS is how long ago the copy held every commit of the
+	// changelog (-1: not yet).
+	StalenessMS int64 `json:"staleness_ms"`
 }
 
 // partStatus is one partition of an instance of a group.
@@ -93,9 +106,16 @@ type memberStatus struct {
 
 // status returns this instance's part in the group.
 func (a *app) status(ctx context.Context) groupStatus {
-	gs := groupStatus{Instance: a.cfg.instance, Addr: a.httpAddr, Partitions: []partStatus{}, Members: []memberStatus{}}
+	gs := groupStatus{Instance: a.cfg.instance, Addr: a.httpAddr, Partitions: []partStatus{}, Members: []memberStatus{}, Standbys: []standbyStatus{}}
 	if a.app == nil {
 		return gs
+	}
+	for _, sb := range a.app.Standbys() {
+		age := int64(-1)
+		if !sb.CurrentAt.IsZero() {
+			age = max(time.Since(sb.CurrentAt), 0).Milliseconds()
+		}
+		gs.Standbys = append(gs.Standbys, standbyStatus{Partition: sb.Partition, Seq: sb.Seq, Lag: sb.Lag, StalenessMS: age})
 	}
 	if m := a.app.Membership(); m != nil {
 		gs.Member = uint64(m.ID())

@@ -213,6 +213,9 @@ func (a *app) instanceArgs(n int, http string) []string {
 	if !c.static {
 		args = append(args, "-static=false")
 	}
+	if c.standbys > 0 {
+		args = append(args, "-standbys", strconv.Itoa(c.standbys))
+	}
 	if c.resequence {
 		args = append(args, "-resequence")
 	}

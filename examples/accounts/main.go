@@ -121,6 +121,7 @@ type config struct {
 	sessionTimeout time.Duration
 	static         bool
 	snapshotEvery  int
+	standbys       int
 	killAfter      time.Duration
 	query          string
 }
@@ -182,6 +183,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.sessionTimeout, "session-timeout", 5*time.Second, "-group: how long an instance may go silent before the others take its partitions over")
 	fs.BoolVar(&c.static, "static", true, "-group: join with the stable instance id accounts-N (static membership): a restarted instance takes its partitions back at once instead of after the session timeout")
 	fs.IntVar(&c.snapshotEvery, "snapshot-every", 200, "-group: commits of a partition between two snapshots of its state in its changelog (0: none; a restore then replays the whole changelog)")
+	fs.IntVar(&c.standbys, "standbys", 0, "-group: standby copies of every partition kept by other instances (topology.WithStandbys): a failover then promotes one instead of restoring from the changelog")
 	fs.DurationVar(&c.killAfter, "kill-after", 0, "-role all -instances N (N >= 2): SIGKILL the last instance this long after the processors start; the others take its partitions over (0: never)")
 	fs.StringVar(&c.query, "query", "", "-role check: check the accounts through the query server at this address (host:port of any instance of a group) instead of a store under -data")
 	fs.BoolVar(&c.trace, "trace", false, "print spans to stdout: the producer's publish spans (one per 10,000 events) and strand's process spans linked to them (metrics are always served at /metrics)")
@@ -250,6 +252,8 @@ func (c config) checkScaleOut() error {
 		return fmt.Errorf("-session-timeout %v: want at least 100ms", c.sessionTimeout)
 	case c.snapshotEvery < 0:
 		return fmt.Errorf("-snapshot-every %d: want >= 0", c.snapshotEvery)
+	case c.standbys < 0 || c.standbys > 16:
+		return fmt.Errorf("-standbys %d: want 0..16", c.standbys)
 	case c.killAfter < 0 || (c.killAfter > 0 && c.instances < 2):
 		return fmt.Errorf("-kill-after %v: want a duration > 0 with -instances 2 or more", c.killAfter)
 	case c.query != "" && c.role != "check":

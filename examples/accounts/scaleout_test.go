@@ -64,6 +64,8 @@ type clusterConfig struct {
 	// dynamic turns static membership off (-static=false).
 	session time.Duration
 	dynamic bool
+	// standbys is -standbys.
+	standbys int
 	// stopPoint, when set, arms the instances' stop hooks (stopHooks):
 	// SIGUSR1 makes an instance stop itself there.
 	stopPoint string
@@ -93,7 +95,7 @@ func newCluster(t *testing.T, cc clusterConfig) *cluster {
 	cfg, err := parseFlags([]string{"-role", "producer", "-iggy", srv.Addr(), "-events", "0", "-rate", fmt.Sprint(cc.rate),
 		"-accounts", strconv.Itoa(cc.accounts), "-poison", "1000000", "-data", c.root,
 		"-session-timeout", session.String(), "-snapshot-every", strconv.Itoa(cc.snapshotEvery),
-		fmt.Sprintf("-static=%v", !cc.dynamic)}, io.Discard)
+		fmt.Sprintf("-static=%v", !cc.dynamic), "-standbys", strconv.Itoa(cc.standbys)}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -184,6 +184,7 @@ type eventRunner[K, E any] struct {
 	projects []projector[E]
 	emits    []*emitHandler[K, E] // KeyBy steps first
 	bufs     sync.Pool            // *runBuf[E]
+	windowed bool                 // a projector is a window aggregation (windows.go)
 	counts   runCounters
 }
 
@@ -318,6 +319,9 @@ func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 			r.emits = append(r.emits, h)
 		case projector[E]:
 			r.projects = append(r.projects, h)
+			if _, ok := h.(windowInput); ok {
+				r.windowed = true
+			}
 		default:
 			return nil, fmt.Errorf("handler %T does not take events of type tag %d (%s)", h, d.Tag(), d.Name())
 		}
@@ -369,13 +373,21 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 		buf.owner = make([]int, len(buf.events))
 	}
 	buf.owner = buf.owner[:len(buf.events)]
+	var unreduced []E // Reduce overwrites buf.events (windows.go)
+	if r.windowed {
+		unreduced = slices.Clone(buf.events)
+	}
 	reduced, err := reduce(r.ev, r.alg, buf.events, buf.owner)
 	if err != nil {
 		// Nothing was applied: the run fails as a handler would.
 		return runResult{end: runFailed, err: err, at: -1}
 	}
 	r.counts.reduced(rc.key, len(buf.events), len(reduced))
+	if r.windowed {
+		rc.win = &runWin{events: unreduced, idx: buf.idx, owner: buf.owner}
+	}
 	applied, failed, err := r.apply(rc, key, reduced, replayedRun(b, buf.idx))
+	rc.win = nil
 	for j, i := range buf.idx {
 		if buf.owner[j] < applied {
 			b.status[i] = statusApplied

@@ -54,6 +54,8 @@ type Spec struct {
 	// Hooks keep derived tables (table-table joins) up to date with
 	// their inputs (derive.go).
 	Hooks []HookSpec
+	// Windows are the window tables (windows.go).
+	Windows []WindowSpec
 }
 
 // SourceSpec is one source of a program and the handlers of its events.
@@ -112,6 +114,8 @@ type Program struct {
 	// hooks: per input table, the derived tables its writes update
 	// (derive.go).
 	hooks map[string][]hook
+	// windows holds the window tables by name (windows.go).
+	windows map[string]*windowTime
 }
 
 // programSource is one source of a program, with routes by type tag.
@@ -130,6 +134,9 @@ type programSource struct {
 	// sweeps are the tables whose deadlines the source's Tasks sweep
 	// (timers.go).
 	sweeps []*tableTime
+	// wins are the window tables whose stream time the source's Tasks
+	// keep (windows.go).
+	wins []*windowTime
 	// lookups: per type tag, the tables its handlers read and how
 	// (lookup.go).
 	lookups map[planner.Tag]map[string]lookupRule
@@ -254,6 +261,7 @@ func NewProgram(spec Spec) (*Program, error) {
 		}
 	}
 	c.compileTimes(spec)
+	c.compileWindows(spec)
 	c.compileHooks(spec)
 	c.compileLookups(spec)
 	names := slices.Clone(p.tableNames)

@@ -128,7 +128,9 @@ type Task struct {
 	due atomic.Int64
 	// dueParked: the last sweep left deadlines of parked keys behind.
 	dueParked bool
-	stuck     []stream.StuckRun // runs of the last abandoned batch (stuck.go)
+	// wms: the stream time of each window table the Task keeps (windows.go).
+	wms   []wmState
+	stuck []stream.StuckRun // runs of the last abandoned batch (stuck.go)
 
 	// scratch reused by Process
 	in      []connector.Record
@@ -274,6 +276,9 @@ type Result struct {
 	// the timers whose handlers it applied; TimerFailures the timers
 	// dropped because their handler failed (timers.go).
 	Expired, Fired, TimerFailures int
+	// Late counts the late events of window tables this commit counted;
+	// WindowsClosed the windows it closed (windows.go).
+	Late, WindowsClosed int
 	// Swept: the commit swept the deadlines (its Task's NextRetry moved).
 	Swept bool
 	// Outbox holds the outbox messages the commit wrote, in seq order, for
@@ -364,6 +369,8 @@ type batch struct {
 	expired map[string]bool
 	// timerEmits: what the sweep's timer handlers publish (timers.go)
 	timerEmits []emitted
+	// win: the batch's view of the window tables (windows.go).
+	win []winBatch
 
 	mu       sync.Mutex
 	dead     []deadEntry
@@ -428,6 +435,7 @@ type runCtx struct {
 	b         *batch
 	slot      *activeRun   // the worker's: what it runs now (stuck.go)
 	scope     *lookupScope // the key's lookups (lookup.go); nil: none
+	win       *runWin      // the run's unreduced events, for window aggregations (windows.go)
 }
 
 // Process processes one batch of the task's partition, records in offset
@@ -801,12 +809,14 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 		}
 	}()
 
+	t.windowsStart(b)
 	if sweepDue {
 		if err := t.sweep(b, &res); err != nil {
 			return nil, strerr.Errorf("strand: source %q partition %d: %w", t.src.name, t.partition, err)
 		}
 		res.Swept = true
 	}
+	t.windowsPrepass(b)
 	t.prepare(b, nParked)
 	if err := t.executeOrAbandon(b, sb); err != nil {
 		return nil, err
@@ -821,6 +831,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 
 	// Write parked rows, dead letters and the checkpoint, and work out the
 	// new parked state; apply it to memory only after the commit.
+	t.windowsFinish(b, &res)
 	changes := t.writeOutcome(b, now, &res)
 	res.Mismatches = b.mismatches
 	if sb != nil {
@@ -861,6 +872,7 @@ func (t *Task) applyStaged(st *staged) {
 		t.applySeq(st.seq)
 	}
 	t.applyOutbox(st.b)
+	t.windowsApply(st.b)
 }
 
 // report logs a committed batch's failures and dead letters and calls

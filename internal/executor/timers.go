@@ -185,7 +185,7 @@ func (t *Task) loadDue(ctx context.Context) error {
 		}
 	}
 	t.due.Store(earliest)
-	return nil
+	return t.loadWindows(ctx)
 }
 
 var errStopScan = errors.New("stop")
@@ -209,12 +209,12 @@ func (t *Task) firstIndex(ctx context.Context, pre []byte) (time.Time, bool, err
 // deadlineDue reports whether a deadline of the Task's tables may be due at
 // now.
 func (t *Task) deadlineDue(now time.Time) bool {
-	return len(t.src.sweeps) > 0 && t.due.Load() <= now.UnixNano()
+	return (len(t.src.sweeps) > 0 || len(t.src.wins) > 0) && t.due.Load() <= now.UnixNano()
 }
 
 // nextDeadline returns the earliest deadline that may be due, if any.
 func (t *Task) nextDeadline() (time.Time, bool) {
-	if len(t.src.sweeps) == 0 {
+	if len(t.src.sweeps) == 0 && len(t.src.wins) == 0 {
 		return time.Time{}, false
 	}
 	n := t.due.Load()
@@ -254,7 +254,11 @@ func (t *Task) sweep(b *batch, res *Result) error {
 			next, parked = min(next, n), parked || p
 		}
 	}
-	t.dueParked = parked
+	p, err := t.sweepWindows(b, res)
+	if err != nil {
+		return err
+	}
+	t.dueParked = parked || p
 	if next != math.MaxUint64 {
 		t.lowerDue(rows.DecodeDeadline(next).UnixNano())
 	}

@@ -338,6 +338,8 @@ func addCounters(c *stream.Counters, o stream.Counters) {
 	c.Expired += o.Expired
 	c.TimersFired += o.TimersFired
 	c.TimerFailures += o.TimerFailures
+	c.LateEvents += o.LateEvents
+	c.WindowsClosed += o.WindowsClosed
 }
 
 // NewProcessor returns a processor of src for prog on db. It attaches the

@@ -635,6 +635,8 @@ func (pl *pipeline) committed(res executor.Result, batch bool) error {
 		ps.Expired += uint64(res.Expired)
 		ps.TimersFired += uint64(res.Fired)
 		ps.TimerFailures += uint64(res.TimerFailures)
+		ps.LateEvents += uint64(res.Late)
+		ps.WindowsClosed += uint64(res.WindowsClosed)
 		ps.Gaps += uint64(len(res.Gaps))
 		if batch {
 			ps.Batches++

@@ -18,6 +18,10 @@ import (
 const (
 	DeadlineExpiry = 'X'
 	DeadlineTimer  = 'T'
+	// DeadlineWindow: a window table's next action per key, in event
+	// time; DeadlineStreamTime: its stream time row (internal/engine/windows.go).
+	DeadlineWindow     = 'W'
+	DeadlineStreamTime = 'M'
 )
 
 // DeadlinePrefix returns the prefix of the rows of one kind of deadline of

@@ -63,6 +63,9 @@ const (
 	MetricResequenced    = "strand.resequencer.released"
 	MetricDuplicates     = "strand.resequencer.duplicates"
 	MetricGaps           = "strand.resequencer.gaps"
+	// Standby copies (topology.WithStandbys, docs/design.md §15).
+	MetricStandbyLag       = "strand.standby.lag"
+	MetricStandbyStaleness = "strand.standby.staleness"
 
 	AttrReason     = attribute.Key("strand.dead_letter.reason")
 	AttrCommitKind = attribute.Key("strand.commit.kind")
@@ -99,6 +102,8 @@ type Telemetry struct {
 	lag, parkedKeys, parkedRecords metric.Int64ObservableGauge
 	reduced, calls                 metric.Int64ObservableCounter
 	heldKeys, heldRecords          metric.Int64ObservableGauge
+	standbyLag                     metric.Int64ObservableGauge
+	standbyStaleness               metric.Float64ObservableGauge
 	oldestHold                     metric.Float64ObservableGauge
 	resequenced, duplicates, gaps  metric.Int64ObservableCounter
 
@@ -174,6 +179,10 @@ func New(cfg Config) (*Telemetry, error) {
 	t.resequenced = obsCounter(MetricResequenced, "{event}", "Records the re-sequencer held and later released (or dead-lettered behind a gap).")
 	t.duplicates = obsCounter(MetricDuplicates, "{event}", "Records the re-sequencer found already applied or held; never applied.")
 	t.gaps = obsCounter(MetricGaps, "{gap}", "Gaps the re-sequencer gave up waiting for (skipped or dead-lettered).")
+	t.standbyLag = gauge(MetricStandbyLag, "{message}", "Changelog records a standby copy of a partition has not applied yet.")
+	t.standbyStaleness, err = m.Float64ObservableGauge(MetricStandbyStaleness, metric.WithUnit("s"),
+		metric.WithDescription("How long ago a standby copy of a partition last held every commit of its changelog (absent until it first did)."))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, strerr.Errorf("strand: instruments: %w", err)
 	}
@@ -186,6 +195,18 @@ type Gauges struct {
 	Stats func() []stream.Stats
 	// RunCounts returns a source's run totals (Program.RunCounts).
 	RunCounts func(source string) []executor.RunCounts
+	// Standbys returns the standby copies kept now (may be nil).
+	Standbys func() []StandbyGauge
+}
+
+// StandbyGauge is one standby copy of a partition (of the topology whose
+// first source is Source): its lag in changelog records and its
+// staleness (negative: not current yet).
+type StandbyGauge struct {
+	Source    string
+	Partition uint32
+	Lag       uint64
+	Staleness time.Duration
 }
 
 // Observe registers the callback of the observable instruments; Close
@@ -215,9 +236,18 @@ func (t *Telemetry) Observe(g Gauges) error {
 				o.ObserveInt64(t.calls, int64(rc.Calls), metric.WithAttributeSet(set))
 			}
 		}
+		if g.Standbys != nil {
+			for _, sb := range g.Standbys() {
+				set := t.partitionSet(sb.Source, sb.Partition)
+				o.ObserveInt64(t.standbyLag, int64(sb.Lag), metric.WithAttributeSet(set))
+				if sb.Staleness >= 0 {
+					o.ObserveFloat64(t.standbyStaleness, sb.Staleness.Seconds(), metric.WithAttributeSet(set))
+				}
+			}
+		}
 		return nil
 	}, t.lag, t.parkedKeys, t.parkedRecords, t.reduced, t.calls,
-		t.heldKeys, t.heldRecords, t.oldestHold, t.resequenced, t.duplicates, t.gaps)
+		t.heldKeys, t.heldRecords, t.oldestHold, t.resequenced, t.duplicates, t.gaps, t.standbyLag, t.standbyStaleness)
 	if err != nil {
 		return strerr.Errorf("strand: register callback: %w", err)
 	}

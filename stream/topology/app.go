@@ -84,6 +84,7 @@ type openOptions struct {
 	group      connector.Group  // see group.go
 	queryAddr  string
 	snapEvery  *int
+	standbys   int            // WithStandbys (standby.go)
 	reserve    *int64         // WithDiskReserve (world.go)
 	faults     *Faults        // WithFaults (faults.go)
 	grace      *time.Duration // WithOutboxGrace (faults.go)
@@ -422,8 +423,8 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		if err := a.openGroup(ctx, conn, &o, counts); err != nil {
 			return nil, fail(err)
 		}
-	} else if o.queryAddr != "" || o.snapEvery != nil {
-		return nil, fail(errors.New("strand: topology.WithQueryAddr and topology.WithSnapshotEvery need topology.WithGroup"))
+	} else if o.queryAddr != "" || o.snapEvery != nil || o.standbys > 0 {
+		return nil, fail(errors.New("topology.WithQueryAddr, topology.WithSnapshotEvery and topology.WithStandbys need topology.WithGroup"))
 	}
 	popts := []pipeline.ProcessorOption{
 		pipeline.WithDeadLetterSink(a.dlq), pipeline.WithPollSize(o.pollSize), pipeline.WithPrefetch(o.prefetch),

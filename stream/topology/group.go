@@ -255,6 +255,7 @@ type group struct {
 	g          connector.Group
 	addr       string
 	snapEvery  int
+	standbys   int // WithStandbys (standby.go)
 	partitions uint32
 	topic      string
 	sink       connector.Sink
@@ -362,7 +363,7 @@ func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOp
 		snapEvery = *o.snapEvery
 	}
 	marks, _ := conn.(connector.Bookmarks)
-	a.grp = &group{g: o.group, addr: o.queryAddr, snapEvery: snapEvery, partitions: n, topic: topic,
+	a.grp = &group{g: o.group, addr: o.queryAddr, snapEvery: snapEvery, standbys: o.standbys, partitions: n, topic: topic,
 		sink: sink, src: src, marks: marks, parts: map[uint32]*partState{}}
 	a.db.SetReadGate(a.grp.readGate) // group_reads.go
 	return nil
@@ -426,6 +427,8 @@ func (a *App) runGroup(ctx context.Context) error {
 		Retryable:  openFailed,
 		Log:        log,
 		OnChange:   gr.follow,
+		Standbys:   gr.standbys,
+		Partitions: gr.partitions,
 	})
 	if err != nil {
 		return err
@@ -515,6 +518,9 @@ func (g groupChangelog) Flush(ctx context.Context, p uint32, e connector.Epoch) 
 	return g.c.FlushEpoch(ctx, p, e)
 }
 func (g groupChangelog) Lost(p uint32, e connector.Epoch) { g.c.LostEpoch(p, e) }
+
+// Standby keeps a standby copy of p (rebalance.StandbyChangelog).
+func (g groupChangelog) Standby(ctx context.Context, p uint32) error { return g.c.Standby(ctx, p) }
 
 // follow keeps the phases Phase and Ownership report in step with the
 // loop's.

@@ -115,7 +115,7 @@ func (a *App) telemetryOptions(source string) []pipeline.ProcessorOption {
 // observeTelemetry registers the observable instruments (lag, parked keys,
 // reduced events, handler calls) once the processors exist.
 func (a *App) observeTelemetry() error {
-	return a.tel.Observe(telemetry.Gauges{Stats: a.Stats, RunCounts: a.prog.p.RunCounts})
+	return a.tel.Observe(telemetry.Gauges{Stats: a.Stats, RunCounts: a.prog.p.RunCounts, Standbys: a.standbyGauges})
 }
 
 // WaitCaughtUp returns nil once the App has caught up with its sources as

@@ -76,6 +76,8 @@ type Topology struct {
 	errs    []error
 	// after runs at Build once every source's checks ran (join.go).
 	after []func() error
+	// windows are the window tables (window.go).
+	windows []windowNode
 }
 
 // Option configures a Topology.
@@ -538,6 +540,9 @@ func (t *Topology) Build() (*Program, error) {
 	ttls, timers, terrs := t.timeSpecs()
 	errs = append(errs, terrs...)
 	spec.TTLs, spec.Timers = ttls, timers
+	wspecs, werrs := t.windowSpecs()
+	errs = append(errs, werrs...)
+	spec.Windows = wspecs
 	if len(errs) > 0 {
 		// Report the program's own checks too, so one Build names every
 		// problem; only table errors above would be duplicated.

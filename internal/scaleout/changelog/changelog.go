@@ -92,6 +92,8 @@ type Changelog struct {
 	// unconfirmed holds the partitions forgotten with commits not
 	// confirmed (changelog_reads.go), until restored again.
 	unconfirmed map[uint32]bool
+	// sb: the standby copies kept now (standby.go).
+	sb standbys
 }
 
 // clogPart is one owned partition's changelog state; guarded by
@@ -404,55 +406,12 @@ type rebuilt struct {
 func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch, member connector.MemberID, level int) (rebuilt, error) {
 	start := time.Now()
 	var res rebuilt
-	var h History
-	var from uint64
-	var localHead Meta // reuse: the store's last commit
-	mode, modeLevel := "full", levelStart
-	if level <= levelReuse {
-		head, okHead, err := c.db.LogHead(p)
-		if err != nil {
-			return res, err
-		}
-		posRow, okPos, err := c.db.Row(state.FamilyChangelog, p, positionKey)
-		if err != nil {
-			return res, err
-		}
-		var pos position
-		if okHead && okPos {
-			if localHead, err = parseHead(head); err == nil {
-				err = json.Unmarshal(posRow, &pos)
-			}
-			if err == nil && localHead.Seq >= pos.Seq {
-				mode, modeLevel = "reuse", levelReuse
-				from, h = pos.Offset+1, History{Epoch: pos.Epoch, Last: pos.Seq}
-				res.last, res.lastOff, res.lastEpoch = pos.Seq, pos.Offset, pos.Epoch
-			}
-		}
+	b, err := c.begin(ctx, p, level)
+	if err != nil {
+		return res, err
 	}
-	if mode == "full" {
-		if err := c.db.DropPartition(ctx, p); err != nil {
-			return res, fmt.Errorf("partition %d: drop the local rows: %w", p, err)
-		}
-		if level <= levelSnapshot && c.marks != nil {
-			if x, ok, err := c.marks.Bookmark(ctx, c.topic, p, SnapshotBookmark); err != nil {
-				c.log.Warn("strand: reading the snapshot bookmark failed; restoring from the changelog's start", "partition", p, "err", err)
-			} else if ok {
-				snapHead, resume, n, err := c.loadSnapshot(ctx, p, x)
-				if err == nil {
-					mode, modeLevel = "snapshot", levelSnapshot
-					res.snapshot = true
-					res.applied += n
-					from, h = resume+1, History{Epoch: snapHead.Epoch, Last: snapHead.Seq}
-					res.last, res.lastOff, res.lastEpoch = snapHead.Seq, resume, snapHead.Epoch
-				} else {
-					c.log.Warn("strand: the latest snapshot could not be loaded; restoring from the changelog's start", "partition", p, "err", err)
-					if err := c.db.DropPartition(ctx, p); err != nil {
-						return res, err
-					}
-				}
-			}
-		}
-	}
+	h, from, localHead, mode, modeLevel := b.h, b.from, b.localHead, b.mode, b.modeLevel
+	res.last, res.lastOff, res.lastEpoch, res.snapshot, res.applied = b.last, b.lastOff, b.lastEpoch, b.snapshot, b.applied
 	rd, err := c.src.Open(ctx, p, from)
 	if err != nil {
 		return res, fmt.Errorf("partition %d: open the changelog at %d: %w", p, from, err)
@@ -531,6 +490,73 @@ func (c *Changelog) rebuild(ctx context.Context, p uint32, epoch connector.Epoch
 			c.log.Info("strand: restoring partition", "partition", p, "offset", recs[n-1].Offset+1, "end", end, "applied", res.applied)
 		}
 	}
+}
+
+// readStart is where a rebuild (a restore, or a standby copy) of a partition
+// begins reading its changelog, and what it starts from.
+type readStart struct {
+	h             History
+	from          uint64
+	localHead     Meta // reuse: the store's last commit
+	mode          string
+	modeLevel     int
+	last, lastOff uint64
+	lastEpoch     connector.Epoch
+	snapshot      bool
+	applied       int
+}
+
+// begin picks the cheapest start at level or above (docs/design.md §15,
+// "Restore"): the local rows with their position (reuse), the latest
+// snapshot, the changelog's start. Below reuse it drops p's rows first.
+func (c *Changelog) begin(ctx context.Context, p uint32, level int) (readStart, error) {
+	b := readStart{mode: "full", modeLevel: levelStart}
+	if level <= levelReuse {
+		head, okHead, err := c.db.LogHead(p)
+		if err != nil {
+			return b, err
+		}
+		posRow, okPos, err := c.db.Row(state.FamilyChangelog, p, positionKey)
+		if err != nil {
+			return b, err
+		}
+		var pos position
+		if okHead && okPos {
+			if b.localHead, err = parseHead(head); err == nil {
+				err = json.Unmarshal(posRow, &pos)
+			}
+			if err == nil && b.localHead.Seq >= pos.Seq {
+				b.mode, b.modeLevel = "reuse", levelReuse
+				b.from, b.h = pos.Offset+1, History{Epoch: pos.Epoch, Last: pos.Seq}
+				b.last, b.lastOff, b.lastEpoch = pos.Seq, pos.Offset, pos.Epoch
+			}
+		}
+	}
+	if b.mode == "full" {
+		if err := c.db.DropPartition(ctx, p); err != nil {
+			return b, fmt.Errorf("partition %d: drop the local rows: %w", p, err)
+		}
+		if level <= levelSnapshot && c.marks != nil {
+			if x, ok, err := c.marks.Bookmark(ctx, c.topic, p, SnapshotBookmark); err != nil {
+				c.log.Warn("strand: reading the snapshot bookmark failed; restoring from the changelog's start", "partition", p, "err", err)
+			} else if ok {
+				snapHead, resume, n, err := c.loadSnapshot(ctx, p, x)
+				if err == nil {
+					b.mode, b.modeLevel = "snapshot", levelSnapshot
+					b.snapshot = true
+					b.applied += n
+					b.from, b.h = resume+1, History{Epoch: snapHead.Epoch, Last: snapHead.Seq}
+					b.last, b.lastOff, b.lastEpoch = snapHead.Seq, resume, snapHead.Epoch
+				} else {
+					c.log.Warn("strand: the latest snapshot could not be loaded; restoring from the changelog's start", "partition", p, "err", err)
+					if err := c.db.DropPartition(ctx, p); err != nil {
+						return b, err
+					}
+				}
+			}
+		}
+	}
+	return b, nil
 }
 
 // loadSnapshot applies the snapshot whose first chunk is at offset x, and

@@ -74,6 +74,15 @@ type Config struct {
 	// LeaveTimeout the flush of every partition when the loop stops
 	// (default 5s).
 	FlushTimeout, ReleaseTimeout, LeaveTimeout time.Duration
+	// Standbys is how many standby copies of each partition the group
+	// keeps (docs/design.md §15, "Standbys"); 0: none. With Standbys,
+	// Changelog must be a StandbyChangelog and Partitions the group's
+	// partition count.
+	Standbys   int
+	Partitions uint32
+	// StandbyEvery is how often the standby assignment is computed again
+	// from the membership besides every assignment (default 250ms).
+	StandbyEvery time.Duration
 }
 
 // Loop drives a Node: it feeds it the membership's assignments and the
@@ -88,9 +97,14 @@ type Loop struct {
 	done   chan struct{} // closed when Run returns: posts stop
 	wg     sync.WaitGroup
 
-	tasks  map[uint32]*task // the restore or changelog task of each partition
+	tasks  map[uint32]*task // the restore, changelog or standby task of each partition
 	gen    *runningGen
 	timers map[Timer]func() bool
+
+	// standbys: the set last handed to the node (loop_standby.go);
+	// tick stops the standby timer.
+	standbys []uint32
+	tick     func() bool
 }
 
 type task struct {
@@ -128,6 +142,20 @@ func NewLoop(cfg Config) (*Loop, error) {
 	if cfg.LeaveTimeout <= 0 {
 		cfg.LeaveTimeout = 5 * time.Second
 	}
+	if cfg.Standbys < 0 {
+		return nil, fmt.Errorf("strand: %d standbys, want 0 or more", cfg.Standbys)
+	}
+	if cfg.Standbys > 0 {
+		if _, ok := cfg.Changelog.(StandbyChangelog); !ok {
+			return nil, fmt.Errorf("strand: standbys need a changelog that keeps standby copies (%T does not)", cfg.Changelog)
+		}
+		if cfg.Partitions == 0 {
+			return nil, errors.New("strand: standbys need the group's partition count")
+		}
+	}
+	if cfg.StandbyEvery <= 0 {
+		cfg.StandbyEvery = 250 * time.Millisecond
+	}
 	return &Loop{cfg: cfg, node: NewNode(), log: cfg.Log, events: make(chan Event, 64),
 		done: make(chan struct{}), tasks: map[uint32]*task{}, timers: map[Timer]func() bool{}}, nil
 }
@@ -151,10 +179,16 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 		for _, stop := range l.timers {
 			stop()
 		}
+		if l.tick != nil {
+			l.tick()
+		}
 		l.leave()
 		l.wg.Wait()
 	}()
 	asg := l.cfg.Membership.Assignments()
+	if err := l.startStandbys(ctx); err != nil {
+		return err
+	}
 	for {
 		var genEnded chan Event
 		if l.gen != nil {
@@ -190,9 +224,19 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			if err := l.step(ctx, Event{Kind: k, P: a.Partition, Epoch: a.Epoch}); err != nil {
 				return err
 			}
+			if err := l.refreshStandbys(ctx); err != nil {
+				return err
+			}
 		case ev := <-l.events:
 			if ev.Kind == flushed {
 				l.release(ctx, ev.P, ev.Epoch)
+				continue
+			}
+			if ev.Kind == standbyTick {
+				if err := l.refreshStandbys(ctx); err != nil {
+					return err
+				}
+				l.armTick()
 				continue
 			}
 			if ev.Kind == TimerFired {
@@ -249,6 +293,10 @@ func (l *Loop) act(ctx context.Context, a Action) error {
 		l.timers[t] = l.cfg.Clock.AfterFunc(a.After, func() { l.post(Event{Kind: TimerFired, Timer: t}) })
 	case Fail:
 		return a.Err
+	case StartStandby:
+		l.startStandby(ctx, a.P)
+	case StopStandby:
+		l.stopTask(a.P, 0)
 	}
 	return nil
 }
@@ -269,6 +317,11 @@ func (l *Loop) stopPartition(p uint32, e Epoch) {
 	}
 	l.cfg.Changelog.Lost(p, e)
 	l.stopTask(p, e)
+	// A restore that finished while it was being cancelled may have kept
+	// p under e after the Lost above: end that too (else the changelog
+	// keeps a partition the node dropped, and its standby copy cannot
+	// start).
+	l.cfg.Changelog.Lost(p, e)
 }
 
 func (l *Loop) startTask(parent context.Context, p uint32, e Epoch, fn func(ctx context.Context) Event) {

@@ -118,6 +118,11 @@ const (
 	// TimerFired: the timer Timer fired; StillOwned is whether the
 	// membership grants Timer.P with Timer.Epoch now.
 	TimerFired
+	// StandbySet: Standby lists every partition this instance is to keep
+	// a standby copy of now (membership.Standbys); it replaces the last.
+	StandbySet
+	// StandbyEnded: the standby task of P ended on its own (Err).
+	StandbyEnded
 )
 
 func (k EventKind) String() string {
@@ -138,6 +143,10 @@ func (k EventKind) String() string {
 		return "generation-ended"
 	case TimerFired:
 		return "timer"
+	case StandbySet:
+		return "standbys"
+	case StandbyEnded:
+		return "standby-ended"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -171,6 +180,8 @@ type Event struct {
 	// Timer and StillOwned: TimerFired.
 	Timer      Timer
 	StillOwned bool
+	// Standby: StandbySet.
+	Standby []uint32
 }
 
 // TimerKind says what a timer is for.
@@ -185,6 +196,9 @@ const (
 	// if the membership still grants it with the same epoch, restore it
 	// again rather than leave it processed by nobody.
 	Recheck
+	// StandbyRetry: the standby task of P failed a while ago; start it
+	// again if it is still wanted.
+	StandbyRetry
 )
 
 func (k TimerKind) String() string {
@@ -195,6 +209,8 @@ func (k TimerKind) String() string {
 		return "retry"
 	case Recheck:
 		return "recheck"
+	case StandbyRetry:
+		return "standby-retry"
 	}
 	return fmt.Sprintf("TimerKind(%d)", uint8(k))
 }
@@ -210,6 +226,9 @@ type Timer struct {
 func (t Timer) String() string {
 	if t.Kind == Burst {
 		return t.Kind.String()
+	}
+	if t.Kind == StandbyRetry {
+		return fmt.Sprintf("%s %d", t.Kind, t.P)
 	}
 	return fmt.Sprintf("%s %d@%d", t.Kind, t.P, t.Epoch)
 }
@@ -242,6 +261,13 @@ const (
 	SetTimer
 	// Fail: stop; Run returns Err.
 	Fail
+	// StartStandby: start P's standby task (in the background): it
+	// keeps a standby copy of P current from P's changelog; report
+	// StandbyEnded if it ends on its own.
+	StartStandby
+	// StopStandby: stop P's standby task and wait for it. Done before
+	// the next action.
+	StopStandby
 )
 
 func (k ActionKind) String() string {
@@ -262,6 +288,10 @@ func (k ActionKind) String() string {
 		return "timer"
 	case Fail:
 		return "fail"
+	case StartStandby:
+		return "start-standby"
+	case StopStandby:
+		return "stop-standby"
 	}
 	return fmt.Sprintf("ActionKind(%d)", uint8(k))
 }
@@ -304,6 +334,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("timer %s %v", a.Timer, a.After)
 	case Fail:
 		return fmt.Sprintf("fail: %v", a.Err)
+	case StartStandby, StopStandby:
+		return fmt.Sprintf("%s %d", a.Kind, a.P)
 	}
 	return a.Kind.String()
 }
@@ -346,11 +378,15 @@ type Node struct {
 	// retryable error.
 	genFailures int
 	ready       []Action
+	// wantStandby: the partitions to keep standby copies of (the last
+	// StandbySet); standby: each one's task (standby.go).
+	wantStandby map[uint32]bool
+	standby     map[uint32]*standbyPart
 }
 
 // NewNode returns a Node that owns nothing.
 func NewNode() *Node {
-	return &Node{parts: map[uint32]*part{}}
+	return &Node{parts: map[uint32]*part{}, standby: map[uint32]*standbyPart{}}
 }
 
 // Ready returns the actions the events stepped so far ask for, in the
@@ -457,6 +493,13 @@ func (n *Node) Step(ev Event) {
 		n.generationEnded(ev)
 	case TimerFired:
 		n.timer(ev.Timer, ev.StillOwned)
+	case StandbySet:
+		n.setStandbys(ev.Standby)
+	case StandbyEnded:
+		n.standbyEnded(ev.P)
+	}
+	if !n.failed {
+		n.syncStandbys()
 	}
 }
 
@@ -472,6 +515,7 @@ func (n *Node) drop(p uint32, st *part) {
 // restore restores p under st.epoch now, or once no generation processes
 // p any more.
 func (n *Node) restore(p uint32, st *part) {
+	n.stopStandby(p) // a restore and a standby never write p at once
 	if n.inGen(p) {
 		st.phase = Pending
 		n.stopGen()
@@ -677,6 +721,8 @@ func (n *Node) timer(t Timer, stillOwned bool) {
 		// rather than leave it processed by nobody. A newer fence makes
 		// the restore end fenced again, until the membership says Lost.
 		n.restore(t.P, st)
+	case StandbyRetry:
+		n.standbyRetry(t.P)
 	}
 }
 

@@ -20,7 +20,11 @@ import (
 //	gained|revoking|lost|released P@E
 //	restored|serve-ended P@E [fenced|err]
 //	gen-ended G [fenced=P@E,...] [err|retryable]
-//	timer burst | timer retry|recheck P@E [owned]
+//	timer burst | timer retry|recheck P@E [owned] | timer standby-retry P
+//	standbys P... | standbys -    (StandbySet)
+//	standby-ended P               (with an error)
+//
+// "? standbys [P ...]" checks the partitions whose standby task runs.
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -86,6 +90,12 @@ func runScript(t *testing.T, script string) {
 func checkState(t *testing.T, n *Node, line int, q string) {
 	t.Helper()
 	f := strings.Fields(q)
+	if f[0] == "standbys" {
+		if got, w := fmt.Sprint(n.Standbys()), strings.Join(f[1:], " "); got != w {
+			t.Errorf("line %d: standbys %s, want %s", line, got, w)
+		}
+		return
+	}
 	if f[0] == "gen" {
 		id, parts := n.Generation()
 		got := "none"
@@ -143,6 +153,22 @@ func parseEvent(s string) (Event, error) {
 		return ev, err
 	}
 	switch f[0] {
+	case "standbys":
+		ev := Event{Kind: StandbySet}
+		for _, x := range f[1:] {
+			if x == "-" {
+				continue
+			}
+			p, err := strconv.ParseUint(x, 10, 32)
+			if err != nil {
+				return ev, err
+			}
+			ev.Standby = append(ev.Standby, uint32(p))
+		}
+		return ev, nil
+	case "standby-ended":
+		p, err := strconv.ParseUint(f[1], 10, 32)
+		return Event{Kind: StandbyEnded, P: uint32(p), Err: errors.New("changelog unreachable")}, err
 	case "gen-ended":
 		g, err := strconv.ParseUint(f[1], 10, 64)
 		ev := Event{Kind: GenerationEnded, Gen: g}
@@ -171,6 +197,10 @@ func parseEvent(s string) (Event, error) {
 		case "burst":
 			ev.Timer = Timer{Kind: Burst}
 			return ev, nil
+		case "standby-retry":
+			p, err := strconv.ParseUint(f[2], 10, 32)
+			ev.Timer = Timer{Kind: StandbyRetry, P: uint32(p)}
+			return ev, err
 		case "retry", "recheck":
 			ev.Timer.Kind = Retry
 			if f[1] == "recheck" {

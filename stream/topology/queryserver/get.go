@@ -51,6 +51,11 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	bound, stale, err := staleBound(r) // stale.go
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	n := t.partitions()
 	q := Query{Table: name, Partitions: n, Partition: partitionOf(l.bytes, n), Key: l.bytes}
 	w.Header().Set(HeaderPartition, strconv.FormatUint(uint64(q.Partition), 10))
@@ -61,10 +66,22 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rt.Kind {
 	case Unavailable:
+		if stale && (s.fromStandby(w, r, t, l, q, bound) || s.toStandbys(w, r, q)) {
+			return
+		}
 		unavailable(w, q, rt)
 		return
 	case Remote:
-		s.toOwner(w, r, q, rt.Owner)
+		var fallback func() bool
+		if stale {
+			if hopped(r) && s.fromStandby(w, r, t, l, q, bound) {
+				return // sent here for this instance's standby copy (stale.go)
+			}
+			fallback = func() bool {
+				return s.fromStandby(w, r, t, l, q, bound) || s.toStandbys(w, r, q)
+			}
+		}
+		s.toOwner(w, r, q, rt.Owner, fallback)
 		return
 	}
 	body, found, fr, err := t.get(r.Context(), l)
@@ -118,8 +135,11 @@ var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Co
 
 // toOwner forwards a get to the owner of its partition, or redirects to
 // it; a request that was already forwarded or redirected here is not sent
-// on: the instances disagree on the owner (508).
-func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, q Query, owner string) {
+// on: the instances disagree on the owner (508). When the owner cannot
+// answer (unreachable, or 502/503/504: its partition is moving), a
+// non-nil fallback may answer instead (a stale read the caller allowed);
+// it returns false when it wrote nothing.
+func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, q Query, owner string, fallback func() bool) {
 	if hopped(r) {
 		s.log.Warn("strand: query server refused to forward a forwarded request", "table", q.Table, "partition", q.Partition, "owner", owner)
 		w.Header().Set("Retry-After", "1")
@@ -157,11 +177,20 @@ func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, q Query, owner 
 			return // the client is gone
 		}
 		s.log.Warn("strand: query server cannot reach the owner of a partition", "table", q.Table, "partition", q.Partition, "owner", owner, "err", err)
+		if fallback != nil && fallback() {
+			return
+		}
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusBadGateway, fmt.Errorf("partition %d of table %q is owned by %s, which did not answer: %w", q.Partition, q.Table, owner, err))
 		return
 	}
 	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		if fallback != nil && fallback() {
+			return
+		}
+	}
 	for k, vs := range resp.Header {
 		if !hopByHop[k] && k != "Content-Length" {
 			w.Header()[k] = vs

@@ -15,6 +15,26 @@ type GroupView struct {
 	Member     uint64          `json:"member"` // 0 while Run is not in the group
 	Partitions []PartitionView `json:"partitions"`
 	Members    []MemberView    `json:"members"`
+	// Standbys are the standby copies this instance keeps
+	// (topology.WithStandbys), with how current each is.
+	Standbys []StandbyView `json:"standbys"`
+}
+
+// StandbyView is topology.StandbyStatus as JSON: a standby copy of a
+// partition this instance does not own.
+type StandbyView struct {
+	Partition uint32    `json:"partition"`
+	Epoch     uint64    `json:"epoch"` // of the owner whose commits it applies
+	Seq       uint64    `json:"seq"`   // its last commit applied
+	Offset    uint64    `json:"offset"`
+	End       uint64    `json:"end"`
+	Lag       uint64    `json:"lag"` // changelog records not applied yet
+	CurrentAt time.Time `json:"current_at"`
+	// StalenessMS is how long ago the copy was last current (-1: not
+	// yet).
+	StalenessMS int64  `json:"staleness_ms"`
+	Applied     int    `json:"applied"`
+	Mode        string `json:"mode"`
 }
 
 // PartitionView is one partition this instance owns or restores.
@@ -62,7 +82,16 @@ func (s *Server) groupView() (GroupView, bool) {
 	if !s.app.InGroup() {
 		return GroupView{}, false
 	}
-	v := GroupView{Partitions: []PartitionView{}, Members: []MemberView{}}
+	v := GroupView{Partitions: []PartitionView{}, Members: []MemberView{}, Standbys: []StandbyView{}}
+	now := time.Now()
+	for _, sb := range s.app.Standbys() {
+		age := int64(-1)
+		if !sb.CurrentAt.IsZero() {
+			age = max(now.Sub(sb.CurrentAt), 0).Milliseconds()
+		}
+		v.Standbys = append(v.Standbys, StandbyView{Partition: sb.Partition, Epoch: uint64(sb.Epoch), Seq: sb.Seq, Offset: sb.Offset,
+			End: sb.End, Lag: sb.Lag, CurrentAt: sb.CurrentAt, StalenessMS: age, Applied: sb.Applied, Mode: sb.Mode})
+	}
 	for _, ps := range s.app.Ownership() {
 		r := ps.Restore
 		v.Partitions = append(v.Partitions, PartitionView{Partition: ps.Partition, Phase: ps.Phase.String(), Epoch: uint64(ps.Epoch),

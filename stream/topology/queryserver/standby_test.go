@@ -1,0 +1,181 @@
+package queryserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/queryserver"
+)
+
+// groupInstance is one App of the bank group with its query server.
+type groupInstance struct {
+	app  *topology.App
+	addr string
+	stop context.CancelFunc // stops the query server
+}
+
+func startGroupInstance(t *testing.T, cl *iggy.Client, id string) *groupInstance {
+	t.Helper()
+	ln := listen(t)
+	topo, bal := bank(nil)
+	app, err := topology.Open(context.Background(), topo, cl, t.TempDir(),
+		topology.WithGroup(cl.Group("bank", iggy.WithSessionTimeout(2*time.Second), iggy.WithInstanceID(id))),
+		topology.WithQueryAddr(ln.Addr().String()), topology.WithStandbys(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = app.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait(); _ = app.Close() })
+	srv, err := queryserver.New(app, queryserver.WithTable(bal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, ln) }()
+	t.Cleanup(func() { stop(); <-done; _ = srv.Close() })
+	return &groupInstance{app: app, addr: ln.Addr().String(), stop: stop}
+}
+
+func getGroupView(t *testing.T, addr string) queryserver.GroupView {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/group")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v queryserver.GroupView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestStaleReadsFromAStandby: with standbys, GET /group shows each
+// instance's standby copies and how current they are; a get whose owner
+// cannot answer is answered from the local standby copy only when the
+// caller allows a staleness bound, with the staleness in the headers, and
+// never otherwise; an instance without the copy asks the one that has it.
+func TestStaleReadsFromAStandby(t *testing.T) {
+	var events []Deposit
+	for i := range 200 {
+		events = append(events, Deposit{Account: AccountID(i % 20), Amount: int64(i)})
+	}
+	cl, ref := brokerWith(t, 4, events)
+	a := startGroupInstance(t, cl, "stale-a")
+	b := startGroupInstance(t, cl, "stale-b")
+	c := startGroupInstance(t, cl, "stale-c")
+	all := []*groupInstance{a, b, c}
+
+	// Every partition is served, and has a current standby copy on an
+	// instance that does not own it.
+	deadline := time.Now().Add(60 * time.Second)
+	owner := map[uint32]*groupInstance{}
+	for {
+		clear(owner)
+		current := map[uint32]bool{}
+		ok := true
+		for _, in := range all {
+			v := getGroupView(t, in.addr)
+			ok = ok && len(v.Partitions) > 0
+			for _, p := range v.Partitions {
+				ok = ok && p.Phase == topology.Serving.String()
+				owner[p.Partition] = in
+			}
+			for _, sb := range v.Standbys {
+				for _, p := range v.Partitions {
+					if p.Partition == sb.Partition {
+						t.Fatalf("an instance keeps a standby copy of partition %d, which it owns", p.Partition)
+					}
+				}
+				if sb.StalenessMS >= 0 && sb.Epoch != 0 {
+					current[sb.Partition] = true
+				}
+			}
+		}
+		if ok && len(owner) == 4 && len(current) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not every partition served with a current standby copy: owners %v, standbys %v", owner, current)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, in := range all {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := in.app.WaitCaughtUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+
+	// b's query server goes away (the owner is unreachable; the group
+	// still lists it).
+	b.stop()
+	get := func(via *groupInstance, acct AccountID, header string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/tables/balances/%d", via.addr, acct), nil)
+		if header != "" {
+			req.Header.Set(queryserver.HeaderMaxStaleness, header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	checked := 0
+	for acct, want := range ref {
+		for _, via := range []*groupInstance{a, c} {
+			resp := get(via, acct, "")
+			resp.Body.Close()
+			p, _ := strconv.ParseUint(resp.Header.Get(queryserver.HeaderPartition), 10, 32)
+			if owner[uint32(p)] != b {
+				break // served by its owner
+			}
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(queryserver.HeaderStaleness) != "" {
+				t.Fatalf("account %d without consent: %s (staleness %q), want 502 and nothing stale", acct, resp.Status, resp.Header.Get(queryserver.HeaderStaleness))
+			}
+			// With consent: answered from the standby copy (by via, or by
+			// the instance that keeps it), current (the partition is
+			// through) and right.
+			for {
+				resp = get(via, acct, "1m")
+				var bal Balance
+				err := json.NewDecoder(resp.Body).Decode(&bal)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK && err == nil && bal == want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("account %d from the standby: %s %+v, want %+v", acct, resp.Status, bal, want)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if ms, err := strconv.ParseInt(resp.Header.Get(queryserver.HeaderStaleness), 10, 64); err != nil || ms < 0 || ms > 60_000 {
+				t.Fatalf("account %d: %s %q", acct, queryserver.HeaderStaleness, resp.Header.Get(queryserver.HeaderStaleness))
+			}
+			if resp.Header.Get(queryserver.HeaderEpoch) == "" || resp.Header.Get(queryserver.HeaderStandbySeq) == "" || resp.Header.Get(queryserver.HeaderCheckpoint) == "" {
+				t.Fatalf("account %d: headers %v", acct, resp.Header)
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no account of b's partitions")
+	}
+	resp := get(a, 1, "soon")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a bad %s: %s, want 400", queryserver.HeaderMaxStaleness, resp.Status)
+	}
+}
