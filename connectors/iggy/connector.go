@@ -17,7 +17,7 @@ var _ connector.Connector = (*Client)(nil)
 func splitTopic(name string) (stream, topic string, err error) {
 	s, t, ok := strings.Cut(name, "/")
 	if !ok || s == "" || t == "" {
-		return "", "", fmt.Errorf("iggy: topic name %q: want \"stream/topic\"", name)
+		return "", "", fmt.Errorf("strand: iggy: topic name %q: want \"stream/topic\"", name)
 	}
 	return s, t, nil
 }

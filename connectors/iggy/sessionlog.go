@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/strerr"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,13 +29,13 @@ import (
 // state directory). An Iggy 0.10 server is not asked (a retried request is
 // recognised by its request number there).
 func WithSessionLog(path string) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if path == "" {
-			return errors.New("iggy.WithSessionLog: empty path")
+			return errors.New("strand: iggy.WithSessionLog: empty path")
 		}
 		c.sessionLog = path
 		return nil
-	}
+	})
 }
 
 // sessionLog is a publisher's record of its sessions (WithSessionLog).
@@ -62,7 +63,7 @@ func openSessionLog(path string) (*sessionLog, error) {
 	l := &sessionLog{path: path, cur: map[string]bool{}}
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("iggy: session log: %w", err)
+		return nil, strerr.Errorf("strand: iggy: session log: %w", err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	seen := map[string]bool{}
@@ -73,11 +74,11 @@ func openSessionLog(path string) (*sessionLog, error) {
 		}
 	}
 	if l.f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-		return nil, fmt.Errorf("iggy: session log: %w", err)
+		return nil, strerr.Errorf("strand: iggy: session log: %w", err)
 	}
 	if err := syncDir(path); err != nil {
 		l.f.Close()
-		return nil, fmt.Errorf("iggy: session log: %w", err)
+		return nil, strerr.Errorf("strand: iggy: session log: %w", err)
 	}
 	return l, nil
 }
@@ -99,13 +100,13 @@ func (l *sessionLog) record(addr string) error {
 		return nil
 	}
 	if l.f == nil {
-		return &sessionLogError{fmt.Errorf("iggy: session log %s: closed", l.path)}
+		return &sessionLogError{fmt.Errorf("strand: iggy: session log %s: closed", l.path)}
 	}
 	if _, err := l.f.WriteString(addr + "\n"); err != nil {
-		return &sessionLogError{fmt.Errorf("iggy: session log %s: record session %s: %w", l.path, addr, err)}
+		return &sessionLogError{strerr.Errorf("strand: iggy: session log %s: record session %s: %w", l.path, addr, err)}
 	}
 	if err := l.f.Sync(); err != nil {
-		return &sessionLogError{fmt.Errorf("iggy: session log %s: record session %s: %w", l.path, addr, err)}
+		return &sessionLogError{strerr.Errorf("strand: iggy: session log %s: record session %s: %w", l.path, addr, err)}
 	}
 	l.cur[addr] = true
 	return nil
@@ -132,7 +133,7 @@ func (l *sessionLog) settlePrev(ctx context.Context, gone func(ctx context.Conte
 	l.mu.Unlock()
 	for _, a := range wait {
 		if err := gone(ctx, a); err != nil {
-			return fmt.Errorf("iggy: wait for the session %s of an earlier process (session log %s) to end: %w", a, l.path, err)
+			return strerr.Errorf("strand: iggy: wait for the session %s of an earlier process (session log %s) to end: %w", a, l.path, err)
 		}
 	}
 	l.mu.Lock()
@@ -143,17 +144,17 @@ func (l *sessionLog) settlePrev(ctx context.Context, gone func(ctx context.Conte
 	}
 	tmp := l.path + ".tmp"
 	if err := writeSynced(tmp, b.String()); err != nil {
-		return fmt.Errorf("iggy: session log %s: %w", l.path, err)
+		return strerr.Errorf("strand: iggy: session log %s: %w", l.path, err)
 	}
 	if err := os.Rename(tmp, l.path); err != nil {
-		return fmt.Errorf("iggy: session log %s: %w", l.path, err)
+		return strerr.Errorf("strand: iggy: session log %s: %w", l.path, err)
 	}
 	if err := syncDir(l.path); err != nil {
-		return fmt.Errorf("iggy: session log %s: %w", l.path, err)
+		return strerr.Errorf("strand: iggy: session log %s: %w", l.path, err)
 	}
 	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("iggy: session log %s: %w", l.path, err)
+		return strerr.Errorf("strand: iggy: session log %s: %w", l.path, err)
 	}
 	if l.f != nil {
 		l.f.Close()

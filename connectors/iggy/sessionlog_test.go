@@ -133,7 +133,7 @@ func TestSessionLogClosesTheWindowAcrossAKill(t *testing.T) {
 // TestWithSessionLogRefusesAnEmptyPath: the option names itself.
 func TestWithSessionLogRefusesAnEmptyPath(t *testing.T) {
 	var c pubConfig
-	if err := WithSessionLog("")(&c); err == nil || !strings.Contains(err.Error(), "iggy.WithSessionLog") {
+	if err := WithSessionLog("").apply(&c); err == nil || !strings.Contains(err.Error(), "iggy.WithSessionLog") {
 		t.Fatalf("WithSessionLog(\"\") = %v", err)
 	}
 }

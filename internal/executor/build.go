@@ -15,6 +15,7 @@ import (
 
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 )
 
@@ -140,7 +141,7 @@ func (e *Evolution) Building() bool {
 func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions map[string]uint32) (*Evolution, error) {
 	ev := &Evolution{db: db, prog: p}
 	if err := db.DropRetired(ctx); err != nil { // rows of tables rebuilt before this start
-		return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+		return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 	}
 	start := map[string]bool{} // tables to start building: has old rows
 	err := p.attach(db)
@@ -156,11 +157,11 @@ func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions m
 			return nil, te
 		}
 		if err := db.Attach(p.tables...); err != nil {
-			return nil, fmt.Errorf("stream: topology %q: attach tables: %w", p.name, err)
+			return nil, strerr.Errorf("strand: topology %q: attach tables: %w", p.name, err)
 		}
 		for _, name := range drop {
 			if err := db.DropTable(ctx, name, maxPartitions(partitions)); err != nil {
-				return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+				return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 			}
 			ev.dropped = append(ev.dropped, name)
 		}
@@ -168,18 +169,18 @@ func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions m
 			src := p.feeders(name)[0]
 			alias := state.BuildSourceName(name, src)
 			if _, err := db.BeginBuild(ctx, p.tableAttacher(name), start[name], partitions[src], []string{alias}, buildPrefixes(alias)); err != nil {
-				return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+				return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 			}
 		}
 		if err := db.ReplaceTopology(p.fingerprint, p.description); err != nil {
-			return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+			return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 		}
 	default:
 		return nil, err
 	}
 	builds, err := db.Builds()
 	if err != nil {
-		return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+		return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 	}
 	for _, b := range builds {
 		att := p.tableAttacher(b.Table)
@@ -189,7 +190,7 @@ func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions m
 		}
 		if _, begun := start[b.Table]; !begun {
 			if err := db.ResumeBuild(att, b); err != nil {
-				return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+				return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 			}
 		}
 		src := feeders[0]
@@ -199,7 +200,7 @@ func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions m
 			built: make([]atomic.Uint64, n), target: make([]atomic.Uint64, n)}
 		for pt := range n {
 			if _, ok, err := db.HandedOver(b.Table, pt); err != nil {
-				return nil, fmt.Errorf("stream: topology %q: %w", p.name, err)
+				return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 			} else if !ok {
 				tb.left[pt] = true
 			}
@@ -410,7 +411,7 @@ func (p *Program) NewBuildTask(ctx context.Context, db *state.DB, tb *TableBuild
 	source, alias, table := tb.source, tb.alias, tb.table
 	src, ok := p.sources[source]
 	if !ok {
-		return nil, fmt.Errorf("stream: topology %q has no source %q", p.name, source)
+		return nil, fmt.Errorf("strand: topology %q has no source %q", p.name, source)
 	}
 	cp := *src
 	cp.name, cp.sweeps = alias, nil
@@ -457,12 +458,12 @@ func (t *Task) poisonPolicy() stream.PoisonPolicy {
 // the background: open it as before (topology.Open without WithGroup,
 // WithPartitions or WithInPlaceChanges(false)) until the build finishes,
 // or reset it.
-var ErrBuilding = errors.New("stream: a table of the store is being built in the background")
+var ErrBuilding = errors.New("strand: a table of the store is being built in the background")
 
 func refuseBuilds(db *state.DB, topology string) error {
 	builds, err := db.Builds()
 	if err != nil {
-		return fmt.Errorf("stream: topology %q: %w", topology, err)
+		return strerr.Errorf("strand: topology %q: %w", topology, err)
 	}
 	if len(builds) > 0 {
 		names := make([]string, len(builds))

@@ -142,8 +142,8 @@ type TopologyChangedError struct {
 // Error lists the differences and what to do.
 func (e *TopologyChangedError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "stream: topology %q: %v: the state directory %s was written by another topology (fingerprint %x, the topology being started has %x)",
-		e.Topology, state.ErrIncompatibleTopology, e.Dir, short(e.Stored), short(e.Now))
+	fmt.Fprintf(&b, "strand: topology %q: %s: the state directory %s was written by another topology (fingerprint %x, the topology being started has %x)",
+		e.Topology, strings.TrimPrefix(state.ErrIncompatibleTopology.Error(), "strand: "), e.Dir, short(e.Stored), short(e.Now))
 	if !e.Described {
 		b.WriteString("; the store was written before strand kept a description of its topology, so what changed is unknown")
 	} else {

@@ -14,12 +14,13 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/planner"
 )
 
 // ErrBadTopology is wrapped by every error NewProgram (and so topology
 // Build) returns: the topology cannot work, and the message names why.
-var ErrBadTopology = errors.New("stream: bad topology")
+var ErrBadTopology = errors.New("strand: bad topology")
 
 // Spec describes a program for NewProgram. Package topology fills one from
 // its fluent builder; most users never write one by hand.
@@ -255,7 +256,7 @@ func NewProgram(spec Spec) (*Program, error) {
 				seqd = seqd || rt.sequenced
 			}
 			if !seqd && len(ps.routes) > 0 {
-				fail("source %q: Resequence is on, but none of its event types is declared with stream.Sequence", src.Name)
+				fail("source %q: Resequence is on, but none of its event types is declared with stream.WithSequence", src.Name)
 			}
 		}
 	}
@@ -555,7 +556,7 @@ func (p *Program) attach(db *state.DB) error {
 		return err
 	}
 	if err := db.Attach(p.tables...); err != nil {
-		return fmt.Errorf("stream: topology %q: attach tables: %w", p.name, err)
+		return strerr.Errorf("strand: topology %q: attach tables: %w", p.name, err)
 	}
 	return nil
 }

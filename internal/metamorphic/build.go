@@ -65,7 +65,7 @@ func build(c *Case, prev *Built, before bool) *Built {
 		b.Tables = append(b.Tables, topology.NewTable[string, Row](topo, name, stream.JSON[Row](), opts...))
 	}
 	key := func(e Ev) string { return e.K }
-	payload := stream.Payload(stream.JSON[Ev]())
+	payload := stream.WithPayload(stream.JSON[Ev]())
 	srcs := make([]*topology.SourceNode[string], len(c.Inputs))
 	for i, in := range c.Inputs {
 		var decls []*stream.Event[string, Ev]
@@ -73,20 +73,20 @@ func build(c *Case, prev *Built, before bool) *Built {
 			opts := []stream.Option{payload}
 			switch td.Kind {
 			case KindFence:
-				opts = append(opts, stream.Fence(td.Fence))
+				opts = append(opts, stream.WithFence(td.Fence))
 			case KindFenceBy:
-				opts = append(opts, stream.FenceBy(func(e Ev) planner.Ordering { return e.Fence }))
+				opts = append(opts, stream.WithFenceBy(func(e Ev) planner.Ordering { return e.Fence }))
 			case KindFold:
-				opts = append(opts, stream.Reduce(algebra.Fold(func(acc, next Ev) Ev {
+				opts = append(opts, stream.WithReduce(algebra.Fold(func(acc, next Ev) Ev {
 					acc.IDs, acc.Ks = append(slices.Clip(acc.ids()), next.ids()...), append(slices.Clip(acc.origins()), next.origins()...)
 					return acc
 				})))
 			case KindSum:
-				opts = append(opts, stream.Reduce(algebra.Sum(func(e Ev) int64 { return e.Amt },
+				opts = append(opts, stream.WithReduce(algebra.Sum(func(e Ev) int64 { return e.Amt },
 					func(e Ev, n int64) Ev { e.Amt = n; return e })))
 			}
 			if in.Reseq {
-				opts = append(opts, stream.Sequence(func(e Ev) uint64 { return e.Seq }))
+				opts = append(opts, stream.WithSequence(func(e Ev) uint64 { return e.Seq }))
 			}
 			decls = append(decls, stream.DeclareFunc(td.Tag, key, opts...))
 		}
@@ -110,7 +110,7 @@ func build(c *Case, prev *Built, before bool) *Built {
 			if in.DupDeadLetter {
 				dup = stream.DeadLetterDuplicates
 			}
-			srcs[i].Resequence(topology.OnDuplicate(dup))
+			srcs[i].Resequence(topology.WithDuplicatePolicy(dup))
 		}
 		if in.SkipTag != 0 {
 			srcs[i].Skip(in.SkipTag)
@@ -195,7 +195,7 @@ func build(c *Case, prev *Built, before bool) *Built {
 					panic("meta: a KeyBy step panics on this event")
 				}
 				return e.RK[depth], nil
-			}, topology.KeyByTopic(child.Topic))
+			}, topology.WithKeyByTopic(child.Topic))
 		}
 	}
 	b.addTime(topo, srcs, streams, timeBase)

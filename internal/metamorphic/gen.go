@@ -87,7 +87,7 @@ type Kind uint8
 const (
 	// KindFence: a static fence (TypeDesc.Fence), not reduced.
 	KindFence Kind = iota
-	// KindFenceBy: each event's own fence (stream.FenceBy on Ev.Fence).
+	// KindFenceBy: each event's own fence (stream.WithFenceBy on Ev.Fence).
 	KindFenceBy
 	// KindFold: Relaxed, reduced by algebra.Fold, which keeps the ids.
 	KindFold

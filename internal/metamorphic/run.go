@@ -50,8 +50,8 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 		b = build(c, first, false)
 	}
 	next := 0
-	d := topologytest.NewDriver(tb, first.Topo, topologytest.Partitions(c.Parts),
-		topologytest.BatchSizes(func() int { s := c.Batches[next%len(c.Batches)]; next++; return s }))
+	d := topologytest.NewDriver(tb, first.Topo, topologytest.WithPartitions(c.Parts),
+		topologytest.WithBatchSizes(func() int { s := c.Batches[next%len(c.Batches)]; next++; return s }))
 	defer d.Close()
 	where := map[string]int{} // source/partition/offset → log index
 	pos := 0

@@ -25,7 +25,7 @@ import (
 // ErrBuildRetention is wrapped by the error a build returns when the log
 // no longer holds the records it needs (the source's retention removed
 // the oldest ones): the table would miss their events.
-var ErrBuildRetention = errors.New("stream: the log no longer holds the records a table build needs")
+var ErrBuildRetention = errors.New("strand: the log no longer holds the records a table build needs")
 
 // handoverReq is a build reader's request to the main pipeline of its
 // partition: answer with the pipeline's checkpoint (next; ok false: not

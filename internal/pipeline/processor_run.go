@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -22,7 +23,7 @@ import (
 // PartitionReader returned records that do not continue exactly where the
 // previous poll ended (or, for the first poll, at the checkpoint): the
 // processor refuses to skip or repeat records silently.
-var ErrNotContiguous = errors.New("stream: source records not contiguous")
+var ErrNotContiguous = errors.New("strand: source records not contiguous")
 
 // adviseTimeout bounds the last Advise of a partition at shutdown.
 const adviseTimeout = 2 * time.Second
@@ -48,7 +49,7 @@ const idleRetryFloor = 100 * time.Millisecond
 // while Poll is in progress on the reader.
 func (p *Processor) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("stream: run source %q: %w", p.name, ErrRunning)
+		return strerr.Errorf("strand: run source %q: %w", p.name, ErrRunning)
 	}
 	defer p.running.Store(false)
 
@@ -67,7 +68,7 @@ func (p *Processor) Run(ctx context.Context) error {
 // An empty set returns at once.
 func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 	if !p.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("stream: run source %q: %w", p.name, ErrRunning)
+		return strerr.Errorf("strand: run source %q: %w", p.name, ErrRunning)
 	}
 	defer p.running.Store(false)
 	if len(parts) == 0 {
@@ -83,20 +84,20 @@ func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 		// serves (the readers retry their polls; a changed count is
 		// caught by the next check that reaches the broker).
 		if n = p.opts.extent.partitions; n == 0 {
-			return fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+			return strerr.Errorf("strand: run source %q: partitions: %w", p.name, err)
 		}
 		p.log.Warn("strand: partition count unavailable; using the one checked at Open", "source", p.name, "partitions", n, "err", err)
 	}
 	if err := p.checkPartitionCount(n); err != nil {
-		return fmt.Errorf("stream: run source %q: %w", p.name, err)
+		return strerr.Errorf("strand: run source %q: %w", p.name, err)
 	}
 	parts = slices.Sorted(slices.Values(parts))
 	for i, pt := range parts {
 		if pt >= n {
-			return fmt.Errorf("stream: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
+			return fmt.Errorf("strand: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
 		}
 		if i > 0 && parts[i-1] == pt {
-			return fmt.Errorf("stream: run source %q: partition %d given twice", p.name, pt)
+			return fmt.Errorf("strand: run source %q: partition %d given twice", p.name, pt)
 		}
 	}
 	return p.run(ctx, parts)
@@ -113,14 +114,14 @@ func (p *Processor) run(ctx context.Context, parts []uint32) (err error) {
 	cfg := p.outboxConfig()
 	if p.opts.sink != nil {
 		if outboxes.dead, err = outbox.NewDeadLetters(cfg); err != nil {
-			return fmt.Errorf("stream: run source %q: %w", p.name, err)
+			return strerr.Errorf("strand: run source %q: %w", p.name, err)
 		}
 	} else {
 		p.log.Warn("strand: processor has no dead-letter sink; dead letters stay in the store")
 	}
 	if len(p.prog.Outputs(p.name)) > 0 {
 		if outboxes.msgs, err = outbox.NewMessages(cfg); err != nil {
-			return fmt.Errorf("stream: run source %q: %w", p.name, err)
+			return strerr.Errorf("strand: run source %q: %w", p.name, err)
 		}
 	}
 	if err := p.opts.builds.FinishReady(runCtx); err != nil { // build.go
@@ -247,14 +248,14 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 	n, err := p.src.Partitions(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+		return nil, strerr.Errorf("strand: run source %q: partitions: %w", p.name, err)
 	}
 	if err := p.checkPartitionCount(n); err != nil {
-		return nil, fmt.Errorf("stream: run source %q: %w", p.name, err)
+		return nil, strerr.Errorf("strand: run source %q: %w", p.name, err)
 	}
 	if len(p.opts.partitions) == 0 {
 		if n == 0 {
-			return nil, fmt.Errorf("stream: run source %q: the source has no partitions", p.name)
+			return nil, fmt.Errorf("strand: run source %q: the source has no partitions", p.name)
 		}
 		out := make([]uint32, n)
 		for i := range out {
@@ -265,7 +266,7 @@ func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 	out := slices.Sorted(slices.Values(p.opts.partitions))
 	for _, pt := range out {
 		if pt >= n {
-			return nil, fmt.Errorf("stream: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
+			return nil, fmt.Errorf("strand: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
 		}
 	}
 	return out, nil

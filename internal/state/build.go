@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Background builds (docs/design.md §19). A table added to a topology, or
@@ -38,7 +39,7 @@ const metaBuildPrefix = "build/"
 
 // ErrTableBuilding is wrapped by the reads of a table that is being built
 // and has no previous rows to serve (a table added to a topology).
-var ErrTableBuilding = errors.New("state: table is being built")
+var ErrTableBuilding = errors.New("strand: table is being built")
 
 // BuildingError refuses a read of a table being built: errors.Is matches
 // ErrTableBuilding. Retry after a while; the App's stats report progress.
@@ -94,19 +95,19 @@ func (db *DB) Builds() ([]Build, error) {
 	prefix := metaKey(metaBuildPrefix)
 	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: list builds: %w", db.dir, err)
+		return nil, strerr.Errorf("strand: %s: list builds: %w", db.dir, err)
 	}
 	var out []Build
 	for valid := it.First(); valid; valid = it.Next() {
 		b, err := parseBuild(string(it.Key()[len(prefix):]), it.Value())
 		if err != nil {
 			_ = it.Close()
-			return nil, fmt.Errorf("state: %s: %w", db.dir, err)
+			return nil, strerr.Errorf("strand: %s: %w", db.dir, err)
 		}
 		out = append(out, b)
 	}
 	if err := it.Close(); err != nil {
-		return nil, fmt.Errorf("state: %s: list builds: %w", db.dir, err)
+		return nil, strerr.Errorf("strand: %s: list builds: %w", db.dir, err)
 	}
 	return out, nil
 }
@@ -143,11 +144,11 @@ func (db *DB) BeginBuild(ctx context.Context, t Attacher, hasOld bool, partition
 	b := Build{Table: name, ID: db.nextID.Load(), HasOld: hasOld, OldID: oldID}
 	var prev *Build
 	if v, ok, err := db.getCopy(metaKey(metaBuildPrefix + name)); err != nil {
-		return Build{}, fmt.Errorf("state: build table %q: %w", name, err)
+		return Build{}, strerr.Errorf("strand: build table %q: %w", name, err)
 	} else if ok {
 		pb, err := parseBuild(name, v)
 		if err != nil {
-			return Build{}, fmt.Errorf("state: %s: %w", db.dir, err)
+			return Build{}, strerr.Errorf("strand: %s: %w", db.dir, err)
 		}
 		prev = &pb
 		b.HasOld, b.OldID = pb.HasOld, pb.OldID // the rows served stay those
@@ -172,7 +173,7 @@ func (db *DB) BeginBuild(ctx context.Context, t Attacher, hasOld bool, partition
 		return db.pdb.Flush()
 	})
 	if err != nil {
-		return Build{}, fmt.Errorf("state: build table %q: %w", name, err)
+		return Build{}, strerr.Errorf("strand: build table %q: %w", name, err)
 	}
 	db.nextID.Store(b.ID + 1)
 	db.views.wrote()
@@ -259,7 +260,7 @@ func (db *DB) HandOver(ctx context.Context, table string, partition uint32, next
 		return wb.Commit(pebble.Sync)
 	})
 	if err != nil {
-		return fmt.Errorf("state: hand table %q partition %d over at offset %d: %w", table, partition, next, err)
+		return strerr.Errorf("strand: hand table %q partition %d over at offset %d: %w", table, partition, next, err)
 	}
 	db.views.wrote()
 	return nil
@@ -273,7 +274,7 @@ func (db *DB) HandedOver(table string, partition uint32) (uint64, bool, error) {
 		return 0, false, err
 	}
 	if len(v) != 8 {
-		return 0, false, fmt.Errorf("state: %s: malformed hand-over row of table %q partition %d: %x", db.dir, table, partition, v)
+		return 0, false, fmt.Errorf("strand: %s: malformed hand-over row of table %q partition %d: %x", db.dir, table, partition, v)
 	}
 	return binary.BigEndian.Uint64(v), true, nil
 }
@@ -295,11 +296,11 @@ func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) er
 	name := t.Name()
 	v, ok, err := db.getCopy(metaKey(metaBuildPrefix + name))
 	if err != nil || !ok {
-		return fmt.Errorf("state: finish the build of table %q: no build in progress (%v)", name, err)
+		return fmt.Errorf("strand: finish the build of table %q: no build in progress (%v)", name, err)
 	}
 	b, err := parseBuild(name, v)
 	if err != nil {
-		return fmt.Errorf("state: %s: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: %w", db.dir, err)
 	}
 	err = db.guard(func() error {
 		wb := db.pdb.NewBatch()
@@ -328,7 +329,7 @@ func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) er
 		return db.pdb.Flush()
 	})
 	if err != nil {
-		return fmt.Errorf("state: finish the build of table %q: %w", name, err)
+		return strerr.Errorf("strand: finish the build of table %q: %w", name, err)
 	}
 	db.registry[name] = b.ID
 	db.views.wrote()
@@ -360,7 +361,7 @@ func (db *DB) DropRetired(ctx context.Context) error {
 	prefix := metaKey(metaRetiredPrefix)
 	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return fmt.Errorf("state: %s: read retired tables: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: read retired tables: %w", db.dir, err)
 	}
 	type retired struct {
 		key       []byte
@@ -375,7 +376,7 @@ func (db *DB) DropRetired(ctx context.Context) error {
 		rs = append(rs, retired{key: bytes.Clone(it.Key()), id: binary.BigEndian.Uint32(v), parts: binary.BigEndian.Uint32(v[4:])})
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: %s: read retired tables: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: read retired tables: %w", db.dir, err)
 	}
 	if len(rs) == 0 {
 		return nil
@@ -397,7 +398,7 @@ func (db *DB) DropRetired(ctx context.Context) error {
 		return wb.Commit(pebble.Sync)
 	})
 	if err != nil {
-		return fmt.Errorf("state: %s: drop the rows of rebuilt tables: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: drop the rows of rebuilt tables: %w", db.dir, err)
 	}
 	db.views.wrote()
 	return nil
@@ -440,7 +441,7 @@ func (db *DB) DropTable(ctx context.Context, name string, partitions uint32) err
 		return db.pdb.Flush()
 	})
 	if err != nil {
-		return fmt.Errorf("state: drop table %q: %w", name, err)
+		return strerr.Errorf("strand: drop table %q: %w", name, err)
 	}
 	delete(db.registry, name)
 	db.views.wrote()
@@ -506,7 +507,7 @@ func (db *DB) buildIDs() ([]uint32, error) {
 // store fit for it (builds begun, removed tables dropped).
 func (db *DB) ReplaceTopology(fp []byte, description string) error {
 	if len(fp) == 0 {
-		return fmt.Errorf("state: %s: empty topology fingerprint", db.dir)
+		return fmt.Errorf("strand: %s: empty topology fingerprint", db.dir)
 	}
 	if err := db.enter(); err != nil {
 		return err
@@ -529,7 +530,7 @@ func (db *DB) ReplaceTopology(fp []byte, description string) error {
 		return db.pdb.Flush()
 	})
 	if err != nil {
-		return fmt.Errorf("state: %s: store the topology: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: store the topology: %w", db.dir, err)
 	}
 	return nil
 }

@@ -2,7 +2,8 @@ package state
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/strand-io/strand/internal/strerr"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -136,7 +137,7 @@ func headIn(v *view, p uint32) ([]byte, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("state: read the log head of partition %d: %w", p, err)
+		return nil, strerr.Errorf("strand: read the log head of partition %d: %w", p, err)
 	}
 	return head, nil
 }

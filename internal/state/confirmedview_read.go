@@ -2,8 +2,8 @@ package state
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/internal/xxh32"
 )
 
@@ -22,7 +22,7 @@ func (t *Table[K, V]) getConfirmed(ctx context.Context, db *DB, id uint32, key [
 	read := func(p uint32) (V, bool, *view, error) {
 		v, err := db.recentConfirmed(ctx, p)
 		if err != nil {
-			return zero, false, nil, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, p, err)
+			return zero, false, nil, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, p, err)
 		}
 		buf = appendTableKey(buf[:0], id, p, key)
 		val, present, err := t.loadIn(db, v, buf, p, key)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Table is a named, typed key→value table. It is declared on its own (a
@@ -138,7 +139,7 @@ func (t *Table[K, V]) binding() (*binding[V], error) {
 // txn checks that tx can be used with t and returns t's part of it.
 func (t *Table[K, V]) txn(tx *Txn) (*binding[V], *txnTable[V], error) {
 	if tx == nil {
-		return nil, nil, fmt.Errorf("state: table %q: nil transaction", t.name)
+		return nil, nil, fmt.Errorf("strand: table %q: nil transaction", t.name)
 	}
 	b, err := t.binding()
 	if err != nil {
@@ -302,7 +303,7 @@ func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], h uint64, k []byte
 	// a copy, so the value cannot share memory with the bytes Pebble gets.
 	v, err := t.values.Decode(bytes.Clone(e.enc))
 	if err != nil {
-		return fmt.Errorf("state: table %q: revert key %q: decode the last written value: %w", t.name, string(k[rowKeyExtra:]), err) // a copy: k stays on the caller's stack
+		return strerr.Errorf("strand: table %q: revert key %q: decode the last written value: %w", t.name, string(k[rowKeyExtra:]), err) // a copy: k stays on the caller's stack
 	}
 	e.v = v
 	return nil
@@ -402,7 +403,7 @@ func (t *Table[K, V]) load(db *DB, k []byte, h uint64, partition uint32, key []b
 		return nil
 	})
 	if err != nil {
-		return v, false, 0, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, partition, err)
+		return v, false, 0, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, partition, err)
 	}
 	if present {
 		db.stats.found.Add(1)
@@ -506,11 +507,11 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 		UpperBound: []byte{byte(FamilyTable) + 1},
 	})
 	if err != nil {
-		return fmt.Errorf("state: scan table %q: %w", t.name, err)
+		return strerr.Errorf("strand: scan table %q: %w", t.name, err)
 	}
 	err = t.scan(ctx, b.db, v, id, it, fn)
 	if cerr := it.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("state: scan table %q: %w", t.name, cerr)
+		err = strerr.Errorf("strand: scan table %q: %w", t.name, cerr)
 	}
 	return err
 }
@@ -524,7 +525,7 @@ func (t *Table[K, V]) scan(ctx context.Context, db *DB, v *view, id uint32, it *
 	for valid {
 		key := it.Key()
 		if len(key) < rowKeyExtra {
-			return fmt.Errorf("state: scan table %q: malformed table row key %x", t.name, key)
+			return fmt.Errorf("strand: scan table %q: malformed table row key %x", t.name, key)
 		}
 		partition := binary.BigEndian.Uint32(key[1:5])
 		switch kid := binary.BigEndian.Uint32(key[5:9]); {
@@ -541,7 +542,7 @@ func (t *Table[K, V]) scan(ctx context.Context, db *DB, v *view, id uint32, it *
 			}
 			if first || partition != confirmed {
 				if err := db.confirmRead(ctx, partition); err != nil {
-					return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+					return strerr.Errorf("strand: scan table %q partition %d: %w", t.name, partition, err)
 				}
 				db.promoteConfirmed(partition, v)
 				confirmed, first = partition, false
@@ -549,15 +550,15 @@ func (t *Table[K, V]) scan(ctx context.Context, db *DB, v *view, id uint32, it *
 			kb := key[rowKeyExtra:]
 			k, err := t.keys.Decode(kb)
 			if err != nil {
-				return fmt.Errorf("state: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
+				return strerr.Errorf("strand: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
 			}
 			val, err := it.ValueAndErr()
 			if err != nil {
-				return fmt.Errorf("state: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
+				return strerr.Errorf("strand: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
 			}
 			v, err := t.values.Decode(val)
 			if err != nil {
-				return fmt.Errorf("state: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
+				return strerr.Errorf("strand: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
 			}
 			if !fn(k, v) {
 				return nil

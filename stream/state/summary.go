@@ -2,10 +2,11 @@ package state
 
 import (
 	"context"
-	"fmt"
+
 	"time"
 
 	"github.com/strand-io/strand/internal/inspect"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -110,7 +111,7 @@ func (s *Store) Summary(ctx context.Context) (*Summary, error) {
 	defer s.exit()
 	in, err := inspect.Store(ctx, s.r)
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: %w", s.dir, err)
+		return nil, strerr.Errorf("strand: %s: %w", s.dir, err)
 	}
 	out := &Summary{Dir: s.dir, Layout: in.Layout, Fingerprint: s.Fingerprint(), PendingDeadLetters: in.DeadLetters,
 		Live: s.live, Stale: s.stale}

@@ -64,8 +64,8 @@ func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[str
 // change is refused with a *TopologyChangedError, as a group instance's or
 // a partial instance's (WithGroup, WithPartitions) always is.
 func WithInPlaceChanges(on bool) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		o.inPlaceOff = !on
 		return nil
-	}
+	})
 }

@@ -102,7 +102,7 @@ func TestBuildInBackground(t *testing.T) {
 	dir := t.TempDir()
 
 	topo1, _, _ := evolving(1)
-	d := topologytest.NewDriver(t, topo1, topologytest.Dir(dir), topologytest.Partitions(3), topologytest.BatchSize(7))
+	d := topologytest.NewDriver(t, topo1, topologytest.WithDir(dir), topologytest.WithPartitions(3), topologytest.WithBatchSize(7))
 	m.pipe(d, rng, 300)
 	d.Advance()
 	topo2, balances, owners := evolving(2)
@@ -176,7 +176,7 @@ func TestBuildInBackground(t *testing.T) {
 func TestInPlaceRefusedSaysWhy(t *testing.T) {
 	dir := t.TempDir()
 	topo1, _, _ := evolving(1)
-	d := topologytest.NewDriver(t, topo1, topologytest.Dir(dir))
+	d := topologytest.NewDriver(t, topo1, topologytest.WithDir(dir))
 	topologytest.Pipe(d, Deposits, Deposited{Account: 1, Amount: 5})
 	d.Advance()
 	d.Close()
@@ -195,7 +195,7 @@ func TestInPlaceRefusedSaysWhy(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		topologytest.NewDriver(ftb, ttl, topologytest.Dir(dir)).Close()
+		topologytest.NewDriver(ftb, ttl, topologytest.WithDir(dir)).Close()
 	}()
 	<-done
 	for _, want := range []string{`changed table "balances" version`, `not made in place: table "balances" cannot be built in the background: it has a TTL or timers`, "strand reset"} {

@@ -79,9 +79,9 @@ func TestBuildCrashChild(t *testing.T) {
 		log = log[:buildCrashFirst]
 	}
 	topo, balances, owners := evolving(version)
-	d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(buildCrashParts),
-		topologytest.BatchSizes(func() int { return 1 + r.IntN(60) }),
-		topologytest.OpenOptions(topology.WithDurability(topology.Sync)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(buildCrashParts),
+		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(60) }),
+		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync)))
 	pipeBuildLog(d, log)
 	fmt.Println(crashReady)
 	d.Advance()

@@ -17,7 +17,7 @@ func ExampleApp_Builds() {
 	tb := &exampleTB{}
 	defer tb.done()
 	v1, _, _ := evolving(1)
-	d := topologytest.NewDriver(tb, v1, topologytest.Partitions(2))
+	d := topologytest.NewDriver(tb, v1, topologytest.WithPartitions(2))
 	topologytest.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"})
 	topologytest.Pipe(d, Deposits, Deposited{42, 100}, Deposited{42, 20})
 	d.Advance()

@@ -13,7 +13,7 @@ import (
 // it read left this instance before the partition's changelog confirmed
 // the commits the read saw: they may not be in the valid history, so the
 // answer is withheld. Ask the partition's new owner.
-var ErrNotConfirmed = errors.New("topology: the partition moved before the commits read were confirmed")
+var ErrNotConfirmed = errors.New("strand: the partition moved before the commits read were confirmed")
 
 // readGate holds a table read of partition p back, in a group, until the
 // changelog has confirmed every commit of p this instance stamped before

@@ -940,7 +940,7 @@ func snapshotHead(p uint32, id uint64, lastChunk []byte) (uint64, error) {
 
 // ErrTablesDiffer is wrapped by a restore that found rows of a writer whose
 // store numbers the topology's tables otherwise than this one.
-var ErrTablesDiffer = errors.New("stream: the instances number their tables differently")
+var ErrTablesDiffer = errors.New("strand: the instances number their tables differently")
 
 // sameTables refuses rows of a writer that numbers its tables otherwise.
 func (c *Changelog) sameTables(r *Record) error {

@@ -55,7 +55,7 @@ func TestBuildingTableAnswers503(t *testing.T) {
 
 	v2, counts := holdingShop(true)
 	d.Evolve(v2)
-	srv, err := queryserver.New(d.App(), queryserver.Table(counts))
+	srv, err := queryserver.New(d.App(), queryserver.WithTable(counts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
@@ -153,7 +154,7 @@ func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, q Query, owner 
 	}
 	target, err := ownerURL(owner, r, s.cfg.redirect)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, fmt.Errorf("router: partition %d of table %q: %w", q.Partition, q.Table, err))
+		writeError(w, http.StatusInternalServerError, strerr.Errorf("strand: partition %d of table %q: %w", q.Partition, q.Table, err))
 		return
 	}
 	w.Header().Set(HeaderOwner, owner)

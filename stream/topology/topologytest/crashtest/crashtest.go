@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/strerr"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -76,7 +77,7 @@ func Args() ([]string, error) {
 	}
 	var args []string
 	if err := json.Unmarshal([]byte(v), &args); err != nil {
-		return nil, fmt.Errorf("crashtest: %s is not a JSON array of strings: %w", EnvArgs, err)
+		return nil, strerr.Errorf("strand: crashtest: %s is not a JSON array of strings: %w", EnvArgs, err)
 	}
 	return args, nil
 }
@@ -128,10 +129,10 @@ func KillPoint(mode string, points ...string) (point string, maybe func(), err e
 	point, ps, ok := strings.Cut(mode, ":")
 	p, perr := strconv.ParseFloat(ps, 64)
 	if !ok || perr != nil || p < 0 || p > 1 {
-		return "", nil, fmt.Errorf("crashtest: kill mode %q: want point:probability with a probability in [0, 1]", mode)
+		return "", nil, fmt.Errorf("strand: crashtest: kill mode %q: want point:probability with a probability in [0, 1]", mode)
 	}
 	if len(points) > 0 && !contains(points, point) {
-		return "", nil, fmt.Errorf("crashtest: kill mode %q: unknown point %q (known: %s)", mode, point, strings.Join(points, ", "))
+		return "", nil, fmt.Errorf("strand: crashtest: kill mode %q: unknown point %q (known: %s)", mode, point, strings.Join(points, ", "))
 	}
 	return point, func() {
 		if rand.Float64() < p {
@@ -235,7 +236,7 @@ type Spec struct {
 // given to it). Start runs it and watches it.
 func Command(s Spec) (*exec.Cmd, error) {
 	if s.Role == "" {
-		return nil, errors.New("crashtest: Spec.Role is empty; name the role the child checks")
+		return nil, errors.New("strand: crashtest: Spec.Role is empty; name the role the child checks")
 	}
 	path, args := s.Path, []string(nil)
 	if path == "" {
@@ -248,7 +249,7 @@ func Command(s Spec) (*exec.Cmd, error) {
 	}
 	js, err := json.Marshal(s.Args)
 	if err != nil {
-		return nil, fmt.Errorf("crashtest: the child's arguments: %w", err)
+		return nil, strerr.Errorf("strand: crashtest: the child's arguments: %w", err)
 	}
 	cmd := exec.Command(path, args...)
 	if s.Path != "" {
