@@ -161,8 +161,8 @@ type Stats struct {
 
 // BuildStats is the progress of a table built in the background.
 type BuildStats struct {
-	// Table names the table.
-	Table string
+	// Table names the table; Source the log it is built from.
+	Table, Source string
 	// Replacing: the table had rows before (a new version), which reads
 	// are answered from until the build is done.
 	Replacing bool

@@ -70,21 +70,9 @@ type TableBuild struct {
 	target []atomic.Uint64 // per partition: the main pipeline's
 }
 
-// BuildProgress is the progress of one table's build.
-type BuildProgress struct {
-	// Table names the table; Source the log it is built from.
-	Table, Source string
-	// Replacing: the table had rows before (a new version), which reads
-	// are answered from until the build finishes.
-	Replacing bool
-	// Built counts the records the build has read, Target those it must
-	// read (the main pipelines' checkpoints), summed over the partitions.
-	Built, Target uint64
-	// Partitions counts the partitions, Left those not handed over yet.
-	Partitions, Left int
-	// Done: the table serves its built rows.
-	Done bool
-}
+// BuildProgress is the progress of one table's build: the public
+// stream.BuildStats, defined once there.
+type BuildProgress = stream.BuildStats
 
 // Progress returns the progress of every build, by table name.
 func (e *Evolution) Progress() []BuildProgress {

@@ -445,8 +445,7 @@ func (p *Processor) Stats() stream.Stats {
 	slices.SortFunc(s.Partitions, func(a, b stream.PartitionStats) int { return cmp.Compare(a.Partition, b.Partition) })
 	for _, bp := range p.opts.builds.Progress() { // build.go
 		if bp.Source == p.name {
-			s.Builds = append(s.Builds, stream.BuildStats{Table: bp.Table, Replacing: bp.Replacing, Built: bp.Built, Target: bp.Target,
-				Partitions: bp.Partitions, Left: bp.Left, Done: bp.Done})
+			s.Builds = append(s.Builds, bp)
 		}
 	}
 	return s

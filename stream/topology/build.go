@@ -3,9 +3,9 @@ package topology
 import (
 	"context"
 
-	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream"
 )
 
 // Changing a topology on its store (docs/design.md §19). Open of a
@@ -24,7 +24,7 @@ import (
 var ErrTableBuilding = state.ErrTableBuilding
 
 // BuildProgress is the progress of one table built in the background.
-type BuildProgress = executor.BuildProgress
+type BuildProgress = stream.BuildStats
 
 // ErrBuildRetention is wrapped by the error Run returns when a table
 // build needs records the source's retention has removed.
