@@ -163,6 +163,19 @@ func scenarioDefs() []*scenarioDef {
 			},
 		},
 		{
+			name:     "rebuild",
+			measures: "a table rebuilt in the background (a new WithTableVersion) from the core workload's log held in memory, while its old rows serve: events rebuilt per second until the switch",
+			baseline: "core: the same log applied by one Task per partition in the same measurement (extra core_rate)",
+			plan: func(s *session) error {
+				return s.rounds(job{"rebuild", "strand", string(s.codecs[0])})
+			},
+			variants: map[string]measureFunc{
+				"strand": func(ctx context.Context, cfg config, j job, cd workload.Codec) (scenario.Result, error) {
+					return scenario.Rebuild(ctx, cfg.coreOptions(j, cd))
+				},
+			},
+		},
+		{
 			name:     "scale",
 			measures: "the core workload with 10k, 100k and 1M keys touched (-scale-keys, -scale-10m) at two skews, the input held off the Go heap so that the processing's own memory shows",
 			baseline: "naive (as core) and input (the memory of the input alone)",

@@ -22,7 +22,7 @@ type Codec[T any] interface {
 
 // ErrCodec is wrapped by the errors of the codecs in this package, so
 // callers can tell encoding problems from other failures with errors.Is.
-var ErrCodec = errors.New("stream: codec")
+var ErrCodec = errors.New("strand: codec")
 
 // JSON returns the default payload codec. It follows encoding/json's rules
 // (struct tags, exported fields, HTML escaping, sorted map keys) and
@@ -78,7 +78,7 @@ func payloadFree(err error) error {
 // is involved, so a hand-written pair costs a few nanoseconds per event.
 // UnmarshalBinary must not keep data (copy strings and slices out of it).
 //
-//	stream.Declare[AccountID, Deposited](2, stream.Payload(stream.Binary[Deposited]()))
+//	stream.Declare[AccountID, Deposited](2, stream.WithPayload(stream.Binary[Deposited]()))
 func Binary[T encoding.BinaryAppender, P interface {
 	*T
 	encoding.BinaryUnmarshaler

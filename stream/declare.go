@@ -14,7 +14,7 @@ import (
 // a mistyped or repeated option, an invalid fence, a key type without a key
 // codec. Such a declaration never panics; it refuses to encode (Envelope)
 // and a topology that uses it refuses to build.
-var ErrBadDeclaration = errors.New("stream: bad event declaration")
+var ErrBadDeclaration = errors.New("strand: bad event declaration")
 
 // Keyed is implemented by event types that know their key.
 type Keyed[K any] interface{ Key() K }
@@ -29,7 +29,7 @@ type Keyed[K any] interface{ Key() K }
 // as a package-level variable:
 //
 //	var Deposits = stream.Declare[AccountID, Deposited](2,
-//		stream.Reduce(algebra.Sum(Deposited.GetAmount, Deposited.WithAmount)))
+//		stream.WithReduce(algebra.Sum(Deposited.GetAmount, Deposited.WithAmount)))
 type Event[K, E any] struct {
 	tag     planner.Tag
 	name    string
@@ -85,23 +85,23 @@ func declare[K, E any](tag planner.Tag, key func(E) K, opts []Option) *Event[K, 
 		fn, ok := o.fenceBy.(func(E) planner.Ordering)
 		switch {
 		case !ok:
-			fail("FenceBy takes %T, want func(%s) planner.Ordering", o.fenceBy, d.name)
+			fail("stream.WithFenceBy takes %T, want func(%s) planner.Ordering", o.fenceBy, d.name)
 		case fn == nil:
-			fail("FenceBy function is nil")
+			fail("stream.WithFenceBy function is nil")
 		default:
 			d.fenceBy = fn
 		}
 	}
 	if o.fenceSet && o.fenceBy != nil {
-		fail("both Fence and FenceBy given; choose one")
+		fail("both stream.WithFence and stream.WithFenceBy given; choose one")
 	}
 	if o.seq != nil {
 		fn, ok := o.seq.(func(E) uint64)
 		switch {
 		case !ok:
-			fail("Sequence takes %T, want func(%s) uint64", o.seq, d.name)
+			fail("stream.WithSequence takes %T, want func(%s) uint64", o.seq, d.name)
 		case fn == nil:
-			fail("Sequence function is nil")
+			fail("stream.WithSequence function is nil")
 		default:
 			d.seq = fn
 		}
@@ -109,14 +109,14 @@ func declare[K, E any](tag planner.Tag, key func(E) K, opts []Option) *Event[K, 
 	if o.reduce != nil {
 		a, ok := o.reduce.(algebra.Algebra[E])
 		if !ok {
-			fail("Reduce takes %T, want algebra.Algebra[%s]", o.reduce, d.name)
+			fail("stream.WithReduce takes %T, want algebra.Algebra[%s]", o.reduce, d.name)
 		}
 		d.alg = a
 	}
 	if o.payload != nil {
 		c, ok := o.payload.(Codec[E])
 		if !ok {
-			fail("Payload takes a codec of type %T, which does not encode %s", o.payload, d.name)
+			fail("stream.WithPayload takes a codec of type %T, which does not encode %s", o.payload, d.name)
 		}
 		d.payload = c
 	} else {
@@ -125,7 +125,7 @@ func declare[K, E any](tag planner.Tag, key func(E) K, opts []Option) *Event[K, 
 	if o.keys != nil {
 		c, ok := o.keys.(Codec[K])
 		if !ok {
-			fail("KeyCodec takes a codec of type %T, which does not encode key type %s", o.keys, reflect.TypeFor[K]())
+			fail("stream.WithKeyCodec takes a codec of type %T, which does not encode key type %s", o.keys, reflect.TypeFor[K]())
 		}
 		d.keys = c
 	} else {
@@ -165,31 +165,31 @@ type optionFunc func(*declOptions)
 
 func (f optionFunc) apply(o *declOptions) { f(o) }
 
-// Fence gives every event of the type the same ordering: Relaxed (the
+// WithFence gives every event of the type the same ordering: Relaxed (the
 // default), Acquire, Release or AcqRel. An invalid value makes the
 // declaration fail.
-func Fence(o planner.Ordering) Option {
+func WithFence(o planner.Ordering) Option {
 	return optionFunc(func(d *declOptions) {
 		if d.fenceSet {
-			d.fail("Fence given twice")
+			d.fail("stream.WithFence given twice")
 		}
 		if !o.Valid() {
-			d.fail("Fence(%d): not one of Relaxed, Acquire, Release, AcqRel", uint8(o))
+			d.fail("stream.WithFence(%d): not one of Relaxed, Acquire, Release, AcqRel", uint8(o))
 		}
 		d.fence, d.fenceSet = o, true
 	})
 }
 
-// FenceBy lets each event choose its ordering, for a type that models
+// WithFenceBy lets each event choose its ordering, for a type that models
 // several transitions (a status change that is sometimes a barrier). The
 // publisher calls fn for every event and writes the result into its
 // strand-props header; the consumer plans from that header and never calls
 // fn. fn must return a valid ordering; Envelope refuses an event for which
 // it does not.
-func FenceBy[E any](fn func(E) planner.Ordering) Option {
+func WithFenceBy[E any](fn func(E) planner.Ordering) Option {
 	return optionFunc(func(d *declOptions) {
 		if d.fenceBy != nil {
-			d.fail("FenceBy given twice")
+			d.fail("stream.WithFenceBy given twice")
 		}
 		if fn == nil {
 			d.fenceBy = (func(E) planner.Ordering)(nil)
@@ -199,51 +199,51 @@ func FenceBy[E any](fn func(E) planner.Ordering) Option {
 	})
 }
 
-// Reduce sets the algebra of the type: the law its runs obey and so how a
+// WithReduce sets the algebra of the type: the law its runs obey and so how a
 // run is reduced before its handlers see it (algebra.Sum, algebra.Fold,
 // algebra.Dedup, ...). The default is algebra.None: runs are applied as
 // they are. A wrong law silently corrupts state; check a combine function
 // with the algebra package's law checkers.
-func Reduce[E any](a algebra.Algebra[E]) Option {
+func WithReduce[E any](a algebra.Algebra[E]) Option {
 	return optionFunc(func(d *declOptions) {
 		if d.reduce != nil {
-			d.fail("Reduce given twice")
+			d.fail("stream.WithReduce given twice")
 		}
 		d.reduce = a
 	})
 }
 
-// Payload sets the payload codec of the type; the default is JSON[E]().
-func Payload[E any](c Codec[E]) Option {
+// WithPayload sets the payload codec of the type; the default is JSON[E]().
+func WithPayload[E any](c Codec[E]) Option {
 	return optionFunc(func(d *declOptions) {
 		if d.payload != nil {
-			d.fail("Payload given twice")
+			d.fail("stream.WithPayload given twice")
 		}
 		if c == nil {
-			d.fail("Payload codec is nil")
+			d.fail("stream.WithPayload codec is nil")
 			return
 		}
 		d.payload = c
 	})
 }
 
-// KeyCodec sets the key codec of the type; the default is
+// WithKeyCodec sets the key codec of the type; the default is
 // DefaultKeyCodec[K](). Every declaration and table with the same key type
 // in one topology must encode keys alike; Build checks what it can.
-func KeyCodec[K any](c Codec[K]) Option {
+func WithKeyCodec[K any](c Codec[K]) Option {
 	return optionFunc(func(d *declOptions) {
 		if d.keys != nil {
-			d.fail("KeyCodec given twice")
+			d.fail("stream.WithKeyCodec given twice")
 		}
 		if c == nil {
-			d.fail("KeyCodec codec is nil")
+			d.fail("stream.WithKeyCodec codec is nil")
 			return
 		}
 		d.keys = c
 	})
 }
 
-// Sequence gives each event of the type its sequence number within its
+// WithSequence gives each event of the type its sequence number within its
 // key: 1-based, and one sequence per key across every sequenced type of a
 // source (an account's openings, deposits and closings share one count).
 // The publisher calls fn for every event and writes the number into the
@@ -252,10 +252,10 @@ func KeyCodec[K any](c Codec[K]) Option {
 // type in that order, from the header alone, whatever order the log has
 // them in (docs/design.md §10). Without Resequence the header is carried
 // and ignored.
-func Sequence[E any](fn func(E) uint64) Option {
+func WithSequence[E any](fn func(E) uint64) Option {
 	return optionFunc(func(d *declOptions) {
 		if d.seq != nil {
-			d.fail("Sequence given twice")
+			d.fail("stream.WithSequence given twice")
 		}
 		if fn == nil {
 			d.seq = (func(E) uint64)(nil)

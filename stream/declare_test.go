@@ -28,7 +28,7 @@ type Status struct {
 func (s Status) Key() AccountID { return s.Account }
 
 func TestEnvelopeCarriesTheDeclaration(t *testing.T) {
-	deposits := stream.Declare[AccountID, Deposited](2, stream.Reduce(algebra.Sum(
+	deposits := stream.Declare[AccountID, Deposited](2, stream.WithReduce(algebra.Sum(
 		func(d Deposited) int64 { return d.Amount },
 		func(d Deposited, n int64) Deposited { d.Amount = n; return d })))
 	if err := deposits.Err(); err != nil {
@@ -59,7 +59,7 @@ func TestEnvelopeCarriesTheDeclaration(t *testing.T) {
 }
 
 func TestFenceByChoosesPerEvent(t *testing.T) {
-	status := stream.Declare[AccountID, Status](5, stream.FenceBy(func(s Status) planner.Ordering {
+	status := stream.Declare[AccountID, Status](5, stream.WithFenceBy(func(s Status) planner.Ordering {
 		if s.Frozen {
 			return planner.AcqRel
 		}
@@ -77,7 +77,7 @@ func TestFenceByChoosesPerEvent(t *testing.T) {
 			t.Fatalf("frozen=%v: ordering %v, %v; want %v", c.frozen, env.Headers.Ordering, err, c.want)
 		}
 	}
-	bad := stream.Declare[AccountID, Status](6, stream.FenceBy(func(Status) planner.Ordering { return 3 }))
+	bad := stream.Declare[AccountID, Status](6, stream.WithFenceBy(func(Status) planner.Ordering { return 3 }))
 	if _, err := bad.Envelope(Status{Account: 1}); !errors.Is(err, connector.ErrBadHeaders) {
 		t.Fatalf("invalid per-event fence: %v, want ErrBadHeaders", err)
 	}
@@ -89,15 +89,15 @@ func TestMistypedOptionsAreRecordedNotPanics(t *testing.T) {
 		opts []stream.Option
 		want string
 	}{
-		{"FenceBy of another type", []stream.Option{stream.FenceBy(func(Status) planner.Ordering { return planner.Acquire })}, "FenceBy takes func(stream_test.Status)"},
-		{"Reduce of another type", []stream.Option{stream.Reduce(algebra.Dedup[Status]())}, "stream_test.Status], want algebra.Algebra[stream_test.Deposited]"},
-		{"Payload of another type", []stream.Option{stream.Payload(stream.JSON[Status]())}, "does not encode stream_test.Deposited"},
-		{"KeyCodec of another type", []stream.Option{stream.KeyCodec(stream.StringKey[string]())}, "does not encode key type stream_test.AccountID"},
-		{"invalid Fence", []stream.Option{stream.Fence(3)}, "Fence(3)"},
-		{"Fence twice", []stream.Option{stream.Fence(planner.Acquire), stream.Fence(planner.Release)}, "Fence given twice"},
-		{"Fence and FenceBy", []stream.Option{stream.Fence(planner.Acquire), stream.FenceBy(func(Deposited) planner.Ordering { return planner.Relaxed })}, "both Fence and FenceBy"},
+		{"FenceBy of another type", []stream.Option{stream.WithFenceBy(func(Status) planner.Ordering { return planner.Acquire })}, "stream.WithFenceBy takes func(stream_test.Status)"},
+		{"Reduce of another type", []stream.Option{stream.WithReduce(algebra.Dedup[Status]())}, "stream_test.Status], want algebra.Algebra[stream_test.Deposited]"},
+		{"Payload of another type", []stream.Option{stream.WithPayload(stream.JSON[Status]())}, "does not encode stream_test.Deposited"},
+		{"KeyCodec of another type", []stream.Option{stream.WithKeyCodec(stream.StringKey[string]())}, "does not encode key type stream_test.AccountID"},
+		{"invalid Fence", []stream.Option{stream.WithFence(3)}, "stream.WithFence(3)"},
+		{"Fence twice", []stream.Option{stream.WithFence(planner.Acquire), stream.WithFence(planner.Release)}, "stream.WithFence given twice"},
+		{"Fence and FenceBy", []stream.Option{stream.WithFence(planner.Acquire), stream.WithFenceBy(func(Deposited) planner.Ordering { return planner.Relaxed })}, "both stream.WithFence and stream.WithFenceBy"},
 		{"nil option", []stream.Option{nil}, "nil option"},
-		{"nil payload codec", []stream.Option{stream.Payload[Deposited](nil)}, "Payload codec is nil"},
+		{"nil payload codec", []stream.Option{stream.WithPayload[Deposited](nil)}, "stream.WithPayload codec is nil"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -116,10 +116,10 @@ func TestMistypedOptionsAreRecordedNotPanics(t *testing.T) {
 func TestKeyTypeWithoutCodecIsRefused(t *testing.T) {
 	type pair struct{ A, B int }
 	d := stream.DeclareFunc(1, func(e Deposited) pair { return pair{} })
-	if err := d.Err(); !errors.Is(err, stream.ErrBadDeclaration) || !strings.Contains(err.Error(), "stream.KeyCodec") {
+	if err := d.Err(); !errors.Is(err, stream.ErrBadDeclaration) || !strings.Contains(err.Error(), "stream.WithKeyCodec") {
 		t.Fatalf("Err() = %v", err)
 	}
-	ok := stream.DeclareFunc(1, func(e Deposited) pair { return pair{} }, stream.KeyCodec(stream.CodecFunc(
+	ok := stream.DeclareFunc(1, func(e Deposited) pair { return pair{} }, stream.WithKeyCodec(stream.CodecFunc(
 		func(dst []byte, p pair) ([]byte, error) { return append(dst, byte(p.A), byte(p.B)), nil },
 		func(b []byte) (pair, error) { return pair{int(b[0]), int(b[1])}, nil })))
 	if err := ok.Err(); err != nil {
@@ -132,7 +132,7 @@ func TestEnvelopeRefusesBadKeys(t *testing.T) {
 	if _, err := d.Envelope(""); !errors.Is(err, stream.ErrCodec) {
 		t.Fatalf("empty key: %v", err)
 	}
-	long := stream.DeclareFunc(1, func(s string) string { return s }, stream.KeyCodec(stream.CodecFunc(
+	long := stream.DeclareFunc(1, func(s string) string { return s }, stream.WithKeyCodec(stream.CodecFunc(
 		func(dst []byte, s string) ([]byte, error) { return append(dst, s...), nil },
 		func(b []byte) (string, error) { return string(b), nil })))
 	if _, err := long.Envelope(strings.Repeat("k", 300)); !errors.Is(err, connector.ErrBadHeaders) {

@@ -22,4 +22,11 @@
 // strand headers every message carries; package deadletter is the format of
 // the dead letters a topology publishes and the reasons they give. Package
 // topology builds and runs topologies from these declarations.
+//
+// # Options
+//
+// Option, the options of Declare, is an opaque interface made only by
+// this package's With… functions (WithFence, WithFenceBy, WithReduce,
+// WithPayload, WithKeyCodec, WithSequence); a mistyped or repeated one
+// makes the declaration's Err, never a panic.
 package stream

@@ -20,8 +20,8 @@ func (o Opened) Key() AccountID { return o.Account }
 // executor reads back (a connector.Record, planned from its headers alone). Package
 // topology consumes the same declarations.
 func Example() {
-	opened := stream.Declare[AccountID, Opened](1, stream.Fence(planner.Acquire))
-	deposits := stream.Declare[AccountID, Deposited](2, stream.Reduce(algebra.Sum(
+	opened := stream.Declare[AccountID, Opened](1, stream.WithFence(planner.Acquire))
+	deposits := stream.Declare[AccountID, Deposited](2, stream.WithReduce(algebra.Sum(
 		func(d Deposited) int64 { return d.Amount },
 		func(d Deposited, n int64) Deposited { d.Amount = n; return d })))
 

@@ -34,7 +34,7 @@ func (p PoisonPolicy) String() string {
 }
 
 // ErrPermanent is wrapped by errors a handler marks with Permanent.
-var ErrPermanent = errors.New("stream: permanent failure")
+var ErrPermanent = errors.New("strand: permanent failure")
 
 // Permanent marks a handler error as permanent: retrying cannot help (the
 // event is invalid for the business). The executor dead-letters the failing

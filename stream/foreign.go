@@ -20,7 +20,7 @@ import (
 // or panicked, or the key it gave encodes to 0 or more than connector.MaxKeyLen
 // bytes, or the fence it gave is not valid. Such a record is dead-lettered
 // with ReasonUnclassified.
-var ErrUnclassified = errors.New("stream: foreign record not classified")
+var ErrUnclassified = errors.New("strand: foreign record not classified")
 
 // ForeignMessage is one message of a foreign source as its classifier sees
 // it. Headers and Payload alias the record's bytes: the classifier must not

@@ -78,7 +78,7 @@ func DefaultKeyCodec[K any]() (Codec[K], error) {
 		}
 		return anyKey[K, int32]{int32Key[int32]{}}, nil
 	}
-	return nil, fmt.Errorf("%w: no ready-made key codec for key type %s (kind %s); pass one with stream.KeyCodec", ErrCodec, t, t.Kind())
+	return nil, fmt.Errorf("%w: no ready-made key codec for key type %s (kind %s); pass one with stream.WithKeyCodec", ErrCodec, t, t.Kind())
 }
 
 // anyKey reinterprets K as its underlying type U, which DefaultKeyCodec

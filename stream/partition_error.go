@@ -1,6 +1,11 @@
 package stream
 
-import "fmt"
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
 
 // PartitionOp says what a partition's pipeline was doing when it failed.
 type PartitionOp uint8
@@ -66,8 +71,23 @@ type PartitionError struct {
 }
 
 // Error describes the failure with source, partition, offset and cause.
+// It starts with "strand: " once, and names the source and partition once:
+// a cause that names them too (a connector's "iggy: open s/log partition
+// 3: …") is shown without them.
 func (e *PartitionError) Error() string {
-	return fmt.Sprintf("strand: source %q partition %d offset %d: %s: %v", e.Source, e.Partition, e.Offset, e.Op, e.Err)
+	cause := "<nil>"
+	if e.Err != nil {
+		cause = strings.ReplaceAll(e.Err.Error(), "strand: ", "")
+		where := regexp.QuoteMeta(e.Source) + ` partition ` + strconv.FormatUint(uint64(e.Partition), 10) + `(?: at)?(?: offset \d+)?: `
+		cause = regexp.MustCompile(`(?:^|: | )`+where).ReplaceAllStringFunc(cause, func(m string) string {
+			if strings.HasPrefix(m, ":") || strings.HasPrefix(m, " ") {
+				return ": " // "open s/log partition 3: x" → "open: x"
+			}
+			return "" // "s/log partition 3 offset 1: x" → "x"
+		})
+
+	}
+	return fmt.Sprintf("strand: source %q partition %d offset %d: %s: %s", e.Source, e.Partition, e.Offset, e.Op, cause)
 }
 
 // Unwrap returns the cause.

@@ -12,16 +12,16 @@ import (
 // ErrBadSequence is wrapped by the error of a record of a sequenced type
 // whose strand-seq header is missing or 0, and by Envelope's error for an
 // event whose Sequence function returns 0.
-var ErrBadSequence = errors.New("stream: bad sequence number")
+var ErrBadSequence = errors.New("strand: bad sequence number")
 
 // ErrDuplicate is wrapped by the error of a dead letter with
 // ReasonDuplicate.
-var ErrDuplicate = errors.New("stream: duplicate sequence number")
+var ErrDuplicate = errors.New("strand: duplicate sequence number")
 
 // ErrGap is wrapped by the error of a record dead-lettered because it was
 // held behind a gap that was given up (ReasonGapTimeout,
 // ReasonHoldOverflow).
-var ErrGap = errors.New("stream: held behind a sequence gap that was given up")
+var ErrGap = errors.New("strand: held behind a sequence gap that was given up")
 
 // GapPolicy says what the re-sequencer does with a key whose sequence has
 // a gap that timed out (or whose held records exceed a bound).

@@ -153,6 +153,27 @@ type Stats struct {
 	Total Counters
 	// ParkedKeys and ParkedRecords sum those of all partitions.
 	ParkedKeys, ParkedRecords int
+	// Builds lists the tables built in the background from the source
+	// since the App opened (a table new to the topology, or with a new
+	// version: docs/design.md §19), finished ones included.
+	Builds []BuildStats
+}
+
+// BuildStats is the progress of a table built in the background.
+type BuildStats struct {
+	// Table names the table.
+	Table string
+	// Replacing: the table had rows before (a new version), which reads
+	// are answered from until the build is done.
+	Replacing bool
+	// Built counts the records the build has read, Target those it must
+	// read (the partitions' checkpoints), summed over the partitions.
+	Built, Target uint64
+	// Partitions counts the source's partitions, Left those not handed
+	// over to their pipelines yet.
+	Partitions, Left int
+	// Done: the table serves its built rows.
+	Done bool
 }
 
 // Waiting returns the sum of the partitions' waiting records

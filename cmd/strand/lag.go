@@ -174,6 +174,13 @@ func inspect(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				s.Name, p, s.Checkpoints[p], s.Rebuilding[p], s.Rebuilding[p])
 		}
 	}
+	for _, b := range in.Builds {
+		if b.HandedOver {
+			fmt.Fprintf(w, "  table %s partition %d\tbuilt in the background: handed over to the main pipeline at %d\t\n", b.Table, b.Partition, b.Next)
+		} else {
+			fmt.Fprintf(w, "  table %s partition %d\tbuilt in the background from %s: at %d\t\n", b.Table, b.Partition, b.Source, b.Next)
+		}
+	}
 	fmt.Fprintln(w, "\ntables\trows\t")
 	for _, t := range in.Tables {
 		fmt.Fprintf(w, "  %s\t%d\t\n", t.Name, t.Rows)

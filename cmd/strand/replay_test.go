@@ -62,7 +62,7 @@ func TestReplayIntoAResequencedSourceIsAppliedOnceForEver(t *testing.T) {
 	var broken, k9broken atomic.Bool
 	broken.Store(true)
 	k9broken.Store(true)
-	decl := stream.DeclareFunc(1, func(e sev) string { return e.K }, stream.Sequence(func(e sev) uint64 { return e.Seq }))
+	decl := stream.DeclareFunc(1, func(e sev) string { return e.K }, stream.WithSequence(func(e sev) uint64 { return e.Seq }))
 	topo := topology.New("replay")
 	src := topology.Source[string](topo, "r/events").Resequence()
 	sums := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())

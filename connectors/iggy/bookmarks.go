@@ -7,6 +7,7 @@ import (
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -25,11 +26,11 @@ const MaxBookmarkName = 255 - len(bookmarkPrefix)
 // bookmarkConsumer returns the Iggy consumer that holds bookmark name.
 func bookmarkConsumer(name string) (iggcon.Consumer, error) {
 	if name == "" || len(name) > MaxBookmarkName {
-		return iggcon.Consumer{}, fmt.Errorf("iggy: bookmark name of %d bytes, want 1..%d", len(name), MaxBookmarkName)
+		return iggcon.Consumer{}, fmt.Errorf("strand: iggy: bookmark name of %d bytes, want 1..%d", len(name), MaxBookmarkName)
 	}
 	id, err := iggcon.NewIdentifier(bookmarkPrefix + name)
 	if err != nil {
-		return iggcon.Consumer{}, fmt.Errorf("iggy: bookmark name %q: %w", name, err)
+		return iggcon.Consumer{}, strerr.Errorf("strand: iggy: bookmark name %q: %w", name, err)
 	}
 	return iggcon.NewSingleConsumer(id), nil
 }
@@ -65,7 +66,7 @@ func (c *Client) Bookmark(ctx context.Context, topic string, partition uint32, n
 	var info *iggcon.ConsumerOffsetInfo
 	wc, err := wireConsumer(cons)
 	if err != nil {
-		return 0, false, fmt.Errorf("iggy: bookmark %q: %w", name, err)
+		return 0, false, strerr.Errorf("strand: iggy: bookmark %q: %w", name, err)
 	}
 	err = c.admin.call(ctx, func(s *session) error {
 		var err error
@@ -73,7 +74,7 @@ func (c *Client) Bookmark(ctx context.Context, topic string, partition uint32, n
 		return err
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("iggy: bookmark %q of %s partition %d: %w", name, t, partition, err)
+		return 0, false, strerr.Errorf("strand: iggy: bookmark %q of %s partition %d: %w", name, t, partition, err)
 	}
 	if info != nil {
 		if info.PartitionId != partition {
@@ -84,7 +85,7 @@ func (c *Client) Bookmark(ctx context.Context, topic string, partition uint32, n
 	// The server answers the same for a missing stream, topic or
 	// partition as for an offset never stored: tell them apart.
 	if err := checkPartition(ctx, c.admin, t, partition); err != nil {
-		return 0, false, fmt.Errorf("iggy: bookmark %q: %w", name, err)
+		return 0, false, strerr.Errorf("strand: iggy: bookmark %q: %w", name, err)
 	}
 	return 0, false, nil
 }
@@ -108,13 +109,13 @@ func (c *Client) SetBookmark(ctx context.Context, topic string, partition uint32
 	}
 	wc, err := wireConsumer(cons)
 	if err != nil {
-		return fmt.Errorf("iggy: set bookmark %q: %w", name, err)
+		return strerr.Errorf("strand: iggy: set bookmark %q: %w", name, err)
 	}
 	err = c.admin.call(ctx, func(s *session) error {
 		return s.storeConsumerOffset(wc, t, partition, offset)
 	})
 	if err != nil {
-		return fmt.Errorf("iggy: set bookmark %q of %s partition %d to offset %d: %w", name, t, partition, offset, err)
+		return strerr.Errorf("strand: iggy: set bookmark %q of %s partition %d to offset %d: %w", name, t, partition, offset, err)
 	}
 	return nil
 }
@@ -126,7 +127,7 @@ func checkPartition(ctx context.Context, k *conn, t topicRef, partition uint32) 
 		return err
 	}
 	if partition >= d.PartitionsCount {
-		return fmt.Errorf("iggy: %s partition %d: the topic has partitions 0..%d: %w",
+		return strerr.Errorf("strand: iggy: %s partition %d: the topic has partitions 0..%d: %w",
 			t, partition, int64(d.PartitionsCount)-1, ierror.ErrPartitionNotFound)
 	}
 	return nil

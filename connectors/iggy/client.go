@@ -10,6 +10,7 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 	"github.com/strand-io/strand/connectors/iggy/internal/wire"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Client is a connection to one Iggy server: the settings every connection
@@ -71,7 +72,7 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -80,7 +81,7 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	}
 	if cfg.tls != nil {
 		if _, err := cfg.tls.std(addr); err != nil {
-			return nil, fmt.Errorf("iggy: connect to %s: %w", addr, err)
+			return nil, strerr.Errorf("strand: iggy: connect to %s: %w", addr, err)
 		}
 	}
 	c := &Client{addr: addr, cfg: cfg, conns: map[*conn]struct{}{}}
@@ -88,7 +89,7 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	c.conns[c.admin] = struct{}{}
 	if err := c.admin.call(ctx, func(*session) error { return nil }); err != nil {
 		c.admin.close()
-		return nil, fmt.Errorf("iggy: connect to %s: %w", addr, err)
+		return nil, strerr.Errorf("strand: iggy: connect to %s: %w", addr, err)
 	}
 	return c, nil
 }
@@ -151,11 +152,11 @@ type topicRef struct {
 func newTopicRef(stream, topic string) (topicRef, error) {
 	sid, err := iggcon.NewIdentifier(stream)
 	if err != nil {
-		return topicRef{}, fmt.Errorf("iggy: stream name %q: must be 1..255 bytes: %w", stream, err)
+		return topicRef{}, strerr.Errorf("strand: iggy: stream name %q: must be 1..255 bytes: %w", stream, err)
 	}
 	tid, err := iggcon.NewIdentifier(topic)
 	if err != nil {
-		return topicRef{}, fmt.Errorf("iggy: topic name %q: must be 1..255 bytes: %w", topic, err)
+		return topicRef{}, strerr.Errorf("strand: iggy: topic name %q: must be 1..255 bytes: %w", topic, err)
 	}
 	ws, _ := wire.NamedID(stream) // the SDK checked the lengths
 	wt, _ := wire.NamedID(topic)
@@ -197,11 +198,11 @@ func topicDetails(ctx context.Context, k *conn, t topicRef) (*iggcon.TopicDetail
 	}
 	switch {
 	case errors.Is(err, ierror.ErrStreamIdNotFound):
-		return nil, fmt.Errorf("iggy: stream %q does not exist (looking up topic %s): %w", t.stream, t, err)
+		return nil, strerr.Errorf("strand: iggy: stream %q does not exist (looking up topic %s): %w", t.stream, t, err)
 	case errors.Is(err, ierror.ErrTopicIdNotFound):
-		return nil, fmt.Errorf("iggy: topic %s does not exist: %w", t, err)
+		return nil, strerr.Errorf("strand: iggy: topic %s does not exist: %w", t, err)
 	case err != nil:
-		return nil, fmt.Errorf("iggy: get topic %s: %w", t, err)
+		return nil, strerr.Errorf("strand: iggy: get topic %s: %w", t, err)
 	}
 	return d, nil
 }
@@ -222,7 +223,14 @@ func (c *Client) Partitions(ctx context.Context, stream, topic string) (uint32, 
 }
 
 // TopicOption configures a topic that EnsureTopic creates.
-type TopicOption func(*topicConfig)
+type TopicOption interface {
+	apply(*topicConfig)
+}
+
+// topicOptionFunc adapts a function to TopicOption.
+type topicOptionFunc func(*topicConfig)
+
+func (f topicOptionFunc) apply(c *topicConfig) { f(c) }
 
 type topicConfig struct {
 	expiry  iggcon.Duration
@@ -234,13 +242,13 @@ type topicConfig struct {
 // setting (no expiry on a default 0.8 server). Readers report the deleted
 // range as ErrOffsetGap if they had not read it yet.
 func WithMessageExpiry(d iggcon.Duration) TopicOption {
-	return func(c *topicConfig) { c.expiry = d }
+	return topicOptionFunc(func(c *topicConfig) { c.expiry = d })
 }
 
 // WithMaxTopicSize caps the size in bytes of a topic EnsureTopic creates
 // (0, the default, is the server's setting: unlimited on a default server).
 func WithMaxTopicSize(bytes uint64) TopicOption {
-	return func(c *topicConfig) { c.maxSize = bytes }
+	return topicOptionFunc(func(c *topicConfig) { c.maxSize = bytes })
 }
 
 // maxPartitions is Iggy's limit on partitions per topic.
@@ -260,12 +268,12 @@ func (c *Client) EnsureTopic(ctx context.Context, stream, topic string, partitio
 		return err
 	}
 	if partitions == 0 || partitions > maxPartitions {
-		return fmt.Errorf("iggy: topic %s: %d partitions asked for, want 1..%d", t, partitions, maxPartitions)
+		return fmt.Errorf("strand: iggy: topic %s: %d partitions asked for, want 1..%d", t, partitions, maxPartitions)
 	}
 	var tc topicConfig
 	for _, o := range opts {
 		if o != nil {
-			o(&tc)
+			o.apply(&tc)
 		}
 	}
 	if err := c.ensureStream(ctx, t); err != nil {
@@ -291,11 +299,11 @@ func (c *Client) EnsureTopic(ctx context.Context, stream, topic string, partitio
 			return nil
 		}
 		if !errors.Is(err, ierror.ErrTopicNameAlreadyExists) {
-			return fmt.Errorf("iggy: create topic %s with %d partitions: %w", t, partitions, err)
+			return strerr.Errorf("strand: iggy: create topic %s with %d partitions: %w", t, partitions, err)
 		}
 		// Created by someone else meanwhile: check its partition count.
 	}
-	return fmt.Errorf("iggy: topic %s: it exists and vanished again while being ensured", t)
+	return fmt.Errorf("strand: iggy: topic %s: it exists and vanished again while being ensured", t)
 }
 
 func (c *Client) ensureStream(ctx context.Context, t topicRef) error {
@@ -310,11 +318,11 @@ func (c *Client) ensureStream(ctx context.Context, t topicRef) error {
 		return nil
 	}
 	if !errors.Is(err, ierror.ErrStreamIdNotFound) {
-		return fmt.Errorf("iggy: get stream %q: %w", t.stream, err)
+		return strerr.Errorf("strand: iggy: get stream %q: %w", t.stream, err)
 	}
 	err = c.admin.call(ctx, func(s *session) error { return s.createStream(t.stream) })
 	if err != nil && !errors.Is(err, ierror.ErrStreamNameAlreadyExists) {
-		return fmt.Errorf("iggy: create stream %q: %w", t.stream, err)
+		return strerr.Errorf("strand: iggy: create stream %q: %w", t.stream, err)
 	}
 	if err == nil {
 		c.cfg.log.Info("iggy: created stream", "stream", t.stream)
@@ -328,11 +336,11 @@ func (c *Client) ensureStream(ctx context.Context, t topicRef) error {
 func (c *Client) DeleteStream(ctx context.Context, stream string) error {
 	sid, err := wire.NamedID(stream)
 	if err != nil {
-		return fmt.Errorf("iggy: stream name %q: %w", stream, err)
+		return strerr.Errorf("strand: iggy: stream name %q: %w", stream, err)
 	}
 	err = c.admin.call(ctx, func(s *session) error { return s.deleteStream(sid) })
 	if err != nil {
-		return fmt.Errorf("iggy: delete stream %q: %w", stream, err)
+		return strerr.Errorf("strand: iggy: delete stream %q: %w", stream, err)
 	}
 	return nil
 }

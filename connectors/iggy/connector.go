@@ -3,6 +3,8 @@ package iggy
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,7 +17,7 @@ var _ connector.Connector = (*Client)(nil)
 func splitTopic(name string) (stream, topic string, err error) {
 	s, t, ok := strings.Cut(name, "/")
 	if !ok || s == "" || t == "" {
-		return "", "", fmt.Errorf("iggy: topic name %q: want \"stream/topic\"", name)
+		return "", "", fmt.Errorf("strand: iggy: topic name %q: want \"stream/topic\"", name)
 	}
 	return s, t, nil
 }
@@ -53,5 +55,9 @@ func (c *Client) OpenSink(ctx context.Context, name string, partitions uint32) (
 	// The runtime hands a sink rounds of up to thousands of messages in
 	// one Send: a linger of a millisecond lets each partition's batch fill
 	// with the whole round instead of leaving with its first message.
-	return NewSink(ctx, c, s, t, WithLinger(time.Millisecond), WithConnections(int(max(1, min(partitions, 4)))))
+	opts := []PublisherOption{WithLinger(time.Millisecond), WithConnections(int(max(1, min(partitions, 4))))}
+	if dir := c.cfg.sessionLogDir; dir != "" {
+		opts = append(opts, WithSessionLog(filepath.Join(dir, url.PathEscape(s)+"."+url.PathEscape(t)+".sessions")))
+	}
+	return NewSink(ctx, c, s, t, opts...)
 }

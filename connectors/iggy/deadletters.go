@@ -2,8 +2,8 @@ package iggy
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -54,17 +54,21 @@ func (s *Sink) Sent(ctx context.Context, msgs []connector.Message) ([]bool, erro
 		}
 		byPart[pt] = append(byPart[pt], i)
 	}
+	// Requests of an earlier process (WithSessionLog) first.
+	if err := s.p.settleEarlierSessions(ctx); err != nil {
+		return nil, strerr.Errorf("strand: iggy: check sent messages in %s: %w", s.Name(), err)
+	}
 	// A Send that returned early (its context ended) may have left a
 	// request in flight that lands after the look below: wait for every
 	// request to these partitions to be answered, or known lost, first.
 	if err := s.p.settle(ctx, order); err != nil {
-		return nil, fmt.Errorf("iggy: check sent messages in %s: %w", s.Name(), err)
+		return nil, strerr.Errorf("strand: iggy: check sent messages in %s: %w", s.Name(), err)
 	}
 	for _, pt := range order {
 		idx := byPart[pt]
 		tail, err := s.Tail(ctx, pt, len(idx)+SentCheckWindow)
 		if err != nil {
-			return nil, fmt.Errorf("iggy: check sent messages in %s partition %d: %w", s.Name(), pt, err)
+			return nil, strerr.Errorf("strand: iggy: check sent messages in %s partition %d: %w", s.Name(), pt, err)
 		}
 		ids := make(map[[16]byte]bool, len(tail))
 		for i := range tail {

@@ -60,4 +60,12 @@
 // through the standard log package on every login; the standard logger is
 // process-global, so this package never touches it on its own; call
 // RouteStdLog to send those lines into slog (or to drop them).
+//
+// # Options
+//
+// Option (Connect), SourceOption, PublisherOption, TopicOption, TLSOption
+// and GroupOption are opaque interfaces made only by this package's With…
+// functions; a bad value is refused by the call that takes it, with an
+// error naming the option ("strand: iggy.WithPollBatch: …"). Errors of
+// the connector start with "strand: iggy: " (docs/design.md §1).
 package iggy

@@ -2,8 +2,8 @@ package iggy
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -31,7 +31,7 @@ func (c *Client) EndOffsets(ctx context.Context, stream, topic string) ([]uint64
 func endOffsets(ctx context.Context, c *Client, t topicRef) ([]uint64, error) {
 	d, err := topicDetails(ctx, c.admin, t)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: end offsets of %s: %w", t, err)
+		return nil, strerr.Errorf("strand: iggy: end offsets of %s: %w", t, err)
 	}
 	out := make([]uint64, d.PartitionsCount)
 	for _, p := range d.Partitions {

@@ -14,35 +14,35 @@ import (
 var (
 	// ErrUnreachable means nothing answered at the server address within the
 	// dial timeout (connection refused, no route, TLS handshake failed).
-	ErrUnreachable = errors.New("iggy: server unreachable")
+	ErrUnreachable = errors.New("strand: iggy: server unreachable")
 	// ErrAuth means the server refused the login (wrong user, password or
 	// personal access token, or a missing permission).
-	ErrAuth = errors.New("iggy: login refused")
+	ErrAuth = errors.New("strand: iggy: login refused")
 	// ErrTimeout means a call got no reply within the call timeout
 	// (WithCallTimeout). The connection it used has been discarded; the next
 	// call reconnects.
-	ErrTimeout = errors.New("iggy: call timed out")
+	ErrTimeout = errors.New("strand: iggy: call timed out")
 	// ErrDisconnected means the connection broke during a call. The next call
 	// reconnects.
-	ErrDisconnected = errors.New("iggy: connection lost")
+	ErrDisconnected = errors.New("strand: iggy: connection lost")
 	// ErrProtocol means the server's reply could not be decoded (the SDK
 	// panicked on it, or it contradicted itself).
-	ErrProtocol = errors.New("iggy: malformed reply")
+	ErrProtocol = errors.New("strand: iggy: malformed reply")
 	// ErrClosed is returned by every operation on a closed Client,
 	// Publisher, Sink or Reader.
-	ErrClosed = errors.New("iggy: closed")
+	ErrClosed = errors.New("strand: iggy: closed")
 	// ErrPartitionCountMismatch means a topic exists with another number of
 	// partitions than asked for. A different count maps keys to different
 	// partitions, which would break per-key order, so strand refuses it.
-	ErrPartitionCountMismatch = errors.New("iggy: partition count mismatch")
+	ErrPartitionCountMismatch = errors.New("strand: iggy: partition count mismatch")
 	// ErrInvalidMessage means an event or message cannot be written to Iggy
 	// as it is (empty payload, header value out of range, key too long); the
 	// message says which.
-	ErrInvalidMessage = errors.New("iggy: invalid message")
+	ErrInvalidMessage = errors.New("strand: iggy: invalid message")
 	// ErrOffsetGap means a partition's log no longer starts where a reader
 	// needs it to (the messages were removed, usually by retention), so the
 	// reader cannot deliver a contiguous sequence.
-	ErrOffsetGap = errors.New("iggy: offset gap")
+	ErrOffsetGap = errors.New("strand: iggy: offset gap")
 )
 
 // failure classes of one SDK call.

@@ -6,6 +6,7 @@ import (
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"github.com/strand-io/strand/connectors/iggy/internal/wire"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -36,7 +37,7 @@ type pollRequest struct {
 func newPollRequest(consumer iggcon.Consumer, t topicRef, partition uint32) (*pollRequest, error) {
 	wc, err := wireConsumer(consumer)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: encode consumer: %w", err)
+		return nil, strerr.Errorf("strand: iggy: encode consumer: %w", err)
 	}
 	p := wire.Poll{Consumer: wc, Stream: t.ws, Topic: t.wt, Partition: &partition, Strategy: wire.PollOffset}
 	return &pollRequest{body: p.Append(nil)}, nil
@@ -177,7 +178,7 @@ func (d *fetchDecoder) decodeAppend(dst []connector.Record, reply []byte, want u
 			rec.Headers = connector.Headers{}
 		}
 		if err != nil {
-			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
+			rec.HeaderErr = strerr.Errorf("strand: iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
 		}
 		next++
 	}
@@ -242,7 +243,7 @@ func (d *fetchDecoder) decodeAppend012(dst []connector.Record, reply []byte, wan
 			rec.Headers = connector.Headers{}
 		}
 		if err != nil {
-			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
+			rec.HeaderErr = strerr.Errorf("strand: iggy: %s partition %d offset %d: %w", d.t, d.partition, off, err)
 		}
 		next++
 		return nil

@@ -15,6 +15,7 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -48,7 +49,7 @@ func sdkRecords(t topicRef, partition uint32, ms []iggcon.IggyMessage, want uint
 		rec.Payload = m.Payload[:len(m.Payload):len(m.Payload)]
 		h, err := parseStrandHeaders(m.UserHeaders)
 		if err != nil {
-			rec.HeaderErr = fmt.Errorf("iggy: %s partition %d offset %d: %w", t, partition, rec.Offset, err)
+			rec.HeaderErr = strerr.Errorf("strand: iggy: %s partition %d offset %d: %w", t, partition, rec.Offset, err)
 		} else {
 			rec.Headers = h
 		}

@@ -21,10 +21,10 @@ var _ connector.ForeignConnector = (*Client)(nil)
 // if any, is still found (Headers.TraceParent). A topology reads such a
 // source with topology.ForeignSource, which Client.OpenForeignSource serves.
 func WithForeign() SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		c.foreign = true
 		return nil
-	}
+	})
 }
 
 // OpenForeignSource returns the Source of the foreign topic named

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -18,7 +19,7 @@ var _ connector.Identifier = (*Source)(nil)
 func (s *Source) Identity(ctx context.Context) (string, error) {
 	d, err := topicDetails(ctx, s.cl.admin, s.t)
 	if err != nil {
-		return "", fmt.Errorf("iggy: identity of %s: %w", s.t, err)
+		return "", strerr.Errorf("strand: iggy: identity of %s: %w", s.t, err)
 	}
 	return topicIdentity(d.Id, d.CreatedAt), nil
 }

@@ -3,18 +3,34 @@ package iggy
 import (
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/strerr"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"time"
 )
 
 // Option configures a Client; pass options to Connect. Every option of
 // this package refuses an invalid value: the constructor it is passed to
 // returns an error naming the option, instead of clamping the value.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 // TLSOption configures TLS; pass them to WithTLS.
-type TLSOption func(*tlsConfig) error
+type TLSOption interface {
+	apply(*tlsConfig) error
+}
+
+// tLSOptionFunc adapts a function to TLSOption.
+type tLSOptionFunc func(*tlsConfig) error
+
+func (f tLSOptionFunc) apply(c *tlsConfig) error { return f(c) }
 
 type tlsConfig struct {
 	serverName string // SNI and verified name; default: host of the address
@@ -32,6 +48,7 @@ type config struct {
 	log            *slog.Logger
 	sourceOpts     []SourceOption // WithSourceOptions
 	protocol       Protocol       // WithProtocol
+	sessionLogDir  string         // WithSessionLogDir
 }
 
 func defaultConfig() config {
@@ -52,19 +69,19 @@ func defaultConfig() config {
 // stage of a topology batch as its first does. An invalid option makes
 // Connect fail, naming it.
 func WithSourceOptions(opts ...SourceOption) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		sc := defaultSrcConfig()
 		for _, o := range opts {
 			if o == nil {
 				continue
 			}
-			if err := o(&sc); err != nil {
-				return fmt.Errorf("iggy.WithSourceOptions: %w", err)
+			if err := o.apply(&sc); err != nil {
+				return strerr.Errorf("strand: iggy.WithSourceOptions: %w", err)
 			}
 		}
 		c.sourceOpts = append(c.sourceOpts, opts...)
 		return nil
-	}
+	})
 }
 
 // WithProtocol chooses the Iggy wire protocol: ProtocolAuto (the default)
@@ -73,100 +90,100 @@ func WithSourceOptions(opts ...SourceOption) Option {
 // Protocol08 speak only the one. A server that speaks another protocol than
 // the one chosen gives an error wrapping ErrIncompatible that names both.
 func WithProtocol(p Protocol) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if p > Protocol010 {
-			return fmt.Errorf("iggy.WithProtocol: unknown protocol %d", p)
+			return fmt.Errorf("strand: iggy.WithProtocol: unknown protocol %d", p)
 		}
 		c.protocol = p
 		return nil
-	}
+	})
 }
 
 // WithCredentials logs in with a username and password. Without it, and
 // without WithPersonalAccessToken, the client logs in as iggy/iggy, the root
 // user of a freshly installed server.
 func WithCredentials(user, password string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if user == "" {
-			return errors.New("iggy.WithCredentials: empty user name")
+			return errors.New("strand: iggy.WithCredentials: empty user name")
 		}
 		c.user, c.password, c.token = user, password, ""
 		return nil
-	}
+	})
 }
 
 // WithPersonalAccessToken logs in with a personal access token instead of a
 // username and password.
 func WithPersonalAccessToken(token string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if token == "" {
-			return errors.New("iggy.WithPersonalAccessToken: empty token")
+			return errors.New("strand: iggy.WithPersonalAccessToken: empty token")
 		}
 		c.token, c.user, c.password = token, "", ""
 		return nil
-	}
+	})
 }
 
 // WithTLS turns TLS on, configured by opts (by default the server name is
 // the host of the address and the certificate is checked against the
 // system's roots). It maps one-to-one onto the SDK's tcp.WithTLS options.
 func WithTLS(opts ...TLSOption) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		t := &tlsConfig{}
 		for _, o := range opts {
 			if o == nil {
 				continue
 			}
-			if err := o(t); err != nil {
+			if err := o.apply(t); err != nil {
 				return err
 			}
 		}
 		c.tls = t
 		return nil
-	}
+	})
 }
 
-// TLSServerName sets the name sent for SNI and checked in the server's
+// WithTLSServerName sets the name sent for SNI and checked in the server's
 // certificate (the SDK's tcp.WithTLSDomain).
-func TLSServerName(name string) TLSOption {
-	return func(t *tlsConfig) error {
+func WithTLSServerName(name string) TLSOption {
+	return tLSOptionFunc(func(t *tlsConfig) error {
 		if name == "" {
-			return errors.New("iggy.TLSServerName: empty name")
+			return errors.New("strand: iggy.WithTLSServerName: empty name")
 		}
 		t.serverName = name
 		return nil
-	}
+	})
 }
 
-// TLSCAFile trusts the PEM certificates in path instead of the system's roots
+// WithTLSCAFile trusts the PEM certificates in path instead of the system's roots
 // (the SDK's tcp.WithTLSCAFile).
-func TLSCAFile(path string) TLSOption {
-	return func(t *tlsConfig) error {
+func WithTLSCAFile(path string) TLSOption {
+	return tLSOptionFunc(func(t *tlsConfig) error {
 		if path == "" {
-			return errors.New("iggy.TLSCAFile: empty path")
+			return errors.New("strand: iggy.WithTLSCAFile: empty path")
 		}
 		t.caFile = path
 		return nil
-	}
+	})
 }
 
-// TLSInsecureSkipVerify accepts any server certificate (the SDK's
+// WithTLSInsecureSkipVerify accepts any server certificate (the SDK's
 // tcp.WithTLSValidateCertificate(false)). For tests only.
-func TLSInsecureSkipVerify() TLSOption {
-	return func(t *tlsConfig) error { t.skipVerify = true; return nil }
+func WithTLSInsecureSkipVerify() TLSOption {
+	return tLSOptionFunc(func(t *tlsConfig) error { t.skipVerify = true; return nil })
 }
 
 // WithDialTimeout bounds how long establishing one connection may take:
 // TCP dial, TLS handshake and the SDK's own dial (default 5s). Login is a
 // call and falls under WithCallTimeout.
 func WithDialTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithDialTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithDialTimeout: %v, want more than 0", d)
 		}
 		c.dialTimeout = d
 		return nil
-	}
+	})
 }
 
 // WithCallTimeout bounds every request/reply round trip (default 10s). A call
@@ -174,13 +191,13 @@ func WithDialTimeout(d time.Duration) Option {
 // because a reply that arrives later would be read as the answer to the
 // next request.
 func WithCallTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithCallTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithCallTimeout: %v, want more than 0", d)
 		}
 		c.callTimeout = d
 		return nil
-	}
+	})
 }
 
 // WithBackoff sets the bounds of the capped exponential backoff, with jitter,
@@ -188,25 +205,25 @@ func WithCallTimeout(d time.Duration) Option {
 // 5s). The n-th consecutive retry waits a random time between half and all
 // of min·2ⁿ, capped at max.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if min <= 0 || max < min {
-			return fmt.Errorf("iggy.WithBackoff: %v..%v, want 0 < min <= max", min, max)
+			return fmt.Errorf("strand: iggy.WithBackoff: %v..%v, want 0 < min <= max", min, max)
 		}
 		c.backoff = backoff{min: min, max: max}
 		return nil
-	}
+	})
 }
 
 // WithLogger sends the package's diagnostics (reconnects, retries) to l
 // (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if l == nil {
-			return errors.New("iggy.WithLogger: nil logger")
+			return errors.New("strand: iggy.WithLogger: nil logger")
 		}
 		c.log = l
 		return nil
-	}
+	})
 }
 
 type backoff struct{ min, max time.Duration }
@@ -245,4 +262,25 @@ func sleep(ctx interface{ Done() <-chan struct{} }, d time.Duration, stop <-chan
 	case <-stop:
 		return false
 	}
+}
+
+// WithSessionLogDir makes every Sink that Client.OpenSink opens (the
+// dead-letter and output sinks of a topology's App) keep a session log in
+// dir, one file per topic (WithSessionLog): after a kill, the restarted
+// process's first check of what was sent waits until the killed one's
+// sessions are gone from the server, so that a send it left at the broker
+// cannot land after that check (protocol 0.8; docs/design.md §2). dir must
+// belong to this process alone and outlive its restarts (next to its state
+// directory); it is created if missing.
+func WithSessionLogDir(dir string) Option {
+	return optionFunc(func(c *config) error {
+		if dir == "" {
+			return errors.New("strand: iggy.WithSessionLogDir: empty directory")
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return strerr.Errorf("strand: iggy.WithSessionLogDir: %w", err)
+		}
+		c.sessionLogDir = dir
+		return nil
+	})
 }

@@ -23,8 +23,8 @@ func TestInvalidOptionsAreRefused(t *testing.T) {
 		{"iggy.WithCallTimeout", WithCallTimeout(-time.Second)},
 		{"iggy.WithBackoff", WithBackoff(time.Second, time.Millisecond)},
 		{"iggy.WithLogger", WithLogger(nil)},
-		{"iggy.TLSServerName", WithTLS(TLSServerName(""))},
-		{"iggy.TLSCAFile", WithTLS(TLSCAFile(""))},
+		{"iggy.WithTLSServerName", WithTLS(WithTLSServerName(""))},
+		{"iggy.WithTLSCAFile", WithTLS(WithTLSCAFile(""))},
 		{"iggy.WithSourceOptions", WithSourceOptions(WithPollBatch(0))},
 		{"iggy.WithPollLinger", WithSourceOptions(WithPollLinger(-time.Millisecond))},
 	} {

@@ -14,6 +14,7 @@ import (
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"github.com/strand-io/strand/internal/scaleout/membership"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -82,14 +83,21 @@ type Member = connector.Member
 var _ connector.Membership = (*Membership)(nil)
 
 // ErrNotOwner means a partition is not owned by this member (Release).
-var ErrNotOwner = errors.New("iggy: partition not owned by this member")
+var ErrNotOwner = errors.New("strand: iggy: partition not owned by this member")
 
 // ErrGroupMismatch means the group is formed by members that expect
 // another number of partitions; this member was refused.
-var ErrGroupMismatch = errors.New("iggy: group expects another partition count")
+var ErrGroupMismatch = errors.New("strand: iggy: group expects another partition count")
 
 // GroupOption configures JoinGroup.
-type GroupOption func(*groupConfig) error
+type GroupOption interface {
+	apply(*groupConfig) error
+}
+
+// groupOptionFunc adapts a function to GroupOption.
+type groupOptionFunc func(*groupConfig) error
+
+func (f groupOptionFunc) apply(c *groupConfig) error { return f(c) }
 
 type groupConfig struct {
 	timeout   time.Duration
@@ -117,7 +125,7 @@ const membershipSnapshotBookmark = "strand-members-snapshot"
 // ErrInstanceFenced means another process joined the group with this
 // member's instance id (WithInstanceID) and took its partitions over: the
 // membership ends for good. Two live processes must not share an id.
-var ErrInstanceFenced = errors.New("iggy: another member joined with this member's instance id")
+var ErrInstanceFenced = errors.New("strand: iggy: another member joined with this member's instance id")
 
 // WithInstanceID makes the member static (Kafka's KIP-345): id names the
 // instance across restarts (a host name, a pod's ordinal). A member that
@@ -128,13 +136,13 @@ var ErrInstanceFenced = errors.New("iggy: another member joined with this member
 // running, ends with ErrInstanceFenced. Two running processes must never
 // share an id. 1..255 bytes.
 func WithInstanceID(id string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if id == "" || len(id) > 255 {
-			return fmt.Errorf("iggy.WithInstanceID: %d bytes, want 1..255", len(id))
+			return fmt.Errorf("strand: iggy.WithInstanceID: %d bytes, want 1..255", len(id))
 		}
 		c.instance = id
 		return nil
-	}
+	})
 }
 
 // WithMembershipSnapshots sets how many records of the membership log go
@@ -144,13 +152,13 @@ func WithInstanceID(id string) GroupOption {
 // bookmark) instead of the log's start, so joining costs the same after a
 // year of heartbeats as after a minute.
 func WithMembershipSnapshots(every int) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if every < 0 {
-			return fmt.Errorf("iggy.WithMembershipSnapshots: %d, want 0 or more", every)
+			return fmt.Errorf("strand: iggy.WithMembershipSnapshots: %d, want 0 or more", every)
 		}
 		c.snapEvery = every
 		return nil
-	}
+	})
 }
 
 // WithSessionTimeout sets how long a member may stay silent in the
@@ -159,39 +167,39 @@ func WithMembershipSnapshots(every int) GroupOption {
 // asked to give up within this time (default 10s). It bounds how long a
 // crashed or stalled instance holds its partitions.
 func WithSessionTimeout(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d < 10*time.Millisecond {
-			return fmt.Errorf("iggy.WithSessionTimeout: %v, want at least 10ms", d)
+			return fmt.Errorf("strand: iggy.WithSessionTimeout: %v, want at least 10ms", d)
 		}
 		c.timeout = d
 		return nil
-	}
+	})
 }
 
 // WithHeartbeat sets how often a member writes a heartbeat to the
 // membership log (default a quarter of the session timeout). It must be
 // less than half the session timeout.
 func WithHeartbeat(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithHeartbeat: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithHeartbeat: %v, want more than 0", d)
 		}
 		c.heartbeat = d
 		return nil
-	}
+	})
 }
 
 // WithGroupPollInterval sets how often a member reads the membership log
 // when it has read everything (default a quarter of the heartbeat, at most
 // 100ms). It bounds how late a member learns of a change.
 func WithGroupPollInterval(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d <= 0 {
-			return fmt.Errorf("iggy.WithGroupPollInterval: %v, want more than 0", d)
+			return fmt.Errorf("strand: iggy.WithGroupPollInterval: %v, want more than 0", d)
 		}
 		c.poll = d
 		return nil
-	}
+	})
 }
 
 // WithLeaseMargin sets how much earlier than the others could declare it
@@ -199,13 +207,13 @@ func WithGroupPollInterval(d time.Duration) GroupOption {
 // session timeout). It covers the difference between the rates of the
 // member's clock and the broker's.
 func WithLeaseMargin(d time.Duration) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if d < 0 {
-			return fmt.Errorf("iggy.WithLeaseMargin: %v, want at least 0", d)
+			return fmt.Errorf("strand: iggy.WithLeaseMargin: %v, want at least 0", d)
 		}
 		c.margin = d
 		return nil
-	}
+	})
 }
 
 // WithQueryAddr publishes addr (an opaque string, for example the
@@ -213,50 +221,50 @@ func WithLeaseMargin(d time.Duration) GroupOption {
 // the other instances to route queries with (Member.Addr). At most 1024
 // bytes.
 func WithQueryAddr(addr string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if len(addr) > 1024 {
-			return fmt.Errorf("iggy.WithQueryAddr: %d bytes, want at most 1024", len(addr))
+			return fmt.Errorf("strand: iggy.WithQueryAddr: %d bytes, want at most 1024", len(addr))
 		}
 		c.addr = addr
 		return nil
-	}
+	})
 }
 
 // WithMemberName names the member in its record and in logs (default
 // hostname/pid). At most 255 bytes.
 func WithMemberName(name string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if name == "" || len(name) > 255 {
-			return fmt.Errorf("iggy.WithMemberName: %d bytes, want 1..255", len(name))
+			return fmt.Errorf("strand: iggy.WithMemberName: %d bytes, want 1..255", len(name))
 		}
 		c.name = name
 		return nil
-	}
+	})
 }
 
 // WithMembershipTopic sets the topic of the membership log (default
 // "strand-members-" followed by the topology's name). It is created with
 // one partition if missing and must not be subject to retention.
 func WithMembershipTopic(topic string) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if topic == "" || len(topic) > 255 {
-			return fmt.Errorf("iggy.WithMembershipTopic: %d bytes, want 1..255", len(topic))
+			return fmt.Errorf("strand: iggy.WithMembershipTopic: %d bytes, want 1..255", len(topic))
 		}
 		c.topic = topic
 		return nil
-	}
+	})
 }
 
 // WithGroupLogger sends the membership's diagnostics to l (default the
 // Client's logger).
 func WithGroupLogger(l *slog.Logger) GroupOption {
-	return func(c *groupConfig) error {
+	return groupOptionFunc(func(c *groupConfig) error {
 		if l == nil {
-			return errors.New("iggy.WithGroupLogger: nil logger")
+			return errors.New("strand: iggy.WithGroupLogger: nil logger")
 		}
 		c.log = l
 		return nil
-	}
+	})
 }
 
 // Membership is this instance's membership of a group: the instances of
@@ -355,27 +363,27 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
 	if topology == "" {
-		return nil, errors.New("iggy: JoinGroup: empty topology name")
+		return nil, errors.New("strand: iggy: JoinGroup: empty topology name")
 	}
 	if partitions == 0 || partitions > maxPartitions {
-		return nil, fmt.Errorf("iggy: JoinGroup %s: %d partitions, want 1..%d", topology, partitions, maxPartitions)
+		return nil, fmt.Errorf("strand: iggy: JoinGroup %s: %d partitions, want 1..%d", topology, partitions, maxPartitions)
 	}
 	if cfg.topic == "" {
 		cfg.topic = "strand-members-" + topology
 		if len(cfg.topic) > 255 {
-			return nil, fmt.Errorf("iggy: JoinGroup: topology name of %d bytes is too long for the membership topic's name; use WithMembershipTopic", len(topology))
+			return nil, fmt.Errorf("strand: iggy: JoinGroup: topology name of %d bytes is too long for the membership topic's name; use WithMembershipTopic", len(topology))
 		}
 	}
 	if cfg.heartbeat == 0 {
 		cfg.heartbeat = cfg.timeout / 4
 	}
 	if cfg.heartbeat*2 >= cfg.timeout {
-		return nil, fmt.Errorf("iggy.WithHeartbeat: %v, want less than half the session timeout %v", cfg.heartbeat, cfg.timeout)
+		return nil, fmt.Errorf("strand: iggy.WithHeartbeat: %v, want less than half the session timeout %v", cfg.heartbeat, cfg.timeout)
 	}
 	if cfg.poll == 0 {
 		cfg.poll = min(cfg.heartbeat/4, 100*time.Millisecond)
@@ -384,14 +392,14 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		cfg.margin = cfg.timeout / 10
 	}
 	if cfg.margin >= cfg.timeout/2 {
-		return nil, fmt.Errorf("iggy.WithLeaseMargin: %v, want less than half the session timeout %v", cfg.margin, cfg.timeout)
+		return nil, fmt.Errorf("strand: iggy.WithLeaseMargin: %v, want less than half the session timeout %v", cfg.margin, cfg.timeout)
 	}
 	t, err := newTopicRef(stream, cfg.topic)
 	if err != nil {
 		return nil, err
 	}
 	if err := c.EnsureTopic(ctx, stream, cfg.topic, 1); err != nil {
-		return nil, fmt.Errorf("iggy: JoinGroup %s: membership log: %w", topology, err)
+		return nil, strerr.Errorf("strand: iggy: JoinGroup %s: membership log: %w", topology, err)
 	}
 	m := &Membership{
 		cl: c, cfg: cfg, t: t, topology: topology, partitions: partitions,
@@ -410,7 +418,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 			c.closeConn(m.rd)
 		}
 		m.cancel()
-		return nil, fmt.Errorf("iggy: JoinGroup %s: %w", topology, err)
+		return nil, strerr.Errorf("strand: iggy: JoinGroup %s: %w", topology, err)
 	}
 	m.loadSnapshot(ctx)
 	m.newIncarnation(0)
@@ -423,7 +431,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 	case <-m.joined:
 	case <-ctx.Done():
 		m.Close()
-		return nil, fmt.Errorf("iggy: JoinGroup %s: %w", topology, ctx.Err())
+		return nil, strerr.Errorf("strand: iggy: JoinGroup %s: %w", topology, ctx.Err())
 	}
 	m.mu.Lock()
 	err = m.err
@@ -547,9 +555,9 @@ func (m *Membership) Release(ctx context.Context, p uint32) error {
 		}
 		if !sleep(ctx, m.cl.cfg.backoff.delay(attempt), m.stop) {
 			if ctx.Err() != nil {
-				return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, ctx.Err())
+				return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, ctx.Err())
 			}
-			return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, ErrClosed)
+			return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, ErrClosed)
 		}
 	}
 }
@@ -568,7 +576,7 @@ func (m *Membership) sendRelease(ctx context.Context, p uint32, rs *releaseState
 	rs.sent = rs.sent || err == nil
 	m.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("iggy: release partition %d of group %s: %w", p, m.topology, err)
+		return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, err)
 	}
 	return nil
 }
@@ -759,7 +767,7 @@ func (m *Membership) postJoin() error {
 		Timeout: uint64(m.cfg.timeout.Microseconds()), Parts: m.partitions, Replaces: m.old, Instance: m.cfg.instance}
 	m.mu.Unlock()
 	if err := m.append(m.ctx, &r); err != nil {
-		return fmt.Errorf("iggy: join group %s: %w", m.topology, err)
+		return strerr.Errorf("strand: iggy: join group %s: %w", m.topology, err)
 	}
 	m.mu.Lock()
 	m.joinPosted = true
@@ -780,7 +788,7 @@ func (m *Membership) readBatch() (int, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("iggy: read membership log %s: %w", m.t, err)
+		return 0, strerr.Errorf("strand: iggy: read membership log %s: %w", m.t, err)
 	}
 	if pm == nil || len(pm.Messages) == 0 {
 		return 0, nil

@@ -17,7 +17,7 @@ import (
 
 // withTrace records a member's claims (tests only).
 func withTrace(f func(traceEvent)) GroupOption {
-	return func(c *groupConfig) error { c.trace = f; return nil }
+	return groupOptionFunc(func(c *groupConfig) error { c.trace = f; return nil })
 }
 
 // Fast settings for tests: a member silent for 500ms is dead.

@@ -15,13 +15,21 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/internal/wire"
 	"github.com/zeebo/xxh3"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
 
 // PublisherOption configures a Publisher or a Sink.
-type PublisherOption func(*pubConfig) error
+type PublisherOption interface {
+	apply(*pubConfig) error
+}
+
+// publisherOptionFunc adapts a function to PublisherOption.
+type publisherOptionFunc func(*pubConfig) error
+
+func (f publisherOptionFunc) apply(c *pubConfig) error { return f(c) }
 
 type pubConfig struct {
 	batchMessages   int
@@ -32,6 +40,7 @@ type pubConfig struct {
 	ids             func(stream.Envelope) [16]byte
 	deliveryTimeout time.Duration
 	resendWindow    int
+	sessionLog      string // WithSessionLog (sessionlog.go)
 }
 
 func defaultPubConfig() pubConfig {
@@ -46,25 +55,25 @@ func defaultPubConfig() pubConfig {
 
 // WithBatchSize caps one SendMessages request at n messages (default 1000).
 func WithBatchSize(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithBatchSize: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithBatchSize: %v, want at least 1", n)
 		}
 		c.batchMessages = n
 		return nil
-	}
+	})
 }
 
 // WithBatchBytes caps one SendMessages request at about n bytes of messages
 // (default 1 MiB); a single larger message is still sent, alone.
 func WithBatchBytes(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithBatchBytes: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithBatchBytes: %v, want at least 1", n)
 		}
 		c.batchBytes = n
 		return nil
-	}
+	})
 }
 
 // WithLinger makes a partition's batch wait up to d for more events before
@@ -72,26 +81,26 @@ func WithBatchBytes(n int) PublisherOption {
 // the connection is free, and events that arrive meanwhile form the next
 // one, so batching adapts to the load without adding latency when idle).
 func WithLinger(d time.Duration) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if d < 0 {
-			return fmt.Errorf("iggy.WithLinger: %v, want 0 or more", d)
+			return fmt.Errorf("strand: iggy.WithLinger: %v, want 0 or more", d)
 		}
 		c.linger = d
 		return nil
-	}
+	})
 }
 
 // WithBufferBytes bounds the bytes of events queued and not yet accepted by
 // the broker (default 64 MiB). A publish that would exceed it waits for room
 // (or for its context).
 func WithBufferBytes(n int64) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithBufferBytes: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithBufferBytes: %v, want at least 1", n)
 		}
 		c.bufferBytes = n
 		return nil
-	}
+	})
 }
 
 // WithConnections sets how many connections (SDK clients) send in parallel
@@ -99,13 +108,13 @@ func WithBufferBytes(n int64) PublisherOption {
 // partition has one batch in flight at a time and its batches arrive in
 // order.
 func WithConnections(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithConnections: %v, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithConnections: %v, want at least 1", n)
 		}
 		c.connections = n
 		return nil
-	}
+	})
 }
 
 // WithMessageIDs sets the Iggy message id of each published envelope to
@@ -114,13 +123,13 @@ func WithConnections(n int) PublisherOption {
 // id means "generate one". Without this option every event gets a fresh
 // unique id. KeySeqID is a ready-made fn for events with sequence numbers.
 func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if fn == nil {
-			return errors.New("iggy.WithMessageIDs: nil function")
+			return errors.New("strand: iggy.WithMessageIDs: nil function")
 		}
 		c.ids = fn
 		return nil
-	}
+	})
 }
 
 // WithDeliveryTimeout makes the publisher give up on a batch that transient
@@ -128,26 +137,26 @@ func WithMessageIDs(fn func(stream.Envelope) [16]byte) PublisherOption {
 // fail its events with the last error (default 0: retry until the publisher
 // is closed or the caller's context ends).
 func WithDeliveryTimeout(d time.Duration) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if d < 0 {
-			return fmt.Errorf("iggy.WithDeliveryTimeout: %v, want 0 or more", d)
+			return fmt.Errorf("strand: iggy.WithDeliveryTimeout: %v, want 0 or more", d)
 		}
 		c.deliveryTimeout = d
 		return nil
-	}
+	})
 }
 
 // WithResendCheckWindow sets how many messages at the end of a partition
 // the publisher searches for a batch whose send had an unknown outcome
 // (default 1000 plus the batch). See Publisher.
 func WithResendCheckWindow(n int) PublisherOption {
-	return func(c *pubConfig) error {
+	return publisherOptionFunc(func(c *pubConfig) error {
 		if n < 0 {
-			return fmt.Errorf("iggy.WithResendCheckWindow: %v, want 0 or more", n)
+			return fmt.Errorf("strand: iggy.WithResendCheckWindow: %v, want 0 or more", n)
 		}
 		c.resendWindow = n
 		return nil
-	}
+	})
 }
 
 // KeySeqID derives a message id from an envelope's key and sequence number,
@@ -227,6 +236,7 @@ type Publisher struct {
 	t     topicRef
 	parts uint32
 	cfg   pubConfig
+	slog  *sessionLog // WithSessionLog, or nil
 	log   *slog.Logger
 
 	senders []*sender
@@ -257,20 +267,20 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
 	d, err := topicDetails(ctx, c.admin, t)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: new publisher: %w", err)
+		return nil, strerr.Errorf("strand: iggy: new publisher: %w", err)
 	}
 	if d.PartitionsCount == 0 {
-		return nil, fmt.Errorf("iggy: new publisher: topic %s has no partitions", t)
+		return nil, fmt.Errorf("strand: iggy: new publisher: topic %s has no partitions", t)
 	}
 	head, err := newSendHead(t)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: new publisher: %w", err)
+		return nil, strerr.Errorf("strand: iggy: new publisher: %w", err)
 	}
 	p := &Publisher{
 		head:     head,
@@ -284,6 +294,11 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 		closing:  make(chan struct{}),
 		stop:     make(chan struct{}),
 	}
+	if cfg.sessionLog != "" {
+		if p.slog, err = openSessionLog(cfg.sessionLog); err != nil {
+			return nil, err
+		}
+	}
 	n := min(cfg.connections, int(p.parts))
 	for i := range n {
 		k, err := c.openConn(fmt.Sprintf("publisher %s connection %d", t, i))
@@ -291,7 +306,10 @@ func NewPublisher(ctx context.Context, c *Client, stream, topic string, opts ...
 			for _, s := range p.senders {
 				c.closeConn(s.k)
 			}
-			return nil, fmt.Errorf("iggy: new publisher for %s: %w", t, err)
+			if p.slog != nil {
+				p.slog.close()
+			}
+			return nil, strerr.Errorf("strand: iggy: new publisher for %s: %w", t, err)
 		}
 		s := &sender{p: p, k: k, wake: make(chan struct{}, 1), progress: make(chan struct{})}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -325,7 +343,7 @@ func (p *Publisher) PartitionOf(key []byte) uint32 { return xxh32.Partition(key,
 func Publish[E any](ctx context.Context, p *Publisher, enc stream.Encoder[E], e E) error {
 	env, err := enc.Envelope(e)
 	if err != nil {
-		return fmt.Errorf("iggy: publish to %s: encode %T: %w", p.t, e, err)
+		return strerr.Errorf("strand: iggy: publish to %s: encode %T: %w", p.t, e, err)
 	}
 	return p.Send(ctx, env)
 }
@@ -338,7 +356,7 @@ func PublishBatch[E any](ctx context.Context, p *Publisher, enc stream.Encoder[E
 	for i, e := range events {
 		env, err := enc.Envelope(e)
 		if err != nil {
-			return fmt.Errorf("iggy: publish to %s: encode event %d (%T): %w", p.t, i, e, err)
+			return strerr.Errorf("strand: iggy: publish to %s: encode event %d (%T): %w", p.t, i, e, err)
 		}
 		envs[i] = env
 	}
@@ -408,12 +426,12 @@ func (p *Publisher) buildEnvelopes(envs []stream.Envelope, tp []byte) ([]item, e
 	for i := range envs {
 		e := &envs[i]
 		if err := checkPayload(e.Payload); err != nil {
-			return nil, fmt.Errorf("iggy: publish to %s: event %d (type tag %d, key %q): %w", p.t, i, e.Headers.Tag, e.Headers.Key, err)
+			return nil, strerr.Errorf("strand: iggy: publish to %s: event %d (type tag %d, key %q): %w", p.t, i, e.Headers.Tag, e.Headers.Key, err)
 		}
 		start := len(arena)
 		var err error
 		if arena, err = appendStrandHeaders(arena, &e.Headers); err != nil {
-			return nil, fmt.Errorf("iggy: publish to %s: event %d: %w", p.t, i, err)
+			return nil, strerr.Errorf("strand: iggy: publish to %s: event %d: %w", p.t, i, err)
 		}
 		if tp != nil {
 			arena = appendTLV(arena, connector.HeaderTraceParent, tp)
@@ -479,7 +497,7 @@ func (p *Publisher) sendItems(ctx context.Context, items []item) error {
 		select {
 		case <-w.done: // resolved meanwhile
 		default:
-			return fmt.Errorf("iggy: publish to %s: %w; events not yet sent were withdrawn, events in flight may still be delivered", p.t, ctx.Err())
+			return strerr.Errorf("strand: iggy: publish to %s: %w; events not yet sent were withdrawn, events in flight may still be delivered", p.t, ctx.Err())
 		}
 	}
 	w.mu.Lock()
@@ -498,9 +516,9 @@ func (p *Publisher) enqueue(ctx context.Context, it *item) error {
 	size := int64(it.slot.size)
 	if err := p.budget.acquire(ctx, size, p.closing); err != nil {
 		if errors.Is(err, ErrClosed) {
-			return fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+			return strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 		}
-		return fmt.Errorf("iggy: publish to %s: waiting for buffer room: %w", p.t, err)
+		return strerr.Errorf("strand: iggy: publish to %s: waiting for buffer room: %w", p.t, err)
 	}
 	n := uint32(len(p.senders))
 	s := p.senders[it.part%n]
@@ -509,7 +527,7 @@ func (p *Publisher) enqueue(ctx context.Context, it *item) error {
 	if s.closing {
 		s.mu.Unlock()
 		p.budget.release(size)
-		return fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+		return strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 	}
 	q.push(it.msg, it.slot)
 	if len(q.msgs)-q.head == 1 {
@@ -539,9 +557,9 @@ func (p *Publisher) enqueueAll(ctx context.Context, items []item) (int, error) {
 		}
 		if err := p.budget.acquire(ctx, size, p.closing); err != nil {
 			if errors.Is(err, ErrClosed) {
-				return done, fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+				return done, strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 			}
-			return done, fmt.Errorf("iggy: publish to %s: waiting for buffer room: %w", p.t, err)
+			return done, strerr.Errorf("strand: iggy: publish to %s: waiting for buffer room: %w", p.t, err)
 		}
 		run := items[done:end]
 		n := uint32(len(p.senders))
@@ -591,7 +609,7 @@ func (p *Publisher) pushRun(run []item, si, n uint32, size int64) error {
 	if s.closing {
 		s.mu.Unlock()
 		p.budget.release(size)
-		return fmt.Errorf("iggy: publish to %s: %w", p.t, ErrClosed)
+		return strerr.Errorf("strand: iggy: publish to %s: %w", p.t, ErrClosed)
 	}
 	notify := p.cfg.linger == 0
 	for i := range run {
@@ -670,7 +688,7 @@ func (p *Publisher) Flush(ctx context.Context) error {
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return fmt.Errorf("iggy: flush %s: %w", p.t, ctx.Err())
+				return strerr.Errorf("strand: iggy: flush %s: %w", p.t, ctx.Err())
 			}
 		}
 	}
@@ -703,8 +721,11 @@ func (p *Publisher) Close(ctx context.Context) error {
 	for _, s := range p.senders {
 		p.cl.closeConn(s.k)
 	}
+	if p.slog != nil {
+		p.slog.close()
+	}
 	if err != nil {
-		return fmt.Errorf("iggy: close publisher %s: %w", p.t, err)
+		return strerr.Errorf("strand: iggy: close publisher %s: %w", p.t, err)
 	}
 	return nil
 }
@@ -1026,12 +1047,12 @@ func (s *sender) take(q *pqueue) {
 	}
 }
 
-var errWithdrawn = errors.New("iggy: withdrawn by its publisher before it was sent")
+var errWithdrawn = errors.New("strand: iggy: withdrawn by its publisher before it was sent")
 
 // errEarlierFailed resolves a message of a Send (Sink.Send, Publisher.Send)
 // not sent because an earlier message of the same call to the same
 // partition failed.
-var errEarlierFailed = errors.New("iggy: not sent: an earlier message of the same send to this partition failed")
+var errEarlierFailed = errors.New("strand: iggy: not sent: an earlier message of the same send to this partition failed")
 
 // broadcast wakes Flush waiters. It must hold mu.
 func (s *sender) broadcast() {
@@ -1058,8 +1079,18 @@ func (s *sender) deliver(q *pqueue) {
 			var local string
 			err = s.k.callOnce(s.ctx, func(c *session) error {
 				local = c.nc.LocalAddr().String()
+				if p.slog != nil { // sessionlog.go: on disk before anything is sent on it
+					if err := p.slog.record(local); err != nil {
+						return err
+					}
+				}
 				return s.sendOnce(c, q, msgs, &req)
 			})
+			var le *sessionLogError
+			if errors.As(err, &le) {
+				s.fail(q, strerr.Errorf("strand: iggy: send %d messages to %s partition %d: %w", len(msgs), p.t, q.part, err))
+				return
+			}
 			if err != nil && !notSent(err) {
 				uncertain, sentFrom = true, local
 			}
@@ -1202,6 +1233,6 @@ func (s *sender) failAll() {
 	queues := append([]*pqueue(nil), s.queues...)
 	s.mu.Unlock()
 	for _, q := range queues {
-		s.failQueue(q, fmt.Errorf("iggy: publish to %s partition %d: %w before it was sent", s.p.t, q.part, ErrClosed))
+		s.failQueue(q, strerr.Errorf("strand: iggy: publish to %s partition %d: %w before it was sent", s.p.t, q.part, ErrClosed))
 	}
 }

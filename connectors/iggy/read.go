@@ -2,9 +2,9 @@ package iggy
 
 import (
 	"context"
-	"fmt"
 
 	ierror "github.com/apache/iggy/foreign/go/errors"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Read returns the messages of partition of stream/topic from offset from
@@ -37,5 +37,5 @@ func (c *Client) Read(ctx context.Context, stream, topic string, partition uint3
 		}
 		return storedMessages(partition, ms), nil
 	}
-	return nil, fmt.Errorf("iggy: read %s partition %d: the topic has %d partitions: %w", t, partition, d.PartitionsCount, ierror.ErrPartitionNotFound)
+	return nil, strerr.Errorf("strand: iggy: read %s partition %d: the topic has %d partitions: %w", t, partition, d.PartitionsCount, ierror.ErrPartitionNotFound)
 }

@@ -53,13 +53,13 @@ func ParseProtocol(s string) (Protocol, error) {
 	case "0.10", "0.10.0", "0.12.0":
 		return Protocol010, nil
 	}
-	return 0, fmt.Errorf("iggy: unknown protocol %q (want 0.8, 0.10 or auto)", s)
+	return 0, fmt.Errorf("strand: iggy: unknown protocol %q (want 0.8, 0.10 or auto)", s)
 }
 
 // ErrIncompatible means the server speaks another protocol version than the
 // client was told to (or than any this package speaks); the message names
 // both.
-var ErrIncompatible = errors.New("iggy: incompatible server protocol")
+var ErrIncompatible = errors.New("strand: iggy: incompatible server protocol")
 
 // sdkName and sdkVersion are what strand reports in a 0.10 login.
 const (

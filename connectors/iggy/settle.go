@@ -2,7 +2,8 @@ package iggy
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // settle waits until every message queued to the given partitions before
@@ -52,9 +53,9 @@ func (p *Publisher) settle(ctx context.Context, parts []uint32) error {
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return fmt.Errorf("iggy: %s partition %d: wait for the sends in flight to be answered: %w", p.t, w.q.part, ctx.Err())
+				return strerr.Errorf("strand: iggy: %s partition %d: wait for the sends in flight to be answered: %w", p.t, w.q.part, ctx.Err())
 			case <-p.stop:
-				return fmt.Errorf("iggy: %s partition %d: wait for the sends in flight to be answered: %w", p.t, w.q.part, ErrClosed)
+				return strerr.Errorf("strand: iggy: %s partition %d: wait for the sends in flight to be answered: %w", p.t, w.q.part, ErrClosed)
 			}
 		}
 	}

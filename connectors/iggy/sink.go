@@ -9,6 +9,7 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -78,23 +79,23 @@ func (s *Sink) Send(ctx context.Context, msgs []connector.Message) error {
 	for i := range msgs {
 		m := &msgs[i]
 		if len(m.Key) == 0 || len(m.Key) > connector.MaxKeyLen {
-			return fmt.Errorf("iggy: send to %s: message %d: %w: key is %d bytes, want 1..%d", p.t, i, ErrInvalidMessage, len(m.Key), connector.MaxKeyLen)
+			return strerr.Errorf("strand: iggy: send to %s: message %d: %w: key is %d bytes, want 1..%d", p.t, i, ErrInvalidMessage, len(m.Key), connector.MaxKeyLen)
 		}
 		if err := checkPayload(m.Payload); err != nil {
-			return fmt.Errorf("iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
+			return strerr.Errorf("strand: iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
 		}
 		start := len(arena)
 		var err error
 		if arena, err = appendFields(arena, m.Headers); err != nil {
-			return fmt.Errorf("iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
+			return strerr.Errorf("strand: iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
 		}
 		if len(arena)-start > maxUserHeaders {
-			return fmt.Errorf("iggy: send to %s: message %d (key %q): %w: user headers are %d bytes, Iggy allows %d",
+			return strerr.Errorf("strand: iggy: send to %s: message %d (key %q): %w: user headers are %d bytes, Iggy allows %d",
 				p.t, i, m.Key, ErrInvalidMessage, len(arena)-start, maxUserHeaders)
 		}
 		part, err := s.partitionOf(m)
 		if err != nil {
-			return fmt.Errorf("iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
+			return strerr.Errorf("strand: iggy: send to %s: message %d (key %q): %w", p.t, i, m.Key, err)
 		}
 		items[i] = p.newItem(part, m.ID, now, m.Payload, arena[start:len(arena):len(arena)])
 	}
@@ -227,7 +228,7 @@ func tailMessages(ctx context.Context, k *conn, t topicRef, partition uint32, n 
 		}
 	}
 	if info == nil {
-		return nil, fmt.Errorf("iggy: tail %s partition %d: the topic has %d partitions: %w", t, partition, d.PartitionsCount, ierror.ErrPartitionNotFound)
+		return nil, strerr.Errorf("strand: iggy: tail %s partition %d: the topic has %d partitions: %w", t, partition, d.PartitionsCount, ierror.ErrPartitionNotFound)
 	}
 	if info.MessagesCount == 0 {
 		return nil, nil
@@ -253,7 +254,7 @@ func pollRange(ctx context.Context, k *conn, t topicRef, partition uint32, start
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("iggy: poll %s partition %d at offset %d: %w", t, partition, off, err)
+			return nil, strerr.Errorf("strand: iggy: poll %s partition %d at offset %d: %w", t, partition, off, err)
 		}
 		if len(polled.Messages) == 0 {
 			break

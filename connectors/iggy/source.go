@@ -12,11 +12,19 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
 	"github.com/strand-io/strand/connectors/iggy/internal/wire"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
 // SourceOption configures a Source.
-type SourceOption func(*srcConfig) error
+type SourceOption interface {
+	apply(*srcConfig) error
+}
+
+// sourceOptionFunc adapts a function to SourceOption.
+type sourceOptionFunc func(*srcConfig) error
+
+func (f sourceOptionFunc) apply(c *srcConfig) error { return f(c) }
 
 type srcConfig struct {
 	pollBatch        int
@@ -33,13 +41,13 @@ func defaultSrcConfig() srcConfig {
 // WithPollBatch caps the messages one poll request asks for (default 4096);
 // Poll's max argument caps it further.
 func WithPollBatch(n int) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if n <= 0 {
-			return fmt.Errorf("iggy.WithPollBatch: %d, want at least 1", n)
+			return fmt.Errorf("strand: iggy.WithPollBatch: %d, want at least 1", n)
 		}
 		c.pollBatch = n
 		return nil
-	}
+	})
 }
 
 // maxPollLinger bounds WithPollLinger.
@@ -59,13 +67,13 @@ const pollLingerStep = time.Millisecond
 // latency per batch; under light load a batch waits one millisecond more
 // (the poll that finds nothing new). d must be 0..1s.
 func WithPollLinger(d time.Duration) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if d < 0 || d > maxPollLinger {
-			return fmt.Errorf("iggy.WithPollLinger: %v, want 0..%v", d, maxPollLinger)
+			return fmt.Errorf("strand: iggy.WithPollLinger: %v, want 0..%v", d, maxPollLinger)
 		}
 		c.linger = d
 		return nil
-	}
+	})
 }
 
 // WithIdleBackoff sets how long a reader waits before polling again after
@@ -73,13 +81,13 @@ func WithPollLinger(d time.Duration) SourceOption {
 // partition stays empty (default 1ms to 50ms). The server has no long poll,
 // so this trades the latency of a new event against idle requests.
 func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if minWait <= 0 || maxWait < minWait {
-			return fmt.Errorf("iggy.WithIdleBackoff: %v..%v, want 0 < min <= max", minWait, maxWait)
+			return fmt.Errorf("strand: iggy.WithIdleBackoff: %v..%v, want 0 < min <= max", minWait, maxWait)
 		}
 		c.idleMin, c.idleMax = minWait, maxWait
 		return nil
-	}
+	})
 }
 
 // WithConsumer names the Iggy consumer under which Advise stores offsets
@@ -88,16 +96,16 @@ func WithIdleBackoff(minWait, maxWait time.Duration) SourceOption {
 // with "strand-bookmark:" are refused: they hold bookmarks
 // (Client.SetBookmark).
 func WithConsumer(name string) SourceOption {
-	return func(c *srcConfig) error {
+	return sourceOptionFunc(func(c *srcConfig) error {
 		if name == "" || len(name) > 255 {
-			return fmt.Errorf("iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
+			return fmt.Errorf("strand: iggy.WithConsumer: name of %d bytes, want 1..255", len(name))
 		}
 		if reservedConsumer(name) {
-			return fmt.Errorf("iggy.WithConsumer: name %q: the prefix %q is reserved for bookmarks", name, bookmarkPrefix)
+			return fmt.Errorf("strand: iggy.WithConsumer: name %q: the prefix %q is reserved for bookmarks", name, bookmarkPrefix)
 		}
 		c.consumer = name
 		return nil
-	}
+	})
 }
 
 // Source is one Iggy topic read as a connector.Source: each partition is read
@@ -132,13 +140,13 @@ func NewSource(c *Client, stream, topic string, opts ...SourceOption) (*Source, 
 		if o == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
 	cid, err := iggcon.NewIdentifier(cfg.consumer)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: consumer name %q: must be 1..255 bytes: %w", cfg.consumer, err)
+		return nil, strerr.Errorf("strand: iggy: consumer name %q: must be 1..255 bytes: %w", cfg.consumer, err)
 	}
 	return &Source{
 		cl:       c,
@@ -169,20 +177,20 @@ func (s *Source) Partitions(ctx context.Context) (uint32, error) {
 func (s *Source) Open(ctx context.Context, partition uint32, from uint64) (connector.PartitionReader, error) {
 	d, err := topicDetails(ctx, s.cl.admin, s.t)
 	if err != nil {
-		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: %w", s.t, partition, err)
 	}
 	if partition >= d.PartitionsCount {
-		return nil, fmt.Errorf("iggy: open %s partition %d: the topic has partitions 0..%d: %w",
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: the topic has partitions 0..%d: %w",
 			s.t, partition, int64(d.PartitionsCount)-1, ierror.ErrPartitionNotFound)
 	}
 	k, err := s.cl.openConn(fmt.Sprintf("reader %s partition %d", s.t, partition))
 	if err != nil {
-		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: %w", s.t, partition, err)
 	}
 	req, err := newPollRequest(s.consumer, s.t, partition)
 	if err != nil {
 		s.cl.closeConn(k)
-		return nil, fmt.Errorf("iggy: open %s partition %d: %w", s.t, partition, err)
+		return nil, strerr.Errorf("strand: iggy: open %s partition %d: %w", s.t, partition, err)
 	}
 	r := &Reader{
 		src:       s,
@@ -337,7 +345,7 @@ func (r *Reader) poll(ctx context.Context, offset uint64, count int) ([]byte, er
 }
 
 func (r *Reader) errf(format string, args ...any) error {
-	return fmt.Errorf("iggy: poll %s partition %d: "+format, append([]any{r.src.t, r.partition}, args...)...)
+	return strerr.Errorf("strand: iggy: poll %s partition %d: "+format, append([]any{r.src.t, r.partition}, args...)...)
 }
 
 // Advise stores next-1 as the Iggy consumer offset of this partition for the
@@ -353,13 +361,13 @@ func (r *Reader) Advise(ctx context.Context, next uint64) error {
 	s := r.src
 	wc, err := wireConsumer(s.consumer)
 	if err != nil {
-		return fmt.Errorf("iggy: advise %s consumer %q: %w", s.t, s.cfg.consumer, err)
+		return strerr.Errorf("strand: iggy: advise %s consumer %q: %w", s.t, s.cfg.consumer, err)
 	}
 	err = r.k.call(ctx, func(c *session) error {
 		return c.storeConsumerOffset(wc, s.t, r.partition, next-1)
 	})
 	if err != nil {
-		return fmt.Errorf("iggy: advise %s partition %d consumer %q offset %d: %w", s.t, r.partition, s.cfg.consumer, next-1, err)
+		return strerr.Errorf("strand: iggy: advise %s partition %d consumer %q offset %d: %w", s.t, r.partition, s.cfg.consumer, next-1, err)
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func TestTLSEndToEndAgainstTheBrokersListener(t *testing.T) {
 	tg := &target{addr: srv.Addr(), user: "iggy", pass: "iggy", srv: srv}
 	_, port, _ := net.SplitHostPort(srv.Addr())
 
-	c, err := Connect(ctxT(t, 10*time.Second), "localhost:"+port, tg.options(WithTLS(TLSCAFile(cert)))...)
+	c, err := Connect(ctxT(t, 10*time.Second), "localhost:"+port, tg.options(WithTLS(WithTLSCAFile(cert)))...)
 	if err != nil {
 		t.Fatalf("Connect over TLS: %v", err)
 	}
@@ -47,7 +47,7 @@ func TestTLSEndToEndAgainstTheBrokersListener(t *testing.T) {
 	consumeAll(t, src, parts, total).check(t, keys, total)
 
 	// The IP address is in the certificate too.
-	c2, err := Connect(ctxT(t, 10*time.Second), srv.Addr(), tg.options(WithTLS(TLSCAFile(cert)))...)
+	c2, err := Connect(ctxT(t, 10*time.Second), srv.Addr(), tg.options(WithTLS(WithTLSCAFile(cert)))...)
 	if err != nil {
 		t.Fatalf("Connect over TLS by IP: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestTLSEndToEndAgainstTheBrokersListener(t *testing.T) {
 
 	for name, opts := range map[string][]Option{
 		"untrusted certificate": tg.options(WithTLS()),
-		"wrong server name":     tg.options(WithTLS(TLSCAFile(cert), TLSServerName("not-the-broker.example"))),
+		"wrong server name":     tg.options(WithTLS(WithTLSCAFile(cert), WithTLSServerName("not-the-broker.example"))),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Connect(ctxT(t, 10*time.Second), "localhost:"+port, opts...)

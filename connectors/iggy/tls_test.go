@@ -93,7 +93,7 @@ func TestTLSConnectionThroughTheSDK(t *testing.T) {
 	addr, ca := tlsProxy(t, tg.addr)
 	_, port, _ := net.SplitHostPort(addr)
 	c, err := Connect(ctxT(t, 10*time.Second), "localhost:"+port,
-		append(tg.options(), WithTLS(TLSCAFile(ca)))...)
+		append(tg.options(), WithTLS(WithTLSCAFile(ca)))...)
 	if err != nil {
 		t.Fatalf("Connect over TLS: %v", err)
 	}
@@ -104,12 +104,12 @@ func TestTLSConnectionThroughTheSDK(t *testing.T) {
 		t.Fatalf("publish over TLS: %v", err)
 	}
 	// The server name can be given when the address has none.
-	c2, err := Connect(ctxT(t, 10*time.Second), addr, append(tg.options(), WithTLS(TLSCAFile(ca), TLSServerName("localhost")))...)
+	c2, err := Connect(ctxT(t, 10*time.Second), addr, append(tg.options(), WithTLS(WithTLSCAFile(ca), WithTLSServerName("localhost")))...)
 	if err != nil {
 		t.Fatalf("Connect with TLSServerName: %v", err)
 	}
 	c2.Close()
-	c3, err := Connect(ctxT(t, 10*time.Second), addr, append(tg.options(), WithTLS(TLSInsecureSkipVerify()))...)
+	c3, err := Connect(ctxT(t, 10*time.Second), addr, append(tg.options(), WithTLS(WithTLSInsecureSkipVerify()))...)
 	if err != nil {
 		t.Fatalf("Connect skipping verification: %v", err)
 	}
@@ -126,7 +126,7 @@ func TestTLSFailuresAreReportedNotRetriedForever(t *testing.T) {
 		opt  Option
 	}{
 		"unknown certificate authority": {"localhost:" + port, WithTLS()},
-		"plain server":                  {tg.addr, WithTLS(TLSInsecureSkipVerify())},
+		"plain server":                  {tg.addr, WithTLS(WithTLSInsecureSkipVerify())},
 	} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
@@ -141,7 +141,7 @@ func TestTLSFailuresAreReportedNotRetriedForever(t *testing.T) {
 		})
 	}
 	missing := filepath.Join(t.TempDir(), "none.pem")
-	_, err := Connect(ctxT(t, 10*time.Second), addr, append(tg.options(), WithTLS(TLSCAFile(missing)))...)
+	_, err := Connect(ctxT(t, 10*time.Second), addr, append(tg.options(), WithTLS(WithTLSCAFile(missing)))...)
 	if err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("missing CA file: got %v, want an error naming the file", err)
 	}

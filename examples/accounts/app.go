@@ -218,7 +218,14 @@ func (a *app) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, err := iggy.Connect(ctx, a.addr, iggy.WithCredentials(a.cfg.user, a.cfg.password), iggy.WithLogger(a.log), iggy.WithProtocol(proto))
+	opts := []iggy.Option{iggy.WithCredentials(a.cfg.user, a.cfg.password), iggy.WithLogger(a.log), iggy.WithProtocol(proto)}
+	if a.cfg.role == "processor" || a.cfg.role == "" {
+		// Its sinks' sessions, kept next to its store: after a kill the
+		// next run waits for them to be gone before it checks what was
+		// sent (protocol 0.8's window, docs/design.md §2).
+		opts = append(opts, iggy.WithSessionLogDir(filepath.Join(a.dir, a.cfg.stateDir()+"-sessions")))
+	}
+	cl, err := iggy.Connect(ctx, a.addr, opts...)
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,9 @@ func fetchAccounts(ctx context.Context, hc *http.Client, via string, ids []bank.
 
 // getAccount gets one account, retrying "not now" answers.
 func getAccount(ctx context.Context, hc *http.Client, via string, id bank.AccountID) (acc bank.Account, found bool, owner string, retries int, err error) {
-	url := fmt.Sprintf("http://%s/tables/balances/%d", via, id)
+	// ?wait=1: every commit that returned (the default answer may be a
+	// changelog round behind in a group).
+	url := fmt.Sprintf("http://%s/tables/balances/%d?wait=1", via, id)
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {

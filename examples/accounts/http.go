@@ -59,13 +59,13 @@ func (a *app) serveHTTP() (stop func(), err error) {
 	if a.ln == nil {
 		return func() {}, nil
 	}
-	opts := []queryserver.Option{queryserver.Table(a.balances), queryserver.WithLogger(a.log),
+	opts := []queryserver.Option{queryserver.WithTable(a.balances), queryserver.WithLogger(a.log),
 		queryserver.WithHandler("GET /group", http.HandlerFunc(a.handleGroup))}
 	if a.tel != nil {
 		opts = append(opts, queryserver.WithHandler("GET /metrics", a.tel.metrics))
 	}
 	if a.cfg.httpPublic {
-		opts = append(opts, queryserver.AllowNonLoopback())
+		opts = append(opts, queryserver.WithNonLoopback())
 	}
 	srv, err := queryserver.New(a.app, opts...)
 	if err != nil {

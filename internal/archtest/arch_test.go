@@ -124,7 +124,6 @@ var knownInternalInAPI = map[string]bool{
 	"stream/topology.Change":               true,
 	"stream/topology.ChangeKind":           true,
 	"stream/topology.Safety":               true,
-	"stream/topology.ResequenceOption":     true, // func(*executor.ResequenceSpec) error
 }
 
 // TestPublicAPIShowsNoInternalType: an exported declaration of a public

@@ -133,13 +133,17 @@ type TopologyChangedError struct {
 	Described bool
 	// Changes lists the differences, tables first.
 	Changes []Change
+	// InPlace says why the changes cannot be made while the store is kept
+	// (tables built in the background, docs/design.md §19); "" when that
+	// was not tried.
+	InPlace string
 }
 
 // Error lists the differences and what to do.
 func (e *TopologyChangedError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "stream: topology %q: %v: the state directory %s was written by another topology (fingerprint %x, the topology being started has %x)",
-		e.Topology, state.ErrIncompatibleTopology, e.Dir, short(e.Stored), short(e.Now))
+	fmt.Fprintf(&b, "strand: topology %q: %s: the state directory %s was written by another topology (fingerprint %x, the topology being started has %x)",
+		e.Topology, strings.TrimPrefix(state.ErrIncompatibleTopology.Error(), "strand: "), e.Dir, short(e.Stored), short(e.Now))
 	if !e.Described {
 		b.WriteString("; the store was written before strand kept a description of its topology, so what changed is unknown")
 	} else {
@@ -150,6 +154,9 @@ func (e *TopologyChangedError) Error() string {
 		if rb := e.RebuildTables(); len(rb) > 0 {
 			fmt.Fprintf(&b, "\ntables to rebuild: %s", quoteList(rb))
 		}
+	}
+	if e.InPlace != "" {
+		fmt.Fprintf(&b, "\nnot made in place: %s", e.InPlace)
 	}
 	fmt.Fprintf(&b, "\nwhat to do: stop every App of the directory, run `strand reset -dir %s` (or topology.Reset; add -dry-run to see what it does first), and start the new topology: every table is rebuilt from the log, and nothing published before (To, KeyBy, dead letters) is published again; or go back to the topology that wrote the store", e.Dir)
 	return b.String()

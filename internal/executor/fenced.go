@@ -12,7 +12,7 @@ import (
 // it counts any more. A Processor's gate returns it (wrapped) to stop the
 // partition; the scale-out changelog (internal/scaleout/changelog) is what
 // returns it.
-var ErrFenced = errors.New("stream: partition fenced: another instance owns it now")
+var ErrFenced = errors.New("strand: partition fenced: another instance owns it now")
 
 // FencedError is ErrFenced for one partition, with the epoch the work that
 // failed belonged to (0: the partition is kept under no epoch here). The

@@ -51,9 +51,9 @@ func (e fStatus) Key() string { return e.Acct }
 
 var (
 	fDeposits = stream.Declare[string, fDeposit](1,
-		stream.Reduce(algebra.Sum(func(e fDeposit) int64 { return e.Amount }, func(e fDeposit, n int64) fDeposit { e.Amount = n; return e })))
-	fResets   = stream.Declare[string, fReset](2, stream.Fence(planner.Acquire))
-	fStatuses = stream.Declare[string, fStatus](3, stream.FenceBy(func(e fStatus) planner.Ordering { return e.Fence }))
+		stream.WithReduce(algebra.Sum(func(e fDeposit) int64 { return e.Amount }, func(e fDeposit, n int64) fDeposit { e.Amount = n; return e })))
+	fResets   = stream.Declare[string, fReset](2, stream.WithFence(planner.Acquire))
+	fStatuses = stream.Declare[string, fStatus](3, stream.WithFenceBy(func(e fStatus) planner.Ordering { return e.Fence }))
 )
 
 const fTagNoise = planner.Tag(50) // skipped

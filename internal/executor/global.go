@@ -2,9 +2,9 @@ package executor
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // AttachSome is Attach for the tables whose names keep accepts alone: an
@@ -25,7 +25,7 @@ func (p *Program) AttachSome(db *state.DB, keep func(table string) bool) error {
 		}
 	}
 	if err := db.Attach(some...); err != nil {
-		return fmt.Errorf("stream: topology %q: attach tables: %w", p.name, err)
+		return strerr.Errorf("strand: topology %q: attach tables: %w", p.name, err)
 	}
 	return nil
 }
@@ -38,7 +38,7 @@ func (p *Program) ensureTopology(db *state.DB) error {
 		if errors.As(err, &ie) {
 			return p.changedError(ie)
 		}
-		return fmt.Errorf("stream: topology %q: %w", p.name, err)
+		return strerr.Errorf("strand: topology %q: %w", p.name, err)
 	}
 	return nil
 }

@@ -436,23 +436,24 @@ func (r *eventRunner[K, E]) apply(rc *runCtx, key K, reduced []E, replayed bool)
 			}
 		}
 	}
-	if accepted == 0 || len(r.projects) == 0 {
+	projects := activeProjects(rc.b.t, r.projects) // build.go
+	if accepted == 0 || len(projects) == 0 {
 		return accepted, failed, errs
 	}
-	r.counts.called(rc.key, len(r.projects))
-	if len(r.projects) == 1 {
-		if at, err := r.projects[0].apply(rc, reduced[:accepted]); err != nil {
-			return 0, at, joinErr(errs, r.projectErr(r.projects[0], err))
+	r.counts.called(rc.key, len(projects))
+	if len(projects) == 1 {
+		if at, err := projects[0].apply(rc, reduced[:accepted]); err != nil {
+			return 0, at, joinErr(errs, r.projectErr(projects[0], err))
 		}
 		return accepted, failed, errs
 	}
 	// Several projections: fold and encode every one first, write only if
 	// all succeeded, and put back the ones already folded if one fails.
-	writes := make([]func(), 0, len(r.projects))
-	for i, p := range r.projects {
+	writes := make([]func(), 0, len(projects))
+	for i, p := range projects {
 		write, at, err := p.prepare(rc, reduced[:accepted])
 		if err != nil {
-			for _, q := range r.projects[:i] {
+			for _, q := range projects[:i] {
 				if rerr := q.revert(rc); rerr != nil {
 					return 0, 0, rerr
 				}

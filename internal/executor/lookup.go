@@ -229,7 +229,7 @@ func (c *compiler) compileLookups(spec Spec) {
 					continue
 				}
 				if !fenced(ps, l.Tag) && !fenced(ps, w.tag) {
-					c.fail("%s, which type tag %d of the same source writes; both may be Relaxed, so their events of one key may be reordered and what the lookup sees would depend on the batching: give one of them a fence (stream.Fence), or feed the table from another input",
+					c.fail("%s, which type tag %d of the same source writes; both may be Relaxed, so their events of one key may be reordered and what the lookup sees would depend on the batching: give one of them a fence (stream.WithFence), or feed the table from another input",
 						where, w.tag)
 				}
 			}

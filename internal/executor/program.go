@@ -14,12 +14,13 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/planner"
 )
 
 // ErrBadTopology is wrapped by every error NewProgram (and so topology
 // Build) returns: the topology cannot work, and the message names why.
-var ErrBadTopology = errors.New("stream: bad topology")
+var ErrBadTopology = errors.New("strand: bad topology")
 
 // Spec describes a program for NewProgram. Package topology fills one from
 // its fluent builder; most users never write one by hand.
@@ -255,7 +256,7 @@ func NewProgram(spec Spec) (*Program, error) {
 				seqd = seqd || rt.sequenced
 			}
 			if !seqd && len(ps.routes) > 0 {
-				fail("source %q: Resequence is on, but none of its event types is declared with stream.Sequence", src.Name)
+				fail("source %q: Resequence is on, but none of its event types is declared with stream.WithSequence", src.Name)
 			}
 		}
 	}
@@ -540,12 +541,22 @@ func (p *Program) Fingerprint() []byte { return slices.Clone(p.fingerprint) }
 // *TopologyChangedError (wrapping state.ErrIncompatibleTopology) that lists
 // what changed.
 // Call it once per opened database, before NewTask.
+//
+// A store with a table being built in the background (AttachEvolving) is
+// refused: only a processor given the builds (WithBuilds) keeps it right.
 func (p *Program) Attach(db *state.DB) error {
+	if err := p.attach(db); err != nil {
+		return err
+	}
+	return refuseBuilds(db, p.name)
+}
+
+func (p *Program) attach(db *state.DB) error {
 	if err := p.ensureTopology(db); err != nil { // global.go
 		return err
 	}
 	if err := db.Attach(p.tables...); err != nil {
-		return fmt.Errorf("stream: topology %q: attach tables: %w", p.name, err)
+		return strerr.Errorf("strand: topology %q: attach tables: %w", p.name, err)
 	}
 	return nil
 }

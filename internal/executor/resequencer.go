@@ -12,13 +12,14 @@ import (
 
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
 // ResequenceSpec turns the re-sequencer on for a source (docs/design.md §10):
-// records of sequenced types (stream.Sequence) are applied in the order of
+// records of sequenced types (stream.WithSequence) are applied in the order of
 // their strand-seq headers, per key, whatever order the log has them in.
 // Zero fields take the defaults given.
 type ResequenceSpec struct {
@@ -67,22 +68,22 @@ func (r *ResequenceSpec) check() []error {
 		r.MaxHeld = defaultMaxHeld
 	}
 	if !r.Start.Valid() {
-		errs = append(errs, fmt.Errorf("resequence: unknown start %d", uint8(r.Start)))
+		errs = append(errs, fmt.Errorf("strand: unknown start %d", uint8(r.Start)))
 	}
 	if !r.Gap.Valid() {
-		errs = append(errs, fmt.Errorf("resequence: unknown gap policy %d", uint8(r.Gap)))
+		errs = append(errs, fmt.Errorf("strand: unknown gap policy %d", uint8(r.Gap)))
 	}
 	if !r.Duplicates.Valid() {
-		errs = append(errs, fmt.Errorf("resequence: unknown duplicate policy %d", uint8(r.Duplicates)))
+		errs = append(errs, fmt.Errorf("strand: unknown duplicate policy %d", uint8(r.Duplicates)))
 	}
 	if r.GapTimeout < 0 {
-		errs = append(errs, fmt.Errorf("resequence: gap timeout %v is negative", r.GapTimeout))
+		errs = append(errs, fmt.Errorf("strand: gap timeout %v is negative", r.GapTimeout))
 	}
 	if r.Gap == stream.GapWait && r.GapTimeout > 0 {
-		errs = append(errs, fmt.Errorf("resequence: gap timeout %v with gap policy wait, which never times out; choose skip or dead-letter", r.GapTimeout))
+		errs = append(errs, fmt.Errorf("strand: gap timeout %v with gap policy wait, which never times out; choose skip or dead-letter", r.GapTimeout))
 	}
 	if r.MaxHeldPerKey < 1 || r.MaxHeld < 1 {
-		errs = append(errs, fmt.Errorf("resequence: bounds %d per key, %d per partition; want at least 1", r.MaxHeldPerKey, r.MaxHeld))
+		errs = append(errs, fmt.Errorf("strand: bounds %d per key, %d per partition; want at least 1", r.MaxHeldPerKey, r.MaxHeld))
 	}
 	return errs
 }
@@ -376,7 +377,7 @@ func (sb *seqBatch) load(key []byte, h *holdEntry) (connector.Record, error) {
 		return connector.Record{}, err
 	}
 	if !ok {
-		return connector.Record{}, fmt.Errorf("stream: source %q partition %d: held record of key %q seq %d has no row", t.src.name, t.partition, key, h.seq)
+		return connector.Record{}, fmt.Errorf("strand: source %q partition %d: held record of key %q seq %d has no row", t.src.name, t.partition, key, h.seq)
 	}
 	_, r, err := rows.DecodeHold(t.partition, v)
 	return r, err
@@ -672,7 +673,7 @@ func ReadHolds(ctx context.Context, db *state.DB, source string, partition uint3
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: read holds of key %q: %w", source, partition, key, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: read holds of key %q: %w", source, partition, key, err)
 	}
 	return out, nil
 }
@@ -699,7 +700,7 @@ func ReadGaps(ctx context.Context, db *state.DB, source string, partition uint32
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: read gaps: %w", source, partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: read gaps: %w", source, partition, err)
 	}
 	return out, nil
 }

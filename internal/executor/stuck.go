@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 )
@@ -32,7 +33,7 @@ type activeRun struct {
 
 // ErrAbandoned is wrapped by the error of a batch abandoned because its
 // context was done while handlers were still running.
-var ErrAbandoned = fmt.Errorf("stream: batch abandoned: a handler did not return before the stop's drain timeout")
+var ErrAbandoned = fmt.Errorf("strand: batch abandoned: a handler did not return before the stop's drain timeout")
 
 // executeOrAbandon executes b, or abandons it when b.ctx is done first.
 func (t *Task) executeOrAbandon(b *batch, sb *seqBatch) error {
@@ -72,7 +73,7 @@ func (t *Task) executeOrAbandon(b *batch, sb *seqBatch) error {
 		tx.Discard()
 	}()
 	_ = sb // the Task is broken: its re-sequencer state is not used again
-	return fmt.Errorf("stream: source %q partition %d: %w: %w", t.src.name, t.partition, ErrAbandoned, context.Cause(b.ctx))
+	return strerr.Errorf("strand: source %q partition %d: %w: %w", t.src.name, t.partition, ErrAbandoned, context.Cause(b.ctx))
 }
 
 // stuckGrace is how long handlers get to return after the batch's context

@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/planner"
 )
 
@@ -85,6 +86,16 @@ type Task struct {
 	// replayMark: records below it were processed before a reset; their
 	// outputs are not published again (replaymark.go). 0: none.
 	replayMark uint64
+	// Builds (build.go): building names the tables whose projections the
+	// Task skips (built by a build reader, not handed over yet); only,
+	// when set, the tables whose projections it alone applies (a build
+	// reader's Task). The pipeline goroutine changes building between
+	// batches.
+	building map[string]bool
+	only     map[string]bool
+	// passPoison: the Task passes poison records whatever the program's
+	// policy (a build reader's: the main pipeline holds the keys).
+	passPoison bool
 
 	clock        func() time.Time
 	log          *slog.Logger
@@ -178,8 +189,13 @@ func OnDeadLetter(fn func(deadletter.Letter)) TaskOption {
 func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, partition uint32, opts ...TaskOption) (*Task, error) {
 	src, ok := p.sources[source]
 	if !ok {
-		return nil, fmt.Errorf("stream: topology %q has no source %q", p.name, source)
+		return nil, fmt.Errorf("strand: topology %q has no source %q", p.name, source)
 	}
+	return p.newTask(ctx, db, src, partition, opts...)
+}
+
+func (p *Program) newTask(ctx context.Context, db *state.DB, src *programSource, partition uint32, opts ...TaskOption) (*Task, error) {
+	source := src.name
 	o := taskOptions{clock: time.Now, log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
@@ -192,23 +208,23 @@ func (p *Program) NewTask(ctx context.Context, db *state.DB, source string, part
 	}
 	next, ok, err := db.Checkpoint(source, partition)
 	if err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: read checkpoint: %w", source, partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: read checkpoint: %w", source, partition, err)
 	}
 	t.next, t.hasNext = next, ok
 	if err := t.loadReplayMark(); err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: read replay mark: %w", source, partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: read replay mark: %w", source, partition, err)
 	}
 	if err := t.loadParked(ctx); err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: load parked events: %w", source, partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: load parked events: %w", source, partition, err)
 	}
 	if err := t.loadHolds(ctx); err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: load held records: %w", source, partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: load held records: %w", source, partition, err)
 	}
 	if err := t.loadOutbox(ctx); err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: load outbox: %w", source, partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: load outbox: %w", source, partition, err)
 	}
 	if err := t.loadDue(ctx); err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: %w", source, partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: %w", source, partition, err)
 	}
 	return t, nil
 }
@@ -467,7 +483,7 @@ func (t *Task) Process(ctx context.Context, records []connector.Record) (Result,
 // of the failed one, so none of them is committed and the Task cannot go
 // on. Make a new Task with NewTask, which resumes from the committed
 // checkpoint.
-var ErrTaskBroken = errors.New("stream: task stopped after a failed commit")
+var ErrTaskBroken = errors.New("strand: task stopped after a failed commit")
 
 // Pending is a batch given to Task.Submit: executed, with its commit
 // possibly still in flight.
@@ -663,7 +679,7 @@ func (t *Task) Release(ctx context.Context, key []byte) error {
 	tx := t.db.NewTxn()
 	tx.PutRow(state.FamilyParked, t.partition, t.parkedKeyRow(pk.key), upd.metaValue())
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("stream: source %q partition %d: release key %q: %w", t.src.name, t.partition, key, err)
+		return strerr.Errorf("strand: source %q partition %d: release key %q: %w", t.src.name, t.partition, key, err)
 	}
 	*pk = upd
 	return nil
@@ -681,7 +697,7 @@ func (t *Task) process(ctx context.Context, records []connector.Record) (Result,
 		if st.seq != nil {
 			st.seq.rollback() // the same records may be processed again
 		}
-		return Result{Next: t.next}, fmt.Errorf("stream: source %q partition %d: commit: %w", t.src.name, t.partition, err)
+		return Result{Next: t.next}, strerr.Errorf("strand: source %q partition %d: commit: %w", t.src.name, t.partition, err)
 	}
 	t.applyStaged(st)
 	t.report(&st.res)
@@ -757,7 +773,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 		if err := t.resequence(sb, records); err != nil {
 			sb.rollback()
 			tx.Discard()
-			return nil, fmt.Errorf("stream: source %q partition %d: re-sequence: %w", t.src.name, t.partition, err)
+			return nil, strerr.Errorf("strand: source %q partition %d: re-sequence: %w", t.src.name, t.partition, err)
 		}
 		in, fromRow, attempt = sb.in, sb.fromRow, sb.attempt
 		if n := len(records); n > 0 {
@@ -783,7 +799,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	}
 	b := &batch{
 		t: t, ctx: ctx, tx: tx, records: in, status: status,
-		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.prog.poison,
+		attempt: attempt, fromRow: fromRow, due: make(map[string]bool, len(due)), poison: t.poisonPolicy(),
 		now:        now,
 		replayMark: t.replayMark,
 	}
@@ -811,7 +827,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	t.windowsStart(b)
 	if sweepDue {
 		if err := t.sweep(b, &res); err != nil {
-			return nil, fmt.Errorf("stream: source %q partition %d: %w", t.src.name, t.partition, err)
+			return nil, strerr.Errorf("strand: source %q partition %d: %w", t.src.name, t.partition, err)
 		}
 		res.Swept = true
 	}
@@ -822,10 +838,10 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	}
 
 	if b.fatal != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, b.fatal)
+		return nil, strerr.Errorf("strand: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, b.fatal)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("stream: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, err)
+		return nil, strerr.Errorf("strand: source %q partition %d: batch abandoned: %w", t.src.name, t.partition, err)
 	}
 
 	// Write parked rows, dead letters and the checkpoint, and work out the
@@ -982,7 +998,7 @@ func (t *Task) prepare(b *batch, nParked int) {
 
 // ErrUnknownType is wrapped by the error of a record whose type tag has no
 // handler in the topology (and is not skipped).
-var ErrUnknownType = errors.New("stream: unknown type tag")
+var ErrUnknownType = errors.New("strand: unknown type tag")
 
 // execute plans the routed records and runs the keys on the worker pool.
 func (t *Task) execute(b *batch) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -37,7 +38,10 @@ type Report struct {
 	// Origins and Sequences count the rows of the duplicate check and of
 	// the re-sequencer; Grouped says the store has changelog rows (it was
 	// run in a group, JoinGroup). Description is the stored topology's.
-	ReplayMarks        []Checkpoint
+	ReplayMarks []Checkpoint
+	// Builds lists, per table built in the background and partition, how
+	// far its build reader is, or where it was handed over (evolve.go).
+	Builds             []BuildPart
 	Origins, Sequences int
 	Grouped            bool
 	Description        string
@@ -99,7 +103,10 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 		switch f {
 		case state.FamilyCheckpoint:
 			if len(value) != 8 {
-				return fmt.Errorf("stream: inspect %s: checkpoint %q partition %d has %d bytes", dir, rest, part, len(value))
+				return fmt.Errorf("strand: inspect %s: checkpoint %q partition %d has %d bytes", dir, rest, part, len(value))
+			}
+			if buildCheckpoint(&in, string(rest), part, value) { // evolve.go
+				return nil
 			}
 			in.Checkpoints = append(in.Checkpoints, Checkpoint{Source: string(rest), Partition: part, Next: binary.BigEndian.Uint64(value)})
 		case state.FamilyTable:
@@ -111,7 +118,7 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 			src := r.String()
 			kind := r.Byte()
 			if r.Err != nil {
-				return fmt.Errorf("stream: inspect %s: parked row %x: %w", dir, rest, r.Err)
+				return strerr.Errorf("strand: inspect %s: parked row %x: %w", dir, rest, r.Err)
 			}
 			id := fmt.Sprintf("%s\x00%d", src, part)
 			pk, ok := parked[id]
@@ -131,7 +138,7 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 			src := r.String()
 			key := r.String()
 			if r.Err != nil || len(value) < 9 || value[0] != rows.SeqFormat {
-				return fmt.Errorf("stream: inspect %s: hold row %x: malformed", dir, rest)
+				return fmt.Errorf("strand: inspect %s: hold row %x: malformed", dir, rest)
 			}
 			id := fmt.Sprintf("%s\x00%d", src, part)
 			h, ok := held[id]
@@ -152,14 +159,14 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 		case state.FamilyOutbox:
 			src, seq, messages, err := rows.ParseOutboxKey(rest)
 			if err != nil {
-				return fmt.Errorf("stream: inspect %s: %w", dir, err)
+				return strerr.Errorf("strand: inspect %s: %w", dir, err)
 			}
 			if !messages {
 				return nil // the next-seq row
 			}
 			n, err := rows.OutboxCount(seq, value)
 			if err != nil {
-				return fmt.Errorf("stream: inspect %s: %w", dir, err)
+				return strerr.Errorf("strand: inspect %s: %w", dir, err)
 			}
 			id := fmt.Sprintf("%s\x00%d", src, part)
 			o, ok := outbox[id]
@@ -174,7 +181,7 @@ func Store(ctx context.Context, r *state.ReadOnly) (Report, error) {
 		case state.FamilyDeadLetters:
 			var d deadletter.Letter
 			if err := rows.DecodeLetter(bytes.Clone(value), &d); err != nil {
-				return fmt.Errorf("stream: inspect %s: dead-letter row %x: %w", dir, rest, err)
+				return strerr.Errorf("strand: inspect %s: dead-letter row %x: %w", dir, rest, err)
 			}
 			in.DeadLetters = append(in.DeadLetters, d)
 		}

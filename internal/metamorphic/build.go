@@ -42,16 +42,32 @@ type Built struct {
 var errNoKey = errors.New("meta: the event has no key for this KeyBy step")
 
 // Build turns c's description into a topology.
-func Build(c *Case) *Built {
+func Build(c *Case) *Built { return build(c, nil, false) }
+
+// build turns c's description into a topology: before its evolution
+// (evolve.go) when before is set. A Built made after prev shares what
+// prev's handlers observed.
+func build(c *Case, prev *Built, before bool) *Built {
 	b := &Built{c: c, Out: map[int]*stream.Event[string, Ev]{}, tries: map[[3]int]int{}, forEach: map[int]map[int]int{}}
+	if prev != nil {
+		b.tries, b.forEach = prev.tries, prev.forEach
+	}
 	topo := topology.New("meta", topology.WithWorkers(c.Workers),
 		topology.WithRetry(c.Attempts, c.backoff(), c.maxBackoff()), topology.WithPoisonPolicy(c.Poison))
 	b.Topo = topo
-	for _, name := range c.Tables {
-		b.Tables = append(b.Tables, topology.NewTable[string, Row](topo, name, stream.JSON[Row]()))
+	for i, name := range c.Tables {
+		var opts []topology.TableOption
+		if c.EvolveAt > 0 && i == c.EvolveTable && !c.EvolveAdd && !before {
+			opts = append(opts, topology.WithTableVersion(1))
+		}
+		if c.EvolveAt > 0 && i == c.EvolveTable && c.EvolveAdd && before {
+			b.Tables = append(b.Tables, nil) // not in the topology yet
+			continue
+		}
+		b.Tables = append(b.Tables, topology.NewTable[string, Row](topo, name, stream.JSON[Row](), opts...))
 	}
 	key := func(e Ev) string { return e.K }
-	payload := stream.Payload(stream.JSON[Ev]())
+	payload := stream.WithPayload(stream.JSON[Ev]())
 	srcs := make([]*topology.SourceNode[string], len(c.Inputs))
 	for i, in := range c.Inputs {
 		var decls []*stream.Event[string, Ev]
@@ -59,20 +75,20 @@ func Build(c *Case) *Built {
 			opts := []stream.Option{payload}
 			switch td.Kind {
 			case KindFence:
-				opts = append(opts, stream.Fence(td.Fence))
+				opts = append(opts, stream.WithFence(td.Fence))
 			case KindFenceBy:
-				opts = append(opts, stream.FenceBy(func(e Ev) planner.Ordering { return e.Fence }))
+				opts = append(opts, stream.WithFenceBy(func(e Ev) planner.Ordering { return e.Fence }))
 			case KindFold:
-				opts = append(opts, stream.Reduce(algebra.Fold(func(acc, next Ev) Ev {
+				opts = append(opts, stream.WithReduce(algebra.Fold(func(acc, next Ev) Ev {
 					acc.IDs, acc.Ks = append(slices.Clip(acc.ids()), next.ids()...), append(slices.Clip(acc.origins()), next.origins()...)
 					return acc
 				})))
 			case KindSum:
-				opts = append(opts, stream.Reduce(algebra.Sum(func(e Ev) int64 { return e.Amt },
+				opts = append(opts, stream.WithReduce(algebra.Sum(func(e Ev) int64 { return e.Amt },
 					func(e Ev, n int64) Ev { e.Amt = n; return e })))
 			}
 			if in.Reseq {
-				opts = append(opts, stream.Sequence(func(e Ev) uint64 { return e.Seq }))
+				opts = append(opts, stream.WithSequence(func(e Ev) uint64 { return e.Seq }))
 			}
 			decls = append(decls, stream.DeclareFunc(td.Tag, key, opts...))
 		}
@@ -96,7 +112,7 @@ func Build(c *Case) *Built {
 			if in.DupDeadLetter {
 				dup = stream.DeadLetterDuplicates
 			}
-			srcs[i].Resequence(topology.OnDuplicate(dup))
+			srcs[i].Resequence(topology.WithDuplicatePolicy(dup))
 		}
 		if in.SkipTag != 0 {
 			srcs[i].Skip(in.SkipTag)
@@ -123,6 +139,9 @@ func Build(c *Case) *Built {
 			dt = d
 		}
 		for h, t := range n.Tables {
+			if b.Tables[t] == nil {
+				continue // added by the evolution
+			}
 			if !n.CtxFolds {
 				topology.Project(s, b.Tables[t], b.fold(n, h, td))
 				continue
@@ -178,7 +197,7 @@ func Build(c *Case) *Built {
 					panic("meta: a KeyBy step panics on this event")
 				}
 				return e.RK[depth], nil
-			}, topology.KeyByTopic(child.Topic))
+			}, topology.WithKeyByTopic(child.Topic))
 		}
 	}
 	b.addTime(topo, srcs, streams, timeBase)

@@ -12,7 +12,7 @@
 //     (topology.ForeignSource with a classifier); every input's partition
 //     count is the case's (1–4).
 //   - 1–4 event types per input, each with a static fence (Relaxed, Acquire,
-//     Release, AcqRel), a per-event fence (stream.FenceBy), an associative
+//     Release, AcqRel), a per-event fence (stream.WithFenceBy), an associative
 //     fold of the events' ids (algebra.Fold) or a sum (algebra.Sum); a
 //     skipped tag (SourceNode.Skip) now and then.
 //   - Projections into 1–5 tables, several types (and, with SharedTables,

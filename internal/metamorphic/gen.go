@@ -65,6 +65,10 @@ type Knobs struct {
 	// and adds a global input (SourceNode.Global) to a case in three
 	// (crossread.go).
 	CrossReads bool
+	// Evolve changes the topology at one restart (evolve.go): a table
+	// is added, or a table gets a new version, and is built in the
+	// background while the rest runs; the model is unchanged.
+	Evolve bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -73,7 +77,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, Joins: true, Lookups: true, StreamJoins: true, CrossReads: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, Joins: true, Lookups: true, StreamJoins: true, CrossReads: true, Evolve: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.
@@ -83,7 +87,7 @@ type Kind uint8
 const (
 	// KindFence: a static fence (TypeDesc.Fence), not reduced.
 	KindFence Kind = iota
-	// KindFenceBy: each event's own fence (stream.FenceBy on Ev.Fence).
+	// KindFenceBy: each event's own fence (stream.WithFenceBy on Ev.Fence).
 	KindFenceBy
 	// KindFold: Relaxed, reduced by algebra.Fold, which keeps the ids.
 	KindFold
@@ -240,6 +244,11 @@ type Case struct {
 	Reset []bool
 	// Batches are the batch sizes, used in turn.
 	Batches []int
+	// Evolution (Knobs.Evolve, evolve.go): the topology changes at
+	// restart EvolveAt-1 (0: never); table EvolveTable is added then
+	// (EvolveAdd) or gets version 1 then.
+	EvolveAt, EvolveTable int
+	EvolveAdd             bool
 }
 
 // Ev is the payload of every generated event.
@@ -331,6 +340,7 @@ func Generate(seed uint64, knobs Knobs) *Case {
 	c.genLog(r)
 	c.genPlan(r)
 	c.addGlobal() // crossread.go
+	c.genEvolve()
 	return c
 }
 
@@ -605,6 +615,13 @@ func (c *Case) String() string {
 	}
 	for _, j := range c.joins() {
 		fmt.Fprintf(&b, "  join %s: %s ⋈ %s inner=%v\n", j.Name, c.Tables[j.Left], c.Tables[j.Right], j.Inner)
+	}
+	if c.EvolveAt > 0 {
+		what := "gets version 1"
+		if c.EvolveAdd {
+			what = "is added"
+		}
+		fmt.Fprintf(&b, "  evolution at restart %d: table %s %s (built in the background)\n", c.EvolveAt-1, c.Tables[c.EvolveTable], what)
 	}
 	ids := make([]int, 0, len(c.Fail))
 	for id := range c.Fail {

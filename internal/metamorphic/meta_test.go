@@ -55,6 +55,7 @@ var (
 		{"lookups", "fenced nodes look up a table of their own input", func(k *Knobs) *bool { return &k.Lookups }},
 		{"cross-reads", "fenced nodes read a table of other inputs; an input made global", func(k *Knobs) *bool { return &k.CrossReads }},
 		{"stream-joins", "some of those read it with a stream-table join (ProjectJoin, left or inner)", func(k *Knobs) *bool { return &k.StreamJoins }},
+		{"evolve", "the topology changes at a restart: a table added or with a new version, built in the background", func(k *Knobs) *bool { return &k.Evolve }},
 	}
 	knobValues = map[string]*bool{}
 )

@@ -48,9 +48,14 @@ const maxRounds = 400
 func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 	tb.Helper()
 	b := Build(c)
+	first := b
+	if c.EvolveAt > 0 {
+		first = build(c, nil, true)
+		b = build(c, first, false)
+	}
 	next := 0
-	d := topologytest.NewDriver(tb, b.Topo, topologytest.Partitions(c.Parts),
-		topologytest.BatchSizes(func() int { s := c.Batches[next%len(c.Batches)]; next++; return s }))
+	d := topologytest.NewDriver(tb, first.Topo, topologytest.WithPartitions(c.Parts),
+		topologytest.WithBatchSizes(func() int { s := c.Batches[next%len(c.Batches)]; next++; return s }))
 	defer d.Close()
 	where := map[string]int{} // source/partition/offset → log index
 	pos := 0
@@ -72,7 +77,9 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 		if c.Restart[i] {
 			pk, _ := d.Parked()
 			hk, _ := d.Held()
-			if i < len(c.Reset) && c.Reset[i] && pk == 0 && hk == 0 {
+			if i == c.EvolveAt-1 {
+				d.Evolve(b.Topo) // evolve.go
+			} else if i < len(c.Reset) && c.Reset[i] && pk == 0 && hk == 0 {
 				d.Reset()
 			} else {
 				d.Restart()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -43,7 +44,7 @@ func (p *env) deadLetterRows(ctx context.Context, pt uint32, limit int) ([]pendi
 		}
 		var d deadletter.Letter
 		if err := rows.DecodeLetter(value, &d); err != nil {
-			return fmt.Errorf("stream: source %q partition %d: dead-letter row %x: %w", p.name, pt, key, err)
+			return strerr.Errorf("strand: source %q partition %d: dead-letter row %x: %w", p.name, pt, key, err)
 		}
 		out = append(out, pendingDeadLetter{key: bytes.Clone(key), letter: d})
 		size += len(d.Payload)
@@ -366,7 +367,7 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 		key = bytes.Clone(key)
 		msgs, err := rows.DecodeOutbox(seq, bytes.Clone(value))
 		if err != nil {
-			return fmt.Errorf("stream: source %q partition %d: %w", p.name, pt, err)
+			return strerr.Errorf("strand: source %q partition %d: %w", p.name, pt, err)
 		}
 		rowMsgs := make([]connector.Message, len(msgs))
 		for i := range msgs {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -270,7 +271,7 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) erro
 	}
 	storeErr := func(what string, order uint64, err error) error {
 		if ctx.Err() != nil {
-			return fmt.Errorf("stream: source %q partition %d: %s: %w", p.name, pt, what, err)
+			return strerr.Errorf("strand: source %q partition %d: %s: %w", p.name, pt, what, err)
 		}
 		return fatal(k.op(), order, fmt.Errorf("%s: %w", what, err))
 	}
@@ -296,13 +297,13 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) erro
 				if errors.Is(err, executor.ErrFenced) {
 					return fatal(k.op(), first, err)
 				}
-				return fmt.Errorf("stream: source %q partition %d: wait to publish %s %d..%d: %w", p.name, pt, k.what(), first, last, err)
+				return strerr.Errorf("strand: source %q partition %d: wait to publish %s %d..%d: %w", p.name, pt, k.what(), first, last, err)
 			}
 		}
 		send, err := o.unsent(ctx, pt, rows)
 		if err != nil {
 			p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, 0, true) })
-			return fmt.Errorf("stream: source %q partition %d: check %s %d..%d already published: %w", p.name, pt, k.what(), first, last, err)
+			return strerr.Errorf("strand: source %q partition %d: check %s %d..%d already published: %w", p.name, pt, k.what(), first, last, err)
 		}
 		if len(send) > 0 {
 			// The rows' commit must be durable before anyone can see the
@@ -323,7 +324,7 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) erro
 			if err := sendRows(ctx, send); err != nil {
 				o.raiseUnsure(pt, last+1)
 				p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, 0, true) })
-				return fmt.Errorf("stream: source %q partition %d: publish %d %s (%d..%d): %w", p.name, pt, len(send), k.what(), first, last, err)
+				return strerr.Errorf("strand: source %q partition %d: publish %d %s (%d..%d): %w", p.name, pt, len(send), k.what(), first, last, err)
 			}
 			if err := k.afterSend(pt, send); err != nil {
 				o.raiseUnsure(pt, last+1)
@@ -385,7 +386,7 @@ func (o *outbox) unsent(ctx context.Context, pt uint32, rows []outRow) ([]outRow
 			}
 			sent, err := checks.Sent(ctx, msgs)
 			if err == nil && len(sent) != len(msgs) {
-				err = fmt.Errorf("connector.SentChecker returned %d answers for %d messages", len(sent), len(msgs))
+				err = fmt.Errorf("strand: connector.SentChecker returned %d answers for %d messages", len(sent), len(msgs))
 			}
 			if err != nil {
 				return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -163,11 +164,11 @@ func (p *Processor) refreshEnds(ctx context.Context, eo connector.EndOffsetter) 
 func (p *Processor) EndOffsets(ctx context.Context) ([]uint64, error) {
 	eo, ok := p.src.(connector.EndOffsetter)
 	if !ok {
-		return nil, fmt.Errorf("stream: source %q cannot report its end offsets (not a connector.EndOffsetter)", p.name)
+		return nil, fmt.Errorf("strand: source %q cannot report its end offsets (not a connector.EndOffsetter)", p.name)
 	}
 	ends, err := p.refreshEnds(ctx, eo)
 	if err != nil {
-		return nil, fmt.Errorf("stream: source %q: end offsets: %w", p.name, err)
+		return nil, strerr.Errorf("strand: source %q: end offsets: %w", p.name, err)
 	}
 	return ends, nil
 }

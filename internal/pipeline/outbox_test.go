@@ -43,8 +43,8 @@ func emitFixture(t testing.TB, partitions uint32) *procFixture {
 	t.Helper()
 	fx := &procFixture{
 		deposit: stream.Declare[string, procDeposit](procTagDeposit,
-			stream.Reduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e }))),
-		reset: stream.Declare[string, procReset](procTagReset, stream.Fence(planner.Acquire)),
+			stream.WithReduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e }))),
+		reset: stream.Declare[string, procReset](procTagReset, stream.WithFence(planner.Acquire)),
 		bal:   state.NewTable[string, int64]("balances", stream.StringKey[string](), state.JSON[int64]()),
 		src:   newMemSource(procSource, partitions),
 		dir:   t.TempDir(),

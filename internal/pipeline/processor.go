@@ -20,6 +20,7 @@ import (
 	"github.com/strand-io/strand/stream/deadletter"
 
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Processor is the production runtime of one source of a Program: it drives
@@ -144,6 +145,15 @@ type processorOptions struct {
 	// check, when set, is called right before an outbox sends rows of a
 	// partition: an error (ErrFenced) stops the outbox instead.
 	check func(partition uint32) error
+	// builds: the tables built in the background (build.go), or nil.
+	builds *executor.Evolution
+}
+
+// WithBuilds makes the processor build, beside its pipelines, the tables
+// of its source that ev (Program.AttachEvolving) builds in the
+// background; nil builds none.
+func WithBuilds(ev *executor.Evolution) ProcessorOption {
+	return func(o *processorOptions) { o.builds = ev }
 }
 
 // DefaultPollSize is the most records one poll asks for, unless
@@ -234,14 +244,9 @@ func WithTaskOptions(opts ...executor.TaskOption) ProcessorOption {
 	return func(o *processorOptions) { o.taskOpts = append(o.taskOpts, opts...) }
 }
 
-// Clock is the time a processor runs on: the wall clock by default, a
-// test's clock in the broker-free driver. Now gives the time retries are
-// due by; At returns a channel that receives once the clock reads t or
-// later (at once if it already does).
-type Clock interface {
-	Now() time.Time
-	At(t time.Time) <-chan time.Time
-}
+// Clock is the time a processor runs on: stream.Clock, the wall clock by
+// default, a test's clock in the broker-free driver.
+type Clock = stream.Clock
 
 // WithProcessorClock runs the processor's retry backoff on c instead of the wall
 // clock.
@@ -309,11 +314,11 @@ type Hooks struct {
 }
 
 // ErrRunning is returned by Run when the processor is already running.
-var ErrRunning = errors.New("stream: processor already running")
+var ErrRunning = errors.New("strand: processor already running")
 
 // ErrNotRunning is returned by Release when Run is not running or does not
 // own the partition.
-var ErrNotRunning = errors.New("stream: processor not running")
+var ErrNotRunning = errors.New("strand: processor not running")
 
 // PartitionError is stream.PartitionError: the engine reports failed
 // partitions with the vocabulary's type, so users can errors.As it.
@@ -353,7 +358,7 @@ func addCounters(c *stream.Counters, o stream.Counters) {
 // program does not know or invalid options. It does no I/O on src: Run does.
 func NewProcessor(prog *executor.Program, db *state.DB, src connector.Source, opts ...ProcessorOption) (*Processor, error) {
 	if prog == nil || db == nil || src == nil {
-		return nil, errors.New("stream: NewProcessor: nil program, database or source")
+		return nil, errors.New("strand: NewProcessor: nil program, database or source")
 	}
 	o := processorOptions{
 		pollSize:     DefaultPollSize,
@@ -369,35 +374,40 @@ func NewProcessor(prog *executor.Program, db *state.DB, src connector.Source, op
 	}
 	name := src.Name()
 	if !prog.HasSource(name) {
-		return nil, fmt.Errorf("stream: NewProcessor: topology %q has no source %q (it has %q)", prog.Name(), name, prog.Sources())
+		return nil, fmt.Errorf("strand: NewProcessor: topology %q has no source %q (it has %q)", prog.Name(), name, prog.Sources())
 	}
 	switch {
 	case o.pollSize < 1:
-		return nil, fmt.Errorf("stream: NewProcessor: source %q: poll size %d, want at least 1", name, o.pollSize)
+		return nil, fmt.Errorf("strand: NewProcessor: source %q: poll size %d, want at least 1", name, o.pollSize)
 	case o.prefetch < 0:
-		return nil, fmt.Errorf("stream: NewProcessor: source %q: prefetch %d, want at least 0", name, o.prefetch)
+		return nil, fmt.Errorf("strand: NewProcessor: source %q: prefetch %d, want at least 0", name, o.prefetch)
 	case o.drainTimeout <= 0:
-		return nil, fmt.Errorf("stream: NewProcessor: source %q: drain timeout %v, want more than 0", name, o.drainTimeout)
+		return nil, fmt.Errorf("strand: NewProcessor: source %q: drain timeout %v, want more than 0", name, o.drainTimeout)
 	case o.dlqBackoff[0] <= 0 || o.dlqBackoff[1] < o.dlqBackoff[0]:
-		return nil, fmt.Errorf("stream: NewProcessor: source %q: dead-letter backoff %v..%v, want 0 < min <= max", name, o.dlqBackoff[0], o.dlqBackoff[1])
+		return nil, fmt.Errorf("strand: NewProcessor: source %q: dead-letter backoff %v..%v, want 0 < min <= max", name, o.dlqBackoff[0], o.dlqBackoff[1])
 	}
 	for _, dest := range prog.Outputs(name) {
 		if o.outboxSinks[dest] == nil {
-			return nil, fmt.Errorf("stream: NewProcessor: source %q publishes to %q (To or KeyBy), but WithOutboxSinks has no sink for it", name, dest)
+			return nil, fmt.Errorf("strand: NewProcessor: source %q publishes to %q (To or KeyBy), but WithOutboxSinks has no sink for it", name, dest)
 		}
 	}
 	seen := map[uint32]bool{}
 	for _, pt := range o.partitions {
 		if seen[pt] {
-			return nil, fmt.Errorf("stream: NewProcessor: source %q: partition %d given twice", name, pt)
+			return nil, fmt.Errorf("strand: NewProcessor: source %q: partition %d given twice", name, pt)
 		}
 		seen[pt] = true
 	}
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	if err := prog.AttachSome(db, o.tables); err != nil { // global.go
-		return nil, fmt.Errorf("stream: NewProcessor: source %q: %w", name, err)
+	switch {
+	case o.builds == nil:
+		if err := prog.AttachSome(db, o.tables); err != nil { // global.go
+			return nil, strerr.Errorf("strand: NewProcessor: source %q: %w", name, err)
+		}
+	case !o.builds.Of(prog, db): // attached by AttachEvolving (build.go)
+		return nil, fmt.Errorf("strand: NewProcessor: source %q: WithBuilds of another program or store", name)
 	}
 	p := &Processor{
 		prog: prog, db: db, src: src, name: name, opts: o,
@@ -433,6 +443,12 @@ func (p *Processor) Stats() stream.Stats {
 		s.ParkedRecords += ps.ParkedRecords
 	}
 	slices.SortFunc(s.Partitions, func(a, b stream.PartitionStats) int { return cmp.Compare(a.Partition, b.Partition) })
+	for _, bp := range p.opts.builds.Progress() { // build.go
+		if bp.Source == p.name {
+			s.Builds = append(s.Builds, stream.BuildStats{Table: bp.Table, Replacing: bp.Replacing, Built: bp.Built, Target: bp.Target,
+				Partitions: bp.Partitions, Left: bp.Left, Done: bp.Done})
+		}
+	}
 	return s
 }
 
@@ -458,13 +474,13 @@ func (p *Processor) Release(ctx context.Context, partition uint32, key []byte) e
 	pl := p.live[partition]
 	p.mu.Unlock()
 	if pl == nil {
-		return fmt.Errorf("stream: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
+		return strerr.Errorf("strand: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
 	}
 	req := releaseReq{key: key, done: make(chan error, 1)}
 	select {
 	case pl.release <- req:
 	case <-pl.stopped:
-		return fmt.Errorf("stream: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
+		return strerr.Errorf("strand: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -505,7 +521,7 @@ func (p *Processor) pendingPartitions(ctx context.Context) ([]uint32, error) {
 	}
 	n, err := p.src.Partitions(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("stream: source %q: partitions: %w", p.name, err)
+		return nil, strerr.Errorf("strand: source %q: partitions: %w", p.name, err)
 	}
 	out := make([]uint32, n)
 	for i := range out {

@@ -24,7 +24,7 @@ import (
 // connectors/iggy.NewSink).
 func ExampleProcessor() {
 	deposits := stream.Declare[string, procDeposit](1,
-		stream.Reduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e })))
+		stream.WithReduce(algebra.Sum(func(e procDeposit) int64 { return e.Amount }, func(e procDeposit, n int64) procDeposit { e.Amount = n; return e })))
 	balances := state.NewTable[string, int64]("balances", stream.StringKey[string](), state.JSON[int64]())
 	balances.SetPartitions(2)
 	prog, err := executor.NewProgram(executor.Spec{Name: "bank", Sources: []executor.SourceSpec{{

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
@@ -21,7 +23,7 @@ import (
 // PartitionReader returned records that do not continue exactly where the
 // previous poll ended (or, for the first poll, at the checkpoint): the
 // processor refuses to skip or repeat records silently.
-var ErrNotContiguous = errors.New("stream: source records not contiguous")
+var ErrNotContiguous = errors.New("strand: source records not contiguous")
 
 // adviseTimeout bounds the last Advise of a partition at shutdown.
 const adviseTimeout = 2 * time.Second
@@ -47,7 +49,7 @@ const idleRetryFloor = 100 * time.Millisecond
 // while Poll is in progress on the reader.
 func (p *Processor) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("stream: run source %q: %w", p.name, ErrRunning)
+		return strerr.Errorf("strand: run source %q: %w", p.name, ErrRunning)
 	}
 	defer p.running.Store(false)
 
@@ -66,7 +68,7 @@ func (p *Processor) Run(ctx context.Context) error {
 // An empty set returns at once.
 func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 	if !p.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("stream: run source %q: %w", p.name, ErrRunning)
+		return strerr.Errorf("strand: run source %q: %w", p.name, ErrRunning)
 	}
 	defer p.running.Store(false)
 	if len(parts) == 0 {
@@ -82,20 +84,20 @@ func (p *Processor) RunPartitions(ctx context.Context, parts []uint32) error {
 		// serves (the readers retry their polls; a changed count is
 		// caught by the next check that reaches the broker).
 		if n = p.opts.extent.partitions; n == 0 {
-			return fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+			return strerr.Errorf("strand: run source %q: partitions: %w", p.name, err)
 		}
 		p.log.Warn("strand: partition count unavailable; using the one checked at Open", "source", p.name, "partitions", n, "err", err)
 	}
 	if err := p.checkPartitionCount(n); err != nil {
-		return fmt.Errorf("stream: run source %q: %w", p.name, err)
+		return strerr.Errorf("strand: run source %q: %w", p.name, err)
 	}
 	parts = slices.Sorted(slices.Values(parts))
 	for i, pt := range parts {
 		if pt >= n {
-			return fmt.Errorf("stream: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
+			return fmt.Errorf("strand: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
 		}
 		if i > 0 && parts[i-1] == pt {
-			return fmt.Errorf("stream: run source %q: partition %d given twice", p.name, pt)
+			return fmt.Errorf("strand: run source %q: partition %d given twice", p.name, pt)
 		}
 	}
 	return p.run(ctx, parts)
@@ -112,15 +114,18 @@ func (p *Processor) run(ctx context.Context, parts []uint32) (err error) {
 	cfg := p.outboxConfig()
 	if p.opts.sink != nil {
 		if outboxes.dead, err = outbox.NewDeadLetters(cfg); err != nil {
-			return fmt.Errorf("stream: run source %q: %w", p.name, err)
+			return strerr.Errorf("strand: run source %q: %w", p.name, err)
 		}
 	} else {
 		p.log.Warn("strand: processor has no dead-letter sink; dead letters stay in the store")
 	}
 	if len(p.prog.Outputs(p.name)) > 0 {
 		if outboxes.msgs, err = outbox.NewMessages(cfg); err != nil {
-			return fmt.Errorf("stream: run source %q: %w", p.name, err)
+			return strerr.Errorf("strand: run source %q: %w", p.name, err)
 		}
+	}
+	if err := p.opts.builds.FinishReady(runCtx); err != nil { // build.go
+		return err
 	}
 	pls, err := p.openPipelines(runCtx, parts, outboxes)
 	if err != nil {
@@ -223,6 +228,13 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 				fail(err)
 			}
 		})
+		for _, tb := range p.opts.builds.BuildsOf(p.name, pl.part) { // build.go
+			wg.Go(func() {
+				if err := pl.build(runCtx, tb); err != nil {
+					fail(err)
+				}
+			})
+		}
 	}
 	wg.Wait()
 	close(pipelinesDone)
@@ -236,14 +248,14 @@ func (p *Processor) runAll(runCtx, drainCtx context.Context, cancel context.Canc
 func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 	n, err := p.src.Partitions(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("stream: run source %q: partitions: %w", p.name, err)
+		return nil, strerr.Errorf("strand: run source %q: partitions: %w", p.name, err)
 	}
 	if err := p.checkPartitionCount(n); err != nil {
-		return nil, fmt.Errorf("stream: run source %q: %w", p.name, err)
+		return nil, strerr.Errorf("strand: run source %q: %w", p.name, err)
 	}
 	if len(p.opts.partitions) == 0 {
 		if n == 0 {
-			return nil, fmt.Errorf("stream: run source %q: the source has no partitions", p.name)
+			return nil, fmt.Errorf("strand: run source %q: the source has no partitions", p.name)
 		}
 		out := make([]uint32, n)
 		for i := range out {
@@ -254,7 +266,7 @@ func (p *Processor) runPartitions(ctx context.Context) ([]uint32, error) {
 	out := slices.Sorted(slices.Values(p.opts.partitions))
 	for _, pt := range out {
 		if pt >= n {
-			return nil, fmt.Errorf("stream: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
+			return nil, fmt.Errorf("strand: run source %q: partition %d does not exist (the source has %d)", p.name, pt, n)
 		}
 	}
 	return out, nil
@@ -291,11 +303,16 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 			flow:     newFlow(pt, p.opts.prefetch, obs.msgs),
 			advise:   make(chan uint64, 1),
 			release:  make(chan releaseReq),
+			handover: make(chan handoverReq),
 			stopped:  make(chan struct{}),
 			log:      p.log.With(slog.Uint64("partition", uint64(pt))),
 			advised:  task.Next(),
 			readFrom: task.Next(),
 			turn:     p.opts.writers.turn(pt),
+		}
+		pl.mainNext.Store(task.Next())
+		for _, tb := range p.opts.builds.BuildsOf(p.name, pt) { // build.go
+			task.SetBuilding(tb.Table(), true)
 		}
 		pls = append(pls, pl)
 		if obs.dead != nil {
@@ -344,7 +361,11 @@ type pipeline struct {
 	flow    *flow                   // the pipeline's backpressure (flow.go)
 	advise  chan uint64             // latest committed checkpoint to advise
 	release chan releaseReq         // Release requests
-	stopped chan struct{}           // closed when the pipeline loop has returned
+	// handover takes the requests of the partition's build readers
+	// (build.go); mainNext is the checkpoint of the last commit finished.
+	handover chan handoverReq
+	mainNext atomic.Uint64
+	stopped  chan struct{} // closed when the pipeline loop has returned
 
 	advised  uint64 // last offset advised (advisor goroutine, then run)
 	readFrom uint64 // next offset the reader expects (reader goroutine)
@@ -510,6 +531,10 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			if !did {
 				floor = idleRetryFloor
 			}
+		case req := <-pl.handover:
+			if err := pl.serveHandover(ctx, req); err != nil {
+				return err
+			}
 		case req := <-pl.release:
 			if err := pl.finishCommit(); err != nil {
 				req.done <- err
@@ -618,6 +643,7 @@ func (pl *pipeline) committed(res executor.Result, batch bool) error {
 		pl.outboxes.msgs.Committed(pl.part, res.Outbox[n-1].Seq+1)
 	}
 	now := time.Now()
+	pl.mainNext.Store(res.Next)
 	pl.p.update(pl.part, func(ps *stream.PartitionStats) {
 		ps.Next, ps.LastCommit = res.Next, now
 		parkedStats(pl.task, ps)

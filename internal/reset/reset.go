@@ -13,6 +13,7 @@ import (
 	"github.com/strand-io/strand/internal/inspect"
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // A reset makes a store ready to be rebuilt from the log by whatever
@@ -45,7 +46,7 @@ import (
 
 // ErrRefused is wrapped by Store when the store cannot be reset now;
 // the message says why and what to do.
-var ErrRefused = errors.New("stream: reset refused")
+var ErrRefused = errors.New("strand: reset refused")
 
 // Plan is what Store did, or would do (DryRun).
 type Plan struct {
@@ -199,7 +200,7 @@ func Store(ctx context.Context, dir string, dryRun bool, opts ...state.Option) (
 		return nil, err
 	}
 	if err := db.Close(); err != nil {
-		return nil, fmt.Errorf("stream: reset %s: close: %w", dir, err)
+		return nil, strerr.Errorf("strand: reset %s: close: %w", dir, err)
 	}
 	return plan, nil
 }

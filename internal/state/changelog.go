@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // The changelog lets a partition's state move from one store to another
@@ -38,11 +39,11 @@ import (
 // a logged partition (see [DB.LogPartition]) and of another partition: a
 // logged commit must belong to one partition, whose changelog holds it.
 // Nothing is written then.
-var ErrMixedPartitions = errors.New("state: commit writes rows of a logged partition and of another partition")
+var ErrMixedPartitions = errors.New("strand: commit writes rows of a logged partition and of another partition")
 
 // ErrBadLoggedWrites is wrapped by [DB.ApplyLogged] and [DecodeLogged] when
 // their input is malformed or writes keys they must not: nothing is applied.
-var ErrBadLoggedWrites = errors.New("state: malformed or foreign logged writes")
+var ErrBadLoggedWrites = errors.New("strand: malformed or foreign logged writes")
 
 // Checkpoint is one checkpoint a commit sets: processing of the source's
 // partition resumes at offset Next.
@@ -221,7 +222,7 @@ func (tx *Txn) writeLater(b *pebble.Batch, later *laterOps) error {
 	}
 	for _, r := range later.appended {
 		if err := b.Set(r.key, r.value, nil); err != nil {
-			return fmt.Errorf("state: commit: %s row: %w", Family(r.key[0]), err)
+			return strerr.Errorf("strand: commit: %s row: %w", Family(r.key[0]), err)
 		}
 	}
 	return nil
@@ -235,7 +236,7 @@ func (tx *Txn) putRowOp(b *pebble.Batch, k string, op rowOp) error {
 		err = b.Set(bytesOf(k), op.value, nil)
 	}
 	if err != nil {
-		return fmt.Errorf("state: commit: %s row: %w", Family(k[0]), err)
+		return strerr.Errorf("strand: commit: %s row: %w", Family(k[0]), err)
 	}
 	return nil
 }
@@ -255,15 +256,15 @@ func (tx *Txn) commitLogged(b *pebble.Batch, p uint32, pl *partLog, later *later
 	}
 	seq, head, err := st.logger.Stamp(p, tx.checkpointsOf(p))
 	if err != nil {
-		return fmt.Errorf("state: commit: logged commit of partition %d: stamp: %w", p, err)
+		return strerr.Errorf("strand: commit: logged commit of partition %d: stamp: %w", p, err)
 	}
 	ok := false
 	defer func() { st.logger.Done(p, seq, ok) }()
 	if err := b.Set(logHeadKey(p), head, nil); err != nil {
-		return fmt.Errorf("state: commit: log head of partition %d: %w", p, err)
+		return strerr.Errorf("strand: commit: log head of partition %d: %w", p, err)
 	}
 	if err := b.Set(changelogKey(p, seq), EncodeLogged(head, b.Repr()), nil); err != nil {
-		return fmt.Errorf("state: commit: changelog row %d of partition %d: %w", seq, p, err)
+		return strerr.Errorf("strand: commit: changelog row %d of partition %d: %w", seq, p, err)
 	}
 	if err := tx.writeLater(b, later); err != nil {
 		return err
@@ -417,7 +418,7 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 			err = b.Delete(e.key, nil)
 		}
 		if err != nil {
-			return fmt.Errorf("state: apply logged writes of partition %d: %w", p, err)
+			return strerr.Errorf("strand: apply logged writes of partition %d: %w", p, err)
 		}
 		if Family(e.key[0]) == FamilyTable {
 			tkeys = append(tkeys, tableKey{db.hash(e.key), e.key})
@@ -440,7 +441,7 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 	err := db.guard(func() error { return b.Commit(pebble.NoSync) })
 	db.views.endWrite(false)
 	if err != nil {
-		return fmt.Errorf("state: apply %d logged writes of partition %d to %s: %w", n, p, db.dir, err)
+		return strerr.Errorf("strand: apply %d logged writes of partition %d to %s: %w", n, p, db.dir, err)
 	}
 	db.views.wrote()
 	// After Pebble has them: a Read that filled an old value meanwhile is
@@ -503,7 +504,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 	defer db.exit()
 	it, err := db.pdb.NewIter(nil)
 	if err != nil {
-		return fmt.Errorf("state: drop partition %d: %w", p, err)
+		return strerr.Errorf("strand: drop partition %d: %w", p, err)
 	}
 	b := db.pdb.NewBatch()
 	defer b.Close()
@@ -527,7 +528,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("state: drop partition %d: %w", p, err)
+		return strerr.Errorf("strand: drop partition %d: %w", p, err)
 	}
 	if !b.Empty() {
 		synced := db.wopts == pebble.Sync
@@ -535,7 +536,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 		err := db.guard(func() error { return b.Commit(db.wopts) })
 		db.views.endWrite(synced)
 		if err != nil {
-			return fmt.Errorf("state: drop partition %d of %s: %w", p, db.dir, err)
+			return strerr.Errorf("strand: drop partition %d of %s: %w", p, db.dir, err)
 		}
 		db.views.wrote()
 	}
@@ -558,7 +559,7 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 // other methods of the DB, but not Close.
 func (db *DB) SnapshotPartition(ctx context.Context, p uint32, chunkBytes int, fn func(writes []byte) error) error {
 	if chunkBytes <= 0 {
-		return fmt.Errorf("state: snapshot partition %d: chunk size %d is not positive", p, chunkBytes)
+		return fmt.Errorf("strand: snapshot partition %d: chunk size %d is not positive", p, chunkBytes)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -571,7 +572,7 @@ func (db *DB) SnapshotPartition(ctx context.Context, p uint32, chunkBytes int, f
 	defer snap.Close()
 	it, err := snap.NewIter(nil)
 	if err != nil {
-		return fmt.Errorf("state: snapshot partition %d: %w", p, err)
+		return strerr.Errorf("strand: snapshot partition %d: %w", p, err)
 	}
 	defer it.Close()
 	b := db.pdb.NewBatch()
@@ -617,7 +618,7 @@ func (db *DB) SnapshotPartition(ctx context.Context, p uint32, chunkBytes int, f
 	case fnErr != nil:
 		return fnErr
 	case err != nil:
-		return fmt.Errorf("state: snapshot partition %d: %w", p, err)
+		return strerr.Errorf("strand: snapshot partition %d: %w", p, err)
 	}
 	return nil
 }
@@ -631,7 +632,7 @@ func (db *DB) LogHead(p uint32) (head []byte, ok bool, err error) {
 	defer db.exit()
 	head, ok, err = db.getCopy(logHeadKey(p))
 	if err != nil {
-		return nil, false, fmt.Errorf("state: read the log head of partition %d: %w", p, err)
+		return nil, false, strerr.Errorf("strand: read the log head of partition %d: %w", p, err)
 	}
 	return head, ok, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // DB is one processor's Pebble database: its tables, checkpoints and pending
@@ -48,6 +49,7 @@ type DB struct {
 	clog     changelog                // which partitions' commits are logged, and to whom (changelog.go)
 	views    views                    // the durable read view of Table.Get and Scan (view.go)
 	readGate atomic.Pointer[ReadGate] // readgate.go
+	cviews   confirmedViews           // confirmedview.go
 	fail     failure                  // the fatal error that stopped writes (fatal.go)
 	space    *spaceGuard              // refuses commits while the disk is nearly full (space.go)
 	// fsCloser stops the disk-health checks of Pebble's file system.
@@ -77,22 +79,22 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		}
 	}
 	if dir == "" {
-		return nil, errors.New("state: open: empty directory name")
+		return nil, errors.New("strand: open: empty directory name")
 	}
 	if o.durability != Sync && o.durability != NoSync {
-		return nil, fmt.Errorf("state: open %s: unknown durability %d", dir, o.durability)
+		return nil, fmt.Errorf("strand: open %s: unknown durability %d", dir, o.durability)
 	}
 	if o.cacheSize < minCacheSize {
-		return nil, fmt.Errorf("state: open %s: cache size %d is below the minimum of %d bytes", dir, o.cacheSize, minCacheSize)
+		return nil, fmt.Errorf("strand: open %s: cache size %d is below the minimum of %d bytes", dir, o.cacheSize, minCacheSize)
 	}
 	if o.valueCacheSize < 0 {
-		return nil, fmt.Errorf("state: open %s: negative value cache size %d", dir, o.valueCacheSize)
+		return nil, fmt.Errorf("strand: open %s: negative value cache size %d", dir, o.valueCacheSize)
 	}
 	if o.diskReserve < 0 {
-		return nil, fmt.Errorf("state: open %s: negative disk reserve %d", dir, o.diskReserve)
+		return nil, fmt.Errorf("strand: open %s: negative disk reserve %d", dir, o.diskReserve)
 	}
 	if o.keyFilterSize < 0 {
-		return nil, fmt.Errorf("state: open %s: negative key filter size %d", dir, o.keyFilterSize)
+		return nil, fmt.Errorf("strand: open %s: negative key filter size %d", dir, o.keyFilterSize)
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
@@ -181,7 +183,7 @@ func (o *options) pebbleOptions(cache *pebble.Cache, log *slog.Logger) *pebble.O
 func (db *DB) loadMeta(fs vfs.FS, idFile *storeID) error {
 	v, ok, err := db.getCopy(metaKey(metaLayout))
 	if err != nil {
-		return fmt.Errorf("state: open %s: read layout version: %w", db.dir, err)
+		return strerr.Errorf("strand: open %s: read layout version: %w", db.dir, err)
 	}
 	if ok && (len(v) != 1 || v[0] != layoutVersion) {
 		return fmt.Errorf("%w: database at %s has key layout %x, this version reads layout %d", ErrIncompatibleLayout, db.dir, v, layoutVersion)
@@ -193,7 +195,7 @@ func (db *DB) loadMeta(fs vfs.FS, idFile *storeID) error {
 	prefix := metaKey(metaTablePrefix)
 	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return fmt.Errorf("state: open %s: read table registry: %w", db.dir, err)
+		return strerr.Errorf("strand: open %s: read table registry: %w", db.dir, err)
 	}
 	var maxID uint32
 	for valid := it.First(); valid; valid = it.Next() {
@@ -201,18 +203,25 @@ func (db *DB) loadMeta(fs vfs.FS, idFile *storeID) error {
 		val, err := it.ValueAndErr()
 		if err != nil {
 			_ = it.Close()
-			return fmt.Errorf("state: open %s: read table registry entry %q: %w", db.dir, name, err)
+			return strerr.Errorf("strand: open %s: read table registry entry %q: %w", db.dir, name, err)
 		}
 		if len(val) != 4 {
 			_ = it.Close()
-			return fmt.Errorf("state: open %s: table registry entry %q has %d bytes, want 4", db.dir, name, len(val))
+			return fmt.Errorf("strand: open %s: table registry entry %q has %d bytes, want 4", db.dir, name, len(val))
 		}
 		id := binary.BigEndian.Uint32(val)
 		db.registry[name] = id
 		maxID = max(maxID, id)
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: open %s: read table registry: %w", db.dir, err)
+		return strerr.Errorf("strand: open %s: read table registry: %w", db.dir, err)
+	}
+	builds, err := db.buildIDs()
+	if err != nil {
+		return strerr.Errorf("strand: open %s: %w", db.dir, err)
+	}
+	for _, id := range builds {
+		maxID = max(maxID, id)
 	}
 	db.nextID.Store(maxID + 1)
 	return nil
@@ -236,6 +245,7 @@ func (db *DB) Close() error {
 		t.release(db)
 	}
 	db.mu.Unlock()
+	db.closeConfirmedViews()
 	db.closeViews()
 	var ferr error
 	if db.failed() == nil && db.space.check() == nil {
@@ -246,10 +256,10 @@ func (db *DB) Close() error {
 	err := db.pdb.Close()
 	_ = db.fsCloser.Close()
 	if err != nil {
-		return fmt.Errorf("state: close %s: %w", db.dir, err)
+		return strerr.Errorf("strand: close %s: %w", db.dir, err)
 	}
 	if ferr != nil {
-		return fmt.Errorf("state: close %s: flush: %w", db.dir, ferr)
+		return strerr.Errorf("strand: close %s: flush: %w", db.dir, ferr)
 	}
 	return nil
 }
@@ -307,7 +317,7 @@ func (db *DB) getCopy(key []byte) ([]byte, bool, error) {
 // [ErrIncompatibleTopology]) that shows both, so an incompatible topology never misreads state.
 func (db *DB) EnsureFingerprint(fp []byte) error {
 	if len(fp) == 0 {
-		return fmt.Errorf("state: %s: empty topology fingerprint", db.dir)
+		return fmt.Errorf("strand: %s: empty topology fingerprint", db.dir)
 	}
 	if err := db.enter(); err != nil {
 		return err
@@ -317,11 +327,11 @@ func (db *DB) EnsureFingerprint(fp []byte) error {
 	defer db.mu.Unlock()
 	stored, ok, err := db.getCopy(metaKey(metaFingerprint))
 	if err != nil {
-		return fmt.Errorf("state: %s: read fingerprint: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: read fingerprint: %w", db.dir, err)
 	}
 	if !ok {
 		if err := db.setMeta(metaKey(metaFingerprint), fp); err != nil {
-			return fmt.Errorf("state: %s: store fingerprint: %w", db.dir, err)
+			return strerr.Errorf("strand: %s: store fingerprint: %w", db.dir, err)
 		}
 		return nil
 	}
@@ -340,7 +350,7 @@ func (db *DB) EnsureFingerprint(fp []byte) error {
 // count, so reading or writing them with the new one would misplace keys.
 func (db *DB) EnsureSource(name string, partitions uint32) error {
 	if name == "" || partitions == 0 {
-		return fmt.Errorf("state: %s: source %q with %d partitions", db.dir, name, partitions)
+		return fmt.Errorf("strand: %s: source %q with %d partitions", db.dir, name, partitions)
 	}
 	if err := db.enter(); err != nil {
 		return err
@@ -351,16 +361,16 @@ func (db *DB) EnsureSource(name string, partitions uint32) error {
 	key := metaKey(metaSourcePrefix + name)
 	stored, ok, err := db.getCopy(key)
 	if err != nil {
-		return fmt.Errorf("state: %s: read the partition count of source %q: %w", db.dir, name, err)
+		return strerr.Errorf("strand: %s: read the partition count of source %q: %w", db.dir, name, err)
 	}
 	if !ok {
 		if err := db.setMeta(key, binary.BigEndian.AppendUint32(nil, partitions)); err != nil {
-			return fmt.Errorf("state: %s: store the partition count of source %q: %w", db.dir, name, err)
+			return strerr.Errorf("strand: %s: store the partition count of source %q: %w", db.dir, name, err)
 		}
 		return nil
 	}
 	if len(stored) != 4 {
-		return fmt.Errorf("state: %s: malformed partition count %x of source %q", db.dir, stored, name)
+		return fmt.Errorf("strand: %s: malformed partition count %x of source %q", db.dir, stored, name)
 	}
 	if was := binary.BigEndian.Uint32(stored); was != partitions {
 		return fmt.Errorf("%w: source %q had %d partitions when the state at %s was written and has %d now; "+
@@ -386,7 +396,7 @@ func (db *DB) Checkpoint(source string, partition uint32) (next uint64, ok bool,
 		return nil
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("state: read checkpoint of source %q partition %d: %w", source, partition, err)
+		return 0, false, strerr.Errorf("strand: read checkpoint of source %q partition %d: %w", source, partition, err)
 	}
 	return next, ok, nil
 }
@@ -403,7 +413,7 @@ func (db *DB) Row(f Family, partition uint32, key []byte) ([]byte, bool, error) 
 	defer db.exit()
 	v, ok, err := db.getCopy(rowKey(f, partition, key))
 	if err != nil {
-		return nil, false, fmt.Errorf("state: read %s row %q partition %d: %w", f, key, partition, err)
+		return nil, false, strerr.Errorf("strand: read %s row %q partition %d: %w", f, key, partition, err)
 	}
 	return v, ok, nil
 }
@@ -431,7 +441,7 @@ func (db *DB) RowsFrom(ctx context.Context, f Family, partition uint32, from []b
 	lower := append(slices.Clip(prefix), from...)
 	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return fmt.Errorf("state: scan %s rows partition %d: %w", f, partition, err)
+		return strerr.Errorf("strand: scan %s rows partition %d: %w", f, partition, err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
 		if err := ctx.Err(); err != nil {
@@ -441,7 +451,7 @@ func (db *DB) RowsFrom(ctx context.Context, f Family, partition uint32, from []b
 		val, err := it.ValueAndErr()
 		if err != nil {
 			_ = it.Close()
-			return fmt.Errorf("state: scan %s rows partition %d: key %q: %w", f, partition, it.Key()[prefixLen:], err)
+			return strerr.Errorf("strand: scan %s rows partition %d: key %q: %w", f, partition, it.Key()[prefixLen:], err)
 		}
 		if err := fn(it.Key()[prefixLen:], val); err != nil {
 			_ = it.Close()
@@ -449,7 +459,7 @@ func (db *DB) RowsFrom(ctx context.Context, f Family, partition uint32, from []b
 		}
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("state: scan %s rows partition %d: %w", f, partition, err)
+		return strerr.Errorf("strand: scan %s rows partition %d: %w", f, partition, err)
 	}
 	return nil
 }
@@ -467,7 +477,7 @@ func (db *DB) SyncWAL() error {
 	}
 	defer db.exit()
 	if err := db.guard(func() error { return db.pdb.LogData(nil, pebble.Sync) }); err != nil {
-		return fmt.Errorf("state: %s: sync WAL: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: sync WAL: %w", db.dir, err)
 	}
 	return nil
 }
@@ -488,6 +498,7 @@ type attacher interface {
 	cacheStats() (hits, misses, entries int64)
 	forget(db *DB, keys []tableKey) // drop applied keys from the value cache (changelog.go)
 	dropPartition(db *DB, p uint32) // drop a partition's cached values (changelog.go)
+	serveFrom(s *serving)           // where reads go during a build (build.go); nil: the table's id
 }
 
 // Attach binds tables to the database, so that they can be read and written.
@@ -513,7 +524,7 @@ func (db *DB) Attach(tables ...Attacher) error {
 			return fmt.Errorf("%w: table %d of %d is nil", ErrInvalidTable, i+1, len(tables))
 		}
 		if err := t.check(); err != nil {
-			return fmt.Errorf("state: attach table %d of %d: %w", i+1, len(tables), err)
+			return strerr.Errorf("strand: attach table %d of %d: %w", i+1, len(tables), err)
 		}
 		name := t.Name()
 		if seen[name] {
@@ -545,7 +556,7 @@ func (db *DB) Attach(tables ...Attacher) error {
 			id = next
 			next++
 			if err := b.Set(metaKey(metaTablePrefix+t.Name()), binary.BigEndian.AppendUint32(nil, id), nil); err != nil {
-				return fmt.Errorf("state: attach table %q: %w", t.Name(), err)
+				return strerr.Errorf("strand: attach table %q: %w", t.Name(), err)
 			}
 		}
 		ids[i] = id
@@ -557,7 +568,7 @@ func (db *DB) Attach(tables ...Attacher) error {
 			}
 			return db.pdb.Flush() // metadata outlives the loss of a WAL (identity.go)
 		}); err != nil {
-			return fmt.Errorf("state: attach tables: persist table ids: %w", err)
+			return strerr.Errorf("strand: attach tables: persist table ids: %w", err)
 		}
 	}
 	db.nextID.Store(next)

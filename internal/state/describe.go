@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"fmt"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // metaTopology names the metadata row holding the readable description of
@@ -43,7 +44,7 @@ func (e *IncompatibleError) Unwrap() error { return ErrIncompatibleTopology }
 // description. Both rows are written durably.
 func (db *DB) EnsureTopology(fp, legacy []byte, description string) error {
 	if len(fp) == 0 {
-		return fmt.Errorf("state: %s: empty topology fingerprint", db.dir)
+		return fmt.Errorf("strand: %s: empty topology fingerprint", db.dir)
 	}
 	if err := db.enter(); err != nil {
 		return err
@@ -53,11 +54,11 @@ func (db *DB) EnsureTopology(fp, legacy []byte, description string) error {
 	defer db.mu.Unlock()
 	stored, ok, err := db.getCopy(metaKey(metaFingerprint))
 	if err != nil {
-		return fmt.Errorf("state: %s: read fingerprint: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: read fingerprint: %w", db.dir, err)
 	}
 	desc, hasDesc, err := db.getCopy(metaKey(metaTopology))
 	if err != nil {
-		return fmt.Errorf("state: %s: read the topology description: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: read the topology description: %w", db.dir, err)
 	}
 	switch {
 	case ok && bytes.Equal(stored, fp):
@@ -70,10 +71,10 @@ func (db *DB) EnsureTopology(fp, legacy []byte, description string) error {
 		return &IncompatibleError{Dir: db.dir, Stored: stored, Now: fp, StoredDescription: string(desc)}
 	}
 	if err := db.setMeta(metaKey(metaTopology), []byte(description)); err != nil {
-		return fmt.Errorf("state: %s: store the topology description: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: store the topology description: %w", db.dir, err)
 	}
 	if err := db.setMeta(metaKey(metaFingerprint), fp); err != nil {
-		return fmt.Errorf("state: %s: store fingerprint: %w", db.dir, err)
+		return strerr.Errorf("strand: %s: store fingerprint: %w", db.dir, err)
 	}
 	return nil
 }

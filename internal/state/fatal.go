@@ -15,7 +15,7 @@ import (
 // commit and everything after it are not. The process is never stopped:
 // the runtime stops its App with the error, and a restart once there is
 // space again resumes exactly from the last commit that returned nil.
-var ErrStoreFailed = errors.New("state: store failed")
+var ErrStoreFailed = errors.New("strand: store failed")
 
 // fatalPanic is what pebbleLogger.Fatalf panics with: Pebble calls Fatalf
 // when it cannot go on (a commit that could not be written to the WAL, a

@@ -5,12 +5,13 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // ErrSourceChanged is wrapped by [DB.EnsureSourceIdentity] when a source's
 // topic is not the one the state was built from (it was deleted and
 // created again under the same name).
-var ErrSourceChanged = errors.New("state: source topic changed")
+var ErrSourceChanged = errors.New("strand: source topic changed")
 
 // metaSourceIdentityPrefix names a source's identity (connector.Identifier)
 // in the metadata; "source-identity/" never starts with metaSourcePrefix.
@@ -26,7 +27,7 @@ const metaSourceIdentityPrefix = "source-identity/"
 // the new one.
 func (db *DB) EnsureSourceIdentity(name, identity string) error {
 	if name == "" || identity == "" || len(identity) > 255 {
-		return fmt.Errorf("state: %s: source %q with an identity of %d bytes, want 1..255", db.dir, name, len(identity))
+		return fmt.Errorf("strand: %s: source %q with an identity of %d bytes, want 1..255", db.dir, name, len(identity))
 	}
 	if err := db.enter(); err != nil {
 		return err
@@ -37,11 +38,11 @@ func (db *DB) EnsureSourceIdentity(name, identity string) error {
 	key := metaKey(metaSourceIdentityPrefix + name)
 	stored, ok, err := db.getCopy(key)
 	if err != nil {
-		return fmt.Errorf("state: %s: read the identity of source %q: %w", db.dir, name, err)
+		return strerr.Errorf("strand: %s: read the identity of source %q: %w", db.dir, name, err)
 	}
 	if !ok {
 		if err := db.setMeta(key, []byte(identity)); err != nil {
-			return fmt.Errorf("state: %s: store the identity of source %q: %w", db.dir, name, err)
+			return strerr.Errorf("strand: %s: store the identity of source %q: %w", db.dir, name, err)
 		}
 		return nil
 	}
@@ -63,7 +64,7 @@ func (db *DB) SourceIdentity(name string) (string, bool, error) {
 	defer db.exit()
 	v, ok, err := db.getCopy(metaKey(metaSourceIdentityPrefix + name))
 	if err != nil {
-		return "", false, fmt.Errorf("state: %s: read the identity of source %q: %w", db.dir, name, err)
+		return "", false, strerr.Errorf("strand: %s: read the identity of source %q: %w", db.dir, name, err)
 	}
 	return string(v), ok, nil
 }

@@ -2,38 +2,29 @@ package state
 
 import (
 	"log/slog"
-	"strconv"
+
+	"github.com/strand-io/strand/stream"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// Durability says when a [Txn.Commit] may return.
-type Durability uint8
+// Durability says when a [Txn.Commit] may return: stream.Durability, the
+// one definition users meet (topology.WithDurability).
+type Durability = stream.Durability
 
 const (
 	// Sync makes Commit return only after the batch is fsynced to the
 	// write-ahead log: a returned commit survives a machine crash. It is
 	// the default. Concurrent commits share fsyncs (group commit).
-	Sync Durability = iota
+	Sync = stream.Sync
 
 	// NoSync makes Commit return once the batch is in the write-ahead log
 	// buffer. A process crash loses at most the last few milliseconds of
 	// commits and a machine crash may lose more; what survives is always a
 	// prefix of the commits, so tables still match their checkpoints.
 	// Use [DB.SyncWAL] before acting on a commit outside the database.
-	NoSync
+	NoSync = stream.NoSync
 )
-
-// String returns "sync" or "nosync".
-func (d Durability) String() string {
-	switch d {
-	case Sync:
-		return "sync"
-	case NoSync:
-		return "nosync"
-	}
-	return "durability(" + strconv.Itoa(int(d)) + ")"
-}
 
 const (
 	// DefaultCacheSize is Pebble's block cache budget unless [WithCacheSize]

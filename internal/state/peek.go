@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"fmt"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Peek returns the value of key (encoded key bytes) in the partition as the
@@ -87,7 +88,7 @@ func (t *Table[K, V]) decodeCopy(enc, key []byte, partition uint32) (V, bool, er
 	v, err := t.values.Decode(bytes.Clone(enc))
 	if err != nil {
 		var zero V
-		return zero, false, fmt.Errorf("state: table %q: decode the value of key %q partition %d: %w", t.name, key, partition, err)
+		return zero, false, strerr.Errorf("strand: table %q: decode the value of key %q partition %d: %w", t.name, key, partition, err)
 	}
 	return v, true, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Partitions returns the count given to SetPartitions (0 before).
@@ -18,7 +19,7 @@ func (t *Table[K, V]) AppendKey(dst []byte, k K) ([]byte, error) {
 	}
 	out, err := t.keys.Append(dst, k)
 	if err != nil {
-		return dst, fmt.Errorf("state: table %q: encode key %v: %w", t.name, k, err)
+		return dst, strerr.Errorf("strand: table %q: encode key %v: %w", t.name, k, err)
 	}
 	return out, nil
 }
@@ -58,31 +59,40 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 	}
 	defer b.db.exit()
 	var v *view
-	if wait || b.db.gated() {
+	if wait {
 		v, err = b.db.readView()
+		if err == nil {
+			if err = b.db.confirmRead(ctx, partition); err != nil {
+				v.release()
+			} else {
+				b.db.promoteConfirmed(partition, v)
+			}
+		}
 	} else {
-		v, err = b.db.recentView()
+		// The confirmed view in a group (never waits), else a recent one.
+		v, err = b.db.recentConfirmed(ctx, partition)
 	}
 	if err != nil {
-		return fr, err
+		return fr, strerr.Errorf("strand: scan table %q partition %d: %w", t.name, partition, err)
 	}
 	defer v.release()
-	if err := b.db.confirmRead(ctx, partition); err != nil {
-		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+	id, err := t.readID(b, v)
+	if err != nil {
+		return fr, err
 	}
 	if fr.Checkpoints, err = checkpointsIn(v, partition); err != nil {
 		return fr, err
 	}
-	lower := appendTableKey(make([]byte, 0, rowKeyExtra+len(after)+1), b.id, partition, after)
+	lower := appendTableKey(make([]byte, 0, rowKeyExtra+len(after)+1), id, partition, after)
 	if after != nil {
 		lower = append(lower, 0) // the smallest key after after
 	}
 	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: lower,
-		UpperBound: prefixEnd(appendTableKey(nil, b.id, partition, nil)),
+		UpperBound: prefixEnd(appendTableKey(nil, id, partition, nil)),
 	})
 	if err != nil {
-		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+		return fr, strerr.Errorf("strand: scan table %q partition %d: %w", t.name, partition, err)
 	}
 	defer it.Close()
 	for valid := it.First(); valid; valid = it.Next() {
@@ -92,22 +102,22 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 		kb := it.Key()[rowKeyExtra:]
 		k, err := t.keys.Decode(kb)
 		if err != nil {
-			return fr, fmt.Errorf("state: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
+			return fr, strerr.Errorf("strand: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return fr, fmt.Errorf("state: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
+			return fr, strerr.Errorf("strand: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
 		}
 		v, err := t.values.Decode(val)
 		if err != nil {
-			return fr, fmt.Errorf("state: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
+			return fr, strerr.Errorf("strand: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
 		}
 		if !fn(kb, k, v) {
 			return fr, nil
 		}
 	}
 	if err := it.Error(); err != nil {
-		return fr, fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+		return fr, strerr.Errorf("strand: scan table %q partition %d: %w", t.name, partition, err)
 	}
 	return fr, nil
 }
@@ -123,7 +133,7 @@ func (db *DB) CopyTo(dir string) error {
 	}
 	defer db.exit()
 	if err := db.pdb.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
-		return fmt.Errorf("state: copy %s to %s: %w", db.dir, dir, err)
+		return strerr.Errorf("strand: copy %s to %s: %w", db.dir, dir, err)
 	}
 	return nil
 }

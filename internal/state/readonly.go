@@ -10,11 +10,12 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // ErrNoStore is wrapped by ScanReadOnly and OpenReadOnly when dir holds no
 // store.
-var ErrNoStore = errors.New("state: no store in directory")
+var ErrNoStore = errors.New("strand: no store in directory")
 
 // Meta is a store's metadata as ScanReadOnly reads it.
 type Meta struct {
@@ -55,7 +56,7 @@ func OpenReadOnly(dir string) (*ReadOnly, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoStore, dir)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("state: open %s read-only: %w", dir, err)
+		return nil, strerr.Errorf("strand: open %s read-only: %w", dir, err)
 	}
 	r := &ReadOnly{Meta: m, dir: dir, pdb: pdb}
 	err = r.scan(context.Background(), FamilyMeta, nil, func(_ uint32, rest, v []byte) error {
@@ -90,7 +91,7 @@ func (r *ReadOnly) Dir() string { return r.dir }
 // Close closes the store.
 func (r *ReadOnly) Close() error {
 	if err := r.pdb.Close(); err != nil {
-		return fmt.Errorf("state: close %s: %w", r.dir, err)
+		return strerr.Errorf("strand: close %s: %w", r.dir, err)
 	}
 	return nil
 }
@@ -103,7 +104,7 @@ func (r *ReadOnly) Row(f Family, partition uint32, rest []byte) ([]byte, bool, e
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("state: read %s: %w", r.dir, err)
+		return nil, false, strerr.Errorf("strand: read %s: %w", r.dir, err)
 	}
 	out := append([]byte(nil), v...)
 	_ = closer.Close()
@@ -137,7 +138,7 @@ func (r *ReadOnly) ScanTable(ctx context.Context, id uint32, fn func(partition u
 func (r *ReadOnly) scan(ctx context.Context, f Family, prefix []byte, fn func(partition uint32, rest, value []byte) error) error {
 	it, err := r.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{byte(f)}, UpperBound: []byte{byte(f) + 1}})
 	if err != nil {
-		return fmt.Errorf("state: read %s: %w", r.dir, err)
+		return strerr.Errorf("strand: read %s: %w", r.dir, err)
 	}
 	defer it.Close()
 	part := uint32(0)
@@ -162,7 +163,7 @@ func (r *ReadOnly) scan(ctx context.Context, f Family, prefix []byte, fn func(pa
 			}
 			v, err := it.ValueAndErr()
 			if err != nil {
-				return fmt.Errorf("state: read %s: %w", r.dir, err)
+				return strerr.Errorf("strand: read %s: %w", r.dir, err)
 			}
 			if err := fn(part, k[prefixLen:], v); err != nil {
 				return err
@@ -174,7 +175,7 @@ func (r *ReadOnly) scan(ctx context.Context, f Family, prefix []byte, fn func(pa
 		part++
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("state: read %s: %w", r.dir, err)
+		return strerr.Errorf("strand: read %s: %w", r.dir, err)
 	}
 	return nil
 }
@@ -187,7 +188,7 @@ func hasPrefix(b, p []byte) bool { return len(b) >= len(p) && string(b[:len(p)])
 func (r *ReadOnly) ScanAll(ctx context.Context, fn func(f Family, partition uint32, rest, value []byte) error) error {
 	it, err := r.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{byte(FamilyMeta) + 1}})
 	if err != nil {
-		return fmt.Errorf("state: read %s: %w", r.dir, err)
+		return strerr.Errorf("strand: read %s: %w", r.dir, err)
 	}
 	defer it.Close()
 	for valid := it.First(); valid; valid = it.Next() {
@@ -200,14 +201,14 @@ func (r *ReadOnly) ScanAll(ctx context.Context, fn func(f Family, partition uint
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("state: read %s: %w", r.dir, err)
+			return strerr.Errorf("strand: read %s: %w", r.dir, err)
 		}
 		if err := fn(Family(k[0]), binary.BigEndian.Uint32(k[1:prefixLen]), k[prefixLen:], v); err != nil {
 			return err
 		}
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("state: read %s: %w", r.dir, err)
+		return strerr.Errorf("strand: read %s: %w", r.dir, err)
 	}
 	return nil
 }

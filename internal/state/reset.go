@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // FamilyReplayMark holds one row per source and partition (key:
@@ -34,20 +35,23 @@ func (db *DB) Checkpoints() ([]CheckpointRow, error) {
 	lo := []byte{byte(FamilyCheckpoint)}
 	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: []byte{byte(FamilyCheckpoint) + 1}})
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: list checkpoints: %w", db.dir, err)
+		return nil, strerr.Errorf("strand: %s: list checkpoints: %w", db.dir, err)
 	}
 	var out []CheckpointRow
 	for valid := it.First(); valid; valid = it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) < prefixLen || len(v) != 8 {
 			_ = it.Close()
-			return nil, fmt.Errorf("state: %s: malformed checkpoint row %x", db.dir, k)
+			return nil, fmt.Errorf("strand: %s: malformed checkpoint row %x", db.dir, k)
+		}
+		if buildSource(k[prefixLen:]) {
+			continue // a build reader's (build.go)
 		}
 		out = append(out, CheckpointRow{Source: string(k[prefixLen:]), Partition: binary.BigEndian.Uint32(k[1:prefixLen]),
 			Next: binary.BigEndian.Uint64(v)})
 	}
 	if err := it.Close(); err != nil {
-		return nil, fmt.Errorf("state: %s: list checkpoints: %w", db.dir, err)
+		return nil, strerr.Errorf("strand: %s: list checkpoints: %w", db.dir, err)
 	}
 	return out, nil
 }
@@ -60,11 +64,11 @@ func (db *DB) HasRows(f Family) (bool, error) {
 	defer db.exit()
 	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{byte(f)}, UpperBound: familyEnd(f)})
 	if err != nil {
-		return false, fmt.Errorf("state: %s: read family %s: %w", db.dir, f, err)
+		return false, strerr.Errorf("strand: %s: read family %s: %w", db.dir, f, err)
 	}
 	found := it.First()
 	if err := it.Close(); err != nil {
-		return false, fmt.Errorf("state: %s: read family %s: %w", db.dir, f, err)
+		return false, strerr.Errorf("strand: %s: read family %s: %w", db.dir, f, err)
 	}
 	return found, nil
 }
@@ -137,14 +141,18 @@ func (db *DB) ResetState(ctx context.Context, clear []Family, put []RowPut) erro
 		}
 		_ = b.Delete(metaKey(metaFingerprint), nil)
 		_ = b.Delete(metaKey(metaTopology), nil)
+		// Builds in progress (build.go) end: every table is rebuilt.
+		bp := metaKey(metaBuildPrefix)
+		_ = b.DeleteRange(bp, prefixEnd(bp), nil)
+		_ = b.DeleteRange([]byte{byte(FamilyBuild)}, familyEnd(FamilyBuild), nil)
 		for _, r := range put {
 			_ = b.Set(rowKey(r.Family, r.Partition, r.Key), r.Value, nil)
 		}
 		if err := b.Commit(pebble.Sync); err != nil {
-			return fmt.Errorf("state: %s: reset: %w", db.dir, err)
+			return strerr.Errorf("strand: %s: reset: %w", db.dir, err)
 		}
 		if err := db.pdb.Flush(); err != nil {
-			return fmt.Errorf("state: %s: reset: flush: %w", db.dir, err)
+			return strerr.Errorf("strand: %s: reset: flush: %w", db.dir, err)
 		}
 		return nil
 	})

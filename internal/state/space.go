@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // ErrDiskFull is wrapped (with ErrStoreFailed) by a commit refused because
 // the disk of the store has less free space than its reserve
 // (WithDiskReserve). It wraps syscall.ENOSPC.
-var ErrDiskFull = fmt.Errorf("state: disk full: %w", syscall.ENOSPC)
+var ErrDiskFull = strerr.Errorf("strand: disk full: %w", syscall.ENOSPC)
 
 // DefaultDiskReserve is the free space a store keeps on its disk unless
 // WithDiskReserve says otherwise: enough for Pebble to flush its memtables

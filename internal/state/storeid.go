@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // ErrStoreDamaged is wrapped by [Open] when the store's files are missing
@@ -22,7 +23,7 @@ import (
 // write-ahead log or a table file was deleted), its files belong to another
 // store, or Pebble found a file corrupt. The error names the file where it
 // can; nothing is written to such a store.
-var ErrStoreDamaged = errors.New("state: store damaged")
+var ErrStoreDamaged = errors.New("strand: store damaged")
 
 // StoreIDFile is the file in a state directory that says a store was
 // created there, and which: written on the first start (synced, then
@@ -50,7 +51,7 @@ func (s storeID) encode() []byte {
 func newStoreID() (storeID, error) {
 	s := storeID{created: time.Now()}
 	if _, err := rand.Read(s.id[:]); err != nil {
-		return s, fmt.Errorf("state: make a store id: %w", err)
+		return s, strerr.Errorf("strand: make a store id: %w", err)
 	}
 	return s, nil
 }
@@ -63,12 +64,12 @@ func readStoreID(fs vfs.FS, dir string) (*storeID, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("state: open %s: read %s: %w", dir, StoreIDFile, err)
+		return nil, strerr.Errorf("strand: open %s: read %s: %w", dir, StoreIDFile, err)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, 4096))
 	_ = f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("state: open %s: read %s: %w", dir, StoreIDFile, err)
+		return nil, strerr.Errorf("strand: open %s: read %s: %w", dir, StoreIDFile, err)
 	}
 	bad := func(why string) error {
 		return fmt.Errorf("%w: the store's identity file %s is damaged (%s): restore the directory from a backup, or move it "+
@@ -110,7 +111,7 @@ func writeStoreID(fs vfs.FS, dir string, s storeID) error {
 	tmp := fs.PathJoin(dir, StoreIDFile+".tmp")
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return fmt.Errorf("state: %s: write %s: %w", dir, StoreIDFile, err)
+		return strerr.Errorf("strand: %s: write %s: %w", dir, StoreIDFile, err)
 	}
 	_, err = f.Write(s.encode())
 	if err == nil {
@@ -131,7 +132,7 @@ func writeStoreID(fs vfs.FS, dir string, s storeID) error {
 	}
 	if err != nil {
 		_ = fs.Remove(tmp)
-		return fmt.Errorf("state: %s: write %s: %w", dir, StoreIDFile, err)
+		return strerr.Errorf("strand: %s: write %s: %w", dir, StoreIDFile, err)
 	}
 	return nil
 }
@@ -164,13 +165,13 @@ func (db *DB) checkStoreID(fs vfs.FS, file *storeID, hasLayout bool) error {
 			}
 			return db.pdb.Flush() // in a table file, not only in a WAL that may be lost
 		}); err != nil {
-			return fmt.Errorf("state: open %s: write the store's metadata: %w", db.dir, err)
+			return strerr.Errorf("strand: open %s: write the store's metadata: %w", db.dir, err)
 		}
 		return writeStoreID(fs, db.dir, s)
 	}
 	v, ok, err := db.getCopy(metaKey(metaStoreID))
 	if err != nil {
-		return fmt.Errorf("state: open %s: read the store id: %w", db.dir, err)
+		return strerr.Errorf("strand: open %s: read the store id: %w", db.dir, err)
 	}
 	var id [16]byte
 	switch {
@@ -184,7 +185,7 @@ func (db *DB) checkStoreID(fs vfs.FS, file *storeID, hasLayout bool) error {
 			return err
 		}
 		if err := db.setMeta(metaKey(metaStoreID), s.id[:]); err != nil {
-			return fmt.Errorf("state: open %s: write the store id: %w", db.dir, err)
+			return strerr.Errorf("strand: open %s: write the store id: %w", db.dir, err)
 		}
 		id = s.id
 	}
@@ -239,7 +240,7 @@ func openError(fs vfs.FS, dir string, file *storeID, err error) error {
 	case pebble.IsCorruptionError(err):
 		what = "one of its files"
 	default:
-		return fmt.Errorf("state: open %s: %w", dir, err)
+		return strerr.Errorf("strand: open %s: %w", dir, err)
 	}
 	return fmt.Errorf("%w: the store at %s cannot be opened: %s is damaged or missing (%w); strand wrote nothing to it: "+
 		"restore the directory from a backup, or move it away and start again to rebuild the state from the log",

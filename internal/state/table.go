@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Table is a named, typed key→value table. It is declared on its own (a
@@ -30,6 +31,29 @@ type Table[K, V any] struct {
 	parts  atomic.Uint32 // partitions of the sources that write it (SetPartitions)
 	// version is the table's declared version (describe.go).
 	version uint32
+	// serve, during a build (build.go), says where reads go instead of
+	// the binding's id; nil: there.
+	serve atomic.Pointer[serving]
+}
+
+func (t *Table[K, V]) serveFrom(s *serving) { t.serve.Store(s) }
+
+// readID is the id reads of the table (Get, Scan, queries) are answered
+// from: the binding's, or during a build the previous rows' (build.go).
+// Call it with the view the read uses: a view taken before a build's
+// switch is read at the previous id (whose rows stay until the next
+// start).
+func (t *Table[K, V]) readID(b *binding[V], v *view) (uint32, error) {
+	if s := t.serve.Load(); s != nil {
+		switch {
+		case s.after > 0 && v.gen >= s.after:
+		case s.err != nil:
+			return 0, s.err
+		default:
+			return s.id, nil
+		}
+	}
+	return b.id, nil
 }
 
 // SetPartitions says how many partitions the sources writing the table
@@ -86,6 +110,7 @@ func (t *Table[K, V]) boundTo() *DB {
 }
 
 func (t *Table[K, V]) bind(db *DB, id uint32) {
+	t.serve.Store(nil) // a build (build.go) sets it again
 	t.b.Store(&binding[V]{db: db, id: id, cache: newValueCache[V](&db.budget)})
 }
 
@@ -114,7 +139,7 @@ func (t *Table[K, V]) binding() (*binding[V], error) {
 // txn checks that tx can be used with t and returns t's part of it.
 func (t *Table[K, V]) txn(tx *Txn) (*binding[V], *txnTable[V], error) {
 	if tx == nil {
-		return nil, nil, fmt.Errorf("state: table %q: nil transaction", t.name)
+		return nil, nil, fmt.Errorf("strand: table %q: nil transaction", t.name)
 	}
 	b, err := t.binding()
 	if err != nil {
@@ -278,7 +303,7 @@ func (t *Table[K, V]) revert(tt *txnTable[V], s *txnShard[V], h uint64, k []byte
 	// a copy, so the value cannot share memory with the bytes Pebble gets.
 	v, err := t.values.Decode(bytes.Clone(e.enc))
 	if err != nil {
-		return fmt.Errorf("state: table %q: revert key %q: decode the last written value: %w", t.name, string(k[rowKeyExtra:]), err) // a copy: k stays on the caller's stack
+		return strerr.Errorf("strand: table %q: revert key %q: decode the last written value: %w", t.name, string(k[rowKeyExtra:]), err) // a copy: k stays on the caller's stack
 	}
 	e.v = v
 	return nil
@@ -378,7 +403,7 @@ func (t *Table[K, V]) load(db *DB, k []byte, h uint64, partition uint32, key []b
 		return nil
 	})
 	if err != nil {
-		return v, false, 0, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, partition, err)
+		return v, false, 0, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, partition, err)
 	}
 	if present {
 		db.stats.found.Add(1)
@@ -473,30 +498,34 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 		return err
 	}
 	defer v.release()
+	id, err := t.readID(b, v)
+	if err != nil {
+		return err
+	}
 	it, err := v.snap.NewIter(&pebble.IterOptions{
 		LowerBound: []byte{byte(FamilyTable)},
 		UpperBound: []byte{byte(FamilyTable) + 1},
 	})
 	if err != nil {
-		return fmt.Errorf("state: scan table %q: %w", t.name, err)
+		return strerr.Errorf("strand: scan table %q: %w", t.name, err)
 	}
-	err = t.scan(ctx, b.db, b.id, it, fn)
+	err = t.scan(ctx, b.db, v, id, it, fn)
 	if cerr := it.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("state: scan table %q: %w", t.name, cerr)
+		err = strerr.Errorf("strand: scan table %q: %w", t.name, cerr)
 	}
 	return err
 }
 
 // scan skips from partition to partition: the table's rows of one partition
 // are contiguous, but other tables' rows lie between partitions.
-func (t *Table[K, V]) scan(ctx context.Context, db *DB, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
+func (t *Table[K, V]) scan(ctx context.Context, db *DB, v *view, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
 	seek := make([]byte, 0, rowKeyExtra)
 	confirmed, first := uint32(0), true // the partition confirmRead last passed
 	valid := it.SeekGE(appendTableKey(seek[:0], id, 0, nil))
 	for valid {
 		key := it.Key()
 		if len(key) < rowKeyExtra {
-			return fmt.Errorf("state: scan table %q: malformed table row key %x", t.name, key)
+			return fmt.Errorf("strand: scan table %q: malformed table row key %x", t.name, key)
 		}
 		partition := binary.BigEndian.Uint32(key[1:5])
 		switch kid := binary.BigEndian.Uint32(key[5:9]); {
@@ -513,22 +542,23 @@ func (t *Table[K, V]) scan(ctx context.Context, db *DB, id uint32, it *pebble.It
 			}
 			if first || partition != confirmed {
 				if err := db.confirmRead(ctx, partition); err != nil {
-					return fmt.Errorf("state: scan table %q partition %d: %w", t.name, partition, err)
+					return strerr.Errorf("strand: scan table %q partition %d: %w", t.name, partition, err)
 				}
+				db.promoteConfirmed(partition, v)
 				confirmed, first = partition, false
 			}
 			kb := key[rowKeyExtra:]
 			k, err := t.keys.Decode(kb)
 			if err != nil {
-				return fmt.Errorf("state: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
+				return strerr.Errorf("strand: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
 			}
 			val, err := it.ValueAndErr()
 			if err != nil {
-				return fmt.Errorf("state: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
+				return strerr.Errorf("strand: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
 			}
 			v, err := t.values.Decode(val)
 			if err != nil {
-				return fmt.Errorf("state: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
+				return strerr.Errorf("strand: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
 			}
 			if !fn(k, v) {
 				return nil

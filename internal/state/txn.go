@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // Txn is the write set of one batch of one partition pipeline: the table
@@ -132,10 +133,10 @@ func (tx *Txn) awaitPrev(ctx context.Context) error {
 	select {
 	case <-p.finished:
 	case <-ctx.Done():
-		return fmt.Errorf("state: commit: waiting for the preceding transaction: %w", ctx.Err())
+		return strerr.Errorf("strand: commit: waiting for the preceding transaction: %w", ctx.Err())
 	}
 	if !p.ok.Load() {
-		return fmt.Errorf("state: commit: %w", ErrPredecessorFailed)
+		return strerr.Errorf("strand: commit: %w", ErrPredecessorFailed)
 	}
 	return nil
 }
@@ -148,7 +149,7 @@ func (tx *Txn) SetCheckpoint(source string, partition uint32, next uint64) {
 	defer tx.mu.Unlock()
 	if tx.usable("set checkpoint") {
 		if source == "" {
-			tx.fail(fmt.Errorf("state: set checkpoint of partition %d: empty source name", partition))
+			tx.fail(fmt.Errorf("strand: set checkpoint of partition %d: empty source name", partition))
 			return
 		}
 		if tx.checkpoints == nil {
@@ -236,7 +237,7 @@ func (tx *Txn) Commit(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		tx.rollback()
-		return fmt.Errorf("state: commit: %w", err)
+		return strerr.Errorf("strand: commit: %w", err)
 	}
 	if tx.err != nil {
 		tx.rollback()
@@ -281,7 +282,7 @@ func (tx *Txn) write() error {
 	for k, next := range tx.checkpoints {
 		binary.BigEndian.PutUint64(val[:], next)
 		if err := b.Set(bytesOf(k), val[:], nil); err != nil {
-			return fmt.Errorf("state: commit: checkpoint: %w", err)
+			return strerr.Errorf("strand: commit: checkpoint: %w", err)
 		}
 		if cp != nil {
 			cp.addKey(bytesOf(k))
@@ -304,7 +305,7 @@ func (tx *Txn) write() error {
 	}
 	for _, r := range tx.appended {
 		if err := b.Set(r.key, r.value, nil); err != nil {
-			return fmt.Errorf("state: commit: %s row: %w", Family(r.key[0]), err)
+			return strerr.Errorf("strand: commit: %s row: %w", Family(r.key[0]), err)
 		}
 	}
 	return tx.apply(b)
@@ -333,7 +334,7 @@ func (tx *Txn) writeTracked(b *pebble.Batch, cp *commitParts, keys []string) err
 		}
 		cp.addKey(r.key)
 		if err := b.Set(r.key, r.value, nil); err != nil {
-			return fmt.Errorf("state: commit: %s row: %w", Family(r.key[0]), err)
+			return strerr.Errorf("strand: commit: %s row: %w", Family(r.key[0]), err)
 		}
 	}
 	if cp.logged != nil {
@@ -362,7 +363,7 @@ func (tx *Txn) apply(b *pebble.Batch) error {
 	err := tx.db.guard(func() error { return b.Commit(wopts) })
 	tx.db.views.endWrite(synced)
 	if err != nil {
-		return fmt.Errorf("state: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
+		return strerr.Errorf("strand: commit %d changes to %s: %w", b.Count(), tx.db.dir, err)
 	}
 	tx.stats.Bytes, tx.stats.Changes = len(b.Repr()), int(b.Count())
 	return nil
@@ -878,7 +879,7 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch, cp *commitParts) error {
 			err = b.Delete(bytesOf(d.k), nil)
 		}
 		if err != nil {
-			return fmt.Errorf("state: commit: table %q key %q partition %d: %w", tt.name, d.k[rowKeyExtra:], binary.BigEndian.Uint32([]byte(d.k[1:5])), err)
+			return strerr.Errorf("strand: commit: table %q key %q partition %d: %w", tt.name, d.k[rowKeyExtra:], binary.BigEndian.Uint32([]byte(d.k[1:5])), err)
 		}
 	}
 	return nil

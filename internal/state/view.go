@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/internal/xxh32"
 )
 
@@ -127,7 +128,7 @@ func (db *DB) readView() (*view, error) {
 		done := vs.uDone.Load()
 		if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
 			_ = snap.Close()
-			return nil, fmt.Errorf("state: %s: sync the write-ahead log for a durable read: %w", db.dir, err)
+			return nil, strerr.Errorf("strand: %s: sync the write-ahead log for a durable read: %w", db.dir, err)
 		}
 		vs.syncs.Add(1)
 		vs.uSync.Store(max(vs.uSync.Load(), done))
@@ -230,7 +231,7 @@ func checkpointsIn(v *view, p uint32) ([]Checkpoint, error) {
 	prefix := appendPrefix(nil, FamilyCheckpoint, p)
 	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return nil, fmt.Errorf("state: read checkpoints of partition %d: %w", p, err)
+		return nil, strerr.Errorf("strand: read checkpoints of partition %d: %w", p, err)
 	}
 	defer it.Close()
 	var out []Checkpoint
@@ -240,15 +241,18 @@ func checkpointsIn(v *view, p uint32) ([]Checkpoint, error) {
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return nil, fmt.Errorf("state: read checkpoints of partition %d: %w", p, err)
+			return nil, strerr.Errorf("strand: read checkpoints of partition %d: %w", p, err)
 		}
 		if len(val) != 8 {
-			return nil, fmt.Errorf("state: checkpoint of source %q partition %d has %d bytes, want 8", it.Key()[len(prefix):], p, len(val))
+			return nil, fmt.Errorf("strand: checkpoint of source %q partition %d has %d bytes, want 8", it.Key()[len(prefix):], p, len(val))
+		}
+		if buildSource(it.Key()[len(prefix):]) {
+			continue // a build reader's (build.go)
 		}
 		out = append(out, Checkpoint{Source: string(it.Key()[len(prefix):]), Next: binary.BigEndian.Uint64(val)})
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("state: read checkpoints of partition %d: %w", p, err)
+		return nil, strerr.Errorf("strand: read checkpoints of partition %d: %w", p, err)
 	}
 	return out, nil
 }
@@ -281,13 +285,16 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	}
 	key, err := t.keys.Append(nil, k)
 	if err != nil {
-		return zero, false, Freshness{}, fmt.Errorf("state: table %q: encode key %v: %w", t.name, k, err)
+		return zero, false, Freshness{}, strerr.Errorf("strand: table %q: encode key %v: %w", t.name, k, err)
 	}
 	db := b.db
 	if err := db.enter(); err != nil {
 		return zero, false, Freshness{}, err
 	}
 	defer db.exit()
+	if !wait && db.cviews.installed() != nil {
+		return t.getConfirmed(ctx, db, b.id, key) // confirmedview_read.go
+	}
 	var v *view
 	if wait || db.gated() {
 		v, err = db.readView()
@@ -298,13 +305,18 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 		return zero, false, Freshness{}, err
 	}
 	defer v.release()
-	val, present, p, err := t.getIn(db, v, b.id, key)
+	id, err := t.readID(b, v)
+	if err != nil {
+		return zero, false, Freshness{}, err
+	}
+	val, present, p, err := t.getIn(db, v, id, key)
 	if err != nil {
 		return zero, false, Freshness{}, err
 	}
 	if err := db.confirmRead(ctx, p); err != nil {
-		return zero, false, Freshness{}, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, p, err)
+		return zero, false, Freshness{}, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, p, err)
 	}
+	db.promoteConfirmed(p, v)
 	cps, err := checkpointsIn(v, p)
 	if err != nil {
 		return zero, false, Freshness{}, err
@@ -355,7 +367,7 @@ func (t *Table[K, V]) loadIn(db *DB, v *view, k []byte, partition uint32, key []
 		return nil
 	})
 	if err != nil {
-		return val, false, fmt.Errorf("state: table %q: read key %q partition %d: %w", t.name, key, partition, err)
+		return val, false, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, partition, err)
 	}
 	if present {
 		db.stats.found.Add(1)

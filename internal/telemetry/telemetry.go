@@ -12,7 +12,7 @@ package telemetry
 import (
 	"context"
 	"errors"
-	"fmt"
+
 	"strconv"
 	"sync"
 	"time"
@@ -26,6 +26,7 @@ import (
 
 	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/pipeline"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -114,7 +115,7 @@ type Telemetry struct {
 // New makes the instruments of cfg's providers.
 func New(cfg Config) (*Telemetry, error) {
 	if cfg.MeterProvider == nil || cfg.TracerProvider == nil || cfg.Propagator == nil {
-		return nil, errors.New("telemetry: nil meter provider, tracer provider or propagator")
+		return nil, errors.New("strand: nil meter provider, tracer provider or propagator")
 	}
 	t := &Telemetry{cfg: cfg, sets: map[string]attribute.Set{}}
 	t.tracer = cfg.TracerProvider.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL))
@@ -183,7 +184,7 @@ func New(cfg Config) (*Telemetry, error) {
 		metric.WithDescription("How long ago a standby copy of a partition last held every commit of its changelog (absent until it first did)."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+		return nil, strerr.Errorf("strand: instruments: %w", err)
 	}
 	return t, nil
 }
@@ -248,7 +249,7 @@ func (t *Telemetry) Observe(g Gauges) error {
 	}, t.lag, t.parkedKeys, t.parkedRecords, t.reduced, t.calls,
 		t.heldKeys, t.heldRecords, t.oldestHold, t.resequenced, t.duplicates, t.gaps, t.standbyLag, t.standbyStaleness)
 	if err != nil {
-		return fmt.Errorf("telemetry: register callback: %w", err)
+		return strerr.Errorf("strand: register callback: %w", err)
 	}
 	t.mu.Lock()
 	t.regs = append(t.regs, reg)

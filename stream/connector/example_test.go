@@ -31,5 +31,5 @@ func Example() {
 	// Output:
 	// 3 headers; read back: key acct-7, tag 2, Release, Associative, <nil>
 	// partition of 8: 2
-	// connector: bad strand headers: strand-type header missing
+	// strand: bad strand headers: strand-type header missing
 }

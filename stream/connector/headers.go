@@ -44,7 +44,7 @@ const MaxKeyLen = 255
 // ErrBadHeaders is wrapped by every error that ParseHeaders and
 // Headers.Validate return, so that callers can tell malformed input from
 // other failures with errors.Is.
-var ErrBadHeaders = errors.New("connector: bad strand headers")
+var ErrBadHeaders = errors.New("strand: bad strand headers")
 
 // Headers are the strand headers of one message: everything the planner
 // needs, read without decoding the payload.

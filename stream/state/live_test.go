@@ -133,7 +133,7 @@ func noCopiesLeft(t *testing.T, dir string, record bool) {
 func TestOpenThroughTheLiveApp(t *testing.T) {
 	ctx := context.Background()
 	topo, decl, n := liveTopology()
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.OpenOptions(topology.WithLiveInspect(true)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithOpenOptions(topology.WithLiveInspect(true)))
 	topologytest.Pipe(d, decl, liveEvents()...)
 	d.Advance()
 	st, err := state.Open(ctx, d.Dir())
@@ -189,7 +189,7 @@ func TestOpenThroughTheLiveApp(t *testing.T) {
 func TestLiveInspectOffByDefault(t *testing.T) {
 	ctx := context.Background()
 	topo, decl, n := liveTopology()
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2))
 	topologytest.Pipe(d, decl, liveEvents()...)
 	d.Advance()
 	_, err := state.Open(ctx, d.Dir())
@@ -217,8 +217,8 @@ func TestLiveChild(t *testing.T) {
 		t.Skip("run by TestOpenLiveAndCrashed")
 	}
 	topo, decl, _ := liveTopology()
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.Dir(dir),
-		topologytest.OpenOptions(topology.WithLiveInspect(true)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithDir(dir),
+		topologytest.WithOpenOptions(topology.WithLiveInspect(true)))
 	topologytest.Pipe(d, decl, liveEvents()...)
 	d.Advance()
 	fmt.Println(liveChildReady)
@@ -308,8 +308,8 @@ func TestOpenLiveAndCrashed(t *testing.T) {
 
 	// An App that opens the store replaces the dead one's record.
 	topo, _, _ := liveTopology()
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.Dir(dir),
-		topologytest.OpenOptions(topology.WithLiveInspect(true)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithDir(dir),
+		topologytest.WithOpenOptions(topology.WithLiveInspect(true)))
 	st, err = state.Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)

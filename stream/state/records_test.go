@@ -25,9 +25,9 @@ type SEv struct {
 // closed store.
 func TestStoreRecords(t *testing.T) {
 	ctx := context.Background()
-	decl := stream.DeclareFunc(1, func(e SEv) string { return e.K }, stream.Sequence(func(e SEv) uint64 { return e.Seq }))
+	decl := stream.DeclareFunc(1, func(e SEv) string { return e.K }, stream.WithSequence(func(e SEv) uint64 { return e.Seq }))
 	topo := topology.New("records")
-	src := topology.Source[string](topo, "s/log").Resequence(topology.HoldLimits(2, 100), topology.GapPolicy(stream.GapSkip, 0))
+	src := topology.Source[string](topo, "s/log").Resequence(topology.WithHoldLimits(2, 100), topology.WithGapPolicy(stream.GapSkip, 0))
 	sum := topology.NewTable[string, uint64](topo, "sum", stream.JSON[uint64]())
 	topology.Project(topology.On(src, decl), sum, func(v *uint64, e SEv) error {
 		if e.K == "stuck" {
@@ -36,7 +36,7 @@ func TestStoreRecords(t *testing.T) {
 		*v += e.Seq
 		return nil
 	})
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(3), topologytest.BatchSize(1))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(3), topologytest.WithBatchSize(1))
 	for s := uint64(1); s <= 70; s++ { // more batches than the delta rows keep
 		topologytest.Pipe(d, decl, SEv{K: "a", Seq: s})
 		d.Advance()

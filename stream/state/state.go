@@ -17,6 +17,7 @@ import (
 	"github.com/strand-io/strand/internal/inspect"
 	"github.com/strand-io/strand/internal/live"
 	istate "github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -25,12 +26,12 @@ import (
 
 var (
 	// ErrNoStore is wrapped by Open when the directory holds no store.
-	ErrNoStore = errors.New("state: no strand store in the directory")
+	ErrNoStore = errors.New("strand: no strand store in the directory")
 	// ErrNoTable is wrapped by the table reads when the store has no
 	// table of the name.
-	ErrNoTable = errors.New("state: no such table in the store")
+	ErrNoTable = errors.New("strand: no such table in the store")
 	// ErrClosed is wrapped by the methods of a Store after Close.
-	ErrClosed = errors.New("state: store closed")
+	ErrClosed = errors.New("strand: store closed")
 )
 
 // Holder names the App that holds (or held) a store open.
@@ -70,20 +71,20 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 		return s, nil
 	}
 	if errors.Is(err, istate.ErrNoStore) {
-		return nil, fmt.Errorf("state: open %s: %w (%w)", dir, ErrNoStore, err)
+		return nil, strerr.Errorf("strand: open %s: %w (%w)", dir, ErrNoStore, err)
 	}
 	if !locked(err) {
-		return nil, fmt.Errorf("state: open %s: %w", dir, err)
+		return nil, strerr.Errorf("strand: open %s: %w", dir, err)
 	}
 	if rec == nil {
 		if recErr != nil {
-			return nil, fmt.Errorf("state: open %s: it is open in another process (%w), and %w", dir, err, recErr)
+			return nil, strerr.Errorf("strand: open %s: it is open in another process (%w), and %w", dir, err, recErr)
 		}
-		return nil, fmt.Errorf("state: open %s: it is open in another process, which left no %s naming it: %w", dir, live.File, err)
+		return nil, strerr.Errorf("strand: open %s: it is open in another process, which left no %s naming it: %w", dir, live.File, err)
 	}
 	store, remove, lerr := live.Copy(ctx, dir, rec)
 	if lerr != nil {
-		return nil, fmt.Errorf("state: open %s: it is open in an App: %w", dir, lerr)
+		return nil, strerr.Errorf("strand: open %s: it is open in an App: %w", dir, lerr)
 	}
 	s, err := openCopy(dir, store, remove)
 	if err != nil {
@@ -99,12 +100,12 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 func OpenApp(app *topology.App) (*Store, error) {
 	tmp, err := os.MkdirTemp(app.Dir(), live.CopyPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("state: copy the store of the App at %s: %w", app.Dir(), err)
+		return nil, strerr.Errorf("strand: copy the store of the App at %s: %w", app.Dir(), err)
 	}
 	store := filepath.Join(tmp, "store")
 	if err := app.CopyStore(store); err != nil {
 		_ = os.RemoveAll(tmp)
-		return nil, fmt.Errorf("state: %w", err)
+		return nil, strerr.Errorf("strand: %w", err)
 	}
 	return openCopy(app.Dir(), store, tmp)
 }
@@ -113,7 +114,7 @@ func openCopy(dir, store, remove string) (*Store, error) {
 	r, err := istate.OpenReadOnly(store)
 	if err != nil {
 		_ = os.RemoveAll(remove)
-		return nil, fmt.Errorf("state: open the copy of %s: %w", dir, err)
+		return nil, strerr.Errorf("strand: open the copy of %s: %w", dir, err)
 	}
 	return &Store{dir: dir, r: r, remove: remove}, nil
 }
@@ -139,7 +140,7 @@ func (s *Store) Close() error {
 	err := s.r.Close()
 	if s.remove != "" {
 		if rerr := os.RemoveAll(s.remove); rerr != nil && err == nil {
-			err = fmt.Errorf("state: remove the copy %s: %w", s.remove, rerr)
+			err = strerr.Errorf("strand: remove the copy %s: %w", s.remove, rerr)
 		}
 	}
 	return err
@@ -150,7 +151,7 @@ func (s *Store) enter() error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return fmt.Errorf("state: %s: %w", s.dir, ErrClosed)
+		return strerr.Errorf("strand: %s: %w", s.dir, ErrClosed)
 	}
 	return nil
 }
@@ -213,7 +214,7 @@ func (s *Store) Sources(ctx context.Context) ([]Source, error) {
 	}
 	err := s.r.Scan(ctx, istate.FamilyCheckpoint, nil, func(p uint32, rest, v []byte) error {
 		if len(v) != 8 {
-			return fmt.Errorf("state: %s: checkpoint %q partition %d has %d bytes, want 8", s.dir, rest, p, len(v))
+			return fmt.Errorf("strand: %s: checkpoint %q partition %d has %d bytes, want 8", s.dir, rest, p, len(v))
 		}
 		src, ok := byName[string(rest)]
 		if !ok {
@@ -250,7 +251,7 @@ func (s *Store) Checkpoint(source string, partition uint32) (uint64, bool, error
 		return 0, false, err
 	}
 	if len(v) != 8 {
-		return 0, false, fmt.Errorf("state: %s: checkpoint %q partition %d has %d bytes, want 8", s.dir, source, partition, len(v))
+		return 0, false, fmt.Errorf("strand: %s: checkpoint %q partition %d has %d bytes, want 8", s.dir, source, partition, len(v))
 	}
 	return binary.BigEndian.Uint64(v), true, nil
 }
@@ -258,7 +259,7 @@ func (s *Store) Checkpoint(source string, partition uint32) (uint64, bool, error
 func (s *Store) tableID(name string) (uint32, error) {
 	id, ok := s.r.Tables[name]
 	if !ok {
-		return 0, fmt.Errorf("state: %s: table %q: %w (it has %s)", s.dir, name, ErrNoTable, strings.Join(s.Tables(), ", "))
+		return 0, strerr.Errorf("strand: %s: table %q: %w (it has %s)", s.dir, name, ErrNoTable, strings.Join(s.Tables(), ", "))
 	}
 	return id, nil
 }
@@ -291,7 +292,7 @@ func (s *Store) GetRaw(ctx context.Context, table string, key []byte) (value []b
 		}
 	}
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("state: %s: table %q: %w", s.dir, table, err)
+		return nil, 0, false, strerr.Errorf("strand: %s: table %q: %w", s.dir, table, err)
 	}
 	return value, partition, ok, nil
 }
@@ -316,7 +317,7 @@ func (s *Store) ScanRaw(ctx context.Context, table string, fn func(partition uin
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
-		return fmt.Errorf("state: %s: table %q: %w", s.dir, table, err)
+		return strerr.Errorf("strand: %s: table %q: %w", s.dir, table, err)
 	}
 	return nil
 }
@@ -329,11 +330,11 @@ func Get[K, V any](ctx context.Context, s *Store, t *topology.Table[K, V], k K) 
 	var zero V
 	kc, vc := t.Codecs()
 	if kc == nil || vc == nil {
-		return zero, false, fmt.Errorf("state: table %q has no codecs (its topology was not built)", t.Name())
+		return zero, false, fmt.Errorf("strand: table %q has no codecs (its topology was not built)", t.Name())
 	}
 	kb, err := kc.Append(nil, k)
 	if err != nil {
-		return zero, false, fmt.Errorf("state: table %q: encode key %v: %w", t.Name(), k, err)
+		return zero, false, strerr.Errorf("strand: table %q: encode key %v: %w", t.Name(), k, err)
 	}
 	b, _, ok, err := s.GetRaw(ctx, t.Name(), kb)
 	if err != nil || !ok {
@@ -341,7 +342,7 @@ func Get[K, V any](ctx context.Context, s *Store, t *topology.Table[K, V], k K) 
 	}
 	v, err := vc.Decode(b)
 	if err != nil {
-		return zero, false, fmt.Errorf("state: table %q: decode the value of key %q: %w", t.Name(), kb, err)
+		return zero, false, strerr.Errorf("strand: table %q: decode the value of key %q: %w", t.Name(), kb, err)
 	}
 	return v, true, nil
 }
@@ -352,18 +353,18 @@ func Get[K, V any](ctx context.Context, s *Store, t *topology.Table[K, V], k K) 
 func Scan[K, V any](ctx context.Context, s *Store, t *topology.Table[K, V], fn func(k K, v V) bool) error {
 	kc, vc := t.Codecs()
 	if kc == nil || vc == nil {
-		return fmt.Errorf("state: table %q has no codecs (its topology was not built)", t.Name())
+		return fmt.Errorf("strand: table %q has no codecs (its topology was not built)", t.Name())
 	}
 	var derr error
 	err := s.ScanRaw(ctx, t.Name(), func(_ uint32, kb, vb []byte) bool {
 		k, err := kc.Decode(kb)
 		if err != nil {
-			derr = fmt.Errorf("state: table %q: decode key %q: %w", t.Name(), kb, err)
+			derr = strerr.Errorf("strand: table %q: decode key %q: %w", t.Name(), kb, err)
 			return false
 		}
 		v, err := vc.Decode(vb)
 		if err != nil {
-			derr = fmt.Errorf("state: table %q: decode the value of key %q: %w", t.Name(), kb, err)
+			derr = strerr.Errorf("strand: table %q: decode the value of key %q: %w", t.Name(), kb, err)
 			return false
 		}
 		return fn(k, v)
@@ -400,7 +401,7 @@ func (s *Store) Parked(ctx context.Context) ([]ParkedKey, error) {
 	defer s.exit()
 	in, err := inspect.ReadParked(ctx, s.r)
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: parked keys: %w", s.dir, err)
+		return nil, strerr.Errorf("strand: %s: parked keys: %w", s.dir, err)
 	}
 	out := make([]ParkedKey, len(in))
 	for i, p := range in {
@@ -430,7 +431,7 @@ func (s *Store) Held(ctx context.Context) ([]HeldKey, error) {
 	defer s.exit()
 	in, err := inspect.ReadHeld(ctx, s.r)
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: held records: %w", s.dir, err)
+		return nil, strerr.Errorf("strand: %s: held records: %w", s.dir, err)
 	}
 	out := make([]HeldKey, len(in))
 	for i, h := range in {
@@ -449,7 +450,7 @@ func (s *Store) Gaps(ctx context.Context) ([]stream.GapNotice, error) {
 	defer s.exit()
 	out, err := inspect.ReadGaps(ctx, s.r)
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: gaps: %w", s.dir, err)
+		return nil, strerr.Errorf("strand: %s: gaps: %w", s.dir, err)
 	}
 	return out, nil
 }
@@ -474,7 +475,7 @@ func (s *Store) Outbox(ctx context.Context) ([]OutboxMessage, error) {
 	defer s.exit()
 	in, err := inspect.ReadOutbox(ctx, s.r)
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: outbox: %w", s.dir, err)
+		return nil, strerr.Errorf("strand: %s: outbox: %w", s.dir, err)
 	}
 	out := make([]OutboxMessage, len(in))
 	for i, m := range in {
@@ -492,7 +493,7 @@ func (s *Store) DeadLetters(ctx context.Context) ([]deadletter.Letter, error) {
 	defer s.exit()
 	out, err := inspect.ReadDeadLetters(ctx, s.r)
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: dead letters: %w", s.dir, err)
+		return nil, strerr.Errorf("strand: %s: dead letters: %w", s.dir, err)
 	}
 	return out, nil
 }
@@ -512,7 +513,7 @@ func (s *Store) Processed(source string, partition uint32, origin []byte) (bool,
 	defer s.exit()
 	ok, err := inspect.ReadProcessed(s.r, source, partition, origin)
 	if err != nil {
-		return false, fmt.Errorf("state: %s: source %q partition %d: origin %x: %w", s.dir, source, partition, origin, err)
+		return false, strerr.Errorf("strand: %s: source %q partition %d: origin %x: %w", s.dir, source, partition, origin, err)
 	}
 	return ok, nil
 }

@@ -2,10 +2,11 @@ package state
 
 import (
 	"context"
-	"fmt"
+
 	"time"
 
 	"github.com/strand-io/strand/internal/inspect"
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/deadletter"
 )
 
@@ -34,8 +35,23 @@ type Summary struct {
 	// PendingDeadLetters are the committed dead letters not yet published
 	// to the dead-letter topic.
 	PendingDeadLetters []deadletter.Letter
+	// Builds lists the tables being built in the background (a table
+	// added to the topology, or with a new version; docs/design.md §19),
+	// per partition: how far the build has read, or where the partition
+	// was handed over to its main pipeline.
+	Builds []BuildPart
 	// Live and Stale are the Store's (see Store.Live and Store.Stale).
 	Live, Stale *Holder
+}
+
+// BuildPart is one partition of a table being built in the background:
+// the offset its build has read up to (Next), or, HandedOver, the offset
+// from which the main pipeline applies the table.
+type BuildPart struct {
+	Table, Source string
+	Partition     uint32
+	Next          uint64
+	HandedOver    bool
 }
 
 // TableCount is a table and its row count.
@@ -95,7 +111,7 @@ func (s *Store) Summary(ctx context.Context) (*Summary, error) {
 	defer s.exit()
 	in, err := inspect.Store(ctx, s.r)
 	if err != nil {
-		return nil, fmt.Errorf("state: %s: %w", s.dir, err)
+		return nil, strerr.Errorf("strand: %s: %w", s.dir, err)
 	}
 	out := &Summary{Dir: s.dir, Layout: in.Layout, Fingerprint: s.Fingerprint(), PendingDeadLetters: in.DeadLetters,
 		Live: s.live, Stale: s.stale}
@@ -125,6 +141,9 @@ func (s *Store) Summary(ctx context.Context) (*Summary, error) {
 		}
 	}
 	out.Sources = sortedSources(byName)
+	for _, b := range in.Builds {
+		out.Builds = append(out.Builds, BuildPart(b))
+	}
 	for _, t := range in.Tables {
 		out.Tables = append(out.Tables, TableCount{Name: t.Name, Rows: t.Rows})
 	}

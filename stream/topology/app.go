@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/live"
 	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
@@ -23,7 +24,7 @@ import (
 var (
 	// ErrNotOpen is wrapped by Table.Get and Table.Scan before an App of
 	// the table's topology is open, and after it was closed.
-	ErrNotOpen = errors.New("topology: table not open")
+	ErrNotOpen = errors.New("strand: table not open")
 	// ErrIncompatibleTopology is wrapped by Open when the state directory
 	// was written by a topology with another fingerprint (see
 	// Program.Fingerprint).
@@ -32,9 +33,9 @@ var (
 	// count differs from the one its state was written with.
 	ErrPartitionsChanged = state.ErrPartitionsChanged
 	// ErrClosed is wrapped by the methods of an App after Close.
-	ErrClosed = errors.New("topology: app closed")
+	ErrClosed = errors.New("strand: app closed")
 	// ErrRunning is wrapped by Run when the App is already running.
-	ErrRunning = errors.New("topology: app already running")
+	ErrRunning = errors.New("strand: app already running")
 )
 
 func wrapNotOpen(err error) error {
@@ -44,38 +45,32 @@ func wrapNotOpen(err error) error {
 	return err
 }
 
-// Durability says when a commit returns; see WithDurability.
-type Durability uint8
+// Durability says when a commit returns; see WithDurability. It is
+// stream.Durability (one definition for the App and its store).
+type Durability = stream.Durability
 
 const (
-	// Sync makes a commit return only after it is fsynced: a committed
-	// batch survives a machine crash. The default; concurrent commits of
-	// different partitions share fsyncs.
-	Sync Durability = iota
+	// Sync makes a commit return only after it is fsynced (stream.Sync);
+	// the default.
+	Sync = stream.Sync
 	// NoSync makes a commit return once it is in the write-ahead log
-	// buffer: a process crash loses nothing, a machine crash may lose the
-	// last commits, and what survives is always a prefix of the commits,
-	// so tables still match their checkpoints. Dead letters are published
-	// only after their commit is synced.
-	NoSync
+	// buffer (stream.NoSync).
+	NoSync = stream.NoSync
 )
-
-// String returns "sync" or "nosync".
-func (d Durability) String() string {
-	switch d {
-	case Sync:
-		return "sync"
-	case NoSync:
-		return "nosync"
-	}
-	return fmt.Sprintf("Durability(%d)", uint8(d))
-}
 
 // OpenOption configures Open. An invalid value makes Open fail with an
 // error naming the option.
-type OpenOption func(*openOptions) error
+type OpenOption interface {
+	apply(*openOptions) error
+}
+
+// openOptionFunc adapts a function to OpenOption.
+type openOptionFunc func(*openOptions) error
+
+func (f openOptionFunc) apply(c *openOptions) error { return f(c) }
 
 type openOptions struct {
+	inPlaceOff bool // WithInPlaceChanges(false) (build.go)
 	log        *slog.Logger
 	dlq        string
 	pollSize   int
@@ -97,145 +92,140 @@ type openOptions struct {
 	grace      *time.Duration // WithOutboxGrace (faults.go)
 }
 
-// Clock is the time an App's retries run on. The default is the wall
-// clock; package topologytest drives an App on a clock of its own.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// At returns a channel that receives once the clock reads t or later
-	// (at once if it already does).
-	At(t time.Time) <-chan time.Time
-}
+// Clock is the time an App's retries run on (stream.Clock). The default
+// is the wall clock; package topologytest drives an App on a clock of its
+// own.
+type Clock = stream.Clock
 
 // WithClock runs the App's retry backoff on c instead of the wall clock
 // (tests: see package topologytest).
 func WithClock(c Clock) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if c == nil {
-			return errors.New("topology.WithClock: nil clock")
+			return errors.New("strand: topology.WithClock: nil clock")
 		}
 		o.clock = c
 		return nil
-	}
+	})
 }
 
 // WithLogger sets the logger of everything the App runs (failures of keys,
 // dead letters, the store's messages); the default is slog.Default(). Log
 // lines never carry payload bytes.
 func WithLogger(l *slog.Logger) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if l == nil {
-			return errors.New("topology.WithLogger: nil logger")
+			return errors.New("strand: topology.WithLogger: nil logger")
 		}
 		o.log = l
 		return nil
-	}
+	})
 }
 
 // WithDeadLetterTopic sets the topic dead letters of every source are
 // published to (created by the connector if missing); the default is the
 // first source's name followed by ".dlq".
 func WithDeadLetterTopic(topic string) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if topic == "" {
-			return errors.New("topology.WithDeadLetterTopic: empty topic name")
+			return errors.New("strand: topology.WithDeadLetterTopic: empty topic name")
 		}
 		o.dlq = topic
 		return nil
-	}
+	})
 }
 
 // WithPollSize sets the most records one poll of a partition returns
 // (default 4096).
 func WithPollSize(n int) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if n < 1 {
-			return fmt.Errorf("topology.WithPollSize: %d, want at least 1", n)
+			return fmt.Errorf("strand: topology.WithPollSize: %d, want at least 1", n)
 		}
 		o.pollSize = n
 		return nil
-	}
+	})
 }
 
 // WithPrefetch sets how many polled batches a partition may read ahead of
 // the one being processed (default 1; 0 polls only when idle).
 func WithPrefetch(n int) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if n < 0 {
-			return fmt.Errorf("topology.WithPrefetch: %d, want 0 or more", n)
+			return fmt.Errorf("strand: topology.WithPrefetch: %d, want 0 or more", n)
 		}
 		o.prefetch = n
 		return nil
-	}
+	})
 }
 
 // WithPartitions makes the App process only the given partitions of every
 // source (default: all). Several Apps with disjoint partitions and their
 // own state directories can share the work; nothing coordinates them.
 func WithPartitions(ps ...uint32) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if len(ps) == 0 {
-			return errors.New("topology.WithPartitions: no partition")
+			return errors.New("strand: topology.WithPartitions: no partition")
 		}
 		seen := map[uint32]bool{}
 		for _, p := range ps {
 			if seen[p] {
-				return fmt.Errorf("topology.WithPartitions: partition %d given twice", p)
+				return fmt.Errorf("strand: topology.WithPartitions: partition %d given twice", p)
 			}
 			seen[p] = true
 		}
 		o.partitions = append([]uint32(nil), ps...)
 		return nil
-	}
+	})
 }
 
 // WithDurability sets when a commit returns (default Sync).
 func WithDurability(d Durability) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if d != Sync && d != NoSync {
-			return fmt.Errorf("topology.WithDurability: unknown durability %d", uint8(d))
+			return fmt.Errorf("strand: topology.WithDurability: unknown durability %d", uint8(d))
 		}
 		o.durability = d
 		return nil
-	}
+	})
 }
 
 // WithCacheSize sets the store's block cache in bytes (default 64 MiB,
 // at least 4 MiB).
 func WithCacheSize(bytes int64) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 4<<20 {
-			return fmt.Errorf("topology.WithCacheSize: %d bytes, want at least 4 MiB", bytes)
+			return fmt.Errorf("strand: topology.WithCacheSize: %d bytes, want at least 4 MiB", bytes)
 		}
 		o.cacheSize = bytes
 		return nil
-	}
+	})
 }
 
 // WithValueCacheSize bounds the cache of decoded table values that saves
 // hot keys a read and a decode (default 64 MiB, counting what each entry
 // really holds; 0 turns it off).
 func WithValueCacheSize(bytes int64) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 0 {
-			return fmt.Errorf("topology.WithValueCacheSize: %d bytes, want 0 or more", bytes)
+			return fmt.Errorf("strand: topology.WithValueCacheSize: %d bytes, want 0 or more", bytes)
 		}
 		o.valueCache = bytes
 		return nil
-	}
+	})
 }
 
 // WithDrainTimeout bounds how long Run, once its context is done, waits for
 // the batches in flight to commit and the dead letters to be published
 // (default 30 seconds).
 func WithDrainTimeout(d time.Duration) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if d <= 0 {
-			return fmt.Errorf("topology.WithDrainTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: topology.WithDrainTimeout: %v, want more than 0", d)
 		}
 		o.drain = d
 		return nil
-	}
+	})
 }
 
 // App runs a built topology: every partition of every source, one state
@@ -258,9 +248,10 @@ type App struct {
 
 	tel        *telemetry.Telemetry // see telemetry.go
 	endEvery   time.Duration
-	partitions []uint32     // WithPartitions, or nil for all
-	live       *live.Server // see live.go
-	grp        *group       // WithGroup (group.go), or nil
+	partitions []uint32            // WithPartitions, or nil for all
+	live       *live.Server        // see live.go
+	grp        *group              // WithGroup (group.go), or nil
+	evo        *executor.Evolution // tables built in the background (build.go), or nil
 
 	mu      sync.Mutex
 	closed  bool
@@ -297,12 +288,12 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			return nil, err
 		}
 	}
 	if conn == nil {
-		return nil, errors.New("topology: Open: nil connector")
+		return nil, errors.New("strand: Open: nil connector")
 	}
 	name := p.Name()
 	fail := func(err error) error { return fmt.Errorf("topology %q: open: %w", name, err) }
@@ -350,7 +341,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		}
 		for _, pt := range o.partitions {
 			if pt >= n {
-				return nil, fail(fmt.Errorf("topology.WithPartitions: source %q has %d partitions, no partition %d", sn, n, pt))
+				return nil, fail(fmt.Errorf("strand: topology.WithPartitions: source %q has %d partitions, no partition %d", sn, n, pt))
 			}
 		}
 		if feeder, ok := p.feeders[sn]; ok && n != counts[feeder] {
@@ -380,7 +371,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 		tn.partitioner.SetPartitions(n)
 	}
 
-	sopts := []state.Option{state.WithDurability(state.Durability(o.durability)), state.WithCacheSize(o.cacheSize),
+	sopts := []state.Option{state.WithDurability(o.durability), state.WithCacheSize(o.cacheSize),
 		state.WithValueCacheSize(o.valueCache), state.WithLogger(o.log)}
 	if o.reserve != nil {
 		sopts = append(sopts, state.WithDiskReserve(*o.reserve))
@@ -411,7 +402,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if err := a.startTelemetry(&o); err != nil {
 		return nil, fail(err)
 	}
-	if err := a.attach(); err != nil {
+	if err := a.attachEvolving(ctx, &o, counts); err != nil { // build.go
 		return nil, fail(err)
 	}
 	for _, sn := range p.Sources() {
@@ -460,7 +451,11 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 			sopts = append(sopts, pipeline.WithWriters(w))
 		}
 		db := a.storeOf(src.Name())
-		proc, err := pipeline.NewProcessor(p.p, db, src, append(sopts, pipeline.WithStoreTables(a.storeTables(db)))...)
+		sopts = append(sopts, pipeline.WithStoreTables(a.storeTables(db)))
+		if a.evo != nil {
+			sopts = append(sopts, pipeline.WithBuilds(a.evo))
+		}
+		proc, err := pipeline.NewProcessor(p.p, db, src, sopts...)
 		if err != nil {
 			return nil, fail(err)
 		}

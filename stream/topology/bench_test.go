@@ -109,13 +109,13 @@ func newBankDecls(binaryPayload bool) bankDecls {
 	payload := func(c any) stream.Option {
 		switch c := c.(type) {
 		case stream.Codec[bOpened]:
-			return stream.Payload(c)
+			return stream.WithPayload(c)
 		case stream.Codec[bDeposited]:
-			return stream.Payload(c)
+			return stream.WithPayload(c)
 		case stream.Codec[bWithdrawn]:
-			return stream.Payload(c)
+			return stream.WithPayload(c)
 		case stream.Codec[bClosed]:
-			return stream.Payload(c)
+			return stream.WithPayload(c)
 		}
 		panic("codec")
 	}
@@ -126,16 +126,16 @@ func newBankDecls(binaryPayload bool) bankDecls {
 		pw = payload(binCodec(func(b bankEvent) bWithdrawn { return bWithdrawn{b} }, func(e bWithdrawn) bankEvent { return e.bankEvent }))
 		pc = payload(binCodec(func(b bankEvent) bClosed { return bClosed{b} }, func(e bClosed) bankEvent { return e.bankEvent }))
 	} else {
-		po, pd = stream.Payload(stream.JSON[bOpened]()), stream.Payload(stream.JSON[bDeposited]())
-		pw, pc = stream.Payload(stream.JSON[bWithdrawn]()), stream.Payload(stream.JSON[bClosed]())
+		po, pd = stream.WithPayload(stream.JSON[bOpened]()), stream.WithPayload(stream.JSON[bDeposited]())
+		pw, pc = stream.WithPayload(stream.JSON[bWithdrawn]()), stream.WithPayload(stream.JSON[bClosed]())
 	}
 	return bankDecls{
-		opened: stream.DeclareFunc(1, func(e bOpened) uint64 { return e.Account }, stream.Fence(planner.Acquire), po),
+		opened: stream.DeclareFunc(1, func(e bOpened) uint64 { return e.Account }, stream.WithFence(planner.Acquire), po),
 		deposited: stream.DeclareFunc(2, func(e bDeposited) uint64 { return e.Account }, pd,
-			stream.Reduce(algebra.Sum(func(e bDeposited) int64 { return e.Amount }, func(e bDeposited, n int64) bDeposited { e.Amount = n; return e }))),
+			stream.WithReduce(algebra.Sum(func(e bDeposited) int64 { return e.Amount }, func(e bDeposited, n int64) bDeposited { e.Amount = n; return e }))),
 		withdrawn: stream.DeclareFunc(3, func(e bWithdrawn) uint64 { return e.Account }, pw,
-			stream.Reduce(algebra.Sum(func(e bWithdrawn) int64 { return e.Amount }, func(e bWithdrawn, n int64) bWithdrawn { e.Amount = n; return e }))),
-		closed: stream.DeclareFunc(4, func(e bClosed) uint64 { return e.Account }, stream.Fence(planner.Release), pc),
+			stream.WithReduce(algebra.Sum(func(e bWithdrawn) int64 { return e.Amount }, func(e bWithdrawn, n int64) bWithdrawn { e.Amount = n; return e }))),
+		closed: stream.DeclareFunc(4, func(e bClosed) uint64 { return e.Account }, stream.WithFence(planner.Release), pc),
 	}
 }
 

@@ -43,7 +43,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a bad declaration",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On(src, stream.DeclareFunc(3, evKey, stream.Fence(9))).ForEach("a", nop)
+				topology.On(src, stream.DeclareFunc(3, evKey, stream.WithFence(9))).ForEach("a", nop)
 			},
 			want: []string{"type tag 3", "Fence(9)"},
 		},
@@ -68,7 +68,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a table whose key codec differs from its events'",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				tab := topology.NewTable[string, int](t, "counts", stream.JSON[int](), topology.TableKeys(stream.CodecFunc(
+				tab := topology.NewTable[string, int](t, "counts", stream.JSON[int](), topology.WithTableKeys(stream.CodecFunc(
 					func(dst []byte, k string) ([]byte, error) { return append(dst, k...), nil },
 					func(b []byte) (string, error) { return string(b), nil })))
 				topology.Project(topology.On(src, stream.DeclareFunc(1, evKey)), tab, fold)
@@ -180,7 +180,7 @@ func TestFingerprint(t *testing.T) {
 	if bytes.Equal(base, withProjection) {
 		t.Fatal("adding a projection did not change the fingerprint")
 	}
-	refenced := stream.Declare[AccountID, Deposited](2, stream.Fence(planner.Acquire))
+	refenced := stream.Declare[AccountID, Deposited](2, stream.WithFence(planner.Acquire))
 	topo := topology.New("accounts")
 	src := topology.Source[AccountID](topo, "bank/accounts")
 	balances := topology.NewTable[AccountID, Account](topo, "balances", stream.JSON[Account]())

@@ -73,12 +73,12 @@ type Account struct {
 }
 
 var (
-	Opened   = stream.Declare[AccountID, AccountOpened](1, stream.Fence(planner.Acquire))
-	Deposits = stream.Declare[AccountID, Deposited](2, stream.Reduce(algebra.Sum(
+	Opened   = stream.Declare[AccountID, AccountOpened](1, stream.WithFence(planner.Acquire))
+	Deposits = stream.Declare[AccountID, Deposited](2, stream.WithReduce(algebra.Sum(
 		func(d Deposited) int64 { return d.Amount },
 		func(d Deposited, n int64) Deposited { d.Amount = n; return d })))
 	Withdraws = stream.Declare[AccountID, Withdrawn](3)
-	Closed    = stream.Declare[AccountID, AccountClosed](4, stream.Fence(planner.Release))
+	Closed    = stream.Declare[AccountID, AccountClosed](4, stream.WithFence(planner.Release))
 )
 
 func accounts() (*topology.Topology, *topology.Table[AccountID, Account]) {
@@ -110,7 +110,7 @@ func accounts() (*topology.Topology, *topology.Table[AccountID, Account]) {
 
 func TestDriverAccounts(t *testing.T) {
 	topo, balances := accounts()
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.BatchSize(3))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(3))
 	topologytest.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"}, AccountOpened{Account: 7, Owner: "bob"})
 	topologytest.Pipe(d, Deposits, Deposited{42, 100}, Deposited{7, 5}, Deposited{42, 20})
 	topologytest.Pipe(d, Withdraws, Withdrawn{42, 30})

@@ -129,38 +129,45 @@ func encodeEnvelope[K, E any](d *stream.Event[K, E], e E, hint *atomic.Int64, bu
 }
 
 // KeyByOption configures a KeyBy step.
-type KeyByOption func(*keyByOptions) error
+type KeyByOption interface {
+	apply(*keyByOptions) error
+}
+
+// keyByOptionFunc adapts a function to KeyByOption.
+type keyByOptionFunc func(*keyByOptions) error
+
+func (f keyByOptionFunc) apply(c *keyByOptions) error { return f(c) }
 
 type keyByOptions struct {
 	topic string
 	keys  []stream.Option
 }
 
-// KeyByTopic names the repartition topic of a KeyBy step; the default is
+// WithKeyByTopic names the repartition topic of a KeyBy step; the default is
 // "<stream>/<topology>-<step>-repartition" for a source "<stream>/<topic>"
 // (an Iggy topic in the source's stream), "<topology>-<step>-repartition"
 // for a source without a stream. An empty name is refused by Build.
-func KeyByTopic(topic string) KeyByOption {
-	return func(o *keyByOptions) error {
+func WithKeyByTopic(topic string) KeyByOption {
+	return keyByOptionFunc(func(o *keyByOptions) error {
 		if topic == "" {
-			return fmt.Errorf("topology.KeyByTopic: empty topic name")
+			return fmt.Errorf("strand: topology.WithKeyByTopic: empty topic name")
 		}
 		o.topic = topic
 		return nil
-	}
+	})
 }
 
-// KeyByKeys sets the key codec of the new key; the default is
+// WithKeyByKeys sets the key codec of the new key; the default is
 // stream.DefaultKeyCodec[K2](). Tables fed by the re-keyed stream must
 // encode keys alike.
-func KeyByKeys[K2 any](c stream.Codec[K2]) KeyByOption {
-	return func(o *keyByOptions) error {
+func WithKeyByKeys[K2 any](c stream.Codec[K2]) KeyByOption {
+	return keyByOptionFunc(func(o *keyByOptions) error {
 		if c == nil {
-			return fmt.Errorf("topology.KeyByKeys: nil codec")
+			return fmt.Errorf("strand: topology.WithKeyByKeys: nil codec")
 		}
-		o.keys = append(o.keys, stream.KeyCodec(c))
+		o.keys = append(o.keys, stream.WithKeyCodec(c))
 		return nil
-	}
+	})
 }
 
 // KeyBy re-keys the events of s by key, a function of the event (Kafka
@@ -207,7 +214,7 @@ func keyBy[K, E, K2 any](s *Stream[K, E], name string, plain func(E) (K2, error)
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			t.errs = append(t.errs, fmt.Errorf("%s: %w", where, err))
 		}
 	}

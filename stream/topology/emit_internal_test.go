@@ -23,7 +23,7 @@ type encodeEvent struct {
 func TestEncodeEnvelopeMatchesEnvelope(t *testing.T) {
 	plain := stream.DeclareFunc[string](7, func(e encodeEvent) string { return e.Key })
 	seqd := stream.DeclareFunc[string](8, func(e encodeEvent) string { return e.Key },
-		stream.Sequence(func(e encodeEvent) uint64 { return e.Seq }), stream.Fence(planner.Ordering(1)))
+		stream.WithSequence(func(e encodeEvent) uint64 { return e.Seq }), stream.WithFence(planner.Ordering(1)))
 	events := []encodeEvent{
 		{Key: "a", Seq: 1},
 		{Key: "customer-17", Seq: 9, Note: strings.Repeat("x", 300)},

@@ -50,5 +50,5 @@ func (p *Program) Description() string { return p.p.Description() }
 // field): a state directory written with another version is refused by
 // Open, naming the table as needing a rebuild (strand reset).
 func WithTableVersion(v uint32) TableOption {
-	return func(o *tableOptions) { o.version = v }
+	return tableOptionFunc(func(o *tableOptions) { o.version = v })
 }

@@ -32,7 +32,7 @@ func openRefused(t *testing.T, topo *topology.Topology, dir string) string {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d := topologytest.NewDriver(ftb, topo, topologytest.Dir(dir))
+		d := topologytest.NewDriver(ftb, topo, topologytest.WithDir(dir), topologytest.WithOpenOptions(topology.WithInPlaceChanges(false)))
 		d.Close()
 	}()
 	<-done
@@ -44,7 +44,7 @@ func openRefused(t *testing.T, topo *topology.Topology, dir string) string {
 func TestRefusalListsChanges(t *testing.T) {
 	dir := t.TempDir()
 	topo, _ := accounts()
-	d := topologytest.NewDriver(t, topo, topologytest.Dir(dir))
+	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir))
 	topologytest.Pipe(d, Opened, AccountOpened{Account: 1, Owner: "ada"})
 	d.Advance()
 	d.Close()

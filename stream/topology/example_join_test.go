@@ -55,7 +55,7 @@ func ExampleLookup() {
 	both := topology.JoinTables(t, "spend-by-country", spend, customers, topology.Inner, stream.JSON[Spend](),
 		func(s Spend, c Registered, _ bool) Spend { s.Country = c.Country; return s })
 
-	d := topologytest.NewDriver(tb, t, topologytest.Partitions(2))
+	d := topologytest.NewDriver(tb, t, topologytest.WithPartitions(2))
 	topologytest.PipeTo(d, "pay/customers", registered, Registered{"ada", "NL"}, Registered{"bob", "BE"})
 	d.Advance() // the customers first: nothing orders two inputs
 	topologytest.PipeTo(d, "pay/payments", paid, Paid{"ada", 10}, Paid{"bob", 5}, Paid{"ada", 7}, Paid{"cy", 1})

@@ -44,7 +44,7 @@ func ExampleKeyBy() {
 	customers := topology.KeyBy(s, "by-customer", func(e Sale) (string, error) { return e.Customer, nil })
 	topology.Project(customers, byCustomer, func(total *int64, e Sale) error { *total += e.Amount; return nil })
 
-	d := topologytest.NewDriver(tb, t, topologytest.Partitions(2))
+	d := topologytest.NewDriver(tb, t, topologytest.WithPartitions(2))
 	topologytest.Pipe(d, sales, Sale{1, "ada", 10}, Sale{2, "bob", 5}, Sale{1, "ada", 7}, Sale{3, "ada", 1})
 	d.Advance()
 

@@ -34,7 +34,7 @@ func Example() {
 	tb := &exampleTB{}
 	defer tb.done()
 	topo, balances := accounts()
-	d := topologytest.NewDriver(tb, topo, topologytest.Partitions(2))
+	d := topologytest.NewDriver(tb, topo, topologytest.WithPartitions(2))
 
 	topologytest.Pipe(d, Opened, AccountOpened{Account: 42, Owner: "ada"})
 	topologytest.Pipe(d, Deposits, Deposited{42, 100}, Deposited{42, 20})

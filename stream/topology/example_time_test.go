@@ -32,7 +32,7 @@ type StuckAlert struct {
 var (
 	Scanned = stream.DeclareFunc(1, func(e ParcelScanned) string { return e.ID })
 	// A delivery is applied after every earlier scan of its parcel.
-	Delivered = stream.DeclareFunc(2, func(e ParcelDelivered) string { return e.ID }, stream.Fence(planner.Release))
+	Delivered = stream.DeclareFunc(2, func(e ParcelDelivered) string { return e.ID }, stream.WithFence(planner.Release))
 	Alerts    = stream.DeclareFunc(1, func(a StuckAlert) string { return a.ID })
 )
 
@@ -60,7 +60,7 @@ func Example_deletesAndTimers() {
 			return nil
 		})
 
-	d := topologytest.NewDriver(tb, t, topologytest.Partitions(2))
+	d := topologytest.NewDriver(tb, t, topologytest.WithPartitions(2))
 	now := d.Now()
 	topologytest.Pipe(d, Scanned, ParcelScanned{"p1", "depot", now}, ParcelScanned{"p2", "depot", now})
 	topologytest.Pipe(d, Delivered, ParcelDelivered{"p2"})

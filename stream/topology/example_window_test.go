@@ -46,7 +46,7 @@ func Example_windows() {
 		return HourlyTotal{Account: acct, Hour: w.Start.UTC().Format("15:04"), Sum: sum}
 	})
 
-	d := topologytest.NewDriver(tb, t, topologytest.Partitions(1))
+	d := topologytest.NewDriver(tb, t, topologytest.WithPartitions(1))
 	h := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	topologytest.Pipe(d, Payments,
 		Payment{"a", 10, h.Add(5 * time.Minute)},

@@ -87,7 +87,7 @@ func TestSinkChunksByMaxBatch(t *testing.T) {
 	rec := &recorder{}
 	topo := topology.New("chunks")
 	src := topology.Source[string](topo, "log")
-	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.MaxBatch(3))
+	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.WithMaxBatch(3))
 	d := newTaskDriver(t, topo, tdBatchSize(100))
 	for i := range 10 {
 		tdPipe(d, decl, Ev{K: "a", N: i})
@@ -109,7 +109,7 @@ func TestSinkChunksByMaxBatch(t *testing.T) {
 }
 
 func TestRunIsReducedBeforeHandlers(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey, stream.Reduce(sumAmount()))
+	decl := stream.DeclareFunc(1, evKey, stream.WithReduce(sumAmount()))
 	rec := &recorder{}
 	topo := topology.New("reduce")
 	src := topology.Source[string](topo, "log")
@@ -132,10 +132,10 @@ func TestRunIsReducedBeforeHandlers(t *testing.T) {
 func TestStagesRunInPlanOrder(t *testing.T) {
 	// The seed's worked example: A=opened (Acquire), B=deposited,
 	// W=withdrawn (Relaxed), C=closed (Release).
-	open := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	open := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
 	dep := stream.DeclareFunc(2, evKey)
 	wd := stream.DeclareFunc(3, evKey)
-	cls := stream.DeclareFunc(4, evKey, stream.Fence(planner.Release))
+	cls := stream.DeclareFunc(4, evKey, stream.WithFence(planner.Release))
 	rec := &recorder{}
 	topo := topology.New("stages")
 	src := topology.Source[string](topo, "log")
@@ -163,9 +163,9 @@ func TestStagesRunInPlanOrder(t *testing.T) {
 }
 
 func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
-	a := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	a := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
 	b := stream.DeclareFunc(2, evKey)
-	c := stream.DeclareFunc(3, evKey, stream.Fence(planner.Release))
+	c := stream.DeclareFunc(3, evKey, stream.WithFence(planner.Release))
 	rec := &recorder{}
 	boom := errors.New("boom")
 	rec.fail = func(key string, tag planner.Tag, events []Ev) error {
@@ -266,7 +266,7 @@ func TestRetriesSurviveRestart(t *testing.T) {
 
 func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
 	decl := stream.DeclareFunc(1, evKey)
-	other := stream.DeclareFunc(2, evKey, stream.Fence(planner.Acquire))
+	other := stream.DeclareFunc(2, evKey, stream.WithFence(planner.Acquire))
 	rec := &recorder{}
 	rec.fail = func(key string, tag planner.Tag, _ []Ev) error {
 		if tag == 1 {
@@ -306,7 +306,7 @@ func TestPermanentErrorDeadLettersTheFailingEvent(t *testing.T) {
 	}
 	topo := topology.New("permanent")
 	src := topology.Source[string](topo, "log")
-	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.MaxBatch(1))
+	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.WithMaxBatch(1))
 	d := newTaskDriver(t, topo)
 	tdPipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1}, Ev{K: "a", N: 2})
 	d.Advance()
@@ -577,7 +577,7 @@ func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
 func TestDeclarationWinsOverHeaders(t *testing.T) {
 	// The consumer declares A as Acquire; a producer with an older
 	// declaration sent it Relaxed. The consumer plans A as Acquire.
-	a := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	a := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
 	bDecl := stream.DeclareFunc(2, evKey)
 	rec := &recorder{}
 	topo := topology.New("mismatch")

@@ -175,7 +175,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 						}
 					}
 					return nil
-				}, topology.MaxBatch(1))
+				}, topology.WithMaxBatch(1))
 			}
 			topology.Project(s, rows, func(m *MState, e PEv) error {
 				m.fold(ty, e) // change the row in place first, then fail
@@ -189,8 +189,8 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 		}
 		defer os.RemoveAll(dir)
 		next := 0
-		d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(partitions),
-			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(partitions),
+			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, e := range log {
 			topologytest.Pipe(d, pTypes[e.ty].decl, e.ev)

@@ -20,7 +20,7 @@ import (
 // once, after an earlier record of the same key was folded in the same
 // batch: the retry must build on the row as it was before the failing run.
 func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
-	open := stream.DeclareFunc(1, evKey, stream.Fence(planner.Acquire))
+	open := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
 	add := stream.DeclareFunc(2, evKey)
 	topo := topology.New("inplace")
 	src := topology.Source[string](topo, "log")
@@ -38,7 +38,7 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 		}
 		return nil
 	})
-	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(100))
+	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(100))
 	topologytest.Pipe(d, open, Ev{K: "a"})
 	topologytest.Pipe(d, add, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
 	d.Advance()
@@ -61,7 +61,7 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 // Attempts are counted per failing record: four fenced events of one key
 // that each fail exactly once are each tried twice and none is dead-lettered.
 func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
-	step := stream.DeclareFunc(1, evKey, stream.Fence(planner.AcqRel))
+	step := stream.DeclareFunc(1, evKey, stream.WithFence(planner.AcqRel))
 	tries := map[int]int{}
 	topo := topology.New("attempts", topology.WithRetry(3, time.Second, time.Minute))
 	src := topology.Source[string](topo, "log")
@@ -74,7 +74,7 @@ func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
 		*v = append(*v, e.N)
 		return nil
 	})
-	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(100))
+	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(100))
 	topologytest.Pipe(d, step, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3}, Ev{K: "a", N: 4})
 	for range 8 {
 		d.Advance()
@@ -99,7 +99,7 @@ func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
 // the run is applied, and the retry applies it once the function recovers.
 func TestPanicInsideAReductionFailsOnlyItsKey(t *testing.T) {
 	boom := true
-	sum := stream.DeclareFunc(1, evKey, stream.Reduce(algebra.Sum(
+	sum := stream.DeclareFunc(1, evKey, stream.WithReduce(algebra.Sum(
 		func(e Ev) int64 {
 			if boom && e.K == "bad" {
 				panic("getter broke")
@@ -147,7 +147,7 @@ func TestPanickingCodecAndKeyFunctionDeadLetterTheirRecord(t *testing.T) {
 			panic("key function broke")
 		}
 		return e.K
-	}, stream.Payload(codec))
+	}, stream.WithPayload(codec))
 	topo := topology.New("panics")
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())

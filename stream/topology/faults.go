@@ -46,10 +46,10 @@ type Faults struct {
 // WithFaults installs fault points in every pipeline of the App (tests; see
 // Faults).
 func WithFaults(f Faults) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		o.faults = &f
 		return nil
-	}
+	})
 }
 
 // WithOutboxGrace sets how long a restarted App waits, once, before it
@@ -59,13 +59,13 @@ func WithFaults(f Faults) OpenOption {
 // sinks that have no send in flight across a restart (in-memory ones, as
 // in package topologytest); negative values are refused.
 func WithOutboxGrace(d time.Duration) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if d < 0 {
-			return errors.New("topology.WithOutboxGrace: the grace must not be negative")
+			return errors.New("strand: topology.WithOutboxGrace: the grace must not be negative")
 		}
 		o.grace = &d
 		return nil
-	}
+	})
 }
 
 // processorFaults turns the App's options into the engine's hooks and

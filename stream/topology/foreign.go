@@ -13,23 +13,30 @@ import (
 
 // ForeignOption configures a foreign source (ForeignSource). An invalid
 // option is refused by Build, with an error naming it.
-type ForeignOption func(*foreignOptions) error
+type ForeignOption interface {
+	apply(*foreignOptions) error
+}
+
+// foreignOptionFunc adapts a function to ForeignOption.
+type foreignOptionFunc func(*foreignOptions) error
+
+func (f foreignOptionFunc) apply(c *foreignOptions) error { return f(c) }
 
 type foreignOptions struct {
 	keys any // stream.Codec[K]
 }
 
-// ForeignKeys sets the codec that encodes the keys the classifier gives;
+// WithForeignKeys sets the codec that encodes the keys the classifier gives;
 // the default is stream.DefaultKeyCodec[K](). It must be the key codec of
-// the source's declarations (stream.KeyCodec), which Build checks.
-func ForeignKeys[K any](c stream.Codec[K]) ForeignOption {
-	return func(o *foreignOptions) error {
+// the source's declarations (stream.WithKeyCodec), which Build checks.
+func WithForeignKeys[K any](c stream.Codec[K]) ForeignOption {
+	return foreignOptionFunc(func(o *foreignOptions) error {
 		if c == nil {
-			return errors.New("topology.ForeignKeys: nil codec")
+			return errors.New("strand: topology.WithForeignKeys: nil codec")
 		}
 		o.keys = c
 		return nil
-	}
+	})
 }
 
 // ForeignSource adds the source named name, a topic written by producers
@@ -74,7 +81,7 @@ func ForeignSource[K any](t *Topology, name string, classify func(stream.Foreign
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			t.errs = append(t.errs, fmt.Errorf("source %q: %w", name, err))
 		}
 	}
@@ -82,7 +89,7 @@ func ForeignSource[K any](t *Topology, name string, classify func(stream.Foreign
 	if o.keys != nil {
 		c, ok := o.keys.(stream.Codec[K])
 		if !ok {
-			t.errs = append(t.errs, fmt.Errorf("source %q: topology.ForeignKeys codec %T does not encode key type %s",
+			t.errs = append(t.errs, fmt.Errorf("source %q: topology.WithForeignKeys codec %T does not encode key type %s",
 				name, o.keys, reflect.TypeFor[K]()))
 		}
 		keys = c

@@ -26,7 +26,7 @@ type PaymentEvent struct {
 // usual ones. A message it cannot classify is a dead letter.
 func ExampleForeignSource() {
 	charged := stream.DeclareFunc(1, func(e PaymentEvent) string { return e.Customer })
-	refunded := stream.DeclareFunc(2, func(e PaymentEvent) string { return e.Customer }, stream.Fence(planner.Release))
+	refunded := stream.DeclareFunc(2, func(e PaymentEvent) string { return e.Customer }, stream.WithFence(planner.Release))
 
 	topo := topology.New("payments")
 	src := topology.ForeignSource(topo, "billing/payments", func(m stream.ForeignMessage) (stream.Classified[string], error) {

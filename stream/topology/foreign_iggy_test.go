@@ -42,9 +42,9 @@ type shopOrder struct {
 func (e shopEvent) Key() string { return e.Order }
 
 var (
-	shopPlaced = stream.Declare[string, shopEvent](1, stream.Fence(planner.Acquire))
+	shopPlaced = stream.Declare[string, shopEvent](1, stream.WithFence(planner.Acquire))
 	shopLine   = stream.Declare[string, shopEvent](2)
-	shopPaid   = stream.Declare[string, shopEvent](3, stream.Fence(planner.Release))
+	shopPaid   = stream.Declare[string, shopEvent](3, stream.WithFence(planner.Release))
 )
 
 func classifyShop(m stream.ForeignMessage) (stream.Classified[string], error) {

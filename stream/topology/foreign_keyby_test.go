@@ -33,7 +33,7 @@ func TestForeignSourceUnkeyedThroughKeyBy(t *testing.T) {
 		return nil
 	})
 
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(3), topologytest.BatchSize(7))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(3), topologytest.WithBatchSize(7))
 	events := shopWorkload(300, 40, 9, 7)
 	perPartition := make([][]orderPlaced, 3)
 	for i, e := range events {

@@ -88,7 +88,7 @@ func tableState(t interface{ Fatal(...any) }, table *topology.Table[string, PSta
 
 func TestForeignSourceThroughTheDriver(t *testing.T) {
 	topo, table := foreignTopology(nil)
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.BatchSize(3))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(3))
 	want := map[string]PState{}
 	for i, k := range []string{"a", "b", "a", "a", "b"} {
 		ty := i % len(pTypes)
@@ -191,8 +191,8 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 		defer os.RemoveAll(dir)
 		topo, table := foreignTopology(fl)
 		next := 0
-		d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(3),
-			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(3),
+			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		type at struct {
 			p   uint32
@@ -243,7 +243,7 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 // classifier hands the numbers to the re-sequencer, which applies them in
 // order whatever order the log has them in.
 func TestForeignSourceResequenced(t *testing.T) {
-	seqd := stream.DeclareFunc(1, func(e PEv) string { return e.K }, stream.Sequence(func(e PEv) uint64 { return uint64(e.N) }))
+	seqd := stream.DeclareFunc(1, func(e PEv) string { return e.K }, stream.WithSequence(func(e PEv) uint64 { return uint64(e.N) }))
 	topo := topology.New("foreign-seq")
 	src := topology.ForeignSource(topo, foreignTopic, func(m stream.ForeignMessage) (stream.Classified[string], error) {
 		var e PEv
@@ -254,7 +254,7 @@ func TestForeignSourceResequenced(t *testing.T) {
 	}).Resequence()
 	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
 	topology.Project(topology.On(src, seqd), table, func(s *PState, e PEv) error { foldPlain(s, e); return nil })
-	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(2))
 	var want PState
 	for n := 1; n <= 9; n++ {
 		foldPlain(&want, PEv{K: "k", N: n})
@@ -295,15 +295,15 @@ func TestForeignSourceBuildChecks(t *testing.T) {
 			return topo
 		}, "declared twice"},
 		"ForeignKeys of another key type": {func() *topology.Topology {
-			topo, _ := foreignTopology(nil, topology.ForeignKeys(stream.Int64Key[int64]()))
+			topo, _ := foreignTopology(nil, topology.WithForeignKeys(stream.Int64Key[int64]()))
 			return topo
 		}, "does not encode key type string"},
 		"ForeignKeys nil": {func() *topology.Topology {
-			topo, _ := foreignTopology(nil, topology.ForeignKeys[string](nil))
+			topo, _ := foreignTopology(nil, topology.WithForeignKeys[string](nil))
 			return topo
-		}, "topology.ForeignKeys: nil codec"},
+		}, "topology.WithForeignKeys: nil codec"},
 		"ForeignKeys not the declarations'": {func() *topology.Topology {
-			topo, _ := foreignTopology(nil, topology.ForeignKeys(stream.CodecFunc(
+			topo, _ := foreignTopology(nil, topology.WithForeignKeys(stream.CodecFunc(
 				func(dst []byte, k string) ([]byte, error) { return append(dst, k...), nil },
 				func(b []byte) (string, error) { return string(b), nil })))
 			return topo
@@ -356,7 +356,7 @@ func TestForeignSourceOpenChecks(t *testing.T) {
 		t.Fatal("the fingerprint does not cover that the source is foreign")
 	}
 	dir := t.TempDir()
-	d := topologytest.NewDriver(t, plain, topologytest.Dir(dir))
+	d := topologytest.NewDriver(t, plain, topologytest.WithDir(dir))
 	d.Close()
 	_, err = topology.Open(context.Background(), topo, plainConnector{}, dir)
 	if err == nil {

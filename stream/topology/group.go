@@ -32,26 +32,26 @@ import (
 // be a connector.ForeignConnector (it reads the changelog's raw records);
 // WithPartitions cannot be combined with it.
 func WithGroup(g connector.Group) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if g == nil {
-			return errors.New("topology.WithGroup: nil group")
+			return errors.New("strand: topology.WithGroup: nil group")
 		}
 		o.group = g
 		return nil
-	}
+	})
 }
 
 // WithQueryAddr sets the query address (host:port of the instance's query
 // server) the App announces to its group, so that the other instances can
 // forward queries of the partitions it owns. Only with WithGroup.
 func WithQueryAddr(addr string) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if strings.ContainsAny(addr, " \t\n") {
-			return fmt.Errorf("topology.WithQueryAddr: %q is not an address", addr)
+			return fmt.Errorf("strand: topology.WithQueryAddr: %q is not an address", addr)
 		}
 		o.queryAddr = addr
 		return nil
-	}
+	})
 }
 
 // DefaultSnapshotEvery is the number of commits of a partition between two
@@ -63,13 +63,13 @@ const DefaultSnapshotEvery = 2000
 // restores from the latest snapshot and the commits after it, so this
 // bounds the restore time. Only with WithGroup.
 func WithSnapshotEvery(commits int) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if commits < 0 {
-			return fmt.Errorf("topology.WithSnapshotEvery: %d, want 0 or more", commits)
+			return fmt.Errorf("strand: topology.WithSnapshotEvery: %d, want 0 or more", commits)
 		}
 		o.snapEvery = &commits
 		return nil
-	}
+	})
 }
 
 // Phase is what an instance of a group does with one partition.
@@ -316,11 +316,11 @@ func (gr *group) setPhase(p uint32, fn func(st *partState)) {
 // openGroup prepares the group part of Open.
 func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOptions, counts map[string]uint32) error {
 	if len(o.partitions) > 0 {
-		return errors.New("topology.WithPartitions cannot be combined with topology.WithGroup: the group decides the partitions")
+		return errors.New("strand: topology.WithPartitions cannot be combined with topology.WithGroup: the group decides the partitions")
 	}
 	fc, ok := conn.(connector.ForeignConnector)
 	if !ok {
-		return fmt.Errorf("topology.WithGroup: the connector (%T) cannot read raw records (connector.ForeignConnector), which the changelog needs", conn)
+		return fmt.Errorf("strand: topology.WithGroup: the connector (%T) cannot read raw records (connector.ForeignConnector), which the changelog needs", conn)
 	}
 	var n uint32
 	for _, sn := range a.prog.Sources() {
@@ -330,16 +330,16 @@ func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOp
 		if n == 0 {
 			n = counts[sn]
 		} else if counts[sn] != n {
-			return fmt.Errorf("topology.WithGroup: sources have %d and %d partitions (%q); a group shares partitions of one count", n, counts[sn], sn)
+			return fmt.Errorf("strand: topology.WithGroup: sources have %d and %d partitions (%q); a group shares partitions of one count", n, counts[sn], sn)
 		}
 	}
 	if n == 0 {
-		return errors.New("topology.WithGroup: every source is global (SourceNode.Global); a group shares the partitions of at least one source that is not")
+		return errors.New("strand: topology.WithGroup: every source is global (SourceNode.Global); a group shares the partitions of at least one source that is not")
 	}
 	first := a.prog.Sources()[0]
 	streamName, _, ok := strings.Cut(first, "/")
 	if !ok {
-		return fmt.Errorf("topology.WithGroup: source %q is not named stream/topic", first)
+		return fmt.Errorf("strand: topology.WithGroup: source %q is not named stream/topic", first)
 	}
 	topic := ChangelogTopic(streamName, a.prog.Name())
 	sink, err := conn.OpenSink(ctx, topic, n)
@@ -365,7 +365,8 @@ func (a *App) openGroup(ctx context.Context, conn connector.Connector, o *openOp
 	marks, _ := conn.(connector.Bookmarks)
 	a.grp = &group{g: o.group, addr: o.queryAddr, snapEvery: snapEvery, standbys: o.standbys, partitions: n, topic: topic,
 		sink: sink, src: src, marks: marks, parts: map[uint32]*partState{}}
-	a.db.SetReadGate(a.grp.readGate) // group_reads.go
+	a.db.SetReadGate(a.grp.readGate)             // group_reads.go
+	a.db.SetConfirmedCheck(a.grp.confirmedCheck) // group_reads.go
 	return nil
 }
 

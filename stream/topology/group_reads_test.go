@@ -113,27 +113,44 @@ func TestGroupReadsNeverGoBackAcrossAFailover(t *testing.T) {
 	}
 	_ = topo
 	seen := map[string]int64{} // the highest value any read answered
-	answered, withheld := 0, 0
+	answered, withheld, recentWithheld := 0, 0, 0
+	// readAll reads every key with GetRecent (the confirmed view, never
+	// waits) and with Get (waits for the changelog); it returns Get's.
 	readAll := func(in *instance) map[string]int64 {
 		t.Helper()
 		got := map[string]int64{}
 		for k := range want {
-			rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			v, ok, err := in.n.Get(rctx, k)
-			cancel()
-			if err != nil {
-				withheld++
-				continue
+			for _, recent := range []bool{true, false} {
+				rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				var v int64
+				var ok bool
+				var err error
+				if recent {
+					v, ok, _, err = in.n.GetRecent(rctx, k)
+				} else {
+					v, ok, err = in.n.Get(rctx, k)
+				}
+				cancel()
+				if err != nil {
+					if recent {
+						recentWithheld++
+					} else {
+						withheld++
+					}
+					continue
+				}
+				answered++
+				if !ok {
+					v = 0
+				}
+				if v < seen[k] {
+					t.Errorf("key %s is %d on %s (recent %v), after a read answered %d", k, v, in.name, recent, seen[k])
+				}
+				seen[k] = max(seen[k], v)
+				if !recent {
+					got[k] = v
+				}
 			}
-			answered++
-			if !ok {
-				v = 0
-			}
-			if v < seen[k] {
-				t.Errorf("key %s is %d on %s, after a read answered %d", k, v, in.name, seen[k])
-			}
-			seen[k] = max(seen[k], v)
-			got[k] = v
 		}
 		return got
 	}
@@ -158,7 +175,10 @@ func TestGroupReadsNeverGoBackAcrossAFailover(t *testing.T) {
 		return next == 400
 	})
 	readAll(a)
-	t.Logf("old owner: %d reads answered, %d withheld", answered, withheld)
+	t.Logf("old owner: %d reads answered, %d withheld (Get), %d withheld (GetRecent)", answered, withheld, recentWithheld)
+	if recentWithheld > 0 {
+		t.Errorf("%d GetRecent calls of the old owner failed: they answer the confirmed view without waiting", recentWithheld)
+	}
 
 	// b joins with its source held; a leaves with its last commits
 	// unconfirmed: b gets both partitions and restores what was confirmed.

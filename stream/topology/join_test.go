@@ -152,8 +152,8 @@ func propertyTableJoin(t *testing.T, deleting bool) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 17))
 			j := newTableJoinDeleting(deleting)
-			d := topologytest.NewDriver(t, j.topo, topologytest.Partitions(uint32(1+r.IntN(3))),
-				topologytest.BatchSizes(func() int { return 1 + r.IntN(5) }))
+			d := topologytest.NewDriver(t, j.topo, topologytest.WithPartitions(uint32(1+r.IntN(3))),
+				topologytest.WithBatchSizes(func() int { return 1 + r.IntN(5) }))
 			want := map[string]map[uint64]sideRow{"l": {}, "r": {}, "s": {}}
 			apply := func(name string, e sideSet) {
 				if e.Del {
@@ -281,8 +281,8 @@ func TestPropertyStreamJoin(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 99))
 			j := newStreamJoin()
-			d := topologytest.NewDriver(t, j.topo, topologytest.Partitions(uint32(1+r.IntN(3))),
-				topologytest.BatchSizes(func() int { return 1 + r.IntN(5) }))
+			d := topologytest.NewDriver(t, j.topo, topologytest.WithPartitions(uint32(1+r.IntN(3))),
+				topologytest.WithBatchSizes(func() int { return 1 + r.IntN(5) }))
 			tiers := map[string]int64{}
 			spend := map[string]spendRow{}
 			orders := map[uint64]enrichedRow{}

@@ -241,7 +241,7 @@ func checkShop(t *testing.T, s *shop, events []orderPlaced, skip func(orderPlace
 func TestKeyByAndToEqualSequentialFold(t *testing.T) {
 	events := shopWorkload(3000, 200, 30, 1)
 	s := newShop(nil)
-	d := topologytest.NewDriver(t, s.topo, topologytest.Partitions(4), topologytest.BatchSize(97))
+	d := topologytest.NewDriver(t, s.topo, topologytest.WithPartitions(4), topologytest.WithBatchSize(97))
 	topologytest.Pipe(d, s.placed, events...)
 	d.Advance()
 	checkShop(t, s, events, nil, topologytest.Outputs(d, receiptsTopic, s.receipts))
@@ -265,8 +265,8 @@ func TestPropertyKeyByAndTo(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 9))
 			events := shopWorkload(300+r.IntN(1500), 1+r.IntN(80), 1+r.IntN(20), seed)
 			s := newShop(nil)
-			d := topologytest.NewDriver(t, s.topo, topologytest.Partitions(uint32(1+r.IntN(5))),
-				topologytest.BatchSizes(func() int { return 1 + r.IntN(300) }))
+			d := topologytest.NewDriver(t, s.topo, topologytest.WithPartitions(uint32(1+r.IntN(5))),
+				topologytest.WithBatchSizes(func() int { return 1 + r.IntN(300) }))
 			for i := 0; i < len(events); {
 				n := min(1+r.IntN(400), len(events)-i)
 				topologytest.Pipe(d, s.placed, events[i:i+n]...)
@@ -294,8 +294,8 @@ func TestPropertyKeyByAndToWithFailures(t *testing.T) {
 			events := shopWorkload(300+r.IntN(1000), 1+r.IntN(60), 1+r.IntN(15), seed+100)
 			fl := &failOnce{pick: func(seq int) bool { return seq%5 < 2 }, failed: map[int]bool{}}
 			s := newFlakyShop(nil, fl, topology.WithRetry(3, time.Millisecond, time.Millisecond))
-			d := topologytest.NewDriver(t, s.topo, topologytest.Partitions(uint32(1+r.IntN(4))),
-				topologytest.BatchSizes(func() int { return 1 + r.IntN(200) }))
+			d := topologytest.NewDriver(t, s.topo, topologytest.WithPartitions(uint32(1+r.IntN(4))),
+				topologytest.WithBatchSizes(func() int { return 1 + r.IntN(200) }))
 			for i := 0; i < len(events); {
 				n := min(1+r.IntN(300), len(events)-i)
 				topologytest.Pipe(d, s.placed, events[i:i+n]...)
@@ -338,7 +338,7 @@ func TestKeyByBadKeysAreDeadLetters(t *testing.T) {
 		return e.Customer, nil
 	})
 	events := shopWorkload(1000, 50, 10, 3)
-	d := topologytest.NewDriver(t, s.topo, topologytest.Partitions(3), topologytest.BatchSize(64))
+	d := topologytest.NewDriver(t, s.topo, topologytest.WithPartitions(3), topologytest.WithBatchSize(64))
 	topologytest.Pipe(d, s.placed, events...)
 	d.Advance()
 	checkShop(t, s, events, bad, topologytest.Outputs(d, receiptsTopic, s.receipts))
@@ -390,7 +390,7 @@ func TestOriginDuplicatesAreDroppedOnce(t *testing.T) {
 		v.Lines++
 		return nil
 	})
-	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(2))
 	origin := func(stream byte, seq uint64) []byte {
 		o := make([]byte, 16)
 		o[0] = stream
@@ -441,7 +441,7 @@ func TestKeyByPoisonHoldsItsKey(t *testing.T) {
 		return e.Customer, nil
 	}, topology.WithPoisonPolicy(stream.HoldPoisonedKey))
 	events := shopWorkload(200, 10, 4, 8)
-	d := topologytest.NewDriver(t, s.topo, topologytest.BatchSize(30))
+	d := topologytest.NewDriver(t, s.topo, topologytest.WithBatchSize(30))
 	topologytest.Pipe(d, s.placed, events...)
 	d.Advance()
 	poisoned := events[5].Order

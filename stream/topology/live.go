@@ -15,10 +15,10 @@ import (
 // while the App has it open, naming the App's pid; in the App's own
 // process, stream/state.OpenApp reads it either way.
 func WithLiveInspect(on bool) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		o.liveOn = on
 		return nil
-	}
+	})
 }
 
 // Dir returns the App's state directory.

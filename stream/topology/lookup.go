@@ -97,7 +97,7 @@ func (s *Stream[K, E]) Reads(tables ...Readable) *Stream[K, E] {
 func Lookup[K, V any](ctx context.Context, table *Table[K, V], key K) (V, bool, error) {
 	if table == nil {
 		var zero V
-		return zero, false, fmt.Errorf("topology.Lookup: nil table")
+		return zero, false, fmt.Errorf("strand: topology.Lookup: nil table")
 	}
 	return executor.Lookup(ctx, table.t, key)
 }

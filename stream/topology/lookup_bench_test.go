@@ -37,7 +37,7 @@ type benchSum struct {
 func lookupBenchTopology(mode string) (*topology.Topology, *stream.Event[uint64, benchTx], *stream.Event[uint64, benchRate], *stream.Event[uint64, benchRate], *topology.Table[uint64, benchSum]) {
 	topo := topology.New("lookup-bench")
 	tx := stream.DeclareFunc[uint64](1, func(e benchTx) uint64 { return e.K })
-	rate := stream.DeclareFunc[uint64](2, func(e benchRate) uint64 { return e.K }, stream.Fence(planner.Acquire))
+	rate := stream.DeclareFunc[uint64](2, func(e benchRate) uint64 { return e.K }, stream.WithFence(planner.Acquire))
 	tier := stream.DeclareFunc[uint64](1, func(e benchRate) uint64 { return e.K })
 	rates := topology.NewTable[uint64, int64](topo, "rates", stream.JSON[int64]())
 	tiers := topology.NewTable[uint64, int64](topo, "tiers", stream.JSON[int64]())

@@ -47,8 +47,8 @@ func TestGlobalTable(t *testing.T) {
 			*v += e.Amount * r
 			return nil
 		})
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.BatchSize(3),
-		topologytest.OpenOptions(topology.WithPartitions(0)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(3),
+		topologytest.WithOpenOptions(topology.WithPartitions(0)))
 	codec, _ := stream.DefaultKeyCodec[string]()
 	part := func(k string) uint32 { b, _ := codec.Append(nil, k); return d.PartitionOf(b) }
 	var currencies []string

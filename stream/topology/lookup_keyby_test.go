@@ -47,7 +47,7 @@ func TestKeyByContextLooksUp(t *testing.T) {
 	})
 	topology.Project(byDepot, depots, func(v *depotRow, e parcelScanned) error { v.Parcels = append(v.Parcels, e.Seq); return nil })
 
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(3), topologytest.BatchSize(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(3), topologytest.WithBatchSize(2))
 	want := map[string][]int{}
 	for p := uint64(1); p <= 6; p++ {
 		topologytest.PipeTo(d, "p/routes", routeDecl, routeSet{Parcel: p, Depot: fmt.Sprintf("d%d", p%3)})

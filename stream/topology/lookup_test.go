@@ -81,7 +81,7 @@ type lookupTopo struct {
 func newLookupTopo() *lookupTopo {
 	l := &lookupTopo{topo: topology.New("lk")}
 	l.tierSet = stream.DeclareFunc[uint64](1, func(e tierSet) uint64 { return e.K })
-	l.limitSet = stream.DeclareFunc[uint64](1, func(e limitSet) uint64 { return e.K }, stream.Fence(planner.Acquire))
+	l.limitSet = stream.DeclareFunc[uint64](1, func(e limitSet) uint64 { return e.K }, stream.WithFence(planner.Acquire))
 	l.order = stream.DeclareFunc[uint64](2, func(e orderMade) uint64 { return e.K })
 	l.enriched = stream.DeclareFunc[uint64](3, func(e enrichedOrder) uint64 { return e.K })
 	l.tiers = topology.NewTable[uint64, tierRow](l.topo, "tiers", stream.JSON[tierRow]())
@@ -217,8 +217,8 @@ func TestPropertyLookups(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 32))
 			l := newLookupTopo()
-			d := topologytest.NewDriver(t, l.topo, topologytest.Partitions(uint32(1+r.IntN(3))),
-				topologytest.BatchSizes(func() int { return 1 + r.IntN(6) }))
+			d := topologytest.NewDriver(t, l.topo, topologytest.WithPartitions(uint32(1+r.IntN(3))),
+				topologytest.WithBatchSizes(func() int { return 1 + r.IntN(6) }))
 			chunks := lookupWorkload(r, d, 6)
 			for _, c := range chunks {
 				topologytest.PipeTo(d, tiersTopic, l.tierSet, c.tiers...)
@@ -284,7 +284,7 @@ func checkTotals(t *testing.T, l *lookupTopo, want map[uint64]totalRow) {
 func TestLookupMisuseIsDeadLettered(t *testing.T) {
 	l := &lookupTopo{topo: topology.New("lk")}
 	l.tierSet = stream.DeclareFunc[uint64](1, func(e tierSet) uint64 { return e.K })
-	l.limitSet = stream.DeclareFunc[uint64](1, func(e limitSet) uint64 { return e.K }, stream.Fence(planner.Acquire))
+	l.limitSet = stream.DeclareFunc[uint64](1, func(e limitSet) uint64 { return e.K }, stream.WithFence(planner.Acquire))
 	l.order = stream.DeclareFunc[uint64](2, func(e orderMade) uint64 { return e.K })
 	l.tiers = topology.NewTable[uint64, tierRow](l.topo, "tiers", stream.JSON[tierRow]())
 	l.limits = topology.NewTable[uint64, limitRow](l.topo, "limits", stream.JSON[limitRow]())
@@ -313,7 +313,7 @@ func TestLookupMisuseIsDeadLettered(t *testing.T) {
 		v.N++
 		return nil
 	})
-	d := topologytest.NewDriver(t, l.topo, topologytest.Partitions(4))
+	d := topologytest.NewDriver(t, l.topo, topologytest.WithPartitions(4))
 	codec, _ := stream.DefaultKeyCodec[uint64]()
 	part := func(k uint64) uint32 { b, _ := codec.Append(nil, k); return d.PartitionOf(b) }
 	other := uint64(2)

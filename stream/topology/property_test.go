@@ -57,17 +57,17 @@ func mix(h uint64, xs ...int64) uint64 {
 func pkey(e PEv) string { return e.K }
 
 var (
-	pAcquire = stream.DeclareFunc(1, pkey, stream.Fence(planner.Acquire))
-	pSum     = stream.DeclareFunc(2, pkey, stream.Reduce(algebra.Fold(func(a, b PEv) PEv {
+	pAcquire = stream.DeclareFunc(1, pkey, stream.WithFence(planner.Acquire))
+	pSum     = stream.DeclareFunc(2, pkey, stream.WithReduce(algebra.Fold(func(a, b PEv) PEv {
 		a.Amt += b.Amt
 		a.Count += b.Count
 		return a
 	})))
 	pPlain   = stream.DeclareFunc(3, pkey)
-	pRelease = stream.DeclareFunc(4, pkey, stream.Fence(planner.Release))
-	pFenceBy = stream.DeclareFunc(5, pkey, stream.FenceBy(func(e PEv) planner.Ordering { return e.Fence }))
-	pFlag    = stream.DeclareFunc(6, pkey, stream.Reduce(algebra.DedupFunc(func(a, b PEv) bool { return a.Amt == b.Amt })))
-	pAcqRel  = stream.DeclareFunc(7, pkey, stream.Fence(planner.AcqRel))
+	pRelease = stream.DeclareFunc(4, pkey, stream.WithFence(planner.Release))
+	pFenceBy = stream.DeclareFunc(5, pkey, stream.WithFenceBy(func(e PEv) planner.Ordering { return e.Fence }))
+	pFlag    = stream.DeclareFunc(6, pkey, stream.WithReduce(algebra.DedupFunc(func(a, b PEv) bool { return a.Amt == b.Amt })))
+	pAcqRel  = stream.DeclareFunc(7, pkey, stream.WithFence(planner.AcqRel))
 )
 
 // The folds, shared by the topology and the sequential reference.
@@ -242,8 +242,8 @@ func TestPropertyTablesEqualSequentialFold(t *testing.T) {
 		defer os.RemoveAll(dir)
 		topo, all, rows := propertyTopology(fl)
 		next := 0
-		d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(partitions),
-			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(partitions),
+			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, e := range log {
 			if e.ty < 0 {

@@ -27,7 +27,7 @@ func TestScanPartitionAndKeyPlacement(t *testing.T) {
 	if n.Partitions() != 0 {
 		t.Fatalf("Partitions before Open = %d", n.Partitions())
 	}
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(5))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(5))
 	var evs []Ev
 	for i := range 500 {
 		evs = append(evs, Ev{K: fmt.Sprintf("key-%d", i%97), Amount: 1})

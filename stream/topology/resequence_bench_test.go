@@ -24,16 +24,16 @@ import (
 func seqBankDecls() bankDecls {
 	bin := newBankDecls(true)
 	return bankDecls{
-		opened: stream.DeclareFunc(1, func(e bOpened) uint64 { return e.Account }, stream.Fence(planner.Acquire),
-			stream.Payload(bin.opened.PayloadCodec()), stream.Sequence(func(bOpened) uint64 { return 1 })),
-		deposited: stream.DeclareFunc(2, func(e bDeposited) uint64 { return e.Account }, stream.Payload(bin.deposited.PayloadCodec()),
-			stream.Reduce(algebra.Sum(func(e bDeposited) int64 { return e.Amount }, func(e bDeposited, n int64) bDeposited { e.Amount = n; return e })),
-			stream.Sequence(func(bDeposited) uint64 { return 1 })),
-		withdrawn: stream.DeclareFunc(3, func(e bWithdrawn) uint64 { return e.Account }, stream.Payload(bin.withdrawn.PayloadCodec()),
-			stream.Reduce(algebra.Sum(func(e bWithdrawn) int64 { return e.Amount }, func(e bWithdrawn, n int64) bWithdrawn { e.Amount = n; return e })),
-			stream.Sequence(func(bWithdrawn) uint64 { return 1 })),
-		closed: stream.DeclareFunc(4, func(e bClosed) uint64 { return e.Account }, stream.Fence(planner.Release),
-			stream.Payload(bin.closed.PayloadCodec()), stream.Sequence(func(bClosed) uint64 { return 1 })),
+		opened: stream.DeclareFunc(1, func(e bOpened) uint64 { return e.Account }, stream.WithFence(planner.Acquire),
+			stream.WithPayload(bin.opened.PayloadCodec()), stream.WithSequence(func(bOpened) uint64 { return 1 })),
+		deposited: stream.DeclareFunc(2, func(e bDeposited) uint64 { return e.Account }, stream.WithPayload(bin.deposited.PayloadCodec()),
+			stream.WithReduce(algebra.Sum(func(e bDeposited) int64 { return e.Amount }, func(e bDeposited, n int64) bDeposited { e.Amount = n; return e })),
+			stream.WithSequence(func(bDeposited) uint64 { return 1 })),
+		withdrawn: stream.DeclareFunc(3, func(e bWithdrawn) uint64 { return e.Account }, stream.WithPayload(bin.withdrawn.PayloadCodec()),
+			stream.WithReduce(algebra.Sum(func(e bWithdrawn) int64 { return e.Amount }, func(e bWithdrawn, n int64) bWithdrawn { e.Amount = n; return e })),
+			stream.WithSequence(func(bWithdrawn) uint64 { return 1 })),
+		closed: stream.DeclareFunc(4, func(e bClosed) uint64 { return e.Account }, stream.WithFence(planner.Release),
+			stream.WithPayload(bin.closed.PayloadCodec()), stream.WithSequence(func(bClosed) uint64 { return 1 })),
 	}
 }
 

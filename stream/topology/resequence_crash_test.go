@@ -84,9 +84,9 @@ func TestReseqCrashChild(t *testing.T) {
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 12))
 	topo, _ := reseqCrashTopology()
-	d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(2),
-		topologytest.BatchSizes(func() int { return 1 + r.IntN(1500) }),
-		topologytest.OpenOptions(topology.WithDurability(topology.Sync), topology.WithPollSize(1+r.IntN(300))))
+	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(2),
+		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(1500) }),
+		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync), topology.WithPollSize(1+r.IntN(300))))
 	for _, rec := range reseqCrashLog() {
 		topologytest.Pipe(d, sTypes[rec.ty].decl, rec.ev)
 	}

@@ -23,9 +23,9 @@ type Note struct {
 func ExampleSourceNode_Resequence() {
 	tb := &exampleTB{}
 	defer tb.done()
-	notes := stream.DeclareFunc(1, func(n Note) string { return n.Key }, stream.Sequence(func(n Note) uint64 { return n.Seq }))
+	notes := stream.DeclareFunc(1, func(n Note) string { return n.Key }, stream.WithSequence(func(n Note) uint64 { return n.Seq }))
 	t := topology.New("notes")
-	src := topology.Source[string](t, "notes").Resequence(topology.GapPolicy(stream.GapSkip, time.Minute))
+	src := topology.Source[string](t, "notes").Resequence(topology.WithGapPolicy(stream.GapSkip, time.Minute))
 	log := topology.NewTable[string, string](t, "log", stream.JSON[string]())
 	topology.Project(topology.On(src, notes), log, func(v *string, n Note) error { *v += n.Text; return nil })
 	d := topologytest.NewDriver(tb, t)

@@ -36,15 +36,15 @@ func sevFold(f func(*PState, PEv)) func(*PState, SEv) {
 }
 
 var (
-	sAcquire = stream.DeclareFunc(1, sevKey, stream.Sequence(sevSeq), stream.Fence(planner.Acquire))
-	sSum     = stream.DeclareFunc(2, sevKey, stream.Sequence(sevSeq), stream.Reduce(algebra.Fold(func(a, b SEv) SEv {
+	sAcquire = stream.DeclareFunc(1, sevKey, stream.WithSequence(sevSeq), stream.WithFence(planner.Acquire))
+	sSum     = stream.DeclareFunc(2, sevKey, stream.WithSequence(sevSeq), stream.WithReduce(algebra.Fold(func(a, b SEv) SEv {
 		a.Amt += b.Amt
 		a.Count += b.Count
 		return a
 	})))
-	sPlain   = stream.DeclareFunc(3, sevKey, stream.Sequence(sevSeq))
-	sRelease = stream.DeclareFunc(4, sevKey, stream.Sequence(sevSeq), stream.Fence(planner.Release))
-	sAcqRel  = stream.DeclareFunc(7, sevKey, stream.Sequence(sevSeq), stream.Fence(planner.AcqRel))
+	sPlain   = stream.DeclareFunc(3, sevKey, stream.WithSequence(sevSeq))
+	sRelease = stream.DeclareFunc(4, sevKey, stream.WithSequence(sevSeq), stream.WithFence(planner.Release))
+	sAcqRel  = stream.DeclareFunc(7, sevKey, stream.WithSequence(sevSeq), stream.WithFence(planner.AcqRel))
 	// sFree is unsequenced: it passes through the re-sequencer.
 	sFree = stream.DeclareFunc(9, sevKey)
 )
@@ -222,10 +222,10 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 		if policy != stream.GapWait {
 			timeout = time.Hour
 		}
-		topo, table, free := reseqTopology(fl, topology.GapPolicy(policy, timeout), topology.OnDuplicate(stream.DeadLetterDuplicates))
+		topo, table, free := reseqTopology(fl, topology.WithGapPolicy(policy, timeout), topology.WithDuplicatePolicy(stream.DeadLetterDuplicates))
 		next := 0
-		d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(partitions),
-			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(partitions),
+			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, r := range log {
 			decl := sFree

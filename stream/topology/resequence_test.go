@@ -127,7 +127,7 @@ func TestResequencerBadSequenceHeadersAreDeadLettered(t *testing.T) {
 }
 
 func TestResequencerHugeGapIsHeldNotExpanded(t *testing.T) {
-	topo, table, _ := reseqTopology(nil, topology.GapPolicy(stream.GapSkip, time.Minute))
+	topo, table, _ := reseqTopology(nil, topology.WithGapPolicy(stream.GapSkip, time.Minute))
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
 	topologytest.Pipe(d, sPlain, plains("a", math.MaxUint64-1, 1, math.MaxUint64)...)
@@ -159,8 +159,8 @@ func TestResequencerHoldBoundOverflow(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			var mu sync.Mutex
 			var notices []stream.GapNotice
-			topo, table, _ := reseqTopology(nil, topology.GapPolicy(policy, 0), topology.HoldLimits(2, 100),
-				topology.OnGapNotice(func(g stream.GapNotice) { mu.Lock(); notices = append(notices, g); mu.Unlock() }))
+			topo, table, _ := reseqTopology(nil, topology.WithGapPolicy(policy, 0), topology.WithHoldLimits(2, 100),
+				topology.WithGapNotice(func(g stream.GapNotice) { mu.Lock(); notices = append(notices, g); mu.Unlock() }))
 			d := topologytest.NewDriver(t, topo)
 			defer d.Close()
 			topologytest.Pipe(d, sPlain, plains("a", 1, 3, 4)...)
@@ -200,7 +200,7 @@ func TestResequencerHoldBoundOverflow(t *testing.T) {
 }
 
 func TestResequencerPartitionBoundOverflowGivesUpAtOnce(t *testing.T) {
-	topo, table, _ := reseqTopology(nil, topology.GapPolicy(stream.GapSkip, time.Hour), topology.HoldLimits(100, 2))
+	topo, table, _ := reseqTopology(nil, topology.WithGapPolicy(stream.GapSkip, time.Hour), topology.WithHoldLimits(100, 2))
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
 	topologytest.Pipe(d, sPlain, plains("a", 2)...)
@@ -215,7 +215,7 @@ func TestResequencerPartitionBoundOverflowGivesUpAtOnce(t *testing.T) {
 }
 
 func TestResequencerStartAtFirstSeen(t *testing.T) {
-	topo, table, _ := reseqTopology(nil, topology.SeqStart(stream.StartAtFirstSeen))
+	topo, table, _ := reseqTopology(nil, topology.WithSeqStart(stream.StartAtFirstSeen))
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
 	topologytest.Pipe(d, sPlain, plains("a", 100, 102, 101, 99)...)
@@ -234,13 +234,13 @@ func TestResequencerRefusedOptions(t *testing.T) {
 		opt  topology.ResequenceOption
 		want string
 	}{
-		{"start", topology.SeqStart(9), "topology.SeqStart"},
-		{"policy", topology.GapPolicy(9, 0), "topology.GapPolicy"},
-		{"wait with timeout", topology.GapPolicy(stream.GapWait, time.Second), "topology.GapPolicy"},
-		{"negative timeout", topology.GapPolicy(stream.GapSkip, -time.Second), "topology.GapPolicy"},
-		{"limits", topology.HoldLimits(0, 1), "topology.HoldLimits"},
-		{"duplicates", topology.OnDuplicate(7), "topology.OnDuplicate"},
-		{"notice", topology.OnGapNotice(nil), "topology.OnGapNotice"},
+		{"start", topology.WithSeqStart(9), "topology.WithSeqStart"},
+		{"policy", topology.WithGapPolicy(9, 0), "topology.WithGapPolicy"},
+		{"wait with timeout", topology.WithGapPolicy(stream.GapWait, time.Second), "topology.WithGapPolicy"},
+		{"negative timeout", topology.WithGapPolicy(stream.GapSkip, -time.Second), "topology.WithGapPolicy"},
+		{"limits", topology.WithHoldLimits(0, 1), "topology.WithHoldLimits"},
+		{"duplicates", topology.WithDuplicatePolicy(7), "topology.WithDuplicatePolicy"},
+		{"notice", topology.WithGapNotice(nil), "topology.WithGapNotice"},
 	}
 	for _, c := range cases {
 		topo, _, _ := reseqTopology(nil, c.opt)
@@ -252,16 +252,16 @@ func TestResequencerRefusedOptions(t *testing.T) {
 	src := topology.Source[string](topo, "log").Resequence()
 	tab := topology.NewTable[string, int64](topo, "t", stream.JSON[int64]())
 	topology.Project(topology.On(src, sFree), tab, func(n *int64, e SEv) error { return nil })
-	if _, err := topo.Build(); err == nil || !strings.Contains(err.Error(), "stream.Sequence") {
+	if _, err := topo.Build(); err == nil || !strings.Contains(err.Error(), "stream.WithSequence") {
 		t.Errorf("Resequence without sequenced types: %v", err)
 	}
-	if _, err := stream.DeclareFunc(1, sevKey, stream.Sequence(sevSeq)).Envelope(SEv{K: "a"}); !errors.Is(err, stream.ErrBadSequence) {
+	if _, err := stream.DeclareFunc(1, sevKey, stream.WithSequence(sevSeq)).Envelope(SEv{K: "a"}); !errors.Is(err, stream.ErrBadSequence) {
 		t.Errorf("Envelope of seq 0: %v", err)
 	}
-	if err := stream.DeclareFunc(1, sevKey, stream.Sequence(sevSeq), stream.Sequence(sevSeq)).Err(); err == nil {
+	if err := stream.DeclareFunc(1, sevKey, stream.WithSequence(sevSeq), stream.WithSequence(sevSeq)).Err(); err == nil {
 		t.Errorf("Sequence twice accepted")
 	}
-	if err := stream.DeclareFunc(1, sevKey, stream.Sequence(func(int) uint64 { return 1 })).Err(); err == nil || !strings.Contains(err.Error(), "Sequence") {
+	if err := stream.DeclareFunc(1, sevKey, stream.WithSequence(func(int) uint64 { return 1 })).Err(); err == nil || !strings.Contains(err.Error(), "Sequence") {
 		t.Errorf("mistyped Sequence: %v", err)
 	}
 }
@@ -292,7 +292,7 @@ func TestResequencerPublisherWritesSeqHeader(t *testing.T) {
 // applied twice, whichever row holds its key's next number.
 func TestResequencerNextNumbersSurviveDeltaFolding(t *testing.T) {
 	topo, table, _ := reseqTopology(nil)
-	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(1))
+	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(1))
 	defer d.Close()
 	keys := []string{"a", "b", "c"}
 	want := map[string][]uint64{}

@@ -3,11 +3,12 @@ package topology
 import (
 	"context"
 	"errors"
-	"fmt"
+
 	"log/slog"
 
 	"github.com/strand-io/strand/internal/reset"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/strerr"
 )
 
 // ErrResetRefused is wrapped by Reset when a state directory cannot be
@@ -17,7 +18,14 @@ import (
 var ErrResetRefused = reset.ErrRefused
 
 // ResetOption configures Reset.
-type ResetOption func(*resetOptions) error
+type ResetOption interface {
+	apply(*resetOptions) error
+}
+
+// resetOptionFunc adapts a function to ResetOption.
+type resetOptionFunc func(*resetOptions) error
+
+func (f resetOptionFunc) apply(c *resetOptions) error { return f(c) }
 
 type resetOptions struct {
 	dryRun bool
@@ -26,19 +34,19 @@ type resetOptions struct {
 
 // WithDryRun makes Reset change nothing and report what it would do.
 func WithDryRun() ResetOption {
-	return func(o *resetOptions) error { o.dryRun = true; return nil }
+	return resetOptionFunc(func(o *resetOptions) error { o.dryRun = true; return nil })
 }
 
 // WithResetLogger sets the logger of the store Reset opens (default: a
 // logger that discards). A nil logger is refused.
 func WithResetLogger(l *slog.Logger) ResetOption {
-	return func(o *resetOptions) error {
+	return resetOptionFunc(func(o *resetOptions) error {
 		if l == nil {
-			return errors.New("topology: WithResetLogger: nil logger")
+			return errors.New("strand: WithResetLogger: nil logger")
 		}
 		o.log = l
 		return nil
-	}
+	})
 }
 
 // ResetReport is what Reset did, or would do (DryRun).
@@ -101,13 +109,13 @@ func Reset(ctx context.Context, dir string, opts ...ResetOption) (*ResetReport, 
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			return nil, err
 		}
 	}
 	plan, err := reset.Store(ctx, dir, o.dryRun, state.WithLogger(o.log))
 	if err != nil {
-		return nil, fmt.Errorf("topology: reset %s: %w", dir, lockHint(dir, err))
+		return nil, strerr.Errorf("strand: reset %s: %w", dir, lockHint(dir, err))
 	}
 	r := &ResetReport{Dir: plan.Dir, DryRun: plan.DryRun, Origins: plan.Origins, Sequences: plan.Sequences,
 		Outbox: plan.Outbox, DeadLetters: plan.DeadLetters, text: plan.String()}

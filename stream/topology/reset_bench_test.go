@@ -19,7 +19,7 @@ func BenchmarkRebuild(b *testing.B) {
 	for range b.N {
 		seen := &calls{n: map[int]int{}}
 		topo, _ := resetTopology(true, seen)
-		d := topologytest.NewDriver(b, topo, topologytest.Partitions(4), topologytest.BatchSize(2000))
+		d := topologytest.NewDriver(b, topo, topologytest.WithPartitions(4), topologytest.WithBatchSize(2000))
 		for i := range events {
 			topologytest.Pipe(d, resetEv, Ev{K: fmt.Sprintf("k%d", i%1000), N: i, Amount: int64(i)})
 		}

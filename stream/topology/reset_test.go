@@ -224,7 +224,7 @@ func TestResetPublishesNothingTwice(t *testing.T) {
 	checkOnce(t, cl, first, 1)
 
 	changed, ctabs := resetTopology(true, seen)
-	_, err := topology.Open(ctx, changed, cl, dir, topology.WithLogger(slog.New(slog.DiscardHandler)))
+	_, err := topology.Open(ctx, changed, cl, dir, topology.WithLogger(slog.New(slog.DiscardHandler)), topology.WithInPlaceChanges(false))
 	var tc *topology.TopologyChangedError
 	if !errors.As(err, &tc) || len(tc.Changes) == 0 || tc.Changes[0].Subject != `table "counts"` || tc.Changes[0].Safety != topology.Safe {
 		t.Fatalf("Open of the changed topology = %v, want a TopologyChangedError listing the new table", err)

@@ -41,7 +41,7 @@ func TestTableFedByTwoSources(t *testing.T) {
 				sb := topology.Source[string](topo, "s/b")
 				topology.Project(topology.On(sa, incA), tbl, func(c *TwoCount, e Ev) error { c.A++; return nil })
 				topology.Project(topology.On(sb, incB), tbl, func(c *TwoCount, e Ev) error { c.B++; return nil })
-				d := topologytest.NewDriver(t, topo, topologytest.BatchSize(bs), topologytest.Partitions(parts))
+				d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(bs), topologytest.WithPartitions(parts))
 				keys := []string{"x", "y", "z", "w"}
 				for i := range 300 {
 					topologytest.PipeTo(d, "s/a", incA, Ev{K: keys[i%len(keys)]})
@@ -75,7 +75,7 @@ func TestTableFedByTwoKeyBySteps(t *testing.T) {
 	byDepotOut := topology.KeyBy(topology.On(src, leave), "out", func(e Ev) (string, error) { return fmt.Sprint("D", e.N%3), nil })
 	topology.Project(byDepotIn, tbl, func(v *depot, e Ev) error { v.In++; return nil })
 	topology.Project(byDepotOut, tbl, func(v *depot, e Ev) error { v.Out++; return nil })
-	d := topologytest.NewDriver(t, topo, topologytest.BatchSize(3), topologytest.Partitions(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(3), topologytest.WithPartitions(2))
 	for i := range 300 {
 		topologytest.Pipe(d, arrive, Ev{K: fmt.Sprint("p", i), N: i})
 		topologytest.Pipe(d, leave, Ev{K: fmt.Sprint("p", i), N: i})
@@ -101,7 +101,7 @@ func TestPermanentFailureStaysWithItsEvent(t *testing.T) {
 			t.Run(fmt.Sprintf("reduced=%v/batch=%d", reduced, bs), func(t *testing.T) {
 				var opts []stream.Option
 				if reduced {
-					opts = append(opts, stream.Reduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
+					opts = append(opts, stream.WithReduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
 						func(e Ev, v int64) Ev { e.Amount = v; return e })))
 				}
 				scan := stream.DeclareFunc(1, evKey, opts...)
@@ -115,7 +115,7 @@ func TestPermanentFailureStaysWithItsEvent(t *testing.T) {
 					*v += e.Amount
 					return nil
 				})
-				d := topologytest.NewDriver(t, topo, topologytest.BatchSize(bs))
+				d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(bs))
 				topologytest.Pipe(d, scan, Ev{K: "a", Amount: 1}, Ev{K: "a", Amount: 1009}, Ev{K: "a", Amount: 2},
 					Ev{K: "b", Amount: 4}, Ev{K: "a", Amount: 1010}, Ev{K: "a", Amount: 8})
 				d.Advance()
@@ -158,7 +158,7 @@ func TestExhaustedRetriesStayWithTheirEvent(t *testing.T) {
 				}
 				return nil
 			})
-			d := topologytest.NewDriver(t, topo, topologytest.BatchSize(bs))
+			d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(bs))
 			topologytest.Pipe(d, ev, Ev{K: "a", Amount: 1}, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
 			d.Advance()
 			if got, _, _ := tbl.Get(context.Background(), "a"); !slices.Equal(got, []int64{1}) {
@@ -210,7 +210,7 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 		return nil
 	}
 	rapid.Check(t, func(rt *rapid.T) {
-		sum := stream.DeclareFunc(1, evKey, stream.Reduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
+		sum := stream.DeclareFunc(1, evKey, stream.WithReduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
 			func(e Ev, v int64) Ev { e.Amount = v; return e })))
 		plain := stream.DeclareFunc(2, evKey)
 		topo := topology.New("batching", topology.WithWorkers(2), topology.WithRetry(maxAttempts, time.Second, time.Second))
@@ -248,8 +248,8 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 		restartEvery := rapid.IntRange(0, 4).Draw(rt, "restart every")
 
 		next := 0
-		d := topologytest.NewDriver(t, topo, topologytest.Partitions(parts),
-			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(parts),
+			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, e := range log {
 			if e.plain {

@@ -26,13 +26,13 @@ import (
 // Strand-Max-Staleness). Only with WithGroup; every instance of the group
 // should use the same n.
 func WithStandbys(n int) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if n < 0 || n > 16 {
-			return fmt.Errorf("topology.WithStandbys: %d, want 0 to 16", n)
+			return fmt.Errorf("strand: topology.WithStandbys: %d, want 0 to 16", n)
 		}
 		o.standbys = n
 		return nil
-	}
+	})
 }
 
 // StandbyStatus is how current this instance's standby copy of a
@@ -90,7 +90,7 @@ func (a *App) groupClog() *changelog.Changelog {
 // ErrNoStandby is wrapped by a stale read (ReadStandby, Table.GetStandby)
 // when this instance keeps no standby copy of the partition that was
 // current within the caller's bound: nothing stale is answered then.
-var ErrNoStandby = errors.New("topology: no standby copy of the partition here is current within the bound")
+var ErrNoStandby = errors.New("strand: no standby copy of the partition here is current within the bound")
 
 // Staleness is how stale an answer read from a standby copy may be: it
 // misses at most the commits of the last Age (the copy held every commit
@@ -116,7 +116,7 @@ type Staleness struct {
 // the owner.
 func (a *App) ReadStandby(ctx context.Context, p uint32, maxStale time.Duration, read func(ctx context.Context) error) (Staleness, error) {
 	if maxStale < 0 {
-		return Staleness{}, fmt.Errorf("topology: a stale read with a negative bound (%v)", maxStale)
+		return Staleness{}, fmt.Errorf("strand: a stale read with a negative bound (%v)", maxStale)
 	}
 	clog := a.groupClog()
 	if clog == nil {

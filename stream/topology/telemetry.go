@@ -29,13 +29,13 @@ type telemetryOptions struct {
 // the default is the global provider (otel.GetMeterProvider), a no-op
 // until the application installs an SDK.
 func WithMeterProvider(mp metric.MeterProvider) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if mp == nil {
-			return errors.New("topology.WithMeterProvider: nil meter provider")
+			return errors.New("strand: topology.WithMeterProvider: nil meter provider")
 		}
 		o.tel.mp = mp
 		return nil
-	}
+	})
 }
 
 // WithTracerProvider sets where the App's spans go: one "process <source>"
@@ -43,13 +43,13 @@ func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 // were published in. The default is the global provider
 // (otel.GetTracerProvider), a no-op until the application installs an SDK.
 func WithTracerProvider(tp trace.TracerProvider) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if tp == nil {
-			return errors.New("topology.WithTracerProvider: nil tracer provider")
+			return errors.New("strand: topology.WithTracerProvider: nil tracer provider")
 		}
 		o.tel.tp = tp
 		return nil
-	}
+	})
 }
 
 // WithPropagator sets the propagator that reads the publishers' span
@@ -58,13 +58,13 @@ func WithTracerProvider(tp trace.TracerProvider) OpenOption {
 // reads nothing until the application sets one, for example
 // propagation.TraceContext{}.
 func WithPropagator(p propagation.TextMapPropagator) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if p == nil {
-			return errors.New("topology.WithPropagator: nil propagator")
+			return errors.New("strand: topology.WithPropagator: nil propagator")
 		}
 		o.tel.prop = p
 		return nil
-	}
+	})
 }
 
 // WithEndOffsetInterval sets how often a running App asks each source for
@@ -73,13 +73,13 @@ func WithPropagator(p propagation.TextMapPropagator) OpenOption {
 // connector.EndOffsetter are asked (connectors/iggy's do, in one round trip);
 // for the others the end is what the readers polled up to.
 func WithEndOffsetInterval(d time.Duration) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if d <= 0 {
-			return fmt.Errorf("topology.WithEndOffsetInterval: %v, want more than 0", d)
+			return fmt.Errorf("strand: topology.WithEndOffsetInterval: %v, want more than 0", d)
 		}
 		o.tel.endEvery = d
 		return nil
-	}
+	})
 }
 
 // startTelemetry makes the App's instruments and returns the processor

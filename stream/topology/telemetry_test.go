@@ -362,7 +362,7 @@ func TestTelemetryCountsTheResequencer(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(ctx)
 	topo, _, _ := reseqTopology(nil)
-	d := topologytest.NewDriver(t, topo, topologytest.OpenOptions(topology.WithMeterProvider(mp)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithOpenOptions(topology.WithMeterProvider(mp)))
 	topologytest.Pipe(d, sPlain, plains("a", 3, 5, 2)...)
 	d.Advance()
 	collect := func() metricdata.ResourceMetrics {

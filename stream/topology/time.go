@@ -70,13 +70,13 @@ func CancelTimer(ctx context.Context) error { return executor.CancelTimer(ctx) }
 // comparison per batch. d must be more than 0 and at most 100 years;
 // otherwise Build refuses it. The table must be written by a projection.
 func WithTTL(d time.Duration) TableOption {
-	return func(o *tableOptions) {
+	return tableOptionFunc(func(o *tableOptions) {
 		if d <= 0 || d > 100*365*24*time.Hour {
-			o.errs = append(o.errs, fmt.Errorf("topology.WithTTL: %v, want more than 0 and at most 100 years", d))
+			o.errs = append(o.errs, fmt.Errorf("strand: topology.WithTTL: %v, want more than 0 and at most 100 years", d))
 			return
 		}
 		o.ttl = d
-	}
+	})
 }
 
 // OnTimer sets the timer handler of table, run on the partitions of src:

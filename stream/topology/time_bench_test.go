@@ -32,7 +32,7 @@ func BenchmarkTTL(b *testing.B) {
 			}
 			tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal](), opts...)
 			topology.Project(topology.On(src, tEvents), tab, func(v *tVal, e tEv) error { v.Sum += e.N; return nil })
-			d := topologytest.NewDriver(b, topo, topologytest.Partitions(2), topologytest.BatchSize(2_000))
+			d := topologytest.NewDriver(b, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(2_000))
 			b.ResetTimer()
 			for range b.N {
 				b.StopTimer()

@@ -78,9 +78,9 @@ func TestTimerCrashChild(t *testing.T) {
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 2))
 	topo, tab := timerCrashTopology()
-	d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(2),
-		topologytest.BatchSizes(func() int { return 1 + r.IntN(60) }),
-		topologytest.OpenOptions(topology.WithDurability(topology.Sync)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(2),
+		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(60) }),
+		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync)))
 	topologytest.Pipe(d, tpEvents, timerCrashLog()...)
 	fmt.Println(crashReady)
 	// The clock starts at tBase in every run: timers already fired are

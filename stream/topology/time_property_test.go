@@ -151,8 +151,8 @@ func timeProperty(rt *testing.T, seed uint64) {
 			return nil
 		})
 		next := 0
-		d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(partitions),
-			topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+		d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(partitions),
+			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 
 		model := map[string]*tpModel{}

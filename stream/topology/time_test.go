@@ -51,7 +51,7 @@ func TestDeleteRemovesTheRow(t *testing.T) {
 	src := topology.Source[string](topo, "t/events")
 	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal]())
 	topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2), topologytest.BatchSize(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(2))
 	ctx := context.Background()
 
 	topologytest.Pipe(d, tEvents, tEv{K: "a", N: 1}, tEv{K: "b", N: 2}, tEv{K: "a", Op: 1})
@@ -92,7 +92,7 @@ func TestTTLExpiresRows(t *testing.T) {
 	src := topology.Source[string](topo, "t/events")
 	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal](), topology.WithTTL(time.Hour))
 	topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2))
 	ctx := context.Background()
 
 	topologytest.Pipe(d, tEvents, tEv{K: "a", N: 1}, tEv{K: "b", N: 2})
@@ -149,7 +149,7 @@ func TestTimersFire(t *testing.T) {
 		}
 		return nil
 	})
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2))
 	ctx := context.Background()
 
 	topologytest.Pipe(d, tEvents, tEv{K: "a", Op: 2, N: 30}, tEv{K: "b", Op: 2, N: 60}, tEv{K: "c", Op: 2, N: 30}, tEv{K: "c", Op: 3})
@@ -206,7 +206,7 @@ func TestTimerHandlerEmits(t *testing.T) {
 		}
 		return nil
 	})
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2))
 	topologytest.Pipe(d, tEvents, tEv{K: "a", Op: 2, N: 10}, tEv{K: "b", Op: 2, N: 20})
 	d.Advance()
 	d.AdvanceClock(30 * time.Second)

@@ -10,7 +10,7 @@
 //	balances := topology.NewTable[AccountID, Account](t, "balances", stream.JSON[Account]())
 //	topology.Project(topology.On(src, Opened), balances, func(a *Account, e AccountOpened) error { ... })
 //	topology.Project(topology.On(src, Deposits), balances, func(a *Account, e Deposited) error { ... })
-//	topology.On(src, Closed).ForEach("notify", notifyClosed, topology.MaxBatch(100))
+//	topology.On(src, Closed).ForEach("notify", notifyClosed, topology.WithMaxBatch(100))
 //	app, err := topology.Open(ctx, t, client, dir)
 //	defer app.Close()
 //	go app.Run(ctx)
@@ -23,8 +23,8 @@
 // (aggregate into a table), ForEach (a side effect). What is new in strand
 // lives on the event declaration (package stream), because the publisher
 // must agree on it: the key (stream.Declare's Key method or DeclareFunc's
-// function), the fence (stream.Fence, stream.FenceBy) and the algebra that
-// reduces runs (stream.Reduce). A "sink" is only ever a topic strand
+// function), the fence (stream.WithFence, stream.WithFenceBy) and the algebra that
+// reduces runs (stream.WithReduce). A "sink" is only ever a topic strand
 // publishes to.
 //
 // Project is a package function, not a method of Stream, because Go methods
@@ -32,9 +32,13 @@
 //
 // # Options
 //
-// Every option is a function that checks its value: builder options
-// (Option, TableOption, ForEachOption) report a bad value from Build,
-// OpenOptions from Open, each error naming the option.
+// Every option type (Option, TableOption, ForEachOption, KeyByOption,
+// ForeignOption, ResequenceOption, OpenOption, ResetOption) is an opaque
+// interface made only by this package's With… functions, each of which
+// checks its value: builder options report a bad value from Build,
+// OpenOptions from Open, each error naming the option
+// ("strand: topology.WithRetry: …"). Errors strand returns start with
+// "strand: " once (docs/design.md §1).
 //
 // # Guarantees
 //
@@ -77,31 +81,38 @@ type Topology struct {
 }
 
 // Option configures a Topology.
-type Option func(*Topology)
+type Option interface {
+	apply(*Topology)
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Topology)
+
+func (f optionFunc) apply(c *Topology) { f(c) }
 
 // WithPoisonPolicy sets what happens to a key's later events after one of
 // its events turned out to be poison; the default is stream.PassPoison. An
 // unknown policy is refused by Build.
 func WithPoisonPolicy(p stream.PoisonPolicy) Option {
-	return func(t *Topology) {
+	return optionFunc(func(t *Topology) {
 		if p != stream.PassPoison && p != stream.HoldPoisonedKey {
-			t.errs = append(t.errs, fmt.Errorf("topology.WithPoisonPolicy: unknown policy %d", uint8(p)))
+			t.errs = append(t.errs, fmt.Errorf("strand: topology.WithPoisonPolicy: unknown policy %d", uint8(p)))
 			return
 		}
 		t.spec.Poison = p
-	}
+	})
 }
 
 // WithWorkers bounds how many keys of one batch run at once (per partition);
 // the default is GOMAXPROCS. A count below 1 is refused by Build.
 func WithWorkers(n int) Option {
-	return func(t *Topology) {
+	return optionFunc(func(t *Topology) {
 		if n < 1 {
-			t.errs = append(t.errs, fmt.Errorf("topology.WithWorkers: %d workers, want at least 1", n))
+			t.errs = append(t.errs, fmt.Errorf("strand: topology.WithWorkers: %d workers, want at least 1", n))
 			return
 		}
 		t.spec.Workers = n
-	}
+	})
 }
 
 // WithRetry sets how many tries a failing record gets before its run is
@@ -113,14 +124,14 @@ func WithWorkers(n int) Option {
 // retry gets past that record and the key fails further on. Attempts below
 // 1, a backoff of 0 or less, or max below backoff are refused by Build.
 func WithRetry(attempts int, backoff, max time.Duration) Option {
-	return func(t *Topology) {
+	return optionFunc(func(t *Topology) {
 		if attempts < 1 || backoff <= 0 || max < backoff {
-			t.errs = append(t.errs, fmt.Errorf("topology.WithRetry: %d attempts, backoff %v up to %v; want attempts >= 1 and 0 < backoff <= max",
+			t.errs = append(t.errs, fmt.Errorf("strand: topology.WithRetry: %d attempts, backoff %v up to %v; want attempts >= 1 and 0 < backoff <= max",
 				attempts, backoff, max))
 			return
 		}
 		t.spec.MaxAttempts, t.spec.Backoff, t.spec.MaxBackoff = attempts, backoff, max
-	}
+	})
 }
 
 // New starts a topology named name. The name is part of its fingerprint.
@@ -129,7 +140,7 @@ func New(name string, opts ...Option) *Topology {
 	t.spec.Name = name
 	for _, o := range opts {
 		if o != nil {
-			o(t)
+			o.apply(t)
 		}
 	}
 	return t
@@ -261,28 +272,35 @@ func (s *Stream[K, E]) check(what string) bool {
 }
 
 // ForEachOption configures a ForEach step.
-type ForEachOption func(*forEachOptions) error
+type ForEachOption interface {
+	apply(*forEachOptions) error
+}
+
+// forEachOptionFunc adapts a function to ForEachOption.
+type forEachOptionFunc func(*forEachOptions) error
+
+func (f forEachOptionFunc) apply(c *forEachOptions) error { return f(c) }
 
 type forEachOptions struct{ maxBatch int }
 
-// MaxBatch sets the most events a ForEach function gets in one call; runs
+// WithMaxBatch sets the most events a ForEach function gets in one call; runs
 // longer than that are handed over in chunks, one after another. The
 // default (0) hands each reduced run over whole. A negative n is refused by
 // Build.
-func MaxBatch(n int) ForEachOption {
-	return func(o *forEachOptions) error {
+func WithMaxBatch(n int) ForEachOption {
+	return forEachOptionFunc(func(o *forEachOptions) error {
 		if n < 0 {
-			return fmt.Errorf("topology.MaxBatch: %d, want 0 (whole runs) or more", n)
+			return fmt.Errorf("strand: topology.WithMaxBatch: %d, want 0 (whole runs) or more", n)
 		}
 		o.maxBatch = n
 		return nil
-	}
+	})
 }
 
 // ForEach attaches fn, named name, to the stream: a side effect (Kafka
 // Streams' foreach) such as a call to a web service. fn gets the events of
 // one key and one run at a time, reduced by the type's algebra, in chunks
-// of at most MaxBatch events. Delivery is at-least-once: after a crash, or
+// of at most WithMaxBatch events. Delivery is at-least-once: after a crash, or
 // when another handler of the same run fails and the run is retried, fn may
 // see events again; keep exactly-once state in tables. fn runs concurrently
 // for different keys. A panic in fn is turned into an error of its key.
@@ -297,7 +315,7 @@ func (s *Stream[K, E]) ForEach(name string, fn func(ctx context.Context, key K, 
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
+		if err := opt.apply(&o); err != nil {
 			s.src.t.errs = append(s.src.t.errs, fmt.Errorf("source %q: type tag %d (%s): ForEach %q: %w",
 				n.name, s.decl.Tag(), s.decl.Name(), name, err))
 			return s
@@ -393,7 +411,14 @@ func (t *Topology) table(a state.Attacher) *tableNode {
 }
 
 // TableOption configures a table (NewTable).
-type TableOption func(*tableOptions)
+type TableOption interface {
+	apply(*tableOptions)
+}
+
+// tableOptionFunc adapts a function to TableOption.
+type tableOptionFunc func(*tableOptions)
+
+func (f tableOptionFunc) apply(c *tableOptions) { f(c) }
 
 type tableOptions struct {
 	keys    any
@@ -402,15 +427,15 @@ type tableOptions struct {
 	errs    []error
 }
 
-// TableKeys sets the key codec of a table; the default is
+// WithTableKeys sets the key codec of a table; the default is
 // stream.DefaultKeyCodec[K](). It must encode keys like the declarations of
 // the events projected into the table.
-func TableKeys[K any](c stream.Codec[K]) TableOption {
-	return func(o *tableOptions) { o.keys = c }
+func WithTableKeys[K any](c stream.Codec[K]) TableOption {
+	return tableOptionFunc(func(o *tableOptions) { o.keys = c })
 }
 
 // NewTable adds a table named name, with values of type V encoded by values
-// and keys of type K (stream.DefaultKeyCodec[K], or TableKeys). Once an App
+// and keys of type K (stream.DefaultKeyCodec[K], or WithTableKeys). Once an App
 // of the topology is open, Get and Scan read it, consistent with the last
 // commit. A nil values codec, a key type without a ready-made codec, or a
 // name used twice is refused by Build.
@@ -418,7 +443,7 @@ func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts .
 	var o tableOptions
 	for _, opt := range opts {
 		if opt != nil {
-			opt(&o)
+			opt.apply(&o)
 		}
 	}
 	tn := tableNode{name: name, typ: fmt.Sprintf("%s→%s", reflect.TypeFor[K](), reflect.TypeFor[V]()), hasValues: values != nil}
@@ -455,7 +480,7 @@ func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts .
 }
 
 // ErrBuild is wrapped by every error Build returns.
-var ErrBuild = errors.New("topology: build refused")
+var ErrBuild = errors.New("strand: build refused")
 
 // Build checks the topology and compiles it into a Program. It
 // refuses, with one error naming every problem (and wrapping ErrBuild and

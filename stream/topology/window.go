@@ -105,7 +105,14 @@ func (p LatePolicy) String() string {
 var ErrLate = executor.ErrLate
 
 // WindowOption configures a window table (NewWindowTable).
-type WindowOption func(*windowOptions)
+type WindowOption interface {
+	apply(*windowOptions)
+}
+
+// windowOptionFunc adapts a function to WindowOption.
+type windowOptionFunc func(*windowOptions)
+
+func (f windowOptionFunc) apply(c *windowOptions) { f(c) }
 
 type windowOptions struct {
 	cfg          executor.WindowConfig
@@ -120,13 +127,13 @@ type windowOptions struct {
 // as an event at or after its end is seen). d must be 0 or more and at
 // most 100 years.
 func WithGrace(d time.Duration) WindowOption {
-	return func(o *windowOptions) {
+	return windowOptionFunc(func(o *windowOptions) {
 		if d < 0 || d > 100*365*24*time.Hour {
-			o.errs = append(o.errs, fmt.Errorf("topology.WithGrace: %v, want 0 or more and at most 100 years", d))
+			o.errs = append(o.errs, fmt.Errorf("strand: topology.WithGrace: %v, want 0 or more and at most 100 years", d))
 			return
 		}
 		o.cfg.Grace = d
-	}
+	})
 }
 
 // WithRetention keeps each closed window queryable until the stream time
@@ -134,13 +141,13 @@ func WithGrace(d time.Duration) WindowOption {
 // and at most 100 years; the default is 24 hours (or the grace, if
 // longer).
 func WithRetention(d time.Duration) WindowOption {
-	return func(o *windowOptions) {
+	return windowOptionFunc(func(o *windowOptions) {
 		if d < 0 || d > 100*365*24*time.Hour {
-			o.errs = append(o.errs, fmt.Errorf("topology.WithRetention: %v, want 0 or more and at most 100 years", d))
+			o.errs = append(o.errs, fmt.Errorf("strand: topology.WithRetention: %v, want 0 or more and at most 100 years", d))
 			return
 		}
 		o.cfg.Retention, o.retentionSet = d, true
-	}
+	})
 }
 
 // WithIdleness makes time pass on idle partitions: once a partition has
@@ -151,39 +158,39 @@ func WithRetention(d time.Duration) WindowOption {
 // emitted without new records. The default, 0, keeps the stream time
 // still while no record comes. d must be 0 or more and at most 100 years.
 func WithIdleness(d time.Duration) WindowOption {
-	return func(o *windowOptions) {
+	return windowOptionFunc(func(o *windowOptions) {
 		if d < 0 || d > 100*365*24*time.Hour {
-			o.errs = append(o.errs, fmt.Errorf("topology.WithIdleness: %v, want 0 (never) or more and at most 100 years", d))
+			o.errs = append(o.errs, fmt.Errorf("strand: topology.WithIdleness: %v, want 0 (never) or more and at most 100 years", d))
 			return
 		}
 		o.cfg.Idleness = d
-	}
+	})
 }
 
 // WithLateEvents sets what happens to late events (LateCount, the
 // default, or LateDeadLetter).
 func WithLateEvents(p LatePolicy) WindowOption {
-	return func(o *windowOptions) {
+	return windowOptionFunc(func(o *windowOptions) {
 		switch p {
 		case LateCount, LateDeadLetter:
 			o.cfg.DeadLetterLate = p == LateDeadLetter
 		default:
-			o.errs = append(o.errs, fmt.Errorf("topology.WithLateEvents: unknown policy %d", p))
+			o.errs = append(o.errs, fmt.Errorf("strand: topology.WithLateEvents: unknown policy %d", p))
 		}
-	}
+	})
 }
 
 // WithMerge gives a session table the function that combines the
 // aggregates of two sessions an event joins (a holds the earlier events).
 // Session tables need it; A must be the table's aggregate type.
 func WithMerge[A any](merge func(a, b A) A) WindowOption {
-	return func(o *windowOptions) {
+	return windowOptionFunc(func(o *windowOptions) {
 		if merge == nil {
-			o.errs = append(o.errs, fmt.Errorf("topology.WithMerge: nil function"))
+			o.errs = append(o.errs, fmt.Errorf("strand: topology.WithMerge: nil function"))
 			return
 		}
 		o.merge = merge
-	}
+	})
 }
 
 // WindowTable holds the windows of a window table: per key, its windows'
@@ -217,7 +224,7 @@ func NewWindowTable[K, A any](t *Topology, name string, windows Windows, values 
 	o := windowOptions{}
 	for _, opt := range opts {
 		if opt != nil {
-			opt(&o)
+			opt.apply(&o)
 		}
 	}
 	o.cfg.Shape = windows.shape

@@ -43,9 +43,9 @@ func TestWindowCrashChild(t *testing.T) {
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 2))
 	topo, wt := wTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second), topology.WithIdleness(time.Minute))
-	d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(2),
-		topologytest.BatchSizes(func() int { return 1 + r.IntN(60) }),
-		topologytest.OpenOptions(topology.WithDurability(topology.Sync)))
+	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(2),
+		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(60) }),
+		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync)))
 	log := windowCrashLog()
 	topologytest.Pipe(d, wEvents, log...)
 	fmt.Println(crashReady)

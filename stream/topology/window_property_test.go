@@ -223,8 +223,8 @@ func windowProperty(t *testing.T, seed uint64) {
 	restart := in(0, 5)
 	dir := t.TempDir()
 	next := 0
-	d := topologytest.NewDriver(t, topo, topologytest.Dir(dir), topologytest.Partitions(partitions),
-		topologytest.BatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
+	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(partitions),
+		topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 	defer d.Close()
 	m.part = func(k string) uint32 { return d.PartitionOf([]byte(k)) }
 	desc := fmt.Sprintf("seed %d (STRAND_WINDOW_SEED=%[1]d replays it), %s size %d adv %d gap %d grace %d retention %d idle %d dead-letter %v, %d partitions",

@@ -77,7 +77,7 @@ func wCounters(d *topologytest.Driver) stream.Counters {
 
 func TestTumblingWindowsCloseAndEmitOnce(t *testing.T) {
 	topo, wt := wTopology(topology.Tumbling(10*time.Second), topology.WithGrace(5*time.Second))
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(1), topologytest.BatchSize(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(1), topologytest.WithBatchSize(2))
 	ctx := context.Background()
 
 	topologytest.Pipe(d, wEvents, wEv{K: "a", At: 1, N: 1}, wEv{K: "a", At: 9, N: 2}, wEv{K: "b", At: 3, N: 10},

@@ -47,13 +47,13 @@ var ErrDiskFull = state.ErrDiskFull
 // not survive (it would stop the process). Make it larger than what other
 // writers to the same disk may write between two commits.
 func WithDiskReserve(bytes int64) OpenOption {
-	return func(o *openOptions) error {
+	return openOptionFunc(func(o *openOptions) error {
 		if bytes < 0 {
-			return fmt.Errorf("topology.WithDiskReserve: %d bytes, want 0 or more", bytes)
+			return fmt.Errorf("strand: topology.WithDiskReserve: %d bytes, want 0 or more", bytes)
 		}
 		o.reserve = &bytes
 		return nil
-	}
+	})
 }
 
 // checkSources checks that every source is still the log the state was

@@ -216,7 +216,7 @@ func openInstance(ctx context.Context, cfg InstanceConfig, log *slog.Logger) (*i
 		_ = cl.Close()
 		return nil, err
 	}
-	qopts := []queryserver.Option{queryserver.Table(balances), queryserver.WithLogger(log)}
+	qopts := []queryserver.Option{queryserver.WithTable(balances), queryserver.WithLogger(log)}
 	if cfg.Group && cfg.Router != "default" {
 		qopts = append(qopts, queryserver.WithRouter(GroupRouter(app)))
 	}

@@ -31,8 +31,12 @@ import (
 // ones are in Extra ("local_p50", ...).
 func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Result, error) {
 	res := Result{Scenario: "scaleout-query", Variant: variant, Codec: string(o.Codec), Extra: map[string]float64{}}
-	if variant != "get" && variant != QueryWriting {
-		return res, fmt.Errorf("scaleout: query: unknown variant %q (want get or %s)", variant, QueryWriting)
+	if variant != "get" && variant != QueryWriting && variant != QueryWritingWait {
+		return res, fmt.Errorf("scaleout: query: unknown variant %q (want get, %s or %s)", variant, QueryWriting, QueryWritingWait)
+	}
+	writing, query := variant != "get", ""
+	if variant == QueryWritingWait {
+		query = "?wait=1"
 	}
 	log, err := workload.Encode(o.base(), workload.NewDecls(o.Codec))
 	if err != nil {
@@ -99,11 +103,11 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	queries := max(o.Queries, 1)
 	keys := [2][]workload.AccountID{local, remote}
 	// A warm-up round (connections, caches), then the measured one.
-	if _, err := queryRound(ctx, ps[0].addr, keys, ref, clients, min(queries/clients, 200)); err != nil {
+	if _, err := queryRound(ctx, ps[0].addr, query, keys, ref, clients, min(queries/clients, 200)); err != nil {
 		return res, err
 	}
 	var stopWriting func() (int, error)
-	if variant == QueryWriting {
+	if writing {
 		if stopWriting, err = writeBesideQueries(ctx, b, parts); err != nil {
 			return res, err
 		}
@@ -113,7 +117,7 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 		return res, err
 	}
 	start := time.Now()
-	lat, err := queryRound(ctx, ps[0].addr, keys, ref, clients, queries/clients)
+	lat, err := queryRound(ctx, ps[0].addr, query, keys, ref, clients, queries/clients)
 	if stopWriting != nil {
 		n, werr := stopWriting()
 		res.Extra["written"] = float64(n)
@@ -137,7 +141,10 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 	res.Extra["accounts"] = float64(len(ref))
 	res.Verified = true
 	res.Note = fmt.Sprintf("2 instance processes, %d client(s), gets sent to one instance alternating its own keys and the other's (router: %s); CPU s is this process's (the clients)", clients, o.router())
-	if variant == QueryWriting {
+	if query != "" {
+		res.Note += "; gets with ?wait=1 (the answer holds every commit returned before the request: it waits for the changelog)"
+	}
+	if writing {
 		res.Note += fmt.Sprintf("; meanwhile %.0f messages without strand headers were written to every partition (each commit dead-letters them: commits that change no balance)", res.Extra["written"])
 	}
 	return res, stopAll(ps)
@@ -149,6 +156,12 @@ func ScaleoutQuery(ctx context.Context, o ScaleoutOptions, variant string) (Resu
 // changing no balance), so that a get often follows a commit its
 // partition's changelog has not confirmed yet.
 const QueryWriting = "get-writing"
+
+// QueryWritingWait is QueryWriting with gets that wait (?wait=1): each
+// answer holds every commit that returned before its request, so in a
+// group it waits until the partition's changelog confirmed them; the
+// default get answers the newest confirmed view without waiting.
+const QueryWritingWait = "get-writing-wait"
 
 // writeBesideQueries starts the writer of QueryWriting; the function it
 // returns stops it and says how many messages it wrote.
@@ -193,10 +206,10 @@ func writeBesideQueries(ctx context.Context, b *scaleoutBroker, parts uint32) (f
 }
 
 // queryRound runs clients clients at once against the query server at
-// addr, each making per gets of keys[0] (local) and per of keys[1]
+// addr (query appended to every get's URL), each making per gets of keys[0] (local) and per of keys[1]
 // (forwarded), alternating, and checking every answer against ref. It
 // returns the latencies of each kind.
-func queryRound(ctx context.Context, addr string, keys [2][]workload.AccountID, ref map[workload.AccountID]workload.Account, clients, per int) ([2][]time.Duration, error) {
+func queryRound(ctx context.Context, addr, query string, keys [2][]workload.AccountID, ref map[workload.AccountID]workload.Account, clients, per int) ([2][]time.Duration, error) {
 	var lat [2][]time.Duration
 	var mu sync.Mutex
 	var firstErr error
@@ -209,7 +222,7 @@ func queryRound(ctx context.Context, addr string, keys [2][]workload.AccountID, 
 			for i := range 2 * per {
 				kind := i % 2
 				id := keys[kind][(c*per+i/2)*7919%len(keys[kind])]
-				d, got, err := timedGet(ctx, hc, addr, id)
+				d, got, err := timedGet(ctx, hc, addr, query, id)
 				if err == nil && got != ref[id] {
 					err = fmt.Errorf("account %d: got %+v, want %+v", id, got, ref[id])
 				}
@@ -231,9 +244,9 @@ func queryRound(ctx context.Context, addr string, keys [2][]workload.AccountID, 
 }
 
 // timedGet gets one account and returns how long the request took.
-func timedGet(ctx context.Context, hc *http.Client, addr string, id workload.AccountID) (time.Duration, workload.Account, error) {
+func timedGet(ctx context.Context, hc *http.Client, addr, query string, id workload.AccountID) (time.Duration, workload.Account, error) {
 	var a workload.Account
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/tables/balances/%d", addr, id), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/tables/balances/%d%s", addr, id, query), nil)
 	if err != nil {
 		return 0, a, err
 	}

@@ -65,7 +65,7 @@ func (p ScaleoutPlan) Jobs() ([][]ScaleoutJob, error) {
 		case "query":
 			for _, c := range p.Clients {
 				sc := fmt.Sprintf("%squery:%d", ScaleoutPrefix, c)
-				out = append(out, []ScaleoutJob{{sc, "get"}, {sc, QueryWriting}})
+				out = append(out, []ScaleoutJob{{sc, "get"}, {sc, QueryWriting}, {sc, QueryWritingWait}})
 			}
 		default:
 			return nil, fmt.Errorf("scaleout: unknown measurement %q (want %s)", part, strings.Join(ScaleoutParts, ", "))

@@ -26,7 +26,12 @@ type Topo struct {
 // NewTopology returns the program of bank.NewTopology for d's codec,
 // reading Source, with the same name, table and folds (so the same
 // fingerprint).
-func NewTopology(d Decls, workers int) (*Topo, error) {
+func NewTopology(d Decls, workers int) (*Topo, error) { return NewTopologyVersion(d, workers, 0) }
+
+// NewTopologyVersion is NewTopology with the balances table declared at
+// version (0: none): a store written by another version rebuilds the
+// table in the background (docs/design.md §19).
+func NewTopologyVersion(d Decls, workers int, version uint32) (*Topo, error) {
 	ev := d.Events
 	keys, err := stream.DefaultKeyCodec[AccountID]()
 	if err != nil {
@@ -37,6 +42,7 @@ func NewTopology(d Decls, workers int) (*Topo, error) {
 		values = stream.Binary[Account]()
 	}
 	bal := state.NewTable[AccountID, Account]("balances", keys, values)
+	bal.SetVersion(version)
 	prog, err := executor.NewProgram(executor.Spec{
 		Name:    bank.TopologyName(ev.Codec),
 		Workers: workers,

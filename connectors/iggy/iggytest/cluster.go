@@ -28,11 +28,11 @@ type Cluster struct {
 // WithCluster makes GetClusterMetadata describe a cluster instead of the
 // default single node ("single-node"/"iggy-node", leader, healthy).
 func WithCluster(cl Cluster) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		cp := cl
 		cp.Others = append([]ClusterNode(nil), cl.Others...)
 		c.cluster = &cp
-	}
+	})
 }
 
 const (

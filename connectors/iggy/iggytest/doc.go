@@ -110,4 +110,9 @@
 // DropConnections, RefuseConnections, FailNext, DelayNext and Control let a
 // test cut connections, refuse new ones, fail or delay chosen commands, or
 // answer them itself, to prove that clients recover.
+//
+// # Options
+//
+// Option is an opaque interface made only by this package's With…
+// functions (WithAddr, WithCredentials, WithLimits, …).
 package iggytest

@@ -11,7 +11,7 @@ import (
 	ierror "github.com/apache/iggy/foreign/go/errors"
 )
 
-func withSegmentBytes(n int64) Option { return func(c *config) { c.segmentBytes = n } }
+func withSegmentBytes(n int64) Option { return optionFunc(func(c *config) { c.segmentBytes = n }) }
 
 func durable(t *testing.T, dir string, opts ...Option) target {
 	t.Helper()

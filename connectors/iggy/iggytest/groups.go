@@ -36,7 +36,7 @@ const (
 // and rebalancing_check_interval do (defaults 30s and 5s). Values ≤ 0 keep
 // the defaults.
 func WithRebalancing(timeout, every time.Duration) Option {
-	return func(c *config) { c.rebalanceTimeout, c.rebalanceEvery = timeout, every }
+	return optionFunc(func(c *config) { c.rebalanceTimeout, c.rebalanceEvery = timeout, every })
 }
 
 type group struct {

@@ -68,7 +68,7 @@ type Limits struct {
 // WithLimits sets the limits on clients (see Limits); zero fields keep
 // their defaults.
 func WithLimits(l Limits) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if l.MaxConnections > 0 {
 			c.limits.maxConns = l.MaxConnections
 		}
@@ -87,7 +87,7 @@ func WithLimits(l Limits) Option {
 		if l.LoginTimeout != 0 {
 			c.limits.loginTimeout = l.LoginTimeout
 		}
-	}
+	})
 }
 
 func defaultLimits() limits {

@@ -18,7 +18,7 @@ const heartbeatThreshold = 1.2
 // about 5 s drops healthy SDK clients too. The default (d ≤ 0) is off, as
 // in the server's default configuration.
 func WithHeartbeat(interval time.Duration) Option {
-	return func(c *config) { c.heartbeat = interval }
+	return optionFunc(func(c *config) { c.heartbeat = interval })
 }
 
 func (s *Server) heartbeatLoop() {

@@ -96,7 +96,7 @@ func (e *DamageError) Error() string {
 // lost stream) are dropped with a warning, topic directories that no
 // metadata refers to are moved aside, and consumer offsets past the end of
 // the log are lowered to it. Every repair step is logged at warn level.
-func WithRepair() Option { return func(c *config) { c.repair = true } }
+func WithRepair() Option { return optionFunc(func(c *config) { c.repair = true }) }
 
 const damagedDirName = "damaged"
 

@@ -16,11 +16,11 @@ const defaultCacheBytes = 64 << 20
 // InvalidTopicSize), as the server does. With a data directory every
 // segment is one file. n ≤ 0 keeps the default.
 func WithSegmentSize(n int64) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if n > 0 {
 			c.segmentBytes = n
 		}
-	}
+	})
 }
 
 // WithCacheSize bounds the message bytes a durable broker (WithDataDir)
@@ -30,11 +30,11 @@ func WithSegmentSize(n int64) Option {
 // default is 64 MiB; n ≤ 0 keeps it. Without a data directory every
 // message is in memory and the option has no effect.
 func WithCacheSize(n int64) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if n > 0 {
 			c.cacheBytes = n
 		}
-	}
+	})
 }
 
 // WithMessageCleaner turns on retention as server 0.8.0 enforces it with
@@ -48,7 +48,7 @@ func WithCacheSize(n int64) Option {
 // (First starts after them) and, with a data directory, from disk. The
 // server's default is off (d ≤ 0), as here.
 func WithMessageCleaner(interval time.Duration) Option {
-	return func(c *config) { c.cleaner = interval }
+	return optionFunc(func(c *config) { c.cleaner = interval })
 }
 
 func (s *Server) cleanerLoop() {

@@ -31,7 +31,7 @@ const (
 
 // WithProtocol selects the protocols the listener speaks; the default is
 // ProtocolAuto.
-func WithProtocol(p Protocol) Option { return func(c *config) { c.protocol = p } }
+func WithProtocol(p Protocol) Option { return optionFunc(func(c *config) { c.protocol = p }) }
 
 // String names the protocol selection.
 func (p Protocol) String() string {
@@ -221,7 +221,7 @@ func (c *conn) legacy(cmd Command, payload []byte) (wire.Status, []byte, error) 
 	}
 	st, n, perr := wire.ParseLegacyReplyHeader(cc.buf)
 	if perr != nil || int(n) != len(cc.buf)-wire.LegacyHeaderSize {
-		return 0, nil, fmt.Errorf("iggytest: a legacy handler answered %d bytes for command %v: %v", len(cc.buf), cmd, perr)
+		return 0, nil, fmt.Errorf("strand: iggytest: a legacy handler answered %d bytes for command %v: %v", len(cc.buf), cmd, perr)
 	}
 	return st, cc.buf[wire.LegacyHeaderSize:], nil
 }
@@ -303,4 +303,4 @@ func (c *conn) register012(q *wire.RequestHeader, body []byte) error {
 	return c.reply012(q, 0, rep.Append(nil))
 }
 
-var errNoTranslation = errors.New("iggytest: no 0.12.0 translation")
+var errNoTranslation = errors.New("strand: iggytest: no 0.12.0 translation")

@@ -6,7 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
-	"fmt"
+
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -16,11 +16,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/internal/xxh32"
 )
 
 // Option configures a Server built by NewServer.
-type Option func(*config)
+type Option interface {
+	apply(*config)
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	addr             string
@@ -50,7 +58,7 @@ type config struct {
 
 // WithAddr sets the TCP address to listen on. The default is
 // "127.0.0.1:0": loopback, a port chosen by the kernel (read it with Addr).
-func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
+func WithAddr(addr string) Option { return optionFunc(func(c *config) { c.addr = addr }) }
 
 // WithCredentials sets the root user's name and password, "iggy"/"iggy" by
 // default as in server 0.8.0. The root user has id 0 and every permission,
@@ -59,7 +67,7 @@ func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
 // whose record was changed (ChangePassword, UpdateUser) keeps the logged
 // record, as the server keeps its root user after the first start.
 func WithCredentials(user, password string) Option {
-	return func(c *config) { c.user, c.pass = user, password }
+	return optionFunc(func(c *config) { c.user, c.pass = user, password })
 }
 
 // WithPersonalAccessToken makes token a valid, never-expiring personal
@@ -67,7 +75,9 @@ func WithCredentials(user, password string) Option {
 // LoginWithPersonalAccessToken, in addition to the tokens created through
 // the protocol (CreatePersonalAccessToken). An unknown token is refused
 // with status 20 (ResourceNotFound), as the server answers.
-func WithPersonalAccessToken(token string) Option { return func(c *config) { c.token = token } }
+func WithPersonalAccessToken(token string) Option {
+	return optionFunc(func(c *config) { c.token = token })
+}
 
 // WithDataDir makes the broker durable: users, streams, topics,
 // partitions, consumer groups, messages and consumer offsets are kept in
@@ -85,17 +95,17 @@ func WithPersonalAccessToken(token string) Option { return func(c *config) { c.t
 // WithRepair). A write that fails (a full disk) is cut back, so the files
 // stay intact and writes succeed again once there is room. The default is
 // in memory.
-func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
+func WithDataDir(dir string) Option { return optionFunc(func(c *config) { c.dataDir = dir }) }
 
 // WithSyncWrites makes a durable broker (WithDataDir) fsync every write
 // before it replies: a power loss then loses nothing acknowledged, at the
 // cost of one fsync per request.
-func WithSyncWrites() Option { return func(c *config) { c.syncWrites = true } }
+func WithSyncWrites() Option { return optionFunc(func(c *config) { c.syncWrites = true }) }
 
 // WithMaxMessageSize refuses messages whose payload is larger than n bytes
 // with status 4022 (TooBigMessagePayload). The default is the server's
 // 10,000,000 bytes; n ≤ 0 keeps the default.
-func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMsgSize = n } }
+func WithMaxMessageSize(n int) Option { return optionFunc(func(c *config) { c.maxMsgSize = n }) }
 
 // WithMaxMessagesPerPartition keeps at most n messages per partition (the
 // newest); older ones are dropped, and First/Next polls start at the oldest
@@ -103,12 +113,14 @@ func WithMaxMessageSize(n int) Option { return func(c *config) { c.maxMsgSize = 
 // their messages are dropped. This is a broker-specific cap; the server's
 // own retention (message expiry, maximum topic size) is WithMessageCleaner.
 // The default (n ≤ 0) keeps everything.
-func WithMaxMessagesPerPartition(n int) Option { return func(c *config) { c.maxPerPart = n } }
+func WithMaxMessagesPerPartition(n int) Option {
+	return optionFunc(func(c *config) { c.maxPerPart = n })
+}
 
 // WithLogger sets the logger for connection and storage events (debug level
 // for per-connection events, warn for dropped bad input, error for storage
 // failures). The default discards everything.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
 
 // Server is an in-process broker speaking Iggy server 0.8.0's TCP protocol
 // and, by default on the same listener, server 0.10's (WithProtocol).
@@ -164,7 +176,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	}
 	for _, o := range opts {
 		if o != nil {
-			o(&cfg)
+			o.apply(&cfg)
 		}
 	}
 	if cfg.rebalanceTimeout <= 0 {
@@ -180,7 +192,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	if cfg.dataDir != "" {
 		s.cache = newCache(cfg.cacheBytes)
 		if err := s.openDisk(); err != nil {
-			return nil, fmt.Errorf("iggytest: open data directory %q: %w", cfg.dataDir, err)
+			return nil, strerr.Errorf("strand: iggytest: open data directory %q: %w", cfg.dataDir, err)
 		}
 		s.mu.Lock()
 		s.ensureConfiguredToken()
@@ -194,7 +206,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		s.closeDiskOnFailure()
-		return nil, fmt.Errorf("iggytest: listen on %q: %w", cfg.addr, err)
+		return nil, strerr.Errorf("strand: iggytest: listen on %q: %w", cfg.addr, err)
 	}
 	s.ln = ln
 	s.addr = ln.Addr().String()
@@ -425,7 +437,7 @@ func (c *conn) serve() {
 	}
 }
 
-var errCloseConn = errors.New("iggytest: connection closed by the broker")
+var errCloseConn = errors.New("strand: iggytest: connection closed by the broker")
 
 // serveOne reads one request frame and writes its response.
 func (c *conn) serveOne() error {

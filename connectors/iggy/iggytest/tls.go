@@ -8,7 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
+
+	"github.com/strand-io/strand/internal/strerr"
 	"math/big"
 	"net"
 	"os"
@@ -23,7 +24,7 @@ import (
 // client that never completes it holds no other connection up. Clients use
 // the SDK's tcp.WithTLS; for tests, WriteSelfSignedCert makes a pair.
 func WithTLS(certFile, keyFile string) Option {
-	return func(c *config) { c.certFile, c.keyFile = certFile, keyFile }
+	return optionFunc(func(c *config) { c.certFile, c.keyFile = certFile, keyFile })
 }
 
 func (cfg *config) tlsConfig() (*tls.Config, error) {
@@ -32,7 +33,7 @@ func (cfg *config) tlsConfig() (*tls.Config, error) {
 	}
 	cert, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("iggytest: TLS certificate: %w", err)
+		return nil, strerr.Errorf("strand: iggytest: TLS certificate: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -913,11 +913,11 @@ func (c *conn) deleteToken(p []byte) ([]byte, error) {
 // still listed, and refused at login with status 54. d < 0 turns the
 // cleaner off; 0 keeps the default.
 func WithTokenCleaner(d time.Duration) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if d != 0 {
 			c.tokenCleaner = d
 		}
-	}
+	})
 }
 
 func (s *Server) tokenCleanerLoop() {

@@ -21,7 +21,7 @@ type fileWriter interface {
 
 // withFileWrapper makes the broker write its files through wrap.
 func withFileWrapper(wrap func(path string, f *os.File) fileWriter) Option {
-	return func(c *config) { c.wrapFile = wrap }
+	return optionFunc(func(c *config) { c.wrapFile = wrap })
 }
 
 // writeError is a failed write to a data file. The failure is logged once

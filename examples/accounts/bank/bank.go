@@ -76,7 +76,7 @@ type Events struct {
 	Deposits    *stream.Event[AccountID, Deposited]
 	Withdrawals *stream.Event[AccountID, Withdrawn]
 	Closed      *stream.Event[AccountID, AccountClosed]
-	// Sequenced: every type is declared with stream.Sequence (the events'
+	// Sequenced: every type is declared with stream.WithSequence (the events'
 	// Seq fields), and NewTopology turns the re-sequencer on.
 	Sequenced bool
 }
@@ -84,28 +84,28 @@ type Events struct {
 var (
 	jsonEvents = &Events{
 		Codec:       JSON,
-		Opened:      stream.Declare[AccountID, AccountOpened](TagOpened, stream.Fence(planner.Acquire)),
-		Deposits:    stream.Declare[AccountID, Deposited](TagDeposited, stream.Reduce(algebra.Sum(DepositAmount, WithDepositAmount))),
+		Opened:      stream.Declare[AccountID, AccountOpened](TagOpened, stream.WithFence(planner.Acquire)),
+		Deposits:    stream.Declare[AccountID, Deposited](TagDeposited, stream.WithReduce(algebra.Sum(DepositAmount, WithDepositAmount))),
 		Withdrawals: stream.Declare[AccountID, Withdrawn](TagWithdrawn),
-		Closed:      stream.Declare[AccountID, AccountClosed](TagClosed, stream.Fence(planner.Release)),
+		Closed:      stream.Declare[AccountID, AccountClosed](TagClosed, stream.WithFence(planner.Release)),
 	}
 	binaryEvents = &Events{
 		Codec: Binary,
-		Opened: stream.Declare[AccountID, AccountOpened](TagOpened, stream.Fence(planner.Acquire),
-			stream.Payload(stream.Binary[AccountOpened]())),
-		Deposits: stream.Declare[AccountID, Deposited](TagDeposited, stream.Reduce(algebra.Sum(DepositAmount, WithDepositAmount)),
-			stream.Payload(stream.Binary[Deposited]())),
+		Opened: stream.Declare[AccountID, AccountOpened](TagOpened, stream.WithFence(planner.Acquire),
+			stream.WithPayload(stream.Binary[AccountOpened]())),
+		Deposits: stream.Declare[AccountID, Deposited](TagDeposited, stream.WithReduce(algebra.Sum(DepositAmount, WithDepositAmount)),
+			stream.WithPayload(stream.Binary[Deposited]())),
 		Withdrawals: stream.Declare[AccountID, Withdrawn](TagWithdrawn,
-			stream.Payload(stream.Binary[Withdrawn]())),
-		Closed: stream.Declare[AccountID, AccountClosed](TagClosed, stream.Fence(planner.Release),
-			stream.Payload(stream.Binary[AccountClosed]())),
+			stream.WithPayload(stream.Binary[Withdrawn]())),
+		Closed: stream.Declare[AccountID, AccountClosed](TagClosed, stream.WithFence(planner.Release),
+			stream.WithPayload(stream.Binary[AccountClosed]())),
 	}
 )
 
 // Declarations returns the event declarations of codec c (JSON for any
 // unknown value). They are package-level values: immutable and shared.
 // SequencedDeclarations returns the declarations of codec c with
-// stream.Sequence on every type: the publisher writes each event's Seq into
+// stream.WithSequence on every type: the publisher writes each event's Seq into
 // its strand-seq header, and a topology of them (NewTopology) re-sequences
 // the events of each account, so they may be published out of order.
 func SequencedDeclarations(c Codec) *Events {
@@ -123,21 +123,21 @@ var (
 func sequenced(c Codec) *Events {
 	var opened, deposits, withdrawals, closed []stream.Option
 	if c == Binary {
-		opened = append(opened, stream.Payload(stream.Binary[AccountOpened]()))
-		deposits = append(deposits, stream.Payload(stream.Binary[Deposited]()))
-		withdrawals = append(withdrawals, stream.Payload(stream.Binary[Withdrawn]()))
-		closed = append(closed, stream.Payload(stream.Binary[AccountClosed]()))
+		opened = append(opened, stream.WithPayload(stream.Binary[AccountOpened]()))
+		deposits = append(deposits, stream.WithPayload(stream.Binary[Deposited]()))
+		withdrawals = append(withdrawals, stream.WithPayload(stream.Binary[Withdrawn]()))
+		closed = append(closed, stream.WithPayload(stream.Binary[AccountClosed]()))
 	}
 	return &Events{
 		Codec: c, Sequenced: true,
 		Opened: stream.Declare[AccountID, AccountOpened](TagOpened,
-			append(opened, stream.Fence(planner.Acquire), stream.Sequence(AccountOpened.SeqNo))...),
+			append(opened, stream.WithFence(planner.Acquire), stream.WithSequence(AccountOpened.SeqNo))...),
 		Deposits: stream.Declare[AccountID, Deposited](TagDeposited,
-			append(deposits, stream.Reduce(algebra.Sum(DepositAmount, WithDepositAmount)), stream.Sequence(Deposited.SeqNo))...),
+			append(deposits, stream.WithReduce(algebra.Sum(DepositAmount, WithDepositAmount)), stream.WithSequence(Deposited.SeqNo))...),
 		Withdrawals: stream.Declare[AccountID, Withdrawn](TagWithdrawn,
-			append(withdrawals, stream.Sequence(Withdrawn.SeqNo))...),
+			append(withdrawals, stream.WithSequence(Withdrawn.SeqNo))...),
 		Closed: stream.Declare[AccountID, AccountClosed](TagClosed,
-			append(closed, stream.Fence(planner.Release), stream.Sequence(AccountClosed.SeqNo))...),
+			append(closed, stream.WithFence(planner.Release), stream.WithSequence(AccountClosed.SeqNo))...),
 	}
 }
 

@@ -89,8 +89,8 @@ func TestTopologyEqualsSequentialReference(t *testing.T) {
 			ev := bank.Declarations(codec)
 			topo, balances, hourly := bank.NewTopologyWithHourly(ev, source)
 			rng := rand.New(rand.NewPCG(7, 7))
-			d := topologytest.NewDriver(t, topo, topologytest.Partitions(8),
-				topologytest.BatchSizes(func() int { return 1 + rng.IntN(300) }))
+			d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(8),
+				topologytest.WithBatchSizes(func() int { return 1 + rng.IntN(300) }))
 			w := bank.Workload{Events: 20_000, Accounts: 500, Skew: 1.2, Seed: 3}
 			g, err := bank.NewGenerator(w)
 			if err != nil {
@@ -170,7 +170,7 @@ func TestTopologyEqualsReferenceProperty(t *testing.T) {
 		n := 0
 		tb := &rapidTB{T: rt, t: t}
 		defer tb.cleanup()
-		d := topologytest.NewDriver(tb, topo, topologytest.Partitions(8), topologytest.BatchSizes(func() int {
+		d := topologytest.NewDriver(tb, topo, topologytest.WithPartitions(8), topologytest.WithBatchSizes(func() int {
 			n++
 			return sizes[n%len(sizes)]
 		}))
@@ -225,9 +225,9 @@ func (r *rapidTB) cleanup() {
 // which the sequential reference does not do.
 func TestCompareCatchesAMissingFence(t *testing.T) {
 	ev := *bank.Declarations(bank.JSON)
-	ev.Closed = stream.Declare[bank.AccountID, bank.AccountClosed](bank.TagClosed, stream.Fence(planner.Relaxed))
+	ev.Closed = stream.Declare[bank.AccountID, bank.AccountClosed](bank.TagClosed, stream.WithFence(planner.Relaxed))
 	topo, balances := bank.NewTopology(&ev, source)
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(8), topologytest.BatchSize(100))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(8), topologytest.WithBatchSize(100))
 	f := newFeed(d, 8)
 	for _, e := range []bank.Event{
 		bank.AccountOpened{Account: 1, Owner: "ann"},
@@ -249,7 +249,7 @@ func TestCompareCatchesAMissingFence(t *testing.T) {
 
 	// The real declarations keep the order.
 	topo, balances = bank.NewTopology(bank.Declarations(bank.JSON), source)
-	d = topologytest.NewDriver(t, topo, topologytest.Partitions(8), topologytest.BatchSize(100))
+	d = topologytest.NewDriver(t, topo, topologytest.WithPartitions(8), topologytest.WithBatchSize(100))
 	f = newFeed(d, 8)
 	for _, e := range []bank.Event{
 		bank.AccountOpened{Account: 1, Owner: "ann"},

@@ -37,7 +37,7 @@ func Example() {
 
 	ev := bank.Declarations(bank.JSON)
 	topo, balances := bank.NewTopology(ev, "bank/accounts")
-	d := topologytest.NewDriver(tb, topo, topologytest.Partitions(8))
+	d := topologytest.NewDriver(tb, topo, topologytest.WithPartitions(8))
 	topologytest.Pipe(d, ev.Opened, bank.AccountOpened{Account: 42, Owner: "ada"})
 	topologytest.Pipe(d, ev.Deposits, bank.Deposited{Account: 42, Amount: 100}, bank.Deposited{Account: 42, Amount: 50})
 	topologytest.Pipe(d, ev.Withdrawals, bank.Withdrawn{Account: 42, Amount: 30})

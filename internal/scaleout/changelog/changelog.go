@@ -274,6 +274,7 @@ func (c *Changelog) Forget(p uint32) {
 	c.noteUnconfirmed(p)
 	delete(c.parts, p)
 	c.mu.Unlock()
+	c.db.ResetConfirmedView(p, false)
 }
 
 // Owned reports whether p is restored and kept by this changelog.
@@ -330,6 +331,7 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch connector.Epoch
 	}
 	delete(c.parts, p)
 	c.mu.Unlock()
+	c.db.ResetConfirmedView(p, true) // reads.go: no view of p is confirmed until it is restored
 	member := c.m.ID()
 	fence, err := encodeClog(KindFence, &Meta{Epoch: epoch, Member: member, Tables: c.tables}, nil)
 	if err != nil {
@@ -386,6 +388,7 @@ func (c *Changelog) Restore(ctx context.Context, p uint32, epoch connector.Epoch
 	c.parts[p] = part
 	delete(c.unconfirmed, p)
 	c.mu.Unlock()
+	c.db.ResetConfirmedView(p, false)
 	c.log.Info("strand: partition restored", "partition", p, "epoch", epoch, "commits", res.last,
 		"applied", res.applied, "reused", res.reused, "snapshot", res.snapshot, "took", res.took.Round(time.Millisecond))
 	return nil
@@ -937,7 +940,7 @@ func snapshotHead(p uint32, id uint64, lastChunk []byte) (uint64, error) {
 
 // ErrTablesDiffer is wrapped by a restore that found rows of a writer whose
 // store numbers the topology's tables otherwise than this one.
-var ErrTablesDiffer = errors.New("stream: the instances number their tables differently")
+var ErrTablesDiffer = errors.New("strand: the instances number their tables differently")
 
 // sameTables refuses rows of a writer that numbers its tables otherwise.
 func (c *Changelog) sameTables(r *Record) error {

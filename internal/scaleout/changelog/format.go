@@ -16,7 +16,7 @@ import (
 
 // ErrBadChangelog is wrapped by errors about a changelog record that does
 // not decode.
-var ErrBadChangelog = errors.New("stream: bad changelog record")
+var ErrBadChangelog = errors.New("strand: bad changelog record")
 
 // Kind is the kind of a changelog record.
 type Kind uint8

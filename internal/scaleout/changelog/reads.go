@@ -71,3 +71,41 @@ func (c *Changelog) noteUnconfirmed(p uint32) {
 	}
 	c.unconfirmed[p] = true
 }
+
+// Confirmed reports, without waiting, whether every commit of partition p
+// up to the one whose head row is head (nil: none) is confirmed in the
+// changelog, and checks as ConfirmRead does that p may be answered here:
+// it returns an error wrapping executor.ErrFenced when p left this
+// instance with commits not confirmed, is lost, or its lease does not
+// hold. A partition not kept here whose rows were all confirmed (or never
+// this instance's) is confirmed. It implements state.ConfirmedCheck.
+func (c *Changelog) Confirmed(p uint32, head []byte) (bool, error) {
+	var seq uint64
+	if head != nil {
+		m, err := parseHead(head)
+		if err != nil {
+			return false, fmt.Errorf("partition %d: %w", p, err)
+		}
+		seq = m.Seq
+	}
+	c.mu.Lock()
+	part := c.parts[p]
+	if part == nil {
+		left := c.unconfirmed[p]
+		c.mu.Unlock()
+		if left {
+			return false, fmt.Errorf("partition %d left this instance with commits not confirmed: %w", p, executor.ErrFenced)
+		}
+		return true, nil
+	}
+	lost, epoch := part.lost, part.epoch
+	ok := head == nil || seq <= part.verified
+	c.mu.Unlock()
+	if lost {
+		return false, fmt.Errorf("partition %d left this instance: %w", p, executor.ErrFenced)
+	}
+	if e, owned := c.m.Owns(p); !owned || e != epoch {
+		return false, fmt.Errorf("partition %d is no longer this instance's (epoch %d): %w", p, epoch, executor.ErrFenced)
+	}
+	return ok, nil
+}

@@ -125,7 +125,7 @@ const flushed EventKind = 200
 // NewLoop returns a Loop over cfg.
 func NewLoop(cfg Config) (*Loop, error) {
 	if cfg.Membership == nil || cfg.Changelog == nil || cfg.Run == nil || cfg.Fenced == nil {
-		return nil, errors.New("rebalance: NewLoop needs a Membership, a Changelog, Run and Fenced")
+		return nil, errors.New("strand: NewLoop needs a Membership, a Changelog, Run and Fenced")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
@@ -143,14 +143,14 @@ func NewLoop(cfg Config) (*Loop, error) {
 		cfg.LeaveTimeout = 5 * time.Second
 	}
 	if cfg.Standbys < 0 {
-		return nil, fmt.Errorf("rebalance: %d standbys, want 0 or more", cfg.Standbys)
+		return nil, fmt.Errorf("strand: %d standbys, want 0 or more", cfg.Standbys)
 	}
 	if cfg.Standbys > 0 {
 		if _, ok := cfg.Changelog.(StandbyChangelog); !ok {
-			return nil, fmt.Errorf("rebalance: standbys need a changelog that keeps standby copies (%T does not)", cfg.Changelog)
+			return nil, fmt.Errorf("strand: standbys need a changelog that keeps standby copies (%T does not)", cfg.Changelog)
 		}
 		if cfg.Partitions == 0 {
-			return nil, errors.New("rebalance: standbys need the group's partition count")
+			return nil, errors.New("strand: standbys need the group's partition count")
 		}
 	}
 	if cfg.StandbyEvery <= 0 {

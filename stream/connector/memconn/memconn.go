@@ -6,9 +6,9 @@
 // A Broker holds topics by name. A test appends records to a topic's
 // partitions directly (Topic.Append) or publishes messages to it through a
 // sink (Topic.Send, the Broker's OpenSink), and reads back what was
-// published (Topic.Messages). A Broker made WithManualRelease keeps what is
+// published (Topic.Messages). A Broker made WithManualDelivery keeps what is
 // appended out of the readers' sight until the test releases it
-// (Topic.Release), so that a test driver hands records out batch by batch
+// (Topic.Deliver), so that a test driver hands records out batch by batch
 // (package topologytest does).
 //
 // For tests of failure handling a Topic fails polls (FailPolls) or sends
@@ -18,6 +18,10 @@
 //
 // Everything is safe for concurrent use. Records and messages handed out
 // are copies: a caller may keep and change them.
+//
+// Option is an opaque interface made only by this package's With…
+// functions (WithClock, WithManualDelivery); New refuses a bad value with
+// an error naming the option.
 package memconn
 
 import (
@@ -28,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -53,31 +58,38 @@ var (
 )
 
 // Option configures a Broker.
-type Option func(*Broker) error
+type Option interface {
+	apply(*Broker) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*Broker) error
+
+func (f optionFunc) apply(c *Broker) error { return f(c) }
 
 // WithClock sets the clock that stamps appended records (Record.Timestamp)
 // that carry no timestamp of their own; the default is time.Now. A nil
 // clock is refused.
 func WithClock(now func() time.Time) Option {
-	return func(b *Broker) error {
+	return optionFunc(func(b *Broker) error {
 		if now == nil {
-			return errors.New("memconn.WithClock: nil clock; pass a function returning the time")
+			return errors.New("strand: memconn.WithClock: nil clock; pass a function returning the time")
 		}
 		b.now = now
 		return nil
-	}
+	})
 }
 
-// WithManualRelease keeps records appended to the broker's topics (by
-// Append or by a sink) out of their readers' sight until Topic.Release
+// WithManualDelivery keeps records appended to the broker's topics (by
+// Append or by a sink) out of their readers' sight until Topic.Deliver
 // lets them through; end offsets (Topic.EndOffsets) count released
 // records only, as a broker counts what its producers have published. The
 // default releases every record when it is appended.
-func WithManualRelease() Option {
-	return func(b *Broker) error {
+func WithManualDelivery() Option {
+	return optionFunc(func(b *Broker) error {
 		b.manual = true
 		return nil
-	}
+	})
 }
 
 // New returns an empty broker, or an error naming an option that refused
@@ -88,7 +100,7 @@ func New(opts ...Option) (*Broker, error) {
 		if o == nil {
 			continue
 		}
-		if err := o(b); err != nil {
+		if err := o.apply(b); err != nil {
 			return nil, err
 		}
 	}
@@ -121,11 +133,11 @@ func (b *Broker) CreateTopic(name string, partitions uint32) (*Topic, error) {
 func (b *Broker) createLocked(name string, partitions uint32) (*Topic, error) {
 	switch {
 	case name == "":
-		return nil, errors.New("memconn: a topic needs a name")
+		return nil, errors.New("strand: memconn: a topic needs a name")
 	case partitions == 0:
-		return nil, fmt.Errorf("memconn: topic %q: a topic needs at least one partition", name)
+		return nil, fmt.Errorf("strand: memconn: topic %q: a topic needs at least one partition", name)
 	case b.topics[name] != nil:
-		return nil, fmt.Errorf("memconn: topic %q exists already", name)
+		return nil, fmt.Errorf("strand: memconn: topic %q exists already", name)
 	}
 	b.created++
 	t := &Topic{b: b, name: name, identity: fmt.Sprintf("memconn topic %q #%d", name, b.created), ids: map[[16]byte]bool{}}
@@ -145,7 +157,7 @@ func (b *Broker) DeleteTopic(name string) error {
 	delete(b.topics, name)
 	b.mu.Unlock()
 	if t == nil {
-		return fmt.Errorf("memconn: no topic %q to delete", name)
+		return fmt.Errorf("strand: memconn: no topic %q to delete", name)
 	}
 	for _, p := range t.parts {
 		p.mu.Lock()
@@ -180,7 +192,7 @@ func (b *Broker) OpenSource(_ context.Context, topic string) (connector.Source, 
 	if t := b.Topic(topic); t != nil {
 		return t, nil
 	}
-	return nil, fmt.Errorf("memconn: no source topic %q", topic)
+	return nil, fmt.Errorf("strand: memconn: no source topic %q", topic)
 }
 
 // OpenForeignSource returns topic, which must exist, as a foreign source:
@@ -190,7 +202,7 @@ func (b *Broker) OpenForeignSource(_ context.Context, topic string) (connector.S
 	if t := b.Topic(topic); t != nil {
 		return foreignSource{t}, nil
 	}
-	return nil, fmt.Errorf("memconn: no foreign source topic %q", topic)
+	return nil, fmt.Errorf("strand: memconn: no foreign source topic %q", topic)
 }
 
 // OpenSink returns topic as a sink, creating it with partitions partitions
@@ -253,7 +265,7 @@ func (t *Topic) Partitions(context.Context) (uint32, error) { return uint32(len(
 // every topic the broker creates: see connector.Identifier.
 func (t *Topic) Identity(context.Context) (string, error) {
 	if t.deleted() {
-		return "", fmt.Errorf("memconn: topic %q was deleted", t.name)
+		return "", fmt.Errorf("strand: memconn: topic %q was deleted", t.name)
 	}
 	return t.identity, nil
 }
@@ -267,7 +279,7 @@ func (t *Topic) deleted() bool {
 
 func (t *Topic) part(p uint32) (*partition, error) {
 	if int(p) >= len(t.parts) {
-		return nil, fmt.Errorf("memconn: topic %q has no partition %d (it has %d)", t.name, p, len(t.parts))
+		return nil, fmt.Errorf("strand: memconn: topic %q has no partition %d (it has %d)", t.name, p, len(t.parts))
 	}
 	return t.parts[p], nil
 }
@@ -302,9 +314,9 @@ func (pt *partition) append(r connector.Record, raw *connector.RawMessage, relea
 	return r.Offset
 }
 
-// Release lets readers see up to n more records of partition p (on a
-// broker made WithManualRelease) and returns how many it let through.
-func (t *Topic) Release(p uint32, n int) int {
+// Deliver lets readers see up to n more records of partition p (on a
+// broker made WithManualDelivery) and returns how many it let through.
+func (t *Topic) Deliver(p uint32, n int) int {
 	pt, err := t.part(p)
 	if err != nil {
 		return 0
@@ -368,7 +380,7 @@ func (t *Topic) EndOffsets(context.Context) ([]uint64, error) {
 		out[i] = end
 		pt.mu.Unlock()
 		if del {
-			return nil, fmt.Errorf("memconn: topic %q was deleted", t.name)
+			return nil, fmt.Errorf("strand: memconn: topic %q was deleted", t.name)
 		}
 	}
 	return out, nil
@@ -459,7 +471,7 @@ func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if max <= 0 {
-		return nil, fmt.Errorf("memconn: poll of %q partition %d: max %d, want at least 1", r.t.name, r.p, max)
+		return nil, fmt.Errorf("strand: memconn: poll of %q partition %d: max %d, want at least 1", r.t.name, r.p, max)
 	}
 	r.t.mu.Lock()
 	onPoll, pollErr := r.t.onPoll, r.t.pollErr
@@ -470,7 +482,7 @@ func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 	for {
 		select {
 		case <-r.closed:
-			return nil, fmt.Errorf("memconn: poll of %q partition %d: reader closed", r.t.name, r.p)
+			return nil, fmt.Errorf("strand: memconn: poll of %q partition %d: reader closed", r.t.name, r.p)
 		default:
 		}
 		if pollErr != nil {
@@ -485,7 +497,7 @@ func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 		pt.mu.Lock()
 		if pt.deleted {
 			pt.mu.Unlock()
-			return nil, fmt.Errorf("memconn: poll of %q partition %d: the topic was deleted", r.t.name, r.p)
+			return nil, fmt.Errorf("strand: memconn: poll of %q partition %d: the topic was deleted", r.t.name, r.p)
 		}
 		if r.next < uint64(pt.released) {
 			end := min(r.next+uint64(max), uint64(pt.released))
@@ -520,7 +532,7 @@ func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 		case <-wake:
 		case <-r.closed:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("memconn: poll of %q partition %d: %w", r.t.name, r.p, ctx.Err())
+			return nil, strerr.Errorf("strand: memconn: poll of %q partition %d: %w", r.t.name, r.p, ctx.Err())
 		}
 	}
 }
@@ -569,7 +581,7 @@ func (t *Topic) FailSends(n, prefix int) {
 // fails the whole call before anything is sent (as connectors/iggy's Sink).
 func (t *Topic) Send(ctx context.Context, msgs []connector.Message) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memconn: send to %q: %w", t.name, err)
+		return strerr.Errorf("strand: memconn: send to %q: %w", t.name, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -579,17 +591,17 @@ func (t *Topic) Send(ctx context.Context, msgs []connector.Message) error {
 	if t.failSends > 0 {
 		t.failSends--
 		n = min(t.failPrefix, len(msgs))
-		failed = fmt.Errorf("memconn: send to %q: injected failure after %d of %d messages", t.name, n, len(msgs))
+		failed = fmt.Errorf("strand: memconn: send to %q: injected failure after %d of %d messages", t.name, n, len(msgs))
 	}
 	parts := make([]uint32, len(msgs))
 	for i, m := range msgs {
 		if len(m.Key) == 0 || len(m.Key) > connector.MaxKeyLen {
-			return fmt.Errorf("memconn: send to %q: message %d has a key of %d bytes; want 1..%d", t.name, i, len(m.Key), connector.MaxKeyLen)
+			return fmt.Errorf("strand: memconn: send to %q: message %d has a key of %d bytes; want 1..%d", t.name, i, len(m.Key), connector.MaxKeyLen)
 		}
 		parts[i] = connector.PartitionOf(m.Key, uint32(len(t.parts)))
 		if m.HasPartition {
 			if int(m.Partition) >= len(t.parts) {
-				return fmt.Errorf("memconn: send to %q: message %d is for partition %d; the topic has %d", t.name, i, m.Partition, len(t.parts))
+				return fmt.Errorf("strand: memconn: send to %q: message %d is for partition %d; the topic has %d", t.name, i, m.Partition, len(t.parts))
 			}
 			parts[i] = m.Partition
 		}
@@ -612,7 +624,7 @@ func (t *Topic) Send(ctx context.Context, msgs []connector.Message) error {
 // connector.SentChecker.
 func (t *Topic) Sent(ctx context.Context, msgs []connector.Message) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memconn: sent check of %q: %w", t.name, err)
+		return nil, strerr.Errorf("strand: memconn: sent check of %q: %w", t.name, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

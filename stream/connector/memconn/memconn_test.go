@@ -48,9 +48,9 @@ func TestOptionsRefuseBadValues(t *testing.T) {
 	}
 }
 
-func TestManualReleaseHidesRecordsUntilReleased(t *testing.T) {
+func TestManualDeliveryHidesRecordsUntilDelivered(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b, err := memconn.New(memconn.WithManualRelease(), memconn.WithClock(func() time.Time { return at }))
+	b, err := memconn.New(memconn.WithManualDelivery(), memconn.WithClock(func() time.Time { return at }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +81,8 @@ func TestManualReleaseHidesRecordsUntilReleased(t *testing.T) {
 	if recs, err := r.Poll(short, 10); err == nil {
 		t.Fatalf("poll before release returned %d records", len(recs))
 	}
-	if n := top.Release(0, 2); n != 2 {
-		t.Fatalf("Release(2) = %d", n)
+	if n := top.Deliver(0, 2); n != 2 {
+		t.Fatalf("Deliver(2) = %d", n)
 	}
 	recs, err := r.Poll(ctx, 10)
 	if err != nil || len(recs) != 2 {

@@ -25,14 +25,14 @@ func BenchmarkGet(b *testing.B) {
 	if err := app.WaitCaughtUp(wctx); err != nil {
 		b.Fatal(err)
 	}
-	owner, err := queryserver.New(app, queryserver.Table(bal))
+	owner, err := queryserver.New(app, queryserver.WithTable(bal))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer owner.Close()
 	hsOwner := httptest.NewServer(owner)
 	defer hsOwner.Close()
-	front, err := queryserver.New(app, queryserver.Table(bal), queryserver.WithRouter(queryserver.RouterFunc(
+	front, err := queryserver.New(app, queryserver.WithTable(bal), queryserver.WithRouter(queryserver.RouterFunc(
 		func(context.Context, queryserver.Query) queryserver.Route {
 			return queryserver.Route{Kind: queryserver.Remote, Owner: hsOwner.Listener.Addr().String()}
 		})))

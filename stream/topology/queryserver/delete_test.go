@@ -25,11 +25,11 @@ func TestDeletedRowAnswers404(t *testing.T) {
 	topology.ProjectContext(topology.On(src, cancels), totals, func(ctx context.Context, _ *Total, _ Cancel) error {
 		return topology.Delete(ctx)
 	})
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2))
 	topologytest.Pipe(d, orders, Order{Customer: "ann", Amount: 5}, Order{Customer: "bob", Amount: 7})
 	d.Advance()
 	serve := func() (*httptest.Server, func()) {
-		srv, err := queryserver.New(d.App(), queryserver.Table(totals))
+		srv, err := queryserver.New(d.App(), queryserver.WithTable(totals))
 		if err != nil {
 			t.Fatal(err)
 		}

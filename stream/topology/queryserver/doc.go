@@ -2,14 +2,15 @@
 // topology.App: JSON reads of the tables an application registers, the
 // App's stats, and health and readiness answers. It writes nothing, ever.
 //
-//	srv, err := queryserver.New(app, queryserver.Table(balances))
+//	srv, err := queryserver.New(app, queryserver.WithTable(balances))
 //	go srv.ListenAndServe(ctx) // 127.0.0.1:8080 unless WithAddr says otherwise
 //
 // or mount it on a server of one's own: a *Server is an http.Handler.
 //
 // # Endpoints
 //
-//	GET /tables/{table}/{key}  the key's committed value as JSON; 404 only when the row does not exist
+//	GET /tables/{table}/{key}  the key's committed value as JSON; 404 only when the row does not exist;
+//	                           ?wait=1: one that holds every commit returned before the request
 //	GET /tables/{table}        a page of rows: ?limit=N&prefix=P&after=CURSOR → {"rows":[{"key","partition","value"}],"next"}
 //	GET /tables                the registered tables and their partition counts
 //	GET /stats                 App.Stats as JSON
@@ -27,7 +28,7 @@
 // A key travels in the URL as its string form: the string itself for keys
 // of a string kind, the decimal number for signed and unsigned integer
 // kinds (these are parsed and formatted by default), and whatever a
-// KeyParser and KeyFormatter say for any other key type. Scan rows carry the
+// WithKeyParser and WithKeyFormatter say for any other key type. Scan rows carry the
 // same string form. A key is escaped like any path segment; it may contain
 // slashes.
 //
@@ -80,6 +81,12 @@
 // # Binding
 //
 // ListenAndServe binds to a loopback address (default 127.0.0.1:8080) and
-// refuses any other unless AllowNonLoopback is given: the server has no
+// refuses any other unless WithNonLoopback is given: the server has no
 // authentication of its own.
+//
+// # Options
+//
+// Option and TableOption are opaque interfaces made only by this package's
+// With… functions (WithAddr, WithTable, WithKeyParser, …); New refuses a
+// bad value with an error naming the option.
 package queryserver

@@ -40,7 +40,7 @@ func Example() {
 	go app.Run(ctx)
 	_ = app.WaitCaughtUp(ctx)
 
-	srv, err := queryserver.New(app, queryserver.Table(balances))
+	srv, err := queryserver.New(app, queryserver.WithTable(balances))
 	if err != nil {
 		fmt.Println(err)
 		return

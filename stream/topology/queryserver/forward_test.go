@@ -168,11 +168,11 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 	lnA, lnB := listen(t), listen(t)
 	addrA, addrB := lnA.Addr().String(), lnB.Addr().String()
 	owners := map[uint32]string{0: addrA, 1: addrA, 2: addrB, 3: addrB}
-	srvA, err := queryserver.New(appA, queryserver.Table(balA), queryserver.WithRouter(queryserver.StaticRouter(addrA, owners)))
+	srvA, err := queryserver.New(appA, queryserver.WithTable(balA), queryserver.WithRouter(queryserver.StaticRouter(addrA, owners)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvB, err := queryserver.New(appB, queryserver.Table(balB), queryserver.WithRouter(queryserver.StaticRouter(addrB, owners)))
+	srvB, err := queryserver.New(appB, queryserver.WithTable(balB), queryserver.WithRouter(queryserver.StaticRouter(addrB, owners)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 	}
 	// A loop: C (over App A) routes everything to B, B routes partition 0
 	// to A; B will not forward C's forwarded request again.
-	srvC, err := queryserver.New(appA, queryserver.Table(balA), queryserver.WithRouter(queryserver.StaticRouter("c", map[uint32]string{0: addrB, 1: addrB, 2: addrB, 3: addrB})))
+	srvC, err := queryserver.New(appA, queryserver.WithTable(balA), queryserver.WithRouter(queryserver.StaticRouter("c", map[uint32]string{0: addrB, 1: addrB, 2: addrB, 3: addrB})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 
 	// Redirects instead of forwarding: 307 to the owner, marked so that
 	// it is not redirected again; a client that follows gets the value.
-	srvD, err := queryserver.New(appA, queryserver.Table(balA), queryserver.WithRedirect(), queryserver.WithRouter(queryserver.StaticRouter(addrA, owners)))
+	srvD, err := queryserver.New(appA, queryserver.WithTable(balA), queryserver.WithRedirect(), queryserver.WithRouter(queryserver.StaticRouter(addrA, owners)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 	dead := listen(t)
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	srvE, err := queryserver.New(appA, queryserver.Table(balA), queryserver.WithRouter(queryserver.StaticRouter(addrA, map[uint32]string{0: addrA, 1: addrA, 2: deadAddr, 3: deadAddr})))
+	srvE, err := queryserver.New(appA, queryserver.WithTable(balA), queryserver.WithRouter(queryserver.StaticRouter(addrA, map[uint32]string{0: addrA, 1: addrA, 2: deadAddr, 3: deadAddr})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 		t.Fatal("502 without Retry-After")
 	}
 	// A partition missing from the static map is unavailable.
-	srvF, err := queryserver.New(appA, queryserver.Table(balA), queryserver.WithRouter(queryserver.StaticRouter(addrA, map[uint32]string{0: addrA})))
+	srvF, err := queryserver.New(appA, queryserver.WithTable(balA), queryserver.WithRouter(queryserver.StaticRouter(addrA, map[uint32]string{0: addrA})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestForwardingAcrossTwoApps(t *testing.T) {
 
 	// Without a router, a partition the App does not process is not
 	// answered 404 (its row is elsewhere): 503 naming WithRouter.
-	srvG, err := queryserver.New(appA, queryserver.Table(balA))
+	srvG, err := queryserver.New(appA, queryserver.WithTable(balA))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestForwardToAPrefixedOwner(t *testing.T) {
 	if err := app.WaitCaughtUp(wctx); err != nil {
 		t.Fatal(err)
 	}
-	owner, err := queryserver.New(app, queryserver.Table(bal))
+	owner, err := queryserver.New(app, queryserver.WithTable(bal))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestForwardToAPrefixedOwner(t *testing.T) {
 	mux.Handle("/query/", http.StripPrefix("/query", owner))
 	hsOwner := httptest.NewServer(mux)
 	defer hsOwner.Close()
-	front, err := queryserver.New(app, queryserver.Table(bal), queryserver.WithRouter(queryserver.RouterFunc(
+	front, err := queryserver.New(app, queryserver.WithTable(bal), queryserver.WithRouter(queryserver.RouterFunc(
 		func(context.Context, queryserver.Query) queryserver.Route {
 			return queryserver.Route{Kind: queryserver.Remote, Owner: hsOwner.URL + "/query/"}
 		})))
@@ -392,7 +392,7 @@ func TestReadyWhenCaughtUp(t *testing.T) {
 			close(gate)
 		}
 	}()
-	srv, err := queryserver.New(app, queryserver.Table(bal), queryserver.WithReadyTimeout(50*time.Millisecond))
+	srv, err := queryserver.New(app, queryserver.WithTable(bal), queryserver.WithReadyTimeout(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

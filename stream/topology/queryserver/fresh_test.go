@@ -34,6 +34,13 @@ func TestAnswersCarryTheirCheckpoints(t *testing.T) {
 		if got := h.Get(queryserver.HeaderCheckpoint); got != wantHdr {
 			t.Fatalf("GET %s: %s %q, want %q", c, queryserver.HeaderCheckpoint, got, wantHdr)
 		}
+		// ?wait=1 answers from every commit that returned (GetFresh): the
+		// same here, where every commit returned long ago.
+		h = get(t, hs.URL+"/tables/totals/"+c+"?wait=1", http.StatusOK, nil)
+		if got := h.Get(queryserver.HeaderCheckpoint); got != wantHdr {
+			t.Fatalf("GET %s?wait=1: %s %q, want %q", c, queryserver.HeaderCheckpoint, got, wantHdr)
+		}
+		get(t, hs.URL+"/tables/totals/"+c+"?wait=soon", http.StatusBadRequest, nil)
 		if got := h.Get(queryserver.HeaderEpoch); got != "" {
 			t.Fatalf("GET %s: %s %q outside a group", c, queryserver.HeaderEpoch, got)
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
@@ -55,6 +56,11 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	wait, err := waitParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	n := t.partitions()
 	q := Query{Table: name, Partitions: n, Partition: partitionOf(l.bytes, n), Key: l.bytes}
 	w.Header().Set(HeaderPartition, strconv.FormatUint(uint64(q.Partition), 10))
@@ -83,7 +89,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		s.toOwner(w, r, q, rt.Owner, fallback)
 		return
 	}
-	body, found, fr, err := t.get(r.Context(), l)
+	body, found, fr, err := t.get(r.Context(), l, wait)
 	if err == nil {
 		setFreshness(w, []topology.Freshness{fr}, []connector.Epoch{rt.Epoch})
 	}
@@ -148,7 +154,7 @@ func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, q Query, owner 
 	}
 	target, err := ownerURL(owner, r, s.cfg.redirect)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, fmt.Errorf("router: partition %d of table %q: %w", q.Partition, q.Table, err))
+		writeError(w, http.StatusInternalServerError, strerr.Errorf("strand: partition %d of table %q: %w", q.Partition, q.Table, err))
 		return
 	}
 	w.Header().Set(HeaderOwner, owner)
@@ -198,4 +204,20 @@ func (s *Server) toOwner(w http.ResponseWriter, r *http.Request, q Query, owner 
 	w.Header().Set(HeaderOwner, owner)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// waitParam reads a get's ?wait: "1" or "true" asks for an answer that
+// holds every commit that returned before the request (Table.GetFresh: in
+// a group it waits until the changelog confirmed them); "", "0" or
+// "false" (the default) for one that never waits (Table.GetRecent: the
+// newest confirmed view, a changelog round or an fsync behind at most).
+func waitParam(r *http.Request) (bool, error) {
+	switch v := r.URL.Query().Get("wait"); v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	default:
+		return false, fmt.Errorf("bad wait=%q: want 1, true, 0 or false", v)
+	}
 }

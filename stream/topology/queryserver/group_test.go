@@ -155,7 +155,7 @@ func TestGroupRoutingOverHTTP(t *testing.T) {
 	phB := &phases{m: map[uint32]topology.Phase{2: topology.Serving, 3: topology.Restoring}}
 	mA, mB := &fakeMembership{self: 1}, &fakeMembership{self: 2}
 	server := func(ph *phases, m *fakeMembership) *httptest.Server {
-		srv, err := queryserver.New(d.App(), queryserver.Table(totals), queryserver.WithRouter(queryserver.RouterFunc(
+		srv, err := queryserver.New(d.App(), queryserver.WithTable(totals), queryserver.WithRouter(queryserver.RouterFunc(
 			func(_ context.Context, q queryserver.Query) queryserver.Route {
 				return queryserver.GroupRoute(ph.of, m, q)
 			})))

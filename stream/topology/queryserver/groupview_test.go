@@ -32,7 +32,7 @@ func TestGroupViewBuiltIn(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = app.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait(); _ = app.Close() })
-	srv, err := queryserver.New(app, queryserver.Table(bal))
+	srv, err := queryserver.New(app, queryserver.WithTable(bal))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestGroupViewBuiltIn(t *testing.T) {
 
 	// Outside a group.
 	plain, plainBal := runApp(t, cl, nil)
-	psrv, err := queryserver.New(plain, queryserver.Table(plainBal))
+	psrv, err := queryserver.New(plain, queryserver.WithTable(plainBal))
 	if err != nil {
 		t.Fatal(err)
 	}

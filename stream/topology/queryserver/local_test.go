@@ -114,7 +114,7 @@ type page struct {
 func newShop(t *testing.T, opts ...queryserver.Option) (*topologytest.Driver, *topology.Table[string, Total], map[string]Total, *httptest.Server) {
 	t.Helper()
 	topo, totals := shop()
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(4))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(4))
 	want := map[string]Total{}
 	var in []Order
 	for i := range 1200 {
@@ -126,7 +126,7 @@ func newShop(t *testing.T, opts ...queryserver.Option) (*topologytest.Driver, *t
 	}
 	topologytest.Pipe(d, orders, in...)
 	d.Advance()
-	srv, err := queryserver.New(d.App(), append([]queryserver.Option{queryserver.Table(totals)}, opts...)...)
+	srv, err := queryserver.New(d.App(), append([]queryserver.Option{queryserver.WithTable(totals)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestKeyParsing(t *testing.T) {
 	idTab := topology.NewTable[ID, int](topo, "ids", stream.JSON[int]())
 	sTab := topology.NewTable[Signed, int](topo, "signed", stream.JSON[int]())
 	pTab := topology.NewTable[Point, int](topo, "points", stream.JSON[int](),
-		topology.TableKeys(stream.CodecFunc(func(dst []byte, p Point) ([]byte, error) { return fmt.Appendf(dst, "%d,%d", p.X, p.Y), nil },
+		topology.WithTableKeys(stream.CodecFunc(func(dst []byte, p Point) ([]byte, error) { return fmt.Appendf(dst, "%d,%d", p.X, p.Y), nil },
 			func(b []byte) (Point, error) {
 				var p Point
 				_, err := fmt.Sscanf(string(b), "%d,%d", &p.X, &p.Y)
@@ -197,11 +197,11 @@ func TestKeyParsing(t *testing.T) {
 			})))
 	src := topology.Source[ID](topo, "k/ids")
 	topology.Project(topology.On(src, stream.DeclareFunc(1, func(e ID) ID { return e })), idTab, func(v *int, e ID) error { *v = int(e); return nil })
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2))
 	topologytest.Pipe(d, stream.DeclareFunc(1, func(e ID) ID { return e }), 7, 8)
 	d.Advance()
 
-	if _, err := queryserver.New(d.App(), queryserver.Table(pTab)); err == nil || !strings.Contains(err.Error(), "KeyParser") || !strings.Contains(err.Error(), `"points"`) {
+	if _, err := queryserver.New(d.App(), queryserver.WithTable(pTab)); err == nil || !strings.Contains(err.Error(), "KeyParser") || !strings.Contains(err.Error(), `"points"`) {
 		t.Fatalf("a struct key without a parser: %v", err)
 	}
 	parse := func(s string) (Point, error) {
@@ -211,7 +211,7 @@ func TestKeyParsing(t *testing.T) {
 		}
 		return p, nil
 	}
-	srv, err := queryserver.New(d.App(), queryserver.Table(idTab), queryserver.Table(sTab), queryserver.Table(pTab, queryserver.KeyParser(parse)))
+	srv, err := queryserver.New(d.App(), queryserver.WithTable(idTab), queryserver.WithTable(sTab), queryserver.WithTable(pTab, queryserver.WithKeyParser(parse)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,10 +239,10 @@ func TestKeyParsing(t *testing.T) {
 		opts []queryserver.Option
 		want string
 	}{
-		{[]queryserver.Option{queryserver.Table(idTab), queryserver.Table(idTab)}, `table "ids" registered twice`},
-		{[]queryserver.Option{queryserver.Table[ID, int](nil)}, "queryserver.Table: nil table"},
-		{[]queryserver.Option{queryserver.Table(idTab, queryserver.KeyParser[ID](nil))}, "queryserver.KeyParser"},
-		{[]queryserver.Option{queryserver.Table(idTab, queryserver.KeyFormatter[ID](nil))}, "queryserver.KeyFormatter"},
+		{[]queryserver.Option{queryserver.WithTable(idTab), queryserver.WithTable(idTab)}, `table "ids" registered twice`},
+		{[]queryserver.Option{queryserver.WithTable[ID, int](nil)}, "queryserver.WithTable: nil table"},
+		{[]queryserver.Option{queryserver.WithTable(idTab, queryserver.WithKeyParser[ID](nil))}, "queryserver.WithKeyParser"},
+		{[]queryserver.Option{queryserver.WithTable(idTab, queryserver.WithKeyFormatter[ID](nil))}, "queryserver.WithKeyFormatter"},
 		{[]queryserver.Option{queryserver.WithAddr("nope")}, "queryserver.WithAddr"},
 		{[]queryserver.Option{queryserver.WithMaxLimit(0)}, "queryserver.WithMaxLimit"},
 		{[]queryserver.Option{queryserver.WithScanBudget(0)}, "queryserver.WithScanBudget"},
@@ -430,14 +430,14 @@ func TestLoopbackOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.ListenAndServe(context.Background()); !errors.Is(err, queryserver.ErrNotLoopback) || !strings.Contains(err.Error(), "queryserver.AllowNonLoopback()") {
+		if err := srv.ListenAndServe(context.Background()); !errors.Is(err, queryserver.ErrNotLoopback) || !strings.Contains(err.Error(), "queryserver.WithNonLoopback()") {
 			t.Fatalf("ListenAndServe on %s = %v, want a refusal naming AllowNonLoopback", addr, err)
 		}
 		ln, err := net.Listen("tcp", "0.0.0.0:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := srv.Serve(context.Background(), ln); !errors.Is(err, queryserver.ErrNotLoopback) || !strings.Contains(err.Error(), "queryserver.AllowNonLoopback()") {
+		if err := srv.Serve(context.Background(), ln); !errors.Is(err, queryserver.ErrNotLoopback) || !strings.Contains(err.Error(), "queryserver.WithNonLoopback()") {
 			t.Fatalf("Serve on %s = %v, want a refusal", ln.Addr(), err)
 		}
 	}
@@ -445,9 +445,9 @@ func TestLoopbackOnly(t *testing.T) {
 	for _, opts := range [][]queryserver.Option{
 		{queryserver.WithAddr("127.0.0.1:0")},
 		{queryserver.WithAddr("localhost:0")},
-		{queryserver.WithAddr("0.0.0.0:0"), queryserver.AllowNonLoopback()},
+		{queryserver.WithAddr("0.0.0.0:0"), queryserver.WithNonLoopback()},
 	} {
-		srv, err := queryserver.New(d.App(), append(opts, queryserver.Table(totals))...)
+		srv, err := queryserver.New(d.App(), append(opts, queryserver.WithTable(totals))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func TestLoopbackOnly(t *testing.T) {
 func TestWithHandler(t *testing.T) {
 	d, totals, _, _ := newShop(t)
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "metric 1\n") })
-	srv, err := queryserver.New(d.App(), queryserver.Table(totals), queryserver.WithHandler("GET /metrics", metrics))
+	srv, err := queryserver.New(d.App(), queryserver.WithTable(totals), queryserver.WithHandler("GET /metrics", metrics))
 	if err != nil {
 		t.Fatal(err)
 	}

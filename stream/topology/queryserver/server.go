@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -53,12 +54,19 @@ const (
 
 // ErrNotLoopback is wrapped by Listen, ListenAndServe and Serve when asked
 // to bind to an address that is not a loopback one without
-// AllowNonLoopback.
-var ErrNotLoopback = errors.New("queryserver: not a loopback address")
+// WithNonLoopback.
+var ErrNotLoopback = errors.New("strand: queryserver: not a loopback address")
 
 // Option configures New. An invalid value makes New fail with an error
 // naming the option.
-type Option func(*config) error
+type Option interface {
+	apply(*config) error
+}
+
+// optionFunc adapts a function to Option.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	tables         []table
@@ -82,26 +90,26 @@ type extraHandler struct {
 
 // WithAddr sets the address ListenAndServe listens on (default
 // 127.0.0.1:8080; port 0 picks a free one). An address that is not a
-// loopback address is refused by ListenAndServe unless AllowNonLoopback is
+// loopback address is refused by ListenAndServe unless WithNonLoopback is
 // given.
 func WithAddr(addr string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("queryserver.WithAddr: %q: %w", addr, err)
+			return strerr.Errorf("strand: queryserver.WithAddr: %q: %w", addr, err)
 		}
 		c.addr = addr
 		return nil
-	}
+	})
 }
 
-// AllowNonLoopback lets ListenAndServe and Serve bind to an address other
+// WithNonLoopback lets ListenAndServe and Serve bind to an address other
 // than a loopback one. The server authenticates nobody: put it behind
 // something that does before exposing it.
-func AllowNonLoopback() Option {
-	return func(c *config) error {
+func WithNonLoopback() Option {
+	return optionFunc(func(c *config) error {
 		c.allowRemote = true
 		return nil
-	}
+	})
 }
 
 // WithRouter sets the router that says where each table partition is
@@ -110,97 +118,97 @@ func AllowNonLoopback() Option {
 // serves the partitions the App processes (App.Processes) and answers 503
 // for the others, whose rows are in no store here.
 func WithRouter(r Router) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if r == nil {
-			return errors.New("queryserver.WithRouter: nil router")
+			return errors.New("strand: queryserver.WithRouter: nil router")
 		}
 		c.router = r
 		return nil
-	}
+	})
 }
 
 // WithRedirect makes the server answer a get of a key owned by another
 // instance with a 307 redirect to the owner instead of forwarding it.
 func WithRedirect() Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.redirect = true
 		return nil
-	}
+	})
 }
 
 // WithHTTPClient sets the client that forwards gets to their owners (the
 // default has its own transport, released by Close, and the
 // WithForwardTimeout timeout).
 func WithHTTPClient(hc *http.Client) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if hc == nil {
-			return errors.New("queryserver.WithHTTPClient: nil client")
+			return errors.New("strand: queryserver.WithHTTPClient: nil client")
 		}
 		c.client = hc
 		return nil
-	}
+	})
 }
 
 // WithForwardTimeout bounds a forwarded get (default 10 seconds); an owner
 // that does not answer in time is answered 502.
 func WithForwardTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("queryserver.WithForwardTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: queryserver.WithForwardTimeout: %v, want more than 0", d)
 		}
 		c.forwardTimeout = d
 		return nil
-	}
+	})
 }
 
 // WithMaxLimit sets the largest limit a scan may ask for (default 10,000);
 // a larger one is refused with 400.
 func WithMaxLimit(n int) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("queryserver.WithMaxLimit: %d, want at least 1", n)
+			return fmt.Errorf("strand: queryserver.WithMaxLimit: %d, want at least 1", n)
 		}
 		c.maxLimit = n
 		return nil
-	}
+	})
 }
 
 // WithScanBudget bounds how many rows one scan page reads (default
 // 100,000), so that a prefix that matches few rows of a large table cannot
 // make one request read all of it: the page ends early with a next cursor.
 func WithScanBudget(n int) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if n < 1 {
-			return fmt.Errorf("queryserver.WithScanBudget: %d, want at least 1", n)
+			return fmt.Errorf("strand: queryserver.WithScanBudget: %d, want at least 1", n)
 		}
 		c.scanBudget = n
 		return nil
-	}
+	})
 }
 
 // WithReadyTimeout sets how long GET /readyz waits for the App to catch up
 // with its sources as they are when asked (App.WaitCaughtUp) before it
 // answers 503 (default 1 second).
 func WithReadyTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
-			return fmt.Errorf("queryserver.WithReadyTimeout: %v, want more than 0", d)
+			return fmt.Errorf("strand: queryserver.WithReadyTimeout: %v, want more than 0", d)
 		}
 		c.readyTimeout = d
 		return nil
-	}
+	})
 }
 
 // WithLogger sets the logger of the server's own lines (an owner that did
 // not answer, a forwarding loop); default slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if l == nil {
-			return errors.New("queryserver.WithLogger: nil logger")
+			return errors.New("strand: queryserver.WithLogger: nil logger")
 		}
 		c.log = l
 		return nil
-	}
+	})
 }
 
 // WithHandler mounts h at pattern (an http.ServeMux pattern, such as
@@ -210,13 +218,13 @@ func WithLogger(l *slog.Logger) Option {
 // by New, except "GET /group" exactly, which replaces the built-in group
 // view.
 func WithHandler(pattern string, h http.Handler) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if pattern == "" || h == nil {
-			return fmt.Errorf("queryserver.WithHandler: pattern %q with handler %v: want both", pattern, h)
+			return fmt.Errorf("strand: queryserver.WithHandler: pattern %q with handler %v: want both", pattern, h)
 		}
 		c.extra = append(c.extra, extraHandler{pattern, h})
 		return nil
-	}
+	})
 }
 
 // groupPattern is the built-in group view's pattern (GroupView).
@@ -241,7 +249,7 @@ type Server struct {
 // options.
 func New(app *topology.App, opts ...Option) (*Server, error) {
 	if app == nil {
-		return nil, errors.New("queryserver.New: nil app")
+		return nil, errors.New("strand: queryserver.New: nil app")
 	}
 	c := config{addr: DefaultAddr, router: appRouter(app), forwardTimeout: DefaultForwardTimeout,
 		maxLimit: DefaultMaxLimit, scanBudget: DefaultScanBudget, readyTimeout: DefaultReadyTimeout, log: slog.Default()}
@@ -249,7 +257,7 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 		if opt == nil {
 			continue
 		}
-		if err := opt(&c); err != nil {
+		if err := opt.apply(&c); err != nil {
 			return nil, err
 		}
 	}
@@ -258,7 +266,7 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 	for _, t := range c.tables {
 		name := t.info().Name
 		if _, dup := s.tables[name]; dup {
-			return nil, fmt.Errorf("queryserver.Table: table %q registered twice", name)
+			return nil, fmt.Errorf("strand: queryserver.WithTable: table %q registered twice", name)
 		}
 		s.tables[name] = t
 		s.names = append(s.names, name)
@@ -284,7 +292,7 @@ func New(app *topology.App, opts ...Option) (*Server, error) {
 	})
 	for _, e := range c.extra {
 		if err := handle(s.mux, e.pattern, e.h); err != nil {
-			return nil, fmt.Errorf("queryserver.WithHandler: %w", err)
+			return nil, strerr.Errorf("strand: queryserver.WithHandler: %w", err)
 		}
 	}
 	return s, nil
@@ -324,14 +332,14 @@ func (s *Server) Close() error {
 }
 
 // Listen listens on the WithAddr address, refusing one that is not a
-// loopback address unless AllowNonLoopback was given.
+// loopback address unless WithNonLoopback was given.
 func (s *Server) Listen() (net.Listener, error) {
 	if err := s.checkAddr(s.cfg.addr); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", s.cfg.addr)
 	if err != nil {
-		return nil, fmt.Errorf("queryserver: listen on %s: %w", s.cfg.addr, err)
+		return nil, strerr.Errorf("strand: queryserver: listen on %s: %w", s.cfg.addr, err)
 	}
 	return ln, nil
 }
@@ -352,14 +360,14 @@ const shutdownTimeout = 5 * time.Second
 // Serve serves on ln until ctx is done, then stops accepting, lets the
 // requests in flight finish (for up to 5 seconds), closes ln and returns
 // nil; it returns the error if serving fails. A TCP listener that is not on
-// a loopback address is refused unless AllowNonLoopback was given.
+// a loopback address is refused unless WithNonLoopback was given.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if ln == nil {
-		return errors.New("queryserver: Serve: nil listener")
+		return errors.New("strand: queryserver: Serve: nil listener")
 	}
 	if a, ok := ln.Addr().(*net.TCPAddr); ok && !s.cfg.allowRemote && !a.IP.IsLoopback() {
 		_ = ln.Close()
-		return fmt.Errorf("%w: Serve on %s: the query server authenticates nobody, give queryserver.AllowNonLoopback() to serve on it", ErrNotLoopback, a)
+		return fmt.Errorf("%w: Serve on %s: the query server authenticates nobody, give queryserver.WithNonLoopback() to serve on it", ErrNotLoopback, a)
 	}
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
@@ -368,7 +376,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case err := <-errc:
 		s.Close()
-		return fmt.Errorf("queryserver: serve on %s: %w", ln.Addr(), err)
+		return strerr.Errorf("strand: queryserver: serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -380,7 +388,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	<-errc
 	s.Close()
 	if err != nil {
-		return fmt.Errorf("queryserver: shut down %s: %w", ln.Addr(), err)
+		return strerr.Errorf("strand: queryserver: shut down %s: %w", ln.Addr(), err)
 	}
 	return nil
 }
@@ -392,7 +400,7 @@ func (s *Server) checkAddr(addr string) error {
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("queryserver.WithAddr: %q: %w", addr, err)
+		return strerr.Errorf("strand: queryserver.WithAddr: %q: %w", addr, err)
 	}
 	if strings.EqualFold(host, "localhost") {
 		return nil
@@ -400,7 +408,7 @@ func (s *Server) checkAddr(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("%w: queryserver.WithAddr(%q): the query server authenticates nobody, give queryserver.AllowNonLoopback() to listen on it", ErrNotLoopback, addr)
+	return fmt.Errorf("%w: queryserver.WithAddr(%q): the query server authenticates nobody, give queryserver.WithNonLoopback() to listen on it", ErrNotLoopback, addr)
 }
 
 // table finds the request's table, answering 404 when there is none.
@@ -443,10 +451,10 @@ func (s *Server) route(r *http.Request, q Query) (Route, error) {
 	case Local, Unavailable:
 	case Remote:
 		if rt.Owner == "" {
-			return rt, fmt.Errorf("router: partition %d of table %q is Remote without an owner address", q.Partition, q.Table)
+			return rt, fmt.Errorf("strand: partition %d of table %q is Remote without an owner address", q.Partition, q.Table)
 		}
 	default:
-		return rt, fmt.Errorf("router: partition %d of table %q: unknown %v", q.Partition, q.Table, rt.Kind)
+		return rt, fmt.Errorf("strand: partition %d of table %q: unknown %v", q.Partition, q.Table, rt.Kind)
 	}
 	return rt, nil
 }
@@ -456,6 +464,9 @@ func readErr(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, topology.ErrNotOpen):
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("the App is not open: %w", err))
+	case errors.Is(err, topology.ErrTableBuilding):
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%w; retry in 5s", err))
 	case errors.Is(err, topology.ErrNotConfirmed):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("%w; retry in 1s", err))

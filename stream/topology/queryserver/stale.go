@@ -75,7 +75,7 @@ func (s *Server) fromStandby(w http.ResponseWriter, r *http.Request, t table, l 
 	var fr topology.Freshness
 	st, err := s.app.ReadStandby(r.Context(), q.Partition, bound, func(ctx context.Context) error {
 		var err error
-		body, found, fr, err = t.get(ctx, l)
+		body, found, fr, err = t.get(ctx, l, false)
 		return err
 	})
 	if errors.Is(err, topology.ErrNoStandby) {

@@ -36,7 +36,7 @@ func startGroupInstance(t *testing.T, cl *iggy.Client, id string) *groupInstance
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = app.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait(); _ = app.Close() })
-	srv, err := queryserver.New(app, queryserver.Table(bal))
+	srv, err := queryserver.New(app, queryserver.WithTable(bal))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,69 +9,77 @@ import (
 	"reflect"
 	"strconv"
 
+	"github.com/strand-io/strand/internal/strerr"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
 // TableOption configures how a table with keys of type K is served (Table).
-type TableOption[K any] func(*tableOptions[K]) error
+type TableOption[K any] interface {
+	apply(*tableOptions[K]) error
+}
+
+// tableOptionFunc adapts a function to TableOption.
+type tableOptionFunc[K any] func(*tableOptions[K]) error
+
+func (f tableOptionFunc[K]) apply(c *tableOptions[K]) error { return f(c) }
 
 type tableOptions[K any] struct {
 	parse  func(string) (K, error)
 	format func(K) string
 }
 
-// KeyParser sets how the string form of a key in a URL becomes a key; an
+// WithKeyParser sets how the string form of a key in a URL becomes a key; an
 // error is answered 400 with its text. It is needed for key types of a kind
 // other than string and signed or unsigned integers.
-func KeyParser[K any](parse func(string) (K, error)) TableOption[K] {
-	return func(o *tableOptions[K]) error {
+func WithKeyParser[K any](parse func(string) (K, error)) TableOption[K] {
+	return tableOptionFunc[K](func(o *tableOptions[K]) error {
 		if parse == nil {
-			return errors.New("queryserver.KeyParser: nil function")
+			return errors.New("strand: queryserver.WithKeyParser: nil function")
 		}
 		o.parse = parse
 		return nil
-	}
+	})
 }
 
-// KeyFormatter sets the string form of a key in scan rows, which prefix
-// matches; it should be what KeyParser reads. The default is the string
+// WithKeyFormatter sets the string form of a key in scan rows, which prefix
+// matches; it should be what WithKeyParser reads. The default is the string
 // itself or the decimal number for string and integer kinds, fmt.Sprint
 // for others.
-func KeyFormatter[K any](format func(K) string) TableOption[K] {
-	return func(o *tableOptions[K]) error {
+func WithKeyFormatter[K any](format func(K) string) TableOption[K] {
+	return tableOptionFunc[K](func(o *tableOptions[K]) error {
 		if format == nil {
-			return errors.New("queryserver.KeyFormatter: nil function")
+			return errors.New("strand: queryserver.WithKeyFormatter: nil function")
 		}
 		o.format = format
 		return nil
-	}
+	})
 }
 
-// Table registers tbl with the server, under its name: gets and scans of
+// WithTable registers tbl with the server, under its name: gets and scans of
 // /tables/{name}. Values are encoded with encoding/json (a value type can
 // implement json.Marshaler). Keys of string and integer kinds are read and
 // written as strings and decimal numbers; other key types need a
-// KeyParser, or New refuses the table.
-func Table[K, V any](tbl *topology.Table[K, V], opts ...TableOption[K]) Option {
-	return func(c *config) error {
+// WithKeyParser, or New refuses the table.
+func WithTable[K, V any](tbl *topology.Table[K, V], opts ...TableOption[K]) Option {
+	return optionFunc(func(c *config) error {
 		if tbl == nil {
-			return errors.New("queryserver.Table: nil table")
+			return errors.New("strand: queryserver.WithTable: nil table")
 		}
 		var o tableOptions[K]
 		for _, opt := range opts {
 			if opt == nil {
 				continue
 			}
-			if err := opt(&o); err != nil {
-				return fmt.Errorf("queryserver.Table %q: %w", tbl.Name(), err)
+			if err := opt.apply(&o); err != nil {
+				return strerr.Errorf("strand: queryserver.WithTable %q: %w", tbl.Name(), err)
 			}
 		}
 		kt := reflect.TypeFor[K]()
 		if o.parse == nil {
 			p, err := defaultParse[K](kt)
 			if err != nil {
-				return fmt.Errorf("queryserver.Table %q: %w", tbl.Name(), err)
+				return strerr.Errorf("strand: queryserver.WithTable %q: %w", tbl.Name(), err)
 			}
 			o.parse = p
 		}
@@ -80,7 +88,7 @@ func Table[K, V any](tbl *topology.Table[K, V], opts ...TableOption[K]) Option {
 		}
 		c.tables = append(c.tables, &served[K, V]{tbl: tbl, name: tbl.Name(), keyType: kt.String(), parse: o.parse, format: o.format})
 		return nil
-	}
+	})
 }
 
 // table is a registered table, whatever its key and value types.
@@ -90,8 +98,9 @@ type table interface {
 	// locate parses a key's string form into a located key.
 	locate(s string) (located, error)
 	// get returns the JSON of the key's committed value and how fresh it
-	// is.
-	get(ctx context.Context, l located) ([]byte, bool, topology.Freshness, error)
+	// is; wait: from every commit that returned before the call
+	// (Table.GetFresh), else without waiting (Table.GetRecent).
+	get(ctx context.Context, l located, wait bool) ([]byte, bool, topology.Freshness, error)
 	// scanPartition calls fn with the rows of a partition after the key
 	// bytes after; fn's key bytes are valid only during the call. It
 	// returns how fresh the rows are.
@@ -136,8 +145,12 @@ func (s *served[K, V]) locate(str string) (located, error) {
 	return located{key: k, bytes: kb}, nil
 }
 
-func (s *served[K, V]) get(ctx context.Context, l located) ([]byte, bool, topology.Freshness, error) {
-	v, ok, fr, err := s.tbl.GetRecent(ctx, l.key.(K))
+func (s *served[K, V]) get(ctx context.Context, l located, wait bool) ([]byte, bool, topology.Freshness, error) {
+	get := s.tbl.GetRecent
+	if wait {
+		get = s.tbl.GetFresh
+	}
+	v, ok, fr, err := get(ctx, l.key.(K))
 	if err != nil || !ok {
 		return nil, ok, fr, err
 	}
@@ -196,7 +209,7 @@ func defaultParse[K any](t reflect.Type) (func(string) (K, error), error) {
 			return k, nil
 		}, nil
 	}
-	return nil, fmt.Errorf("key type %s is not a string or an integer: give a queryserver.KeyParser", t)
+	return nil, fmt.Errorf("key type %s is not a string or an integer: give a queryserver.WithKeyParser", t)
 }
 
 // defaultFormat writes keys of string and integer kinds as defaultParse

@@ -13,6 +13,9 @@
 //	topologytest.Pipe(d, Deposits, Deposited{Account: 42, Amount: 100})
 //	d.Advance()
 //	acct, ok, err := balances.Get(ctx, 42)
+//
+// Option is an opaque interface made only by this package's With…
+// functions (WithDir, WithPartitions, WithBatchSize, WithOpenOptions, …).
 package topologytest
 
 import (
@@ -69,37 +72,44 @@ type Driver struct {
 }
 
 // Option configures NewDriver.
-type Option func(*Driver)
+type Option interface {
+	apply(*Driver)
+}
 
-// Dir sets the state directory (default: a new temporary directory), so a
+// optionFunc adapts a function to Option.
+type optionFunc func(*Driver)
+
+func (f optionFunc) apply(c *Driver) { f(c) }
+
+// WithDir sets the state directory (default: a new temporary directory), so a
 // test can reopen a store another Driver or a child process wrote. Its
 // in-memory topics then stand for the log that store was built from, which
 // the test pipes again: until they hold the records before the store's
 // checkpoints, they report those checkpoints as their ends, so that the App
 // does not take them for a log that ends before its checkpoints
 // (topology.ErrSourceChanged).
-func Dir(dir string) Option { return func(d *Driver) { d.dir = dir } }
+func WithDir(dir string) Option { return optionFunc(func(d *Driver) { d.dir = dir }) }
 
-// Partitions sets the partition count of every source (default 1).
-func Partitions(n uint32) Option { return func(d *Driver) { d.parts = max(n, 1) } }
+// WithPartitions sets the partition count of every source (default 1).
+func WithPartitions(n uint32) Option { return optionFunc(func(d *Driver) { d.parts = max(n, 1) }) }
 
-// BatchSize sets how many records of each partition one Step hands out
+// WithBatchSize sets how many records of each partition one Step hands out
 // (default 1,000).
-func BatchSize(n int) Option {
-	return func(d *Driver) { d.batchSize = func() int { return max(n, 1) } }
+func WithBatchSize(n int) Option {
+	return optionFunc(func(d *Driver) { d.batchSize = func() int { return max(n, 1) } })
 }
 
-// BatchSizes sets a function that gives each Step's batch size, for tests
+// WithBatchSizes sets a function that gives each Step's batch size, for tests
 // of random batch boundaries.
-func BatchSizes(fn func() int) Option { return func(d *Driver) { d.batchSize = fn } }
+func WithBatchSizes(fn func() int) Option { return optionFunc(func(d *Driver) { d.batchSize = fn }) }
 
-// Logger sets the logger of the App (default: none, so a test's output
+// WithLogger sets the logger of the App (default: none, so a test's output
 // shows only what the test reports).
-func Logger(l *slog.Logger) Option { return func(d *Driver) { d.log = l } }
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(d *Driver) { d.log = l }) }
 
-// OpenOptions adds options of topology.Open (durability, poll size ...).
-func OpenOptions(opts ...topology.OpenOption) Option {
-	return func(d *Driver) { d.opts = append(d.opts, opts...) }
+// WithOpenOptions adds options of topology.Open (durability, poll size ...).
+func WithOpenOptions(opts ...topology.OpenOption) Option {
+	return optionFunc(func(d *Driver) { d.opts = append(d.opts, opts...) })
 }
 
 // NewDriver builds topo, opens its App over in-memory topics and starts
@@ -111,7 +121,7 @@ func NewDriver(tb TB, topo *topology.Topology, opts ...Option) *Driver {
 		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		if o != nil {
-			o(d)
+			o.apply(d)
 		}
 	}
 	prog, err := topo.Build()
@@ -197,7 +207,7 @@ func (d *Driver) Now() time.Time { return d.clock.Now() }
 // AdvanceClock moves the driver's clock: parked keys whose backoff has
 // passed become due, and the next Step retries them; so do the
 // re-sequencer's gaps whose timeout has passed, which the next Step gives
-// up (topology.GapPolicy), with no new input needed.
+// up (topology.WithGapPolicy), with no new input needed.
 func (d *Driver) AdvanceClock(dt time.Duration) { d.clock.advance(dt) }
 
 // Close stops the App (committing what is in flight) and closes its store.
@@ -221,6 +231,31 @@ func (d *Driver) Close() {
 func (d *Driver) Restart() {
 	d.tb.Helper()
 	d.Close()
+	d.open()
+}
+
+// Evolve closes the App and opens topo, a changed version of its
+// topology, on the same state directory and topics, as a deployment of
+// new code would: the changes are made in place where they can be
+// (topology.Open: tables added or with a new version are built in the
+// background, and Step and Advance wait for those builds), or the open
+// fails the test. topo's sources must be topics of the Driver; a new
+// one is created empty.
+func (d *Driver) Evolve(topo *topology.Topology) {
+	d.tb.Helper()
+	prog, err := topo.Build()
+	if err != nil {
+		d.tb.Fatalf("topologytest: %v", err)
+	}
+	d.Close()
+	for _, n := range prog.Sources() {
+		if d.conn.Topic(n) == nil {
+			if _, err := d.conn.CreateTopic(n, d.parts); err != nil {
+				d.tb.Fatalf("topologytest: %v", err)
+			}
+		}
+	}
+	d.prog = prog
 	d.open()
 }
 
@@ -307,7 +342,7 @@ func (d *Driver) Step() bool {
 	for _, name := range d.prog.Sources() {
 		s := d.source(name)
 		for p := range d.parts {
-			if s.Release(p, d.batchSize()) > 0 {
+			if s.Deliver(p, d.batchSize()) > 0 {
 				did = true
 			}
 		}
@@ -379,10 +414,34 @@ func (d *Driver) outboxEmpty() bool {
 }
 
 func (d *Driver) caughtUp() bool {
+	if keys, _ := d.Parked(); keys == 0 && d.allReleased() {
+		// A table built in the background (topology.App.Builds) is handed
+		// over to a partition's pipeline when it has no parked key; its
+		// build reads the records from the first one on, which a Driver
+		// reopened on a store hands out again step by step.
+		for _, bp := range d.app.Builds() {
+			if !bp.Done {
+				return false
+			}
+		}
+	}
 	for _, name := range d.prog.Sources() {
 		s := d.source(name)
 		for p := range d.parts {
 			if _, released := s.Len(p); d.next(name, p) < uint64(released) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// allReleased reports whether every record piped was handed out.
+func (d *Driver) allReleased() bool {
+	for _, name := range d.prog.Sources() {
+		s := d.source(name)
+		for p := range d.parts {
+			if appended, released := s.Len(p); released < appended {
 				return false
 			}
 		}
@@ -427,7 +486,8 @@ func (d *Driver) describe() string {
 }
 
 // Lag returns how many records are not committed yet, over every source
-// and partition.
+// and partition, plus the records tables built in the background still
+// have to build (at least 1 per build not finished).
 func (d *Driver) Lag() int {
 	d.tb.Helper()
 	lag := 0
@@ -436,6 +496,11 @@ func (d *Driver) Lag() int {
 		for p := range d.parts {
 			end, _ := s.Len(p)
 			lag += end - int(d.next(name, p))
+		}
+	}
+	for _, bp := range d.app.Builds() {
+		if !bp.Done {
+			lag += max(int(bp.Target-bp.Built), 1) // still being built
 		}
 	}
 	return lag

@@ -22,7 +22,7 @@ func TestWaitCaughtUpUnderTheDriver(t *testing.T) {
 	src := topology.Source[string](topo, "web/visits")
 	counts := topology.NewTable[string, int](topo, "counts", stream.JSON[int]())
 	topology.Project(topology.On(src, visits), counts, func(n *int, v Visit) error { *n++; return nil })
-	d := topologytest.NewDriver(t, topo, topologytest.Partitions(3), topologytest.BatchSize(2))
+	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(3), topologytest.WithBatchSize(2))
 	for i := range 10 {
 		topologytest.Pipe(d, visits, Visit{Page: string(rune('a' + i%4)), N: i})
 	}

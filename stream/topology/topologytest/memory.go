@@ -14,7 +14,7 @@ import (
 // (connector.Identifier) are the same for every Driver of the topology,
 // and a store reopened by another Driver (Dir) accepts them.
 func newBroker(parts uint32, sources []string, c *clock) (*memconn.Broker, error) {
-	b, err := memconn.New(memconn.WithManualRelease(), memconn.WithClock(c.Now))
+	b, err := memconn.New(memconn.WithManualDelivery(), memconn.WithClock(c.Now))
 	if err != nil {
 		return nil, err
 	}

@@ -39,9 +39,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/strand-io/strand/internal/strerr"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +77,7 @@ func Args() ([]string, error) {
 	}
 	var args []string
 	if err := json.Unmarshal([]byte(v), &args); err != nil {
-		return nil, fmt.Errorf("crashtest: %s is not a JSON array of strings: %w", EnvArgs, err)
+		return nil, strerr.Errorf("strand: crashtest: %s is not a JSON array of strings: %w", EnvArgs, err)
 	}
 	return args, nil
 }
@@ -127,10 +129,10 @@ func KillPoint(mode string, points ...string) (point string, maybe func(), err e
 	point, ps, ok := strings.Cut(mode, ":")
 	p, perr := strconv.ParseFloat(ps, 64)
 	if !ok || perr != nil || p < 0 || p > 1 {
-		return "", nil, fmt.Errorf("crashtest: kill mode %q: want point:probability with a probability in [0, 1]", mode)
+		return "", nil, fmt.Errorf("strand: crashtest: kill mode %q: want point:probability with a probability in [0, 1]", mode)
 	}
 	if len(points) > 0 && !contains(points, point) {
-		return "", nil, fmt.Errorf("crashtest: kill mode %q: unknown point %q (known: %s)", mode, point, strings.Join(points, ", "))
+		return "", nil, fmt.Errorf("strand: crashtest: kill mode %q: unknown point %q (known: %s)", mode, point, strings.Join(points, ", "))
 	}
 	return point, func() {
 		if rand.Float64() < p {
@@ -163,6 +165,34 @@ func Kills(normal, soak int) int {
 		return n
 	}
 	return soak
+}
+
+// Hogs starts, in a soak run (STRAND_SOAK set), one goroutine per CPU that
+// burns CPU beside the children until the test ends: the windows a crash
+// test looks for (a send in flight, a commit visible before its log
+// record is synced) open under load. In the default run it starts none,
+// so that the suite stays fast on a shared machine.
+func Hogs(t testing.TB) {
+	t.Helper()
+	if !Soak() {
+		return
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range runtime.NumCPU() {
+		wg.Go(func() {
+			for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+				if x&0xffff == 0 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
 }
 
 // Coverage reports that kills did not land where a crash test wanted them
@@ -206,7 +236,7 @@ type Spec struct {
 // given to it). Start runs it and watches it.
 func Command(s Spec) (*exec.Cmd, error) {
 	if s.Role == "" {
-		return nil, errors.New("crashtest: Spec.Role is empty; name the role the child checks")
+		return nil, errors.New("strand: crashtest: Spec.Role is empty; name the role the child checks")
 	}
 	path, args := s.Path, []string(nil)
 	if path == "" {
@@ -219,7 +249,7 @@ func Command(s Spec) (*exec.Cmd, error) {
 	}
 	js, err := json.Marshal(s.Args)
 	if err != nil {
-		return nil, fmt.Errorf("crashtest: the child's arguments: %w", err)
+		return nil, strerr.Errorf("strand: crashtest: the child's arguments: %w", err)
 	}
 	cmd := exec.Command(path, args...)
 	if s.Path != "" {

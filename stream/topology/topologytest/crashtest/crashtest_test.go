@@ -3,6 +3,7 @@ package crashtest
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,5 +129,30 @@ func TestOutputKeepsHeadAndTail(t *testing.T) {
 	s := o.String()
 	if !strings.HasSuffix(s, "last go\n") || !strings.Contains(s, "output dropped") || len(s) > 2*outputHalf+100 {
 		t.Errorf("output of %d bytes: want the head, a mark and the tail", len(s))
+	}
+}
+
+// TestHogsBurnOnlyInSoakRunsAndStop: Hogs starts one goroutine per CPU in
+// a soak run and none otherwise, and its goroutines end with the test.
+func TestHogsBurnOnlyInSoakRunsAndStop(t *testing.T) {
+	base := runtime.NumGoroutine()
+	t.Run("default", func(t *testing.T) {
+		t.Setenv("STRAND_SOAK", "")
+		Hogs(t)
+		if n := runtime.NumGoroutine(); n > base+1 {
+			t.Fatalf("%d goroutines after Hogs outside a soak, %d before", n, base)
+		}
+	})
+	t.Run("soak", func(t *testing.T) {
+		t.Setenv("STRAND_SOAK", "1")
+		Hogs(t)
+		if n := runtime.NumGoroutine(); n < base+runtime.NumCPU() {
+			t.Fatalf("%d goroutines after Hogs in a soak, %d before: want %d hogs", n, base, runtime.NumCPU())
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > base; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the soak subtest ended, %d before: the hogs did not stop", runtime.NumGoroutine(), base)
+		}
 	}
 }

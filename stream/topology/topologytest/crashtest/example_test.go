@@ -49,5 +49,5 @@ func ExampleKillPoint() {
 	fmt.Println(err)
 	// Output:
 	// after-commit <nil>
-	// crashtest: kill mode "inside:0.5": unknown point "inside" (known: after-commit, before-send)
+	// strand: crashtest: kill mode "inside:0.5": unknown point "inside" (known: after-commit, before-send)
 }

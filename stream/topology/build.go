@@ -1,0 +1,71 @@
+package topology
+
+import (
+	"context"
+
+	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/pipeline"
+	"github.com/strand-io/strand/internal/state"
+)
+
+// Changing a topology on its store (docs/design.md §19). Open of a
+// topology that differs from the one that wrote its state directory makes
+// the changes in place when it can: a table added is built from the log in
+// the background, a table declared with a new version (WithTableVersion)
+// or whose projections changed is rebuilt beside its old rows, which
+// queries are answered from until the rebuild has caught up and the table
+// switches to the new rows in one commit; a table removed has its rows
+// dropped. Everything else keeps running and serving meanwhile.
+
+// ErrTableBuilding is wrapped by the reads (Get, Scan, queries) of a table
+// new to its topology while it is built from the log: retry later
+// (App.Builds reports the progress). A table rebuilt for a new version
+// answers from its old rows meanwhile instead.
+var ErrTableBuilding = state.ErrTableBuilding
+
+// BuildProgress is the progress of one table built in the background.
+type BuildProgress = executor.BuildProgress
+
+// ErrBuildRetention is wrapped by the error Run returns when a table
+// build needs records the source's retention has removed.
+var ErrBuildRetention = pipeline.ErrBuildRetention
+
+// Builds returns the progress of the tables built in the background since
+// Open, finished ones included (Done).
+func (a *App) Builds() []BuildProgress { return a.evo.Progress() }
+
+// attachEvolving attaches the program to the store: in place of a refusal, the
+// changes that can be made in place are (executor.Program.AttachEvolving),
+// except for an instance of a group or of some partitions only, where
+// every instance would have to build its part at once.
+func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[string]uint32) error {
+	if o.inPlaceOff || o.group != nil || len(o.partitions) > 0 || a.gdb != nil {
+		return a.attach() // global_group.go
+	}
+	ev, err := a.prog.p.AttachEvolving(ctx, a.db, counts)
+	if err != nil {
+		return err
+	}
+	for _, name := range ev.Dropped() {
+		a.log.Info("strand: table no longer in the topology dropped", "table", name)
+	}
+	for _, bp := range ev.Progress() {
+		a.log.Info("strand: table being built in the background", "table", bp.Table, "source", bp.Source,
+			"replacing", bp.Replacing, "partitions left", bp.Left)
+	}
+	a.evo = ev
+	return nil
+}
+
+// WithInPlaceChanges says whether Open makes the changes of a topology in
+// place on a state directory written by another one (the default, true):
+// tables added are built in the background, tables with a new version
+// rebuilt beside their old rows, removed tables dropped. With false, every
+// change is refused with a *TopologyChangedError, as a group instance's or
+// a partial instance's (WithGroup, WithPartitions) always is.
+func WithInPlaceChanges(on bool) OpenOption {
+	return openOptionFunc(func(o *openOptions) error {
+		o.inPlaceOff = !on
+		return nil
+	})
+}
