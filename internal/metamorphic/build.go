@@ -29,6 +29,8 @@ type Built struct {
 	Out map[int]*stream.Event[string, Ev]
 	// Time is the time table (time.go), or nil.
 	Time *topology.Table[string, TRow]
+	// Windows is the window table (windows.go), or nil.
+	Windows *topology.WindowTable[string, []int]
 
 	c       *Case
 	mu      sync.Mutex
@@ -199,6 +201,7 @@ func build(c *Case, prev *Built, before bool) *Built {
 		}
 	}
 	b.addTime(topo, srcs, streams, timeBase)
+	b.addWindows(topo, streams)
 	b.buildJoins()
 	return b
 }

@@ -15,7 +15,7 @@ var ErrMismatch = errors.New("metamorphic: the run differs from the reference mo
 // of tables, dead letters, outputs and side effects, or nil.
 func Compare(c *Case, x *Expected, o *Observed) error {
 	var diffs []string
-	for _, f := range []func(*Case, *Expected, *Observed) error{compareTables, compareJoins, compareCrossReads, compareDLs, compareOutputs, compareTime} {
+	for _, f := range []func(*Case, *Expected, *Observed) error{compareTables, compareJoins, compareCrossReads, compareDLs, compareOutputs, compareTime, compareWindows} {
 		if err := f(c, x, o); err != nil {
 			diffs = append(diffs, err.Error())
 		}

@@ -36,7 +36,10 @@
 //     unreduced node through a ProjectContext fold that deletes its row,
 //     sets and cancels its key's timer; the table has a TTL and a timer
 //     handler. After the run the clock passes every timer (each fires
-//     exactly once) and then the TTL (every row expires once).
+//     exactly once) and then the TTL (every row expires once). The same
+//     node aggregates into a window table (windows.go): tumbling windows
+//     of event time (derived from the event's id), each holding its ids
+//     in the key's order, compared with the model's per-key fold.
 //   - A table-table join (topology.JoinTables) of two of the case's tables,
 //     inner or left, when both are projected into and no node feeds both
 //     (derived from the case, not drawn: Case.joins); the model joins its

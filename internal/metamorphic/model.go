@@ -98,6 +98,9 @@ type Expected struct {
 	// timers fire (time.go); nil without one.
 	Time      map[string]TRow
 	TimeFired int
+	// Windows: the window table, key → window start (minutes after
+	// timeBase) → ids (windows.go); nil without one.
+	Windows map[string]map[int64][]int
 	// Joins: per join of the case (Case.joins), key → row.
 	Joins []map[string]JoinRow
 	// XBound: per event that read another input's table (Case.crossReads),
@@ -174,6 +177,7 @@ func Expect(c *Case) *Expected {
 		key := e.keyAt(n.Depth)
 		if n.ID == timeNode {
 			x.timeIDs[key] = append(x.timeIDs[key], e.ids()...)
+			x.expectWindow(key, e)
 		}
 		lt, looks := lookups[n.ID]
 		xt, xreads := cross[n.ID]

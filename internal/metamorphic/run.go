@@ -30,6 +30,10 @@ type Observed struct {
 	// rows expired (time.go).
 	Time                             map[string]TRow
 	TimeFired, TimeLeft, TimeExpired int
+	// Windows: the window table (Expected.Windows' shape); WindowsFinal
+	// how many of its windows are final (windows.go).
+	Windows      map[string]map[int64][]int
+	WindowsFinal int
 	// Joins: per join of the case, key → row of its join table.
 	Joins []map[string]JoinRow
 }
@@ -145,6 +149,9 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 		if n.ForEach {
 			o.ForEach[n.ID] = b.ForEachSeen(n.ID)
 		}
+	}
+	if err := observeWindows(b, o); err != nil {
+		return nil, err
 	}
 	if err := runTime(d, b, o); err != nil {
 		return nil, err

@@ -10,7 +10,8 @@
 //	AccountClosed  tag 4  Release   NonAssociative   pays the balance out
 //
 // One topology (NewTopology) projects them into the "balances" table of
-// Account values. Workload generates a seeded, reproducible stream of valid
+// Account values (NewTopologyWithHourly adds "deposits-hourly", deposits per
+// account per hour, a window table). Workload generates a seeded, reproducible stream of valid
 // events (Zipf-skewed accounts); Reference folds a log sequentially, one
 // event at a time in log order, which is what every balance must equal
 // after the processor's concurrent, reordered and reduced execution.
@@ -24,6 +25,7 @@ package bank
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/planner"
@@ -199,6 +201,21 @@ func TopologyName(c Codec) string { return "accounts-" + string(Declarations(c).
 // and its "balances" table. Build it with Build; after the processor
 // attached the table to its store, Get and Scan read it.
 func NewTopology(ev *Events, source string, opts ...topology.Option) (*topology.Topology, *topology.Table[AccountID, Account]) {
+	t, balances, _ := newTopology(ev, source, false, opts...)
+	return t, balances
+}
+
+// NewTopologyWithHourly is NewTopology with a second, windowed read model:
+// "deposits-hourly", the deposits of each account per hour of the records'
+// broker timestamps (tumbling windows of an hour, topology.MessageTime).
+// An hour is final once a later record of its partition came (no grace: a
+// partition's timestamps only grow); closed hours are kept for a day.
+// Query it with Get(ctx, account, hourStart) or Range.
+func NewTopologyWithHourly(ev *Events, source string, opts ...topology.Option) (*topology.Topology, *topology.Table[AccountID, Account], *topology.WindowTable[AccountID, int64]) {
+	return newTopology(ev, source, true, opts...)
+}
+
+func newTopology(ev *Events, source string, hourly bool, opts ...topology.Option) (*topology.Topology, *topology.Table[AccountID, Account], *topology.WindowTable[AccountID, int64]) {
 	t := topology.New(TopologyName(ev.Codec), opts...)
 	src := topology.Source[AccountID](t, source)
 	if ev.Sequenced {
@@ -213,5 +230,11 @@ func NewTopology(ev *Events, source string, opts ...topology.Option) (*topology.
 	topology.Project(topology.On(src, ev.Deposits), balances, ApplyDeposited)
 	topology.Project(topology.On(src, ev.Withdrawals), balances, ApplyWithdrawn)
 	topology.Project(topology.On(src, ev.Closed), balances, ApplyClosed)
-	return t, balances
+	if !hourly {
+		return t, balances, nil
+	}
+	perHour := topology.NewWindowTable[AccountID, int64](t, "deposits-hourly", topology.Tumbling(time.Hour), stream.JSON[int64]())
+	topology.Aggregate(topology.On(src, ev.Deposits), perHour, topology.MessageTime[Deposited](),
+		func(sum *int64, e Deposited) error { *sum += e.Amount; return nil })
+	return t, balances, perHour
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
@@ -30,6 +32,7 @@ func newFeed(d *topologytest.Driver, partitions int) *feed {
 func (f *feed) record(r connector.Record) {
 	r.Partition = connector.PartitionOf(r.Headers.Key, uint32(len(f.log)))
 	r.Offset = f.d.PipeRecord(source, r)
+	r.Timestamp = uint64(f.d.Now().UnixMicro()) // what PipeRecord stamped
 	f.log[r.Partition] = append(f.log[r.Partition], r)
 }
 
@@ -84,7 +87,7 @@ func TestTopologyEqualsSequentialReference(t *testing.T) {
 	for _, codec := range []bank.Codec{bank.JSON, bank.Binary} {
 		t.Run(string(codec), func(t *testing.T) {
 			ev := bank.Declarations(codec)
-			topo, balances := bank.NewTopology(ev, source)
+			topo, balances, hourly := bank.NewTopologyWithHourly(ev, source)
 			rng := rand.New(rand.NewPCG(7, 7))
 			d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(8),
 				topologytest.WithBatchSizes(func() int { return 1 + rng.IntN(300) }))
@@ -106,6 +109,9 @@ func TestTopologyEqualsSequentialReference(t *testing.T) {
 				if g.Generated()%1000 == 0 {
 					f.pipePoison(poison, w.Accounts)
 					poison++
+				}
+				if g.Generated()%1000 == 0 {
+					d.AdvanceClock(17 * time.Minute) // the hourly windows: about 6 hours in all
 				}
 				if g.Generated()%5000 == 0 {
 					d.Advance()
@@ -140,6 +146,7 @@ func TestTopologyEqualsSequentialReference(t *testing.T) {
 			if c, _ := lref.Compare(context.Background(), balances); !c.OK() {
 				t.Fatalf("reference read from the log disagrees: %v", c.Err())
 			}
+			checkHourly(t, ev, f, lref.Poison(), hourly)
 		})
 	}
 }
@@ -405,5 +412,63 @@ func TestSequencedBinaryRoundTrip(t *testing.T) {
 	}
 	if _, err := ev.Envelope(bank.Deposited{Account: 1, Amount: 1}); err == nil {
 		t.Fatal("a sequenced declaration published seq 0")
+	}
+}
+
+// checkHourly compares the "deposits-hourly" window table with deposits
+// summed per account and hour of the records' timestamps, read from the
+// log: every reference window holds its sum, the table holds no other,
+// and every hour but the last of its partition is final.
+func checkHourly(t *testing.T, ev *bank.Events, f *feed, poison []bank.Origin, hourly *topology.WindowTable[bank.AccountID, int64]) {
+	t.Helper()
+	type win struct {
+		acct bank.AccountID
+		hour time.Time
+	}
+	bad := map[bank.Origin]bool{}
+	for _, o := range poison {
+		bad[o] = true
+	}
+	want := map[win]int64{}
+	part := map[bank.AccountID]int{}      // each account's partition
+	last := make([]time.Time, len(f.log)) // the hour of each partition's last record
+	for p, recs := range f.log {
+		for _, r := range recs {
+			hour := time.UnixMicro(int64(r.Timestamp)).Truncate(time.Hour)
+			if bad[bank.Origin{Partition: uint32(p), Offset: r.Offset}] || r.HeaderErr != nil || r.Headers.Tag != bank.TagDeposited {
+				continue
+			}
+			e, err := ev.Decode(r.Headers.Tag, r.Payload)
+			if err != nil {
+				t.Fatalf("a deposit the reference took for valid does not decode: %v", err)
+			}
+			dep := e.(bank.Deposited)
+			want[win{dep.Account, hour}] += dep.Amount
+			part[dep.Account] = p
+		}
+		if len(recs) > 0 {
+			last[p] = time.UnixMicro(int64(recs[len(recs)-1].Timestamp)).Truncate(time.Hour)
+		}
+	}
+	ctx := context.Background()
+	got := 0
+	err := hourly.Scan(ctx, func(acct bank.AccountID, ws []topology.WindowResult[int64]) bool {
+		for _, w := range ws {
+			got++
+			k := win{acct, w.Start}
+			if sum, ok := want[k]; !ok || sum != w.Value {
+				t.Errorf("deposits-hourly %v at %v: %d, want %d (in the reference: %v)", acct, w.Start.UTC(), w.Value, sum, ok)
+			}
+			if w.Start.Before(last[part[acct]]) && !w.Final {
+				t.Errorf("deposits-hourly %v at %v is not final; a later hour of its partition came", acct, w.Start.UTC())
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != len(want) || len(want) < 1000 {
+		t.Fatalf("deposits-hourly holds %d windows, the reference %d (want at least 1000 to mean much)", got, len(want))
 	}
 }
