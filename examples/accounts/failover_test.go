@@ -86,6 +86,7 @@ func (c *cluster) killRestart(n int, within time.Duration) time.Duration {
 // here, so a takeover that waited for it cannot pass), and the accounts,
 // the dead letters and the changelog are right afterwards.
 func TestScaleOutStaticRestart(t *testing.T) {
+	t.Parallel()
 	const session = 30 * time.Second
 	c := newCluster(t, clusterConfig{accounts: 500, rate: 1000, poisonSpacing: 100, snapshotEvery: 20, session: session})
 	for n := 1; n <= 3; n++ {

@@ -166,6 +166,7 @@ func TestReadOrder(t *testing.T) {
 // go back: all were pairs of overlapping reads compared in arrival order
 // (see readOrder), not answers a failover took back.
 func TestScaleOutReadsNeverGoBack(t *testing.T) {
+	t.Parallel()
 	soak := os.Getenv("STRAND_SOAK") != ""
 	rng := rand.New(rand.NewPCG(seed(t), 24))
 	const accounts = 2000

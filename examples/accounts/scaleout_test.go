@@ -371,6 +371,7 @@ var allPartitions = []uint32{0, 1, 2, 3, 4, 5, 6, 7}
 // contiguous across owners (no offset committed twice, none skipped), in
 // sequence, with epochs that never decrease.
 func TestScaleOut(t *testing.T) {
+	t.Parallel() // latency-bound (session timeouts, child processes): overlaps the other scale-out tests
 	rng := rand.New(rand.NewPCG(seed(t), 14))
 	c := newCluster(t, clusterConfig{accounts: 2000, rate: 1500, poisonSpacing: 400, snapshotEvery: 20})
 	for n := 1; n <= 3; n++ {
@@ -491,8 +492,9 @@ func signaled(in *instance, sig syscall.Signal) bool {
 // sequential reference and the dead-letter topic holds no extra or
 // repeated letter.
 func TestScaleOutZombie(t *testing.T) {
+	t.Parallel()
 	for _, point := range []string{"commit", "after-commit", "dlq-before-send"} {
-		t.Run(point, func(t *testing.T) { zombie(t, point) })
+		t.Run(point, func(t *testing.T) { t.Parallel(); zombie(t, point) })
 	}
 }
 

@@ -178,6 +178,7 @@ func (c *cluster) killOwner(victim *instance, within time.Duration, consent stri
 // start: there are no snapshots here); the accounts, the dead letters and
 // the changelog are right afterwards.
 func TestScaleOutStandbyPromotion(t *testing.T) {
+	t.Parallel()
 	const session = 2 * time.Second
 	c := newCluster(t, clusterConfig{accounts: 300, rate: 800, poisonSpacing: 100, snapshotEvery: 0, session: session, standbys: 1})
 	for n := 1; n <= 3; n++ {
