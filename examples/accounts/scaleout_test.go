@@ -282,6 +282,8 @@ type finished struct {
 	// elsewhere counts the partitions another instance than the one
 	// queried served at the check: gets of their accounts are forwarded.
 	elsewhere int
+	// moved: the partitions others served changed during the check.
+	moved bool
 }
 
 // finish stops the producer, waits until the group serves everything
@@ -300,15 +302,16 @@ func (c *cluster) finish(via *instance) finished {
 		c.t.Fatal(err)
 	}
 	f := finished{events: events, poison: poison}
-	for _, gs := range c.statuses(via) {
-		for _, p := range gs.Partitions {
-			if p.Phase == "serving" {
-				f.elsewhere++
-			}
-		}
-	}
+	f.elsewhere = c.servedElsewhere(via)
 	if err := c.pa.checkGroup(ctx, via.Addr(), ends, &f.rep); err != nil {
 		c.t.Fatal(err)
+	}
+	// An instance started just before (a restart) may still join and take
+	// partitions while the check runs: then whether the check's gets were
+	// forwarded says nothing about the routing, and verify does not ask.
+	if after := c.servedElsewhere(via); after != f.elsewhere {
+		c.t.Logf("ownership changed during the check (other instances served %d partitions before it, %d after)", f.elsewhere, after)
+		f.moved = true
 	}
 	var out syncBuffer
 	c.pa.out = &out
@@ -316,6 +319,19 @@ func (c *cluster) finish(via *instance) finished {
 	c.t.Logf("published %d events and %d poison records; check through instance %d (other instances serve %d partitions):\n%s",
 		events, poison, via.N, f.elsewhere, out.String())
 	return f
+}
+
+// servedElsewhere counts the partitions the instances other than via serve.
+func (c *cluster) servedElsewhere(via *instance) int {
+	n := 0
+	for _, gs := range c.statuses(via) {
+		for _, p := range gs.Partitions {
+			if p.Phase == "serving" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // verify fails the test unless the check and the changelog are right.
@@ -338,7 +354,7 @@ func verify(t *testing.T, f finished) {
 		t.Errorf("checked %d events and %d dead letters; the producer published %d events and %d poison records",
 			rep.Check.Events, rep.DeadLetters, events, poison)
 	}
-	if rep.Query == nil || (f.elsewhere > 0) != (rep.Query.Forwarded > 0) {
+	if rep.Query == nil || (!f.moved && (f.elsewhere > 0) != (rep.Query.Forwarded > 0)) {
 		t.Errorf("other instances served %d partitions, and the check's gets were %+v", f.elsewhere, rep.Query)
 	}
 }
