@@ -292,10 +292,7 @@ func (c *cluster) finish(via *instance) finished {
 	c.t.Helper()
 	events, poison := c.stopProducing()
 	ctx := context.Background()
-	ends, err := c.pa.endOffsets(ctx)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	ends := c.settledEnds(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	if err := waitGroupCaughtUp(wctx, c.pa.httpClient(), func() []string { return c.addrs() }, ends); err != nil {
@@ -319,6 +316,33 @@ func (c *cluster) finish(via *instance) finished {
 	c.t.Logf("published %d events and %d poison records; check through instance %d (other instances serve %d partitions):\n%s",
 		events, poison, via.N, f.elsewhere, out.String())
 	return f
+}
+
+// settledEnds returns the source's end offsets once they stopped moving:
+// a send the stopped producer had in flight may still land after it
+// returned (the broker applies a request it already received), and the
+// check must count it (seen once: a poison record landing after the
+// ends were read showed as a dead letter of no poison record). Three
+// equal reads 250 ms apart, at most 20 s.
+func (c *cluster) settledEnds(ctx context.Context) []uint64 {
+	c.t.Helper()
+	var last []uint64
+	same := 0
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		ends, err := c.pa.endOffsets(ctx)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if slices.Equal(ends, last) {
+			if same++; same == 2 {
+				return ends
+			}
+		} else {
+			same = 0
+		}
+		last = ends
+	}
+	return last
 }
 
 // servedElsewhere counts the partitions the instances other than via serve.
