@@ -102,6 +102,7 @@ func TestCrashChild(t *testing.T) {
 }
 
 func TestCrashResumesExactly(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

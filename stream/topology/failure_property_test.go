@@ -120,6 +120,7 @@ const failMaxAttempts = 3
 // events that were not dead-lettered, and every dead letter is justified:
 // a permanent failure, or a record that failed MaxAttempts times in a row.
 func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		nkeys := rapid.IntRange(1, 4).Draw(rt, "keys")
 		n := rapid.IntRange(0, 100).Draw(rt, "events")

@@ -128,6 +128,7 @@ func TestForeignSourceThroughTheDriver(t *testing.T) {
 // fold of the good messages in log order, and every bad one is a dead
 // letter with its reason and its own headers.
 func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		nkeys := rapid.IntRange(1, 5).Draw(rt, "keys")
 		n := rapid.IntRange(0, 70).Draw(rt, "messages")

@@ -126,6 +126,7 @@ func TestGlobalGroupCrashChild(t *testing.T) {
 }
 
 func TestGlobalTablesInAGroupAcrossKills(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

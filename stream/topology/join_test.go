@@ -136,12 +136,18 @@ func (j *tableJoin) check(t *testing.T, want map[string]map[uint64]sideRow) {
 // TestPropertyTableJoin: after every step, under random batchings,
 // partition counts, interleavings of the two sources and restarts, each
 // join table holds exactly the join of its sides.
-func TestPropertyTableJoin(t *testing.T) { propertyTableJoin(t, false) }
+func TestPropertyTableJoin(t *testing.T) {
+	t.Parallel() // see parallel_test.go
+	propertyTableJoin(t, false)
+}
 
 // TestPropertyTableJoinWithDeletes: the same with sides written by
 // ProjectContext folds that delete their rows now and then; a join row
 // follows its sides' deletes in the same commit.
-func TestPropertyTableJoinWithDeletes(t *testing.T) { propertyTableJoin(t, true) }
+func TestPropertyTableJoinWithDeletes(t *testing.T) {
+	t.Parallel() // see parallel_test.go
+	propertyTableJoin(t, true)
+}
 
 func propertyTableJoin(t *testing.T, deleting bool) {
 	seeds := uint64(5)
@@ -273,6 +279,7 @@ func newStreamJoin() *streamJoin {
 // random batchings, partition counts and restarts, against a sequential
 // reference in which each line sees the tiers of its chunk.
 func TestPropertyStreamJoin(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	seeds := uint64(4)
 	if os.Getenv("STRAND_SOAK") != "" {
 		seeds = 60

@@ -260,6 +260,7 @@ func TestKeyByAndToEqualSequentialFold(t *testing.T) {
 
 // A property test: random logs, batchings, partition counts, restarts.
 func TestPropertyKeyByAndTo(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 9))
@@ -288,6 +289,7 @@ func TestPropertyKeyByAndTo(t *testing.T) {
 // (after it changed the row in place) are retried: nothing is lost,
 // doubled, or half-applied, with restarts in between.
 func TestPropertyKeyByAndToWithFailures(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 11))

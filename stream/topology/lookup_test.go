@@ -209,6 +209,7 @@ func lookupReference(chunks []lookupChunk) (map[uint64]totalRow, []enrichedOrder
 // batchings, partition counts and restarts, and compares the folded table
 // and what To published with the sequential reference.
 func TestPropertyLookups(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	seeds := uint64(6)
 	if os.Getenv("STRAND_SOAK") != "" {
 		seeds = 100

@@ -243,6 +243,7 @@ func TestSubmitCrashChild(t *testing.T) {
 }
 
 func TestSubmitCrashResumesExactly(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

@@ -193,6 +193,7 @@ func (s *stateTable) all() map[string]PState {
 // through the driver with random batch boundaries, partitions and restarts,
 // and checks the table equals a naive sequential fold in log order.
 func TestPropertyTablesEqualSequentialFold(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		nkeys := rapid.IntRange(1, 5).Draw(rt, "keys")
 		n := rapid.IntRange(0, 120).Draw(rt, "events")

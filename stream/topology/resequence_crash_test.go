@@ -199,6 +199,7 @@ func checkReseqStore(t *testing.T, dir string, log []reseqCrashRec) (records uin
 }
 
 func TestReseqCrashHoldsAndTablesExact(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

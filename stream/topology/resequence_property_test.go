@@ -92,6 +92,7 @@ type gapRange struct{ from, to uint64 }
 // records the policy applies; duplicates are dead-lettered, never applied;
 // held records and gap notices are exactly the expected ones.
 func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		policy := rapid.SampledFrom([]stream.GapPolicy{stream.GapWait, stream.GapSkip, stream.GapDeadLetter}).Draw(rt, "policy")
 		nkeys := rapid.IntRange(1, 4).Draw(rt, "keys")

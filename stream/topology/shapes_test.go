@@ -195,6 +195,7 @@ const (
 // error, and every table equals the sequential fold of the other events —
 // what batches of one record give — whatever the batching.
 func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
+	t.Parallel() // see parallel_test.go
 	type row struct {
 		Sum   int64
 		Plain []int

@@ -1,0 +1,24 @@
+package topology_test
+
+// Which tests of this package run in parallel (t.Parallel), and why.
+//
+// The package is one of the two heaviest of the newcomer's suite (issue 33
+// item 7: `go test -race ./...` within 8 minutes on a 2-core machine). Its
+// time goes to a handful of tests, each of which shares nothing with the
+// others (own temporary directories, own in-memory brokers or embedded Iggy
+// servers on port 0, read-only event declarations) and none of which
+// asserts anything about time:
+//
+//   - the crash tests (TestCrashResumesExactly, TestSubmitCrashResumesExactly,
+//     TestReseqCrashHoldsAndTablesExact, TestGlobalTablesInAGroupAcrossKills)
+//     wait on child processes and kill windows, not on the CPU; their windows
+//     adapt to the child's progress, so a slower machine changes where kills
+//     land, never the verdict (the data check against the sequential fold);
+//   - the property tests (TestProperty*: the driver, rapid) spend much of
+//     their time opening and closing Pebble stores (restarts) and waiting for
+//     the App's pipelines, so two of them overlap well on two cores.
+//
+// Go runs the parallel tests after every sequential test of the package has
+// finished, so they never overlap a test that measures time. Every test
+// keeps its size: the same number of rapid cases (setRapidChecks) and kills
+// (crashtest.Kills) as when they ran one after the other.
