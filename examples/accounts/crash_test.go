@@ -267,6 +267,7 @@ func crashRun(t *testing.T, cc crashConfig) crashResult {
 		t.Fatal(err)
 	}
 	defer pa.closeAll()
+	ensureTopics(t, pa, srv.Addr())
 	if err := pa.connect(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -295,9 +296,9 @@ func crashRun(t *testing.T, cc crashConfig) crashResult {
 		select {
 		case <-ready:
 		case <-c.Done():
-		case <-time.After(time.Minute):
+		case <-time.After(3 * time.Minute): // a hang guard: a start takes a second on a quiet machine
 			c.Kill()
-			t.Fatalf("child %d (%s) did not start within a minute:\n%s", i, mode, c.Tail(40))
+			t.Fatalf("child %d (%s) did not start within 3 minutes:\n%s", i, mode, c.Tail(40))
 		}
 		var window time.Duration
 		switch mode {
@@ -362,6 +363,7 @@ func crashRun(t *testing.T, cc crashConfig) crashResult {
 // (STRAND_SOAK_KILLS=n sets the number) with goroutines burning every CPU
 // beside them (crashtest.Hogs), see benchmarks/soak-accounts.sh.
 func TestCrashKill(t *testing.T) {
+	t.Parallel()      // see TestMain
 	crashtest.Hogs(t) // soak runs: the windows open under load (issue 24)
 	kills := crashtest.Kills(10, 300)
 	res := crashRun(t, crashConfig{
@@ -390,6 +392,7 @@ func TestCrashKill(t *testing.T) {
 // killed after a send and before deleting the rows sends those dead
 // letters again on restart, and the check must say so.
 func TestCrashKillCatchesDuplicateDeadLetters(t *testing.T) {
+	t.Parallel() // see TestMain
 	res := crashRun(t, crashConfig{kills: 3, rate: 3000, poisonSpacing: 100, plainDLQ: true, atHook: true, modes: []string{"dlq-after-send:1"}})
 	if res.selfKills["dlq-after-send"] == 0 {
 		t.Skipf("no child was killed after a dead-letter send (%v); nothing to catch", res.selfKills)

@@ -105,6 +105,7 @@ func newCluster(t *testing.T, cc clusterConfig) *cluster {
 	}
 	c.pa.addr = srv.Addr()
 	ctx := context.Background()
+	ensureTopics(t, c.pa, srv.Addr())
 	if err := c.pa.connect(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -293,9 +294,7 @@ func (c *cluster) finish(via *instance) finished {
 	events, poison := c.stopProducing()
 	ctx := context.Background()
 	ends := c.settledEnds(ctx)
-	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	if err := waitGroupCaughtUp(wctx, c.pa.httpClient(), func() []string { return c.addrs() }, ends); err != nil {
+	if err := c.waitCaughtUpWhileProgressing(ends); err != nil {
 		c.t.Fatal(err)
 	}
 	f := finished{events: events, poison: poison}
@@ -500,7 +499,7 @@ func TestScaleOut(t *testing.T) {
 	}
 	// Every instance that was not killed stops cleanly.
 	for _, in := range c.live() {
-		in.Stop(15 * time.Second)
+		in.Stop(stopGrace)
 		if in.err != nil {
 			t.Errorf("instance %d stopped with %v:\n%s", in.N, in.err, in.Tail(30))
 		}
@@ -593,7 +592,7 @@ func zombie(t *testing.T, point string) {
 		line, _, _ = strings.Cut(line, "\n")
 		t.Logf("instance %d stopped itself: %s", victim.N, line)
 	}
-	by := c.waitServed(30*time.Second, parts, victim)
+	by := c.waitServed(2*time.Minute, parts, victim) // a hang guard: the takeover is quick on a quiet machine
 	t.Logf("after %v the others serve its partitions: %v", time.Since(stopped).Round(time.Millisecond), by)
 	// Let the new owners process for a while (the producer publishes),
 	// and keep the victim stopped at least 3 session timeouts.
@@ -651,7 +650,7 @@ func zombie(t *testing.T, point string) {
 		}
 	}
 	t.Logf("the paused owner wrote %d changelog records after it was fenced, none valid; %d fenced commits in all", late, rep.Changelog.Fenced)
-	victim.Stop(15 * time.Second)
+	victim.Stop(stopGrace)
 	if victim.err != nil {
 		t.Errorf("the continued instance stopped with %v:\n%s", victim.err, victim.Tail(40))
 	}
@@ -663,6 +662,7 @@ func zombie(t *testing.T, point string) {
 // instance's query server, dead letters, changelog) must pass, and the
 // progress lines must show each instance's partitions.
 func TestInstances(t *testing.T) {
+	t.Parallel() // see TestMain
 	defer iggy.RouteStdLog(slog.New(slog.DiscardHandler))()
 	var out, logs syncBuffer
 	args := []string{"-instances", "3", "-kill-after", "2s", "-events", "20000", "-rate", "5000", "-accounts", "1000",
