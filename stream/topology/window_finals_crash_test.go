@@ -32,7 +32,7 @@ import (
 const (
 	finalsCrashKeys   = 40
 	finalsCrashEvents = 2000
-	finalsFuture      = 1_000_000 // the last events' time, seconds from wBase
+	finalsFuture      = 1_000_000              // the last events' time, seconds from wBase
 	finalsFutureStart = finalsFuture / 30 * 30 // their window's start
 )
 
