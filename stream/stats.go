@@ -50,8 +50,10 @@ type Counters struct {
 	// Expired counts the rows of tables with a time to live
 	// (topology.WithTTL) removed because they were not written for it;
 	// TimersFired the timers (topology.OnTimer) whose handlers were
-	// applied; TimerFailures the timers dropped because their handler
-	// failed. Each is counted by the commit that did it.
+	// applied; TimerFailures the failed tries of timer handlers (each
+	// retried later, blocking its key, or dead-lettered: docs/design.md
+	// §18) and the final results of windows that could not be emitted.
+	// Each is counted by the commit that did it.
 	Expired, TimersFired, TimerFailures uint64
 	// LateEvents counts the events of window tables (topology.Aggregate)
 	// that came after every window they belong to closed and were counted

@@ -235,6 +235,9 @@ func replayID(d deadletter.Letter) [16]byte {
 // the original message's own headers (kinds kept) and payload, to the
 // partition it was read from.
 func replayMessage(dlqTopic string, d deadletter.Letter) (connector.Message, error) {
+	if d.Reason == deadletter.ReasonTimer {
+		return connector.Message{}, fmt.Errorf("it describes a failed timer, not an event")
+	}
 	if d.Raw != nil {
 		return replayForeign(d)
 	}

@@ -190,8 +190,9 @@ func hookValue[V any](v V, deleted bool) any {
 // table (the zero value when it has none), and may change it, delete the
 // row (DeleteRow) or set the key's timer again, through ctx, exactly like
 // a ProjectContext fold; its writes commit with the timer's removal. An
-// error (or a panic) undoes its writes and drops the timer (logged and
-// counted in Result.TimerFailures).
+// error (or a panic) undoes its writes; the timer is retried, blocks its
+// key or is dead-lettered, like a failing event (timer_failure.go), each
+// failed try counted in Result.TimerFailures.
 func OnTimer[K, V any](table *state.Table[K, V], keys stream.Codec[K], fn func(ctx context.Context, key K, v *V, at time.Time) error) TimerHandler {
 	return &timerHandler[K, V]{table: table, keys: keys,
 		fn: func(ctx context.Context, key K, v *V, at time.Time, _ func(stream.Envelope)) error {

@@ -288,8 +288,8 @@ type Result struct {
 	// messages applied before (published twice).
 	Emitted, Redelivered int
 	// Expired counts the rows of TTL tables this commit removed; Fired
-	// the timers whose handlers it applied; TimerFailures the timers
-	// dropped because their handler failed (timers.go).
+	// the timers whose handlers it applied; TimerFailures the failed tries
+	// of timer handlers (timer_failure.go) and of windows' final results.
 	Expired, Fired, TimerFailures int
 	// Late counts the late events of window tables this commit counted;
 	// WindowsClosed the windows it closed (windows.go).
@@ -384,6 +384,16 @@ type batch struct {
 	expired map[string]bool
 	// timerEmits: what the sweep's timer handlers publish (timers.go)
 	timerEmits []emitted
+	// timerStops: keys the sweep leaves parked at a failing timer; their
+	// records wait (timer_failure.go). timerSeen: keys whose due timer the
+	// sweep tried; timersGone: keys whose timer an expiry removed.
+	timerStops map[string]timerStop
+	// last: the offset of the batch's last new record, if any.
+	last struct {
+		offset uint64
+		ok     bool
+	}
+	timerSeen, timersGone map[string]bool
 	// win: the batch's view of the window tables (windows.go).
 	win []winBatch
 
@@ -682,6 +692,7 @@ func (t *Task) Release(ctx context.Context, key []byte) error {
 		return strerr.Errorf("strand: source %q partition %d: release key %q: %w", t.src.name, t.partition, key, err)
 	}
 	*pk = upd
+	t.releasedTimer(pk)
 	return nil
 }
 
@@ -741,6 +752,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	// A sweep reads committed deadlines: never with a commit in flight
 	// (Submit settles it first when a deadline is due).
 	sweepDue := prev == nil && t.deadlineDue(now)
+	due = t.timerDue(due, prev == nil, &sweepDue) // a key parked at its timer: the timer first
 	if len(due) == 0 && len(records) == 0 && !gapDue && !sweepDue {
 		return nil, nil
 	}
@@ -806,6 +818,7 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	if sb != nil {
 		b.notes = sb.notes
 	}
+	b.last.offset, b.last.ok = last, hasLast
 	if t.src.emits {
 		b.emits = make([][]emitted, len(in))
 	}
@@ -967,6 +980,10 @@ func (t *Task) prepare(b *batch, nParked int) {
 				b.status[i] = statusHeld
 				continue
 			}
+		}
+		if _, ok := b.timerStops[key]; ok { // behind its failing timer
+			b.status[i] = statusHeld
+			continue
 		}
 		if poisoned[key] {
 			b.status[i] = statusHeld
@@ -1368,6 +1385,9 @@ func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
 			failed[f.key] = f
 		}
 	}
+	for k := range b.timerStops {
+		ps.get([]byte(k))
+	}
 	// Every retried key gets its metadata rewritten or deleted.
 	for k := range b.due {
 		if _, touched := changes[k]; !touched {
@@ -1375,6 +1395,10 @@ func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
 		}
 	}
 	for k, pk := range changes {
+		if ts, ok := b.timerStops[k]; ok {
+			t.writeTimerStop(b, pk, ts)
+			continue
+		}
 		if pk == nil || len(pk.records) == 0 {
 			changes[k] = nil
 			b.tx.DeleteRow(state.FamilyParked, t.partition, t.parkedKeyRow([]byte(k)))

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"time"
@@ -254,6 +253,9 @@ func (t *Task) sweep(b *batch, res *Result) error {
 			next, parked = min(next, n), parked || p
 		}
 	}
+	if err := t.carryTimerStops(b); err != nil {
+		return err
+	}
 	p, err := t.sweepWindows(b, res)
 	if err != nil {
 		return err
@@ -305,14 +307,24 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 			tx.DeleteRow(FamilyTimers, t.partition, r.index) // stale: moved or cancelled
 			continue
 		}
-		if _, ok := t.parked[string(r.key)]; ok {
+		attempt := 1
+		if timer {
+			var ok bool
+			if attempt, ok = t.timerTry(b, r.key); !ok {
+				// After the key's parked events or its failing timer: it
+				// goes when they do.
+				parked = true
+				next = min(next, t.timerWaits(r.key))
+				continue
+			}
+		} else if _, ok := t.parked[string(r.key)]; ok {
 			parked = true // after the key's parked events: it goes when they do
 			continue
 		}
-		tx.DeleteRow(FamilyTimers, t.partition, r.index)
-		tx.DeleteRow(FamilyTimers, t.partition, kr)
 		rc := &runCtx{ctx: b.ctx, tx: tx, partition: t.partition, key: r.key, b: b}
 		if !timer {
+			tx.DeleteRow(FamilyTimers, t.partition, r.index)
+			tx.DeleteRow(FamilyTimers, t.partition, kr)
 			if err := tt.del(tx, t.partition, r.key); err != nil {
 				return 0, false, errFatal{fmt.Errorf("expire a row of table %q: %w", tt.name, err)}
 			}
@@ -322,22 +334,37 @@ func (t *Task) sweepKind(b *batch, res *Result, tt *tableTime, pre []byte, now u
 					b.expired = map[string]bool{}
 				}
 				b.expired[string(r.key)] = true // the timer sweep below reads the store, not the Txn
+				if b.timersGone == nil {
+					b.timersGone = map[string]bool{}
+				}
+				b.timersGone[string(r.key)] = true
 			}
 			res.Expired++
 			continue
 		}
+		if b.timerSeen == nil {
+			b.timerSeen = map[string]bool{}
+		}
+		b.timerSeen[string(r.key)] = true
 		deleted, sc, out, err := tt.timer.fire(rc, tt, rows.DecodeDeadline(r.at))
 		if err != nil {
 			if errors.As(err, new(errFatal)) {
 				return 0, false, err
 			}
-			res.TimerFailures++
-			t.log.Error("strand: timer handler failed: the timer is dropped, its writes undone",
-				slog.String("source", t.src.name), slog.Uint64("partition", uint64(t.partition)),
-				slog.String("table", tt.name), slog.String("key", fmt.Sprintf("%q", r.key)),
-				slog.Time("at", rows.DecodeDeadline(r.at)), slog.Any("err", err))
+			// Its writes are undone; it is retried, blocks its key or is
+			// dead-lettered (timer_failure.go).
+			keep, retry := t.timerFailed(b, res, tt, r.key, r.at, attempt, err)
+			if keep {
+				parked = true
+				next = min(next, retry)
+				continue
+			}
+			tx.DeleteRow(FamilyTimers, t.partition, r.index)
+			tx.DeleteRow(FamilyTimers, t.partition, kr)
 			continue
 		}
+		tx.DeleteRow(FamilyTimers, t.partition, r.index)
+		tx.DeleteRow(FamilyTimers, t.partition, kr)
 		res.Fired++
 		b.timerEmits = append(b.timerEmits, out...)
 		t.written(rc, tt, deleted, sc)

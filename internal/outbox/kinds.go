@@ -36,7 +36,7 @@ func (p *env) deadLetterRows(ctx context.Context, pt uint32, limit int) ([]pendi
 	var out []pendingDeadLetter
 	size := 0
 	err := p.db.Rows(ctx, state.FamilyDeadLetters, pt, func(key, value []byte) error {
-		if !bytes.HasPrefix(key, prefix) || len(key) != len(prefix)+8 {
+		if !rows.IsDeadLetterKey(prefix, key) {
 			if len(out) > 0 {
 				return errStopRows // past this source's rows
 			}
@@ -351,7 +351,7 @@ func (k *messageKind) rows(ctx context.Context, pt uint32, limit int, final bool
 	size := 0
 	from := binary.BigEndian.AppendUint64(slices.Clip(prefix), rowFrom)
 	err := p.db.RowsFrom(ctx, state.FamilyOutbox, pt, from, func(key, value []byte) error {
-		if !bytes.HasPrefix(key, prefix) || len(key) != len(prefix)+8 {
+		if !rows.IsDeadLetterKey(prefix, key) {
 			if len(out) > 0 && !bytes.HasPrefix(key, prefix[:len(prefix)-1]) {
 				return errStopRows // past this source's rows
 			}

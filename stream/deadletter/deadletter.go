@@ -55,14 +55,22 @@ const (
 	// ReasonUnclassified: the record is of a foreign source and its
 	// classifier could not classify it (the error wraps ErrUnclassified).
 	ReasonUnclassified Reason = 13
+	// ReasonTimer: a timer handler (topology.OnTimer, OnTimerTo) failed
+	// with a Permanent error or on its last allowed try, under
+	// stream.PassPoison. The dead letter describes the timer, not an event:
+	// its payload is a Timer in JSON (Letter.Timer reads it back), its
+	// Offset is only where in the log the batch that gave it up was, and
+	// it cannot be replayed.
+	ReasonTimer Reason = 14
 
-	reasonLast = ReasonUnclassified
+	reasonLast = ReasonTimer
 )
 
 // String returns the reason as written in dead-letter headers:
 // "bad-headers", "unknown-type", "undecodable", "bad-key",
 // "permanent-failure", "retries-exhausted", "key-mismatch", "bad-sequence",
-// "duplicate", "gap-timeout", "hold-overflow", "key-by", "unclassified".
+// "duplicate", "gap-timeout", "hold-overflow", "key-by", "unclassified",
+// "timer-failed".
 func (r Reason) String() string {
 	switch r {
 	case ReasonBadHeaders:
@@ -91,6 +99,8 @@ func (r Reason) String() string {
 		return "key-by"
 	case ReasonUnclassified:
 		return "unclassified"
+	case ReasonTimer:
+		return "timer-failed"
 	}
 	return "reason-" + strconv.Itoa(int(r))
 }
@@ -268,12 +278,16 @@ func (d Letter) Message() connector.Message {
 }
 
 // ID returns the dead letter's stable 16-byte message id: a hash of
-// source, partition and offset.
+// source, partition and offset, and for a timer's (ReasonTimer) of its
+// payload too (the offset is only where its batch was).
 func (d Letter) ID() [16]byte {
 	b := make([]byte, 0, len(d.Source)+16)
 	b = append(b, d.Source...)
 	b = binary.BigEndian.AppendUint32(b, d.Partition)
 	b = binary.BigEndian.AppendUint64(b, d.Offset)
+	if d.Reason == ReasonTimer {
+		b = append(append(b, 'T'), d.Payload...)
+	}
 	return xxh3.Hash128(b).Bytes()
 }
 

@@ -91,8 +91,15 @@ func WithTTL(d time.Duration) TableOption {
 // once across crashes, restarts and ownership moves (timers are rows of
 // the partition: the changelog and snapshots carry them).
 //
-// An error or a panic of fn undoes its writes and drops the timer: it is
-// logged and counted in stream.Counters.TimerFailures, never retried.
+// An error or a panic of fn undoes its writes and follows the failure
+// policy of an event (docs/design.md §18): the timer is kept and tried
+// again with the topology's retry policy (WithRetry), its key's later
+// events waiting behind it; on a stream.Permanent error or its last try it
+// is dead-lettered (deadletter.ReasonTimer: a dead letter describing its
+// table, key, due time and error, exactly once) and the key goes on, or,
+// under stream.HoldPoisonedKey, it blocks its key with the timer kept
+// until App.Release. Each failed try is logged and counted in
+// stream.Counters.TimerFailures.
 // A table has at most one timer handler; src must be one of the sources
 // whose events are projected into table (or its partition count must be
 // theirs). Build refuses a nil function or a table not made on this

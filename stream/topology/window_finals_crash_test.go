@@ -1,0 +1,232 @@
+package topology_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
+)
+
+// The windows' final results across kills (docs/design.md §18): the parent
+// owns an embedded Iggy broker and publishes a log of 2,000 events of 40
+// keys with rising event times, then one event per key far in the future,
+// which closes every earlier window. A child process connects over TCP,
+// aggregates the log into tumbling windows with EmitFinal, and is
+// SIGKILLed at random moments; each run restarts from its store on the same
+// broker. The last run checks the windows' contents; the parent then reads
+// the output topic and checks that every window's final result is there
+// exactly once with the reference's value, none missing. 3 kills by
+// default; STRAND_SOAK=1 makes it 50.
+
+const (
+	finalsCrashKeys   = 40
+	finalsCrashEvents = 2000
+	finalsFuture      = 1_000_000              // the last events' time, seconds from wBase
+	finalsFutureStart = finalsFuture / 30 * 30 // their window's start
+)
+
+func finalsCrashLog() []wEv {
+	r := rand.New(rand.NewPCG(17, 1))
+	log := make([]wEv, 0, finalsCrashEvents+finalsCrashKeys)
+	for i := range finalsCrashEvents {
+		log = append(log, wEv{K: fmt.Sprintf("key-%d", r.IntN(finalsCrashKeys)), At: int64(i / 10), N: int64(1 + r.IntN(9)), Seq: i})
+	}
+	for k := range finalsCrashKeys {
+		log = append(log, wEv{K: fmt.Sprintf("key-%d", k), At: finalsFuture, N: 1, Seq: finalsCrashEvents + k})
+	}
+	return log
+}
+
+// finalsWant is the reference: each key's windows below the future ones.
+func finalsWant() (map[string]map[int64]wAgg, int) {
+	want := map[string]map[int64]wAgg{}
+	n := 0
+	for _, e := range finalsCrashLog() {
+		if e.At >= finalsFuture {
+			continue
+		}
+		if want[e.K] == nil {
+			want[e.K] = map[int64]wAgg{}
+		}
+		s := e.At / 30 * 30
+		a, ok := want[e.K][s]
+		if !ok {
+			n++
+		}
+		a.Sum += e.N
+		a.Count++
+		want[e.K][s] = a
+	}
+	return want, n
+}
+
+func finalsTopology() (*topology.Topology, *topology.WindowTable[string, wAgg]) {
+	return wTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second),
+		topology.WithRetention(1000*time.Hour)) // the future events do not remove the windows
+}
+
+func TestWindowFinalsCrashChild(t *testing.T) {
+	crashtest.Child(t, "window-finals-crash")
+	ctx := context.Background()
+	cl, err := iggy.Connect(ctx, os.Getenv("STRAND_FINALS_BROKER"), iggy.WithCredentials("iggy", "iggy"),
+		iggy.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topo, wt := finalsTopology()
+	app, err := topology.Open(ctx, topo, cl, os.Getenv("STRAND_FINALS_DIR"), topology.WithDurability(topology.Sync),
+		topology.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(rctx) }()
+	fmt.Println(crashReady)
+	want, _ := finalsWant()
+	// Every window closed and every final result published (most runs are
+	// killed before).
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ok := true
+		for _, st := range app.Stats() {
+			for _, ps := range st.Partitions {
+				ok = ok && ps.OutboxPending == 0
+			}
+		}
+		for k, ws := range want {
+			rs, err := wt.Range(ctx, k, time.Time{}, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, r := range rs {
+				if wSec(r.Start) < finalsFutureStart && r.Final {
+					n++
+				}
+			}
+			ok = ok && n == len(ws)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the windows did not all close and publish in 2 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if os.Getenv("STRAND_FINALS_CHECK") != "" {
+		for k, ws := range want {
+			rs, err := wt.Range(ctx, k, time.Time{}, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				if s := wSec(r.Start); s < finalsFutureStart {
+					if w := ws[s]; r.Value != w || !r.Final {
+						t.Errorf("%s window at %ds = %+v, final %v; want %+v, final", k, s, r.Value, r.Final, w)
+					}
+				}
+			}
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+	if err := app.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestWindowFinalsOnceAcrossKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test in -short mode")
+	}
+	kills := crashtest.Kills(3, 50)
+	ctx := context.Background()
+	srv, err := iggytest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cl, err := iggy.Connect(ctx, srv.Addr(), iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const parts = 2
+	for _, topic := range []string{"events", "finals"} {
+		if err := cl.EnsureTopic(ctx, "w", topic, parts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub, err := iggy.NewPublisher(ctx, cl, "w", "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := iggy.PublishBatch(ctx, pub, wEvents, finalsCrashLog()); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	run := func(i int, killAfter time.Duration, env ...string) (finished bool) {
+		env = append(env, "STRAND_FINALS_BROKER="+srv.Addr(), "STRAND_FINALS_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
+		return crashtest.Run(t, crashtest.Spec{Role: "window-finals-crash", Test: "TestWindowFinalsCrashChild", Ready: crashReady,
+			Env: env}, killAfter).Finished
+	}
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	window := 300 // ms after the child started its App; grows when a run finishes first
+	finished := 0
+	for i := range kills {
+		if run(i, time.Duration(1+r.IntN(window))*time.Millisecond) {
+			finished++
+			window = window * 3 / 2
+		}
+	}
+	run(kills, 0, "STRAND_FINALS_CHECK=1")
+	t.Logf("%d runs, %d finished before their kill", kills, finished)
+
+	want, nWindows := finalsWant()
+	got := map[[2]any]int{}
+	for p := range uint32(parts) {
+		ms, err := cl.Read(ctx, "w", "finals", p, 0, 10*nWindows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			var f wFinal
+			if err := json.Unmarshal(m.Payload, &f); err != nil {
+				t.Fatalf("final result %q: %v", m.Payload, err)
+			}
+			got[[2]any{f.K, f.Start}]++
+			if w, ok := want[f.K][f.Start]; !ok || f.Sum != w.Sum || f.Count != w.Count || f.End != f.Start+30 {
+				t.Errorf("final result %+v; want %+v for [%d, %d)", f, w, f.Start, f.Start+30)
+			}
+		}
+	}
+	for k, ws := range want {
+		for s := range ws {
+			if n := got[[2]any{k, s}]; n != 1 {
+				t.Errorf("%s window at %ds: final result published %d times, want once", k, s, n)
+			}
+		}
+	}
+	if len(got) != nWindows {
+		t.Errorf("%d distinct final results, want %d", len(got), nWindows)
+	}
+}
