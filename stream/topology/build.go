@@ -2,6 +2,7 @@ package topology
 
 import (
 	"context"
+	"errors"
 
 	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/pipeline"
@@ -42,7 +43,12 @@ func (a *App) Builds() []BuildProgress { return a.evo.Progress() }
 // every instance would have to build its part at once.
 func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[string]uint32, sources []connector.Source) error {
 	if o.inPlaceOff || o.group != nil || len(o.partitions) > 0 || a.gdb != nil {
-		return a.attach() // global_group.go
+		err := a.attach() // global_group.go
+		var te *TopologyChangedError
+		if errors.As(err, &te) && te.InPlace == "" {
+			te.InPlace = notInPlace(o)
+		}
+		return err
 	}
 	ev, err := a.prog.p.AttachEvolvingChecked(ctx, a.db, counts, startsOf(sources))
 	if err != nil {
@@ -57,6 +63,19 @@ func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[str
 	}
 	a.evo = ev
 	return nil
+}
+
+// notInPlace says why Open did not try to make a topology's changes in
+// place (TopologyChangedError.InPlace), and what to do instead.
+func notInPlace(o *openOptions) string {
+	switch {
+	case o.inPlaceOff:
+		return "topology.WithInPlaceChanges(false) was given"
+	case o.group != nil:
+		return "an instance of a group (topology.WithGroup) does not build tables in the background yet (each owner would build its partitions, and a build's progress would have to move with a partition to its next owner: docs/design.md §19); give every instance a new state directory, where each rebuilds the tables of its partitions from the log"
+	default:
+		return "an App of some partitions only (topology.WithPartitions) does not build tables in the background yet; stop it, reset its store (strand reset -dir DIR) and start the new topology"
+	}
 }
 
 // startsOf tells a build where the partitions of a source start, when its
