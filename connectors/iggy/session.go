@@ -477,8 +477,14 @@ func (s *session) send(t topicRef, partition uint32, body []byte) (dup bool, err
 // consumer, decoded into the SDK's message type (for the slow paths: the
 // ownership log and tail scans; readers decode replies themselves).
 func (s *session) poll(t topicRef, partition uint32, offset uint64, count uint32) (*iggcon.PolledMessage, error) {
+	return s.pollWith(t, partition, wire.PollOffset, offset, count)
+}
+
+// pollWith polls count messages of a partition with a polling strategy
+// (wire.PollOffset, wire.PollFirst...) and its value, as poll does.
+func (s *session) pollWith(t topicRef, partition uint32, strategy uint8, value uint64, count uint32) (*iggcon.PolledMessage, error) {
 	p := wire.Poll{Consumer: wire.Consumer{Kind: wire.ConsumerSingle, ID: wire.NumericID(0)}, Stream: t.ws, Topic: t.wt,
-		Partition: &partition, Strategy: wire.PollOffset, Value: offset, Count: count}
+		Partition: &partition, Strategy: strategy, Value: value, Count: count}
 	b, err := s.do(wire.CodePollMessages, p.Append(nil), nil)
 	if err != nil {
 		return nil, err

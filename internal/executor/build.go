@@ -127,6 +127,15 @@ func (e *Evolution) Building() bool {
 //
 // The tables to build are built by the processors given WithBuilds.
 func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions map[string]uint32) (*Evolution, error) {
+	return p.AttachEvolvingChecked(ctx, db, partitions, nil)
+}
+
+// AttachEvolvingChecked is AttachEvolving that first checks, with starts,
+// that the sources still hold every record each build needs: a build whose
+// records the retention removed is refused with an error wrapping
+// ErrBuildRetention, a new one before the store changes. A nil starts
+// checks nothing (the build's first read does).
+func (p *Program) AttachEvolvingChecked(ctx context.Context, db *state.DB, partitions map[string]uint32, starts StartsFunc) (*Evolution, error) {
 	ev := &Evolution{db: db, prog: p}
 	if err := db.DropRetired(ctx); err != nil { // rows of tables rebuilt before this start
 		return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
@@ -143,6 +152,12 @@ func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions m
 		if why != "" {
 			te.InPlace = why
 			return nil, te
+		}
+		for _, name := range slices.Sorted(keysOf(start)) {
+			src := p.feeders(name)[0]
+			if err := p.checkRetention(ctx, db, starts, name, src, partitions[src], true); err != nil {
+				return nil, err
+			}
 		}
 		if err := db.Attach(p.tables...); err != nil {
 			return nil, strerr.Errorf("strand: topology %q: attach tables: %w", p.name, err)
@@ -177,6 +192,9 @@ func (p *Program) AttachEvolving(ctx context.Context, db *state.DB, partitions m
 			continue // not a table of this topology: dropped by the next change
 		}
 		if _, begun := start[b.Table]; !begun {
+			if err := p.checkRetention(ctx, db, starts, b.Table, feeders[0], partitions[feeders[0]], false); err != nil {
+				return nil, err
+			}
 			if err := db.ResumeBuild(att, b); err != nil {
 				return nil, strerr.Errorf("strand: topology %q: %w", p.name, err)
 			}

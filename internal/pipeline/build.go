@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -24,8 +23,9 @@ import (
 
 // ErrBuildRetention is wrapped by the error a build returns when the log
 // no longer holds the records it needs (the source's retention removed
-// the oldest ones): the table would miss their events.
-var ErrBuildRetention = errors.New("strand: the log no longer holds the records a table build needs")
+// the oldest ones): the table would miss their events. Open checks it
+// first when the connector can tell (executor.ErrBuildRetention).
+var ErrBuildRetention = executor.ErrBuildRetention
 
 // handoverReq is a build reader's request to the main pipeline of its
 // partition: answer with the pipeline's checkpoint (next; ok false: not
@@ -49,11 +49,15 @@ func (pl *pipeline) serveHandover(ctx context.Context, req handoverReq) error {
 		req.reply <- handoverReply{}
 		return err
 	}
+	// finishCommit ended the commit whose end (pendDone) would have given
+	// the writer turn up: give it up here, refused or not, or the
+	// pipelines of other sources of the partition wait for it until this
+	// one's next batch, which may never come.
+	pl.giveTurn()
 	if k, _ := pl.task.Parked(); k > 0 {
 		req.reply <- handoverReply{}
 		return nil
 	}
-	pl.giveTurn()
 	req.reply <- handoverReply{next: pl.task.Next(), ok: true}
 	select {
 	case ok := <-req.done:

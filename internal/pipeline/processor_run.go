@@ -542,6 +542,11 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			}
 			err := pl.task.Release(drainCtx, req.key)
 			pl.p.update(pl.part, func(ps *stream.PartitionStats) { parkedStats(pl.task, ps) })
+			// finishCommit ended the commit whose end (pendDone) gives the
+			// turn up when idle: give it up here, or a pipeline of another
+			// source of the partition waits for it until this one's next
+			// batch, which may never come.
+			pl.giveTurn()
 			req.done <- err
 		}
 	}

@@ -402,7 +402,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 	if err := a.startTelemetry(&o); err != nil {
 		return nil, fail(err)
 	}
-	if err := a.attachEvolving(ctx, &o, counts); err != nil { // build.go
+	if err := a.attachEvolving(ctx, &o, counts, sources); err != nil { // build.go
 		return nil, fail(err)
 	}
 	for _, sn := range p.Sources() {

@@ -2,10 +2,13 @@ package topology
 
 import (
 	"context"
+	"errors"
 
+	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream"
+	"github.com/strand-io/strand/stream/connector"
 )
 
 // Changing a topology on its store (docs/design.md §19). Open of a
@@ -38,11 +41,16 @@ func (a *App) Builds() []BuildProgress { return a.evo.Progress() }
 // changes that can be made in place are (executor.Program.AttachEvolving),
 // except for an instance of a group or of some partitions only, where
 // every instance would have to build its part at once.
-func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[string]uint32) error {
+func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[string]uint32, sources []connector.Source) error {
 	if o.inPlaceOff || o.group != nil || len(o.partitions) > 0 || a.gdb != nil {
-		return a.attach() // global_group.go
+		err := a.attach() // global_group.go
+		var te *TopologyChangedError
+		if errors.As(err, &te) && te.InPlace == "" {
+			te.InPlace = notInPlace(o)
+		}
+		return err
 	}
-	ev, err := a.prog.p.AttachEvolving(ctx, a.db, counts)
+	ev, err := a.prog.p.AttachEvolvingChecked(ctx, a.db, counts, startsOf(sources))
 	if err != nil {
 		return err
 	}
@@ -55,6 +63,39 @@ func (a *App) attachEvolving(ctx context.Context, o *openOptions, counts map[str
 	}
 	a.evo = ev
 	return nil
+}
+
+// notInPlace says why Open did not try to make a topology's changes in
+// place (TopologyChangedError.InPlace), and what to do instead.
+func notInPlace(o *openOptions) string {
+	switch {
+	case o.inPlaceOff:
+		return "topology.WithInPlaceChanges(false) was given"
+	case o.group != nil:
+		return "an instance of a group (topology.WithGroup) does not build tables in the background yet (each owner would build its partitions, and a build's progress would have to move with a partition to its next owner: docs/design.md §19); give every instance a new state directory, where each rebuilds the tables of its partitions from the log"
+	default:
+		return "an App of some partitions only (topology.WithPartitions) does not build tables in the background yet; stop it, reset its store (strand reset -dir DIR) and start the new topology"
+	}
+}
+
+// startsOf tells a build where the partitions of a source start, when its
+// connector can say (connector.StartOffsetter): a build whose records the
+// source's retention removed is refused at Open, before it starts.
+func startsOf(sources []connector.Source) executor.StartsFunc {
+	return func(ctx context.Context, name string) ([]uint64, bool, error) {
+		for _, src := range sources {
+			if src.Name() != name {
+				continue
+			}
+			so, ok := src.(connector.StartOffsetter)
+			if !ok {
+				return nil, false, nil
+			}
+			starts, err := so.StartOffsets(ctx)
+			return starts, err == nil, err
+		}
+		return nil, false, nil
+	}
 }
 
 // WithInPlaceChanges says whether Open makes the changes of a topology in

@@ -246,6 +246,7 @@ type partition struct {
 	floor    uint64 // the least end reported (SetEndFloor)
 	advised  uint64
 	hidden   map[uint64]bool
+	start    uint64 // records below were removed by Trim
 	deleted  bool
 	wake     chan struct{} // closed and replaced when released grows
 }
@@ -343,7 +344,8 @@ func (t *Topic) Len(p uint32) (appended, released int) {
 	return len(pt.recs), pt.released
 }
 
-// Records returns copies of every record of partition p, released or not.
+// Records returns copies of every record of partition p that Trim did not
+// remove, released or not.
 func (t *Topic) Records(p uint32) []connector.Record {
 	pt, err := t.part(p)
 	if err != nil {
@@ -351,11 +353,19 @@ func (t *Topic) Records(p uint32) []connector.Record {
 	}
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	out := make([]connector.Record, len(pt.recs))
-	for i, r := range pt.recs {
-		out[i] = cloneRecord(r)
+	out := make([]connector.Record, 0, uint64(len(pt.recs))-pt.start)
+	for _, r := range pt.recs[pt.start:] {
+		out = append(out, cloneRecord(r))
 	}
 	return out
+}
+
+// maxOffset is max for offsets (Poll's parameter max shadows the builtin).
+func maxOffset(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 // SetEndFloor makes EndOffsets report at least next for partition p: a
@@ -378,6 +388,38 @@ func (t *Topic) EndOffsets(context.Context) ([]uint64, error) {
 		pt.mu.Lock()
 		end, del := max(uint64(pt.released), pt.floor), pt.deleted
 		out[i] = end
+		pt.mu.Unlock()
+		if del {
+			return nil, fmt.Errorf("strand: memconn: topic %q was deleted", t.name)
+		}
+	}
+	return out, nil
+}
+
+// Trim removes the records of partition p below offset before, as a
+// broker's retention does: readers skip them (a poll from an older offset
+// starts at before, or at the first record released after it), Records
+// no longer returns them and StartOffsets reports before (at most the
+// partition's end). Trimming less than an earlier Trim does nothing.
+func (t *Topic) Trim(p uint32, before uint64) {
+	if pt, err := t.part(p); err == nil {
+		pt.mu.Lock()
+		pt.start = max(pt.start, min(before, uint64(len(pt.recs))))
+		pt.mu.Unlock()
+	}
+}
+
+var _ connector.StartOffsetter = (*Topic)(nil)
+
+// StartOffsets returns, per partition, the offset of its oldest record not
+// removed by Trim: see connector.StartOffsetter. A deleted topic is an
+// error.
+func (t *Topic) StartOffsets(context.Context) ([]uint64, error) {
+	out := make([]uint64, len(t.parts))
+	for i, pt := range t.parts {
+		pt.mu.Lock()
+		out[i] = pt.start
+		del := pt.deleted
 		pt.mu.Unlock()
 		if del {
 			return nil, fmt.Errorf("strand: memconn: topic %q was deleted", t.name)
@@ -499,6 +541,7 @@ func (r *reader) Poll(ctx context.Context, max int) ([]connector.Record, error) 
 			pt.mu.Unlock()
 			return nil, fmt.Errorf("strand: memconn: poll of %q partition %d: the topic was deleted", r.t.name, r.p)
 		}
+		r.next = maxOffset(r.next, pt.start) // records removed by Trim
 		if r.next < uint64(pt.released) {
 			end := min(r.next+uint64(max), uint64(pt.released))
 			out := make([]connector.Record, 0, end-r.next)
