@@ -22,53 +22,19 @@ import (
 // table in this Txn at the same time (the engine's lookup rules do).
 func (t *Table[K, V]) Peek(tx *Txn, partition uint32, key []byte) (V, bool, error) {
 	var zero V
-	b, tt, err := t.txn(tx)
-	if err != nil {
-		return zero, false, err
-	}
 	var buf [keyBuf]byte
-	k := appendTableKey(buf[:0], b.id, partition, key)
-	h := b.db.hash(k)
-	s := tt.shard(h)
-	s.mu.Lock()
-	if e := s.get(h, k); e != nil {
-		v, present, enc, dirty := e.v, e.present, e.enc, e.dirty
-		s.mu.Unlock()
-		switch {
-		case !present:
-			return zero, false, nil
-		case !t.shared:
-			return v, true, nil
-		case dirty:
-			return t.decodeCopy(enc, key, partition)
-		}
-		return t.copyOf(v, key, partition)
-	}
-	s.mu.Unlock()
-
-	if tx.prev != nil && !tx.prevSettled() {
-		if t.shared {
-			<-tx.prev.finished
-		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
-			return v, present, nil
-		}
-	}
-	ref, v, present, gen := b.cache.lookup(h, k)
-	if ref == 0 {
-		var encLen int
-		v, present, encLen, err = t.load(b.db, k, h, partition, key)
-		if err != nil {
-			return zero, false, err
-		}
-		b.cache.fill(h, k, v, present, encLen, gen)
-	}
-	if !present {
+	f, err := t.lookup(tx, &buf, partition, key)
+	switch {
+	case err != nil:
+		return zero, false, err
+	case !f.present:
 		return zero, false, nil
+	case !t.shared:
+		return f.v, true, nil
+	case f.dirty:
+		return t.decodeCopy(f.enc, key, partition)
 	}
-	if !t.shared {
-		return v, true, nil
-	}
-	return t.copyOf(v, key, partition)
+	return t.copyOf(f.v, key, partition)
 }
 
 // copyOf returns a copy of v that shares no memory with it, through the
