@@ -71,12 +71,18 @@ func (t *Table[K, V]) Clone(v V) (V, error) {
 }
 
 // PeekCommitted returns the committed value of key (encoded key bytes) in
-// the partition, read from Pebble and decoded afresh (never from the value
-// cache, whose values the partition's writer may be changing in place):
-// the newest commit that returned, whether or not its log is synced. It is
-// safe to call while any transaction commits; a reader that commits what it
-// derived from the value later in the same store cannot outlive it across a
-// crash (the log keeps commits in order).
+// the partition: the newest commit that returned, whether or not its log is
+// synced. A value type without pointers, maps, slices or interfaces is
+// served from the value cache when no write of the table is in flight (and
+// a value read from Pebble fills it); any other is read from Pebble and
+// decoded afresh, never from the cache, whose values the partition's writer
+// may be changing in place (committed.go). What it returns of a key never
+// goes back: it is no older than the last commit that returned before the
+// call and than any PeekCommitted that returned before it.
+//
+// It is safe to call while any transaction commits; a reader that commits
+// what it derived from the value later in the same store cannot outlive it
+// across a crash (the log keeps commits in order).
 func (t *Table[K, V]) PeekCommitted(partition uint32, key []byte) (V, bool, error) {
 	var zero V
 	b, err := t.binding()
@@ -85,9 +91,25 @@ func (t *Table[K, V]) PeekCommitted(partition uint32, key []byte) (V, bool, erro
 	}
 	var buf [keyBuf]byte
 	k := appendTableKey(buf[:0], b.id, partition, key)
-	v, present, _, err := t.load(b.db, k, b.db.hash(k), partition, key)
-	if err != nil || !present {
-		return zero, false, err
+	h := b.db.hash(k)
+	if t.shared {
+		v, present, _, err := t.load(b.db, k, h, partition, key)
+		if err != nil || !present {
+			return zero, false, err
+		}
+		return v, true, nil
+	}
+	v, present, hit, w, gen := b.cache.lookupCommitted(h, k)
+	if !hit {
+		var encLen int
+		v, present, encLen, err = t.load(b.db, k, h, partition, key)
+		if err != nil {
+			return zero, false, err
+		}
+		b.cache.fillCommitted(h, k, v, present, encLen, w, gen)
+	}
+	if !present {
+		return zero, false, nil
 	}
 	return v, true, nil
 }
