@@ -41,6 +41,19 @@ func commitN(t *testing.T, db *DB, tab *Table[string, counter], k string, n int6
 	}
 }
 
+// openCounterTable opens an in-memory store (closed when the test ends) with a
+// table of counters, values that share no memory.
+func openCounterTable(t *testing.T, name string) (*DB, *Table[string, counter]) {
+	t.Helper()
+	db := openMem(t, nil)
+	t.Cleanup(func() { mustClose(t, db) })
+	tab := NewTable(name, String(), JSON[counter]())
+	if err := db.Attach(tab); err != nil {
+		t.Fatal(err)
+	}
+	return db, tab
+}
+
 // TestPeekCommittedCache: a committed read of a table whose values share
 // no memory is served from the value cache, sees every commit at once, and
 // no write that did not commit: a discarded Txn, a Commit that failed, the
@@ -49,12 +62,7 @@ func commitN(t *testing.T, db *DB, tab *Table[string, counter], k string, n int6
 // ownership move) change it too.
 func TestPeekCommittedCache(t *testing.T) {
 	ctx := context.Background()
-	db := openMem(t, nil)
-	defer mustClose(t, db)
-	tab := NewTable("rates", String(), JSON[counter]())
-	if err := db.Attach(tab); err != nil {
-		t.Fatal(err)
-	}
+	db, tab := openCounterTable(t, "rates")
 	hits := func() int64 { h, _, _ := tab.cacheStats(); return h }
 	want := func(what string, n int64) {
 		t.Helper()
@@ -188,12 +196,7 @@ func TestCommittedReadsKeepOffWritesInFlight(t *testing.T) {
 // one older than the last commit that returned before the read began.
 func TestPeekCommittedNeverGoesBack(t *testing.T) {
 	ctx := context.Background()
-	db := openMem(t, nil)
-	defer mustClose(t, db)
-	tab := NewTable("rates", String(), JSON[counter]())
-	if err := db.Attach(tab); err != nil {
-		t.Fatal(err)
-	}
+	db, tab := openCounterTable(t, "rates")
 	const keys, commits, readers = 4, 1500, 3
 	var committed [keys]atomic.Int64 // the last counter whose commit returned
 	var stop atomic.Bool

@@ -68,12 +68,7 @@ func TestPeekCopiesAndSeesTheTxn(t *testing.T) {
 // sees the committed state (none), and the Txn commits no change.
 func TestPeekThroughAPredecessor(t *testing.T) {
 	ctx := context.Background()
-	db := openMem(t, nil)
-	defer mustClose(t, db)
-	counters := NewTable("counters", String(), JSON[counter]())
-	if err := db.Attach(counters); err != nil {
-		t.Fatal(err)
-	}
+	db, counters := openCounterTable(t, "counters")
 	key := []byte("k")
 	tx1 := db.NewTxn()
 	if err := counters.Write(tx1, 0, key, counter{N: 1}); err != nil {
