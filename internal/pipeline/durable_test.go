@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,85 +12,11 @@ import (
 
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/testfs"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/connector/memconn"
 	"github.com/strand-io/strand/stream/deadletter"
 )
-
-// holdFS is the operating system's file system with a write-ahead log
-// whose fsyncs can be held: while held, a commit of a Sync store is
-// visible to Pebble's readers (Pebble publishes a batch before its WAL
-// sync returns) but has not returned, which is the window a crash takes
-// back.
-type holdFS struct {
-	vfs.FS
-	mu   sync.Mutex
-	held chan struct{} // non-nil: WAL syncs wait for it to close
-}
-
-func newHoldFS() *holdFS { return &holdFS{FS: vfs.Default} }
-
-// hold makes WAL syncs wait until release.
-func (h *holdFS) hold() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held == nil {
-		h.held = make(chan struct{})
-	}
-}
-
-// release lets the held WAL syncs go on.
-func (h *holdFS) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held != nil {
-		close(h.held)
-		h.held = nil
-	}
-}
-
-func (h *holdFS) wait() {
-	h.mu.Lock()
-	ch := h.held
-	h.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-}
-
-func (h *holdFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return &holdFile{File: f, fs: h}, nil
-}
-
-func (h *holdFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := h.FS.Create(name, c)
-	return h.wrap(name, f, err)
-}
-
-func (h *holdFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := h.FS.ReuseForWrite(oldname, newname, c)
-	return h.wrap(newname, f, err)
-}
-
-func (h *holdFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := h.FS.OpenReadWrite(name, c, opts...)
-	return h.wrap(name, f, err)
-}
-
-type holdFile struct {
-	vfs.File
-	fs *holdFS
-}
-
-func (f *holdFile) Sync() error     { f.fs.wait(); return f.File.Sync() }
-func (f *holdFile) SyncData() error { f.fs.wait(); return f.File.SyncData() }
-func (f *holdFile) SyncTo(n int64) (bool, error) {
-	f.fs.wait()
-	return f.File.SyncTo(n)
-}
 
 // deadLetterVisible reports whether the store shows the dead-letter row of
 // the fixture's source at offset off of partition pt.
@@ -118,13 +43,13 @@ func deadLetterVisible(t *testing.T, db *state.DB, pt uint32, off uint64) bool {
 func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	fx := newProcFixture(t, 1, nil)
-	fs := newHoldFS()
+	fs := testfs.NewSyncHold(vfs.Default)
 	db, err := state.Open(fx.dir, state.WithFS(fs)) // Sync durability
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeDB(t, db)
-	defer fs.release()
+	defer fs.Release()
 
 	sink := failingSink(1, 0) // the first try of letter 0 fails: a retry reads the store again
 	first := make(chan struct{})
@@ -139,7 +64,7 @@ func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	r := startProcessor(p)
 	<-first // the publisher holds letter 0 in hand
 
-	fs.hold()
+	fs.Hold()
 	_, off1 := fx.pipePoison("b")
 	waitFor(t, "letter 1's row visible while its commit waits for the WAL sync", func() bool {
 		return deadLetterVisible(t, db, 0, off1)
@@ -156,7 +81,7 @@ func TestDeadLetterNotPublishedBeforeItsCommitReturned(t *testing.T) {
 		t.Fatalf("checkpoint %d: the commit of offset %d returned while its WAL sync was held", st.Partitions[0].Next, off1)
 	}
 
-	fs.release()
+	fs.Release()
 	waitFor(t, "letter 1 published once its commit returned", func() bool { return byID(sink)[id1] == 1 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
@@ -185,13 +110,13 @@ func outboxKeys(s *memconn.Topic) map[string]int {
 func TestOutboxMessageNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	fx := emitFixture(t, 1)
-	fs := newHoldFS()
+	fs := testfs.NewSyncHold(vfs.Default)
 	db, err := state.Open(fx.dir, state.WithFS(fs)) // Sync durability
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeDB(t, db)
-	defer fs.release()
+	defer fs.Release()
 
 	// Run 1 leaves x's message in the store: its sink refuses everything.
 	fx.pipeDeposit(t, "x", 1) // odd: one message, to topic A
@@ -218,7 +143,7 @@ func TestOutboxMessageNotPublishedBeforeItsCommitReturned(t *testing.T) {
 		WithOutboxGrace(0), WithDeadLetterBackoff(time.Millisecond, time.Millisecond))
 	r = startProcessor(p)
 	<-first
-	fs.hold()
+	fs.Hold()
 	fx.pipeDeposit(t, "y", 3)
 	waitFor(t, "y's outbox row visible while its commit waits for the WAL sync", func() bool {
 		n := 0
@@ -230,7 +155,7 @@ func TestOutboxMessageNotPublishedBeforeItsCommitReturned(t *testing.T) {
 	if n := outboxKeys(a)["y/a"]; n != 0 {
 		t.Fatalf("y's message published %d times before its commit returned", n)
 	}
-	fs.release()
+	fs.Release()
 	waitFor(t, "y's message published once its commit returned", func() bool { return outboxKeys(a)["y/a"] == 1 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)

@@ -132,6 +132,7 @@ type cacheShard[V any] struct {
 
 type valueCache[V any] struct {
 	budget *cacheBudget
+	writes cacheWrites // the table's writes begun and in flight (committed.go)
 	shards [cacheShards]cacheShard[V]
 }
 

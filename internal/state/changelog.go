@@ -437,6 +437,11 @@ func (db *DB) ApplyLogged(ctx context.Context, p uint32, writes []byte) error {
 			db.filter.add(t.h)
 		}
 	}
+	if len(tkeys) > 0 {
+		// Committed reads keep off the value cache until it dropped
+		// these keys (committed.go).
+		defer db.writingTables()()
+	}
 	db.views.beginWrite(false)
 	err := db.guard(func() error { return b.Commit(pebble.NoSync) })
 	db.views.endWrite(false)
@@ -530,6 +535,9 @@ func (db *DB) DropPartition(ctx context.Context, p uint32) error {
 	if err != nil {
 		return strerr.Errorf("strand: drop partition %d: %w", p, err)
 	}
+	// Committed reads keep off the value cache until it dropped the
+	// partition (committed.go).
+	defer db.writingTables()()
 	if !b.Empty() {
 		synced := db.wopts == pebble.Sync
 		db.views.beginWrite(synced)

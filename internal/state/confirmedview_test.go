@@ -68,6 +68,57 @@ func (c *confirmer) confirmedSeq() uint64 {
 	return c.verified
 }
 
+// loggedKey is the store of the confirmed-view tests: NoSync, in memory,
+// with table "t" (uint64 values over parts partitions) whose key "k" is in
+// partition p, which is logged through log.
+type loggedKey struct {
+	db  *DB
+	tbl *Table[string, uint64]
+	p   uint32
+	log *testLogger
+}
+
+const loggedKeyName = "k"
+
+func newLoggedKey(t *testing.T, parts uint32) *loggedKey {
+	t.Helper()
+	tbl := withParts(NewTable("t", String(), JSON[uint64]()), parts)
+	db, err := Open("db", withFS(vfs.NewMem()), WithLogger(quiet), WithDurability(NoSync))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.Attach(tbl); err != nil {
+		t.Fatal(err)
+	}
+	f := &loggedKey{db: db, tbl: tbl, p: xxh32.Partition([]byte(loggedKeyName), parts), log: newTestLogger()}
+	db.SetCommitLogger(f.log)
+	db.LogPartition(f.p, true)
+	return f
+}
+
+// confirmUpTo installs a ConfirmedCheck that confirms the heads up to the
+// commit number the returned counter holds.
+func (f *loggedKey) confirmUpTo() *atomic.Uint64 {
+	var verified atomic.Uint64
+	f.db.SetConfirmedCheck(func(_ uint32, head []byte) (bool, error) {
+		return head == nil || binary.BigEndian.Uint64(head) <= verified.Load(), nil
+	})
+	return &verified
+}
+
+// write commits value v of the key.
+func (f *loggedKey) write(t *testing.T, v uint64) {
+	t.Helper()
+	tx := f.db.NewTxn()
+	if err := f.tbl.Write(tx, f.p, []byte(loggedKeyName), v); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRecentReadsAnswerTheConfirmedView: with a ReadGate and a
 // ConfirmedCheck installed, a committer writes one key (commit i writes
 // value i) while its commits are confirmed a little later; GetRecent and
@@ -77,27 +128,14 @@ func (c *confirmer) confirmedSeq() uint64 {
 // one received before its read began.
 func TestRecentReadsAnswerTheConfirmedView(t *testing.T) {
 	ctx := context.Background()
-	const parts = 4
-	tbl := withParts(NewTable("t", String(), JSON[uint64]()), parts)
-	db, err := Open("db", withFS(vfs.NewMem()), WithLogger(quiet), WithDurability(NoSync))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Attach(tbl); err != nil {
-		t.Fatal(err)
-	}
-	const key = "k"
-	p := xxh32.Partition([]byte(key), parts)
-	log := newTestLogger()
+	f := newLoggedKey(t, 4)
+	db, tbl, p, key := f.db, f.tbl, f.p, loggedKeyName
 	c := &confirmer{moved: make(chan struct{})}
-	log.onStamp = func(_ uint32, seq uint64, _ []Checkpoint) {
+	f.log.onStamp = func(_ uint32, seq uint64, _ []Checkpoint) {
 		c.mu.Lock()
 		c.stamped = seq
 		c.mu.Unlock()
 	}
-	db.SetCommitLogger(log)
-	db.LogPartition(p, true)
 	db.SetReadGate(c.gate)
 	db.SetConfirmedCheck(c.check)
 
@@ -236,35 +274,10 @@ func TestRecentReadsAnswerTheConfirmedView(t *testing.T) {
 // waiting path.
 func TestConfirmedViewResetByARestore(t *testing.T) {
 	ctx := context.Background()
-	const parts = 2
-	tbl := withParts(NewTable("t", String(), JSON[uint64]()), parts)
-	db, err := Open("db", withFS(vfs.NewMem()), WithLogger(quiet), WithDurability(NoSync))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Attach(tbl); err != nil {
-		t.Fatal(err)
-	}
-	const key = "k"
-	p := xxh32.Partition([]byte(key), parts)
-	log := newTestLogger()
-	db.SetCommitLogger(log)
-	db.LogPartition(p, true)
-	var verified atomic.Uint64
-	db.SetConfirmedCheck(func(_ uint32, head []byte) (bool, error) {
-		return head == nil || binary.BigEndian.Uint64(head) <= verified.Load(), nil
-	})
-	write := func(v uint64) {
-		t.Helper()
-		tx := db.NewTxn()
-		if err := tbl.Write(tx, p, []byte(key), v); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := newLoggedKey(t, 2)
+	db, tbl, p, key := f.db, f.tbl, f.p, loggedKeyName
+	verified := f.confirmUpTo()
+	write := func(v uint64) { t.Helper(); f.write(t, v) }
 	get := func() uint64 {
 		t.Helper()
 		v, _, _, err := tbl.GetRecent(ctx, key)
@@ -305,35 +318,11 @@ func TestConfirmedViewResetByARestore(t *testing.T) {
 // (here it lags the gate on purpose).
 func TestWaitingReadMovesTheConfirmedView(t *testing.T) {
 	ctx := context.Background()
-	const parts = 2
-	tbl := withParts(NewTable("t", String(), JSON[uint64]()), parts)
-	db, err := Open("db", withFS(vfs.NewMem()), WithLogger(quiet), WithDurability(NoSync))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Attach(tbl); err != nil {
-		t.Fatal(err)
-	}
-	const key = "k"
-	p := xxh32.Partition([]byte(key), parts)
-	db.SetCommitLogger(newTestLogger())
-	db.LogPartition(p, true)
-	db.SetReadGate(func(context.Context, uint32) error { return nil })
-	var verified atomic.Uint64
-	db.SetConfirmedCheck(func(_ uint32, head []byte) (bool, error) {
-		return head == nil || binary.BigEndian.Uint64(head) <= verified.Load(), nil
-	})
-	write := func(v uint64) {
-		t.Helper()
-		tx := db.NewTxn()
-		if err := tbl.Write(tx, p, []byte(key), v); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := newLoggedKey(t, 2)
+	tbl, key := f.tbl, loggedKeyName
+	f.db.SetReadGate(func(context.Context, uint32) error { return nil })
+	verified := f.confirmUpTo()
+	write := func(v uint64) { t.Helper(); f.write(t, v) }
 	write(1)
 	verified.Store(1)
 	if v, _, _, err := tbl.GetRecent(ctx, key); err != nil || v != 1 {

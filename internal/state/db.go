@@ -498,6 +498,7 @@ type attacher interface {
 	cacheStats() (hits, misses, entries int64)
 	forget(db *DB, keys []tableKey) // drop applied keys from the value cache (changelog.go)
 	dropPartition(db *DB, p uint32) // drop a partition's cached values (changelog.go)
+	writes(db *DB) *cacheWrites     // the value cache's write counts, if bound to db (committed.go)
 	serveFrom(s *serving)           // where reads go during a build (build.go); nil: the table's id
 }
 

@@ -22,53 +22,19 @@ import (
 // table in this Txn at the same time (the engine's lookup rules do).
 func (t *Table[K, V]) Peek(tx *Txn, partition uint32, key []byte) (V, bool, error) {
 	var zero V
-	b, tt, err := t.txn(tx)
-	if err != nil {
-		return zero, false, err
-	}
 	var buf [keyBuf]byte
-	k := appendTableKey(buf[:0], b.id, partition, key)
-	h := b.db.hash(k)
-	s := tt.shard(h)
-	s.mu.Lock()
-	if e := s.get(h, k); e != nil {
-		v, present, enc, dirty := e.v, e.present, e.enc, e.dirty
-		s.mu.Unlock()
-		switch {
-		case !present:
-			return zero, false, nil
-		case !t.shared:
-			return v, true, nil
-		case dirty:
-			return t.decodeCopy(enc, key, partition)
-		}
-		return t.copyOf(v, key, partition)
-	}
-	s.mu.Unlock()
-
-	if tx.prev != nil && !tx.prevSettled() {
-		if t.shared {
-			<-tx.prev.finished
-		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
-			return v, present, nil
-		}
-	}
-	ref, v, present, gen := b.cache.lookup(h, k)
-	if ref == 0 {
-		var encLen int
-		v, present, encLen, err = t.load(b.db, k, h, partition, key)
-		if err != nil {
-			return zero, false, err
-		}
-		b.cache.fill(h, k, v, present, encLen, gen)
-	}
-	if !present {
+	f, err := t.lookup(tx, &buf, partition, key)
+	switch {
+	case err != nil:
+		return zero, false, err
+	case !f.present:
 		return zero, false, nil
+	case !t.shared:
+		return f.v, true, nil
+	case f.dirty:
+		return t.decodeCopy(f.enc, key, partition)
 	}
-	if !t.shared {
-		return v, true, nil
-	}
-	return t.copyOf(v, key, partition)
+	return t.copyOf(f.v, key, partition)
 }
 
 // copyOf returns a copy of v that shares no memory with it, through the
@@ -105,12 +71,18 @@ func (t *Table[K, V]) Clone(v V) (V, error) {
 }
 
 // PeekCommitted returns the committed value of key (encoded key bytes) in
-// the partition, read from Pebble and decoded afresh (never from the value
-// cache, whose values the partition's writer may be changing in place):
-// the newest commit that returned, whether or not its log is synced. It is
-// safe to call while any transaction commits; a reader that commits what it
-// derived from the value later in the same store cannot outlive it across a
-// crash (the log keeps commits in order).
+// the partition: the newest commit that returned, whether or not its log is
+// synced. A value type without pointers, maps, slices or interfaces is
+// served from the value cache when no write of the table is in flight (and
+// a value read from Pebble fills it); any other is read from Pebble and
+// decoded afresh, never from the cache, whose values the partition's writer
+// may be changing in place (committed.go). What it returns of a key never
+// goes back: it is no older than the last commit that returned before the
+// call and than any PeekCommitted that returned before it.
+//
+// It is safe to call while any transaction commits; a reader that commits
+// what it derived from the value later in the same store cannot outlive it
+// across a crash (the log keeps commits in order).
 func (t *Table[K, V]) PeekCommitted(partition uint32, key []byte) (V, bool, error) {
 	var zero V
 	b, err := t.binding()
@@ -119,9 +91,25 @@ func (t *Table[K, V]) PeekCommitted(partition uint32, key []byte) (V, bool, erro
 	}
 	var buf [keyBuf]byte
 	k := appendTableKey(buf[:0], b.id, partition, key)
-	v, present, _, err := t.load(b.db, k, b.db.hash(k), partition, key)
-	if err != nil || !present {
-		return zero, false, err
+	h := b.db.hash(k)
+	if t.shared {
+		v, present, _, err := t.load(b.db, k, h, partition, key)
+		if err != nil || !present {
+			return zero, false, err
+		}
+		return v, true, nil
+	}
+	v, present, hit, w, gen := b.cache.lookupCommitted(h, k)
+	if !hit {
+		var encLen int
+		v, present, encLen, err = t.load(b.db, k, h, partition, key)
+		if err != nil {
+			return zero, false, err
+		}
+		b.cache.fillCommitted(h, k, v, present, encLen, w, gen)
+	}
+	if !present {
+		return zero, false, nil
 	}
 	return v, true, nil
 }

@@ -61,3 +61,49 @@ func TestPeekCopiesAndSeesTheTxn(t *testing.T) {
 		t.Fatal("Clone shares memory with its argument")
 	}
 }
+
+// TestPeekThroughAPredecessor: Peek of a table whose values share no
+// memory sees a committing predecessor's write (NewTxnAfter), as Read does,
+// and remembers nothing: once the predecessor is discarded, the next Peek
+// sees the committed state (none), and the Txn commits no change.
+func TestPeekThroughAPredecessor(t *testing.T) {
+	ctx := context.Background()
+	db, counters := openCounterTable(t, "counters")
+	key := []byte("k")
+	tx1 := db.NewTxn()
+	if err := counters.Write(tx1, 0, key, counter{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tx2 := db.NewTxnAfter(tx1)
+	for range 2 {
+		v, ok, err := counters.Peek(tx2, 0, key)
+		if err != nil || !ok || v.N != 1 {
+			t.Fatalf("Peek through the predecessor = %+v, %v, %v; want 1", v, ok, err)
+		}
+	}
+	tx1.Discard()
+	if v, ok, err := counters.Peek(tx2, 0, key); err != nil || ok {
+		t.Fatalf("Peek after the predecessor was discarded = %+v, %v, %v; want none", v, ok, err)
+	}
+	tx2.Discard()
+
+	tx3 := db.NewTxn()
+	if err := counters.Write(tx3, 0, key, counter{N: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx3.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx4 := db.NewTxn()
+	for range 2 { // Pebble, then the value cache
+		if v, ok, err := counters.Peek(tx4, 0, key); err != nil || !ok || v.N != 2 {
+			t.Fatalf("Peek of the committed value = %+v, %v, %v; want 2", v, ok, err)
+		}
+	}
+	if err := tx4.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := tx4.CommitStats(); s.Changes != 0 {
+		t.Fatalf("a Txn that only peeked committed %d changes, want 0", s.Changes)
+	}
+}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"github.com/strand-io/strand/internal/xxh32"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,35 +14,12 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"go.uber.org/goleak"
+	"github.com/strand-io/strand/internal/testrun"
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	setRapidChecks()
-	goleak.VerifyTestMain(m)
-}
-
-// setRapidChecks sets the depth of this package's property tests unless
-// -rapid.checks gives it: 50 cases each in the default run (so that the
-// whole suite stays within 8 minutes on a 2-core machine;
-// TestTxnAgainstModel alone took a minute and a half of it at rapid's
-// default of 100 on a loaded machine), 500 with STRAND_SOAK=1, as in
-// stream/topology.
-func setRapidChecks() {
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rapid.checks" })
-	if explicit || flag.Lookup("rapid.checks") == nil {
-		return
-	}
-	n := "50"
-	if os.Getenv("STRAND_SOAK") != "" {
-		n = "500"
-	}
-	if err := flag.Set("rapid.checks", n); err != nil {
-		panic(err)
-	}
-}
+// TestMain: property tests try 50 cases each (500 with STRAND_SOAK=1),
+// and no goroutine may leak (internal/testrun).
+func TestMain(m *testing.M) { testrun.Main(m) }
 
 type account struct {
 	Owner   string  `json:"owner"`

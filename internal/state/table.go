@@ -179,64 +179,74 @@ const keyBuf = 128
 // the key from the cache when the Txn ends. (When V holds no pointers, maps,
 // slices or interfaces, Read returns a copy and no key needs dropping.)
 func (t *Table[K, V]) Read(tx *Txn, partition uint32, key []byte) (V, bool, error) {
-	var zero V
-	b, tt, err := t.txn(tx)
+	var buf [keyBuf]byte
+	f, err := t.lookup(tx, &buf, partition, key)
 	if err != nil {
+		var zero V
 		return zero, false, err
 	}
-	var buf [keyBuf]byte
-	k := appendTableKey(buf[:0], b.id, partition, key)
-	h := b.db.hash(k)
-	s := tt.shard(h)
-	s.mu.Lock()
-	if e := s.get(h, k); e != nil {
-		v, present := e.v, e.present
-		s.mu.Unlock()
-		return v, present, nil
-	}
-	s.mu.Unlock()
-
-	// A predecessor still committing (NewTxnAfter): its writes come first.
-	if tx.prev != nil && !tx.prevSettled() {
-		if t.shared {
-			// Its values may be changed in place by this Txn's handlers
-			// while it publishes them: wait until it is done.
-			<-tx.prev.finished
-		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
-			return v, present, nil
-		}
-	}
-
-	ref, v, present, gen := b.cache.lookup(h, k)
-	if ref != 0 {
-		if !t.shared {
-			// The handler got a copy and the cache keeps serving this
-			// key's committed value: the Txn need not remember the read.
-			return v, present, nil
-		}
-	} else {
-		var encLen int
-		v, present, encLen, err = t.load(b.db, k, h, partition, key)
-		if err != nil {
-			return zero, false, err
-		}
-		ref = b.cache.fill(h, k, v, present, encLen, gen)
+	if f.from != fromStore && (f.from != fromCache || !t.shared) {
+		// The Txn's own entry; a predecessor's write, found again in it
+		// until it publishes; a cached value the handler got a copy of,
+		// which the cache keeps serving: the Txn need not remember it.
+		return f.v, f.present, nil
 	}
 
 	// Remember the read: later Reads and the Write of this key find it
 	// without decoding again, Commit updates the cache entry it came from
 	// without a lookup, and a value that may be changed in place can be
 	// dropped from the cache when the Txn ends.
+	s := f.s
 	s.mu.Lock()
-	if e := s.get(h, k); e != nil { // the same key from another goroutine: keep its entry
-		v, present = e.v, e.present
+	if e := s.get(f.h, f.k); e != nil { // the same key from another goroutine: keep its entry
+		v, present := e.v, e.present
 		s.mu.Unlock()
 		return v, present, nil
 	}
-	e := tt.newEntry(s, h, k)
-	e.v, e.present, e.ce = v, present, ref
+	e := f.tt.newEntry(s, f.h, f.k)
+	e.v, e.present, e.ce = f.v, f.present, f.ref
 	s.mu.Unlock()
-	return v, present, nil
+	return f.v, f.present, nil
+}
+
+// found is what [Table.lookup] found for a key: the value as the Txn sees
+// it, where it came from, and where the Txn keeps the key.
+type found[V any] struct {
+	v       V
+	present bool
+	from    source
+	dirty   bool     // fromTxn: the Txn wrote the key
+	enc     []byte   // fromTxn and dirty: the encoding of v
+	ref     cacheRef // fromCache or fromStore: the cache slot of v, or 0
+	tt      *txnTable[V]
+	s       *txnShard[V] // the shard of the Txn that holds (or would hold) the key
+	h       uint64       // hash of k
+	k       []byte       // the Pebble key, in the caller's buffer
+}
+
+// lookup finds the value of key (encoded key bytes) in the partition as
+// the transaction sees it: its own entry, else what [Table.resolve] finds.
+// It is the one lookup behind [Table.Read] and [Table.Peek]; it remembers
+// nothing in the Txn. The Pebble key is built in buf.
+func (t *Table[K, V]) lookup(tx *Txn, buf *[keyBuf]byte, partition uint32, key []byte) (found[V], error) {
+	var f found[V]
+	b, tt, err := t.txn(tx)
+	if err != nil {
+		return f, err
+	}
+	f.tt = tt
+	f.k = appendTableKey(buf[:0], b.id, partition, key)
+	f.h = b.db.hash(f.k)
+	f.s = tt.shard(f.h)
+	f.s.mu.Lock()
+	if e := f.s.get(f.h, f.k); e != nil {
+		f.v, f.present, f.dirty, f.enc, f.from = e.v, e.present, e.dirty, e.enc, fromTxn
+		f.s.mu.Unlock()
+		return f, nil
+	}
+	f.s.mu.Unlock()
+	f.v, f.present, f.ref, f.from, err = t.resolve(tx, b, f.h, f.k, partition, key)
+	return f, err
 }
 
 // Update reads the value of key (encoded key bytes) in the partition as
@@ -327,28 +337,46 @@ func (t *Table[K, V]) Stage(tx *Txn, partition uint32, key []byte, v V) (write f
 	return func() { t.set(b, tt, partition, key, v, enc, true) }, nil
 }
 
+// source says where [Table.resolve] found a value.
+type source uint8
+
+const (
+	// fromTxn: the Txn's own entry of the key (a Read or Write of it).
+	fromTxn source = iota + 1
+	// fromPrev: the write of a predecessor still committing (NewTxnAfter).
+	fromPrev
+	// fromCache: the value cache's entry of the committed value.
+	fromCache
+	// fromStore: Pebble, decoded afresh (and put in the cache if it fits).
+	fromStore
+)
+
 // resolve returns the value of Pebble key k for a Txn that has no entry for
 // it: the predecessor's write, or the committed value (value cache, else
 // Pebble, filling the cache). It also returns the cache slot the value is
-// in (0 if none).
-func (t *Table[K, V]) resolve(tx *Txn, b *binding[V], h uint64, k []byte, partition uint32, key []byte) (v V, present bool, ref cacheRef, err error) {
+// in (0 if none) and where it found the value. It is the one lookup behind
+// [Table.Read], [Table.Peek] and [Table.UpdateKeep].
+func (t *Table[K, V]) resolve(tx *Txn, b *binding[V], h uint64, k []byte, partition uint32, key []byte) (v V, present bool, ref cacheRef, from source, err error) {
+	// A predecessor still committing (NewTxnAfter): its writes come first.
 	if tx.prev != nil && !tx.prevSettled() {
 		if t.shared {
+			// Its values may be changed in place by this Txn's handlers
+			// while it publishes them: wait until it is done.
 			<-tx.prev.finished
 		} else if v, present, ok := prevValue[V](tx.prev, b.id, h, k); ok {
-			return v, present, 0, nil
+			return v, present, 0, fromPrev, nil
 		}
 	}
 	ref, v, present, gen := b.cache.lookup(h, k)
 	if ref != 0 {
-		return v, present, ref, nil
+		return v, present, ref, fromCache, nil
 	}
 	var encLen int
 	v, present, encLen, err = t.load(b.db, k, h, partition, key)
 	if err != nil {
-		return v, false, 0, err
+		return v, false, 0, fromStore, err
 	}
-	return v, present, b.cache.fill(h, k, v, present, encLen, gen), nil
+	return v, present, b.cache.fill(h, k, v, present, encLen, gen), fromStore, nil
 }
 
 // prevValue returns the value prev wrote for Pebble key k of table id, if

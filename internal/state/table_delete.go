@@ -23,7 +23,7 @@ func (t *Table[K, V]) UpdateKeep(tx *Txn, partition uint32, key []byte, fn func(
 	}
 	s.mu.Unlock()
 	if e == nil {
-		v, p, ref, err := t.resolve(tx, b, h, k, partition, key)
+		v, p, ref, _, err := t.resolve(tx, b, h, k, partition, key)
 		if err != nil {
 			return err
 		}

@@ -452,6 +452,7 @@ type txnTable[V any] struct {
 	cache  *valueCache[V]
 	filter *keyFilter    // nil when disabled
 	shared bool          // values may share memory with the cache's (see aliasFree)
+	began  bool          // appendTo began a write in cache.writes; published or rollback ends it
 	hint   int           // expected keys per shard
 	last   *atomic.Int64 // where to leave this Txn's key count for the next
 	mem    *sync.Pool    // the table's spare *shardMem[V]
@@ -863,6 +864,12 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch, cp *commitParts) error {
 		})
 		s.mu.Unlock()
 	}
+	if len(keys) > 0 && !tt.began {
+		// Before Pebble has them: committed reads keep off the value
+		// cache until published or rollback is done with it (committed.go).
+		tt.cache.writes.begin()
+		tt.began = true
+	}
 	tmpp := dirtyKeys.Get().(*[]dirtyKey)
 	keys, tmp := radixSortDirty(keys, (*tmpp)[:0])
 	clear(tmp)
@@ -885,6 +892,14 @@ func (tt *txnTable[V]) appendTo(b *pebble.Batch, cp *commitParts) error {
 	return nil
 }
 
+// endWrite ends the write appendTo began, if it did.
+func (tt *txnTable[V]) endWrite() {
+	if tt.began {
+		tt.began = false
+		tt.cache.writes.end()
+	}
+}
+
 func (tt *txnTable[V]) published() {
 	n := 0
 	for i := range tt.shards {
@@ -904,6 +919,7 @@ func (tt *txnTable[V]) published() {
 		s.mu.Unlock()
 	}
 	tt.last.Store(int64(n))
+	tt.endWrite()
 }
 
 func (tt *txnTable[V]) rollback() {
@@ -921,6 +937,7 @@ func (tt *txnTable[V]) rollback() {
 		s.mu.Unlock()
 	}
 	tt.last.Store(int64(n))
+	tt.endWrite()
 }
 
 // bytesOf returns the bytes of s without copying. The result must not be

@@ -2,78 +2,14 @@ package state
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/strand-io/strand/internal/testfs"
 )
-
-// syncHoldFS is a file system whose write-ahead log fsyncs can be held:
-// while held, a commit of a Sync store is visible to Pebble's readers but
-// has not returned, and a crash (CrashClone of the crashable in-memory
-// file system under it) takes it back.
-type syncHoldFS struct {
-	vfs.FS
-	mu   sync.Mutex
-	held chan struct{}
-}
-
-func (h *syncHoldFS) hold() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held == nil {
-		h.held = make(chan struct{})
-	}
-}
-
-func (h *syncHoldFS) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held != nil {
-		close(h.held)
-		h.held = nil
-	}
-}
-
-func (h *syncHoldFS) wait() {
-	h.mu.Lock()
-	ch := h.held
-	h.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-}
-
-func (h *syncHoldFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return &syncHoldFile{File: f, fs: h}, nil
-}
-
-func (h *syncHoldFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := h.FS.Create(name, c)
-	return h.wrap(name, f, err)
-}
-
-func (h *syncHoldFS) ReuseForWrite(o, n string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := h.FS.ReuseForWrite(o, n, c)
-	return h.wrap(n, f, err)
-}
-
-type syncHoldFile struct {
-	vfs.File
-	fs *syncHoldFS
-}
-
-func (f *syncHoldFile) Sync() error     { f.fs.wait(); return f.File.Sync() }
-func (f *syncHoldFile) SyncData() error { f.fs.wait(); return f.File.SyncData() }
-func (f *syncHoldFile) SyncTo(n int64) (bool, error) {
-	f.fs.wait()
-	return f.File.SyncTo(n)
-}
 
 // TestReadsNeverShowWhatACrashTakesBack holds the WAL fsync of a commit, so
 // that Pebble shows it while it has not returned: Get, GetFresh, Scan and
@@ -83,14 +19,14 @@ func (f *syncHoldFile) SyncTo(n int64) (bool, error) {
 func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewCrashableMem()
-	fs := &syncHoldFS{FS: mem}
+	fs := testfs.NewSyncHold(mem)
 	db, err := Open("db", withFS(fs), WithLogger(quiet)) // Sync durability
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := false
 	defer func() {
-		fs.release()
+		fs.Release()
 		if !closed {
 			mustClose(t, db)
 		}
@@ -134,7 +70,7 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 	}
 	check(1, 10)
 
-	fs.hold()
+	fs.Hold()
 	done := make(chan error, 1)
 	go func() { done <- commit(2, 11) }()
 	deadline := time.Now().Add(20 * time.Second)
@@ -165,7 +101,7 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 
 	// A crash now: the store comes back with what every reader saw.
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
-	fs.release()
+	fs.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -3,43 +3,19 @@ package topology_test
 import (
 	"context"
 	"errors"
-	"flag"
-	"os"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	setRapidChecks()
-	goleak.VerifyTestMain(m)
-}
-
-// setRapidChecks sets the depth of this package's property tests unless
-// -rapid.checks gives it: 50 cases each in the default run (so that the
-// whole suite stays within 8 minutes on a 2-core machine), 500 with
-// STRAND_SOAK=1 (benchmarks/soak-*.sh).
-func setRapidChecks() {
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rapid.checks" })
-	if explicit || flag.Lookup("rapid.checks") == nil {
-		return
-	}
-	n := "50"
-	if os.Getenv("STRAND_SOAK") != "" {
-		n = "500"
-	}
-	if err := flag.Set("rapid.checks", n); err != nil {
-		panic(err)
-	}
-}
+// TestMain: property tests try 50 cases each (500 with STRAND_SOAK=1),
+// and no goroutine may leak (internal/testrun).
+func TestMain(m *testing.M) { testrun.Main(m) }
 
 type AccountID uint64
 

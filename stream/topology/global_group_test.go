@@ -18,13 +18,9 @@ import (
 
 // gInstance is one App of a group with a global rates table.
 type gInstance struct {
-	name   string
-	dir    string
-	app    *topology.App
+	*instance
 	rates  *topology.Table[string, int64]
 	totals *topology.Table[string, int64]
-	stop   context.CancelFunc
-	done   chan error
 }
 
 var (
@@ -67,26 +63,7 @@ func startGlobalInstance(t *testing.T, cl *iggy.Client, misses *atomic.Int64, na
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &gInstance{name: name, dir: dir, app: app, rates: rates, totals: totals, stop: cancel, done: make(chan error, 1)}
-	go func() { err := app.Run(ctx); t.Logf("%s: Run returned %v", name, err); in.done <- err }()
-	return in
-}
-
-func (in *gInstance) close(t *testing.T) {
-	t.Helper()
-	in.stop()
-	select {
-	case err := <-in.done:
-		if err != nil {
-			t.Errorf("%s: Run = %v", in.name, err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: Run did not return", in.name)
-	}
-	if err := in.app.Close(); err != nil {
-		t.Errorf("%s: Close = %v", in.name, err)
-	}
+	return &gInstance{instance: runInstance(t, name, dir, app), rates: rates, totals: totals}
 }
 
 // gSettled waits until every payments partition is served by exactly one
@@ -94,46 +71,17 @@ func (in *gInstance) close(t *testing.T) {
 // included).
 func gSettled(t *testing.T, ins ...*gInstance) map[uint32]*gInstance {
 	t.Helper()
-	const n = 4
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		owner := map[uint32]*gInstance{}
-		ok := true
-		for p := range uint32(n) {
-			for _, in := range ins {
-				if in.app.Phase(p) == topology.Serving {
-					if owner[p] != nil {
-						ok = false
-					}
-					owner[p] = in
-				}
-			}
-			ok = ok && owner[p] != nil
-		}
-		served := map[*gInstance]int{}
-		for _, in := range owner {
-			served[in]++
-		}
-		for _, in := range ins {
-			ok = ok && served[in] >= n/len(ins)
-		}
-		if ok {
-			caught := true
-			for _, in := range ins {
-				caught = caught && caughtUp(in.app)
-			}
-			if caught {
-				return owner
-			}
-		}
-		if time.Now().After(deadline) {
-			for _, in := range ins {
-				t.Logf("%s: %+v", in.name, in.app.Ownership())
-			}
-			t.Fatal("the group did not settle")
-		}
-		time.Sleep(50 * time.Millisecond)
+	of := map[*instance]*gInstance{}
+	base := make([]*instance, 0, len(ins))
+	for _, in := range ins {
+		of[in.instance] = in
+		base = append(base, in.instance)
 	}
+	owner := map[uint32]*gInstance{}
+	for p, in := range settled(t, 4, base...) {
+		owner[p] = of[in]
+	}
+	return owner
 }
 
 func publishAll[E any](t *testing.T, cl *iggy.Client, topic string, decl *stream.Event[string, E], es ...E) {

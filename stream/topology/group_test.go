@@ -35,8 +35,16 @@ func startInstance(t *testing.T, cl *iggy.Client, name, dir string, opts ...topo
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := runInstance(t, name, dir, app)
+	in.n = n
+	return in
+}
+
+// runInstance starts app's Run (until close) as instance name with its
+// store in dir.
+func runInstance(t *testing.T, name, dir string, app *topology.App) *instance {
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{name: name, dir: dir, app: app, n: n, stop: cancel, done: make(chan error, 1)}
+	in := &instance{name: name, dir: dir, app: app, stop: cancel, done: make(chan error, 1)}
 	go func() { err := app.Run(ctx); t.Logf("%s: Run returned %v", name, err); in.done <- err }()
 	return in
 }
@@ -92,11 +100,7 @@ func settled(t *testing.T, n uint32, ins ...*instance) map[uint32]*instance {
 		if ok {
 			caught := true
 			for _, in := range ins {
-				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-				if err := in.app.WaitCaughtUp(ctx); err != nil {
-					caught = false
-				}
-				cancel()
+				caught = caught && caughtUp(in.app)
 			}
 			if caught {
 				return owner

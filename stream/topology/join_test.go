@@ -2,11 +2,9 @@ package topology_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/strand-io/strand/stream"
@@ -378,11 +376,7 @@ func TestJoinBuildRefuses(t *testing.T) {
 		j := newTableJoin()
 		return j.topo, j
 	}
-	cases := []struct {
-		name string
-		make func() *topology.Topology
-		want string
-	}{
+	cases := []buildRefusal{
 		{"projected into", func() *topology.Topology {
 			topo, j := base()
 			topology.Project(topology.On(topology.Source[uint64](topo, "tj/c"), j.b1), j.inner, func(v *pairRow, e sideSet) error { return nil })
@@ -421,12 +415,5 @@ func TestJoinBuildRefuses(t *testing.T) {
 			return topo
 		}, "nil key function"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := c.make().Build()
-			if err == nil || !errors.Is(err, topology.ErrBuild) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Build = %v, want a refusal naming %q", err, c.want)
-			}
-		})
-	}
+	checkBuildRefusals(t, cases)
 }

@@ -2,7 +2,6 @@ package topology_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -366,11 +365,7 @@ func TestLookupBuildRefuses(t *testing.T) {
 		return topo, topology.On(src, ord), limits, totals
 	}
 	fold := func(ctx context.Context, v *totalRow, e orderMade) error { return nil }
-	cases := []struct {
-		name string
-		make func() *topology.Topology
-		want string
-	}{
+	cases := []buildRefusal{
 		{"both relaxed", func() *topology.Topology {
 			topo, s, limits, totals := relaxed()
 			topology.ProjectContext(s.Reads(limits), totals, fold)
@@ -394,12 +389,5 @@ func TestLookupBuildRefuses(t *testing.T) {
 			return topo
 		}, "not made with topology.NewTable on this topology"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := c.make().Build()
-			if err == nil || !errors.Is(err, topology.ErrBuild) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Build = %v, want a refusal naming %q", err, c.want)
-			}
-		})
-	}
+	checkBuildRefusals(t, cases)
 }
