@@ -55,6 +55,7 @@ var (
 		{"lookups", "fenced nodes look up a table of their own input", func(k *Knobs) *bool { return &k.Lookups }},
 		{"cross-reads", "fenced nodes read a table of other inputs; an input made global", func(k *Knobs) *bool { return &k.CrossReads }},
 		{"stream-joins", "some of those read it with a stream-table join (ProjectJoin, left or inner)", func(k *Knobs) *bool { return &k.StreamJoins }},
+		{"group", "a share of the cases run as a group of instances that stop, crash, restart and join (group.go)", func(k *Knobs) *bool { return &k.Group }},
 		{"evolve", "the topology changes at a restart: a table added or with a new version, built in the background", func(k *Knobs) *bool { return &k.Evolve }},
 	}
 	knobValues = map[string]*bool{}
@@ -111,6 +112,9 @@ func runCase(t *testing.T, c *Case, replay string, shrinking bool) {
 	x := Expect(c)
 	o, err := Run(reportingTB{T: t, c: c, replay: replay}, c)
 	if err == nil {
+		if o.Group != "" {
+			t.Logf("seed %d: %s", c.Seed, o.Group)
+		}
 		err = Compare(c, x, o)
 	}
 	if err == nil {
