@@ -45,14 +45,16 @@ type groupInst struct {
 // groupRun runs a group case: the instances, the reads taken during the
 // run and what they answered.
 type groupRun struct {
-	tb     topologytest.TB
-	c      *Case
-	addr   string
-	shared *Built // failure counts and side effects, shared by every instance
-	ins    []*groupInst
-	x      *Expected
-	global string // the global input's name, or ""
-	reads  map[[2]string]*keyReads
+	tb      topologytest.TB
+	c       *Case
+	addr    string
+	shared  *Built // failure counts and side effects, shared by every instance
+	ins     []*groupInst
+	x       *Expected
+	global  string // the global input's name, or ""
+	admin   *iggy.Client
+	sources []string // every topic the topology reads
+	reads   map[[2]string]*keyReads
 	// answered, withheld and moving count the owners' reads: answered,
 	// withheld (an error: not confirmed yet, the partition moved) and not
 	// taken (no one instance served the partition); stale the standby
@@ -101,6 +103,7 @@ func runGroup(tb topologytest.TB, c *Case) (*Observed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the topology: %w", err)
 	}
+	g.admin, g.sources = admin, prog.Sources()
 	for _, name := range prog.Sources() {
 		st, tp, _ := strings.Cut(name, "/")
 		if err := admin.EnsureTopic(ctx, st, tp, c.Parts); err != nil {
@@ -182,8 +185,8 @@ func runGroup(tb topologytest.TB, c *Case) (*Observed, error) {
 	if err := g.observeOutputs(ctx, admin, prog.Sources()[0]+".dlq", where, o); err != nil {
 		return nil, err
 	}
-	o.Group = fmt.Sprintf("group steps %v; owner reads %d answered, %d withheld, %d of a moving partition; %d standby reads answered",
-		g.steps, g.answered, g.withheld, g.moving, g.stale)
+	o.Group = fmt.Sprintf("group steps %v; owner reads %d answered, %d withheld, %d of a moving partition; %d standby reads answered; at the end%s",
+		g.steps, g.answered, g.withheld, g.moving, g.stale, g.describe())
 	return o, nil
 }
 
@@ -356,6 +359,12 @@ func (g *groupRun) owners() []*groupInst {
 func (g *groupRun) settle() ([]*groupInst, error) {
 	deadline := time.Now().Add(groupWait)
 	for {
+		// One instance's outbox feeds another's source (KeyBy): the pass
+		// counts only if no source grew while it ran.
+		before, err := g.ends()
+		if err != nil {
+			return nil, err
+		}
 		owner := g.owners()
 		ok := true
 		for _, in := range owner {
@@ -378,7 +387,11 @@ func (g *groupRun) settle() ([]*groupInst, error) {
 			ok = ok && in.app.WaitCaughtUp(ctx) == nil
 			cancel()
 		}
-		if ok && slicesEqual(owner, g.owners()) {
+		after, err := g.ends()
+		if err != nil {
+			return nil, err
+		}
+		if ok && after == before && slicesEqual(owner, g.owners()) {
 			return owner, nil
 		}
 		if time.Now().After(deadline) {
@@ -660,4 +673,42 @@ func readTopic(ctx context.Context, admin *iggy.Client, topic string) ([]connect
 		}
 	}
 	return out, nil
+}
+
+// describe says what each running instance serves and, per source and
+// partition it serves, how far it got: for the log of a group case.
+func (g *groupRun) describe() string {
+	var b strings.Builder
+	owner := g.owners()
+	for _, in := range g.ins {
+		if !in.up {
+			continue
+		}
+		fmt.Fprintf(&b, "\n    %s:", in.name)
+		for _, st := range in.app.Stats() {
+			for _, ps := range st.Partitions {
+				if owner[ps.Partition] == in {
+					fmt.Fprintf(&b, " %s/%d next %d end %d applied %d outbox %d/%d dl %d;", st.Source, ps.Partition, ps.Next, ps.End,
+						ps.Counters.Applied, ps.Counters.OutboxPublished, ps.Counters.OutboxCommitted, ps.Counters.DeadLettered)
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// ends returns the sum of the end offsets of every source of the topology.
+func (g *groupRun) ends() (uint64, error) {
+	var sum uint64
+	for _, name := range g.sources {
+		st, tp, _ := strings.Cut(name, "/")
+		ends, err := g.admin.EndOffsets(context.Background(), st, tp)
+		if err != nil {
+			return 0, fmt.Errorf("reading the end offsets of %s: %w", name, err)
+		}
+		for _, e := range ends {
+			sum += e
+		}
+	}
+	return sum, nil
 }

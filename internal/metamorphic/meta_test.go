@@ -27,12 +27,13 @@ func TestMain(m *testing.M) {
 const defaultSeeds = 40
 
 var (
-	seedFlag = flag.Uint64("seed", 0, "run only this seed (also STRAND_META_SEED)")
-	seeds    = flag.Int("meta.seeds", 0, "how many seeds to run (default 40; with STRAND_SOAK=1, STRAND_META_SEEDS or 2000)")
-	first    = flag.Uint64("meta.first", 0, "the first seed of the run (default 1; with STRAND_SOAK=1 one from the clock, printed)")
-	duration = flag.Duration("meta.duration", 0, "stop starting seeds after this long (0: no bound)")
-	events   = flag.Int("meta.events", 0, "at most this many events per case (default 150)")
-	shrink   = flag.Bool("meta.shrink", false, "shrink a failing case (always done when one seed is replayed with -seed)")
+	seedFlag   = flag.Uint64("seed", 0, "run only this seed (also STRAND_META_SEED)")
+	seeds      = flag.Int("meta.seeds", 0, "how many seeds to run (default 40; with STRAND_SOAK=1, STRAND_META_SEEDS or 2000)")
+	first      = flag.Uint64("meta.first", 0, "the first seed of the run (default 1; with STRAND_SOAK=1 one from the clock, printed)")
+	duration   = flag.Duration("meta.duration", 0, "stop starting seeds after this long (0: no bound)")
+	events     = flag.Int("meta.events", 0, "at most this many events per case (default 150)")
+	shrink     = flag.Bool("meta.shrink", false, "shrink a failing case (always done when one seed is replayed with -seed)")
+	groupsOnly = flag.Bool("meta.groups-only", false, "run only the seeds whose case runs as a group (Knobs.Group), e.g. for a soak of groups")
 
 	knobFlags = []struct {
 		name, usage string
@@ -173,6 +174,9 @@ func TestMeta(t *testing.T) {
 			break
 		}
 		c := Generate(s, knobs)
+		if *groupsOnly && c.Group == nil {
+			continue
+		}
 		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runCase(t, c, Replay(s, flags), *shrink) }) {
 			break
 		}
