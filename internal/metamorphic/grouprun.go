@@ -509,17 +509,27 @@ func (g *groupRun) readStandby(sb *groupInst, t int, k string, p uint32, kr *key
 	// The copy held every commit in the changelog at begin − Age or later;
 	// an owner's answer received before then was confirmed, so in it.
 	current := begin.Add(-st.Age)
+	if i := kr.missedBy(current, v, ok); i >= 0 {
+		return fmt.Errorf("%w: table %s key %q: the standby copy of %s (staleness %v) answered %s, older than what an owner answered %v before it was current",
+			ErrMismatch, name, k, sb.name, st.Age, diffRows(v, kr.rows[i]), current.Sub(kr.at[i]))
+	}
+	return nil
+}
+
+// missedBy returns the index of the newest owner answer received by
+// current if a stale answer (v, found ok) that was current then does not
+// hold it, or -1.
+func (kr *keyReads) missedBy(current time.Time, v Row, ok bool) int {
 	for i := len(kr.at) - 1; i >= 0; i-- {
 		if kr.at[i].After(current) {
 			continue
 		}
 		if !ok || !rowBefore(kr.rows[i], v) {
-			return fmt.Errorf("%w: table %s key %q: the standby copy of %s (staleness %v) answered %s, older than what an owner answered %v before it was current",
-				ErrMismatch, name, k, sb.name, st.Age, diffRows(v, kr.rows[i]), current.Sub(kr.at[i]))
+			return i
 		}
-		break
+		return -1
 	}
-	return nil
+	return -1
 }
 
 // rowBefore reports whether row a is a state row b went through: every
