@@ -60,6 +60,9 @@ type groupRun struct {
 	// taken (no one instance served the partition); stale the standby
 	// reads answered (GetStandby); steps the plan's steps as they ran.
 	answered, withheld, moving, stale int
+	// dups counts the messages of the dead-letter and To topics sent
+	// again under an id already there (design §15's one window).
+	dups int
 	steps                             []string
 }
 
@@ -185,8 +188,8 @@ func runGroup(tb topologytest.TB, c *Case) (*Observed, error) {
 	if err := g.observeOutputs(ctx, admin, prog.Sources()[0]+".dlq", where, o); err != nil {
 		return nil, err
 	}
-	o.Group = fmt.Sprintf("group steps %v; owner reads %d answered, %d withheld, %d of a moving partition; %d standby reads answered; at the end%s",
-		g.steps, g.answered, g.withheld, g.moving, g.stale, g.describe())
+	o.Group = fmt.Sprintf("group steps %v; owner reads %d answered, %d withheld, %d of a moving partition; %d standby reads answered; %d messages sent again under their id; at the end%s",
+		g.steps, g.answered, g.withheld, g.moving, g.stale, g.dups, g.describe())
 	return o, nil
 }
 
@@ -608,7 +611,7 @@ func (g *groupRun) observeTables(owner []*groupInst) (*Observed, error) {
 // output topic, each message once by its id (design §15: a re-sent
 // message keeps its id), and what the ForEach side effects saw.
 func (g *groupRun) observeOutputs(ctx context.Context, admin *iggy.Client, dlq string, where map[string]int, o *Observed) error {
-	msgs, err := readTopic(ctx, admin, dlq)
+	msgs, err := g.readTopic(ctx, admin, dlq)
 	if err != nil {
 		return err
 	}
@@ -633,7 +636,7 @@ func (g *groupRun) observeOutputs(ctx context.Context, admin *iggy.Client, dlq s
 		if !n.To {
 			continue
 		}
-		msgs, err := readTopic(ctx, admin, n.OutTopic)
+		msgs, err := g.readTopic(ctx, admin, n.OutTopic)
 		if err != nil {
 			return err
 		}
@@ -654,8 +657,9 @@ func (g *groupRun) observeOutputs(ctx context.Context, admin *iggy.Client, dlq s
 }
 
 // readTopic returns every message of topic (none when it does not
-// exist), partition by partition, each id once.
-func readTopic(ctx context.Context, admin *iggy.Client, topic string) ([]connector.Message, error) {
+// exist), partition by partition, each id once (g.dups counts the
+// others).
+func (g *groupRun) readTopic(ctx context.Context, admin *iggy.Client, topic string) ([]connector.Message, error) {
 	st, tp, _ := strings.Cut(topic, "/")
 	ends, err := admin.EndOffsets(ctx, st, tp)
 	if err != nil {
@@ -676,6 +680,7 @@ func readTopic(ctx context.Context, admin *iggy.Client, topic string) ([]connect
 				return nil, fmt.Errorf("partition %d offset %d of %s: %w", p, sm.Offset, topic, sm.HeaderErr)
 			}
 			if seen[sm.ID] {
+				g.dups++
 				continue
 			}
 			seen[sm.ID] = true
