@@ -62,8 +62,8 @@ type groupRun struct {
 	answered, withheld, moving, stale int
 	// dups counts the messages of the dead-letter and To topics sent
 	// again under an id already there (design §15's one window).
-	dups int
-	steps                             []string
+	dups  int
+	steps []string
 }
 
 // keyReads is what the owners answered for one key of one table, in the
