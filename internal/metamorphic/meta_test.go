@@ -177,7 +177,17 @@ func TestMeta(t *testing.T) {
 		if *groupsOnly && c.Group == nil {
 			continue
 		}
-		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runCase(t, c, Replay(s, flags), *shrink) }) {
+		// In the default run a group case runs in parallel with the
+		// others (after the rest, at most -test.parallel at once): it
+		// waits on sessions and on the group settling more than it
+		// computes.
+		par := c.Group != nil && os.Getenv("STRAND_SOAK") == "" && *duration == 0
+		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+			if par {
+				t.Parallel()
+			}
+			runCase(t, c, Replay(s, flags), *shrink)
+		}) {
 			break
 		}
 	}
