@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -473,7 +474,9 @@ func (g *groupRun) readAll() error {
 					kr.at, kr.rows = append(kr.at, now), append(kr.rows, v)
 				}
 			}
-			if g.c.Group.Standbys == 0 {
+			// A global table's rows are each instance's own fold of the
+			// global input (§20), not the owner's commits a copy follows.
+			if g.c.Group.Standbys == 0 || g.globalTable(t) {
 				continue
 			}
 			for _, sb := range g.ins {
@@ -726,4 +729,14 @@ func (g *groupRun) ends() (uint64, error) {
 		}
 	}
 	return sum, nil
+}
+
+// globalTable reports whether table t is fed by the global input.
+func (g *groupRun) globalTable(t int) bool {
+	for _, n := range g.c.Nodes {
+		if g.c.Inputs[n.Input].Global && slices.Contains(n.Tables, t) {
+			return true
+		}
+	}
+	return false
 }
