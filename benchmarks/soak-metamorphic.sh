@@ -14,7 +14,8 @@
 #   seeds  how many seeds (default 2000: about 8 minutes on 2 cores)
 #   extra  e.g. -meta.shared-tables -meta.isolation (capabilities that are
 #          off by default until their fix lands), -meta.duration=30m,
-#          -meta.first=12345
+#          -meta.first=12345, -meta.groups-only (only the cases that run
+#          as a group of instances: design §17)
 # Environment: RACE=1 builds with -race (slower; finds data races too).
 set -u
 seeds=${1:-2000}

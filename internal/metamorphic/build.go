@@ -33,7 +33,7 @@ type Built struct {
 	Windows *topology.WindowTable[string, []int]
 
 	c       *Case
-	mu      sync.Mutex
+	mu      *sync.Mutex         // shared with the Builts made after this one
 	tries   map[[3]int]int      // node, handler, event id → transient failures so far
 	forEach map[int]map[int]int // node → event id → times seen
 }
@@ -48,9 +48,9 @@ func Build(c *Case) *Built { return build(c, nil, false) }
 // (evolve.go) when before is set. A Built made after prev shares what
 // prev's handlers observed.
 func build(c *Case, prev *Built, before bool) *Built {
-	b := &Built{c: c, Out: map[int]*stream.Event[string, Ev]{}, tries: map[[3]int]int{}, forEach: map[int]map[int]int{}}
+	b := &Built{c: c, Out: map[int]*stream.Event[string, Ev]{}, mu: &sync.Mutex{}, tries: map[[3]int]int{}, forEach: map[int]map[int]int{}}
 	if prev != nil {
-		b.tries, b.forEach = prev.tries, prev.forEach
+		b.mu, b.tries, b.forEach = prev.mu, prev.tries, prev.forEach
 	}
 	topo := topology.New("meta", topology.WithWorkers(c.Workers),
 		topology.WithRetry(c.Attempts, c.backoff(), c.maxBackoff()), topology.WithPoisonPolicy(c.Poison))

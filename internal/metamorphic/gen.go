@@ -69,6 +69,11 @@ type Knobs struct {
 	// is added, or a table gets a new version, and is built in the
 	// background while the rest runs; the model is unchanged.
 	Evolve bool
+	// Group runs a share of the cases (about one in eight, chosen from
+	// the seed) as 2–3 instances of one group over an in-memory Iggy
+	// broker, with instances stopping, crashing, restarting and joining
+	// between batches, and standby copies in some (group.go).
+	Group bool
 	// MaxEvents bounds the events of a case (at least 10).
 	MaxEvents int
 }
@@ -77,7 +82,7 @@ type Knobs struct {
 // are run by default (SharedTables and Isolation since issue 23's fixes).
 func DefaultKnobs() Knobs {
 	return Knobs{Foreign: true, KeyBy: true, To: true, ForEach: true, Resequence: true, Poison: true,
-		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, Joins: true, Lookups: true, StreamJoins: true, CrossReads: true, Evolve: true, MaxEvents: 150}
+		HoldPoison: true, Failures: true, Restarts: true, Resets: true, SharedTables: true, Isolation: true, Time: true, Joins: true, Lookups: true, StreamJoins: true, CrossReads: true, Evolve: true, Group: true, MaxEvents: 150}
 }
 
 // Kind is how an event type is declared.
@@ -249,6 +254,9 @@ type Case struct {
 	// (EvolveAdd) or gets version 1 then.
 	EvolveAt, EvolveTable int
 	EvolveAdd             bool
+	// Group, when not nil, runs the case as a group of instances
+	// (Knobs.Group, group.go).
+	Group *GroupPlan
 }
 
 // Ev is the payload of every generated event.
@@ -302,6 +310,10 @@ var fences = []planner.Ordering{planner.Relaxed, planner.Acquire, planner.Releas
 // Generate turns seed into a case, with the capabilities knobs allows.
 func Generate(seed uint64, knobs Knobs) *Case {
 	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	group := knobs.Group && groupSeed(seed)
+	if group {
+		knobs = knobs.forGroup() // group.go
+	}
 	c := &Case{Knobs: knobs, Fail: map[int]Failure{}}
 	c.Seed = seed
 	c.Parts = uint32(1 + r.IntN(4))
@@ -341,6 +353,9 @@ func Generate(seed uint64, knobs Knobs) *Case {
 	c.genPlan(r)
 	c.addGlobal() // crossread.go
 	c.genEvolve()
+	if group {
+		c.genGroup()
+	}
 	return c
 }
 
@@ -632,6 +647,9 @@ func (c *Case) String() string {
 		f := c.Fail[id]
 		fmt.Fprintf(&b, "  failure: event #%d node %d handler %d %s times=%d permanent=%v always=%v\n",
 			id, f.Node, f.Handler, f.Mode, f.Times, f.Permanent, f.Always)
+	}
+	if c.Group != nil {
+		fmt.Fprintf(&b, "  %s\n", c.Group)
 	}
 	fmt.Fprintf(&b, "  plan: chunks %v steps %v\n  log (%d records, publication order):", c.Chunks, c.Steps, len(c.Log))
 	for i, rec := range c.Log {

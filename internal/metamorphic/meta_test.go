@@ -27,12 +27,13 @@ func TestMain(m *testing.M) {
 const defaultSeeds = 40
 
 var (
-	seedFlag = flag.Uint64("seed", 0, "run only this seed (also STRAND_META_SEED)")
-	seeds    = flag.Int("meta.seeds", 0, "how many seeds to run (default 40; with STRAND_SOAK=1, STRAND_META_SEEDS or 2000)")
-	first    = flag.Uint64("meta.first", 0, "the first seed of the run (default 1; with STRAND_SOAK=1 one from the clock, printed)")
-	duration = flag.Duration("meta.duration", 0, "stop starting seeds after this long (0: no bound)")
-	events   = flag.Int("meta.events", 0, "at most this many events per case (default 150)")
-	shrink   = flag.Bool("meta.shrink", false, "shrink a failing case (always done when one seed is replayed with -seed)")
+	seedFlag   = flag.Uint64("seed", 0, "run only this seed (also STRAND_META_SEED)")
+	seeds      = flag.Int("meta.seeds", 0, "how many seeds to run (default 40; with STRAND_SOAK=1, STRAND_META_SEEDS or 2000)")
+	first      = flag.Uint64("meta.first", 0, "the first seed of the run (default 1; with STRAND_SOAK=1 one from the clock, printed)")
+	duration   = flag.Duration("meta.duration", 0, "stop starting seeds after this long (0: no bound)")
+	events     = flag.Int("meta.events", 0, "at most this many events per case (default 150)")
+	shrink     = flag.Bool("meta.shrink", false, "shrink a failing case (always done when one seed is replayed with -seed)")
+	groupsOnly = flag.Bool("meta.groups-only", false, "run only the seeds whose case runs as a group (Knobs.Group), e.g. for a soak of groups")
 
 	knobFlags = []struct {
 		name, usage string
@@ -55,6 +56,7 @@ var (
 		{"lookups", "fenced nodes look up a table of their own input", func(k *Knobs) *bool { return &k.Lookups }},
 		{"cross-reads", "fenced nodes read a table of other inputs; an input made global", func(k *Knobs) *bool { return &k.CrossReads }},
 		{"stream-joins", "some of those read it with a stream-table join (ProjectJoin, left or inner)", func(k *Knobs) *bool { return &k.StreamJoins }},
+		{"group", "a share of the cases run as a group of instances that stop, crash, restart and join (group.go)", func(k *Knobs) *bool { return &k.Group }},
 		{"evolve", "the topology changes at a restart: a table added or with a new version, built in the background", func(k *Knobs) *bool { return &k.Evolve }},
 	}
 	knobValues = map[string]*bool{}
@@ -111,6 +113,9 @@ func runCase(t *testing.T, c *Case, replay string, shrinking bool) {
 	x := Expect(c)
 	o, err := Run(reportingTB{T: t, c: c, replay: replay}, c)
 	if err == nil {
+		if o.Group != "" {
+			t.Logf("seed %d: %s", c.Seed, o.Group)
+		}
 		err = Compare(c, x, o)
 	}
 	if err == nil {
@@ -169,7 +174,20 @@ func TestMeta(t *testing.T) {
 			break
 		}
 		c := Generate(s, knobs)
-		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { runCase(t, c, Replay(s, flags), *shrink) }) {
+		if *groupsOnly && c.Group == nil {
+			continue
+		}
+		// In the default run a group case runs in parallel with the
+		// others (after the rest, at most -test.parallel at once): it
+		// waits on sessions and on the group settling more than it
+		// computes.
+		par := c.Group != nil && os.Getenv("STRAND_SOAK") == "" && *duration == 0
+		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+			if par {
+				t.Parallel()
+			}
+			runCase(t, c, Replay(s, flags), *shrink)
+		}) {
 			break
 		}
 	}

@@ -36,6 +36,8 @@ type Observed struct {
 	WindowsFinal int
 	// Joins: per join of the case, key → row of its join table.
 	Joins []map[string]JoinRow
+	// Group: what a group case's run did (grouprun.go), for the log.
+	Group string
 }
 
 // maxRounds bounds the rounds of retries at the end of a run.
@@ -47,6 +49,9 @@ const maxRounds = 400
 // A driver failure fails tb.
 func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 	tb.Helper()
+	if c.Group != nil {
+		return runGroup(tb, c) // grouprun.go
+	}
 	b := Build(c)
 	first := b
 	if c.EvolveAt > 0 {

@@ -106,7 +106,9 @@ type Staleness struct {
 }
 
 // ReadStandby runs read, which reads partition p's rows from this
-// instance's store, only if this instance keeps a standby copy of p that
+// instance's store (with a read that takes its view when it runs: Get,
+// GetFresh, ScanPartition; the Recent reads may answer from an older
+// view than the copy's), only if this instance keeps a standby copy of p that
 // was current at most maxStale ago, and returns how stale the read may be.
 // The copy must be the same before and after read (it was not started
 // again meanwhile, which may drop its rows): else, or without such a copy,
@@ -142,11 +144,15 @@ func (a *App) ReadStandby(ctx context.Context, p uint32, maxStale time.Duration,
 	return Staleness{Partition: p, Age: age, Lag: before.Lag, Epoch: before.Epoch, Seq: before.Seq}, nil
 }
 
-// GetStandby is GetRecent answered from app's standby copy of k's
+// GetStandby is GetFresh answered from app's standby copy of k's
 // partition, if app keeps one that was current at most maxStale ago
 // (ReadStandby; else an error wrapping ErrNoStandby). Use it when the
 // partition's owner cannot answer (it failed and the partition is moving)
-// and a stale answer is better than none; Staleness says how stale.
+// and a stale answer is better than none; Staleness says how stale. It
+// reads a durable view taken for the read (one write-ahead log fsync at
+// most), not the newest view an earlier read took (GetRecent's), which
+// may be older than the copy: the answer then holds every commit the copy
+// held when it was last current.
 func (t *Table[K, V]) GetStandby(ctx context.Context, app *App, k K, maxStale time.Duration) (V, bool, Freshness, Staleness, error) {
 	var v V
 	var ok bool
@@ -162,7 +168,7 @@ func (t *Table[K, V]) GetStandby(ctx context.Context, app *App, k K, maxStale ti
 	p := connector.PartitionOf(kb, n)
 	st, err := app.ReadStandby(ctx, p, maxStale, func(ctx context.Context) error {
 		var err error
-		v, ok, fr, err = t.GetRecent(ctx, k)
+		v, ok, fr, err = t.GetFresh(ctx, k)
 		return err
 	})
 	if err != nil {

@@ -75,7 +75,9 @@ func (s *Server) fromStandby(w http.ResponseWriter, r *http.Request, t table, l 
 	var fr topology.Freshness
 	st, err := s.app.ReadStandby(r.Context(), q.Partition, bound, func(ctx context.Context) error {
 		var err error
-		body, found, fr, err = t.get(ctx, l, false)
+		// A view taken for the read (wait): the newest one an earlier
+		// read took may be older than the copy (App.ReadStandby).
+		body, found, fr, err = t.get(ctx, l, true)
 		return err
 	})
 	if errors.Is(err, topology.ErrNoStandby) {
