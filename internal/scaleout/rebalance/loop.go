@@ -415,7 +415,7 @@ func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) 
 	})
 }
 
-// release stops p's work under e and releases p in the membership, in the
+// release stops p's work under e and hands p back in the membership, in the
 // background; Released follows.
 func (l *Loop) release(ctx context.Context, p uint32, e Epoch) {
 	st := l.node.Partition(p)
@@ -426,8 +426,8 @@ func (l *Loop) release(ctx context.Context, p uint32, e Epoch) {
 	l.wg.Go(func() {
 		if cur, ok := l.cfg.Membership.Owns(p); ok && cur == e {
 			rctx, cancel := context.WithTimeout(ctx, l.cfg.ReleaseTimeout)
-			if err := l.cfg.Membership.Release(rctx, p); err != nil {
-				l.log.Warn("strand: release failed", "partition", p, "epoch", e, "err", err)
+			if err := l.cfg.Membership.HandBack(rctx, p); err != nil {
+				l.log.Warn("strand: hand back failed", "partition", p, "epoch", e, "err", err)
 			}
 			cancel()
 		}

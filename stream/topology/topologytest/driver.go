@@ -189,7 +189,7 @@ func (d *Driver) started() bool {
 	return true
 }
 
-// App returns the running App (for Stats, Checkpoint, Release).
+// App returns the running App (for Stats, Checkpoint, Unblock).
 func (d *Driver) App() *topology.App { return d.app }
 
 // Broker returns the in-memory broker the App runs over (package memconn):
@@ -506,7 +506,7 @@ func (d *Driver) Lag() int {
 	return lag
 }
 
-// Parked returns how many keys wait for a retry (or a Release) and how many
+// Parked returns how many keys wait for a retry (or an Unblock) and how many
 // records they hold, over every source and partition.
 func (d *Driver) Parked() (keys, records int) {
 	for _, st := range d.app.Stats() {
