@@ -16,19 +16,19 @@ const (
 	// had not been in the log. It is the default: the poison event could
 	// never have applied, so skipping it is what any retry would do too.
 	PassPoison PoisonPolicy = iota
-	// HoldPoisonedKey parks every later event of the key durably, behind
-	// the poison event, and stops the key until Task.Release is called
+	// BlockPoisonedKey parks every later event of the key durably, behind
+	// the poison event: the key is blocked until App.Unblock is called
 	// for it (after the dead letter was dealt with). Other keys go on.
-	HoldPoisonedKey
+	BlockPoisonedKey
 )
 
-// String returns "pass" or "hold".
+// String returns "pass" or "block".
 func (p PoisonPolicy) String() string {
 	switch p {
 	case PassPoison:
 		return "pass"
-	case HoldPoisonedKey:
-		return "hold"
+	case BlockPoisonedKey:
+		return "block"
 	}
 	return fmt.Sprintf("PoisonPolicy(%d)", uint8(p))
 }

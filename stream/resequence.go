@@ -34,7 +34,7 @@ const (
 	GapWait GapPolicy = 1
 	// GapSkip advances past the gap: a GapNotice with the missing range is
 	// recorded in the same commit, and the held records after the gap are
-	// released in order.
+	// let through in order.
 	GapSkip GapPolicy = 2
 	// GapDeadLetter gives the gap up too, but dead-letters the held
 	// records after it (ReasonGapTimeout or ReasonHoldOverflow) instead of

@@ -69,11 +69,11 @@ type PartitionStats struct {
 	// Next is the committed checkpoint: the next offset to process.
 	Next uint64
 	// ParkedKeys and ParkedRecords say how many keys wait for a retry
-	// (or a Release) and how many records they hold.
+	// (or an Unblock) and how many records they hold.
 	ParkedKeys, ParkedRecords int
 	// NextRetry is when the earliest parked key is due for a retry; zero
-	// when no key waits for one (keys held behind a poison event wait for
-	// a Release instead).
+	// when no key waits for one (keys blocked behind a poison event wait for
+	// an Unblock instead).
 	NextRetry time.Time
 	// NextDeadline is when the earliest row expiry (topology.WithTTL) or
 	// timer (topology.OnTimer) of the partition may be due; zero when

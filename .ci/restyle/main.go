@@ -107,6 +107,52 @@ var renames = []rename{
 	{"stream/topology/topologytest", "BatchSizes", "WithBatchSizes", false},
 	{"stream/topology/topologytest", "Logger", "WithLogger", false},
 	{"stream/topology/topologytest", "OpenOptions", "WithOpenOptions", true},
+	// The glossary's renames (docs/design.md §1): package-level names
+	// other than option constructors.
+	{"stream", "HoldPoisonedKey", "BlockPoisonedKey", true},
+	{"stream/connector", "Released", "HandedBack", false},
+	{"connectors/iggy", "Released", "HandedBack", false},
+	{"internal/scaleout/membership", "KindRelease", "KindHandBack", true},
+}
+
+// methodRename is one method renamed by the glossary (docs/design.md §1):
+// calls on a value of the type (resolved by go/types, also when the old
+// name no longer resolves), the method's declaration (and its doc
+// comment's first word), an interface's method, and mentions "Type.Old"
+// in comments, string literals and Markdown.
+type methodRename struct {
+	pkg, typ, old, new string
+}
+
+var methodRenames = []methodRename{
+	{"stream/topology", "App", "Release", "Unblock"},
+	{"stream/connector", "Membership", "Release", "HandBack"},
+	{"connectors/iggy", "Membership", "Release", "HandBack"},
+	{"internal/pipeline", "Processor", "Release", "Unblock"},
+	{"internal/executor", "Task", "Release", "Unblock"},
+}
+
+// methodRenameOf returns the rename of method name called on a value of
+// type t, if any.
+func (e *editor) methodRenameOf(t types.Type, name string) (methodRename, bool) {
+	if t == nil {
+		return methodRename{}, false
+	}
+	t = types.Unalias(t)
+	if p, ok := t.(*types.Pointer); ok {
+		t = types.Unalias(p.Elem())
+	}
+	n, ok := t.(*types.Named)
+	if !ok || n.Origin().Obj().Pkg() == nil {
+		return methodRename{}, false
+	}
+	o := n.Origin().Obj()
+	for _, m := range methodRenames {
+		if e.w.module+"/"+m.pkg == o.Pkg().Path() && m.typ == o.Name() && m.old == name {
+			return m, true
+		}
+	}
+	return methodRename{}, false
 }
 
 // errorPrefix matches the component prefix of an error text: a lower-case
@@ -807,6 +853,11 @@ func (e *editor) renames(v *variant) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.SelectorExpr:
+				if _, isPkg := pkgNameOf(v.info, n.X); !isPkg {
+					if m, ok := e.methodRenameOf(typeOf(v.info, n.X), n.Sel.Name); ok {
+						e.add(n.Sel.Pos(), n.Sel.End(), m.new)
+					}
+				}
 				x, ok := n.X.(*ast.Ident)
 				if !ok {
 					return true
@@ -816,7 +867,7 @@ func (e *editor) renames(v *variant) {
 					return true
 				}
 				if r, ok := table[pn.Imported().Path()][n.Sel.Name]; ok {
-					if o := v.info.Uses[n.Sel]; o == nil || isPkgFunc(o) {
+					if o := v.info.Uses[n.Sel]; o == nil || isPkgLevel(o) {
 						e.add(n.Sel.Pos(), n.Sel.End(), r.new)
 					}
 				}
@@ -830,12 +881,67 @@ func (e *editor) renames(v *variant) {
 				if o == nil {
 					o = v.info.Defs[n]
 				}
-				if (o != nil && isPkgFunc(o) && o.Pkg() != nil && o.Pkg().Path() == pkgPath) || (o == nil && v.tpkg.Scope().Lookup(n.Name) == nil) {
+				if (o != nil && isPkgLevel(o) && o.Pkg() != nil && o.Pkg().Path() == pkgPath) || (o == nil && v.tpkg.Scope().Lookup(n.Name) == nil) {
 					e.add(n.Pos(), n.End(), r.new)
 				}
 			}
 			return true
 		})
+		// Renamed methods: declarations, doc comments, interface methods.
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil || len(d.Recv.List) != 1 {
+					continue
+				}
+				rt := d.Recv.List[0].Type
+				if st, ok := rt.(*ast.StarExpr); ok {
+					rt = st.X
+				}
+				id, ok := rt.(*ast.Ident)
+				if !ok {
+					continue
+				}
+				if d.Name.Name == "Release" && implementsMembership(v.info, d) {
+					// A test's own connector.Membership (a fake).
+					e.add(d.Name.Pos(), d.Name.End(), "HandBack")
+					continue
+				}
+				for _, m := range methodRenames {
+					if e.w.module+"/"+m.pkg != pkgPath || m.typ != id.Name || m.old != d.Name.Name {
+						continue
+					}
+					e.add(d.Name.Pos(), d.Name.End(), m.new)
+					if d.Doc != nil && strings.HasPrefix(d.Doc.List[0].Text, "// "+m.old+" ") {
+						c := d.Doc.List[0]
+						e.add(c.Pos()+3, c.Pos()+3+token.Pos(len(m.old)), m.new)
+					}
+				}
+			case *ast.GenDecl:
+				for _, sp := range d.Specs {
+					ts, ok := sp.(*ast.TypeSpec)
+					if !ok {
+						continue
+					}
+					it, ok := ts.Type.(*ast.InterfaceType)
+					if !ok {
+						continue
+					}
+					for _, m := range methodRenames {
+						if e.w.module+"/"+m.pkg != pkgPath || m.typ != ts.Name.Name {
+							continue
+						}
+						for _, fl := range it.Methods.List {
+							for _, nm := range fl.Names {
+								if nm.Name == m.old {
+									e.add(nm.Pos(), nm.End(), m.new)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
 		// The doc comment of a renamed function starts with its new name.
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
@@ -869,6 +975,51 @@ func isPkgFunc(o types.Object) bool {
 	return ok && f.Type().(*types.Signature).Recv() == nil && f.Parent() == f.Pkg().Scope()
 }
 
+// isPkgLevel reports whether o is declared at package level (a function,
+// constant, variable or type; not a method or a field).
+func isPkgLevel(o types.Object) bool {
+	if f, ok := o.(*types.Func); ok {
+		return isPkgFunc(f)
+	}
+	return o.Pkg() != nil && o.Parent() == o.Pkg().Scope()
+}
+
+// implementsMembership reports whether method d is the Release of a type
+// that otherwise has connector.Membership's methods (Owns, Assignments,
+// Members): a fake membership, renamed with the interface.
+func implementsMembership(info *types.Info, d *ast.FuncDecl) bool {
+	f, ok := info.Defs[d.Name].(*types.Func)
+	if !ok {
+		return false
+	}
+	recv := f.Type().(*types.Signature).Recv()
+	if recv == nil {
+		return false
+	}
+	t := recv.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	ms := types.NewMethodSet(types.NewPointer(t))
+	for _, n := range []string{"Owns", "Assignments", "Members"} {
+		if ms.Lookup(f.Pkg(), n) == nil && ms.Lookup(nil, n) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// pkgNameOf returns the package x names, when x is an imported package's
+// name.
+func pkgNameOf(info *types.Info, x ast.Expr) (*types.PkgName, bool) {
+	id, ok := x.(*ast.Ident)
+	if !ok {
+		return nil, false
+	}
+	pn, ok := info.Uses[id].(*types.PkgName)
+	return pn, ok
+}
+
 var wordRe = map[string]*regexp.Regexp{}
 
 func re(s string) *regexp.Regexp {
@@ -895,6 +1046,11 @@ func (e *editor) textRenames(pos token.Pos, text string, table map[string]map[st
 			for _, m := range re(`\b`+q+`\.`+r.old+`\b`).FindAllStringIndex(text, -1) {
 				hits = append(hits, hit{m[0] + len(q) + 1, m[1], r.new})
 			}
+		}
+	}
+	for _, m := range methodRenames {
+		for _, mm := range re(`\b`+m.typ+`\.`+m.old+`\b`).FindAllStringIndex(text, -1) {
+			hits = append(hits, hit{mm[0] + len(m.typ) + 1, mm[1], m.new})
 		}
 	}
 	if inOwn {
@@ -1094,6 +1250,9 @@ func (w *world) markdown(dry bool) ([]string, error) {
 		for _, r := range renames {
 			q := r.pkg[strings.LastIndex(r.pkg, "/")+1:]
 			out = re(`\b`+q+`\.`+r.old+`\b`).ReplaceAllString(out, q+"."+r.new)
+		}
+		for _, m := range methodRenames {
+			out = re(`\b`+m.typ+`\.`+m.old+`\b`).ReplaceAllString(out, m.typ+"."+m.new)
 		}
 		if out == string(src) {
 			return nil

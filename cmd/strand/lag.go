@@ -98,7 +98,7 @@ func waiting(w io.Writer, in *state.Summary) {
 		fmt.Fprintf(w, "  %d records held by the re-sequencer behind open gaps of %d keys\n", held, heldKeys)
 	}
 	if parkedKeys > 0 {
-		fmt.Fprintf(w, "  %d parked keys (%d records) waiting for a retry or a Release\n", parkedKeys, parked)
+		fmt.Fprintf(w, "  %d parked keys (%d records) waiting for a retry or an Unblock\n", parkedKeys, parked)
 	}
 	if dls > 0 {
 		fmt.Fprintf(w, "  %d dead letters waiting to be published\n", dls)

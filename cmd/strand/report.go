@@ -21,8 +21,8 @@ import (
 // classified as:
 //
 //   - held: the re-sequencer holds it behind an open gap;
-//   - parked: its key is parked after a failure, waiting for a retry or a
-//     Release;
+//   - parked: its key is parked after a failure, waiting for a retry or an
+//     Unblock;
 //   - dead-lettered again: a dead letter of that partition and offset is in
 //     the dead-letter topic or pending in the store, with its reason;
 //   - applied: none of these, and the store holds the replay's origin (an

@@ -12,7 +12,7 @@ import (
 	"github.com/strand-io/strand/stream/connector"
 )
 
-// runMember answers the group's requests as an engine would: it releases
+// runMember answers the group's requests as an engine would: it hands back
 // every partition it is asked to give up. It returns when Assignments is
 // closed.
 func runMember(t *testing.T, m connector.Membership, wg *sync.WaitGroup) {
@@ -24,8 +24,8 @@ func runMember(t *testing.T, m connector.Membership, wg *sync.WaitGroup) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := m.Release(ctx, a.Partition); err != nil && !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClosed) {
-				t.Errorf("release %d: %v", a.Partition, err)
+			if err := m.HandBack(ctx, a.Partition); err != nil && !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClosed) {
+				t.Errorf("hand back %d: %v", a.Partition, err)
 			}
 			cancel()
 		}

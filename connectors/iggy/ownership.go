@@ -39,7 +39,7 @@ const (
 	// Gained: the member owns the partition from now on, with Epoch.
 	Gained = connector.Gained
 	// Revoking: the group asks the member to give the partition up: stop
-	// processing it, then call Release. A member that does not release it
+	// processing it, then call HandBack. A member that does not hand it back
 	// within its session timeout is declared dead.
 	Revoking = connector.Revoking
 	// Lost: the member no longer owns the partition (Reason says why) and
@@ -54,8 +54,8 @@ type LossReason = connector.LossReason
 const (
 	// NotLost is the reason of assignments other than Lost.
 	NotLost = connector.NotLost
-	// Released: Release was called for the partition.
-	Released = connector.Released
+	// HandedBack: HandBack was called for the partition.
+	HandedBack = connector.HandedBack
 	// Expired: the member could not confirm in time that the group still
 	// counts it (it was stalled, cut off from the broker, or kept a
 	// revoked partition too long), so it stopped claiming anything before
@@ -82,7 +82,7 @@ type Member = connector.Member
 
 var _ connector.Membership = (*Membership)(nil)
 
-// ErrNotOwner means a partition is not owned by this member (Release).
+// ErrNotOwner means a partition is not owned by this member (HandBack).
 var ErrNotOwner = errors.New("strand: iggy: partition not owned by this member")
 
 // ErrGroupMismatch means the group is formed by members that expect
@@ -163,7 +163,7 @@ func WithMembershipSnapshots(every int) GroupOption {
 
 // WithSessionTimeout sets how long a member may stay silent in the
 // membership log, in broker time, before the others declare it dead and
-// take its partitions over; a member must also release a partition it is
+// take its partitions over; a member must also hand back a partition it is
 // asked to give up within this time (default 10s). It bounds how long a
 // crashed or stalled instance holds its partitions.
 func WithSessionTimeout(d time.Duration) GroupOption {
@@ -313,7 +313,7 @@ type Membership struct {
 	refTs      uint64               // its broker time
 	leaseEnd   time.Time
 	claims     map[uint32]Epoch
-	released   map[uint32]*releaseState
+	handedBack map[uint32]*handBackState
 	revokeSent map[uint32]Epoch
 	closing    bool
 	err        error
@@ -327,7 +327,7 @@ type Membership struct {
 	loadedFrom  uint64 // the snapshot the member started from (0: the log's start)
 }
 
-type releaseState struct {
+type handBackState struct {
 	epoch Epoch
 	sent  bool
 }
@@ -407,7 +407,7 @@ func (c *Client) JoinGroup(ctx context.Context, stream, topology string, partiti
 		out: make(chan Assignment), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), ended: make(chan struct{}), dstop: make(chan struct{}), joined: make(chan struct{}),
 		st: membership.NewState(), sent: map[uint64]time.Time{}, claims: map[uint32]Epoch{},
-		released: map[uint32]*releaseState{}, revokeSent: map[uint32]Epoch{},
+		handedBack: map[uint32]*handBackState{}, revokeSent: map[uint32]Epoch{},
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.rd, err = c.openConn("membership reader " + t.String()); err == nil {
@@ -468,7 +468,7 @@ func (m *Membership) Err() error {
 
 // Owns reports whether this member owns partition p right now, and with
 // which epoch: the log as read so far grants it to this member, it was not
-// released, and the member's lease has not run out. Check it just before
+// handed back, and the member's lease has not run out. Check it just before
 // making anything of p's visible; the epoch fences what slips through.
 func (m *Membership) Owns(p uint32) (Epoch, bool) {
 	m.mu.Lock()
@@ -528,55 +528,55 @@ func (m *Membership) Owner(p uint32) (Member, Epoch, bool) {
 	return Member{}, 0, false
 }
 
-// Release gives partition p up: the member stops claiming it at once
-// (Owns reports false, a Lost assignment with reason Released follows),
-// then writes the release to the membership log, after which the group
+// HandBack gives partition p up to the group: the member stops claiming it
+// at once (Owns reports false, a Lost assignment with reason HandedBack follows),
+// then writes the hand-back to the membership log, after which the group
 // grants p to the member the balanced assignment names, which may be this
 // one again, with a new epoch. Call it after stopping p's processing, in
-// answer to Revoking or on its own. It returns when the release is in the
+// answer to Revoking or on its own. It returns when the hand-back is in the
 // log, or with ctx's error while the member keeps trying in the
 // background. A partition the member does not own gives an error wrapping
 // ErrNotOwner.
-func (m *Membership) Release(ctx context.Context, p uint32) error {
+func (m *Membership) HandBack(ctx context.Context, p uint32) error {
 	m.mu.Lock()
 	e, ok := m.claims[p]
 	if !ok {
 		m.mu.Unlock()
 		return fmt.Errorf("%w: partition %d of group %s", ErrNotOwner, p, m.topology)
 	}
-	m.endClaimLocked(p, e, Released, time.Now())
-	rs := &releaseState{epoch: e}
-	m.released[p] = rs
+	m.endClaimLocked(p, e, HandedBack, time.Now())
+	rs := &handBackState{epoch: e}
+	m.handedBack[p] = rs
 	m.mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		err := m.sendRelease(ctx, p, rs)
+		err := m.sendHandBack(ctx, p, rs)
 		if err == nil || !transient(err) {
 			return err
 		}
 		if !sleep(ctx, m.cl.cfg.backoff.delay(attempt), m.stop) {
 			if ctx.Err() != nil {
-				return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, ctx.Err())
+				return strerr.Errorf("strand: iggy: hand back partition %d of group %s: %w", p, m.topology, ctx.Err())
 			}
-			return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, ErrClosed)
+			return strerr.Errorf("strand: iggy: hand back partition %d of group %s: %w", p, m.topology, ErrClosed)
 		}
 	}
 }
 
-func (m *Membership) sendRelease(ctx context.Context, p uint32, rs *releaseState) error {
+func (m *Membership) sendHandBack(ctx context.Context, p uint32, rs *handBackState) error {
 	m.mu.Lock()
 	self := m.self
-	if self == 0 || m.released[p] != rs {
+	if self == 0 || m.handedBack[p] != rs {
 		m.mu.Unlock()
-		return nil // the incarnation is gone, or the log already shows the release
+		return nil // the incarnation is gone, or the log already shows the hand-back
 	}
-	r := membership.Record{Kind: membership.KindRelease, M: self, P: &p, E: rs.epoch, Seq: m.nextSeqLocked()}
+	r := membership.Record{Kind: membership.KindHandBack, M: self, P: &p, E: rs.epoch, Seq: m.nextSeqLocked()}
 	m.mu.Unlock()
 	err := m.append(ctx, &r)
 	m.mu.Lock()
 	rs.sent = rs.sent || err == nil
 	m.mu.Unlock()
 	if err != nil {
-		return strerr.Errorf("strand: iggy: release partition %d of group %s: %w", p, m.topology, err)
+		return strerr.Errorf("strand: iggy: hand back partition %d of group %s: %w", p, m.topology, err)
 	}
 	return nil
 }
@@ -899,15 +899,15 @@ func (m *Membership) checkLeaseLocked(now time.Time) {
 
 // reconcileLocked makes the claims follow the log: partitions granted to
 // this member are gained (while the lease holds), revocations are passed
-// on, and releases the log has applied are forgotten.
+// on, and hand-backs the log has applied are forgotten.
 func (m *Membership) reconcileLocked(now time.Time) {
 	m.checkLeaseLocked(now)
 	if m.self == 0 || m.closing {
 		return
 	}
-	for p, rs := range m.released {
+	for p, rs := range m.handedBack {
 		if int(p) >= len(m.st.Parts) || m.st.Parts[p].Owner != m.self || m.st.Parts[p].Epoch != rs.epoch {
-			delete(m.released, p)
+			delete(m.handedBack, p)
 		}
 	}
 	for p, e := range m.claims {
@@ -920,7 +920,7 @@ func (m *Membership) reconcileLocked(now time.Time) {
 		if ps.Owner != m.self {
 			continue
 		}
-		if rs := m.released[p]; rs != nil && rs.epoch == ps.Epoch {
+		if rs := m.handedBack[p]; rs != nil && rs.epoch == ps.Epoch {
 			continue
 		}
 		if _, ok := m.claims[p]; !ok {
@@ -981,7 +981,7 @@ func (m *Membership) newIncarnationLocked(old MemberID) {
 	m.joinSent, m.joinPosted = time.Time{}, false
 	m.seq = 0
 	clear(m.sent)
-	clear(m.released)
+	clear(m.handedBack)
 	m.refSend, m.refTs, m.leaseEnd = time.Time{}, 0, time.Time{}
 }
 
@@ -1003,7 +1003,7 @@ func (m *Membership) fail(err error) {
 	m.signalJoined()
 }
 
-// beat writes heartbeats, and repeats releases whose write failed.
+// beat writes heartbeats, and repeats hand-backs whose write failed.
 func (m *Membership) beat() {
 	defer m.wg.Done()
 	tick := time.NewTicker(m.cfg.heartbeat)
@@ -1018,7 +1018,7 @@ func (m *Membership) beat() {
 		m.mu.Lock()
 		self := m.self
 		var retry []uint32
-		for p, rs := range m.released {
+		for p, rs := range m.handedBack {
 			if !rs.sent {
 				retry = append(retry, p)
 			}
@@ -1034,10 +1034,10 @@ func (m *Membership) beat() {
 			}
 			for _, p := range retry {
 				m.mu.Lock()
-				rs := m.released[p]
+				rs := m.handedBack[p]
 				m.mu.Unlock()
 				if rs != nil {
-					_ = m.sendRelease(m.ctx, p, rs)
+					_ = m.sendHandBack(m.ctx, p, rs)
 				}
 			}
 		}

@@ -33,11 +33,11 @@ func ExampleClient_JoinGroup() {
 			log.Fatal(err)
 		}
 		// A real engine starts a partition on Gained, stops it on Revoking
-		// and then calls Release, and stops it at once on Lost.
+		// and then calls HandBack, and stops it at once on Lost.
 		go func() {
 			for a := range m.Assignments() {
 				if a.Kind == iggy.Revoking {
-					_ = m.Release(ctx, a.Partition)
+					_ = m.HandBack(ctx, a.Partition)
 				}
 			}
 		}()

@@ -53,7 +53,7 @@ func TestGroupChildProcess(t *testing.T) {
 	go func() {
 		for a := range m.Assignments() {
 			if a.Kind == Revoking {
-				_ = m.Release(ctx, a.Partition)
+				_ = m.HandBack(ctx, a.Partition)
 			}
 		}
 	}()

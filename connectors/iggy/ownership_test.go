@@ -115,7 +115,7 @@ func checkHistory(t *testing.T, events []traceEvent) map[uint32][]claim {
 }
 
 // gmember is one member of a test group with a stand-in engine: it
-// releases what it is asked to release after a short pause.
+// hands back what it is asked to give up after a short pause.
 type gmember struct {
 	t       *testing.T
 	cl      *Client
@@ -185,8 +185,8 @@ func (gm *gmember) engine() {
 		if a.Kind == Revoking {
 			time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // stopping the partition
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := gm.m.Release(ctx, a.Partition); err != nil && !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClosed) {
-				gm.t.Errorf("release %d: %v", a.Partition, err)
+			if err := gm.m.HandBack(ctx, a.Partition); err != nil && !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrClosed) {
+				gm.t.Errorf("hand back %d: %v", a.Partition, err)
 			}
 			cancel()
 		}
@@ -427,7 +427,7 @@ func TestGroupStalledMemberIsDeclaredDeadAndNeverRegainsItsEpochs(t *testing.T) 
 	}
 }
 
-func TestGroupReleaseHandsAPartitionOverWithANewEpoch(t *testing.T) {
+func TestGroupHandBackHandsAPartitionOverWithANewEpoch(t *testing.T) {
 	h := newGroupHarness(t, 2)
 	a := h.join("a")
 	h.waitSettled(bound)
@@ -435,22 +435,22 @@ func TestGroupReleaseHandsAPartitionOverWithANewEpoch(t *testing.T) {
 	if !ok {
 		t.Fatal("a does not own partition 1")
 	}
-	if err := a.m.Release(ctxT(t, 5*time.Second), 1); err != nil {
+	if err := a.m.HandBack(ctxT(t, 5*time.Second), 1); err != nil {
 		t.Fatal(err)
 	}
 	if e, ok := a.m.Owns(1); ok && e == e0 {
-		t.Fatal("a still claims partition 1 with its epoch after releasing it")
+		t.Fatal("a still claims partition 1 with its epoch after handing it back")
 	}
 	var lost bool
 	for _, as := range a.assignments() {
-		lost = lost || as.Kind == Lost && as.Partition == 1 && as.Epoch == e0 && as.Reason == Released
+		lost = lost || as.Kind == Lost && as.Partition == 1 && as.Epoch == e0 && as.Reason == HandedBack
 	}
 	// The only member gets it back, with a new epoch.
 	deadline := time.Now().Add(bound)
 	for {
 		if e, ok := a.m.Owns(1); ok {
 			if e <= e0 {
-				t.Fatalf("regained epoch %d, released %d", e, e0)
+				t.Fatalf("regained epoch %d, handed back %d", e, e0)
 			}
 			break
 		}
@@ -463,14 +463,14 @@ func TestGroupReleaseHandsAPartitionOverWithANewEpoch(t *testing.T) {
 	for !lost && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Millisecond)
 		for _, as := range a.assignments() {
-			lost = lost || as.Kind == Lost && as.Partition == 1 && as.Epoch == e0 && as.Reason == Released
+			lost = lost || as.Kind == Lost && as.Partition == 1 && as.Epoch == e0 && as.Reason == HandedBack
 		}
 	}
 	if !lost {
-		t.Fatalf("no Lost(released) for partition 1: %v", a.assignments())
+		t.Fatalf("no Lost(handed back) for partition 1: %v", a.assignments())
 	}
-	if err := a.m.Release(ctxT(t, time.Second), 7); !errors.Is(err, ErrNotOwner) {
-		t.Fatalf("releasing an unowned partition: %v", err)
+	if err := a.m.HandBack(ctxT(t, time.Second), 7); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("handing back an unowned partition: %v", err)
 	}
 }
 
@@ -563,7 +563,7 @@ func TestGroupRandomChurn(t *testing.T) {
 			default:
 				gm := live[rng.IntN(len(live))]
 				if owned := gm.m.Owned(); len(owned) > 0 {
-					_ = gm.m.Release(ctxT(t, time.Second), owned[rng.IntN(len(owned))].Partition)
+					_ = gm.m.HandBack(ctxT(t, time.Second), owned[rng.IntN(len(owned))].Partition)
 				}
 			}
 			time.Sleep(time.Duration(rng.IntN(int(testSession / 2))))

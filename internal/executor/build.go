@@ -426,9 +426,9 @@ func (p *Program) NewBuildTask(ctx context.Context, db *state.DB, tb *TableBuild
 		return nil, err
 	}
 	t.only = map[string]bool{table: true}
-	// A key the main pipeline holds behind a poison record (HoldPoisonedKey)
-	// is not handed over before it is released; the build must not hold it
-	// for a Release that only the main pipeline gets.
+	// A key the main pipeline blocks behind a poison record (BlockPoisonedKey)
+	// is not handed over before it is unblocked; the build must not block it
+	// for an Unblock that only the main pipeline gets.
 	t.passPoison = true
 	t.replayMark = math.MaxUint64 // every output was published by the main pipeline
 	return t, nil

@@ -127,12 +127,12 @@ func callEmit[K, E any](ctx context.Context, h *emitHandler[K, E], key K, e E, p
 // emit runs the run's emitting handlers over its decoded events, KeyBy
 // steps first, and stages what they publish per record (b.emits). A KeyBy
 // step that cannot key an event dead-letters its record (ReasonKeyBy) and
-// drops it from the run; under HoldPoisonedKey the rest of the run is held
-// (hold is set and the events after it are dropped, still pending). A To
+// drops it from the run; under BlockPoisonedKey the rest of the run is blocked
+// (block is set and the events after it are dropped, still pending). A To
 // step that fails at an event cuts the run before it: the events before
 // are applied, and fail says where the run stopped. Envelopes staged for
 // records that end up not applied are never written.
-func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error, fail *runResult) {
+func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (block error, fail *runResult) {
 	b := rc.b
 	// Each record's envelopes go in a slice of its own, carved from one
 	// allocation for the run with room for one per step (a record that
@@ -157,9 +157,9 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 			buf.env, eb.b = out[:0], eBuf
 			if err != nil && h.mode == EmitKeyBy {
 				b.deadLetter(i, deadletter.ReasonKeyBy, fmt.Errorf("%w: KeyBy %q: type tag %d (%s): %w", ErrKeyBy, h.step, r.ev.Tag(), r.ev.Name(), err))
-				if b.poison == stream.HoldPoisonedKey {
-					hold = err
-					break // the rest is held, still pending
+				if b.poison == stream.BlockPoisonedKey {
+					block = err
+					break // the rest is blocked, still pending
 				}
 				continue
 			}
@@ -178,5 +178,5 @@ func (r *eventRunner[K, E]) emit(rc *runCtx, key K, buf *runBuf[E]) (hold error,
 		clear(buf.events[kept:])
 		buf.events, buf.idx = buf.events[:kept], buf.idx[:kept]
 	}
-	return hold, fail
+	return block, fail
 }

@@ -348,26 +348,26 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 	if err != nil {
 		return runResult{end: runBadKey, err: fmt.Errorf("decode key: %w", err)}
 	}
-	var hold error
-	for next := 0; next < len(recs) && hold == nil; {
-		next, hold = r.decode(rc, recs, next, buf)
+	var block error
+	for next := 0; next < len(recs) && block == nil; {
+		next, block = r.decode(rc, recs, next, buf)
 	}
 	var emitFail *runResult
 	if len(r.emits) > 0 && len(buf.events) > 0 {
 		var h error
-		if h, emitFail = r.emit(rc, key, buf); hold == nil {
-			hold = h
+		if h, emitFail = r.emit(rc, key, buf); block == nil {
+			block = h
 		}
 	}
-	held := runResult{}
-	if hold != nil {
-		held = runResult{end: runHeld, err: fmt.Errorf("held behind a poison event: %w", hold)}
+	blocked := runResult{}
+	if block != nil {
+		blocked = runResult{end: runBlocked, err: fmt.Errorf("blocked behind a poison event: %w", block)}
 	}
 	if emitFail != nil {
-		held = *emitFail
+		blocked = *emitFail
 	}
 	if len(buf.events) == 0 {
-		return held
+		return blocked
 	}
 	if cap(buf.owner) < len(buf.events) {
 		buf.owner = make([]int, len(buf.events))
@@ -395,7 +395,7 @@ func (r *eventRunner[K, E]) run(rc *runCtx, recs []int) runResult {
 	}
 	switch {
 	case err == nil:
-		return held
+		return blocked
 	case errors.As(err, new(errFatal)):
 		return runResult{end: runFatal, err: err}
 	}
@@ -492,15 +492,15 @@ func callHandle[K, E any](ctx context.Context, h *handleHandler[K, E], key K, ev
 // the records that fail (ReasonDecode, ReasonKeyMismatch). It returns where
 // to go on: a panic of the payload codec, the key function or the key codec
 // dead-letters the record it happened on and returns the index after it,
-// so one recover serves the whole run instead of one per event. hold is set
-// under HoldPoisonedKey: the rest of the run is held behind the poison.
-func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf[E]) (next int, hold error) {
+// so one recover serves the whole run instead of one per event. block is set
+// under BlockPoisonedKey: the rest of the run is blocked behind the poison.
+func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf[E]) (next int, block error) {
 	b := rc.b
 	at, reason := from, deadletter.ReasonDecode
 	poison := func(err error) error {
 		b.deadLetter(recs[at], reason, err)
-		if b.poison == stream.HoldPoisonedKey {
-			// Apply what came before the poison event, hold the rest.
+		if b.poison == stream.BlockPoisonedKey {
+			// Apply what came before the poison event, block the rest.
 			return err
 		}
 		return nil
@@ -512,7 +512,7 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 				what = "key function or key codec"
 			}
 			next = at + 1
-			hold = poison(fmt.Errorf("%w: type tag %d (%s): the %s panicked: %v", errOf(reason), r.ev.Tag(), r.ev.Name(), what, p))
+			block = poison(fmt.Errorf("%w: type tag %d (%s): the %s panicked: %v", errOf(reason), r.ev.Tag(), r.ev.Name(), what, p))
 		}
 	}()
 	payload := r.ev.PayloadCodec()

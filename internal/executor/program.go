@@ -185,9 +185,9 @@ const (
 	// runBadKey: the key bytes do not decode with the type's key codec;
 	// nothing of the run can be applied.
 	runBadKey
-	// runHeld: a poison record under HoldPoisonedKey: what came before it
+	// runBlocked: a poison record under BlockPoisonedKey: what came before it
 	// was applied, the rest waits behind it.
-	runHeld
+	runBlocked
 	// runFailed: a handler, fold or reduction failed.
 	runFailed
 	// runFatal: the store failed; the batch is abandoned.
@@ -231,7 +231,7 @@ func NewProgram(spec Spec) (*Program, error) {
 	if p.maxBackoff <= 0 {
 		p.maxBackoff = time.Minute
 	}
-	if p.poison != stream.PassPoison && p.poison != stream.HoldPoisonedKey {
+	if p.poison != stream.PassPoison && p.poison != stream.BlockPoisonedKey {
 		fail("unknown poison policy %d", uint8(p.poison))
 	}
 

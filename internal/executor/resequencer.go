@@ -109,7 +109,7 @@ type seqUndo struct {
 
 // holdEntry is one held record. Its payload stays in memory (rec) only
 // while the row that holds it may not be committed yet; then it is read
-// back from its row when released.
+// back from its row when let through.
 type holdEntry struct {
 	seq    uint64
 	offset uint64
@@ -276,7 +276,7 @@ func (t *Task) HeldStats() (keys, records int, oldest, timeout time.Time) {
 	return len(t.heldKeys), t.heldTotal, oldest, timeout
 }
 
-// seqNote marks a record of a batch for prepare: released from a hold
+// seqNote marks a record of a batch for prepare: let through from a hold
 // (exempt from the stale check) or dead-lettered by the re-sequencer.
 type seqNote struct {
 	kind   uint8
@@ -286,25 +286,25 @@ type seqNote struct {
 
 const (
 	noteNone uint8 = iota
-	noteReleased
+	noteLetThrough
 	noteDead
 )
 
 // seqBatch is the re-sequencer's work on one batch.
 type seqBatch struct {
-	t        *Task
-	tx       *state.Txn
-	now      time.Time
-	gen      uint64
-	undo     []seqUndo // the keys touched, in first-touch order
-	compact  bool      // this batch folds the delta rows into key rows
-	delta    bool      // this batch wrote a delta row
-	heldNow  int       // held records of the partition, with this batch
-	memNew   []*holdEntry
-	heldOffs []uint64
-	released int
-	dups     int
-	dropped  int // duplicates dropped (not in the batch's input)
+	t          *Task
+	tx         *state.Txn
+	now        time.Time
+	gen        uint64
+	undo       []seqUndo // the keys touched, in first-touch order
+	compact    bool      // this batch folds the delta rows into key rows
+	delta      bool      // this batch wrote a delta row
+	heldNow    int       // held records of the partition, with this batch
+	memNew     []*holdEntry
+	heldOffs   []uint64
+	letThrough int
+	dups       int
+	dropped    int // duplicates dropped (not in the batch's input)
 	// readmitted counts replayed events passed at their key's position
 	// (replay.go).
 	readmitted int
@@ -394,7 +394,7 @@ func (sb *seqBatch) take(key []byte, s *seqState, n seqNote) error {
 	s.held = s.held[1:]
 	s.next++
 	sb.heldNow--
-	sb.released++
+	sb.letThrough++
 	if h.gen != sb.gen { // held by an earlier batch: it has a row
 		sb.tx.DeleteRow(state.FamilyHolds, sb.t.partition, rows.HoldKey(sb.t.src.name, key, h.seq))
 	}
@@ -402,17 +402,17 @@ func (sb *seqBatch) take(key []byte, s *seqState, n seqNote) error {
 	return nil
 }
 
-// releaseContiguous releases every held record that now follows on.
-func (sb *seqBatch) releaseContiguous(key []byte, s *seqState) error {
+// letThroughContiguous lets through every held record that now follows on.
+func (sb *seqBatch) letThroughContiguous(key []byte, s *seqState) error {
 	for len(s.held) > 0 && s.held[0].seq == s.next {
-		if err := sb.take(key, s, seqNote{kind: noteReleased}); err != nil {
+		if err := sb.take(key, s, seqNote{kind: noteLetThrough}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// giveUp gives up the first gap of key: records a notice and releases or
+// giveUp gives up the first gap of key: records a notice and lets through or
 // dead-letters the held records that follow it, by the gap policy.
 func (sb *seqBatch) giveUp(key []byte, s *seqState, cause stream.GapCause) error {
 	rs := sb.t.src.reseq
@@ -429,7 +429,7 @@ func (sb *seqBatch) giveUp(key []byte, s *seqState, cause stream.GapCause) error
 	sb.tx.PutRow(state.FamilySequences, sb.t.partition, rows.GapKey(sb.t.src.name, key, g.From), rows.AppendGap(nil, &g))
 	s.next = s.held[0].seq
 	if policy == stream.GapSkip {
-		return sb.releaseContiguous(key, s)
+		return sb.letThroughContiguous(key, s)
 	}
 	reason := deadletter.ReasonGapTimeout
 	if cause == stream.GapOverflow {
@@ -446,11 +446,11 @@ func (sb *seqBatch) giveUp(key []byte, s *seqState, cause stream.GapCause) error
 
 // resequence builds the batch's input after the parked records: the
 // records of sequenced types in their keys' sequence order (held ones
-// left out, released ones put where the record that released them was),
+// left out, ones let through put where the record that let them through was),
 // everything else as it came. Gaps that timed out are given up first.
 func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 	rs := t.src.reseq
-	// Timeouts first: what they release is older than the batch.
+	// Timeouts first: what they let through is older than the batch.
 	if deadline, ok := t.nextGapTimeout(); ok && !deadline.After(sb.now) {
 		limit := sb.now.Add(-rs.GapTimeout).UnixNano()
 		keys := make([]string, 0, len(t.heldKeys))
@@ -521,12 +521,12 @@ func (t *Task) resequence(sb *seqBatch, records []connector.Record) error {
 		case seq == s.next:
 			sb.add(*r, seqNote{})
 			s.next++
-			if err := sb.releaseContiguous(key, s); err != nil {
+			if err := sb.letThroughContiguous(key, s); err != nil {
 				return err
 			}
 		default:
 			// The batch's own record until the end of the batch: most
-			// holds are released by the same batch.
+			// holds are let through by the same batch.
 			h := &holdEntry{seq: seq, offset: r.Offset, since: sb.now.UnixNano(), rec: r, gen: sb.gen}
 			at, _ := s.find(seq)
 			s.held = slices.Insert(s.held, at, h)
@@ -629,7 +629,7 @@ func (t *Task) applySeq(sb *seqBatch) {
 
 // canonicalParked puts the sequenced records among a parked key's records
 // in sequence order, in the places they take in offset order: parked rows
-// reload in offset order, but the re-sequencer released them in sequence
+// reload in offset order, but the re-sequencer let them through in sequence
 // order.
 func (t *Task) canonicalParked(recs []connector.Record) []connector.Record {
 	var idx []int

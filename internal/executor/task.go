@@ -254,7 +254,7 @@ type Result struct {
 	Applied []uint64
 	// Held lists, in ascending order, the offsets of the records parked
 	// by this commit, not applied: behind a failure, a key being retried
-	// later, or a poison record under HoldPoisonedKey. They stay parked.
+	// later, or a poison record under BlockPoisonedKey. They stay parked.
 	Held []uint64
 	// Skipped lists the offsets of records whose type tag the program
 	// skips.
@@ -272,12 +272,12 @@ type Result struct {
 	DeadLetters []deadletter.Letter
 	// Resequenced lists, in ascending order, the offsets of the records
 	// the re-sequencer held by this commit (they wait in its rows for
-	// their predecessors); Released counts the records it let go from its
-	// holds (applied, parked or dead-lettered behind a gap); Duplicates
+	// their predecessors); LetThrough counts the records it let through
+	// from its holds (applied, parked or dead-lettered behind a gap); Duplicates
 	// counts the records it found already applied or held, never applied;
 	// Gaps lists the gaps it gave up.
 	Resequenced []uint64
-	Released    int
+	LetThrough  int
 	Duplicates  int
 	Gaps        []stream.GapNotice
 	// Readmitted counts the replayed events (strand dlq replay) the
@@ -323,8 +323,8 @@ type Failure struct {
 	Offsets []uint64
 	// Attempt is the try that failed (1 for the first).
 	Attempt int
-	// Action says what was done: "parked", "held" (poison, waits for
-	// Release) or "dead-lettered".
+	// Action says what was done: "parked", "blocked" (poison, waits for
+	// Unblock) or "dead-lettered".
 	Action string
 	// Err is the handler's error.
 	Err error
@@ -564,7 +564,7 @@ func (t *Task) finishPending() error {
 // so at most one commit is in flight.
 //
 // Next, NextRetry and Parked count submitted batches as committed. Process,
-// Retry and Release wait for the pending commit first. If Submit returns
+// Retry and Unblock wait for the pending commit first. If Submit returns
 // an error, nothing of its batch was committed; the pending commit of the
 // previous batch, if any, goes on (its Wait says how it ended).
 func (t *Task) Submit(ctx context.Context, records []connector.Record) (*Pending, error) {
@@ -642,8 +642,8 @@ func (t *Task) Retry(ctx context.Context) (Result, error) {
 }
 
 // NextRetry returns when the earliest parked key becomes due, and false
-// when no key waits for a retry (keys held by HoldPoisonedKey wait for
-// Release, not for time).
+// when no key waits for a retry (keys blocked by BlockPoisonedKey wait for
+// Unblock, not for time).
 //
 // With the re-sequencer on it is also when the earliest gap times out
 // (Task.HeldStats): Retry gives it up.
@@ -672,11 +672,11 @@ func (t *Task) Parked() (keys, records int) {
 	return keys, records
 }
 
-// Release makes a parked key due now, clearing its attempts: the next
-// Process or Retry tries its events again. It is how a key held behind a
-// poison event (HoldPoisonedKey) goes on. It commits at once; releasing a
+// Unblock makes a parked key due now, clearing its attempts: the next
+// Process or Retry tries its events again. It is how a key blocked behind a
+// poison event (BlockPoisonedKey) goes on. It commits at once; unblocking a
 // key that is not parked does nothing.
-func (t *Task) Release(ctx context.Context, key []byte) error {
+func (t *Task) Unblock(ctx context.Context, key []byte) error {
 	if err := t.finishPending(); err != nil {
 		return err
 	}
@@ -689,7 +689,7 @@ func (t *Task) Release(ctx context.Context, key []byte) error {
 	tx := t.db.NewTxn()
 	tx.PutRow(state.FamilyParked, t.partition, t.parkedKeyRow(pk.key), upd.metaValue())
 	if err := tx.Commit(ctx); err != nil {
-		return strerr.Errorf("strand: source %q partition %d: release key %q: %w", t.src.name, t.partition, key, err)
+		return strerr.Errorf("strand: source %q partition %d: unblock key %q: %w", t.src.name, t.partition, key, err)
 	}
 	*pk = upd
 	t.releasedTimer(pk)
@@ -865,9 +865,9 @@ func (t *Task) stage(ctx context.Context, records []connector.Record, prev *stat
 	if sb != nil {
 		res.Resequenced = slices.Clone(sb.heldOffs)
 		slices.Sort(res.Resequenced)
-		res.Released, res.Duplicates, res.Gaps, res.Readmitted = sb.released, sb.dups, sb.gaps, sb.readmitted
+		res.LetThrough, res.Duplicates, res.Gaps, res.Readmitted = sb.letThrough, sb.dups, sb.gaps, sb.readmitted
 		res.Records += len(sb.heldOffs) + sb.dropped
-		if sb.released > 0 {
+		if sb.letThrough > 0 {
 			slices.Sort(res.Applied)
 			slices.Sort(res.Held)
 		}
@@ -940,20 +940,20 @@ func (t *Task) report(res *Result) {
 // parked key, or planned. It fills t.planRec / t.planIdx.
 func (t *Task) prepare(b *batch, nParked int) {
 	planRec, planIdx := t.planRec[:0], t.planIdx[:0]
-	var poisoned map[string]bool // HoldPoisonedKey: keys behind a poison record
+	var poisoned map[string]bool // BlockPoisonedKey: keys behind a poison record
 	for i := range b.records {
 		r := &b.records[i]
-		released := false
+		letThrough := false
 		if b.notes != nil {
 			switch n := b.notes[i]; n.kind {
 			case noteDead:
 				b.deadLetter(i, n.reason, n.err)
 				continue
-			case noteReleased:
-				released = true
+			case noteLetThrough:
+				letThrough = true
 			}
 		}
-		if i >= nParked && !released && t.hasNext && r.Offset < t.next {
+		if i >= nParked && !letThrough && t.hasNext && r.Offset < t.next {
 			b.status[i] = statusStale
 			continue
 		}
@@ -991,12 +991,12 @@ func (t *Task) prepare(b *batch, nParked int) {
 		}
 		if !known {
 			b.deadLetter(i, deadletter.ReasonUnknownType, fmt.Errorf("%w: type tag %d", ErrUnknownType, r.Headers.Tag))
-			if b.poison == stream.HoldPoisonedKey {
+			if b.poison == stream.BlockPoisonedKey {
 				if poisoned == nil {
 					poisoned = map[string]bool{}
 				}
 				poisoned[key] = true
-				b.fail(failureEntry{key: key, tag: r.Headers.Tag, err: ErrUnknownType, action: "held"})
+				b.fail(failureEntry{key: key, tag: r.Headers.Tag, err: ErrUnknownType, action: "blocked"})
 			}
 			continue
 		}
@@ -1216,13 +1216,13 @@ func (t *Task) endRun(b *batch, rc *runCtx, tag planner.Tag, recs []int, res run
 		for _, i := range pending {
 			b.deadLetter(i, deadletter.ReasonBadKey, errors.Unwrap(err))
 		}
-		if b.poison == stream.HoldPoisonedKey {
-			b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
+		if b.poison == stream.BlockPoisonedKey {
+			b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "blocked"})
 			return false
 		}
 		return true
-	case runHeld:
-		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "held"})
+	case runBlocked:
+		b.fail(failureEntry{key: key, tag: tag, recs: pending, err: err, action: "blocked"})
 		return false
 	}
 	// The run's try: how many times in a row the key has stopped at the
@@ -1381,7 +1381,7 @@ func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
 	changes := ps.changes
 	failed := map[string]failureEntry{}
 	for _, f := range b.failures {
-		if f.action == "parked" || f.action == "held" {
+		if f.action == "parked" || f.action == "blocked" {
 			failed[f.key] = f
 		}
 	}
@@ -1407,7 +1407,7 @@ func (t *Task) writeParkedKeys(b *batch, ps *parkedSet, now time.Time) {
 		_, wasParked := t.parked[k]
 		f, failedNow := failed[k]
 		switch {
-		case failedNow && f.action == "held":
+		case failedNow && f.action == "blocked":
 			pk.manual = true
 			pk.lastErr = f.err.Error()
 		case failedNow:

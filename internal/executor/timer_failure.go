@@ -25,8 +25,8 @@ import (
 //   - under PassPoison the timer is dead-lettered (deadletter.ReasonTimer, a
 //     row of the commit, published after it exactly once like every dead
 //     letter), its rows are removed and the key goes on;
-//   - under HoldPoisonedKey the key is blocked (a manual parked key) with
-//     its timer kept, until Release makes it due: the timer is then tried
+//   - under BlockPoisonedKey the key is blocked (a manual parked key) with
+//     its timer kept, until Unblock makes it due: the timer is then tried
 //     again from its first try.
 //
 // Everything is decided in the sweep and written into the batch's Txn:
@@ -44,8 +44,8 @@ func (pk *parkedKey) atTimer() bool { return pk.failedAt == timerFailedAt }
 type timerStop struct {
 	attempts int       // failed tries in a row
 	lastErr  string    // the last try's error
-	held     bool      // blocked until Release (HoldPoisonedKey)
-	next     time.Time // when the timer is tried again (unless held)
+	blocked  bool      // blocked until Unblock (BlockPoisonedKey)
+	next     time.Time // when the timer is tried again (unless blocked)
 	// carry: the sweep did not try the timer (it did not reach it): the
 	// key's parked state is kept as it was.
 	carry bool
@@ -92,9 +92,9 @@ func (t *Task) timerFailed(b *batch, res *Result, tt *tableTime, key []byte, at 
 		next := b.now.Add(t.backoff(attempt))
 		b.stopAtTimer(key, timerStop{attempts: attempt, lastErr: werr.Error(), next: next})
 		keep, retry = true, rows.EncodeDeadline(next)
-	case b.poison == stream.HoldPoisonedKey:
-		action = "held"
-		b.stopAtTimer(key, timerStop{attempts: attempt, lastErr: werr.Error(), held: true})
+	case b.poison == stream.BlockPoisonedKey:
+		action = "blocked"
+		b.stopAtTimer(key, timerStop{attempts: attempt, lastErr: werr.Error(), blocked: true})
 		keep, retry = true, math.MaxUint64
 	default:
 		action = "dead-lettered"
@@ -184,7 +184,7 @@ func (t *Task) timerDue(due []*parkedKey, canSweep bool, sweepDue *bool) []*park
 // writeTimerStop writes the meta row of a key parked at its timer.
 func (t *Task) writeTimerStop(b *batch, pk *parkedKey, ts timerStop) {
 	if !ts.carry {
-		pk.attempts, pk.failedAt, pk.manual, pk.next, pk.lastErr = ts.attempts, timerFailedAt, ts.held, ts.next, ts.lastErr
+		pk.attempts, pk.failedAt, pk.manual, pk.next, pk.lastErr = ts.attempts, timerFailedAt, ts.blocked, ts.next, ts.lastErr
 	}
 	b.tx.PutRow(state.FamilyParked, t.partition, t.parkedKeyRow(pk.key), pk.metaValue())
 }

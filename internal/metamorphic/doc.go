@@ -24,7 +24,7 @@
 //   - The re-sequencer (Resequence) with disorder and duplicates, dropped or
 //     dead-lettered.
 //   - Poison records: undecodable payloads, unknown type tags, bad headers,
-//     unclassifiable foreign messages; the PassPoison and HoldPoisonedKey
+//     unclassifiable foreign messages; the PassPoison and BlockPoisonedKey
 //     policies (held keys are released as an operator would).
 //   - Failing handlers (projections, To, ForEach): an error, a panic, a
 //     change of the value in place followed by an error, each transient

@@ -37,7 +37,7 @@ type Knobs struct {
 	Resequence bool
 	// Poison adds poison records and events KeyBy cannot key.
 	Poison bool
-	// HoldPoison uses the HoldPoisonedKey policy now and then.
+	// HoldPoison uses the BlockPoisonedKey policy now and then.
 	HoldPoison bool
 	// Failures makes handlers fail transiently (error, panic, in-place
 	// change then error).
@@ -325,7 +325,7 @@ func Generate(seed uint64, knobs Knobs) *Case {
 	c.Backoff = []time.Duration{100 * time.Millisecond, time.Second}[r.IntN(2)]
 	c.MaxBackoff = c.Backoff * time.Duration(1+3*r.IntN(2))
 	if knobs.HoldPoison && knobs.Poison && r.IntN(4) == 0 {
-		c.Poison = stream.HoldPoisonedKey
+		c.Poison = stream.BlockPoisonedKey
 	}
 	nIn := 1 + r.IntN(3)
 	foreign := -1

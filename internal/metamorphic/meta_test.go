@@ -47,7 +47,7 @@ var (
 		{"foreach", "ForEach side effects", func(k *Knobs) *bool { return &k.ForEach }},
 		{"resequence", "the re-sequencer with disorder and duplicates", func(k *Knobs) *bool { return &k.Resequence }},
 		{"poison", "poison records and events KeyBy cannot key", func(k *Knobs) *bool { return &k.Poison }},
-		{"hold-poison", "the HoldPoisonedKey policy now and then", func(k *Knobs) *bool { return &k.HoldPoison }},
+		{"hold-poison", "the BlockPoisonedKey policy now and then", func(k *Knobs) *bool { return &k.HoldPoison }},
 		{"failures", "transient handler failures", func(k *Knobs) *bool { return &k.Failures }},
 		{"restarts", "restarts of the App", func(k *Knobs) *bool { return &k.Restarts }},
 		{"time", "a table with deletes, a TTL and timers", func(k *Knobs) *bool { return &k.Time }},

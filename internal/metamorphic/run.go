@@ -91,20 +91,20 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 			}
 		}
 	}
-	released := map[string]bool{}
+	unblocked := map[string]bool{}
 	for round := 0; ; round++ {
 		d.Advance()
-		if c.Poison == stream.HoldPoisonedKey {
-			// An operator releases each key held behind a poison record
+		if c.Poison == stream.BlockPoisonedKey {
+			// An operator unblocks each key blocked behind a poison record
 			// once its dead letter is dealt with.
 			for _, dl := range d.DeadLetters() {
 				id := fmt.Sprintf("%s/%d/%d", dl.Source, dl.Partition, dl.Offset)
-				if len(dl.Headers.Key) == 0 || released[id] {
+				if len(dl.Headers.Key) == 0 || unblocked[id] {
 					continue
 				}
-				released[id] = true
-				if err := release(d, dl); err != nil {
-					return nil, fmt.Errorf("releasing %s: %w", id, err)
+				unblocked[id] = true
+				if err := unblock(d, dl); err != nil {
+					return nil, fmt.Errorf("unblocking %s: %w", id, err)
 				}
 			}
 			d.Advance()
@@ -164,13 +164,13 @@ func Run(tb topologytest.TB, c *Case) (*Observed, error) {
 	return o, nil
 }
 
-// release releases the key of dl. Right after a restart of the driver the
-// App may not take a release yet, though Run runs (its pipelines are in
-// Stats before they take releases): that is retried for up to a second.
-func release(d *topologytest.Driver, dl deadletter.Letter) error {
+// unblock unblocks the key of dl. Right after a restart of the driver the
+// App may not take an unblock yet, though Run runs (its pipelines are in
+// Stats before they take unblocks): that is retried for up to a second.
+func unblock(d *topologytest.Driver, dl deadletter.Letter) error {
 	var err error
 	for range 200 {
-		if err = d.App().Release(context.Background(), dl.Source, dl.Partition, dl.Headers.Key); err == nil ||
+		if err = d.App().Unblock(context.Background(), dl.Source, dl.Partition, dl.Headers.Key); err == nil ||
 			!strings.Contains(err.Error(), "not running") {
 			return err
 		}

@@ -463,23 +463,23 @@ func (p *Processor) update(partition uint32, fn func(ps *stream.PartitionStats))
 	p.mu.Unlock()
 }
 
-// Release makes a parked key of a partition due now and clears its
-// attempts (Task.Release): how a key held behind a poison event
-// (HoldPoisonedKey) goes on. It is executed by the partition's pipeline
-// between two batches and committed before Release returns. It returns an
+// Unblock makes a parked key of a partition due now and clears its
+// attempts (Task.Unblock): how a key blocked behind a poison event
+// (BlockPoisonedKey) goes on. It is executed by the partition's pipeline
+// between two batches and committed before Unblock returns. It returns an
 // error wrapping ErrNotRunning when Run is not running that partition.
-func (p *Processor) Release(ctx context.Context, partition uint32, key []byte) error {
+func (p *Processor) Unblock(ctx context.Context, partition uint32, key []byte) error {
 	p.mu.Lock()
 	pl := p.live[partition]
 	p.mu.Unlock()
 	if pl == nil {
-		return strerr.Errorf("strand: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
+		return strerr.Errorf("strand: unblock key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
 	}
-	req := releaseReq{key: key, done: make(chan error, 1)}
+	req := unblockReq{key: key, done: make(chan error, 1)}
 	select {
-	case pl.release <- req:
+	case pl.unblock <- req:
 	case <-pl.stopped:
-		return strerr.Errorf("strand: release key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
+		return strerr.Errorf("strand: unblock key %q of source %q partition %d: %w", key, p.name, partition, ErrNotRunning)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

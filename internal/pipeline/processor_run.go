@@ -302,7 +302,7 @@ func (p *Processor) openPipelines(ctx context.Context, parts []uint32, obs outbo
 			batches:  make(chan []connector.Record, p.opts.prefetch+1),
 			flow:     newFlow(pt, p.opts.prefetch, obs.msgs),
 			advise:   make(chan uint64, 1),
-			release:  make(chan releaseReq),
+			unblock:  make(chan unblockReq),
 			handover: make(chan handoverReq),
 			stopped:  make(chan struct{}),
 			log:      p.log.With(slog.Uint64("partition", uint64(pt))),
@@ -360,7 +360,7 @@ type pipeline struct {
 	batches chan []connector.Record // polled batches, in offset order
 	flow    *flow                   // the pipeline's backpressure (flow.go)
 	advise  chan uint64             // latest committed checkpoint to advise
-	release chan releaseReq         // Release requests
+	unblock chan unblockReq         // Unblock requests
 	// handover takes the requests of the partition's build readers
 	// (build.go); mainNext is the checkpoint of the last commit finished.
 	handover chan handoverReq
@@ -410,7 +410,7 @@ func (pl *pipeline) giveTurn() {
 	}
 }
 
-type releaseReq struct {
+type unblockReq struct {
 	key  []byte
 	done chan error
 }
@@ -535,12 +535,12 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 			if err := pl.serveHandover(ctx, req); err != nil {
 				return err
 			}
-		case req := <-pl.release:
+		case req := <-pl.unblock:
 			if err := pl.finishCommit(); err != nil {
 				req.done <- err
 				return err
 			}
-			err := pl.task.Release(drainCtx, req.key)
+			err := pl.task.Unblock(drainCtx, req.key)
 			pl.p.update(pl.part, func(ps *stream.PartitionStats) { parkedStats(pl.task, ps) })
 			// finishCommit ended the commit whose end (pendDone) gives the
 			// turn up when idle: give it up here, or a pipeline of another
@@ -657,7 +657,7 @@ func (pl *pipeline) committed(res executor.Result, batch bool) error {
 		ps.Skipped += uint64(len(res.Skipped))
 		ps.DeadLettered += uint64(len(res.DeadLetters))
 		ps.Failures += uint64(len(res.Failures))
-		ps.Resequenced += uint64(res.Released)
+		ps.Resequenced += uint64(res.LetThrough)
 		ps.Duplicates += uint64(res.Duplicates)
 		ps.Readmitted += uint64(res.Readmitted)
 		ps.OutboxCommitted += uint64(res.Emitted)

@@ -861,7 +861,7 @@ func TestProcessorWithoutSinkKeepsDeadLetters(t *testing.T) {
 
 func TestProcessorReleasesHeldKey(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	fx := newProcFixture(t, 1, func(s *executor.Spec) { s.Poison = stream.HoldPoisonedKey })
+	fx := newProcFixture(t, 1, func(s *executor.Spec) { s.Poison = stream.BlockPoisonedKey })
 	fx.pipeDeposit(t, "held", 1)
 	fx.pipePoison("held")
 	fx.pipeDeposit(t, "held", 10)
@@ -869,18 +869,18 @@ func TestProcessorReleasesHeldKey(t *testing.T) {
 	db := fx.openDB(t)
 	defer closeDB(t, db)
 	p := newProc(t, fx, db, WithDeadLetterSink(newMemSink()))
-	if err := p.Release(context.Background(), 0, []byte("held")); !errors.Is(err, ErrNotRunning) {
-		t.Fatalf("Release before Run = %v, want ErrNotRunning", err)
+	if err := p.Unblock(context.Background(), 0, []byte("held")); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Unblock before Run = %v, want ErrNotRunning", err)
 	}
 	r := startProcessor(p)
 	waitFor(t, "caught up", func() bool { return caughtUp(p, fx.src) && p.Stats().ParkedKeys == 1 })
 	if got := fx.table(t); got["held"] != 1 || got["free"] != 4 {
-		t.Fatalf("balances %v before Release", got)
+		t.Fatalf("balances %v before Unblock", got)
 	}
-	if err := p.Release(context.Background(), 0, []byte("held")); err != nil {
+	if err := p.Unblock(context.Background(), 0, []byte("held")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "released key applied", func() bool { return p.Stats().ParkedKeys == 0 })
+	waitFor(t, "unblocked key applied", func() bool { return p.Stats().ParkedKeys == 0 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,19 @@
 package state
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/strand-io/strand/stream"
+)
 
 var (
 	// ErrClosed is returned by every operation on a DB (and on its tables
 	// and transactions) after [DB.Close].
 	ErrClosed = errors.New("strand: database closed")
 
-	// ErrIncompatibleTopology is wrapped by [DB.EnsureFingerprint] when the
+	// ErrIncompatibleTopology (stream's) is wrapped by [DB.EnsureFingerprint] when the
 	// database was written by a topology with a different fingerprint.
-	ErrIncompatibleTopology = errors.New("strand: incompatible topology")
+	ErrIncompatibleTopology = stream.ErrIncompatibleTopology
 
 	// ErrIncompatibleLayout is wrapped by [Open] when the database was
 	// written with a key layout version this package does not read.

@@ -24,8 +24,8 @@ const (
 	// Gained: the member owns the partition from now on, with Epoch.
 	Gained AssignmentKind = iota + 1
 	// Revoking: the group asks the member to give the partition up: stop
-	// processing it, then call Membership.Release. A member that does not
-	// release it within its session timeout is declared dead.
+	// processing it, then call Membership.HandBack. A member that does not
+	// hand it back within its session timeout is declared dead.
 	Revoking
 	// Lost: the member no longer owns the partition (Reason says why) and
 	// must not change anything on its behalf any more.
@@ -50,8 +50,8 @@ type LossReason uint8
 const (
 	// NotLost is the reason of assignments other than Lost.
 	NotLost LossReason = iota
-	// Released: Membership.Release was called for the partition.
-	Released
+	// HandedBack: Membership.HandBack was called for the partition.
+	HandedBack
 	// Expired: the member could not confirm in time that the group still
 	// counts it (it was stalled, cut off from the broker, or kept a
 	// revoked partition too long), so it stopped claiming anything before
@@ -67,8 +67,8 @@ func (r LossReason) String() string {
 	switch r {
 	case NotLost:
 		return "not lost"
-	case Released:
-		return "released"
+	case HandedBack:
+		return "handed back"
 	case Expired:
 		return "lease expired"
 	case Evicted:
@@ -98,7 +98,7 @@ func (a Assignment) String() string {
 type PartitionOwnership struct {
 	Partition uint32
 	Epoch     Epoch
-	Revoking  bool // its owner is asked to release it
+	Revoking  bool // its owner is asked to hand it back
 }
 
 // Member is a member of a group, as this instance last learned it: use it
@@ -134,8 +134,9 @@ type Membership interface {
 	// which epoch. It turns false before any other member may be granted
 	// the partition.
 	Owns(p uint32) (Epoch, bool)
-	// Release gives partition p up (after a Revoking, or at will).
-	Release(ctx context.Context, p uint32) error
+	// HandBack gives partition p up to the group (after a Revoking, or at
+	// will).
+	HandBack(ctx context.Context, p uint32) error
 	// Members returns every member of the group and what it owns.
 	Members() []Member
 	// Owner returns the member that owns partition p.

@@ -380,7 +380,7 @@ type ParkedKey struct {
 	Source    string
 	Partition uint32
 	Key       []byte
-	// Manual is set when the key waits for a Release, not a retry; Next is
+	// Manual is set when the key waits for an Unblock, not a retry; Next is
 	// when its next try is due; Attempts how many tries failed; LastError
 	// the last failure; FailedAt the offset of the record that failed.
 	Manual    bool

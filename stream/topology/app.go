@@ -28,7 +28,7 @@ var (
 	// ErrIncompatibleTopology is wrapped by Open when the state directory
 	// was written by a topology with another fingerprint (see
 	// Program.Fingerprint).
-	ErrIncompatibleTopology = state.ErrIncompatibleTopology
+	ErrIncompatibleTopology = stream.ErrIncompatibleTopology
 	// ErrPartitionsChanged is wrapped by Open when a source's partition
 	// count differs from the one its state was written with.
 	ErrPartitionsChanged = state.ErrPartitionsChanged
@@ -596,15 +596,15 @@ func (a *App) Checkpoint(source string, partition uint32) (uint64, bool, error) 
 	return a.storeOf(source).Checkpoint(source, partition)
 }
 
-// Release lets a key held behind a poison event (stream.HoldPoisonedKey) go
-// on: its parked events are retried at once. It needs Run to be running.
-func (a *App) Release(ctx context.Context, source string, partition uint32, key []byte) error {
+// Unblock lets a key blocked behind a poison event (stream.BlockPoisonedKey)
+// go on: its parked events are retried at once. It needs Run to be running.
+func (a *App) Unblock(ctx context.Context, source string, partition uint32, key []byte) error {
 	for _, p := range a.procs {
 		if p.Source() == source {
-			return p.Release(ctx, partition, key)
+			return p.Unblock(ctx, partition, key)
 		}
 	}
-	return fmt.Errorf("topology %q: release: no source %q", a.prog.Name(), source)
+	return fmt.Errorf("strand: topology %q: unblock key %q: no source %q", a.prog.Name(), key, source)
 }
 
 // PendingDeadLetters returns the committed dead letters not yet published

@@ -1,6 +1,6 @@
 package topology
 
-import "github.com/strand-io/strand/internal/executor"
+import "github.com/strand-io/strand/stream"
 
 // What a refused start says (docs/design.md §19). A state directory keeps a
 // readable description of the topology that wrote it; Open of another
@@ -10,32 +10,34 @@ import "github.com/strand-io/strand/internal/executor"
 // TopologyChangedError is the error Open returns (wrapped) for a state
 // directory written by another topology: errors.As finds it, errors.Is
 // matches ErrIncompatibleTopology. Changes lists the differences; its
-// message says what to do (strand reset, or Reset).
-type TopologyChangedError = executor.TopologyChangedError
+// message says what to do (strand reset, or Reset). It is
+// stream.TopologyChangedError.
+type TopologyChangedError = stream.TopologyChangedError
 
 // Change is one difference between the topology that wrote a state
-// directory and the one being opened.
-type Change = executor.Change
+// directory and the one being opened (stream.Change).
+type Change = stream.Change
 
 // ChangeKind says how a part of a topology changed: ChangeAdded,
-// ChangeRemoved, ChangeModified.
-type ChangeKind = executor.ChangeKind
+// ChangeRemoved, ChangeModified (stream.ChangeKind).
+type ChangeKind = stream.ChangeKind
 
 // The kinds of change.
 const (
-	ChangeAdded    = executor.ChangeAdded
-	ChangeRemoved  = executor.ChangeRemoved
-	ChangeModified = executor.ChangeModified
+	ChangeAdded    = stream.ChangeAdded
+	ChangeRemoved  = stream.ChangeRemoved
+	ChangeModified = stream.ChangeModified
 )
 
 // Safety says whether the rows a state directory holds keep their meaning
 // after a change: Safe, or NeedsRebuild (Change.Rebuild names the tables).
-type Safety = executor.Safety
+// It is stream.Safety.
+type Safety = stream.Safety
 
 // The safeties of a change.
 const (
-	Safe         = executor.Safe
-	NeedsRebuild = executor.NeedsRebuild
+	Safe         = stream.Safe
+	NeedsRebuild = stream.NeedsRebuild
 )
 
 // Description returns the readable description of the topology that its

@@ -320,7 +320,7 @@ func TestPermanentErrorDeadLettersTheFailingEvent(t *testing.T) {
 }
 
 func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
-	for _, policy := range []stream.PoisonPolicy{stream.PassPoison, stream.HoldPoisonedKey} {
+	for _, policy := range []stream.PoisonPolicy{stream.PassPoison, stream.BlockPoisonedKey} {
 		t.Run(policy.String(), func(t *testing.T) {
 			decl := stream.DeclareFunc(1, evKey)
 			rec := &recorder{}
@@ -373,16 +373,16 @@ func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 				if !slices.Equal(ns, []int{0, 5}) {
 					t.Fatalf("pass: key a applied %v, want [0 5]", ns)
 				}
-			case stream.HoldPoisonedKey:
+			case stream.BlockPoisonedKey:
 				if !slices.Equal(ns, []int{0}) || !slices.Equal(res.Held, []uint64{5}) {
 					t.Fatalf("hold: key a applied %v held %v, want [0] and [5]", ns, res.Held)
 				}
 				d.AdvanceClock(time.Hour)
 				d.Advance()
 				if len(rec.forKey("a")) != 1 {
-					t.Fatal("a held key must wait for Release, not for time")
+					t.Fatal("a blocked key must wait for Unblock, not for time")
 				}
-				if err := d.Task("log", 0).Release(context.Background(), []byte("a")); err != nil {
+				if err := d.Task("log", 0).Unblock(context.Background(), []byte("a")); err != nil {
 					t.Fatal(err)
 				}
 				d.Advance()

@@ -107,16 +107,8 @@ type PartitionStatus struct {
 }
 
 // RestoreProgress is how far the rebuilding of a partition from its
-// changelog is: it read up to Offset of the changelog, which ended at End
-// when it began (0: unknown); Applied commits and snapshot chunks so far.
-type RestoreProgress struct {
-	From, Offset, End uint64
-	Applied           int
-	Snapshot          bool // it began from a snapshot
-	Reused            bool // the local rows were current and kept
-	Done              bool
-	Took              time.Duration
-}
+// changelog is (stream.RestoreProgress).
+type RestoreProgress = stream.RestoreProgress
 
 // ChangelogTopic returns the name of the changelog topic of a topology
 // whose first source is in Iggy stream streamName.
@@ -124,21 +116,20 @@ func ChangelogTopic(streamName, topology string) string {
 	return streamName + "/strand-changelog-" + topology
 }
 
-// ChangelogKind is the kind of a changelog record.
-type ChangelogKind uint8
+// ChangelogKind is the kind of a changelog record (stream.ChangelogKind).
+type ChangelogKind = stream.ChangelogKind
 
+// The kinds of changelog record (stream's).
 const (
 	// ChangelogFence: a new owner took the partition over (Epoch, Member).
-	ChangelogFence = ChangelogKind(changelog.KindFence)
+	ChangelogFence = stream.ChangelogFence
 	// ChangelogCommit: one commit of the partition.
-	ChangelogCommit = ChangelogKind(changelog.KindCommit)
+	ChangelogCommit = stream.ChangelogCommit
 	// ChangelogSnapshot: part of a snapshot of the partition's rows.
-	ChangelogSnapshot = ChangelogKind(changelog.KindSnapshotChunk)
+	ChangelogSnapshot = stream.ChangelogSnapshot
 	// ChangelogSnapshotEnd: a snapshot is complete.
-	ChangelogSnapshotEnd = ChangelogKind(changelog.KindSnapshotEnd)
+	ChangelogSnapshotEnd = stream.ChangelogSnapshotEnd
 )
-
-func (k ChangelogKind) String() string { return changelog.Kind(k).String() }
 
 // CheckpointRange is the offsets [From, Next) of one source a commit covers.
 type CheckpointRange struct {
@@ -162,7 +153,7 @@ func DecodeChangelog(payload []byte) (ChangelogEntry, error) {
 	if err != nil {
 		return ChangelogEntry{}, err
 	}
-	e := ChangelogEntry{Kind: ChangelogKind(r.Kind), Epoch: r.Meta.Epoch, Member: r.Meta.Member, Seq: r.Meta.Seq}
+	e := ChangelogEntry{Kind: r.Kind, Epoch: r.Meta.Epoch, Member: r.Meta.Member, Seq: r.Meta.Seq}
 	for _, rg := range r.Meta.Ranges {
 		e.Checkpoints = append(e.Checkpoints, CheckpointRange{Source: rg.Source, From: rg.From, Next: rg.Next})
 	}
@@ -170,25 +161,17 @@ func DecodeChangelog(payload []byte) (ChangelogEntry, error) {
 }
 
 // ChangelogVerdict is what the rules of a changelog say about an entry.
-type ChangelogVerdict uint8
+// It is stream.ChangelogVerdict.
+type ChangelogVerdict = stream.ChangelogVerdict
 
+// The verdicts (stream's).
 const (
-	// ChangelogValid: a commit of the partition's history (or a fence that
-	// raised its epoch).
-	ChangelogValid = ChangelogVerdict(changelog.Valid)
-	// ChangelogFenced: a commit of a deposed owner, after a newer fence;
-	// no reader applies it.
-	ChangelogFenced = ChangelogVerdict(changelog.Fenced)
-	// ChangelogDuplicate: a commit sent again.
-	ChangelogDuplicate = ChangelogVerdict(changelog.Duplicate)
-	// ChangelogInconsistent: a gap in the commit numbers, or an epoch
-	// without its fence.
-	ChangelogInconsistent = ChangelogVerdict(changelog.Inconsistent)
-	// ChangelogOther: another kind of record.
-	ChangelogOther = ChangelogVerdict(changelog.Other)
+	ChangelogValid        = stream.ChangelogValid
+	ChangelogFenced       = stream.ChangelogFenced
+	ChangelogDuplicate    = stream.ChangelogDuplicate
+	ChangelogInconsistent = stream.ChangelogInconsistent
+	ChangelogOther        = stream.ChangelogOther
 )
-
-func (v ChangelogVerdict) String() string { return changelog.Verdict(v).String() }
 
 // ChangelogHistory follows one partition's changelog from its first
 // record, entry by entry, as every reader does (Judge).
@@ -200,7 +183,7 @@ func (h *ChangelogHistory) Epoch() connector.Epoch { return h.h.Epoch }
 // Judge classifies the next entry of the partition and advances.
 func (h *ChangelogHistory) Judge(e ChangelogEntry) ChangelogVerdict {
 	r := changelog.Record{Kind: changelog.Kind(e.Kind), Meta: changelog.Meta{Epoch: e.Epoch, Member: e.Member, Seq: e.Seq}}
-	return ChangelogVerdict(h.h.Next(&r))
+	return h.h.Next(&r)
 }
 
 // Phase returns what this App does with partition p: Serving for every
@@ -390,8 +373,9 @@ func (a *App) runGroup(ctx context.Context) error {
 				if st.phase == NotOwned {
 					return
 				}
-				st.restore = RestoreProgress{From: rp.From, Offset: rp.Offset, End: rp.End, Applied: rp.Applied,
-					Snapshot: rp.Snapshot, Reused: rp.Reused, Done: rp.Done, Took: st.restore.Took}
+				took := st.restore.Took
+				st.restore = rp
+				st.restore.Took = took
 				if rp.Done && !st.restoreStart.IsZero() {
 					st.restore.Took = time.Since(st.restoreStart)
 				}

@@ -348,8 +348,8 @@ func (f *fakeMember) Owns(p uint32) (connector.Epoch, bool) {
 	e, ok := f.owns[p]
 	return e, ok
 }
-func (f *fakeMember) Release(ctx context.Context, p uint32) error { return nil }
-func (f *fakeMember) Members() []connector.Member                 { return nil }
+func (f *fakeMember) HandBack(ctx context.Context, p uint32) error { return nil }
+func (f *fakeMember) Members() []connector.Member                  { return nil }
 func (f *fakeMember) Owner(p uint32) (connector.Member, connector.Epoch, bool) {
 	return connector.Member{}, 0, false
 }

@@ -432,7 +432,7 @@ func TestOriginDuplicatesAreDroppedOnce(t *testing.T) {
 	}
 }
 
-// Under HoldPoisonedKey, an event KeyBy cannot key holds its source key's
+// Under BlockPoisonedKey, an event KeyBy cannot key holds its source key's
 // later events (all its handlers' too) until the key is released; the
 // other keys go on.
 func TestKeyByPoisonHoldsItsKey(t *testing.T) {
@@ -441,7 +441,7 @@ func TestKeyByPoisonHoldsItsKey(t *testing.T) {
 			return "", errors.New("no customer")
 		}
 		return e.Customer, nil
-	}, topology.WithPoisonPolicy(stream.HoldPoisonedKey))
+	}, topology.WithPoisonPolicy(stream.BlockPoisonedKey))
 	events := shopWorkload(200, 10, 4, 8)
 	d := topologytest.NewDriver(t, s.topo, topologytest.WithBatchSize(30))
 	topologytest.Pipe(d, s.placed, events...)

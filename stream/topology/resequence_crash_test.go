@@ -24,9 +24,9 @@ import (
 // follows them stays held), and is killed with SIGKILL at random moments.
 // After every kill the parent reopens the store and checks it against a
 // sequential model of the re-sequencer run over exactly the records below
-// the committed checkpoints: every table equals the fold of the released
-// records in sequence order (none released twice, none lost) and the held
-// rows are exactly the model's. 10 kills by default (each kill takes about
+// the committed checkpoints: every table equals the fold of the records
+// let through in sequence order (none let through twice, none lost) and
+// the held rows are exactly the model's. 10 kills by default (each kill takes about
 // 3 s under the race detector on a loaded 2-core machine: the default run
 // keeps the suite within 8 minutes); STRAND_SOAK=1 makes it
 // 200.

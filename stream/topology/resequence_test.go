@@ -77,7 +77,7 @@ func TestResequencerAppliesInSequenceOrderAndHoldsDurably(t *testing.T) {
 		t.Fatalf("table %+v, want the chain 1..5 %+v", got, want)
 	}
 	if k, n := d.Held(); k != 0 || n != 0 {
-		t.Fatalf("held %d keys %d records after release", k, n)
+		t.Fatalf("held %d keys %d records after they were let through", k, n)
 	}
 	st := d.App().Stats()[0].Total
 	if st.Duplicates != 1 || st.Resequenced != 3 {
@@ -358,7 +358,7 @@ func TestResequencerAbandonedBatchIsRolledBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Duplicates != 0 || len(res.Resequenced) != 2 || res.Released != 1 {
+	if res.Duplicates != 0 || len(res.Resequenced) != 2 || res.LetThrough != 1 {
 		t.Fatalf("result %+v", res)
 	}
 	if got, want := stateOf(t, table, "a"), chainOf(1, 2); got != want {

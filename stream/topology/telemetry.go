@@ -131,8 +131,8 @@ func (a *App) observeTelemetry() error {
 // connection) is asked again until then.
 //
 // "Caught up" means nothing waits: records the re-sequencer holds behind an
-// open gap, keys parked for a retry or held behind a poison event (waiting
-// for a Release), and outbox messages hold it back, although their records
+// open gap, keys parked for a retry or blocked behind a poison event (waiting
+// for an Unblock), and outbox messages hold it back, although their records
 // are behind the checkpoint (stream.PartitionStats.Waiting). A gap that
 // never closes (stream.GapWait) or a key never released keeps it waiting
 // until ctx ends.

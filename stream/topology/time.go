@@ -97,8 +97,8 @@ func WithTTL(d time.Duration) TableOption {
 // events waiting behind it; on a stream.Permanent error or its last try it
 // is dead-lettered (deadletter.ReasonTimer: a dead letter describing its
 // table, key, due time and error, exactly once) and the key goes on, or,
-// under stream.HoldPoisonedKey, it blocks its key with the timer kept
-// until App.Release. Each failed try is logged and counted in
+// under stream.BlockPoisonedKey, it blocks its key with the timer kept
+// until App.Unblock. Each failed try is logged and counted in
 // stream.Counters.TimerFailures.
 // A table has at most one timer handler; src must be one of the sources
 // whose events are projected into table (or its partition count must be

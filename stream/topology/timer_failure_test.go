@@ -16,7 +16,7 @@ import (
 // Failed timers (docs/design.md §18): a timer handler that fails follows the
 // failure policy of an event: it is retried with the retry policy, its key's
 // later events wait behind it, and after its last try it is dead-lettered
-// (PassPoison) or blocks its key with its timer kept (HoldPoisonedKey).
+// (PassPoison) or blocks its key with its timer kept (BlockPoisonedKey).
 
 // ftVal is the failed-timer tests' value: the sum of the events, how often
 // the timer fired, and the sum when it fired (which events it came after).
@@ -225,9 +225,9 @@ func TestFailedTimerIsDeadLettered(t *testing.T) {
 	}
 }
 
-// Under HoldPoisonedKey a timer that fails on its last try blocks its key
+// Under BlockPoisonedKey a timer that fails on its last try blocks its key
 // as a poison event would: no dead letter, the timer kept, the key's later
-// events held; after App.Release the timer fires, then the held events.
+// events held; after App.Unblock the timer fires, then the blocked events.
 func TestFailedTimerBlocksTheKey(t *testing.T) {
 	var mu sync.Mutex
 	down := true
@@ -239,7 +239,7 @@ func TestFailedTimerBlocksTheKey(t *testing.T) {
 		}
 		return nil
 	}}
-	topo, tab := ftTopology(f, topology.WithPoisonPolicy(stream.HoldPoisonedKey))
+	topo, tab := ftTopology(f, topology.WithPoisonPolicy(stream.BlockPoisonedKey))
 	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(1))
 	ctx := context.Background()
 
@@ -257,7 +257,7 @@ func TestFailedTimerBlocksTheKey(t *testing.T) {
 		t.Fatalf("a's handler ran %d times, want 3, then blocked", got)
 	}
 	if v, _, _ := tab.Get(ctx, "a"); v.Sum != 10 || v.Fired != 0 {
-		t.Fatalf("a = %+v; want its event held behind the blocked timer", v)
+		t.Fatalf("a = %+v; want its event waiting behind the blocked timer", v)
 	}
 	if keys, records := d.Parked(); keys != 1 || records != 1 {
 		t.Fatalf("parked %d keys, %d records; want a blocked with its event", keys, records)
@@ -268,15 +268,15 @@ func TestFailedTimerBlocksTheKey(t *testing.T) {
 	mu.Lock()
 	down = false
 	mu.Unlock()
-	if err := d.App().Release(ctx, "t/events", 0, []byte("a")); err != nil {
+	if err := d.App().Unblock(ctx, "t/events", 0, []byte("a")); err != nil {
 		t.Fatal(err)
 	}
 	d.Advance()
 	v, _, _ := tab.Get(ctx, "a")
 	if v.Fired != 1 || v.SumAtFire != 10 || v.Sum != 15 {
-		t.Fatalf("a = %+v after Release; want the timer fired before the held event (Fired 1, SumAtFire 10, Sum 15)", v)
+		t.Fatalf("a = %+v after Unblock; want the timer fired before the waiting event (Fired 1, SumAtFire 10, Sum 15)", v)
 	}
 	if keys, _ := d.Parked(); keys != 0 {
-		t.Fatalf("%d parked keys after Release, want 0", keys)
+		t.Fatalf("%d parked keys after Unblock, want 0", keys)
 	}
 }

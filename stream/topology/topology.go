@@ -95,7 +95,7 @@ func (f optionFunc) apply(c *Topology) { f(c) }
 // unknown policy is refused by Build.
 func WithPoisonPolicy(p stream.PoisonPolicy) Option {
 	return optionFunc(func(t *Topology) {
-		if p != stream.PassPoison && p != stream.HoldPoisonedKey {
+		if p != stream.PassPoison && p != stream.BlockPoisonedKey {
 			t.errs = append(t.errs, fmt.Errorf("strand: topology.WithPoisonPolicy: unknown policy %d", uint8(p)))
 			return
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -44,16 +45,7 @@ type position struct {
 }
 
 // RestoreProgress is how far the restore of a partition is.
-type RestoreProgress struct {
-	Partition uint32
-	From      uint64 // the changelog offset the restore started reading at
-	Offset    uint64 // the next offset to read
-	End       uint64 // the changelog's end when the restore began (0: unknown)
-	Applied   int    // commits and snapshot chunks applied
-	Snapshot  bool   // it began from a snapshot
-	Reused    bool   // the local store was current and kept
-	Done      bool
-}
+type RestoreProgress = stream.RestoreProgress
 
 // Options configure New.
 type Options struct {

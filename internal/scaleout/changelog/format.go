@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -18,33 +19,20 @@ import (
 // not decode.
 var ErrBadChangelog = errors.New("strand: bad changelog record")
 
-// Kind is the kind of a changelog record.
-type Kind uint8
+// Kind is the kind of a changelog record: stream.ChangelogKind, defined
+// there once (docs/design.md §1).
+type Kind = stream.ChangelogKind
 
 const (
 	// KindFence: a new owner takes the partition over with its epoch.
-	KindFence Kind = iota + 1
+	KindFence = stream.ChangelogFence
 	// KindCommit: one commit of the partition (its writes).
-	KindCommit
+	KindCommit = stream.ChangelogCommit
 	// KindSnapshotChunk: part of a snapshot of the partition's rows.
-	KindSnapshotChunk
+	KindSnapshotChunk = stream.ChangelogSnapshot
 	// KindSnapshotEnd: a snapshot is complete.
-	KindSnapshotEnd
+	KindSnapshotEnd = stream.ChangelogSnapshotEnd
 )
-
-func (k Kind) String() string {
-	switch k {
-	case KindFence:
-		return "fence"
-	case KindCommit:
-		return "commit"
-	case KindSnapshotChunk:
-		return "snapshot-chunk"
-	case KindSnapshotEnd:
-		return "snapshot-end"
-	}
-	return fmt.Sprintf("ClogKind(%d)", uint8(k))
-}
 
 // clogMagic starts every changelog record's payload.
 const clogMagic = "SCL1"
@@ -154,36 +142,20 @@ type History struct {
 }
 
 // Verdict is what History.Next says about a record.
-type Verdict uint8
+type Verdict = stream.ChangelogVerdict
 
 const (
 	// Valid: a commit of the valid history (or a fence that raised the epoch).
-	Valid Verdict = iota + 1
+	Valid = stream.ChangelogValid
 	// Fenced: a commit below the current epoch.
-	Fenced
+	Fenced = stream.ChangelogFenced
 	// Duplicate: a commit already seen (a resend).
-	Duplicate
+	Duplicate = stream.ChangelogDuplicate
 	// Inconsistent: a gap, or an epoch without its fence.
-	Inconsistent
+	Inconsistent = stream.ChangelogInconsistent
 	// Other: a record that is not a commit and changed nothing.
-	Other
+	Other = stream.ChangelogOther
 )
-
-func (v Verdict) String() string {
-	switch v {
-	case Valid:
-		return "valid"
-	case Fenced:
-		return "fenced"
-	case Duplicate:
-		return "duplicate"
-	case Inconsistent:
-		return "inconsistent"
-	case Other:
-		return "other"
-	}
-	return fmt.Sprintf("Verdict(%d)", uint8(v))
-}
 
 // Next classifies r and advances the history.
 func (h *History) Next(r *Record) Verdict {

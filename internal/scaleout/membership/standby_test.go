@@ -36,7 +36,7 @@ func TestStandbysSpreadAndNeverOnTheOwner(t *testing.T) {
 	for p := range b.s.Parts {
 		if pt := b.s.Parts[p]; pt.Revoking {
 			pp := uint32(p)
-			b.add(10, Record{Kind: KindRelease, M: pt.Owner, P: &pp, E: pt.Epoch})
+			b.add(10, Record{Kind: KindHandBack, M: pt.Owner, P: &pp, E: pt.Epoch})
 		}
 	}
 	if got := fmt.Sprint(owners(b.s)); got != fmt.Sprintf("[%d %d %d %d %d %d]", ids[0], ids[0], ids[1], ids[1], ids[2], ids[2]) {
@@ -91,7 +91,7 @@ func TestStandbysArePromoted(t *testing.T) {
 			default:
 				p := rapid.Uint32Range(0, n-1).Draw(rt, "p")
 				if pt := b.s.Parts[p]; pt.Revoking || rapid.Bool().Draw(rt, "release anyway") {
-					b.add(ts, Record{Kind: KindRelease, M: pt.Owner, P: &p, E: pt.Epoch})
+					b.add(ts, Record{Kind: KindHandBack, M: pt.Owner, P: &p, E: pt.Epoch})
 				}
 			}
 		}

@@ -28,10 +28,10 @@ const RecordVersion = 1
 
 // Kinds of membership records.
 const (
-	KindJoin    = "join"
-	KindBeat    = "beat"
-	KindRelease = "release"
-	KindLeave   = "leave"
+	KindJoin     = "join"
+	KindBeat     = "beat"
+	KindHandBack = "release" // a member hands a partition back (wire value kept)
+	KindLeave    = "leave"
 	// KindSnapshot holds the whole State as of offset At (every record
 	// before At applied): a joining member loads it instead of replaying
 	// the log from its start. It changes nothing but time.
@@ -179,7 +179,7 @@ func (s *State) applyRecord(off uint64, r Record) Outcome {
 		m.LastSeq = r.Seq
 	}
 	switch r.Kind {
-	case KindRelease:
+	case KindHandBack:
 		if r.P != nil && *r.P < uint32(len(s.Parts)) {
 			p := &s.Parts[*r.P]
 			if p.Owner == m.ID && p.Epoch == r.E {

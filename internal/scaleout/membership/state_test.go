@@ -52,11 +52,11 @@ func TestGroupStateGrantsRevokesAndExpires(t *testing.T) {
 		t.Fatal("a join with another partition count was accepted")
 	}
 	p2 := uint32(2)
-	b.add(40, Record{Kind: KindRelease, M: a, P: &p2, E: 99}) // wrong epoch: ignored
+	b.add(40, Record{Kind: KindHandBack, M: a, P: &p2, E: 99}) // wrong epoch: ignored
 	if b.s.Parts[2].Owner != a {
 		t.Fatal("a release with a wrong epoch was applied")
 	}
-	b.add(50, Record{Kind: KindRelease, M: a, P: &p2, E: 1})
+	b.add(50, Record{Kind: KindHandBack, M: a, P: &p2, E: 1})
 	if b.s.Parts[2].Owner != bb || b.s.Parts[2].Epoch != Epoch(b.off) {
 		t.Fatalf("released partition: %+v (Record at %d)", b.s.Parts[2], b.off-1)
 	}
@@ -92,7 +92,7 @@ func TestGroupStateRebalanceIsStickyAndEven(t *testing.T) {
 			for i := range b.s.Parts {
 				if p := b.s.Parts[i]; p.Revoking {
 					pi := uint32(i)
-					b.add(ts, Record{Kind: KindRelease, M: p.Owner, P: &pi, E: p.Epoch})
+					b.add(ts, Record{Kind: KindHandBack, M: p.Owner, P: &pi, E: p.Epoch})
 					moved = true
 					break
 				}
@@ -160,7 +160,7 @@ func TestGroupStateInvariants(t *testing.T) {
 			case k == 2:
 				from = b.s.IDs[rapid.IntRange(0, len(b.s.IDs)-1).Draw(rt, "releaser")]
 				p := rapid.Uint32Range(0, n-1).Draw(rt, "p")
-				r = Record{Kind: KindRelease, M: from, P: &p, E: b.s.Parts[p].Epoch}
+				r = Record{Kind: KindHandBack, M: from, P: &p, E: b.s.Parts[p].Epoch}
 			default:
 				from = b.s.IDs[rapid.IntRange(0, len(b.s.IDs)-1).Draw(rt, "beater")]
 				r = Record{Kind: KindBeat, M: from}
@@ -202,7 +202,7 @@ func TestGroupStateInvariants(t *testing.T) {
 				}
 				old := prev[i].Owner
 				okMove := old == 0 || b.s.Members[old] == nil ||
-					(r.Kind == KindRelease && r.M == old && *r.P == uint32(i))
+					(r.Kind == KindHandBack && r.M == old && *r.P == uint32(i))
 				if !okMove {
 					rt.Fatalf("partition %d moved from live member %d to %d at %+v", i, old, p.Owner, r)
 				}
@@ -267,7 +267,7 @@ func TestStaticMemberTakesOverAtOnce(t *testing.T) {
 	jb.Instance = "B"
 	bb := b.add(20, jb).Joined
 	for _, p := range []uint32{3, 4, 5} {
-		b.add(30, Record{Kind: KindRelease, M: a, P: &p, E: b.s.Parts[p].Epoch})
+		b.add(30, Record{Kind: KindHandBack, M: a, P: &p, E: b.s.Parts[p].Epoch})
 	}
 	if got := fmt.Sprint(owners(b.s)); got != fmt.Sprintf("[%d %d %d %d %d %d]", a, a, a, bb, bb, bb) {
 		t.Fatalf("owners before the restart %s", got)

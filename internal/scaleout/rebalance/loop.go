@@ -70,10 +70,10 @@ type Config struct {
 	// be nil). It is called from the loop's goroutine.
 	OnChange func([]PartitionState)
 	// FlushTimeout bounds the flush of a revoked partition's changelog
-	// (default 10s); ReleaseTimeout its release (default 10s);
+	// (default 10s); HandBackTimeout its hand-back (default 10s);
 	// LeaveTimeout the flush of every partition when the loop stops
 	// (default 5s).
-	FlushTimeout, ReleaseTimeout, LeaveTimeout time.Duration
+	FlushTimeout, HandBackTimeout, LeaveTimeout time.Duration
 	// Standbys is how many standby copies of each partition the group
 	// keeps (docs/design.md §15, "Standbys"); 0: none. With Standbys,
 	// Changelog must be a StandbyChangelog and Partitions the group's
@@ -136,8 +136,8 @@ func NewLoop(cfg Config) (*Loop, error) {
 	if cfg.FlushTimeout <= 0 {
 		cfg.FlushTimeout = 10 * time.Second
 	}
-	if cfg.ReleaseTimeout <= 0 {
-		cfg.ReleaseTimeout = 10 * time.Second
+	if cfg.HandBackTimeout <= 0 {
+		cfg.HandBackTimeout = 10 * time.Second
 	}
 	if cfg.LeaveTimeout <= 0 {
 		cfg.LeaveTimeout = 5 * time.Second
@@ -229,7 +229,7 @@ func (l *Loop) Run(ctx context.Context) (err error) {
 			}
 		case ev := <-l.events:
 			if ev.Kind == flushed {
-				l.release(ctx, ev.P, ev.Epoch)
+				l.handBack(ctx, ev.P, ev.Epoch)
 				continue
 			}
 			if ev.Kind == standbyTick {
@@ -277,7 +277,7 @@ func (l *Loop) act(ctx context.Context, a Action) error {
 		l.startServe(ctx, a.P, a.Epoch)
 	case StopPartition:
 		l.stopPartition(a.P, a.Epoch)
-	case Release:
+	case HandBack:
 		l.startRelease(ctx, a.P, a.Epoch, a.Flush)
 	case StartGeneration:
 		l.startGen(ctx, a.Gen, a.Parts)
@@ -399,10 +399,10 @@ func (l *Loop) startServe(ctx context.Context, p uint32, e Epoch) {
 }
 
 // startRelease flushes p's changelog (if flush) in the background; the
-// loop then stops p's work and releases it (release).
+// loop then stops p's work and hands it back (handBack).
 func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) {
 	if !flush {
-		l.release(ctx, p, e)
+		l.handBack(ctx, p, e)
 		return
 	}
 	l.wg.Go(func() {
@@ -415,23 +415,23 @@ func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) 
 	})
 }
 
-// release stops p's work under e and releases p in the membership, in the
-// background; Released follows.
-func (l *Loop) release(ctx context.Context, p uint32, e Epoch) {
+// handBack stops p's work under e and hands p back in the membership, in the
+// background; HandedBack follows.
+func (l *Loop) handBack(ctx context.Context, p uint32, e Epoch) {
 	st := l.node.Partition(p)
-	if st.Phase != Releasing || st.Epoch != e {
-		return // lost meanwhile: nothing of e to release
+	if st.Phase != HandingBack || st.Epoch != e {
+		return // lost meanwhile: nothing of e to hand back
 	}
 	l.stopPartition(p, e)
 	l.wg.Go(func() {
 		if cur, ok := l.cfg.Membership.Owns(p); ok && cur == e {
-			rctx, cancel := context.WithTimeout(ctx, l.cfg.ReleaseTimeout)
-			if err := l.cfg.Membership.Release(rctx, p); err != nil {
-				l.log.Warn("strand: release failed", "partition", p, "epoch", e, "err", err)
+			rctx, cancel := context.WithTimeout(ctx, l.cfg.HandBackTimeout)
+			if err := l.cfg.Membership.HandBack(rctx, p); err != nil {
+				l.log.Warn("strand: hand back failed", "partition", p, "epoch", e, "err", err)
 			}
 			cancel()
 		}
-		l.post(Event{Kind: Released, P: p, Epoch: e})
+		l.post(Event{Kind: HandedBack, P: p, Epoch: e})
 	})
 }
 

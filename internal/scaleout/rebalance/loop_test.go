@@ -52,8 +52,8 @@ func (m *membership) set(p uint32, e Epoch) {
 		m.owns[p] = e
 	}
 }
-func (m *membership) Release(context.Context, uint32) error { return nil }
-func (m *membership) Members() []connector.Member           { return nil }
+func (m *membership) HandBack(context.Context, uint32) error { return nil }
+func (m *membership) Members() []connector.Member            { return nil }
 func (m *membership) Owner(uint32) (connector.Member, Epoch, bool) {
 	return connector.Member{}, 0, false
 }

@@ -1,6 +1,6 @@
 // Package rebalance is what one instance of a group does with the
 // partitions the group gives it (docs/design.md §15): restore a partition it
-// gains from the partition's changelog, process it, flush and release it
+// gains from the partition's changelog, process it, flush and hand it back
 // when it is revoked, drop it when it is lost, and run the processors over
 // the partitions it serves, one generation at a time.
 //
@@ -52,9 +52,9 @@ const (
 	// Serving: restored; its changelog task runs and the generations
 	// process it.
 	Serving
-	// Releasing: revoked; once no generation processes it, its
-	// changelog is flushed and it is released.
-	Releasing
+	// HandingBack: revoked; once no generation processes it, its
+	// changelog is flushed and it is handed back.
+	HandingBack
 )
 
 func (p Phase) String() string {
@@ -69,8 +69,8 @@ func (p Phase) String() string {
 		return "retrying"
 	case Serving:
 		return "serving"
-	case Releasing:
-		return "releasing"
+	case HandingBack:
+		return "handing-back"
 	}
 	return fmt.Sprintf("Phase(%d)", uint8(p))
 }
@@ -108,8 +108,8 @@ const (
 	Restored
 	// ServeEnded: the changelog task of P under Epoch ended on its own.
 	ServeEnded
-	// Released: the release of P under Epoch (action Release) is done.
-	Released
+	// HandedBack: the hand-back of P under Epoch (action HandBack) is done.
+	HandedBack
 	// GenerationEnded: generation Gen ended (stopped or failed); Fenced
 	// lists the partitions whose work it ended because their changelog
 	// said they were fenced, each with the epoch the error belongs to;
@@ -137,8 +137,8 @@ func (k EventKind) String() string {
 		return "restored"
 	case ServeEnded:
 		return "serve-ended"
-	case Released:
-		return "released"
+	case HandedBack:
+		return "handed-back"
 	case GenerationEnded:
 		return "generation-ended"
 	case TimerFired:
@@ -247,10 +247,10 @@ const (
 	// lost for Epoch, cancel its restore or changelog task and wait for
 	// it, forget it. Done before the next action.
 	StopPartition
-	// Release: give P (held with Epoch) up, in the background: flush its
+	// HandBack: give P (held with Epoch) up, in the background: flush its
 	// changelog first if Flush (bounded), stop its tasks as
-	// StopPartition, then release it in the membership; report Released.
-	Release
+	// StopPartition, then hand it back in the membership; report HandedBack.
+	HandBack
 	// StartGeneration: run the processors over Parts as generation Gen
 	// (in the background); report GenerationEnded when it ends.
 	StartGeneration
@@ -278,8 +278,8 @@ func (k ActionKind) String() string {
 		return "serve"
 	case StopPartition:
 		return "stop"
-	case Release:
-		return "release"
+	case HandBack:
+		return "hand-back"
 	case StartGeneration:
 		return "start-gen"
 	case StopGeneration:
@@ -301,7 +301,7 @@ type Action struct {
 	Kind  ActionKind
 	P     uint32
 	Epoch Epoch
-	Flush bool // Release
+	Flush bool // HandBack
 	// Gen and Parts: StartGeneration, StopGeneration.
 	Gen   uint64
 	Parts []PartitionEpoch
@@ -317,11 +317,11 @@ func (a Action) String() string {
 	switch a.Kind {
 	case StartRestore, StartServe, StopPartition:
 		return fmt.Sprintf("%s %d@%d", a.Kind, a.P, a.Epoch)
-	case Release:
+	case HandBack:
 		if a.Flush {
-			return fmt.Sprintf("release %d@%d flush", a.P, a.Epoch)
+			return fmt.Sprintf("hand-back %d@%d flush", a.P, a.Epoch)
 		}
-		return fmt.Sprintf("release %d@%d", a.P, a.Epoch)
+		return fmt.Sprintf("hand-back %d@%d", a.P, a.Epoch)
 	case StartGeneration:
 		ps := make([]string, len(a.Parts))
 		for i, pe := range a.Parts {
@@ -346,17 +346,17 @@ type PartitionState struct {
 	Phase Phase
 	Epoch Epoch
 	// Current: the store's rows of P are the partition's (it is Serving,
-	// or Releasing after it served).
+	// or HandingBack after it served).
 	Current bool
 }
 
 type part struct {
 	phase Phase
 	epoch Epoch
-	// release: in phase Releasing, the release was asked for already
+	// handBack: in phase HandingBack, the hand-back was asked for already
 	// (else it waits for the generation to stop).
-	release bool
-	flush   bool // the release flushes the changelog first
+	handBack bool
+	flush    bool // the hand-back flushes the changelog first
 }
 
 type generation struct {
@@ -420,7 +420,7 @@ func (n *Node) Partition(p uint32) PartitionState {
 
 func (st *part) state(p uint32) PartitionState {
 	return PartitionState{P: p, Phase: st.phase, Epoch: st.epoch,
-		Current: st.phase == Serving || st.phase == Releasing && st.flush}
+		Current: st.phase == Serving || st.phase == HandingBack && st.flush}
 }
 
 // Generation returns the running generation's number and partitions (0
@@ -485,8 +485,8 @@ func (n *Node) Step(ev Event) {
 		n.restored(ev)
 	case ServeEnded:
 		n.serveEnded(ev)
-	case Released:
-		if st := n.parts[ev.P]; st != nil && st.phase == Releasing && st.epoch == ev.Epoch {
+	case HandedBack:
+		if st := n.parts[ev.P]; st != nil && st.phase == HandingBack && st.epoch == ev.Epoch {
 			st.phase = NotOwned
 		}
 	case GenerationEnded:
@@ -509,7 +509,7 @@ func (n *Node) drop(p uint32, st *part) {
 	if st.phase == Serving {
 		n.burst()
 	}
-	st.phase, st.release, st.flush = NotOwned, false, false
+	st.phase, st.handBack, st.flush = NotOwned, false, false
 }
 
 // restore restores p under st.epoch now, or once no generation processes
@@ -543,25 +543,25 @@ func (n *Node) gained(p uint32, e Epoch) {
 
 func (n *Node) revoking(p uint32, e Epoch) {
 	st := n.parts[p]
-	if st == nil || st.phase == NotOwned || st.epoch != e || st.phase == Releasing {
+	if st == nil || st.phase == NotOwned || st.epoch != e || st.phase == HandingBack {
 		return
 	}
 	switch st.phase {
 	case Serving:
-		st.phase, st.flush = Releasing, true
+		st.phase, st.flush = HandingBack, true
 		if n.inGen(p) {
 			n.stopGen() // its commits stop before its changelog is flushed
 			return
 		}
 	default: // Pending, Restoring, Retrying: nothing of it to flush
-		st.phase, st.flush = Releasing, false
+		st.phase, st.flush = HandingBack, false
 		if n.inGen(p) {
 			n.stopGen()
 			return
 		}
 	}
-	st.release = true
-	n.emit(Action{Kind: Release, P: p, Epoch: e, Flush: st.flush})
+	st.handBack = true
+	n.emit(Action{Kind: HandBack, P: p, Epoch: e, Flush: st.flush})
 	n.burst()
 }
 
@@ -570,8 +570,8 @@ func (n *Node) lost(p uint32, e Epoch) {
 	if st == nil || st.phase == NotOwned || st.epoch != e {
 		return // the loss of an epoch whose work already ended
 	}
-	if st.phase == Releasing && st.release {
-		return // the release in flight ends it (Released follows)
+	if st.phase == HandingBack && st.handBack {
+		return // the hand-back in flight ends it (HandedBack follows)
 	}
 	n.drop(p, st)
 }
@@ -653,9 +653,9 @@ func (n *Node) generationEnded(ev Event) {
 		case st.phase == Pending:
 			st.phase = Restoring
 			n.emit(Action{Kind: StartRestore, P: p, Epoch: st.epoch})
-		case st.phase == Releasing && !st.release:
-			st.release = true
-			n.emit(Action{Kind: Release, P: p, Epoch: st.epoch, Flush: st.flush})
+		case st.phase == HandingBack && !st.handBack:
+			st.handBack = true
+			n.emit(Action{Kind: HandBack, P: p, Epoch: st.epoch, Flush: st.flush})
 		}
 	}
 	if retry {

@@ -17,7 +17,7 @@ import (
 // "? gen" the running generation ("? gen 2 [4@7]", "? gen none"). Lines
 // starting with # are comments. Events:
 //
-//	gained|revoking|lost|released P@E
+//	gained|revoking|lost|handed-back P@E
 //	restored|serve-ended P@E [fenced|err]
 //	gen-ended G [fenced=P@E,...] [err|retryable]
 //	timer burst | timer retry|recheck P@E [owned] | timer standby-retry P
@@ -135,7 +135,7 @@ func parseEvent(s string) (Event, error) {
 	if len(f) < 2 {
 		return Event{}, fmt.Errorf("%q: too short", s)
 	}
-	kinds := map[string]EventKind{"gained": Gained, "revoking": Revoking, "lost": Lost, "released": Released,
+	kinds := map[string]EventKind{"gained": Gained, "revoking": Revoking, "lost": Lost, "handed-back": HandedBack,
 		"restored": Restored, "serve-ended": ServeEnded}
 	if k, ok := kinds[f[0]]; ok {
 		p, e, err := parsePE(f[1])

@@ -16,10 +16,10 @@ import (
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-// holdingShop is shop() under HoldPoisonedKey, with the table "counts"
+// holdingShop is shop() under BlockPoisonedKey, with the table "counts"
 // when withCounts.
 func holdingShop(withCounts bool) (*topology.Topology, *topology.Table[string, int]) {
-	topo := topology.New("shop", topology.WithPoisonPolicy(stream.HoldPoisonedKey))
+	topo := topology.New("shop", topology.WithPoisonPolicy(stream.BlockPoisonedKey))
 	src := topology.Source[string](topo, "shop/orders")
 	totals := topology.NewTable[string, Total](topo, "totals", stream.JSON[Total]())
 	topology.Project(topology.On(src, orders), totals, func(t *Total, o Order) error {
@@ -38,7 +38,7 @@ func holdingShop(withCounts bool) (*topology.Topology, *topology.Table[string, i
 
 // TestBuildingTableAnswers503: a table added to the topology answers 503
 // with Retry-After while it is built in the background (here until the
-// partition's key held behind a poison record is released: a partition
+// partition's key blocked behind a poison record is unblocked: a partition
 // with parked keys is not handed over), /stats reports the build, and
 // the table answers once it is built.
 func TestBuildingTableAnswers503(t *testing.T) {
@@ -50,7 +50,7 @@ func TestBuildingTableAnswers503(t *testing.T) {
 	topologytest.Pipe(d, orders, Order{Customer: "bob", Amount: 7}, Order{Customer: "ann", Amount: 1})
 	d.Advance()
 	if keys, _ := d.Parked(); keys != 1 {
-		t.Fatalf("%d keys parked, want bob held behind the poison record", keys)
+		t.Fatalf("%d keys parked, want bob blocked behind the poison record", keys)
 	}
 
 	v2, counts := holdingShop(true)
@@ -70,7 +70,7 @@ func TestBuildingTableAnswers503(t *testing.T) {
 		t.Errorf("/stats builds = %+v, want counts being built", stats)
 	}
 
-	if err := d.App().Release(context.Background(), "shop/orders", 0, []byte("bob")); err != nil {
+	if err := d.App().Unblock(context.Background(), "shop/orders", 0, []byte("bob")); err != nil {
 		t.Fatal(err)
 	}
 	d.Advance()

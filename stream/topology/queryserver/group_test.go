@@ -24,7 +24,7 @@ type fakeMembership struct {
 }
 
 func (f *fakeMembership) Assignments() <-chan connector.Assignment { return nil }
-func (f *fakeMembership) Release(context.Context, uint32) error    { return nil }
+func (f *fakeMembership) HandBack(context.Context, uint32) error   { return nil }
 func (f *fakeMembership) Err() error                               { return nil }
 func (f *fakeMembership) Close() error                             { return nil }
 

@@ -53,7 +53,7 @@ func (s *Server) behind() string {
 		waiting = append(waiting, fmt.Sprintf("%d records held by the re-sequencer behind open gaps of %d keys", held, heldKeys))
 	}
 	if parkedKeys > 0 {
-		waiting = append(waiting, fmt.Sprintf("%d parked keys (%d records) waiting for a retry or a Release", parkedKeys, parked))
+		waiting = append(waiting, fmt.Sprintf("%d parked keys (%d records) waiting for a retry or an Unblock", parkedKeys, parked))
 	}
 	if outbox > 0 {
 		waiting = append(waiting, fmt.Sprintf("%d To/KeyBy messages wait to be published", outbox))

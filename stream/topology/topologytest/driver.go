@@ -65,6 +65,7 @@ type Driver struct {
 	conn      *memconn.Broker
 	clock     *clock
 	timeout   time.Duration
+	errs      []error // options that refused their value
 
 	app    *topology.App
 	cancel context.CancelFunc
@@ -88,24 +89,71 @@ func (f optionFunc) apply(c *Driver) { f(c) }
 // checkpoints, they report those checkpoints as their ends, so that the App
 // does not take them for a log that ends before its checkpoints
 // (topology.ErrSourceChanged).
-func WithDir(dir string) Option { return optionFunc(func(d *Driver) { d.dir = dir }) }
+//
+// An empty dir is refused (leave the option out for a temporary one).
+func WithDir(dir string) Option {
+	return optionFunc(func(d *Driver) {
+		if dir == "" {
+			d.refuse("WithDir", "an empty directory: leave the option out for a temporary one")
+			return
+		}
+		d.dir = dir
+	})
+}
 
-// WithPartitions sets the partition count of every source (default 1).
-func WithPartitions(n uint32) Option { return optionFunc(func(d *Driver) { d.parts = max(n, 1) }) }
+// WithPartitions sets the partition count of every source (default 1); 0
+// is refused.
+func WithPartitions(n uint32) Option {
+	return optionFunc(func(d *Driver) {
+		if n == 0 {
+			d.refuse("WithPartitions", "0 partitions: give 1 or more")
+			return
+		}
+		d.parts = n
+	})
+}
 
 // WithBatchSize sets how many records of each partition one Step hands out
-// (default 1,000).
+// (default 1,000); a size below 1 is refused.
 func WithBatchSize(n int) Option {
-	return optionFunc(func(d *Driver) { d.batchSize = func() int { return max(n, 1) } })
+	return optionFunc(func(d *Driver) {
+		if n < 1 {
+			d.refuse("WithBatchSize", fmt.Sprintf("batch size %d: give 1 or more", n))
+			return
+		}
+		d.batchSize = func() int { return n }
+	})
 }
 
 // WithBatchSizes sets a function that gives each Step's batch size, for tests
-// of random batch boundaries.
-func WithBatchSizes(fn func() int) Option { return optionFunc(func(d *Driver) { d.batchSize = fn }) }
+// of random batch boundaries; nil is refused.
+func WithBatchSizes(fn func() int) Option {
+	return optionFunc(func(d *Driver) {
+		if fn == nil {
+			d.refuse("WithBatchSizes", "a nil function")
+			return
+		}
+		d.batchSize = fn
+	})
+}
 
 // WithLogger sets the logger of the App (default: none, so a test's output
-// shows only what the test reports).
-func WithLogger(l *slog.Logger) Option { return optionFunc(func(d *Driver) { d.log = l }) }
+// shows only what the test reports); nil is refused.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(d *Driver) {
+		if l == nil {
+			d.refuse("WithLogger", "a nil logger: leave the option out for none")
+			return
+		}
+		d.log = l
+	})
+}
+
+// refuse records that option name refused its value: NewDriver fails the
+// test with it.
+func (d *Driver) refuse(name, what string) {
+	d.errs = append(d.errs, fmt.Errorf("strand: topologytest.%s: %s", name, what))
+}
 
 // WithOpenOptions adds options of topology.Open (durability, poll size ...).
 func WithOpenOptions(opts ...topology.OpenOption) Option {
@@ -123,6 +171,10 @@ func NewDriver(tb TB, topo *topology.Topology, opts ...Option) *Driver {
 		if o != nil {
 			o.apply(d)
 		}
+	}
+	if err := errors.Join(d.errs...); err != nil {
+		tb.Fatalf("topologytest: NewDriver: %v", err)
+		return nil
 	}
 	prog, err := topo.Build()
 	if err != nil {
@@ -189,7 +241,7 @@ func (d *Driver) started() bool {
 	return true
 }
 
-// App returns the running App (for Stats, Checkpoint, Release).
+// App returns the running App (for Stats, Checkpoint, Unblock).
 func (d *Driver) App() *topology.App { return d.app }
 
 // Broker returns the in-memory broker the App runs over (package memconn):
@@ -506,7 +558,7 @@ func (d *Driver) Lag() int {
 	return lag
 }
 
-// Parked returns how many keys wait for a retry (or a Release) and how many
+// Parked returns how many keys wait for a retry (or an Unblock) and how many
 // records they hold, over every source and partition.
 func (d *Driver) Parked() (keys, records int) {
 	for _, st := range d.app.Stats() {
