@@ -39,7 +39,9 @@ import (
 // applies the table's projections from m on. Every record is applied by
 // exactly one of them: below m by the build, from m on by the pipeline.
 // When the last partition is handed over, state.DB.FinishBuild switches
-// the table to its built rows and removes the old ones in one batch.
+// the table to its built rows in one batch, and the old ones are removed
+// right after it in the background (the next start, if a crash comes
+// first).
 
 // Evolution is what AttachEvolving decided about a store: the tables being
 // built in the background, and the tables it dropped.

@@ -19,7 +19,8 @@ import (
 // are answered from the table's previous id (a new version) or refused
 // with a *BuildingError (a new table). Once every partition has been
 // handed over to the main pipelines, FinishBuild makes the build id the
-// table's id and removes the previous rows, in one synced batch.
+// table's id, in one synced batch, and the previous rows are removed right
+// after it in the background (retire.go).
 //
 // The metadata row "build/<table>" holds the build: the build id (u32 BE),
 // then, when the table had rows before, 1 and their id (u32 BE), else 0.
@@ -206,11 +207,10 @@ func (db *DB) bindBuild(t Attacher, b Build) {
 // dropBuildRows deletes, in wb, the rows of build b: its table rows, its
 // hand-overs and its readers' checkpoints and rows.
 func (db *DB) dropBuildRows(wb *pebble.Batch, b Build, partitions uint32, sources []string, prefixes BuildPrefixes) error {
+	if err := deleteRows(wb, b.ID, partitions); err != nil {
+		return err
+	}
 	for p := range partitions {
-		lo := appendTableKey(nil, b.ID, p, nil)
-		if err := wb.DeleteRange(lo, prefixEnd(lo), nil); err != nil {
-			return err
-		}
 		if err := wb.Delete(rowKey(FamilyBuild, p, []byte(b.Table)), nil); err != nil {
 			return err
 		}
@@ -280,9 +280,10 @@ func (db *DB) HandedOver(table string, partition uint32) (uint64, bool, error) {
 }
 
 // FinishBuild switches table t (every partition handed over) to its built
-// rows in one synced batch: the build id becomes the table's id, the rows
-// it had before are removed, and so are the hand-over rows. Reads see the
-// built rows from then on.
+// rows in one synced batch: the build id becomes the table's id and the
+// hand-over rows are removed. Reads see the built rows from then on; the
+// rows it had before are removed right after, in the background
+// (retire.go), or at the next start (DropRetired) if a crash comes first.
 func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -311,9 +312,10 @@ func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) er
 			}
 		}
 		if b.HasOld {
-			// Reads from views taken before the switch still read them:
-			// they go at the next start (DropRetired).
-			if err := wb.Set(metaKey(metaRetiredPrefix+name), binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, b.OldID), partitions), nil); err != nil {
+			// The marker of the old rows: removed in the background
+			// right after this batch (retire.go), or at the next start
+			// (DropRetired) if a crash or Close comes first.
+			if err := wb.Set(metaKey(metaRetiredPrefix+name), retiredValue(b.OldID, partitions), nil); err != nil {
 				return err
 			}
 		}
@@ -341,15 +343,20 @@ func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) er
 	}
 	prev.after = db.views.gen.Load()
 	t.serveFrom(prev)
+	if b.HasOld {
+		// After serveFrom: see retire.go for why reads never see the
+		// old rows half removed.
+		db.retireInBackground(name, b.OldID, partitions, prev.after)
+	}
 	return nil
 }
 
 const metaRetiredPrefix = "retired/"
 
-// DropRetired removes the rows a table served before a build switched it
-// to its built rows (FinishBuild keeps them for the reads of views taken
-// before the switch), in one synced batch. Call it at the start, before
-// any read.
+// DropRetired removes the rows tables served before a build switched them
+// to their built rows, where the removal that follows the switch
+// (retire.go) did not run (a crash or a Close came first): one synced
+// batch per table. Call it at the start, before any read.
 func (db *DB) DropRetired(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -364,7 +371,7 @@ func (db *DB) DropRetired(ctx context.Context) error {
 		return strerr.Errorf("strand: %s: read retired tables: %w", db.dir, err)
 	}
 	type retired struct {
-		key       []byte
+		name      string
 		id, parts uint32
 	}
 	var rs []retired
@@ -373,34 +380,16 @@ func (db *DB) DropRetired(ctx context.Context) error {
 		if len(v) != 8 {
 			continue
 		}
-		rs = append(rs, retired{key: bytes.Clone(it.Key()), id: binary.BigEndian.Uint32(v), parts: binary.BigEndian.Uint32(v[4:])})
+		rs = append(rs, retired{name: string(it.Key()[len(prefix):]), id: binary.BigEndian.Uint32(v), parts: binary.BigEndian.Uint32(v[4:])})
 	}
 	if err := it.Close(); err != nil {
 		return strerr.Errorf("strand: %s: read retired tables: %w", db.dir, err)
 	}
-	if len(rs) == 0 {
-		return nil
-	}
-	err = db.guard(func() error {
-		wb := db.pdb.NewBatch()
-		defer wb.Close()
-		for _, r := range rs {
-			for p := range r.parts {
-				lo := appendTableKey(nil, r.id, p, nil)
-				if err := wb.DeleteRange(lo, prefixEnd(lo), nil); err != nil {
-					return err
-				}
-			}
-			if err := wb.Delete(r.key, nil); err != nil {
-				return err
-			}
+	for _, r := range rs {
+		if err := db.removeRetired(r.name, r.id, r.parts); err != nil {
+			return err
 		}
-		return wb.Commit(pebble.Sync)
-	})
-	if err != nil {
-		return strerr.Errorf("strand: %s: drop the rows of rebuilt tables: %w", db.dir, err)
 	}
-	db.views.wrote()
 	return nil
 }
 
@@ -423,28 +412,10 @@ func (db *DB) DropTable(ctx context.Context, name string, partitions uint32) err
 	if !ok {
 		return nil
 	}
-	err := db.guard(func() error {
-		wb := db.pdb.NewBatch()
-		defer wb.Close()
-		for p := range partitions {
-			lo := appendTableKey(nil, id, p, nil)
-			if err := wb.DeleteRange(lo, prefixEnd(lo), nil); err != nil {
-				return err
-			}
-		}
-		if err := wb.Delete(metaKey(metaTablePrefix+name), nil); err != nil {
-			return err
-		}
-		if err := wb.Commit(pebble.Sync); err != nil {
-			return err
-		}
-		return db.pdb.Flush()
-	})
-	if err != nil {
+	if err := db.dropRows(id, partitions, [][]byte{metaKey(metaTablePrefix + name)}, true); err != nil {
 		return strerr.Errorf("strand: drop table %q: %w", name, err)
 	}
 	delete(db.registry, name)
-	db.views.wrote()
 	return nil
 }
 

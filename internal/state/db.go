@@ -36,6 +36,9 @@ type DB struct {
 	filter *keyFilter     // table rows certainly not in Pebble (keyfilter.go)
 	bg     sync.WaitGroup // the key filter's load, background advances of the read view
 	stats  *dbStats
+	// retireHook, when set (tests), runs in the background removal of a
+	// rebuilt table's old rows before its batch (retire.go).
+	retireHook func()
 
 	// closed and inflight guard the Pebble handle: an operation that reaches
 	// Pebble enters (inflight+1, then checks closed); Close sets closed and

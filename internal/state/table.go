@@ -41,8 +41,8 @@ func (t *Table[K, V]) serveFrom(s *serving) { t.serve.Store(s) }
 // readID is the id reads of the table (Get, Scan, queries) are answered
 // from: the binding's, or during a build the previous rows' (build.go).
 // Call it with the view the read uses: a view taken before a build's
-// switch is read at the previous id (whose rows stay until the next
-// start).
+// switch is read at the previous id (its snapshot keeps those rows while
+// they are removed after the switch: retire.go).
 func (t *Table[K, V]) readID(b *binding[V], v *view) (uint32, error) {
 	if s := t.serve.Load(); s != nil {
 		switch {
