@@ -410,6 +410,8 @@ func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) 
 		defer cancel()
 		if err := l.cfg.Changelog.Flush(fctx, p, e); err != nil {
 			l.log.Warn("strand: changelog of a revoked partition not confirmed in time; its last commits are redone by the next owner", "partition", p, "epoch", e, "err", err)
+		} else {
+			l.log.Info("strand: changelog of a revoked partition flushed", "partition", p, "epoch", e)
 		}
 		l.post(Event{Kind: flushed, P: p, Epoch: e})
 	})
@@ -420,7 +422,11 @@ func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) 
 func (l *Loop) release(ctx context.Context, p uint32, e Epoch) {
 	st := l.node.Partition(p)
 	if st.Phase != Releasing || st.Epoch != e {
-		return // lost meanwhile: nothing of e to release
+		// lost meanwhile: nothing of e to release (logged: a partition
+		// left listed after a revoke must be traceable, issue 34)
+		l.log.Info("strand: revoked partition flushed; its release is no longer wanted", "partition", p, "epoch", e,
+			"phase", st.Phase.String(), "phase_epoch", st.Epoch)
+		return
 	}
 	l.stopPartition(p, e)
 	l.wg.Go(func() {
@@ -430,6 +436,8 @@ func (l *Loop) release(ctx context.Context, p uint32, e Epoch) {
 				l.log.Warn("strand: release failed", "partition", p, "epoch", e, "err", err)
 			}
 			cancel()
+		} else {
+			l.log.Info("strand: revoked partition stopped; the membership no longer grants it, nothing to release", "partition", p, "epoch", e)
 		}
 		l.post(Event{Kind: Released, P: p, Epoch: e})
 	})
