@@ -1,6 +1,10 @@
 package iggy
 
-import "time"
+import (
+	"time"
+
+	"github.com/strand-io/strand/stream/connector"
+)
 
 // OwnsUntil is Owns with the end of this member's lease
 // (connector.LeaseHolder): past it the member stops claiming p unless a
@@ -14,3 +18,5 @@ func (m *Membership) OwnsUntil(p uint32) (Epoch, time.Time, bool) {
 	}
 	return e, m.leaseEnd, true
 }
+
+var _ connector.LeaseHolder = (*Membership)(nil)
