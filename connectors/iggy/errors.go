@@ -95,7 +95,7 @@ func transient(err error) bool {
 // not apply the request.
 func notSent(err error) bool {
 	var ce *connectError
-	if errors.As(err, &ce) {
+	if errors.As(err, &ce) || errors.Is(err, errPastSendDeadline) {
 		return true
 	}
 	var ie ierror.IggyError

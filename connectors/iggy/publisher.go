@@ -480,6 +480,9 @@ func checkPayload(b []byte) error {
 // sendItems queues items under one waiter and waits for all of them.
 func (p *Publisher) sendItems(ctx context.Context, items []item) error {
 	w := &waiter{done: make(chan struct{})}
+	if until, ok := connector.SendDeadline(ctx); ok {
+		w.until = until // sendlease.go
+	}
 	w.remaining.Store(int64(len(items)))
 	for i := range items {
 		items[i].slot.w = w
@@ -763,6 +766,9 @@ type waiter struct {
 	remaining atomic.Int64
 	cancelled atomic.Bool
 	done      chan struct{}
+	// until: the Send's deadline (connector.WithSendDeadline; zero:
+	// none): its messages not written by then fail (sendlease.go).
+	until time.Time
 
 	mu   sync.Mutex
 	err  error
@@ -1011,12 +1017,16 @@ func (s *sender) take(q *pqueue) {
 	s.bmsgs, s.bslots = s.bmsgs[:0], s.bslots[:0]
 	bytes, skipped, freed := 0, 0, int64(0)
 	i := q.head
+	now := time.Now()
 	for ; i < len(q.msgs) && len(s.bmsgs) < cfg.batchMessages; i++ {
 		sl := q.slots[i]
-		if sl.withdrawn() || sl.w != nil && sl.w.failedBefore(q.part) {
-			if sl.withdrawn() {
+		if sl.withdrawn() || sl.expired(now) || sl.w != nil && sl.w.failedBefore(q.part) {
+			switch {
+			case sl.withdrawn():
 				sl.resolve(errWithdrawn)
-			} else {
+			case sl.expired(now):
+				sl.resolve(errPastSendDeadline)
+			default:
 				sl.resolve(errEarlierFailed)
 			}
 			skipped++
@@ -1083,6 +1093,9 @@ func (s *sender) deliver(q *pqueue) {
 					if err := p.slog.record(local); err != nil {
 						return err
 					}
+				}
+				if err := s.beforeWrite(c); err != nil {
+					return err
 				}
 				return s.sendOnce(c, q, msgs, &req)
 			})

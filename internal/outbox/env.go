@@ -34,7 +34,10 @@ type Config struct {
 	// retried. Check, when set, is called right before the send.
 	Gate  func(ctx context.Context, partition uint32) error
 	Check func(partition uint32) error
-	Hooks Hooks
+	// Deadline, when set, is called after Check: until when the rows of
+	// a partition may reach their topic (connector.WithSendDeadline).
+	Deadline func(partition uint32) (time.Time, bool, error)
+	Hooks    Hooks
 	// Update applies fn to the stats of a partition under the
 	// processor's lock.
 	Update func(partition uint32, fn func(ps *stream.PartitionStats))
@@ -66,6 +69,7 @@ type envOptions struct {
 	outboxGrace time.Duration
 	gate        func(ctx context.Context, partition uint32) error
 	check       func(partition uint32) error
+	deadline    func(partition uint32) (time.Time, bool, error)
 	hooks       Hooks
 }
 
@@ -78,7 +82,7 @@ func newEnv(c Config) (*env, error) {
 	}
 	return &env{name: c.Source, db: c.DB, log: c.Log, cfg: c, opts: envOptions{
 		sink: c.DeadLetterSink, outboxSinks: c.Sinks, dlqBackoff: c.Backoff, outboxGrace: c.Grace,
-		gate: c.Gate, check: c.Check, hooks: c.Hooks,
+		gate: c.Gate, check: c.Check, deadline: c.Deadline, hooks: c.Hooks,
 	}}, nil
 }
 

@@ -321,7 +321,17 @@ func (o *outbox) drainPartition(ctx context.Context, pt uint32, final bool) erro
 					return fatal(k.op(), first, err)
 				}
 			}
-			if err := sendRows(ctx, send); err != nil {
+			sctx := ctx
+			if deadline := p.opts.deadline; deadline != nil {
+				until, ok, err := deadline(pt)
+				if err != nil {
+					return fatal(k.op(), first, err)
+				}
+				if ok {
+					sctx = connector.WithSendDeadline(ctx, until)
+				}
+			}
+			if err := sendRows(sctx, send); err != nil {
 				o.raiseUnsure(pt, last+1)
 				p.update(pt, func(ps *stream.PartitionStats) { k.count(ps, 0, true) })
 				return strerr.Errorf("strand: source %q partition %d: publish %d %s (%d..%d): %w", p.name, pt, len(send), k.what(), first, last, err)

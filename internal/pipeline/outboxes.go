@@ -10,7 +10,7 @@ func (p *Processor) outboxConfig() outbox.Config {
 		Source: p.name, DB: p.db, Log: p.log,
 		DeadLetterSink: p.opts.sink, Sinks: p.opts.outboxSinks,
 		Backoff: p.opts.dlqBackoff, Grace: p.opts.outboxGrace,
-		Gate: p.opts.gate, Check: p.opts.check,
+		Gate: p.opts.gate, Check: p.opts.check, Deadline: p.opts.sendDeadline,
 		Hooks: outbox.Hooks{
 			BeforeDeadLetterSend: h.BeforeDeadLetterSend, AfterDeadLetterSend: h.AfterDeadLetterSend,
 			AfterDeadLetterDelete: h.AfterDeadLetterDelete,

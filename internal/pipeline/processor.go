@@ -145,6 +145,9 @@ type processorOptions struct {
 	// check, when set, is called right before an outbox sends rows of a
 	// partition: an error (ErrFenced) stops the outbox instead.
 	check func(partition uint32) error
+	// sendDeadline, when set, bounds an outbox's send after check
+	// (WithPublishDeadline).
+	sendDeadline func(partition uint32) (time.Time, bool, error)
 	// builds: the tables built in the background (build.go), or nil.
 	builds *executor.Evolution
 }
@@ -206,6 +209,17 @@ func WithOutboxSinks(sinks map[string]connector.Sink) ProcessorOption {
 // stops the processor without sending (scale-out: the owner's lease).
 func WithPublishGate(gate func(ctx context.Context, partition uint32) error, check func(partition uint32) error) ProcessorOption {
 	return func(o *processorOptions) { o.gate, o.check = gate, check }
+}
+
+// WithPublishDeadline makes every outbox of the processor ask deadline,
+// after the check of WithPublishGate, until when the rows of a partition
+// may reach their topic (scale-out: the end of the owner's lease), and
+// send them under connector.WithSendDeadline: a sink that honours it
+// fails what it did not write by then instead of writing it later (an
+// owner paused with messages queued in its sink). An error wrapping
+// ErrFenced stops the processor without sending, as check's does.
+func WithPublishDeadline(deadline func(partition uint32) (time.Time, bool, error)) ProcessorOption {
+	return func(o *processorOptions) { o.sendDeadline = deadline }
 }
 
 // WithPollSize sets the most records one poll of a partition returns

@@ -443,7 +443,7 @@ func (p *Program) Open(ctx context.Context, conn connector.Connector, dir string
 			base = append(slices.Clip(popts), pipeline.WithPartitions(o.partitions...))
 		}
 		if a.grp != nil && !p.global[src.Name()] { // a global source's rows are not the group's (global_group.go)
-			base = append(slices.Clip(base), pipeline.WithPublishGate(a.grp.gate, a.grp.check))
+			base = append(slices.Clip(base), pipeline.WithPublishGate(a.grp.gate, a.grp.check), pipeline.WithPublishDeadline(a.grp.sendDeadline))
 		}
 		sopts := slices.Concat(base, a.telemetryOptions(src.Name()), o.processorFaults(src.Name()),
 			[]pipeline.ProcessorOption{pipeline.WithSourceExtent(counts[src.Name()], identities[src.Name()])})

@@ -278,7 +278,7 @@ func (l *Loop) act(ctx context.Context, a Action) error {
 	case StopPartition:
 		l.stopPartition(a.P, a.Epoch)
 	case HandBack:
-		l.startRelease(ctx, a.P, a.Epoch, a.Flush)
+		l.startHandBack(ctx, a.P, a.Epoch, a.Flush)
 	case StartGeneration:
 		l.startGen(ctx, a.Gen, a.Parts)
 	case StopGeneration:
@@ -398,9 +398,9 @@ func (l *Loop) startServe(ctx context.Context, p uint32, e Epoch) {
 	})
 }
 
-// startRelease flushes p's changelog (if flush) in the background; the
+// startHandBack flushes p's changelog (if flush) in the background; the
 // loop then stops p's work and hands it back (handBack).
-func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) {
+func (l *Loop) startHandBack(ctx context.Context, p uint32, e Epoch, flush bool) {
 	if !flush {
 		l.handBack(ctx, p, e)
 		return
@@ -410,6 +410,8 @@ func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) 
 		defer cancel()
 		if err := l.cfg.Changelog.Flush(fctx, p, e); err != nil {
 			l.log.Warn("strand: changelog of a revoked partition not confirmed in time; its last commits are redone by the next owner", "partition", p, "epoch", e, "err", err)
+		} else {
+			l.log.Info("strand: changelog of a revoked partition flushed", "partition", p, "epoch", e)
 		}
 		l.post(Event{Kind: flushed, P: p, Epoch: e})
 	})
@@ -420,7 +422,11 @@ func (l *Loop) startRelease(ctx context.Context, p uint32, e Epoch, flush bool) 
 func (l *Loop) handBack(ctx context.Context, p uint32, e Epoch) {
 	st := l.node.Partition(p)
 	if st.Phase != HandingBack || st.Epoch != e {
-		return // lost meanwhile: nothing of e to hand back
+		// lost meanwhile: nothing of e to hand back (logged: a partition
+		// left listed after a revoke must be traceable, issue 34)
+		l.log.Info("strand: revoked partition flushed; its hand-back is no longer wanted", "partition", p, "epoch", e,
+			"phase", st.Phase.String(), "phase_epoch", st.Epoch)
+		return
 	}
 	l.stopPartition(p, e)
 	l.wg.Go(func() {
@@ -430,6 +436,8 @@ func (l *Loop) handBack(ctx context.Context, p uint32, e Epoch) {
 				l.log.Warn("strand: hand back failed", "partition", p, "epoch", e, "err", err)
 			}
 			cancel()
+		} else {
+			l.log.Info("strand: revoked partition stopped; the membership no longer grants it, nothing to hand back", "partition", p, "epoch", e)
 		}
 		l.post(Event{Kind: HandedBack, P: p, Epoch: e})
 	})

@@ -1,0 +1,71 @@
+package iggy
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/strand-io/strand/stream/connector"
+)
+
+// A deposed owner resumed after a pause (SIGSTOP) with dead letters on
+// their way through the sink must not publish them: its successor has
+// published the same rows (stress run of issue 34, TestScaleOutZombie:
+// two dead letters in the topic twice). The outbox sends under a send
+// deadline, the end of the owner's lease (connector.WithSendDeadline); a
+// message not written by then is failed, never written later.
+func TestSinkWritesNothingPastTheSendDeadline(t *testing.T) {
+	tg := newTarget(t)
+	c := tg.connect(t)
+	s, topic := tg.topic(t, c, 1)
+	ctx := ctxT(t, 20*time.Second)
+	// The messages wait in the sink's queue for 300ms (linger): longer
+	// than the deadline of the second Send below.
+	sink, err := NewSink(ctx, c, s, topic, WithLinger(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(ctx)
+	msg := func(i int) []connector.Message {
+		key := []byte(keyName(i))
+		return []connector.Message{{Key: key, ID: MessageID([]byte("dlq"), key, []byte{byte(i)}), Payload: []byte{'{', '}'}}}
+	}
+
+	// The lease ended during the pause, before the send: nothing is written.
+	past := connector.WithSendDeadline(ctx, time.Now().Add(-time.Millisecond))
+	if err := sink.Send(past, msg(1)); !errors.Is(err, errPastSendDeadline) {
+		t.Fatalf("Send past its deadline = %v, want errPastSendDeadline", err)
+	}
+	// The lease ends while the messages wait in the sink.
+	soon := connector.WithSendDeadline(ctx, time.Now().Add(20*time.Millisecond))
+	if err := sink.Send(soon, msg(2)); !errors.Is(err, errPastSendDeadline) {
+		t.Fatalf("Send whose deadline passed in the queue = %v, want errPastSendDeadline", err)
+	}
+	// A Send within its deadline, and one without, are written.
+	later := connector.WithSendDeadline(ctx, time.Now().Add(time.Minute))
+	if err := sink.Send(later, msg(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Send(ctx, msg(4)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sink.Tail(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != msg(3)[0].ID || got[1].ID != msg(4)[0].ID {
+		t.Fatalf("the partition holds %d messages (%v), want only the 2 sent within their deadline", len(got), got)
+	}
+}
+
+func TestWithSendDeadlineKeepsTheEarlier(t *testing.T) {
+	ctx := ctxT(t, time.Second)
+	a := time.Now().Add(time.Second)
+	ctx = connector.WithSendDeadline(ctx, a)
+	if got, _ := connector.SendDeadline(connector.WithSendDeadline(ctx, a.Add(time.Hour))); !got.Equal(a) {
+		t.Errorf("a later deadline replaced the earlier: %v", got)
+	}
+	if got, _ := connector.SendDeadline(connector.WithSendDeadline(ctx, a.Add(-time.Millisecond))); !got.Equal(a.Add(-time.Millisecond)) {
+		t.Errorf("an earlier deadline was not kept: %v", got)
+	}
+}
