@@ -52,7 +52,8 @@ type Counters struct {
 	// TimersFired the timers (topology.OnTimer) whose handlers were
 	// applied; TimerFailures the failed tries of timer handlers (each
 	// retried later, blocking its key, or dead-lettered: docs/design.md
-	// §18) and the final results of windows that could not be emitted.
+	// §18) and the final results of windows that could not be emitted
+	// (dead-lettered).
 	// Each is counted by the commit that did it.
 	Expired, TimersFired, TimerFailures uint64
 	// LateEvents counts the events of window tables (topology.Aggregate)

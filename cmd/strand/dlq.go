@@ -235,8 +235,11 @@ func replayID(d deadletter.Letter) [16]byte {
 // the original message's own headers (kinds kept) and payload, to the
 // partition it was read from.
 func replayMessage(dlqTopic string, d deadletter.Letter) (connector.Message, error) {
-	if d.Reason == deadletter.ReasonTimer {
+	switch d.Reason {
+	case deadletter.ReasonTimer:
 		return connector.Message{}, fmt.Errorf("it describes a failed timer, not an event")
+	case deadletter.ReasonWindowFinal:
+		return connector.Message{}, fmt.Errorf("it describes a window's failed final result, not an event (its payload holds the window's aggregate: compute the result from it)")
 	}
 	if d.Raw != nil {
 		return replayForeign(d)

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -281,7 +280,7 @@ type windowCore interface {
 	windowDest() string
 	windowConfig() WindowConfig
 	hasMerge() bool
-	sweepKey(rc *runCtx, wt *windowTime, st int64, out *[]emitted) (next int64, closed int, failed error, err error)
+	sweepKey(rc *runCtx, wt *windowTime, st int64, out *[]emitted) (next int64, closed int, failed []windowFailure, err error)
 }
 
 // WindowSpec puts a window table in a Program: Source's Tasks keep its
@@ -529,11 +528,8 @@ func (t *Task) sweepWindows(b *batch, res *Result) (parked bool, _ error) {
 			if err != nil {
 				return false, errFatal{err}
 			}
-			if failed != nil {
-				res.TimerFailures++
-				t.log.Error("strand: a window's final result failed: the window is closed without it",
-					slog.String("source", t.src.name), slog.Uint64("partition", uint64(t.partition)),
-					slog.String("table", wt.name), slog.String("key", fmt.Sprintf("%q", r.key)), slog.Any("err", failed))
+			for _, f := range failed {
+				t.deadLetterWindow(b, res, wt, r.key, f)
 			}
 			res.WindowsClosed += closed
 			b.timerEmits = append(b.timerEmits, out...)
@@ -576,7 +572,7 @@ func nextAction[A any](cfg WindowConfig, row *WindowRow[A]) int64 {
 	return n
 }
 
-func (c *WindowCore[K, A]) sweepKey(rc *runCtx, wt *windowTime, st int64, out *[]emitted) (next int64, closed int, failed error, err error) {
+func (c *WindowCore[K, A]) sweepKey(rc *runCtx, wt *windowTime, st int64, out *[]emitted) (next int64, closed int, failed []windowFailure, err error) {
 	row, ok, err := c.table.Read(rc.tx, rc.partition, rc.key)
 	if err != nil {
 		return 0, 0, nil, fmt.Errorf("read window table %q: %w", wt.name, err)
@@ -585,26 +581,29 @@ func (c *WindowCore[K, A]) sweepKey(rc *runCtx, wt *windowTime, st int64, out *[
 		return math.MaxInt64, 0, nil, nil
 	}
 	var key K
-	keyOK := false
+	var keyErr error
+	keyDone := false
 	kept := row.Windows[:0]
 	for _, w := range row.Windows {
 		if !w.Closed && satAdd(w.End, int64(c.cfg.Grace)) <= st {
 			w.Closed = true
 			closed++
 			if c.final != nil {
-				if !keyOK {
-					if key, err = c.keys.Decode(rc.key); err != nil {
-						failed = fmt.Errorf("decode key: %w", err)
+				if !keyDone {
+					if key, keyErr = c.keys.Decode(rc.key); keyErr != nil {
+						keyErr = fmt.Errorf("decode key: %w", keyErr)
 					}
-					keyOK = err == nil
+					keyDone = true
 				}
-				if keyOK {
-					env, ferr := callFinal(c.final, key, time.Unix(0, w.Start), time.Unix(0, w.End), w.Agg)
-					if ferr != nil {
-						failed = ferr
-					} else {
+				ferr := keyErr
+				if ferr == nil {
+					var env stream.Envelope
+					if env, ferr = callFinal(c.final, key, time.Unix(0, w.Start), time.Unix(0, w.End), w.Agg); ferr == nil {
 						*out = append(*out, emittedOf(c.dest, &env))
 					}
+				}
+				if ferr != nil {
+					failed = append(failed, c.failure(w, ferr))
 				}
 			}
 		}

@@ -11,6 +11,7 @@
 //	                    AppendString(source) replay origin(16)    unix ns of the commit       origin.go
 //	FamilyDeadLetters   AppendString(source) offset(u64 BE)       AppendLetter                parked.go, record.go
 //	                    … offset 'T' table at key (a timer's)     AppendLetter                timer_letters.go
+//	                    … offset 'W' table start end key (a window's) AppendLetter            timer_letters.go
 //	FamilyParked        AppendString(source) 'k' AppendString(key) ParkedMeta                 parked.go
 //	                    AppendString(source) 'r' AppendString(key) offset   AppendRecord      parked.go
 //	FamilyHolds         AppendString(source) AppendString(key) seq AppendHold                 sequences.go

@@ -62,15 +62,23 @@ const (
 	// Offset is only where in the log the batch that gave it up was, and
 	// it cannot be replayed.
 	ReasonTimer Reason = 14
+	// ReasonWindowFinal: a window table's EmitFinal function failed (it
+	// panicked, or its result did not encode) for a window as it closed.
+	// The dead letter describes the window, not an event: its payload is a
+	// Window in JSON (Letter.Window reads it back), with the window's
+	// aggregate so that its result can be computed again; its Offset is
+	// only where in the log the batch that closed the window was, and it
+	// cannot be replayed.
+	ReasonWindowFinal Reason = 15
 
-	reasonLast = ReasonTimer
+	reasonLast = ReasonWindowFinal
 )
 
 // String returns the reason as written in dead-letter headers:
 // "bad-headers", "unknown-type", "undecodable", "bad-key",
 // "permanent-failure", "retries-exhausted", "key-mismatch", "bad-sequence",
 // "duplicate", "gap-timeout", "hold-overflow", "key-by", "unclassified",
-// "timer-failed".
+// "timer-failed", "window-final-failed".
 func (r Reason) String() string {
 	switch r {
 	case ReasonBadHeaders:
@@ -101,6 +109,8 @@ func (r Reason) String() string {
 		return "unclassified"
 	case ReasonTimer:
 		return "timer-failed"
+	case ReasonWindowFinal:
+		return "window-final-failed"
 	}
 	return "reason-" + strconv.Itoa(int(r))
 }
@@ -278,15 +288,19 @@ func (d Letter) Message() connector.Message {
 }
 
 // ID returns the dead letter's stable 16-byte message id: a hash of
-// source, partition and offset, and for a timer's (ReasonTimer) of its
-// payload too (the offset is only where its batch was).
+// source, partition and offset, and for a timer's (ReasonTimer) or a
+// window's (ReasonWindowFinal) of its payload too (the offset is only where
+// its batch was).
 func (d Letter) ID() [16]byte {
 	b := make([]byte, 0, len(d.Source)+16)
 	b = append(b, d.Source...)
 	b = binary.BigEndian.AppendUint32(b, d.Partition)
 	b = binary.BigEndian.AppendUint64(b, d.Offset)
-	if d.Reason == ReasonTimer {
+	switch d.Reason {
+	case ReasonTimer:
 		b = append(append(b, 'T'), d.Payload...)
+	case ReasonWindowFinal:
+		b = append(append(b, 'W'), d.Payload...)
 	}
 	return xxh3.Hash128(b).Bytes()
 }

@@ -406,8 +406,10 @@ func Aggregate[K, E, A any](s *Stream[K, E], w *WindowTable[K, A], at EventTime[
 // closes: fn's event, encoded by out, goes to topic exactly once, like
 // To's (docs/design.md §11): written to the outbox in the commit that
 // closes the window and published after it. A result that fn panics on,
-// or that does not encode, is not published: it is logged and counted in
-// stream.Counters.TimerFailures. A window table has at most one EmitFinal.
+// or that does not encode, is dead-lettered instead, in the same commit
+// (deadletter.ReasonWindowFinal: Letter.Window gives the window and its
+// aggregate), logged and counted in stream.Counters.TimerFailures; it is
+// not retried. A window table has at most one EmitFinal.
 func EmitFinal[K, A, K2, E2 any](w *WindowTable[K, A], topic string, out *stream.Event[K2, E2], fn func(key K, win Window, agg A) E2) {
 	if w == nil {
 		return
