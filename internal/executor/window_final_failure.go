@@ -17,7 +17,7 @@ import (
 // (deadletter.ReasonWindowFinal), with the window's aggregate so that the
 // result can be computed again. The function is a pure mapping of the
 // aggregate, so a failure is permanent in practice: it is not retried, and
-// the failure policy (PassPoison, HoldPoisonedKey) does not apply: a closed
+// the failure policy (PassPoison, BlockPoisonedKey) does not apply: a closed
 // window cannot wait. Every failing window of a key has its own letter.
 
 // windowFailure is a window whose final result failed: its bounds, its
