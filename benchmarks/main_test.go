@@ -132,6 +132,10 @@ func TestRestartSmoke(t *testing.T) {
 // TestRunner runs the runner itself, with every measurement in a child
 // process (this test binary, re-executed), and checks the table.
 func TestRunner(t *testing.T) {
+	// In parallel with TestScaleRunner: both check that the runner's
+	// scenarios run and verify their results, not their figures (the CPU
+	// and RSS they print are the process's, shared).
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	rec := t.TempDir()
 	cfg, err := parseFlags([]string{"-scenario", "all", "-events", "3000", "-accounts", "200", "-batch", "300",
@@ -226,6 +230,7 @@ func TestScaleSmoke(t *testing.T) {
 // TestScaleRunner runs the scale scenario through the runner, children
 // included, and checks its table.
 func TestScaleRunner(t *testing.T) {
+	t.Parallel() // see TestRunner
 	var out, errOut bytes.Buffer
 	cfg, err := parseFlags([]string{"-scenario", "scale", "-events", "2000", "-scale-keys", "500,1000", "-scale-skews", "1.1",
 		"-scale-per-key", "3", "-batch", "300", "-dir", t.TempDir()}, &errOut)
