@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,16 +39,6 @@ import (
 func TestMain(m *testing.M) {
 	if code, ok := crashtest.Main(map[string]func([]string) int{childRole: childMain}); ok {
 		os.Exit(code)
-	}
-	// The package's parallel tests wait on session timeouts, paced producers
-	// and child processes more than they compute: four at a time, not
-	// GOMAXPROCS (2 on a small machine), unless -test.parallel is given.
-	// Measured alone on a quiet 2-core machine: 83.6 s at 2, 66.6 s at 4.
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", "4")
 	}
 	goleak.VerifyTestMain(m)
 }
