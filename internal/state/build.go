@@ -125,10 +125,7 @@ type BuildPrefixes map[Family][]byte
 // hand-overs, its readers' checkpoints under sources and rows under
 // prefixes, in the given partitions). Durable on return.
 func (db *DB) BeginBuild(ctx context.Context, t Attacher, hasOld bool, partitions uint32, sources []string, prefixes BuildPrefixes) (Build, error) {
-	if err := ctx.Err(); err != nil {
-		return Build{}, err
-	}
-	if err := db.enter(); err != nil {
+	if err := db.begin(ctx); err != nil {
 		return Build{}, err
 	}
 	defer db.exit()
@@ -235,10 +232,7 @@ func (db *DB) dropBuildRows(wb *pebble.Batch, b Build, partitions uint32, source
 // the partition. The build reader must have stopped and its last commit
 // returned; the main pipeline must not commit meanwhile.
 func (db *DB) HandOver(ctx context.Context, table string, partition uint32, next uint64, source string, prefixes BuildPrefixes) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := db.enter(); err != nil {
+	if err := db.begin(ctx); err != nil {
 		return err
 	}
 	defer db.exit()
@@ -285,10 +279,7 @@ func (db *DB) HandedOver(table string, partition uint32) (uint64, bool, error) {
 // rows it had before are removed right after, in the background
 // (retire.go), or at the next start (DropRetired) if a crash comes first.
 func (db *DB) FinishBuild(ctx context.Context, t Attacher, partitions uint32) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := db.enter(); err != nil {
+	if err := db.begin(ctx); err != nil {
 		return err
 	}
 	defer db.exit()
@@ -358,10 +349,7 @@ const metaRetiredPrefix = "retired/"
 // (retire.go) did not run (a crash or a Close came first): one synced
 // batch per table. Call it at the start, before any read.
 func (db *DB) DropRetired(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := db.enter(); err != nil {
+	if err := db.begin(ctx); err != nil {
 		return err
 	}
 	defer db.exit()
@@ -396,10 +384,7 @@ func (db *DB) DropRetired(ctx context.Context) error {
 // DropTable removes every row of a table no topology reads any more (named
 // by the registry), and its registry entry, in one synced batch.
 func (db *DB) DropTable(ctx context.Context, name string, partitions uint32) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := db.enter(); err != nil {
+	if err := db.begin(ctx); err != nil {
 		return err
 	}
 	defer db.exit()
@@ -504,4 +489,14 @@ func (db *DB) ReplaceTopology(fp []byte, description string) error {
 		return strerr.Errorf("strand: %s: store the topology: %w", db.dir, err)
 	}
 	return nil
+}
+
+// begin enters db for a call that ctx may already have cancelled: it
+// fails with ctx's error or, when db is closing, enter's; the caller
+// defers db.exit().
+func (db *DB) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return db.enter()
 }
