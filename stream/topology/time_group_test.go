@@ -94,10 +94,7 @@ func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rctx, cancel := context.WithCancel(ctx)
-		in := &instance{name: name, dir: dir, app: app, stop: cancel, done: make(chan error, 1)}
-		go func() { in.done <- app.Run(rctx) }()
-		return in, tab
+		return runInstance(t, name, dir, app), tab
 	}
 	pub, err := iggy.NewPublisher(ctx, cl, "s", "tlog")
 	if err != nil {

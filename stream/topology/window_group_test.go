@@ -39,10 +39,7 @@ func TestGroupCarriesWindows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rctx, cancel := context.WithCancel(ctx)
-		in := &instance{name: name, dir: dir, app: app, stop: cancel, done: make(chan error, 1)}
-		go func() { in.done <- app.Run(rctx) }()
-		return in, wt
+		return runInstance(t, name, dir, app), wt
 	}
 	pub, err := iggy.NewPublisher(ctx, cl, "w", "events")
 	if err != nil {
