@@ -1125,6 +1125,20 @@ func (s *sender) deliver(q *pqueue) {
 			s.fail(q, fmt.Errorf("%s: %w", where, err))
 			return
 		}
+		if s.pastDeadline(time.Now()) {
+			// Nothing of the batch may be written any more (sendlease.go),
+			// so a retry cannot succeed: resolve it, once it is known not
+			// to have landed, instead of retrying for good (the batch kept
+			// its partition's dead letters from ever leaving).
+			if uncertain {
+				if ok, lerr := s.landed(q, msgs, sentFrom); lerr == nil && ok {
+					s.finish(q, nil)
+					return
+				}
+			}
+			s.finish(q, fmt.Errorf("%s: %w", where, errPastSendDeadline))
+			return
+		}
 		if d := p.cfg.deliveryTimeout; d > 0 && time.Since(start) >= d {
 			if uncertain {
 				// Giving up must not leave a request that may still land

@@ -28,6 +28,18 @@ func (s slot) expired(now time.Time) bool {
 	return s.w != nil && !s.w.until.IsZero() && !now.Before(s.w.until)
 }
 
+// pastDeadline reports whether a deadline of a message of the batch in
+// s.bslots passed: the batch can no longer be written, and a failed attempt
+// is not retried.
+func (s *sender) pastDeadline(now time.Time) bool {
+	for _, sl := range s.bslots {
+		if sl.expired(now) {
+			return true
+		}
+	}
+	return false
+}
+
 // beforeWrite is called right before the batch in s.bslots is written on
 // c: it refuses the batch if a deadline of its messages passed, and else
 // makes the write fail once the earliest one passes.

@@ -69,3 +69,48 @@ func TestWithSendDeadlineKeepsTheEarlier(t *testing.T) {
 		t.Errorf("an earlier deadline was not kept: %v", got)
 	}
 }
+
+// A batch whose send deadline passes while it is being retried (the broker
+// refuses connections, a write times out) is failed, not retried for good:
+// nothing of it may be written any more, and a batch retried for ever kept
+// its partition's dead letters from leaving (stress runs of accounts'
+// TestInstances and TestScaleOut under load: "partition N has K messages
+// to publish" until the test gave up).
+func TestSinkFailsABatchWhoseDeadlinePassesWhileRetried(t *testing.T) {
+	tg := newTarget(t)
+	srv := tg.faults(t)
+	c := tg.connect(t)
+	s, topic := tg.topic(t, c, 1)
+	ctx := ctxT(t, 30*time.Second)
+	sink, err := NewSink(ctx, c, s, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(ctx)
+	msg := func(i int) []connector.Message {
+		key := []byte(keyName(i))
+		return []connector.Message{{Key: key, ID: MessageID([]byte("dlq"), key, []byte{byte(i)}), Payload: []byte{'{', '}'}}}
+	}
+	if err := sink.Send(ctx, msg(1)); err != nil { // the sink's connection is up
+		t.Fatal(err)
+	}
+	// The broker goes away for longer than the lease has left: every
+	// attempt fails until the deadline has passed.
+	srv.RefuseConnections(3 * time.Second)
+	srv.DropConnections()
+	soon := connector.WithSendDeadline(ctx, time.Now().Add(300*time.Millisecond))
+	if err := sink.Send(soon, msg(2)); !errors.Is(err, errPastSendDeadline) {
+		t.Fatalf("Send whose deadline passed while it was retried = %v, want errPastSendDeadline", err)
+	}
+	// The sink goes on: a later Send is written once the broker is back.
+	if err := sink.Send(ctx, msg(3)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sink.Tail(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != msg(1)[0].ID || got[1].ID != msg(3)[0].ID {
+		t.Fatalf("the partition holds %d messages (%v), want 1 and 3 only", len(got), got)
+	}
+}
