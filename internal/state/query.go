@@ -49,34 +49,61 @@ func (t *Table[K, V]) ScanPartitionRecent(ctx context.Context, partition uint32,
 }
 
 func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after []byte, fn func(key []byte, k K, v V) bool, wait bool) (Freshness, error) {
-	fr := Freshness{Partition: partition}
 	b, err := t.binding()
 	if err != nil {
+		return Freshness{Partition: partition}, err
+	}
+	return t.tableCore.scanPartition(ctx, b.db, b.id, partition, after, wait, t.rowDecoder(fn))
+}
+
+// rowDecoder is the one step of a scan that depends on the table's types:
+// decode a row's key and value and hand them to fn.
+func (t *Table[K, V]) rowDecoder(fn func(key []byte, k K, v V) bool) rowFunc {
+	return func(partition uint32, kb, val []byte) (bool, error) {
+		k, err := t.keys.Decode(kb)
+		if err != nil {
+			return false, strerr.Errorf("strand: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
+		}
+		v, err := t.values.Decode(val)
+		if err != nil {
+			return false, strerr.Errorf("strand: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
+		}
+		return fn(kb, k, v), nil
+	}
+}
+
+// rowFunc is handed each row a scan reads (its partition, key bytes and
+// encoded value, valid during the call); false stops the scan.
+type rowFunc func(partition uint32, key, val []byte) (bool, error)
+
+// scanPartition is Table.scanPartition without the types: it reads the
+// rows of table id in one partition from one view and hands them to row.
+func (t *tableCore) scanPartition(ctx context.Context, db *DB, bid uint32, partition uint32, after []byte, wait bool, row rowFunc) (Freshness, error) {
+	fr := Freshness{Partition: partition}
+	if err := db.enter(); err != nil {
 		return fr, err
 	}
-	if err := b.db.enter(); err != nil {
-		return fr, err
-	}
-	defer b.db.exit()
+	defer db.exit()
 	var v *view
+	var err error
 	if wait {
-		v, err = b.db.readView()
+		v, err = db.readView()
 		if err == nil {
-			if err = b.db.confirmRead(ctx, partition); err != nil {
+			if err = db.confirmRead(ctx, partition); err != nil {
 				v.release()
 			} else {
-				b.db.promoteConfirmed(partition, v)
+				db.promoteConfirmed(partition, v)
 			}
 		}
 	} else {
 		// The confirmed view in a group (never waits), else a recent one.
-		v, err = b.db.recentConfirmed(ctx, partition)
+		v, err = db.recentConfirmed(ctx, partition)
 	}
 	if err != nil {
 		return fr, strerr.Errorf("strand: scan table %q partition %d: %w", t.name, partition, err)
 	}
 	defer v.release()
-	id, err := t.readID(b, v)
+	id, err := t.readID(bid, v)
 	if err != nil {
 		return fr, err
 	}
@@ -100,20 +127,12 @@ func (t *Table[K, V]) scanPartition(ctx context.Context, partition uint32, after
 			return fr, err
 		}
 		kb := it.Key()[rowKeyExtra:]
-		k, err := t.keys.Decode(kb)
-		if err != nil {
-			return fr, strerr.Errorf("strand: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
-		}
 		val, err := it.ValueAndErr()
 		if err != nil {
 			return fr, strerr.Errorf("strand: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
 		}
-		v, err := t.values.Decode(val)
-		if err != nil {
-			return fr, strerr.Errorf("strand: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
-		}
-		if !fn(kb, k, v) {
-			return fr, nil
+		if more, err := row(partition, kb, val); err != nil || !more {
+			return fr, err
 		}
 	}
 	if err := it.Error(); err != nil {

@@ -23,12 +23,22 @@ import (
 // encoded key bytes; queries read committed state with [Table.Get] and
 // [Table.Scan]. All methods are safe for concurrent use.
 type Table[K, V any] struct {
-	name   string
+	tableCore
 	keys   Codec[K]
 	values Codec[V]
 	shared bool // values of V may share memory with their copies (see aliasFree)
 	b      atomic.Pointer[binding[V]]
-	parts  atomic.Uint32 // partitions of the sources that write it (SetPartitions)
+}
+
+// tableCore is the part of a table that does not depend on its key and
+// value types. Code that needs only it (finding rows, scans, freshness,
+// errors) is written on it, or as functions taking a decode step, so it is
+// compiled once instead of once per value type a program uses (a table's
+// generic methods are stenciled and race-instrumented again in every
+// package for every GC shape: design §17).
+type tableCore struct {
+	name  string
+	parts atomic.Uint32 // partitions of the sources that write it (SetPartitions)
 	// version is the table's declared version (describe.go).
 	version uint32
 	// serve, during a build (build.go), says where reads go instead of
@@ -36,14 +46,14 @@ type Table[K, V any] struct {
 	serve atomic.Pointer[serving]
 }
 
-func (t *Table[K, V]) serveFrom(s *serving) { t.serve.Store(s) }
+func (t *tableCore) serveFrom(s *serving) { t.serve.Store(s) }
 
 // readID is the id reads of the table (Get, Scan, queries) are answered
-// from: the binding's, or during a build the previous rows' (build.go).
+// from: the binding's (id), or during a build the previous rows' (build.go).
 // Call it with the view the read uses: a view taken before a build's
 // switch is read at the previous id (its snapshot keeps those rows while
 // they are removed after the switch: retire.go).
-func (t *Table[K, V]) readID(b *binding[V], v *view) (uint32, error) {
+func (t *tableCore) readID(id uint32, v *view) (uint32, error) {
 	if s := t.serve.Load(); s != nil {
 		switch {
 		case s.after > 0 && v.gen >= s.after:
@@ -53,13 +63,13 @@ func (t *Table[K, V]) readID(b *binding[V], v *view) (uint32, error) {
 			return s.id, nil
 		}
 	}
-	return b.id, nil
+	return id, nil
 }
 
 // SetPartitions says how many partitions the sources writing the table
 // have: rows of a key are filed under the partition that processed it,
 // which for strand's publishers is XXH32(key) % n. Get looks there first.
-func (t *Table[K, V]) SetPartitions(n uint32) { t.parts.Store(n) }
+func (t *tableCore) SetPartitions(n uint32) { t.parts.Store(n) }
 
 // binding is a table's attachment to one DB.
 type binding[V any] struct {
@@ -74,7 +84,7 @@ type binding[V any] struct {
 // [Table.Scan] take and give; values encodes the stored values. A missing
 // codec or an empty name is reported by [DB.Attach], naming the table.
 func NewTable[K, V any](name string, keys Codec[K], values Codec[V]) *Table[K, V] {
-	return &Table[K, V]{name: name, keys: keys, values: values, shared: !aliasFree(reflect.TypeFor[V]())}
+	return &Table[K, V]{tableCore: tableCore{name: name}, keys: keys, values: values, shared: !aliasFree(reflect.TypeFor[V]())}
 }
 
 // Codecs returns the table's key and value codecs.
@@ -517,16 +527,23 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return err
 	}
-	if err := b.db.enter(); err != nil {
+	return t.tableCore.scan(ctx, b.db, b.id, t.rowDecoder(func(_ []byte, k K, v V) bool { return fn(k, v) }))
+}
+
+// scan is Scan without the types. It skips from partition to partition:
+// the table's rows of one partition are contiguous, but other tables' rows
+// lie between partitions.
+func (t *tableCore) scan(ctx context.Context, db *DB, bid uint32, row rowFunc) error {
+	if err := db.enter(); err != nil {
 		return err
 	}
-	defer b.db.exit()
-	v, err := b.db.readView()
+	defer db.exit()
+	v, err := db.readView()
 	if err != nil {
 		return err
 	}
 	defer v.release()
-	id, err := t.readID(b, v)
+	id, err := t.readID(bid, v)
 	if err != nil {
 		return err
 	}
@@ -537,16 +554,14 @@ func (t *Table[K, V]) Scan(ctx context.Context, fn func(k K, v V) bool) error {
 	if err != nil {
 		return strerr.Errorf("strand: scan table %q: %w", t.name, err)
 	}
-	err = t.scan(ctx, b.db, v, id, it, fn)
+	err = t.scanRows(ctx, db, v, id, it, row)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = strerr.Errorf("strand: scan table %q: %w", t.name, cerr)
 	}
 	return err
 }
 
-// scan skips from partition to partition: the table's rows of one partition
-// are contiguous, but other tables' rows lie between partitions.
-func (t *Table[K, V]) scan(ctx context.Context, db *DB, v *view, id uint32, it *pebble.Iterator, fn func(k K, v V) bool) error {
+func (t *tableCore) scanRows(ctx context.Context, db *DB, v *view, id uint32, it *pebble.Iterator, row rowFunc) error {
 	seek := make([]byte, 0, rowKeyExtra)
 	confirmed, first := uint32(0), true // the partition confirmRead last passed
 	valid := it.SeekGE(appendTableKey(seek[:0], id, 0, nil))
@@ -576,20 +591,12 @@ func (t *Table[K, V]) scan(ctx context.Context, db *DB, v *view, id uint32, it *
 				confirmed, first = partition, false
 			}
 			kb := key[rowKeyExtra:]
-			k, err := t.keys.Decode(kb)
-			if err != nil {
-				return strerr.Errorf("strand: scan table %q: decode key %q partition %d: %w", t.name, kb, partition, err)
-			}
 			val, err := it.ValueAndErr()
 			if err != nil {
 				return strerr.Errorf("strand: scan table %q: read key %q partition %d: %w", t.name, kb, partition, err)
 			}
-			v, err := t.values.Decode(val)
-			if err != nil {
-				return strerr.Errorf("strand: scan table %q: decode value of key %q partition %d: %w", t.name, kb, partition, err)
-			}
-			if !fn(k, v) {
-				return nil
+			if more, err := row(partition, kb, val); err != nil || !more {
+				return err
 			}
 			valid = it.Next()
 		}

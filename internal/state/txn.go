@@ -404,33 +404,43 @@ func tableOf[V any](tx *Txn, b *binding[V], name string, shared bool) (*txnTable
 			return castTxnTable[V](s.tab, name)
 		}
 	}
+	t := tx.tableSlot(b.id, func() txnTab {
+		tt := &txnTable[V]{name: name, cache: b.cache, filter: b.db.filter, shared: shared, last: &b.keys, mem: &b.mem}
+		// Size each shard for the keys the table's last Txn had (plus a
+		// quarter), so that one slab and one map allocation usually suffice.
+		tt.hint = int(min(max(b.keys.Load()*5/4/txnShards, 4), 4096))
+		return tt
+	})
+	return castTxnTable[V](t, name)
+}
+
+// tableSlot is tableOf's slow path, without the value type: the table of
+// id in tx, made by create if tx has none yet.
+func (tx *Txn) tableSlot(id uint32, create func() txnTab) txnTab {
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
 	var existing txnTab
-	if int(b.id) < len(tx.tabs) {
-		if s := tx.tabs[b.id].Load(); s != nil {
+	if int(id) < len(tx.tabs) {
+		if s := tx.tabs[id].Load(); s != nil {
 			existing = s.tab
 		}
 	} else {
-		existing = tx.extra[b.id]
+		existing = tx.extra[id]
 	}
 	if existing != nil {
-		return castTxnTable[V](existing, name)
+		return existing
 	}
-	tt := &txnTable[V]{name: name, cache: b.cache, filter: b.db.filter, shared: shared, last: &b.keys, mem: &b.mem}
-	// Size each shard for the keys the table's last Txn had (plus a
-	// quarter), so that one slab and one map allocation usually suffice.
-	tt.hint = int(min(max(b.keys.Load()*5/4/txnShards, 4), 4096))
-	if int(b.id) < len(tx.tabs) {
-		tx.tabs[b.id].Store(&txnSlot{tab: tt})
+	tt := create()
+	if int(id) < len(tx.tabs) {
+		tx.tabs[id].Store(&txnSlot{tab: tt})
 	} else {
 		if tx.extra == nil {
 			tx.extra = make(map[uint32]txnTab)
 		}
-		tx.extra[b.id] = tt
+		tx.extra[id] = tt
 	}
 	tx.order = append(tx.order, tt)
-	return tt, nil
+	return tt
 }
 
 func castTxnTable[V any](t txnTab, name string) (*txnTable[V], error) {

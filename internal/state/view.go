@@ -275,7 +275,7 @@ func (t *Table[K, V]) GetRecent(ctx context.Context, k K) (V, bool, Freshness, e
 }
 
 func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Freshness, error) {
-	var zero V
+	var val, zero V
 	b, err := t.binding()
 	if err != nil {
 		return zero, false, Freshness{}, err
@@ -287,90 +287,104 @@ func (t *Table[K, V]) getFresh(ctx context.Context, k K, wait bool) (V, bool, Fr
 	if err != nil {
 		return zero, false, Freshness{}, strerr.Errorf("strand: table %q: encode key %v: %w", t.name, k, err)
 	}
-	db := b.db
+	present, fr, err := t.tableCore.getFresh(ctx, b.db, b.id, key, wait, func(enc []byte) error {
+		var derr error
+		val, derr = t.values.Decode(enc)
+		return derr
+	})
+	if err != nil || !present {
+		return zero, false, fr, err
+	}
+	return val, true, fr, nil
+}
+
+// getFresh is Table.getFresh without the types: it finds key's row in a
+// durable view and hands its encoded value to decode (valid during the
+// call). On an error the Freshness is empty.
+func (t *tableCore) getFresh(ctx context.Context, db *DB, bid uint32, key []byte, wait bool, decode func([]byte) error) (bool, Freshness, error) {
 	if err := db.enter(); err != nil {
-		return zero, false, Freshness{}, err
+		return false, Freshness{}, err
 	}
 	defer db.exit()
 	if !wait && db.cviews.installed() != nil {
-		return t.getConfirmed(ctx, db, b.id, key) // confirmedview_read.go
+		return t.getConfirmed(ctx, db, bid, key, decode) // confirmedview_read.go
 	}
 	var v *view
+	var err error
 	if wait || db.gated() {
 		v, err = db.readView()
 	} else {
 		v, err = db.recentView()
 	}
 	if err != nil {
-		return zero, false, Freshness{}, err
+		return false, Freshness{}, err
 	}
 	defer v.release()
-	id, err := t.readID(b, v)
+	id, err := t.readID(bid, v)
 	if err != nil {
-		return zero, false, Freshness{}, err
+		return false, Freshness{}, err
 	}
-	val, present, p, err := t.getIn(db, v, id, key)
+	present, p, err := t.getIn(db, v, id, key, decode)
 	if err != nil {
-		return zero, false, Freshness{}, err
+		return false, Freshness{}, err
 	}
 	if err := db.confirmRead(ctx, p); err != nil {
-		return zero, false, Freshness{}, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, p, err)
+		return false, Freshness{}, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, p, err)
 	}
 	db.promoteConfirmed(p, v)
 	cps, err := checkpointsIn(v, p)
 	if err != nil {
-		return zero, false, Freshness{}, err
+		return false, Freshness{}, err
 	}
-	return val, present, Freshness{Partition: p, Checkpoints: cps}, nil
+	return present, Freshness{Partition: p, Checkpoints: cps}, nil
 }
 
 // getIn reads key bytes key from view v: in its home partition, then in
-// the others. It returns the partition the row is in (home if none).
-func (t *Table[K, V]) getIn(db *DB, v *view, id uint32, key []byte) (V, bool, uint32, error) {
+// the others, handing the value found to decode. It returns the partition
+// the row is in (home if none).
+func (t *tableCore) getIn(db *DB, v *view, id uint32, key []byte, decode func([]byte) error) (bool, uint32, error) {
 	n := t.parts.Load()
 	home := uint32(0)
 	if n > 0 {
 		home = xxh32.Partition(key, n)
 	}
 	buf := appendTableKey(make([]byte, 0, rowKeyExtra+len(key)), id, home, key)
-	val, present, err := t.loadIn(db, v, buf, home, key)
+	present, err := t.loadIn(db, v, buf, home, key, decode)
 	if err != nil || present {
-		return val, present, home, err
+		return present, home, err
 	}
 	for p := uint32(0); p < n; p++ {
 		if p == home {
 			continue
 		}
 		buf = appendTableKey(buf[:0], id, p, key)
-		if val, present, err = t.loadIn(db, v, buf, p, key); err != nil || present {
-			return val, present, p, err
+		if present, err = t.loadIn(db, v, buf, p, key, decode); err != nil || present {
+			return present, p, err
 		}
 	}
-	return val, false, home, nil
+	return false, home, nil
 }
 
-// loadIn reads and decodes the value of Pebble key k in view v. A key the
-// key filter knows is not in Pebble is not read (the view is older than
-// the store, so it is not there either).
-func (t *Table[K, V]) loadIn(db *DB, v *view, k []byte, partition uint32, key []byte) (val V, present bool, err error) {
+// loadIn reads the value of Pebble key k in view v and hands it to decode.
+// A key the key filter knows is not in Pebble is not read (the view is
+// older than the store, so it is not there either).
+func (t *tableCore) loadIn(db *DB, v *view, k []byte, partition uint32, key []byte, decode func([]byte) error) (present bool, err error) {
 	if db.filter.absent(db.hash(k)) {
 		db.stats.skips.Add(1)
-		return val, false, nil
+		return false, nil
 	}
 	db.stats.reads.Add(1)
 	present, err = getIn(v, k, func(b []byte) error {
-		var derr error
-		val, derr = t.values.Decode(b)
-		if derr != nil {
+		if derr := decode(b); derr != nil {
 			return fmt.Errorf("decode value: %w", derr)
 		}
 		return nil
 	})
 	if err != nil {
-		return val, false, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, partition, err)
+		return false, strerr.Errorf("strand: table %q: read key %q partition %d: %w", t.name, key, partition, err)
 	}
 	if present {
 		db.stats.found.Add(1)
 	}
-	return val, present, nil
+	return present, nil
 }
