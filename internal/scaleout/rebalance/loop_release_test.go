@@ -2,7 +2,9 @@ package rebalance
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -57,4 +59,48 @@ func TestLoopRevokedThenLostDuringFlushEndsNotOwned(t *testing.T) {
 		t.Errorf("states %v, want none", got)
 	}
 	r.stop(t)
+}
+
+// Issue 34 through the real Loop: partition 5 is revoked and handed back,
+// granted again under a newer epoch and revoked again. The second hand-back
+// is asked for too (its changelog flushed, then handed back) and the
+// partition ends not owned; before the fix the first hand-back's state made
+// the node skip the second one, and 5 stayed listed as current for good.
+func TestLoopHandsBackAgainAfterARegain(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	r := startLoop(t, func(j *journal) Changelog { return changelog{j} }, nil)
+	j := r.j
+
+	r.assign(connector.Gained, 5, 1, 1)
+	j.wait(t, "serve 5@1")
+	r.clk.fireAll(t)
+	j.wait(t, "gen 1 [5]")
+	r.assign(connector.Revoking, 5, 1, 1)
+	j.wait(t, "flush 5@1")
+	waitStates(t, r, nil) // handed back
+
+	r.assign(connector.Gained, 5, 161, 161)
+	j.wait(t, "serve 5@161")
+	r.clk.fireAll(t)
+	j.wait(t, "gen 2 [5]")
+	r.assign(connector.Revoking, 5, 161, 161)
+	j.wait(t, "flush 5@161") // never asked for before the fix
+	waitStates(t, r, nil)
+	r.stop(t)
+}
+
+// waitStates waits until the loop reported want (nil: no partition).
+func waitStates(t *testing.T, r *loopRig, want []PartitionState) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		if got := r.lastStates(); slices.Equal(got, want) {
+			return
+		}
+		select {
+		case <-r.j.added:
+		case <-deadline:
+			t.Fatalf("states %v, want %v; calls %q", r.lastStates(), want, r.j.calls)
+		}
+	}
 }
