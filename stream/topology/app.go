@@ -581,11 +581,16 @@ func (a *App) Close() error {
 }
 
 // Stats returns a snapshot of every source's progress, in the order the
-// sources were declared. It is cheap and safe to call at any time.
+// sources were declared. It is cheap and safe to call at any time. In a
+// group (WithGroup) a source's Partitions are only those the instance
+// serves now (Phase), and ParkedKeys and ParkedRecords sum theirs: what a
+// partition that moved away holds is its new owner's. Total still counts
+// the work done on such a partition while it was served here (counters
+// never go back).
 func (a *App) Stats() []stream.Stats {
 	out := make([]stream.Stats, len(a.procs))
 	for i, p := range a.procs {
-		out[i] = p.Stats()
+		out[i] = a.servedStats(p.Stats())
 	}
 	return out
 }

@@ -233,6 +233,30 @@ func (a *App) Ownership() []PartitionStatus {
 	return out
 }
 
+// servedStats narrows a source's stats, in a group, to the partitions the
+// instance serves now: a processor keeps the last stats of every partition
+// it ran, and those of a partition that moved away (its parked and held
+// keys, its outbox, its lag) describe rows that are its new owner's.
+// Outside a group, and for a global source (read whole by every instance),
+// st is returned as it is.
+func (a *App) servedStats(st stream.Stats) stream.Stats {
+	if a.grp == nil || a.prog.global[st.Source] {
+		return st
+	}
+	kept := st.Partitions[:0:0]
+	st.ParkedKeys, st.ParkedRecords = 0, 0
+	for _, ps := range st.Partitions {
+		if !a.runs(ps.Partition) {
+			continue
+		}
+		kept = append(kept, ps)
+		st.ParkedKeys += ps.ParkedKeys
+		st.ParkedRecords += ps.ParkedRecords
+	}
+	st.Partitions = kept
+	return st
+}
+
 // group is an App's part in its group.
 type group struct {
 	g          connector.Group

@@ -2,10 +2,9 @@ package rebalance
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -43,67 +42,65 @@ func (c blockingChangelog) Flush(ctx context.Context, p uint32, e Epoch) error {
 
 func TestLoopRevokedThenLostDuringFlushEndsNotOwned(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	j := &journal{added: make(chan struct{}, 1)}
-	m := &membership{out: make(chan connector.Assignment), owns: map[uint32]Epoch{}}
-	clk := &clock{added: make(chan struct{}, 1)}
-	cl := blockingChangelog{changelog{j}, make(chan struct{})}
-	var stateMu sync.Mutex
-	var states []PartitionState
-	gens := 0
-	loop, err := NewLoop(Config{
-		Membership: m,
-		Changelog:  cl,
-		Clock:      clk,
-		Run: func(ctx context.Context, parts []uint32) error {
-			stateMu.Lock()
-			gens++
-			g := gens
-			stateMu.Unlock()
-			j.add("gen %d %v", g, parts)
-			<-ctx.Done()
-			j.add("gen %d ended", g)
-			return nil
-		},
-		Fenced: func(err error) (uint32, Epoch, bool) {
-			var f fenceErr
-			if errors.As(err, &f) {
-				return f.p, f.e, true
-			}
-			return 0, 0, false
-		},
-		OnChange: func(s []PartitionState) {
-			stateMu.Lock()
-			states = s
-			stateMu.Unlock()
-			j.add("states %v", s)
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- loop.Run(ctx) }()
+	fence := make(chan struct{})
+	r := startLoop(t, func(j *journal) Changelog { return blockingChangelog{changelog{j}, fence} }, nil)
+	j := r.j
 
-	m.set(5, 219)
-	m.out <- connector.Assignment{Kind: connector.Gained, Partition: 5, Epoch: 219}
+	r.assign(connector.Gained, 5, 219, 219)
 	j.wait(t, "serve 5@219")
-	clk.fireAll(t)
+	r.clk.fireAll(t)
 	j.wait(t, "gen 1 [5]")
-	m.out <- connector.Assignment{Kind: connector.Revoking, Partition: 5, Epoch: 219}
+	r.assign(connector.Revoking, 5, 219, 219)
 	j.wait(t, "flush 5@219")
-	m.set(5, 0)
-	m.out <- connector.Assignment{Kind: connector.Lost, Partition: 5, Epoch: 219, Reason: connector.Expired}
-	close(cl.fence)
+	r.assign(connector.Lost, 5, 219, 0)
+	close(fence)
 	j.wait(t, "states []")
-	stateMu.Lock()
-	got := slices.Clone(states)
-	stateMu.Unlock()
-	if len(got) != 0 {
+	if got := r.lastStates(); len(got) != 0 {
 		t.Errorf("states %v, want none", got)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run = %v", err)
+	r.stop(t)
+}
+
+// Issue 34 through the real Loop: partition 5 is revoked and handed back,
+// granted again under a newer epoch and revoked again. The second hand-back
+// is asked for too (its changelog flushed, then handed back) and the
+// partition ends not owned; before the fix the first hand-back's state made
+// the node skip the second one, and 5 stayed listed as current for good.
+func TestLoopHandsBackAgainAfterARegain(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	r := startLoop(t, func(j *journal) Changelog { return changelog{j} }, nil)
+	j := r.j
+
+	r.assign(connector.Gained, 5, 1, 1)
+	j.wait(t, "serve 5@1")
+	r.clk.fireAll(t)
+	j.wait(t, "gen 1 [5]")
+	r.assign(connector.Revoking, 5, 1, 1)
+	j.wait(t, "flush 5@1")
+	waitStates(t, r, nil) // handed back
+
+	r.assign(connector.Gained, 5, 161, 161)
+	j.wait(t, "serve 5@161")
+	r.clk.fireAll(t)
+	j.wait(t, "gen 2 [5]")
+	r.assign(connector.Revoking, 5, 161, 161)
+	j.wait(t, "flush 5@161") // never asked for before the fix
+	waitStates(t, r, nil)
+	r.stop(t)
+}
+
+// waitStates waits until the loop reported want (nil: no partition).
+func waitStates(t *testing.T, r *loopRig, want []PartitionState) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		if got := r.lastStates(); slices.Equal(got, want) {
+			return
+		}
+		select {
+		case <-r.j.added:
+		case <-deadline:
+			t.Fatalf("states %v, want %v; calls %q", r.lastStates(), want, r.j.calls)
+		}
 	}
 }

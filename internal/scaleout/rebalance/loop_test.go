@@ -163,29 +163,48 @@ func (c *clock) fireAll(t *testing.T) {
 	}
 }
 
-func TestLoopStaleFencedErrorDoesNotEndTheNewEpoch(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	j := &journal{added: make(chan struct{}, 1)}
-	m := &membership{out: make(chan connector.Assignment), owns: map[uint32]Epoch{}}
-	clk := &clock{added: make(chan struct{}, 1)}
-	var stateMu sync.Mutex
-	var states []PartitionState
-	gens := 0
+// loopRig is a Loop running over the recorders above: the journal, the
+// membership, the clock the test fires, and the partitions' states as the
+// loop last reported them (each report is journaled too: "states [...]").
+// Generation g is journaled as "gen g [parts]" when it starts and "gen g
+// ended" when stopped, and then returns genErr(g).
+type loopRig struct {
+	j   *journal
+	m   *membership
+	clk *clock
+
+	mu     sync.Mutex
+	states []PartitionState
+	gens   int
+
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startLoop starts a Loop over the changelog cl makes (of the rig's
+// journal) and returns the rig; genErr may be nil (every generation ends
+// with nil).
+func startLoop(t *testing.T, cl func(*journal) Changelog, genErr func(g int) error) *loopRig {
+	t.Helper()
+	r := &loopRig{
+		j:   &journal{added: make(chan struct{}, 1)},
+		m:   &membership{out: make(chan connector.Assignment), owns: map[uint32]Epoch{}},
+		clk: &clock{added: make(chan struct{}, 1)},
+	}
 	loop, err := NewLoop(Config{
-		Membership: m,
-		Changelog:  changelog{j},
-		Clock:      clk,
+		Membership: r.m,
+		Changelog:  cl(r.j),
+		Clock:      r.clk,
 		Run: func(ctx context.Context, parts []uint32) error {
-			stateMu.Lock()
-			gens++
-			g := gens
-			stateMu.Unlock()
-			j.add("gen %d %v", g, parts)
+			r.mu.Lock()
+			r.gens++
+			g := r.gens
+			r.mu.Unlock()
+			r.j.add("gen %d %v", g, parts)
 			<-ctx.Done()
-			j.add("gen %d ended", g)
-			if g == 1 {
-				// Its last commit of 4 failed: epoch 1146 was lost.
-				return fenceErr{4, 1146}
+			r.j.add("gen %d ended", g)
+			if genErr != nil {
+				return genErr(g)
 			}
 			return nil
 		},
@@ -197,47 +216,79 @@ func TestLoopStaleFencedErrorDoesNotEndTheNewEpoch(t *testing.T) {
 			return 0, 0, false
 		},
 		OnChange: func(s []PartitionState) {
-			stateMu.Lock()
-			states = s
-			stateMu.Unlock()
+			r.mu.Lock()
+			r.states = s
+			r.mu.Unlock()
+			r.j.add("states %v", s)
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- loop.Run(ctx) }()
+	r.cancel, r.done = cancel, make(chan error, 1)
+	go func() { r.done <- loop.Run(ctx) }()
+	return r
+}
 
-	m.set(4, 1146)
-	m.out <- connector.Assignment{Kind: connector.Gained, Partition: 4, Epoch: 1146}
+// assign sets the epoch the membership owns p with (owns 0: it does not)
+// and hands the loop the assignment of kind for p under e.
+func (r *loopRig) assign(kind connector.AssignmentKind, p uint32, e Epoch, owns Epoch) {
+	r.m.set(p, owns)
+	a := connector.Assignment{Kind: kind, Partition: p, Epoch: e}
+	if kind == connector.Lost {
+		a.Reason = connector.Expired
+	}
+	r.m.out <- a
+}
+
+// lastStates returns the states the loop last reported.
+func (r *loopRig) lastStates() []PartitionState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.states)
+}
+
+// stop ends Run and checks that it returned nil.
+func (r *loopRig) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+}
+
+func TestLoopStaleFencedErrorDoesNotEndTheNewEpoch(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	r := startLoop(t, func(j *journal) Changelog { return changelog{j} }, func(g int) error {
+		if g == 1 {
+			// Its last commit of 4 failed: epoch 1146 was lost.
+			return fenceErr{4, 1146}
+		}
+		return nil
+	})
+	j := r.j
+
+	r.assign(connector.Gained, 4, 1146, 1146)
 	j.wait(t, "serve 4@1146")
-	clk.fireAll(t) // the burst timer
+	r.clk.fireAll(t) // the burst timer
 	j.wait(t, "gen 1 [4]")
 
-	m.set(4, 0)
-	m.out <- connector.Assignment{Kind: connector.Lost, Partition: 4, Epoch: 1146, Reason: connector.Expired}
-	m.set(4, 1179)
-	m.out <- connector.Assignment{Kind: connector.Gained, Partition: 4, Epoch: 1179}
+	r.assign(connector.Lost, 4, 1146, 0)
+	r.assign(connector.Gained, 4, 1179, 1179)
 	j.wait(t, "serve 4@1179")
-	if gEnd, r := j.index("gen 1 ended"), j.index("restore 4@1179"); gEnd < 0 || gEnd > r {
+	if gEnd, rs := j.index("gen 1 ended"), j.index("restore 4@1179"); gEnd < 0 || gEnd > rs {
 		t.Errorf("epoch 1179 was restored before the generation of 1146 stopped: %q", j.calls)
 	}
-	clk.fireAll(t) // the burst timer
+	r.clk.fireAll(t) // the burst timer
 	j.wait(t, "gen 2 [4]")
 	if i := j.index("lost 4@1179"); i >= 0 {
 		t.Errorf("the fenced error of epoch 1146 ended epoch 1179: %q", j.calls)
 	}
-	stateMu.Lock()
-	got := slices.Clone(states)
-	stateMu.Unlock()
-	if want := []PartitionState{{P: 4, Phase: Serving, Epoch: 1179, Current: true}}; !slices.Equal(got, want) {
+	if got, want := r.lastStates(), []PartitionState{{P: 4, Phase: Serving, Epoch: 1179, Current: true}}; !slices.Equal(got, want) {
 		t.Errorf("states %v, want %v", got, want)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run = %v", err)
-	}
+	r.stop(t)
 	j.wait(t, "flush 4@1179")
 	j.wait(t, "lost 4@1179") // at the stop, not before
 }

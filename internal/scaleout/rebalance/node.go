@@ -487,7 +487,10 @@ func (n *Node) Step(ev Event) {
 		n.serveEnded(ev)
 	case HandedBack:
 		if st := n.parts[ev.P]; st != nil && st.phase == HandingBack && st.epoch == ev.Epoch {
-			st.phase = NotOwned
+			// Nothing of the hand-back survives into a later epoch of
+			// the partition (issue 34: a stale handBack made the next
+			// revocation wait for a hand-back never asked for).
+			st.phase, st.handBack, st.flush = NotOwned, false, false
 		}
 	case GenerationEnded:
 		n.generationEnded(ev)
@@ -546,19 +549,14 @@ func (n *Node) revoking(p uint32, e Epoch) {
 	if st == nil || st.phase == NotOwned || st.epoch != e || st.phase == HandingBack {
 		return
 	}
-	switch st.phase {
-	case Serving:
-		st.phase, st.flush = HandingBack, true
-		if n.inGen(p) {
-			n.stopGen() // its commits stop before its changelog is flushed
-			return
-		}
-	default: // Pending, Restoring, Retrying: nothing of it to flush
-		st.phase, st.flush = HandingBack, false
-		if n.inGen(p) {
-			n.stopGen()
-			return
-		}
+	// The hand-back is asked for once no generation processes p (here,
+	// or when the running one ended): never before this revocation.
+	st.phase, st.handBack, st.flush = HandingBack, false, st.phase == Serving
+	if n.inGen(p) {
+		// Its commits stop before its changelog is flushed (Serving);
+		// Pending, Restoring, Retrying: nothing of it to flush.
+		n.stopGen()
+		return
 	}
 	st.handBack = true
 	n.emit(Action{Kind: HandBack, P: p, Epoch: e, Flush: st.flush})
