@@ -2,6 +2,7 @@ package planner_test
 
 import (
 	"fmt"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -297,10 +298,15 @@ func (c *checker) encode(v planView) []int32 {
 // but makes it eight times slower, it checks one batch of each class of
 // batches equal up to renaming keys and tags (keys and tags in order of
 // first appearance): the planner compares keys and tags only for equality,
-// so every class plans alike.
+// so every class plans alike. In the default run under the race detector
+// (or -short) it checks every class of up to 4 records and every second
+// class of 5 in the order of enumeration (issue 33 item 7: half the
+// time; the classes of 5 are 95% of them); with STRAND_SOAK=1 every class.
 func TestExhaustive(t *testing.T) {
 	const maxLen = 5
 	canonicalOnly := raceEnabled || testing.Short()
+	halfOfLongest := canonicalOnly && !crashtest.Soak()
+	longest := 0 // classes of maxLen records met
 	orderings := []planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}
 	var choices []planner.Record[int]
 	for key := range 2 {
@@ -319,6 +325,12 @@ func TestExhaustive(t *testing.T) {
 	check := func(b []planner.Record[int]) {
 		if canonicalOnly && !canonical(b) {
 			return
+		}
+		if len(b) == maxLen {
+			longest++
+			if halfOfLongest && longest%2 == 0 {
+				return
+			}
 		}
 		p := pl.Plan(b)
 		// Keys 10 and 11 renamed 0 and 1 in order of first appearance.
@@ -344,30 +356,28 @@ func TestExhaustive(t *testing.T) {
 		}
 		checked++
 	}
+	// Every batch of length n in lexicographic order of the choices; when
+	// only classes are checked, a prefix that is not canonical is not
+	// extended (no batch that starts with it is canonical).
 	batch := make([]planner.Record[int], maxLen)
-	digits := make([]int, maxLen)
-	for n := 0; n <= maxLen; n++ {
-		clear(digits)
-		for {
-			for i := range n {
-				batch[i] = choices[digits[i]]
-			}
+	var extend func(n, i int)
+	extend = func(n, i int) {
+		if i == n {
 			check(batch[:n])
-			// Next batch of length n, odometer style.
-			i := n - 1
-			for ; i >= 0; i-- {
-				digits[i]++
-				if digits[i] < len(choices) {
-					break
-				}
-				digits[i] = 0
+			return
+		}
+		for _, r := range choices {
+			batch[i] = r
+			if canonicalOnly && !canonical(batch[:i+1]) {
+				continue
 			}
-			if i < 0 {
-				break
-			}
+			extend(n, i+1)
 		}
 	}
-	t.Logf("checked %d batches", checked)
+	for n := 0; n <= maxLen; n++ {
+		extend(n, 0)
+	}
+	t.Logf("checked %d batches (%d classes of %d records met)", checked, longest, maxLen)
 }
 
 // canonical reports whether b's keys and tags appear in order: key 10

@@ -132,7 +132,7 @@ func crashChild([]string) int {
 }
 
 // TestCrashSharedTableKeyBy kills the App of crashCase with SIGKILL while it
-// processes (10 times; 100 with STRAND_SOAK=1), restarting it on the same
+// processes (5 times; 100 with STRAND_SOAK=1), restarting it on the same
 // store and broker, then lets it finish and compares tables, dead letters
 // and outputs with the model: every row exact, every message exactly once.
 func TestCrashSharedTableKeyBy(t *testing.T) {
@@ -140,7 +140,10 @@ func TestCrashSharedTableKeyBy(t *testing.T) {
 		t.Skip("crash test in -short mode")
 	}
 	knobs, _ := testKnobs()
-	kills, events := crashtest.Kills(10, 100), 3000
+	// The default run: 5 kills over 1500 events (until issue 33 item 7,
+	// 10 over 3000: half the time, each kill still lands among the
+	// commits of a log published bit by bit); the soak's are unchanged.
+	kills, events := crashtest.Kills(5, 100), 1500
 	if crashtest.Soak() {
 		events = 30000
 	}

@@ -3,7 +3,7 @@ package metamorphic
 import "testing"
 
 // TestEvolveFires checks that the evolve knob changes the topology in most
-// cases of the default run, with every other knob on: it is not a knob
+// cases of seeds 1..coverSeeds, with every other knob on: it is not a knob
 // that other capabilities turn off. A property of the generator (no case
 // is run).
 func TestEvolveFires(t *testing.T) {
@@ -12,7 +12,7 @@ func TestEvolveFires(t *testing.T) {
 		t.Fatal("the evolve knob is off by default")
 	}
 	fired, restarts := 0, 0
-	for s := uint64(1); s <= defaultSeeds; s++ {
+	for s := uint64(1); s <= coverSeeds; s++ {
 		c := Generate(s, k)
 		if c.EvolveAt > 0 {
 			fired++
@@ -27,7 +27,7 @@ func TestEvolveFires(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("evolution in %d of %d seeds (%d have a restart that is not a reset)", fired, defaultSeeds, restarts)
+	t.Logf("evolution in %d of %d seeds (%d have a restart that is not a reset)", fired, coverSeeds, restarts)
 	if fired*2 < restarts {
 		t.Errorf("evolution in %d of %d seeds with a restart that is not a reset: want at least half", fired, restarts)
 	}

@@ -22,13 +22,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// defaultSeeds is how many seeds the default run tries (measured: well
-// under a minute with -race on a loaded 2-core machine).
-const defaultSeeds = 40
-
 var (
 	seedFlag   = flag.Uint64("seed", 0, "run only this seed (also STRAND_META_SEED)")
-	seeds      = flag.Int("meta.seeds", 0, "how many seeds to run (default 40; with STRAND_SOAK=1, STRAND_META_SEEDS or 2000)")
+	seeds      = flag.Int("meta.seeds", 0, "how many seeds to run from -meta.first (default: the default seeds of cover_test.go, 10 of 1..40 that cover what 1..40 do; with STRAND_SOAK=1, STRAND_META_SEEDS or 2000)")
 	first      = flag.Uint64("meta.first", 0, "the first seed of the run (default 1; with STRAND_SOAK=1 one from the clock, printed)")
 	duration   = flag.Duration("meta.duration", 0, "stop starting seeds after this long (0: no bound)")
 	events     = flag.Int("meta.events", 0, "at most this many events per case (default 150)")
@@ -153,24 +149,36 @@ func TestMeta(t *testing.T) {
 		runCase(t, Generate(*seedFlag, knobs), Replay(*seedFlag, flags), true)
 		return
 	}
-	n, base := uint64(defaultSeeds), uint64(1)
-	if os.Getenv("STRAND_SOAK") != "" {
+	// The default run: the seeds of 1..coverSeeds that cover every
+	// capability those cover (cover_test.go); a soak, -meta.seeds or
+	// -meta.first: a range of seeds.
+	list := defaultSeedList
+	n, base := uint64(coverSeeds), uint64(1)
+	if crashtest.Soak() {
 		n, base = 2000, uint64(time.Now().UnixNano()%1_000_000_000)
 		if s, ok := envInt("STRAND_META_SEEDS"); ok {
 			n = s
 		}
+		list = nil
 	}
 	if *seeds > 0 {
-		n = uint64(*seeds)
+		n, list = uint64(*seeds), nil
 	}
 	if *first > 0 {
-		base = *first
+		base, list = *first, nil
 	}
-	t.Logf("seeds %d..%d", base, base+n-1)
+	if list == nil {
+		for s := base; s < base+n; s++ {
+			list = append(list, s)
+		}
+		t.Logf("seeds %d..%d", base, base+n-1)
+	} else {
+		t.Logf("seeds %v (those of 1..%d that cover what 1..%d cover; -meta.seeds=%d runs them all)", list, coverSeeds, coverSeeds, coverSeeds)
+	}
 	start := time.Now()
-	for s := base; s < base+n; s++ {
+	for i, s := range list {
 		if *duration > 0 && time.Since(start) > *duration {
-			t.Logf("stopped after %v: seeds %d..%d", time.Since(start).Round(time.Second), base, s-1)
+			t.Logf("stopped after %v: %d seeds run, the last %d", time.Since(start).Round(time.Second), i, list[max(i-1, 0)])
 			break
 		}
 		c := Generate(s, knobs)
@@ -181,7 +189,7 @@ func TestMeta(t *testing.T) {
 		// others (after the rest, at most -test.parallel at once): it
 		// waits on sessions and on the group settling more than it
 		// computes.
-		par := c.Group != nil && os.Getenv("STRAND_SOAK") == "" && *duration == 0
+		par := c.Group != nil && !crashtest.Soak() && *duration == 0
 		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
 			if par {
 				t.Parallel()

@@ -123,7 +123,7 @@ func newPartSink(partitions int) *partSink {
 
 func (s *partSink) Send(ctx context.Context, msgs []connector.Message) error {
 	if s.perMsg > 0 {
-		time.Sleep(s.perMsg * time.Duration(len(msgs)))
+		time.Sleep(s.perMsg * time.Duration(len(msgs))) // paces: a slow sink
 	}
 	if b := s.block; b != nil {
 		select {
@@ -313,7 +313,7 @@ func TestOutboxPublishesOnceInOrderThroughFailures(t *testing.T) {
 				p := newProc(t, fx, db, WithPollSize(1+r.IntN(60)), WithOutboxSinks(sinks), WithOutboxGrace(0),
 					WithDeadLetterBackoff(time.Millisecond, 2*time.Millisecond), WithHooks(hooks))
 				run := startProcessor(p)
-				time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
+				time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond) // paces: stops Run at a random moment
 				if err := run.stop(t); err != nil && !errors.Is(err, errCrash) {
 					t.Fatal(err)
 				}
@@ -384,13 +384,17 @@ func TestOutboxPacesTheSourceToAHealthySink(t *testing.T) {
 // fixed bound of outbox.Stall + 3 s failed under a load of 25 on 2 cores:
 // 8.5 s for 9000 records past a refusing sink, a stress run of issue 33).
 func TestOutboxNeverHoldsTheSourceOnAFailingOrStuckSink(t *testing.T) {
+	// 4500 records by default (9000 until issue 33 item 7, and with
+	// STRAND_SOAK=1): a source held by the sink still takes seconds more
+	// than the healthy run (the refusing sink: for ever).
+	records := sized(4500, 9000)
 	var healthy time.Duration
 	for _, mode := range []string{"healthy", "refusing", "stuck"} {
 		t.Run(mode, func(t *testing.T) {
 			defer goleak.VerifyNone(t)
 			fx := emitFixture(t, 2)
 			r := rand.New(rand.NewPCG(3, 4))
-			for i := range 9000 {
+			for i := range records {
 				fx.pipeDeposit(t, "acct"+strconv.Itoa(r.IntN(40)), int64(2*i+1))
 			}
 			a, b := newPartSink(2), newPartSink(2)
@@ -410,14 +414,14 @@ func TestOutboxNeverHoldsTheSourceOnAFailingOrStuckSink(t *testing.T) {
 			el := time.Since(start)
 			if mode == "healthy" {
 				healthy = el
-				t.Logf("the source applied 9000 records past a healthy sink in %v", el)
+				t.Logf("the source applied %d records past a healthy sink in %v", records, el)
 			} else {
 				// The stuck sink holds each partition once, for
 				// outbox.Stall at most; the refusing one not at all. A
 				// source held by the sink (waiting for its sends) would
 				// take many times what the healthy run took.
 				if bound := outbox.Stall + 3*time.Second + 2*healthy; el > bound {
-					t.Errorf("the source took %v to apply 9000 records past a %s sink (a healthy one: %v; bound %v)", el, mode, healthy, bound)
+					t.Errorf("the source took %v to apply %d records past a %s sink (a healthy one: %v; bound %v)", el, records, mode, healthy, bound)
 				}
 				if n := a.count(); n != 0 {
 					t.Fatalf("%d messages published to a %s sink", n, mode)
@@ -427,7 +431,7 @@ func TestOutboxNeverHoldsTheSourceOnAFailingOrStuckSink(t *testing.T) {
 					close(a.block)
 				}
 			}
-			waitFor(t, "every message published", func() bool { return a.count() == 9000 && pendingNone(p) })
+			waitFor(t, "every message published", func() bool { return a.count() == records && pendingNone(p) })
 			if err := run.stop(t); err != nil {
 				t.Fatal(err)
 			}

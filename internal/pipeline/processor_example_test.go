@@ -67,7 +67,7 @@ func ExampleProcessor() {
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
 	for p.Stats().Total.Published < 1 || p.Stats().Total.Applied < 3 {
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls the stats
 	}
 	cancel()
 	fmt.Println("run:", <-done)

@@ -159,7 +159,7 @@ func TestRecentReadsAnswerTheConfirmedView(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				c.confirm(i)
 			}
-			time.Sleep(50 * time.Microsecond)
+			time.Sleep(50 * time.Microsecond) // paces the commits beside the readers
 		}
 		c.confirm(commits)
 	})
@@ -254,7 +254,7 @@ func TestRecentReadsAnswerTheConfirmedView(t *testing.T) {
 	// the advance).
 	for deadline := time.Now().Add(10 * time.Second); best != commits && time.Now().Before(deadline); {
 		read(0)
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls the recent reads
 	}
 	if best != commits {
 		t.Errorf("recent reads answered up to %d, want %d (every commit confirmed)", best, commits)

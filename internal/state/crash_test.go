@@ -124,7 +124,9 @@ func TestCrashRecoveryMatchesCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
-	kills := crashtest.Kills(20, 200)
+	// 10 kills by default (20 until issue 33 item 7), sync and nosync
+	// alternately; the soak keeps 200.
+	kills := crashtest.Kills(10, 200)
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	var last [crashPartitions]uint64

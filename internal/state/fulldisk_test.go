@@ -143,7 +143,7 @@ func TestDiskBelowReserveRefusesCommitsAndRestartIsExact(t *testing.T) {
 	}
 	// Room again: the store is healthy and commits go on.
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: total, TotalBytes: total})
-	time.Sleep(2 * spaceCheckEvery)
+	time.Sleep(2 * spaceCheckEvery) // paces: the store's last look at the free space expires
 	tx := db.NewTxn()
 	tx.PutRow(FamilyOutbox, 0, []byte("after"), []byte("room"))
 	if err := tx.Commit(context.Background()); err != nil {

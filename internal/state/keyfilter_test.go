@@ -25,7 +25,7 @@ func waitKeyFilter(tb interface {
 		if time.Now().After(deadline) {
 			tb.Fatal("key filter not ready after 10 s")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls the filter's ready flag
 	}
 }
 

@@ -82,7 +82,7 @@ func waitNoRows(t *testing.T, db *DB, id uint32) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the old rows of table id %d are still there (%d keys) a minute after the switch", id, countTableRows(t, db, id))
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls: the retirement has no event to wait on
 	}
 }
 

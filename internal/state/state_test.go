@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 	"log/slog"
 	"slices"
 	"strings"
@@ -17,9 +19,26 @@ import (
 	"github.com/strand-io/strand/internal/testrun"
 )
 
-// TestMain: property tests try 50 cases each (500 with STRAND_SOAK=1),
-// and no goroutine may leak (internal/testrun).
-func TestMain(m *testing.M) { testrun.Main(m) }
+// TestMain: property tests try 25 cases each here (stateChecks: the
+// model tests of transactions and of the changelog took over half of the
+// package's minute; internal/testrun's default is 50), 500 with
+// STRAND_SOAK=1, or what -rapid.checks says; and no goroutine may leak
+// (internal/testrun).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rapid.checks" })
+	if !explicit && !crashtest.Soak() {
+		if err := flag.Set("rapid.checks", stateChecks); err != nil {
+			panic(err)
+		}
+	}
+	testrun.Main(m) // keeps a -rapid.checks that was set
+}
+
+// stateChecks is the cases each property test of the package tries in the
+// default run (issue 33 item 7).
+const stateChecks = "25"
 
 type account struct {
 	Owner   string  `json:"owner"`

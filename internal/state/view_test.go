@@ -90,7 +90,7 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the held commit never became visible to Pebble's readers")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls Pebble's readers
 	}
 	check(1, 10) // not the held commit, and without waiting for it
 	select {
@@ -117,7 +117,7 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("GetRecent never showed the returned commit")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // polls GetRecent
 	}
 	mustClose(t, db)
 	closed = true
