@@ -403,7 +403,9 @@ var allPartitions = []uint32{0, 1, 2, 3, 4, 5, 6, 7}
 // partitions while the producer publishes events and poison records;
 // instances are SIGKILLed, restarted (reusing their stores) and added at
 // random moments (seeded) until the changelog records at least 10
-// ownership changes. Then every account, asked of one instance's query
+// ownership changes (at least 8 actions; the default run 5 changes after at
+// least 4 actions, issue 33 item 7: it was 35 s of a quiet run, most of
+// it paced actions). Then every account, asked of one instance's query
 // server (which forwards to the owners), equals the sequential fold of the
 // log; every poison record is in the dead-letter topic once (by origin and
 // by message id); and in every partition's changelog the valid commits are
@@ -419,7 +421,7 @@ func TestScaleOut(t *testing.T) {
 	c.produce()
 	c.waitServed(time.Minute, allPartitions)
 
-	const minActions, minChanges = 8, 10
+	minActions, minChanges := soakSize(4, 8), soakSize(5, 10)
 	next := 4 // the number of the next instance added
 	var actions []string
 	start := time.Now()
@@ -530,15 +532,24 @@ func signaled(in *instance, sig syscall.Signal) bool {
 // fenced, the valid history stays contiguous, every account equals the
 // sequential reference and the dead-letter topic holds no extra or
 // repeated letter.
+//
+// STRAND_SOAK=1 runs every stop point; the default run one, chosen by the
+// seed (logged; STRAND_SCALEOUT_SEED repeats it), so that runs take turns
+// at the three (issue 33 item 7: the three took 58 s of a loaded run).
 func TestScaleOutZombie(t *testing.T) {
 	t.Parallel()
-	for _, point := range []string{"commit", "after-commit", "dlq-before-send"} {
-		t.Run(point, func(t *testing.T) { t.Parallel(); zombie(t, point) })
+	s := seed(t)
+	points := []string{"commit", "after-commit", "dlq-before-send"}
+	if !crashtest.Soak() {
+		points = []string{points[s%uint64(len(points))]}
+	}
+	for _, point := range points {
+		t.Run(point, func(t *testing.T) { t.Parallel(); zombie(t, s, point) })
 	}
 }
 
-func zombie(t *testing.T, point string) {
-	rng := rand.New(rand.NewPCG(seed(t), 15))
+func zombie(t *testing.T, seed uint64, point string) {
+	rng := rand.New(rand.NewPCG(seed, 15))
 	c := newCluster(t, clusterConfig{accounts: 1000, rate: 1500, poisonSpacing: 150, snapshotEvery: 20, stopPoint: point})
 	for n := 1; n <= 3; n++ {
 		c.start(n)
