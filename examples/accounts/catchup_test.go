@@ -59,8 +59,15 @@ func (c *cluster) waitCaughtUpWhileProgressing(ends []uint64) error {
 			last, lastMove = now, time.Now()
 		}
 		// Why, from statuses fetched outside the round's ending context
-		// (the round's last fetch may have been cut short by it).
-		_, why := groupCaughtUp(c.statuses(), ends)
+		// (the round's last fetch may have been cut short by it). A
+		// partition two instances report as serving is named apart: that
+		// is a revoked or fenced owner still reporting it, never a slow
+		// machine (it keeps the group from catching up until the stall).
+		sts := c.statuses()
+		_, why := groupCaughtUp(sts, ends)
+		if double := doubleServed(sts); double != "" {
+			why += "; two owners (a stale report, not slowness): " + double
+		}
 		switch {
 		case time.Since(lastMove) >= stallAfter:
 			return fmt.Errorf("the group did not catch up and made no progress for %v (after %v in all): %s; statuses %s",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -13,11 +14,13 @@ import (
 // distinctive password: no log line carries the password or a payload
 // byte, every line of the library follows the message convention
 // ("<component>: <message>") and names its error "err"; /metrics serves
-// the App's metrics in Prometheus format.
+// the App's metrics in Prometheus format. 8,000 events (20,000 with
+// STRAND_SOAK=1): the test runs alone (see TestMain), so its length is
+// the package's.
 func TestLogsCarryNoSecretsOrPayloads(t *testing.T) {
 	const password = "Pa55-w0rd-never-logged"
 	var out, logs syncBuffer
-	args := []string{"-events", "20000", "-partitions", "4", "-poison", "12", "-data", t.TempDir(),
+	args := []string{"-events", fmt.Sprint(soakSize(8000, 20000)), "-partitions", "4", "-poison", "12", "-data", t.TempDir(),
 		"-http", "127.0.0.1:0", "-progress", "100ms", "-v", "-user", "strand-test", "-password", password}
 	cfg, err := parseFlags(args, &logs)
 	if err != nil {

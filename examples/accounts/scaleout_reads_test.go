@@ -197,7 +197,7 @@ func TestScaleOutReadsNeverGoBack(t *testing.T) {
 			for ctx.Err() == nil {
 				live := c.live()
 				if len(live) == 0 {
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // a poll: until an instance runs again
 					continue
 				}
 				in := live[rr.IntN(len(live))]
@@ -231,7 +231,7 @@ func TestScaleOutReadsNeverGoBack(t *testing.T) {
 	deadline := time.Now().Add(run)
 	var actions []string
 	for time.Now().Before(deadline) {
-		time.Sleep(pause())
+		time.Sleep(pause()) // pacing: the next kill or restart at a random moment while the readers read
 		live := c.live()
 		// The short run alternates: kill one, restart it.
 		if len(live) >= 2 && (soak && rng.IntN(2) == 0 || !soak && len(live) == 3) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/shop/orders"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // TestBrokerFaultsWhileForwarding refuses every send of the outbox first:
@@ -26,6 +28,8 @@ import (
 // fail now and then, are delayed, and connections are dropped under the
 // processor's feet until it has caught up; at the end both read models are
 // exact and the receipts and repartition topics hold every message once.
+// The default run has 7,500 order lines (15,000 took 60 s of a loaded run,
+// issue 33 item 7); STRAND_SOAK=1 keeps 15,000.
 func TestBrokerFaultsWhileForwarding(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault test in -short mode")
@@ -38,7 +42,11 @@ func TestBrokerFaultsWhileForwarding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	args := []string{"-iggy", srv.Addr(), "-events", "15000", "-orders", "500", "-customers", "40", "-partitions", "4"}
+	events := 7500
+	if crashtest.Soak() {
+		events = 15000
+	}
+	args := []string{"-iggy", srv.Addr(), "-events", strconv.Itoa(events), "-orders", "500", "-customers", "40", "-partitions", "4"}
 	var out bytes.Buffer
 	if err := run(ctx, append([]string{"-role", "producer"}, args...), &out, io.Discard); err != nil {
 		t.Fatal(err)
@@ -69,7 +77,7 @@ func TestBrokerFaultsWhileForwarding(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- app.Run(runCtx) }()
 
-	lines := orders.Workload(15000, 500, 40, 1)
+	lines := orders.Workload(events, 500, 40, 1)
 	wantOrders, _, _ := orders.Reference(lines)
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -167,7 +175,8 @@ func TestBrokerFaultsWhileForwarding(t *testing.T) {
 	}
 	t.Logf("phase 1: %d sends refused; phase 2: %d sends failed, connections dropped %d times; %s",
 		refused.Load(), failed.Load(), drops.Load(), strings.TrimSpace(out.String()))
-	if failed.Load() == 0 || drops.Load() == 0 {
-		t.Fatal("phase 2 injected no fault")
-	}
+	// Whether a drop (every 100 ms) lands before the processor caught up
+	// depends on the machine's speed: the data check above is the test;
+	// that phase 2 injected faults is asserted over soaks.
+	crashtest.Coverage(t, failed.Load() > 0 && drops.Load() > 0, "phase 2 injected no fault (%d sends failed, %d drops)", failed.Load(), drops.Load())
 }
