@@ -323,7 +323,7 @@ func TestManyGoroutinesPublishingOneKeyEachKeepOrder(t *testing.T) {
 	}
 	wg.Wait()
 	src, _ := NewSource(c, s, topic)
-	consumeAll(t, src, 4, goroutines*each).check(t, goroutines, goroutines*each)
+	consumeAll(t, src, 4, goroutines*each).check(t, src, goroutines, goroutines*each)
 }
 
 func TestFindRunMatchesWholeBatchesOnly(t *testing.T) {
