@@ -240,7 +240,7 @@ func TestFlushSendsLingeringEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // pacing: a window in which a publisher ignoring the linger would send
 	if n := done.Load(); n != 0 {
 		t.Fatalf("%d events were sent before the linger time", n)
 	}
