@@ -258,7 +258,9 @@ func TestBufferLimitMakesPublishersWait(t *testing.T) {
 	c := tg.connect(t)
 	s, topic := tg.topic(t, c, 1)
 	p := newPublisher(t, c, s, topic, WithBufferBytes(1000))
-	srv.DelayNext(iggytest.CmdSendMessages, 1, 2*time.Second)
+	// The broker holds the first send until the second Enqueue gave up, so
+	// the buffer is full all along whatever the machine's speed.
+	held := holdFirstSend(t, srv, 0, iggytest.Pass)
 	env, _ := eventEncoder{}.Envelope(event{Key: "k", Body: strings.Repeat("x", 900)})
 	if err := p.Enqueue(context.Background(), env, nil); err != nil {
 		t.Fatal(err)
@@ -268,6 +270,7 @@ func TestBufferLimitMakesPublishersWait(t *testing.T) {
 	if err := p.Enqueue(ctx, env, nil); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "buffer") {
 		t.Fatalf("got %v, want a wait for buffer room ending in DeadlineExceeded", err)
 	}
+	held.release()
 	if err := p.Enqueue(ctxT(t, 5*time.Second), env, nil); err != nil {
 		t.Fatalf("after the first was delivered: %v", err)
 	}

@@ -12,8 +12,7 @@ import (
 )
 
 // heldSend is the broker holding the first message send of a test
-// (holdFirstSend): a dead letter's request that is at the broker and not
-// answered yet.
+// (holdFirstSend): a request that is at the broker and not answered yet.
 type heldSend struct {
 	reached  chan struct{} // closed when the held request is at the broker
 	released chan struct{} // closed when its hold ends
