@@ -165,7 +165,9 @@ func (h *groupHarness) join(name string, extra ...GroupOption) *gmember {
 	opts := append([]GroupOption{WithSessionTimeout(testSession), WithHeartbeat(testHeartbeat),
 		WithGroupPollInterval(testPoll), WithMemberName(name), WithQueryAddr("query-" + name),
 		WithGroupLogger(testLogger()), withTrace(h.hist.add)}, h.opts...)
-	m, err := cl.JoinGroup(ctxT(h.t, 10*time.Second), h.stream, "accounts", h.partitions, append(opts, extra...)...)
+	// A hang guard: a join replays the membership log, 30,000 records in
+	// TestGroupJoinStartsFromASnapshot's soak (about 8 s under load for 10,000).
+	m, err := cl.JoinGroup(ctxT(h.t, time.Minute), h.stream, "accounts", h.partitions, append(opts, extra...)...)
 	if err != nil {
 		cl.Close()
 		h.t.Fatalf("JoinGroup %s: %v", name, err)
