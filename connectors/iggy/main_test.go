@@ -18,6 +18,7 @@ import (
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 func TestMain(m *testing.M) {
@@ -151,6 +152,16 @@ func (eventEncoder) Envelope(e event) (stream.Envelope, error) {
 		Headers: connector.Headers{Key: []byte(e.Key), Tag: 7, Ordering: planner.Relaxed, Algebra: algebra.NonAssociative, Seq: e.Seq, HasSeq: true},
 		Payload: b,
 	}, nil
+}
+
+// sized is a test's size: normal in the default run, soak with STRAND_SOAK
+// set (crashtest.Soak), so the default run stays short and the full
+// length is kept for soaks.
+func sized(normal, soak int) int {
+	if crashtest.Soak() {
+		return soak
+	}
+	return normal
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

@@ -165,7 +165,9 @@ func (h *groupHarness) join(name string, extra ...GroupOption) *gmember {
 	opts := append([]GroupOption{WithSessionTimeout(testSession), WithHeartbeat(testHeartbeat),
 		WithGroupPollInterval(testPoll), WithMemberName(name), WithQueryAddr("query-" + name),
 		WithGroupLogger(testLogger()), withTrace(h.hist.add)}, h.opts...)
-	m, err := cl.JoinGroup(ctxT(h.t, 10*time.Second), h.stream, "accounts", h.partitions, append(opts, extra...)...)
+	// A hang guard: a join replays the membership log, 30,000 records in
+	// TestGroupJoinStartsFromASnapshot's soak (about 8 s under load for 10,000).
+	m, err := cl.JoinGroup(ctxT(h.t, time.Minute), h.stream, "accounts", h.partitions, append(opts, extra...)...)
 	if err != nil {
 		cl.Close()
 		h.t.Fatalf("JoinGroup %s: %v", name, err)
@@ -539,6 +541,7 @@ func TestGroupRandomChurn(t *testing.T) {
 	h.join("m0")
 	h.join("m1")
 	next := 2
+	var stalls sync.WaitGroup // stalls not ended yet
 	for round := 0; round < rounds; round++ {
 		for range 4 {
 			var live []*gmember
@@ -559,16 +562,17 @@ func TestGroupRandomChurn(t *testing.T) {
 				gm := live[rng.IntN(len(live))]
 				gm.freeze()
 				d := time.Duration(rng.IntN(int(2 * testSession)))
-				time.AfterFunc(d, gm.thaw)
+				stalls.Add(1)
+				time.AfterFunc(d, func() { gm.thaw(); stalls.Done() })
 			default:
 				gm := live[rng.IntN(len(live))]
 				if owned := gm.m.Owned(); len(owned) > 0 {
 					_ = gm.m.HandBack(ctxT(t, time.Second), owned[rng.IntN(len(owned))].Partition)
 				}
 			}
-			time.Sleep(time.Duration(rng.IntN(int(testSession / 2))))
+			time.Sleep(time.Duration(rng.IntN(int(testSession / 2)))) // pacing: a random gap between two changes
 		}
-		time.Sleep(2 * testSession) // every stall has ended
+		stalls.Wait() // every stall has ended
 		h.waitSettled(bound)
 		checkHistory(t, h.hist.snapshot())
 	}

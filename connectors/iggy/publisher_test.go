@@ -240,7 +240,7 @@ func TestFlushSendsLingeringEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // pacing: a window in which a publisher ignoring the linger would send
 	if n := done.Load(); n != 0 {
 		t.Fatalf("%d events were sent before the linger time", n)
 	}
@@ -258,7 +258,9 @@ func TestBufferLimitMakesPublishersWait(t *testing.T) {
 	c := tg.connect(t)
 	s, topic := tg.topic(t, c, 1)
 	p := newPublisher(t, c, s, topic, WithBufferBytes(1000))
-	srv.DelayNext(iggytest.CmdSendMessages, 1, 2*time.Second)
+	// The broker holds the first send until the second Enqueue gave up, so
+	// the buffer is full all along whatever the machine's speed.
+	held := holdFirstSend(t, srv, 0, iggytest.Pass)
 	env, _ := eventEncoder{}.Envelope(event{Key: "k", Body: strings.Repeat("x", 900)})
 	if err := p.Enqueue(context.Background(), env, nil); err != nil {
 		t.Fatal(err)
@@ -268,6 +270,7 @@ func TestBufferLimitMakesPublishersWait(t *testing.T) {
 	if err := p.Enqueue(ctx, env, nil); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "buffer") {
 		t.Fatalf("got %v, want a wait for buffer room ending in DeadlineExceeded", err)
 	}
+	held.release()
 	if err := p.Enqueue(ctxT(t, 5*time.Second), env, nil); err != nil {
 		t.Fatalf("after the first was delivered: %v", err)
 	}
@@ -323,7 +326,7 @@ func TestManyGoroutinesPublishingOneKeyEachKeepOrder(t *testing.T) {
 	}
 	wg.Wait()
 	src, _ := NewSource(c, s, topic)
-	consumeAll(t, src, 4, goroutines*each).check(t, goroutines, goroutines*each)
+	consumeAll(t, src, 4, goroutines*each).check(t, src, goroutines, goroutines*each)
 }
 
 func TestFindRunMatchesWholeBatchesOnly(t *testing.T) {

@@ -11,6 +11,70 @@ import (
 	"github.com/strand-io/strand/stream/connector"
 )
 
+// heldSend is the broker holding the first message send of a test
+// (holdFirstSend): a request that is at the broker and not answered yet.
+type heldSend struct {
+	reached  chan struct{} // closed when the held request is at the broker
+	released chan struct{} // closed when its hold ends
+	once     sync.Once
+	mu       sync.Mutex
+	at       time.Time // when the hold ended
+}
+
+// release ends the hold (the broker then handles the request); only for
+// a hold without a duration. Safe to call more than once, also from a
+// control function.
+func (h *heldSend) release() {
+	h.once.Do(func() {
+		h.mu.Lock()
+		h.at = time.Now()
+		h.mu.Unlock()
+		close(h.released)
+	})
+}
+
+// releasedAt is when the hold ended; zero while it lasts.
+func (h *heldSend) releasedAt() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.at
+}
+
+// holdFirstSend makes the broker hold the first SendMessages request it
+// gets, then handle it as action says (Pass: applied and answered late;
+// Drop: its connection dropped); every other request goes through at once.
+// The hold lasts d, or with d == 0 until release is called (at the latest
+// when the test ends).
+func holdFirstSend(t *testing.T, srv *iggytest.Server, d time.Duration, action iggytest.Action) *heldSend {
+	t.Helper()
+	h := &heldSend{reached: make(chan struct{}), released: make(chan struct{})}
+	var first sync.Once
+	remove := srv.Control(func(r *iggytest.Request) iggytest.Reply {
+		if r.Command != iggytest.CmdSendMessages {
+			return iggytest.Reply{}
+		}
+		held := false
+		first.Do(func() { held = true; close(h.reached) })
+		switch {
+		case !held:
+			return iggytest.Reply{}
+		case d > 0:
+			time.AfterFunc(d, h.release) // the broker applies it as the delay ends
+			return iggytest.Reply{Delay: d, Action: action}
+		default:
+			<-h.released
+			return iggytest.Reply{Action: action}
+		}
+	})
+	t.Cleanup(func() { h.release(); remove() })
+	return h
+}
+
+// letter is the message the settle tests send: a dead letter with an id.
+func letter() []connector.Message {
+	return []connector.Message{{Key: []byte("k"), ID: MessageID([]byte("dlq"), []byte("1")), Payload: []byte("letter")}}
+}
+
 // TestSentWaitsForTheSendInFlight is the graceful stop of issue 24: a
 // dead letter's Send gets no reply in time (the broker holds the request),
 // the caller's context ends, and the caller asks Sent before sending the
@@ -35,25 +99,14 @@ func TestSentWaitsForTheSendInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sink.Close(ctxT(t, 10*time.Second))
-			held := make(chan struct{})
-			var once sync.Once
-			remove := srv.Control(func(r *iggytest.Request) iggytest.Reply {
-				if r.Command != iggytest.CmdSendMessages {
-					return iggytest.Reply{}
-				}
-				first := false
-				once.Do(func() { first = true; close(held) })
-				if first {
-					return iggytest.Reply{Delay: 700 * time.Millisecond, Action: tc.action}
-				}
-				return iggytest.Reply{}
-			})
-			defer remove()
-			msg := []connector.Message{{Key: []byte("k"), ID: MessageID([]byte("dlq"), []byte("1")), Payload: []byte("letter")}}
+			// A hold of a fixed length: Sent must not end it, and a Sent that
+			// did not wait would answer within it.
+			held := holdFirstSend(t, srv, 700*time.Millisecond, tc.action)
+			msg := letter()
 			ctx, cancel := context.WithCancel(context.Background())
 			sent := make(chan error, 1)
 			go func() { sent <- sink.Send(ctx, msg) }()
-			<-held // the request is at the broker, unanswered
+			<-held.reached // the request is at the broker, unanswered
 			cancel()
 			if err := <-sent; err == nil {
 				t.Fatal("Send returned nil although the broker had not answered")
@@ -84,25 +137,12 @@ func TestGracefulStopDoesNotResendAHeldDeadLetter(t *testing.T) {
 	srv := tg.faults(t)
 	r := newDLQRig(t, tg, tg.connect(t))
 	r.publish(40) // 3 poison events
-	held := make(chan struct{})
-	var once sync.Once
-	remove := srv.Control(func(req *iggytest.Request) iggytest.Reply {
-		if req.Command != iggytest.CmdSendMessages {
-			return iggytest.Reply{}
-		}
-		first := false
-		once.Do(func() { first = true; close(held) })
-		if first {
-			return iggytest.Reply{Delay: 1500 * time.Millisecond}
-		}
-		return iggytest.Reply{}
-	})
-	defer remove()
+	held := holdFirstSend(t, srv, 1500*time.Millisecond, iggytest.Pass)
 	db := r.open()
 	defer db.Close()
 	err := r.run(db, pipeline.Hooks{}, func(*pipeline.Processor) bool {
 		select {
-		case <-held: // a dead letter's send is at the broker, unanswered: stop
+		case <-held.reached: // a dead letter's send is at the broker, unanswered: stop
 			return true
 		default:
 			return false

@@ -77,7 +77,7 @@ func TestPollWaitsForNewEventsAndStopsOnCancelOrClose(t *testing.T) {
 	}
 
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // pacing: let Poll wait first (it passes either way)
 		p, err := NewPublisher(context.Background(), c, s, topic)
 		if err != nil {
 			return
@@ -91,7 +91,7 @@ func TestPollWaitsForNewEventsAndStopsOnCancelOrClose(t *testing.T) {
 	}
 
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // pacing: let Poll wait first (it passes either way)
 		r.Close()
 	}()
 	if _, err := r.Poll(ctxT(t, 10*time.Second), 10); !errors.Is(err, ErrClosed) {

@@ -72,7 +72,7 @@ func TestStartOffsetsAfterExpiry(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("no segment of partition 0 expired after 30 s: StartOffsets = %v", starts)
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // polling for the expiry
 			}
 			if starts[0] >= 100 || starts[1] != 0 || starts[2] != 0 {
 				t.Fatalf("StartOffsets after expiry = %v; want [1..99 0 0]", starts)

@@ -44,7 +44,7 @@ func TestTLSEndToEndAgainstTheBrokersListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	consumeAll(t, src, parts, total).check(t, keys, total)
+	consumeAll(t, src, parts, total).check(t, src, keys, total)
 
 	// The IP address is in the certificate too.
 	c2, err := Connect(ctxT(t, 10*time.Second), srv.Addr(), tg.options(WithTLS(WithTLSCAFile(cert)))...)

@@ -335,19 +335,30 @@ func TestCountedControlsAreSafeUnderLoad(t *testing.T) {
 }
 
 // waitAccepting waits until the server at addr accepts connections again
-// after RefuseConnections: a refused connection is closed at once (EOF),
-// an accepted one waits for a request (the read times out).
+// after RefuseConnections: a refused connection is closed at once (EOF or
+// a reset), an accepted one answers a ping. (Waiting for a read to time
+// out instead took a refusing server that had not yet reached the
+// connection for an accepting one, on a loaded machine.) The deadlines are
+// hang guards.
 func waitAccepting(t *testing.T, addr string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		nc, err := net.Dial("tcp", addr)
 		must(t, err)
-		_ = nc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		_, err = nc.Read(make([]byte, 1))
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = nc.Write([]byte{4, 0, 0, 0, byte(CmdPing), 0, 0, 0})
+		var resp [8]byte
+		if err == nil {
+			_, err = io.ReadFull(nc, resp[:])
+		}
 		nc.Close()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if err == nil {
 			return
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a ping got no answer and no close within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling: the server refuses for a while
 	}
 	t.Fatal("the server still refuses connections after 10 s")
 }

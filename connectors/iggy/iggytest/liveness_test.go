@@ -81,7 +81,7 @@ func TestHeartbeatDropsSilentClientsFromGroups(t *testing.T) {
 func TestHeartbeatOffByDefault(t *testing.T) {
 	tg := embeddedTarget(t)
 	cli := tg.login(t)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // pacing: a window in which a heartbeat check would drop the client
 	_, err := cli.GetStreams()
 	must(t, err)
 }

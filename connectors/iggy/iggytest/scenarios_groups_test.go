@@ -209,7 +209,7 @@ func TestGroupRevocationCheckOff(t *testing.T) {
 	must(t, a.JoinConsumerGroup(sid, tid, gid))
 	pollPartition(t, a, sid, tid, gid, 1, false)
 	must(t, b.JoinConsumerGroup(sid, tid, gid))
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // pacing: a window in which a revocation check would run
 	wantMembers(t, "still pending", members(t, admin, sid, tid, gid), []uint32{0, 1}, nil)
 }
 

@@ -539,7 +539,7 @@ var userScenarios = []scenario{
 		if _, err := tg.connect(t).LoginWithPersonalAccessToken(raw); err != nil {
 			t.Fatalf("fresh token: %v", err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // past the token's expiry on the server's clock (a real server's too)
 		_, err := tg.connect(t).LoginWithPersonalAccessToken(raw)
 		// Expired until the server's token cleaner (every minute) deletes
 		// it; a fresh embedded broker has not run it yet.
