@@ -282,19 +282,8 @@ func BenchmarkAccounts(b *testing.B) {
 				d := newTaskDriver(b, topo, tdBatchSize(batch), tdPartitions(partitions),
 					tdStateOptions(state.WithDurability(durability)))
 				resetPeakRSS()
-				var elapsed, cpu time.Duration
-				for start := 0; start < n; start += chunk {
-					pipeBank(d, decls, ops[start:min(start+chunk, n)])
-					t0, c0 := time.Now(), cpuTime()
-					b.StartTimer()
-					d.Advance()
-					b.StopTimer()
-					elapsed += time.Since(t0)
-					cpu += cpuTime() - c0
-					d.DropCommitted()
-				}
-				b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+				m := driveChunks(b, d, n, chunk, func(from, to int) { pipeBank(d, decls, ops[from:to]) })
+				m.report(b, n)
 				b.ReportMetric(peakRSS(), "peak-RSS-MB")
 				checkBank(b, tab, ref)
 				d.Close()
@@ -315,18 +304,12 @@ func BenchmarkAccounts(b *testing.B) {
 				b.StopTimer()
 				nv := openNaive(b, b.TempDir(), codec == "binary")
 				resetPeakRSS()
-				var elapsed, cpu time.Duration
+				var m benchMeter
 				for start := 0; start < n; start += chunk {
 					recs := naiveRecords(ops[start:min(start+chunk, n)], codec == "binary")
-					t0, c0 := time.Now(), cpuTime()
-					b.StartTimer()
-					nv.process(b, recs, batch)
-					b.StopTimer()
-					elapsed += time.Since(t0)
-					cpu += cpuTime() - c0
+					m.time(b, func() { nv.process(b, recs, batch) })
 				}
-				b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+				m.report(b, n)
 				b.ReportMetric(peakRSS(), "peak-RSS-MB")
 				nv.close()
 				b.StartTimer()
@@ -423,6 +406,41 @@ func bankRecords(tb testing.TB, decls bankDecls, ops []bankOp, first uint64) []c
 		recs[i] = connector.Record{Offset: first + uint64(i), Headers: env.Headers, Payload: env.Payload}
 	}
 	return recs
+}
+
+// benchMeter adds up the wall and CPU time of a benchmark run's timed
+// parts, and reports them per event.
+type benchMeter struct{ elapsed, cpu time.Duration }
+
+// time runs f with the benchmark's timer on (it is off around it) and
+// adds its wall and CPU time.
+func (m *benchMeter) time(b *testing.B, f func()) {
+	t0, c0 := time.Now(), cpuTime()
+	b.StartTimer()
+	f()
+	b.StopTimer()
+	m.elapsed += time.Since(t0)
+	m.cpu += cpuTime() - c0
+}
+
+// report reports events/s and cpu-ns/event for n events.
+func (m *benchMeter) report(b *testing.B, n int) {
+	b.ReportMetric(float64(n)/m.elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(m.cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+}
+
+// driveChunks feeds n events to d chunk by chunk: pipe(from, to) pipes
+// events [from, to) (untimed), d.Advance processes them (timed), and the
+// committed records are dropped, as a broker's retention would, so that
+// memory reflects processing, not the test's copy of the log.
+func driveChunks(b *testing.B, d *taskDriver, n, chunk int, pipe func(from, to int)) benchMeter {
+	var m benchMeter
+	for start := 0; start < n; start += chunk {
+		pipe(start, min(start+chunk, n))
+		m.time(b, d.Advance)
+		d.DropCommitted()
+	}
+	return m
 }
 
 // cpuTime returns the process's user plus system CPU time so far.
@@ -571,13 +589,20 @@ func (nv *naive) process(b *testing.B, recs []naiveRecord, batch int) {
 				b.Fatal(err)
 			}
 		}
-		nv.offset += uint64(end - start)
-		if err := bt.Set(offsetKey, binary.BigEndian.AppendUint64(nil, nv.offset), nil); err != nil {
-			b.Fatal(err)
-		}
-		if err := bt.Commit(pebble.Sync); err != nil {
-			b.Fatal(err)
-		}
+		nv.commit(b, bt, offsetKey, end-start)
+	}
+}
+
+// commit writes to bt the offset after records more records, under
+// offsetKey, and commits bt synced: the end of each of the naive
+// consumers' batches.
+func (nv *naive) commit(b *testing.B, bt *pebble.Batch, offsetKey []byte, records int) {
+	nv.offset += uint64(records)
+	if err := bt.Set(offsetKey, binary.BigEndian.AppendUint64(nil, nv.offset), nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := bt.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
 	}
 }
 

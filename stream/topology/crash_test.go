@@ -19,7 +19,7 @@ import (
 // at random moments; each restart resumes from the committed checkpoints.
 // At the end the table must equal the sequential fold of the log (no event
 // applied twice, none lost) and every poison record must be dead-lettered
-// exactly once. 10 kills by default (the suite's 8 minutes: each kill takes
+// exactly once. 5 kills by default (the suite's 8 minutes: each kill takes
 // about 3 s under the race detector on a loaded 2-core machine);
 // STRAND_SOAK=1 makes it 200.
 
@@ -106,7 +106,7 @@ func TestCrashResumesExactly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
-	kills := crashtest.Kills(10, 200)
+	kills := crashtest.Kills(5, 200)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	run := func(i int, killAfter time.Duration) (finished bool) {

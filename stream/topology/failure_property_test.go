@@ -123,7 +123,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		nkeys := rapid.IntRange(1, 4).Draw(rt, "keys")
-		n := rapid.IntRange(0, 100).Draw(rt, "events")
+		n := rapid.IntRange(0, soakLen(50, 100)).Draw(rt, "events")
 		fl := &faults{transient: map[int]int{}, panics: map[int]bool{}, permanent: map[int]bool{},
 			seen: map[int]int{}, sinkFail: map[int]bool{}}
 		type entry struct {

@@ -131,7 +131,7 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		nkeys := rapid.IntRange(1, 5).Draw(rt, "keys")
-		n := rapid.IntRange(0, 70).Draw(rt, "messages")
+		n := rapid.IntRange(0, soakLen(35, 70)).Draw(rt, "messages")
 		fl := &flaky{failOn: map[int]bool{}, failed: map[int]bool{}}
 		type entry struct {
 			ty     int // index into pTypes; -1 for a bad message

@@ -450,7 +450,9 @@ func TestGroupFencesADeposedOwner(t *testing.T) {
 	// The old owner resumes, still sure it owns the partition.
 	old.thaw()
 	waitFor(t, func() bool { return za.Phase(0) == topology.NotOwned })
-	time.Sleep(500 * time.Millisecond) // what it would still send, it sends now
+	// Pacing, not a wait for a condition: the check below is that nothing
+	// more arrives, so the thawed owner gets time to send what it would.
+	time.Sleep(500 * time.Millisecond)
 	if got := dlqEnd(); got != uint64(poison) {
 		t.Errorf("dead-letter topic holds %d messages, want %d (one per poison record)", got, poison)
 		msgs, _ := cl.Tail(ctx, "z", "log.dlq", 0, 100)

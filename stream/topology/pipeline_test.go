@@ -186,7 +186,7 @@ func TestSubmitStopsAfterFailedCommit(t *testing.T) {
 // workload in random batches with sync commits, each batch executing while
 // the one before it commits, and is killed at random moments. After every
 // kill the store must hold exactly the fold of the events up to its
-// checkpoint; at the end, the fold of the whole log. 15 kills (100 with
+// checkpoint; at the end, the fold of the whole log. 8 kills (100 with
 // STRAND_SOAK=1).
 
 var submitCrashOps = map[bool]int{false: 200_000, true: 20_000}[raceEnabled]
@@ -247,7 +247,7 @@ func TestSubmitCrashResumesExactly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
-	kills := crashtest.Kills(15, 100)
+	kills := crashtest.Kills(8, 100)
 	ctx := context.Background()
 	dir := t.TempDir()
 	decls, ops := submitCrashWorkload()

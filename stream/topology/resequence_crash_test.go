@@ -26,7 +26,7 @@ import (
 // sequential model of the re-sequencer run over exactly the records below
 // the committed checkpoints: every table equals the fold of the records
 // let through in sequence order (none let through twice, none lost) and
-// the held rows are exactly the model's. 10 kills by default (each kill takes about
+// the held rows are exactly the model's. 5 kills by default (each kill takes about
 // 3 s under the race detector on a loaded 2-core machine: the default run
 // keeps the suite within 8 minutes); STRAND_SOAK=1 makes it
 // 200.
@@ -203,7 +203,7 @@ func TestReseqCrashHoldsAndTablesExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
-	kills := crashtest.Kills(10, 200)
+	kills := crashtest.Kills(5, 200)
 	dir := t.TempDir()
 	log := reseqCrashLog()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))

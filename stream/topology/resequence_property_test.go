@@ -108,7 +108,7 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 		for k := range nkeys {
 			key := fmt.Sprintf("k%d", k)
 			missing[key] = map[uint64]bool{}
-			n := rapid.IntRange(0, 40).Draw(rt, "len")
+			n := rapid.IntRange(0, soakLen(20, 40)).Draw(rt, "len")
 			var rs []rec
 			for s := uint64(1); s <= uint64(n); s++ {
 				id++

@@ -226,7 +226,7 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 			return failOf(e.Amount)
 		})
 
-		n := rapid.IntRange(1, 60).Draw(rt, "events")
+		n := rapid.IntRange(1, soakLen(30, 60)).Draw(rt, "events")
 		nkeys := rapid.IntRange(1, 3).Draw(rt, "keys")
 		type entry struct {
 			plain bool

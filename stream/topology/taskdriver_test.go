@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/strand-io/strand/internal/executor"
@@ -13,16 +12,20 @@ import (
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
+	"github.com/strand-io/strand/stream/connector/memconn"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
+	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-// taskDriver runs a topology without a broker, for tests: in the spirit of Kafka
-// Streams' TopologyTestDriver and Goka's tester. Events piped in are kept in
-// an in-memory log per source partition; Step processes them through the
-// very executor.Task a processor runtime uses, on a real Pebble store in a
-// temporary directory, so tables, checkpoints, parked events and dead
-// letters behave exactly as in production.
+// taskDriver runs a topology without a broker and without an App, at the
+// level of the engine, for tests of the executor (exec_test.go: Results,
+// Task, DB) and the benchmarks. Events piped in are kept in the one
+// in-memory connector (memconn, one topic per source, as topologytest's
+// Driver keeps them); Step processes them through the very executor.Task a
+// processor runtime uses, on a real Pebble store in a temporary directory,
+// so tables, checkpoints, parked events and dead letters behave exactly as
+// in production. The topology-level driver is topologytest.Driver.
 //
 //	d := newTaskDriver(t, topo)
 //	tdPipe(d, Deposits, Deposited{Account: 42, Amount: 100})
@@ -36,7 +39,7 @@ import (
 // A taskDriver is not safe for concurrent use. Keys still run concurrently
 // inside each Step, as in production.
 type taskDriver struct {
-	tb         TB
+	tb         topologytest.TB
 	built      *topology.Program
 	prog       *executor.Program
 	dir        string
@@ -46,24 +49,11 @@ type taskDriver struct {
 	taskOpts   []executor.TaskOption
 	now        time.Time
 
-	logs    map[string][]*partitionLog // source → partition → records
+	logs    *memconn.Broker // a topic per source, stamped by the driver's clock
 	db      *state.DB
 	tasks   map[string][]*executor.Task // source → partition → task
 	results []executor.Result
 }
-
-// TB is the part of testing.TB the driver uses: any *testing.T or
-// *testing.B, or a small adapter outside tests (an Example, a child
-// process of a crash test).
-type TB interface {
-	Helper()
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	Cleanup(func())
-	TempDir() string
-}
-
-var _ TB = testing.TB(nil)
 
 // tdOption configures NewDriver.
 type tdOption func(*taskDriver)
@@ -101,7 +91,7 @@ func tdTaskOptions(opts ...executor.TaskOption) tdOption {
 // NewDriver builds topo (failing tb if Build refuses it), opens its store
 // and makes one task per source partition. The driver closes itself when
 // the test ends.
-func newTaskDriver(tb TB, topo *topology.Topology, opts ...tdOption) *taskDriver {
+func newTaskDriver(tb topologytest.TB, topo *topology.Topology, opts ...tdOption) *taskDriver {
 	tb.Helper()
 	built, err := topo.Build()
 	if err != nil {
@@ -111,7 +101,6 @@ func newTaskDriver(tb TB, topo *topology.Topology, opts ...tdOption) *taskDriver
 		tb: tb, prog: topology.EngineProgram(built), built: built, partitions: 1,
 		batchSize: func() int { return 100 },
 		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		logs:      map[string][]*partitionLog{},
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -122,9 +111,14 @@ func newTaskDriver(tb TB, topo *topology.Topology, opts ...tdOption) *taskDriver
 		d.dir = tb.TempDir()
 	}
 	topology.SetTablePartitions(built, d.partitions)
+	logs, err := memconn.New(memconn.WithClock(func() time.Time { return d.now }))
+	if err != nil {
+		tb.Fatalf("topology.taskDriver: %v", err)
+	}
+	d.logs = logs
 	for _, s := range d.prog.Sources() {
-		for range d.partitions {
-			d.logs[s] = append(d.logs[s], &partitionLog{})
+		if _, err := logs.CreateTopic(s, d.partitions); err != nil {
+			tb.Fatalf("topology.taskDriver: %v", err)
 		}
 	}
 	d.open()
@@ -219,18 +213,47 @@ func tdPipeTo[K, E any](d *taskDriver, source string, decl *stream.Event[K, E], 
 // driver assigns the offset, which it returns, and a timestamp.
 func (d *taskDriver) PipeRecord(source string, r connector.Record) uint64 {
 	d.tb.Helper()
-	parts, ok := d.logs[source]
-	if !ok {
+	l := d.logs.Topic(source)
+	if l == nil {
 		d.tb.Fatalf("topology.taskDriver: no source %q", source)
 	}
 	if r.Partition >= d.partitions {
 		d.tb.Fatalf("topology.taskDriver: source %q has no partition %d", source, r.Partition)
 	}
-	l := parts[r.Partition]
-	r.Offset = l.end()
 	r.Timestamp = uint64(d.now.UnixMicro())
-	l.recs = append(l.recs, r)
-	return r.Offset
+	off, err := l.Append(r.Partition, r)
+	if err != nil {
+		d.tb.Fatalf("topology.taskDriver: %v", err)
+	}
+	return off
+}
+
+// bounds returns the offsets of the first record of a source partition
+// that DropCommitted kept and of the record after its last.
+func (d *taskDriver) bounds(source string, p uint32) (start, end uint64) {
+	l := d.logs.Topic(source)
+	starts, err := l.StartOffsets(context.Background())
+	if err != nil {
+		d.tb.Fatalf("topology.taskDriver: %v", err)
+	}
+	n, _ := l.Len(p)
+	return starts[p], uint64(n)
+}
+
+// read returns up to n records of a source partition from offset from on.
+func (d *taskDriver) read(source string, p uint32, from uint64, n int) []connector.Record {
+	d.tb.Helper()
+	ctx := context.Background()
+	rd, err := d.logs.Topic(source).Open(ctx, p, from)
+	if err != nil {
+		d.tb.Fatalf("topology.taskDriver: %v", err)
+	}
+	defer rd.Close()
+	recs, err := rd.Poll(ctx, n) // records are there: the poll does not wait
+	if err != nil {
+		d.tb.Fatalf("topology.taskDriver: %v", err)
+	}
+	return recs
 }
 
 // Step gives every partition of every source with unprocessed records, or
@@ -255,13 +278,11 @@ func (d *taskDriver) Step() bool {
 	var jobs []*job
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
-			l := d.logs[s][p]
-			next := max(task.Next(), l.base)
+			start, end := d.bounds(s, uint32(p))
+			next := max(task.Next(), start)
 			j := &job{source: s, partition: p, task: task}
-			if next < l.end() {
-				n := max(d.batchSize(), 1)
-				end := min(next+uint64(n), l.end())
-				j.records = cloneRecords(l.recs[next-l.base : end-l.base])
+			if next < end {
+				j.records = d.read(s, uint32(p), next, max(d.batchSize(), 1))
 			} else if at, ok := task.NextRetry(); !ok || at.After(d.now) {
 				continue
 			}
@@ -297,35 +318,16 @@ func (d *taskDriver) Step() bool {
 	return progress
 }
 
-// partitionLog is the in-memory log of one source partition; records
-// below base were dropped by DropCommitted.
-type partitionLog struct {
-	base uint64
-	recs []connector.Record
-}
-
-func (l *partitionLog) end() uint64 { return l.base + uint64(len(l.recs)) }
-
 // DropCommitted forgets the piped records that every partition's task has
-// committed, like a broker's retention, so that long runs (benchmarks,
-// soaks) keep bounded memory. Offsets are unchanged.
+// committed, like a broker's retention (memconn's Trim), so that long runs
+// (benchmarks, soaks) keep bounded memory. Offsets are unchanged.
 func (d *taskDriver) DropCommitted() {
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
-			l := d.logs[s][p]
-			next := min(task.Next(), l.end())
-			if next <= l.base {
-				continue
-			}
-			l.recs = slices.Clone(l.recs[next-l.base:])
-			l.base = next
+			d.logs.Topic(s).Trim(uint32(p), task.Next())
 		}
 	}
 }
-
-// cloneRecords copies the record structs (not their bytes) so that a task
-// never sees the log's backing array.
-func cloneRecords(rs []connector.Record) []connector.Record { return slices.Clone(rs) }
 
 // Advance steps until every piped record is processed and no parked key is
 // due at the driver's current time. It does not move the clock: keys parked
@@ -349,8 +351,8 @@ func (d *taskDriver) Lag() int {
 	lag := 0
 	for _, s := range d.prog.Sources() {
 		for p, task := range d.tasks[s] {
-			if n := d.logs[s][p].end(); n > task.Next() {
-				lag += int(n - max(task.Next(), d.logs[s][p].base))
+			if start, end := d.bounds(s, uint32(p)); end > task.Next() {
+				lag += int(end - max(task.Next(), start))
 			}
 		}
 	}

@@ -73,20 +73,8 @@ func BenchmarkWindowedDeposits(b *testing.B) {
 				topology.EventTimeOf(func(e wDeposit) time.Time { return time.Unix(0, e.At) }),
 				func(sum *int64, e wDeposit) error { *sum += e.Amount; return nil })
 			d := newTaskDriver(b, t, tdBatchSize(batch), tdStateOptions(state.WithDurability(state.Sync)))
-			var elapsed, cpu time.Duration
-			const chunk = 50_000
-			for start := 0; start < n; start += chunk {
-				tdPipe(d, decl, evs[start:min(start+chunk, n)]...)
-				t0, c0 := time.Now(), cpuTime()
-				b.StartTimer()
-				d.Advance()
-				b.StopTimer()
-				elapsed += time.Since(t0)
-				cpu += cpuTime() - c0
-				d.DropCommitted()
-			}
-			b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+			m := driveChunks(b, d, n, 50_000, func(from, to int) { tdPipe(d, decl, evs[from:to]...) })
+			m.report(b, n)
 			got := map[wKey]int64{}
 			err := w.Scan(b.Context(), func(k uint64, ws []topology.WindowResult[int64]) bool {
 				for _, r := range ws {
@@ -111,13 +99,9 @@ func BenchmarkWindowedDeposits(b *testing.B) {
 				recs[i], _ = codec.Append(nil, e)
 			}
 			nv := openNaive(b, b.TempDir(), false)
-			t0, c0 := time.Now(), cpuTime()
-			b.StartTimer()
-			naiveWindows(b, nv, recs, batch, size)
-			b.StopTimer()
-			elapsed, cpu := time.Since(t0), cpuTime()-c0
-			b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+			var m benchMeter
+			m.time(b, func() { naiveWindows(b, nv, recs, batch, size) })
+			m.report(b, n)
 			got := map[wKey]int64{}
 			it, err := nv.db.NewIter(&pebble.IterOptions{LowerBound: []byte("w"), UpperBound: []byte("x")})
 			if err != nil {
@@ -167,13 +151,7 @@ func naiveWindows(b *testing.B, nv *naive, recs [][]byte, batch int, size time.D
 				b.Fatal(err)
 			}
 		}
-		nv.offset += uint64(end - start)
-		if err := bt.Set(offsetKey, binary.BigEndian.AppendUint64(nil, nv.offset), nil); err != nil {
-			b.Fatal(err)
-		}
-		if err := bt.Commit(pebble.Sync); err != nil {
-			b.Fatal(err)
-		}
+		nv.commit(b, bt, offsetKey, end-start)
 	}
 }
 

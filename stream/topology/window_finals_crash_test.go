@@ -2,7 +2,6 @@ package topology_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
-	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
@@ -50,25 +48,7 @@ func finalsCrashLog() []wEv {
 
 // finalsWant is the reference: each key's windows below the future ones.
 func finalsWant() (map[string]map[int64]wAgg, int) {
-	want := map[string]map[int64]wAgg{}
-	n := 0
-	for _, e := range finalsCrashLog() {
-		if e.At >= finalsFuture {
-			continue
-		}
-		if want[e.K] == nil {
-			want[e.K] = map[int64]wAgg{}
-		}
-		s := e.At / 30 * 30
-		a, ok := want[e.K][s]
-		if !ok {
-			n++
-		}
-		a.Sum += e.N
-		a.Count++
-		want[e.K][s] = a
-	}
-	return want, n
+	return windowReference(finalsCrashLog(), finalsFuture)
 }
 
 func finalsTopology() (*topology.Topology, *topology.WindowTable[string, wAgg]) {
@@ -156,36 +136,12 @@ func TestWindowFinalsOnceAcrossKills(t *testing.T) {
 		t.Skip("crash test in -short mode")
 	}
 	kills := crashtest.Kills(3, 50)
-	ctx := context.Background()
-	srv, err := iggytest.NewServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	cl, err := iggy.Connect(ctx, srv.Addr(), iggy.WithCredentials("iggy", "iggy"), iggy.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	const parts = 2
-	for _, topic := range []string{"events", "finals"} {
-		if err := cl.EnsureTopic(ctx, "w", topic, parts); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pub, err := iggy.NewPublisher(ctx, cl, "w", "events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := iggy.PublishBatch(ctx, pub, wEvents, finalsCrashLog()); err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	addr, cl, pub := windowBroker(t, parts)
+	publishWindows(t, pub, finalsCrashLog())
 	dir := t.TempDir()
 	run := func(i int, killAfter time.Duration, env ...string) (finished bool) {
-		env = append(env, "STRAND_FINALS_BROKER="+srv.Addr(), "STRAND_FINALS_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
+		env = append(env, "STRAND_FINALS_BROKER="+addr, "STRAND_FINALS_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
 		return crashtest.Run(t, crashtest.Spec{Role: "window-finals-crash", Test: "TestWindowFinalsCrashChild", Ready: crashReady,
 			Env: env}, killAfter).Finished
 	}
@@ -202,31 +158,5 @@ func TestWindowFinalsOnceAcrossKills(t *testing.T) {
 	t.Logf("%d runs, %d finished before their kill", kills, finished)
 
 	want, nWindows := finalsWant()
-	got := map[[2]any]int{}
-	for p := range uint32(parts) {
-		ms, err := cl.Read(ctx, "w", "finals", p, 0, 10*nWindows)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			var f wFinal
-			if err := json.Unmarshal(m.Payload, &f); err != nil {
-				t.Fatalf("final result %q: %v", m.Payload, err)
-			}
-			got[[2]any{f.K, f.Start}]++
-			if w, ok := want[f.K][f.Start]; !ok || f.Sum != w.Sum || f.Count != w.Count || f.End != f.Start+30 {
-				t.Errorf("final result %+v; want %+v for [%d, %d)", f, w, f.Start, f.Start+30)
-			}
-		}
-	}
-	for k, ws := range want {
-		for s := range ws {
-			if n := got[[2]any{k, s}]; n != 1 {
-				t.Errorf("%s window at %ds: final result published %d times, want once", k, s, n)
-			}
-		}
-	}
-	if len(got) != nWindows {
-		t.Errorf("%d distinct final results, want %d", len(got), nWindows)
-	}
+	checkFinalsOnce(t, cl, parts, want, nWindows)
 }

@@ -13,18 +13,24 @@ import (
 	"github.com/strand-io/strand/stream/topology/queryserver"
 )
 
-// TestGroupViewBuiltIn: the query server of an instance of a group answers
-// GET /group with its member, its partitions (phase, epoch, restore
-// progress) and the group's members; the listener is made before Open, so
-// the announced query address is the one the server serves on. Outside a
-// group, GET /group is a 404 that says so.
-func TestGroupViewBuiltIn(t *testing.T) {
-	cl, _ := brokerWith(t, 4, []Deposit{{Account: 1, Amount: 5}, {Account: 2, Amount: 7}})
-	ln := listen(t) // the address is known before Open
+// groupInstance is one App of the bank group with its query server.
+type groupInstance struct {
+	app  *topology.App
+	addr string
+	stop context.CancelFunc // stops the query server
+}
+
+// startGroupInstance opens and runs an App of the bank group as instance
+// id, with opts, and serves its balances on a query server whose address
+// the App announces (the listener is made before Open). Both stop when the
+// test ends.
+func startGroupInstance(t *testing.T, cl *iggy.Client, id string, opts ...topology.OpenOption) *groupInstance {
+	t.Helper()
+	ln := listen(t)
 	topo, bal := bank(nil)
 	app, err := topology.Open(context.Background(), topo, cl, t.TempDir(),
-		topology.WithGroup(cl.Group("bank", iggy.WithSessionTimeout(2*time.Second), iggy.WithInstanceID("view-1"))),
-		topology.WithQueryAddr(ln.Addr().String()))
+		append([]topology.OpenOption{topology.WithGroup(cl.Group("bank", iggy.WithSessionTimeout(2*time.Second), iggy.WithInstanceID(id))),
+			topology.WithQueryAddr(ln.Addr().String())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,25 +42,51 @@ func TestGroupViewBuiltIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Close() })
-	serve(t, srv, ln)
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		_ = srv.Close()
+	})
+	return &groupInstance{app: app, addr: ln.Addr().String(), stop: stop}
+}
+
+// getGroupView answers GET /group of the query server at addr, failing the
+// test unless it is a 200 with a group view.
+func getGroupView(t *testing.T, addr string) queryserver.GroupView {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/group")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /group: %s", resp.Status)
+	}
+	var v queryserver.GroupView
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestGroupViewBuiltIn: the query server of an instance of a group answers
+// GET /group with its member, its partitions (phase, epoch, restore
+// progress) and the group's members; the listener is made before Open, so
+// the announced query address is the one the server serves on. Outside a
+// group, GET /group is a 404 that says so.
+func TestGroupViewBuiltIn(t *testing.T) {
+	cl, _ := brokerWith(t, 4, []Deposit{{Account: 1, Amount: 5}, {Account: 2, Amount: 7}})
+	in := startGroupInstance(t, cl, "view-1")
 
 	deadline := time.Now().Add(30 * time.Second)
 	var v queryserver.GroupView
 	for {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/group")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /group: %s", resp.Status)
-		}
-		v = queryserver.GroupView{}
-		err = json.NewDecoder(resp.Body).Decode(&v)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		v = getGroupView(t, in.addr)
 		serving := 0
 		for _, p := range v.Partitions {
 			if p.Phase == topology.Serving.String() && p.Restore.Done {
@@ -67,11 +99,11 @@ func TestGroupViewBuiltIn(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the group view never showed 4 restored, serving partitions: %+v", v)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling pace
 	}
 	m := v.Members[0]
-	if m.ID != v.Member || m.Addr != ln.Addr().String() || len(m.Partitions) != 4 {
-		t.Fatalf("member %+v (self %d, query address %s)", m, v.Member, ln.Addr())
+	if m.ID != v.Member || m.Addr != in.addr || len(m.Partitions) != 4 {
+		t.Fatalf("member %+v (self %d, query address %s)", m, v.Member, in.addr)
 	}
 	for i, p := range v.Partitions {
 		if p.Epoch == 0 || p.Epoch != m.Partitions[i].Epoch {

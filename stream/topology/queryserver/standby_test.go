@@ -6,60 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/queryserver"
 )
-
-// groupInstance is one App of the bank group with its query server.
-type groupInstance struct {
-	app  *topology.App
-	addr string
-	stop context.CancelFunc // stops the query server
-}
-
-func startGroupInstance(t *testing.T, cl *iggy.Client, id string) *groupInstance {
-	t.Helper()
-	ln := listen(t)
-	topo, bal := bank(nil)
-	app, err := topology.Open(context.Background(), topo, cl, t.TempDir(),
-		topology.WithGroup(cl.Group("bank", iggy.WithSessionTimeout(2*time.Second), iggy.WithInstanceID(id))),
-		topology.WithQueryAddr(ln.Addr().String()), topology.WithStandbys(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = app.Run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait(); _ = app.Close() })
-	srv, err := queryserver.New(app, queryserver.WithTable(bal))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(sctx, ln) }()
-	t.Cleanup(func() { stop(); <-done; _ = srv.Close() })
-	return &groupInstance{app: app, addr: ln.Addr().String(), stop: stop}
-}
-
-func getGroupView(t *testing.T, addr string) queryserver.GroupView {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/group")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var v queryserver.GroupView
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
 
 // TestStaleReadsFromAStandby: with standbys, GET /group shows each
 // instance's standby copies and how current they are; a get whose owner
@@ -72,9 +24,9 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 		events = append(events, Deposit{Account: AccountID(i % 20), Amount: int64(i)})
 	}
 	cl, ref := brokerWith(t, 4, events)
-	a := startGroupInstance(t, cl, "stale-a")
-	b := startGroupInstance(t, cl, "stale-b")
-	c := startGroupInstance(t, cl, "stale-c")
+	a := startGroupInstance(t, cl, "stale-a", topology.WithStandbys(1))
+	b := startGroupInstance(t, cl, "stale-b", topology.WithStandbys(1))
+	c := startGroupInstance(t, cl, "stale-c", topology.WithStandbys(1))
 	all := []*groupInstance{a, b, c}
 
 	// Every partition is served, and has a current standby copy on an
