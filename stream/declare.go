@@ -64,6 +64,50 @@ func DeclareFunc[K, E any](tag planner.Tag, key func(E) K, opts ...Option) *Even
 
 func declare[K, E any](tag planner.Tag, key func(E) K, opts []Option) *Event[K, E] {
 	d := &Event[K, E]{tag: tag, name: reflect.TypeFor[E]().String(), key: key, fence: planner.Relaxed}
+	o := collectOptions(opts)
+	c := declCheck{keyNil: key == nil}
+	// The type-dependent steps only: each option's type assertion. The
+	// checks and the error messages are declCheck's, compiled once.
+	if o.fenceBy != nil {
+		fn, ok := o.fenceBy.(func(E) planner.Ordering)
+		c.fenceBy = assertResult(ok, fn == nil)
+		d.fenceBy = fn
+	}
+	if o.seq != nil {
+		fn, ok := o.seq.(func(E) uint64)
+		c.seq = assertResult(ok, fn == nil)
+		d.seq = fn
+	}
+	if o.reduce != nil {
+		a, ok := o.reduce.(algebra.Algebra[E])
+		c.reduce = assertResult(ok, false)
+		d.alg = a
+	}
+	if o.payload != nil {
+		pc, ok := o.payload.(Codec[E])
+		c.payload = assertResult(ok, false)
+		d.payload = pc
+	} else {
+		d.payload = JSON[E]()
+	}
+	if o.keys != nil {
+		kc, ok := o.keys.(Codec[K])
+		c.keys = assertResult(ok, false)
+		d.keys = kc
+	} else {
+		kc, err := DefaultKeyCodec[K]()
+		c.keyErr = err
+		d.keys = kc
+	}
+	if o.fenceSet {
+		d.fence = o.fence
+	}
+	d.err = c.finish(tag, d.name, &o, reflect.TypeFor[K])
+	return d
+}
+
+// collectOptions applies opts to fresh declOptions, recording a nil one.
+func collectOptions(opts []Option) declOptions {
 	var o declOptions
 	for _, opt := range opts {
 		if opt == nil {
@@ -72,73 +116,77 @@ func declare[K, E any](tag planner.Tag, key func(E) K, opts []Option) *Event[K, 
 		}
 		opt.apply(&o)
 	}
+	return o
+}
+
+// assertion is the outcome of an option's type assertion in declare.
+type assertion uint8
+
+const (
+	assertOK assertion = iota
+	assertWrongType
+	assertNilFunc
+)
+
+func assertResult(ok, isNil bool) assertion {
+	switch {
+	case !ok:
+		return assertWrongType
+	case isNil:
+		return assertNilFunc
+	}
+	return assertOK
+}
+
+// declCheck is what declare learnt with the declaration's types; finish
+// turns it into the declaration's error without them, so that the checks
+// and their messages are compiled once rather than for every event type.
+type declCheck struct {
+	keyNil                              bool
+	fenceBy, seq, reduce, payload, keys assertion
+	keyErr                              error // DefaultKeyCodec's
+}
+
+// finish returns the declaration's error (wrapping ErrBadDeclaration), or
+// nil. keyType is only called for a message.
+func (c *declCheck) finish(tag planner.Tag, name string, o *declOptions, keyType func() reflect.Type) error {
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	errs = append(errs, o.errs...)
-	if key == nil {
+	if c.keyNil {
 		fail("key function is nil")
 	}
-	if o.fenceSet {
-		d.fence = o.fence
-	}
-	if o.fenceBy != nil {
-		fn, ok := o.fenceBy.(func(E) planner.Ordering)
-		switch {
-		case !ok:
-			fail("stream.WithFenceBy takes %T, want func(%s) planner.Ordering", o.fenceBy, d.name)
-		case fn == nil:
-			fail("stream.WithFenceBy function is nil")
-		default:
-			d.fenceBy = fn
-		}
+	switch c.fenceBy {
+	case assertWrongType:
+		fail("stream.WithFenceBy takes %T, want func(%s) planner.Ordering", o.fenceBy, name)
+	case assertNilFunc:
+		fail("stream.WithFenceBy function is nil")
 	}
 	if o.fenceSet && o.fenceBy != nil {
 		fail("both stream.WithFence and stream.WithFenceBy given; choose one")
 	}
-	if o.seq != nil {
-		fn, ok := o.seq.(func(E) uint64)
-		switch {
-		case !ok:
-			fail("stream.WithSequence takes %T, want func(%s) uint64", o.seq, d.name)
-		case fn == nil:
-			fail("stream.WithSequence function is nil")
-		default:
-			d.seq = fn
-		}
+	switch c.seq {
+	case assertWrongType:
+		fail("stream.WithSequence takes %T, want func(%s) uint64", o.seq, name)
+	case assertNilFunc:
+		fail("stream.WithSequence function is nil")
 	}
-	if o.reduce != nil {
-		a, ok := o.reduce.(algebra.Algebra[E])
-		if !ok {
-			fail("stream.WithReduce takes %T, want algebra.Algebra[%s]", o.reduce, d.name)
-		}
-		d.alg = a
+	if c.reduce == assertWrongType {
+		fail("stream.WithReduce takes %T, want algebra.Algebra[%s]", o.reduce, name)
 	}
-	if o.payload != nil {
-		c, ok := o.payload.(Codec[E])
-		if !ok {
-			fail("stream.WithPayload takes a codec of type %T, which does not encode %s", o.payload, d.name)
-		}
-		d.payload = c
-	} else {
-		d.payload = JSON[E]()
+	if c.payload == assertWrongType {
+		fail("stream.WithPayload takes a codec of type %T, which does not encode %s", o.payload, name)
 	}
-	if o.keys != nil {
-		c, ok := o.keys.(Codec[K])
-		if !ok {
-			fail("stream.WithKeyCodec takes a codec of type %T, which does not encode key type %s", o.keys, reflect.TypeFor[K]())
-		}
-		d.keys = c
-	} else {
-		c, err := DefaultKeyCodec[K]()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		d.keys = c
+	if c.keys == assertWrongType {
+		fail("stream.WithKeyCodec takes a codec of type %T, which does not encode key type %s", o.keys, keyType())
+	}
+	if c.keyErr != nil {
+		errs = append(errs, c.keyErr)
 	}
 	if len(errs) > 0 {
-		d.err = fmt.Errorf("%w: type tag %d (%s): %w", ErrBadDeclaration, tag, d.name, errors.Join(errs...))
+		return fmt.Errorf("%w: type tag %d (%s): %w", ErrBadDeclaration, tag, name, errors.Join(errs...))
 	}
-	return d
+	return nil
 }
 
 // Option configures an event declaration. Options are checked against the
@@ -319,12 +367,12 @@ func (d *Event[K, E]) Decode(payload []byte) (e E, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			var zero E
-			e, err = zero, fmt.Errorf("type tag %d (%s): %w: codec panicked: %v", d.tag, d.name, ErrCodec, p)
+			e, err = zero, codecPanicErr(d.tag, d.name, p)
 		}
 	}()
 	e, err = d.payload.Decode(payload)
 	if err != nil {
-		return e, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
+		return e, envelopeErr(d.tag, d.name, "", err)
 	}
 	return e, nil
 }
@@ -353,23 +401,35 @@ func (d *Event[K, E]) AppendEnvelope(buf []byte, e E) (Envelope, []byte, error) 
 	}
 	key, grown, err := appendEncoded(buf, d.keys, d.key(e))
 	if err != nil {
-		return Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode key: %w", d.tag, d.name, err)
+		return Envelope{}, buf, envelopeErr(d.tag, d.name, "encode key", err)
 	}
 	h := connector.Headers{Key: key, Tag: d.tag, Ordering: d.Ordering(e), Algebra: d.alg.Kind()}
 	if err := h.Validate(); err != nil {
-		return Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w", d.tag, d.name, err)
+		return Envelope{}, buf, envelopeErr(d.tag, d.name, "", err)
 	}
 	if d.seq != nil {
-		h.Seq, h.HasSeq = d.seq(e), true
-		if h.Seq == 0 {
-			return Envelope{}, buf, fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", d.tag, d.name, ErrBadSequence)
+		if h.Seq, h.HasSeq = d.seq(e), true; h.Seq == 0 {
+			return Envelope{}, buf, seqZeroErr(d.tag, d.name)
 		}
 	}
 	payload, grown, err := appendEncoded(grown, d.payload, e)
 	if err != nil {
-		return Envelope{}, buf, fmt.Errorf("type tag %d (%s): encode payload: %w", d.tag, d.name, err)
+		return Envelope{}, buf, envelopeErr(d.tag, d.name, "encode payload", err)
 	}
 	return Envelope{Headers: h, Payload: payload}, grown, nil
+}
+
+// envelopeErr is an error of AppendEnvelope: not generic, so that its
+// formatting is compiled once, not once per event type.
+func envelopeErr(tag planner.Tag, name, step string, err error) error {
+	if step == "" {
+		return fmt.Errorf("type tag %d (%s): %w", tag, name, err)
+	}
+	return fmt.Errorf("type tag %d (%s): %s: %w", tag, name, step, err)
+}
+
+func seqZeroErr(tag planner.Tag, name string) error {
+	return fmt.Errorf("type tag %d (%s): %w: sequence number 0 (sequence numbers start at 1)", tag, name, ErrBadSequence)
 }
 
 // appendEncoded appends v encoded by c after the end of buf and returns the
@@ -387,6 +447,10 @@ func appendEncoded[T any](buf []byte, c Codec[T], v T) (enc, grown []byte, err e
 		return w, buf[:n+len(w)], nil
 	}
 	return w, buf, nil
+}
+
+func codecPanicErr(tag planner.Tag, name string, p any) error {
+	return fmt.Errorf("type tag %d (%s): %w: codec panicked: %v", tag, name, ErrCodec, p)
 }
 
 // Record encodes e as the record at offset of partition, as a source would

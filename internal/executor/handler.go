@@ -309,12 +309,12 @@ func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 		switch h := h.(type) {
 		case *handleHandler[K, E]:
 			if h.ev != d.Event {
-				return nil, fmt.Errorf("handler %q is for another declaration of type tag %d", h.name, d.Tag())
+				return nil, otherDeclErr("handler", h.name, d.Tag())
 			}
 			r.handles = append(r.handles, h)
 		case *emitHandler[K, E]:
 			if h.ev != d.Event {
-				return nil, fmt.Errorf("step %q is for another declaration of type tag %d", h.step, d.Tag())
+				return nil, otherDeclErr("step", h.step, d.Tag())
 			}
 			r.emits = append(r.emits, h)
 		case projector[E]:
@@ -323,7 +323,7 @@ func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 				r.windowed = true
 			}
 		default:
-			return nil, fmt.Errorf("handler %T does not take events of type tag %d (%s)", h, d.Tag(), d.Name())
+			return nil, wrongHandlerErr(h, d.Tag(), d.Name())
 		}
 	}
 	return r, nil
@@ -512,7 +512,7 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 				what = "key function or key codec"
 			}
 			next = at + 1
-			block = poison(fmt.Errorf("%w: type tag %d (%s): the %s panicked: %v", errOf(reason), r.ev.Tag(), r.ev.Name(), what, p))
+			block = poison(decodePanicErr(reason, r.ev.Tag(), r.ev.Name(), what, p))
 		}
 	}()
 	payload := r.ev.PayloadCodec()
@@ -521,7 +521,7 @@ func (r *eventRunner[K, E]) decode(rc *runCtx, recs []int, from int, buf *runBuf
 		reason = deadletter.ReasonDecode
 		e, err := payload.Decode(b.records[i].Payload)
 		if err != nil {
-			err = fmt.Errorf("type tag %d (%s): %w", r.ev.Tag(), r.ev.Name(), err)
+			err = decodeErr(r.ev.Tag(), r.ev.Name(), err)
 		} else if b.t.src.foreign == nil && !b.t.src.trustKeys { // a foreign record's key is its classifier's (foreign.go)
 			// The record was partitioned and planned by its header key:
 			// an event that names another key must not be applied to it.
@@ -556,11 +556,38 @@ func (r *eventRunner[K, E]) keyOf(buf []byte, e E, header []byte) (out []byte, e
 	out, err = r.keys.Append(buf, r.ev.Key(e))
 	switch {
 	case err != nil:
-		return out, fmt.Errorf("%w: type tag %d (%s): encode the event's key: %w", ErrKeyMismatch, r.ev.Tag(), r.ev.Name(), err)
+		return out, keyEncodeErr(r.ev.Tag(), r.ev.Name(), err)
 	case !bytes.Equal(out, header):
-		return out, fmt.Errorf("%w: type tag %d (%s): the event's key is %q, the strand-key header %q", ErrKeyMismatch, r.ev.Tag(), r.ev.Name(), out, header)
+		return out, keyMismatchErr(r.ev.Tag(), r.ev.Name(), out, header)
 	}
 	return out, nil
+}
+
+// The errors of eventRunner and newRunner are formatted by the functions
+// below: not generic, so compiled once rather than for every event type.
+
+func otherDeclErr(what, name string, tag planner.Tag) error {
+	return fmt.Errorf("%s %q is for another declaration of type tag %d", what, name, tag)
+}
+
+func wrongHandlerErr(h Handler, tag planner.Tag, name string) error {
+	return fmt.Errorf("handler %T does not take events of type tag %d (%s)", h, tag, name)
+}
+
+func decodePanicErr(reason deadletter.Reason, tag planner.Tag, name, what string, p any) error {
+	return fmt.Errorf("%w: type tag %d (%s): the %s panicked: %v", errOf(reason), tag, name, what, p)
+}
+
+func decodeErr(tag planner.Tag, name string, err error) error {
+	return fmt.Errorf("type tag %d (%s): %w", tag, name, err)
+}
+
+func keyEncodeErr(tag planner.Tag, name string, err error) error {
+	return fmt.Errorf("%w: type tag %d (%s): encode the event's key: %w", ErrKeyMismatch, tag, name, err)
+}
+
+func keyMismatchErr(tag planner.Tag, name string, key, header []byte) error {
+	return fmt.Errorf("%w: type tag %d (%s): the event's key is %q, the strand-key header %q", ErrKeyMismatch, tag, name, key, header)
 }
 
 // ErrKeyBy is wrapped by the error of a record that a KeyBy step could

@@ -35,24 +35,12 @@ import (
 // in the topology); Open creates topic, if missing, with the partition
 // count of s's source. To returns s for chaining.
 func To[K, E, K2, E2 any](s *Stream[K, E], name, topic string, out *stream.Event[K2, E2], fn func(ctx context.Context, key K, e E, emit func(E2)) error) *Stream[K, E] {
-	if !s.check(fmt.Sprintf("To %q", name)) {
-		return s
+	var outErr error
+	if out != nil {
+		outErr = out.Err()
 	}
-	n := s.node()
-	t := s.src.t
-	where := fmt.Sprintf("source %q: type tag %d (%s): To %q", n.name, s.decl.Tag(), s.decl.Name(), name)
-	switch {
-	case fn == nil:
-		t.errs = append(t.errs, fmt.Errorf("%s has a nil function", where))
-		return s
-	case out == nil:
-		t.errs = append(t.errs, fmt.Errorf("%s has a nil output declaration", where))
-		return s
-	case out.Err() != nil:
-		t.errs = append(t.errs, fmt.Errorf("%s: output declaration: %w", where, out.Err()))
-		return s
-	case topic == "":
-		t.errs = append(t.errs, fmt.Errorf("%s has no topic", where))
+	n, ok := s.core().toCheck(name, topic, fn == nil, out == nil, outErr)
+	if !ok {
 		return s
 	}
 	n.outputs = append(n.outputs, topic)

@@ -53,31 +53,7 @@ var (
 // partition count (Open refuses otherwise) and takes writer turns with the
 // table's writers (docs/design.md §2). Reads returns s for chaining.
 func (s *Stream[K, E]) Reads(tables ...Readable) *Stream[K, E] {
-	if !s.check("Reads") {
-		return s
-	}
-	n := s.node()
-	t := s.src.t
-	srcName := n.name
-	where := fmt.Sprintf("source %q: type tag %d (%s): Reads", n.name, s.decl.Tag(), s.decl.Name())
-	for _, tab := range tables {
-		if tab == nil || tab.attacher() == nil {
-			t.errs = append(t.errs, fmt.Errorf("%s: a nil table", where))
-			continue
-		}
-		a := tab.attacher()
-		n.lookups = append(n.lookups, executor.LookupSpec{Tag: s.decl.Tag(), Table: a})
-		n.checks = append(n.checks, func() error {
-			tn := t.table(a)
-			if tn == nil {
-				return fmt.Errorf("%s: table %q was not made with topology.NewTable on this topology", where, tab.Name())
-			}
-			if !slices.Contains(tn.readers, srcName) {
-				tn.readers = append(tn.readers, srcName)
-			}
-			return nil
-		})
-	}
+	s.core().reads(tables)
 	return s
 }
 

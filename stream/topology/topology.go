@@ -262,14 +262,7 @@ func On[K, E any](src *SourceNode[K], decl *stream.Event[K, E]) *Stream[K, E] {
 
 func (s *Stream[K, E]) node() *sourceNode { return &s.src.t.sources[s.src.idx] }
 
-func (s *Stream[K, E]) check(what string) bool {
-	t := s.src.t
-	if s.decl == nil {
-		t.errs = append(t.errs, fmt.Errorf("source %q: %s for an undeclared type (nil declaration)", s.node().name, what))
-		return false
-	}
-	return true
-}
+func (s *Stream[K, E]) check(what string) bool { return s.core().check(what) }
 
 // ForEachOption configures a ForEach step.
 type ForEachOption interface {
@@ -306,27 +299,11 @@ func WithMaxBatch(n int) ForEachOption {
 // for different keys. A panic in fn is turned into an error of its key.
 // ForEach returns s for chaining.
 func (s *Stream[K, E]) ForEach(name string, fn func(ctx context.Context, key K, events []E) error, opts ...ForEachOption) *Stream[K, E] {
-	if !s.check("ForEach " + fmt.Sprintf("%q", name)) {
-		return s
+	var handler func(maxBatch int) executor.Handler
+	if fn != nil {
+		handler = func(maxBatch int) executor.Handler { return executor.Handle(s.decl, name, maxBatch, fn) }
 	}
-	var o forEachOptions
-	n := s.node()
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt.apply(&o); err != nil {
-			s.src.t.errs = append(s.src.t.errs, fmt.Errorf("source %q: type tag %d (%s): ForEach %q: %w",
-				n.name, s.decl.Tag(), s.decl.Name(), name, err))
-			return s
-		}
-	}
-	if fn == nil {
-		s.src.t.errs = append(s.src.t.errs, fmt.Errorf("source %q: type tag %d (%s): ForEach %q has a nil function",
-			n.name, s.decl.Tag(), s.decl.Name(), name))
-		return s
-	}
-	n.handlers = append(n.handlers, executor.Handle(s.decl, name, o.maxBatch, fn))
+	s.core().forEach(name, opts, handler)
 	return s
 }
 
@@ -367,37 +344,16 @@ func tableOf[K, V any](t *Table[K, V]) *state.Table[K, V] {
 }
 
 func project[K, E, V any](s *Stream[K, E], table *Table[K, V], h executor.Handler) *Stream[K, E] {
-	if !s.check("projection") {
-		return s
+	var tab Readable
+	if table != nil {
+		tab = table
 	}
-	n := s.node()
-	t := s.src.t
-	where := fmt.Sprintf("source %q: type tag %d (%s)", n.name, s.decl.Tag(), s.decl.Name())
-	switch {
-	case table == nil:
-		t.errs = append(t.errs, fmt.Errorf("%s: a projection without a table", where))
-		return s
-	case h == nil:
-		t.errs = append(t.errs, fmt.Errorf("%s: projection into table %q has a nil fold function", where, table.Name()))
-		return s
+	var declErr error
+	var keys any
+	if s.decl != nil {
+		declErr, keys = s.decl.Err(), s.decl.KeyCodec()
 	}
-	decl := s.decl
-	srcName := n.name
-	n.checks = append(n.checks, func() error {
-		tn := t.table(table.t)
-		if tn == nil {
-			return fmt.Errorf("%s: table %q was not made with topology.NewTable on this topology", where, table.Name())
-		}
-		if !slices.Contains(tn.sources, srcName) {
-			tn.sources = append(tn.sources, srcName)
-		}
-		if tn.hasKeys && decl.Err() == nil && !stream.SameKeyCodec(tn.keyCodec, decl.KeyCodec()) {
-			return fmt.Errorf("%s: table %q encodes keys with %T, the events with %T; use one key codec",
-				where, table.Name(), tn.keyCodec, decl.KeyCodec())
-		}
-		return nil
-	})
-	n.handlers = append(n.handlers, h)
+	s.core().project(tab, h, declErr, keys)
 	return s
 }
 
@@ -440,42 +396,38 @@ func WithTableKeys[K any](c stream.Codec[K]) TableOption {
 // commit. A nil values codec, a key type without a ready-made codec, or a
 // name used twice is refused by Build.
 func NewTable[K, V any](t *Topology, name string, values stream.Codec[V], opts ...TableOption) *Table[K, V] {
-	var o tableOptions
-	for _, opt := range opts {
-		if opt != nil {
-			opt.apply(&o)
-		}
-	}
-	tn := tableNode{name: name, typ: fmt.Sprintf("%s→%s", reflect.TypeFor[K](), reflect.TypeFor[V]()), hasValues: values != nil}
+	o := tableOptionsOf(opts)
 	var keys stream.Codec[K]
+	var keyErr error
 	if o.keys != nil {
 		c, ok := o.keys.(stream.Codec[K])
 		if !ok {
-			tn.keyErr = fmt.Errorf("table %q: TableKeys codec %T does not encode key type %s", name, o.keys, reflect.TypeFor[K]())
+			keyErr = tableKeysErr(name, o.keys, reflect.TypeFor[K]())
 		}
 		keys = c
 	} else {
 		c, err := stream.DefaultKeyCodec[K]()
 		if err != nil {
-			tn.keyErr = fmt.Errorf("table %q: %w", name, err)
+			keyErr = tableErr(name, err)
 		}
 		keys = c
 	}
-	tn.keyCodec, tn.hasKeys = keys, keys != nil
 	var vc state.Codec[V]
 	if values != nil {
 		vc = values
 	}
 	var kc state.Codec[K]
+	var keyCodec any
 	if keys != nil {
-		kc = keys
+		kc, keyCodec = keys, keys
 	}
 	tab := state.NewTable[K, V](name, kc, vc)
 	tab.SetVersion(o.version) // evolve.go
-	tn.attacher, tn.partitioner = tab, tab
-	tn.ttl, tn.optErrs = o.ttl, o.errs
-	tn.del = func(tx *state.Txn, p uint32, key []byte) error { return tab.Delete(tx, p, key) }
-	t.tables = append(t.tables, tn)
+	t.addTable(name, reflect.TypeFor[K](), reflect.TypeFor[V](), &o, tableNode{
+		keyCodec: keyCodec, hasKeys: keys != nil, hasValues: values != nil, keyErr: keyErr,
+		attacher: tab, partitioner: tab,
+		del: func(tx *state.Txn, p uint32, key []byte) error { return tab.Delete(tx, p, key) },
+	})
 	return &Table[K, V]{t: tab}
 }
 
