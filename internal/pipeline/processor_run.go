@@ -453,12 +453,29 @@ func (pl *pipeline) run(runCtx, drainCtx context.Context) error {
 
 // loop is the pipeline goroutine: it processes polled batches, retries
 // parked keys when they are due and serves Release requests.
-func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) error {
+func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) (err error) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	floor := time.Duration(0)
+	// failed is the reader's error once it stopped on one: the batches it
+	// queued before it are contiguous and were polled before the failure,
+	// so they are processed and committed first (a select picking the
+	// error before them would drop their commit at random), then Run
+	// ends with it.
+	var failed error
+	defer func() {
+		if err == nil {
+			err = failed // stopped (ctx) while processing them: still the reader's error
+		}
+	}()
 	for {
+		if failed != nil && len(pl.batches) == 0 {
+			if err := pl.finishCommit(); err != nil {
+				return err
+			}
+			return failed
+		}
 		var retryC <-chan time.Time
 		if at, ok := pl.task.NextRetry(); ok {
 			if c := pl.p.opts.clock; c != nil {
@@ -481,13 +498,11 @@ func (pl *pipeline) loop(ctx, drainCtx context.Context, readErr <-chan error) er
 		case <-ctx.Done():
 			return pl.finishCommit()
 		case err := <-readErr:
-			if serr := pl.finishCommit(); serr != nil {
-				return serr
-			}
 			if err != nil {
-				return err
+				failed, readErr = err, nil // the reader has stopped: nothing more is queued
+				continue
 			}
-			return nil // the reader stops only when ctx is done
+			return pl.finishCommit() // the reader stops without an error only when ctx is done
 		case <-pendDone:
 			if err := pl.finishCommit(); err != nil {
 				return err

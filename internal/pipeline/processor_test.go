@@ -634,6 +634,47 @@ func TestProcessorSourceFailures(t *testing.T) {
 			t.Errorf("checkpoint %d, want 3 (the batch with the gap is refused)", next)
 		}
 	})
+	t.Run("records not contiguous behind queued batches", func(t *testing.T) {
+		// The reader finds the gap while batches polled before it still
+		// wait in the queue: they are committed before Run ends with the
+		// error (a select that took the error first dropped them at random).
+		defer goleak.VerifyNone(t)
+		fx := newProcFixture(t, 1, nil)
+		for i := range 10 {
+			fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
+		}
+		fx.src.Hide(0, 7)
+		gapPolled := make(chan struct{})
+		var once sync.Once
+		fx.src.OnPoll(func(_ uint32, from uint64) {
+			if from == 6 {
+				once.Do(func() { close(gapPolled) })
+			}
+		})
+		db := fx.openDB(t)
+		defer closeDB(t, db)
+		// The first batch waits until the reader polled the batch with
+		// the gap (slots for it: prefetch 2), so that the loop finds the
+		// batch [3, 6) and, very likely, the reader's error both ready.
+		p := newProc(t, fx, db, WithPollSize(3), WithPrefetch(2), WithHooks(Hooks{
+			BeforeProcess: func(_ uint32, recs []connector.Record) error {
+				if len(recs) > 0 && recs[0].Offset == 0 {
+					select {
+					case <-gapPolled:
+					case <-time.After(time.Minute): // hang guard only
+					}
+				}
+				return nil
+			},
+		}))
+		err := startProcessor(p).wait(t)
+		if !errors.Is(err, ErrNotContiguous) {
+			t.Fatalf("Run = %v, want ErrNotContiguous", err)
+		}
+		if next, _, _ := db.Checkpoint(procSource, 0); next != 6 {
+			t.Errorf("checkpoint %d, want 6 (the two batches before the gap committed, the batch with it refused)", next)
+		}
+	})
 }
 
 func TestProcessorRetriesParkedKeys(t *testing.T) {
