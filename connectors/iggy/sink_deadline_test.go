@@ -1,6 +1,7 @@
 package iggy
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -26,10 +27,7 @@ func TestSinkWritesNothingPastTheSendDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(ctx)
-	msg := func(i int) []connector.Message {
-		key := []byte(keyName(i))
-		return []connector.Message{{Key: key, ID: MessageID([]byte("dlq"), key, []byte{byte(i)}), Payload: []byte{'{', '}'}}}
-	}
+	msg := deadlineMsg
 
 	// The lease ended during the pause, before the send: nothing is written.
 	past := connector.WithSendDeadline(ctx, time.Now().Add(-time.Millisecond))
@@ -49,12 +47,29 @@ func TestSinkWritesNothingPastTheSendDeadline(t *testing.T) {
 	if err := sink.Send(ctx, msg(4)); err != nil {
 		t.Fatal(err)
 	}
+	onlyIDs(t, ctx, sink, 3, 4) // the two sent within their deadline
+}
+
+// deadlineMsg is the one message of Send i in the deadline tests.
+func deadlineMsg(i int) []connector.Message {
+	key := []byte(keyName(i))
+	return []connector.Message{{Key: key, ID: MessageID([]byte("dlq"), key, []byte{byte(i)}), Payload: []byte{'{', '}'}}}
+}
+
+// onlyIDs fails unless the sink's partition holds exactly the messages of
+// the Sends want, in that order.
+func onlyIDs(t *testing.T, ctx context.Context, sink *Sink, want ...int) {
+	t.Helper()
 	got, err := sink.Tail(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].ID != msg(3)[0].ID || got[1].ID != msg(4)[0].ID {
-		t.Fatalf("the partition holds %d messages (%v), want only the 2 sent within their deadline", len(got), got)
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = got[i].ID == deadlineMsg(want[i])[0].ID
+	}
+	if !ok {
+		t.Fatalf("the partition holds %d messages (%v), want those of Sends %v only", len(got), got, want)
 	}
 }
 
@@ -87,10 +102,7 @@ func TestSinkFailsABatchWhoseDeadlinePassesWhileRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Close(ctx)
-	msg := func(i int) []connector.Message {
-		key := []byte(keyName(i))
-		return []connector.Message{{Key: key, ID: MessageID([]byte("dlq"), key, []byte{byte(i)}), Payload: []byte{'{', '}'}}}
-	}
+	msg := deadlineMsg
 	if err := sink.Send(ctx, msg(1)); err != nil { // the sink's connection is up
 		t.Fatal(err)
 	}
@@ -106,11 +118,5 @@ func TestSinkFailsABatchWhoseDeadlinePassesWhileRetried(t *testing.T) {
 	if err := sink.Send(ctx, msg(3)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := sink.Tail(ctx, 0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].ID != msg(1)[0].ID || got[1].ID != msg(3)[0].ID {
-		t.Fatalf("the partition holds %d messages (%v), want 1 and 3 only", len(got), got)
-	}
+	onlyIDs(t, ctx, sink, 1, 3)
 }
