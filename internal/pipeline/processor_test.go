@@ -619,11 +619,7 @@ func TestProcessorSourceFailures(t *testing.T) {
 	})
 	t.Run("records not contiguous", func(t *testing.T) {
 		defer goleak.VerifyNone(t)
-		fx := newProcFixture(t, 1, nil)
-		for i := range 10 {
-			fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
-		}
-		fx.src.Hide(0, 4)
+		fx := gapFixture(t, 4)
 		db := fx.openDB(t)
 		defer closeDB(t, db)
 		err := startProcessor(newProc(t, fx, db, WithPollSize(3))).wait(t)
@@ -639,11 +635,7 @@ func TestProcessorSourceFailures(t *testing.T) {
 		// wait in the queue: they are committed before Run ends with the
 		// error (a select that took the error first dropped them at random).
 		defer goleak.VerifyNone(t)
-		fx := newProcFixture(t, 1, nil)
-		for i := range 10 {
-			fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
-		}
-		fx.src.Hide(0, 7)
+		fx := gapFixture(t, 7)
 		gapPolled := make(chan struct{})
 		var once sync.Once
 		fx.src.OnPoll(func(_ uint32, from uint64) {
@@ -675,6 +667,18 @@ func TestProcessorSourceFailures(t *testing.T) {
 			t.Errorf("checkpoint %d, want 6 (the two batches before the gap committed, the batch with it refused)", next)
 		}
 	})
+}
+
+// gapFixture is one partition of 10 deposits whose record at offset gap
+// is missing from the log.
+func gapFixture(t *testing.T, gap uint64) *procFixture {
+	t.Helper()
+	fx := newProcFixture(t, 1, nil)
+	for i := range 10 {
+		fx.pipeDeposit(t, "k"+strconv.Itoa(i), 1)
+	}
+	fx.src.Hide(0, gap)
+	return fx
 }
 
 func TestProcessorRetriesParkedKeys(t *testing.T) {

@@ -2,6 +2,7 @@ package rebalance
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -69,24 +70,22 @@ func TestLoopRevokedThenLostDuringFlushEndsNotOwned(t *testing.T) {
 func TestLoopHandsBackAgainAfterARegain(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	r := startLoop(t, func(j *journal) Changelog { return changelog{j} }, nil)
-	j := r.j
-
-	r.assign(connector.Gained, 5, 1, 1)
-	j.wait(t, "serve 5@1")
-	r.clk.fireAll(t)
-	j.wait(t, "gen 1 [5]")
-	r.assign(connector.Revoking, 5, 1, 1)
-	j.wait(t, "flush 5@1")
-	waitStates(t, r, nil) // handed back
-
-	r.assign(connector.Gained, 5, 161, 161)
-	j.wait(t, "serve 5@161")
-	r.clk.fireAll(t)
-	j.wait(t, "gen 2 [5]")
-	r.assign(connector.Revoking, 5, 161, 161)
-	j.wait(t, "flush 5@161") // never asked for before the fix
-	waitStates(t, r, nil)
+	serveThenHandBack(t, r, 5, 1, 1)
+	serveThenHandBack(t, r, 5, 161, 2) // its flush was never asked for before the fix
 	r.stop(t)
+}
+
+// serveThenHandBack grants p under epoch e, waits for generation gen to
+// process it, revokes it and waits until it is flushed and handed back.
+func serveThenHandBack(t *testing.T, r *loopRig, p uint32, e Epoch, gen int) {
+	t.Helper()
+	r.assign(connector.Gained, p, e, e)
+	r.j.wait(t, fmt.Sprintf("serve %d@%d", p, e))
+	r.clk.fireAll(t)
+	r.j.wait(t, fmt.Sprintf("gen %d [%d]", gen, p))
+	r.assign(connector.Revoking, p, e, e)
+	r.j.wait(t, fmt.Sprintf("flush %d@%d", p, e))
+	waitStates(t, r, nil) // handed back
 }
 
 // waitStates waits until the loop reported want (nil: no partition).
