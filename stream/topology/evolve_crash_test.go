@@ -126,6 +126,7 @@ func TestBuildCrashChild(t *testing.T) {
 }
 
 func TestBuildAcrossKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

@@ -111,6 +111,7 @@ func publishAll[E any](t *testing.T, cl *iggy.Client, topic string, decl *stream
 // the global table caught up). Totals are checked against a reference on
 // the instance serving each key, rates on every instance.
 func TestGlobalTableInAGroup(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl := broker(t)
 	if err := cl.EnsureTopic(ctx, "g", "payments", 4); err != nil {

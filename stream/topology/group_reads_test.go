@@ -88,6 +88,7 @@ func (r *holdReader) Poll(ctx context.Context, max int) ([]connector.Record, err
 // answers is at least the highest one the old owner ever answered. Then it
 // processes the rest and every value is right.
 func TestGroupReadsNeverGoBackAcrossAFailover(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl := broker(t)
 	const parts, keys = 2, 20

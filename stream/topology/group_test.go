@@ -218,6 +218,7 @@ func checkChangelog(t *testing.T, cl *iggy.Client, n uint32) (fenced int) {
 // serves its partition; a returning instance reuses its store, a new one
 // restores from snapshots; the changelog's valid history never overlaps.
 func TestGroupSharesAndMovesPartitions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl := broker(t)
 	const parts, keys = 4, 50
@@ -374,6 +375,7 @@ func poisoned() (*topology.Topology, *topology.Table[string, int64], *stream.Eve
 // fenced (or never sent), its dead letters are never published, and it
 // stops the partition once it reads the newer fence.
 func TestGroupFencesADeposedOwner(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl := broker(t)
 	if err := cl.EnsureTopic(ctx, "z", "log", 1); err != nil {

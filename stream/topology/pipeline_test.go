@@ -101,6 +101,7 @@ func TestSubmitPipelinedEqualsFold(t *testing.T) {
 // and the Task refuses further work; after reopening, the table equals the
 // fold of exactly the events up to the stored checkpoint.
 func TestSubmitStopsAfterFailedCommit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ops := bankWorkload(6_000, 50, 3)
 	decls := newBankDecls(true)

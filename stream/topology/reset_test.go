@@ -204,6 +204,7 @@ func runUntilCaughtUp(t *testing.T, topo *topology.Topology, cl *iggy.Client, di
 // table, the new one included, from the log, and no To message, KeyBy
 // message or dead letter reaches its topic twice.
 func TestResetPublishesNothingTwice(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl := broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 3); err != nil {

@@ -30,6 +30,7 @@ type TwoCount struct{ A, B int }
 // A table fed by two sources: every event of both is applied exactly once,
 // whatever the batching and the partition count (one writer per row).
 func TestTableFedByTwoSources(t *testing.T) {
+	t.Parallel()
 	for _, bs := range []int{1, 7, 100} {
 		for _, parts := range []uint32{1, 3} {
 			t.Run(fmt.Sprintf("batch=%d/partitions=%d", bs, parts), func(t *testing.T) {

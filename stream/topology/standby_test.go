@@ -35,6 +35,7 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 // granted its partitions and restores them from its standby copies (the
 // rows reused, only the tail read).
 func TestGroupStandbysArePromoted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cl := broker(t)
 	const parts, keys = 4, 40

@@ -139,6 +139,7 @@ func TestTimerCrashChild(t *testing.T) {
 }
 
 func TestTimersFireOnceAcrossKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

@@ -90,6 +90,7 @@ func tpStep(m map[string]*tpModel, now time.Time, events []tpEv) {
 // gone, deleted rows answer not found. 12 cases by default, 300 with
 // STRAND_SOAK=1; STRAND_TIME_SEED=N replays one.
 func TestPropertyDeletesTTLTimers(t *testing.T) {
+	t.Parallel()
 	cases, first := 12, uint64(1)
 	if os.Getenv("STRAND_SOAK") != "" {
 		cases = 300

@@ -86,6 +86,7 @@ func TestWindowCrashChild(t *testing.T) {
 }
 
 func TestWindowsExactAcrossKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

@@ -132,6 +132,7 @@ func TestWindowFinalsCrashChild(t *testing.T) {
 }
 
 func TestWindowFinalsOnceAcrossKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}

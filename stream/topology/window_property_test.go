@@ -166,6 +166,7 @@ func (m *wrModel) settle() {
 }
 
 func TestPropertyWindows(t *testing.T) {
+	t.Parallel()
 	cases, first := 8, uint64(1)
 	if os.Getenv("STRAND_SOAK") != "" {
 		cases = 400

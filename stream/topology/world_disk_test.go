@@ -88,6 +88,7 @@ func fillDisk(name string) error {
 }
 
 func TestFullDiskStopsTheAppNotTheProcess(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("child process test skipped in -short mode")
 	}
