@@ -301,9 +301,18 @@ func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 	r := &eventRunner[K, E]{ev: d.Event, alg: d.Algebra(), keys: d.KeyCodec()}
 	r.bufs.New = func() any { return new(runBuf[E]) }
 	defer func() {
-		slices.SortStableFunc(r.emits, func(a, b *emitHandler[K, E]) int {
-			return cmp.Compare(b.mode, a.mode) // EmitKeyBy before EmitTo
-		})
+		// EmitKeyBy before EmitTo, each in declaration order. The order
+		// is computed on the modes alone: a sort of r.emits itself would
+		// be compiled again for every event type.
+		modes := make([]EmitMode, len(r.emits))
+		for i, h := range r.emits {
+			modes[i] = h.mode
+		}
+		sorted := make([]*emitHandler[K, E], 0, len(r.emits))
+		for _, i := range modeOrder(modes) {
+			sorted = append(sorted, r.emits[i])
+		}
+		r.emits = sorted
 	}()
 	for _, h := range hs {
 		switch h := h.(type) {
@@ -327,6 +336,17 @@ func (d typedDecl[K, E]) newRunner(hs []Handler) (runner, error) {
 		}
 	}
 	return r, nil
+}
+
+// modeOrder returns the indexes of modes, the highest mode first and each
+// mode's in their order (a stable sort, descending).
+func modeOrder(modes []EmitMode) []int {
+	order := make([]int, len(modes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(modes[b], modes[a]) })
+	return order
 }
 
 // run decodes, reduces and applies one run. It marks the records it
