@@ -283,3 +283,18 @@ func recvName(r *ast.FieldList) string {
 }
 
 func exportedRecv(r *ast.FieldList) bool { return ast.IsExported(recvName(r)) }
+
+// TestOnlyTestsImportTheTestFixtures: internal/proptest holds property
+// tests and their fixtures; no package a program links may import it.
+func TestOnlyTestsImportTheTestFixtures(t *testing.T) {
+	for file, ims := range imports(t, ".", true, false) {
+		if strings.HasPrefix(filepath.ToSlash(file), root+"/internal/proptest/") {
+			continue
+		}
+		for _, p := range ims {
+			if p == "internal/proptest" {
+				t.Errorf("%s imports %s: only tests import it", file, p)
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream/connector"
@@ -32,8 +33,8 @@ var crashEvents = map[bool]int{false: 60_000, true: 12_000}[raceEnabled]
 // crashLog is the deterministic log both processes build: property events
 // over a few hundred keys, every type and fence, and some poison.
 type crashEntry struct {
-	ty     int // index into pTypes, or -1 for poison
-	ev     PEv
+	ty     int // index into proptest.PTypes, or -1 for poison
+	ev     proptest.PEv
 	poison string
 }
 
@@ -46,9 +47,9 @@ func crashLog() []crashEntry {
 			log[i] = crashEntry{ty: -1, poison: k}
 			continue
 		}
-		ty := r.IntN(len(pTypes))
-		ev := PEv{K: k, N: i, Amt: int64(r.IntN(7) - 3), Count: 1, Fence: planner.Relaxed}
-		if pTypes[ty].decl == pFenceBy {
+		ty := r.IntN(len(proptest.PTypes))
+		ev := proptest.PEv{K: k, N: i, Amt: int64(r.IntN(7) - 3), Count: 1, Fence: planner.Relaxed}
+		if proptest.PTypes[ty].Decl == proptest.PFenceBy {
 			ev.Fence = []planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}[r.IntN(4)]
 		}
 		log[i] = crashEntry{ty: ty, ev: ev}
@@ -56,23 +57,23 @@ func crashLog() []crashEntry {
 	return log
 }
 
-func crashDriver(tb testing.TB, dir string, batch func() int) (*taskDriver, func() map[string]PState, func() map[string]MState) {
+func crashDriver(tb testing.TB, dir string, batch func() int) (*taskDriver, func() map[string]proptest.PState, func() map[string]proptest.MState) {
 	// Handlers fail too: one event in 23 fails once in each table (once
 	// per process), so kills land among parked keys and retries.
-	fl := &flaky{failOn: map[int]bool{}, failed: map[int]bool{}}
+	fl := &proptest.Flaky{FailOn: map[int]bool{}, Failed: map[int]bool{}}
 	for n := 0; n < crashEvents; n += 23 {
-		fl.failOn[n] = true
+		fl.FailOn[n] = true
 	}
-	topo, all, rows := propertyTopology(fl)
+	topo, all, rows := proptest.PropertyTopology(fl)
 	d := newTaskDriver(tb, topo, tdDir(dir), tdPartitions(2), tdBatchSizes(batch),
 		tdStateOptions(state.WithDurability(state.Sync)))
 	for _, e := range crashLog() {
 		if e.ty < 0 {
-			h := connector.Headers{Key: []byte(e.poison), Tag: pPlain.Tag(), Ordering: planner.Relaxed}
-			d.PipeRecord("log", connector.Record{Partition: partitionOf(e.poison, 2), Headers: h, Payload: []byte("not json")})
+			h := connector.Headers{Key: []byte(e.poison), Tag: proptest.PPlain.Tag(), Ordering: planner.Relaxed}
+			d.PipeRecord("log", connector.Record{Partition: proptest.PartitionOf(e.poison, 2), Headers: h, Payload: []byte("not json")})
 			continue
 		}
-		tdPipe(d, pTypes[e.ty].decl, e.ev)
+		tdPipe(d, proptest.PTypes[e.ty].Decl, e.ev)
 	}
 	return d, all, rows
 }
@@ -152,7 +153,7 @@ func TestCrashResumesExactly(t *testing.T) {
 	if d.Lag() != 0 || tdParked(d, 2) != 0 {
 		t.Fatalf("lag %d, %d records parked after the final run", d.Lag(), tdParked(d, 2))
 	}
-	want, wantRows := map[string]PState{}, map[string]MState{}
+	want, wantRows := map[string]proptest.PState{}, map[string]proptest.MState{}
 	poison := 0
 	for _, e := range crashLog() {
 		if e.ty < 0 {
@@ -160,9 +161,9 @@ func TestCrashResumesExactly(t *testing.T) {
 			continue
 		}
 		s := want[e.ev.K]
-		pTypes[e.ty].fold(&s, e.ev)
+		proptest.PTypes[e.ty].Fold(&s, e.ev)
 		want[e.ev.K] = s
-		foldRows(wantRows, e.ty, e.ev)
+		proptest.FoldRows(wantRows, e.ty, e.ev)
 	}
 	got := all()
 	if len(got) != len(want) {
@@ -173,7 +174,7 @@ func TestCrashResumesExactly(t *testing.T) {
 			t.Fatalf("key %s after %d kills: table %+v, reference %+v", k, killed, got[k], w)
 		}
 	}
-	checkRows(t, rows(), wantRows)
+	proptest.CheckRows(t, rows(), wantRows)
 	seen := map[uint64]int{}
 	for _, dl := range d.DeadLetters() {
 		seen[uint64(dl.Partition)<<32|dl.Offset]++

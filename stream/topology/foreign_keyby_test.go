@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -19,14 +20,14 @@ import (
 // log by customer, each customer's events in the order of their source
 // partition.
 func TestForeignSourceUnkeyedThroughKeyBy(t *testing.T) {
-	placed := stream.DeclareFunc(1, func(e orderPlaced) string { return "" }) // keyed by the classifier
+	placed := stream.DeclareFunc(1, func(e proptest.OrderPlaced) string { return "" }) // keyed by the classifier
 	topo := topology.New("unkeyed")
 	src := topology.ForeignSource(topo, "shop/unkeyed", func(m stream.ForeignMessage) (stream.Classified[string], error) {
 		return stream.Classified[string]{Key: fmt.Sprintf("p%d", m.Partition), Tag: placed.Tag()}, nil
 	})
-	customers := topology.NewTable[string, customerRow](topo, "customers", stream.JSON[customerRow]())
-	byCustomer := topology.KeyBy(topology.On(src, placed), "by-customer", func(e orderPlaced) (string, error) { return e.Customer, nil })
-	topology.Project(byCustomer, customers, func(v *customerRow, e orderPlaced) error {
+	customers := topology.NewTable[string, proptest.CustomerRow](topo, "customers", stream.JSON[proptest.CustomerRow]())
+	byCustomer := topology.KeyBy(topology.On(src, placed), "by-customer", func(e proptest.OrderPlaced) (string, error) { return e.Customer, nil })
+	topology.Project(byCustomer, customers, func(v *proptest.CustomerRow, e proptest.OrderPlaced) error {
 		v.Orders++
 		v.Total += e.Amount
 		v.Seen = append(v.Seen, e.Seq)
@@ -34,8 +35,8 @@ func TestForeignSourceUnkeyedThroughKeyBy(t *testing.T) {
 	})
 
 	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(3), topologytest.WithBatchSize(7))
-	events := shopWorkload(300, 40, 9, 7)
-	perPartition := make([][]orderPlaced, 3)
+	events := proptest.ShopWorkload(300, 40, 9, 7)
+	perPartition := make([][]proptest.OrderPlaced, 3)
 	for i, e := range events {
 		p := uint32((i * 7919) % 3)
 		body, _ := json.Marshal(e)
@@ -43,11 +44,11 @@ func TestForeignSourceUnkeyedThroughKeyBy(t *testing.T) {
 		perPartition[p] = append(perPartition[p], e)
 	}
 	d.Advance()
-	got := map[string]customerRow{}
-	if err := customers.Scan(context.Background(), func(k string, v customerRow) bool { got[k] = v; return true }); err != nil {
+	got := map[string]proptest.CustomerRow{}
+	if err := customers.Scan(context.Background(), func(k string, v proptest.CustomerRow) bool { got[k] = v; return true }); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]customerRow{}
+	want := map[string]proptest.CustomerRow{}
 	for _, e := range events {
 		c := want[e.Customer]
 		c.Orders++

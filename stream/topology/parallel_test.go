@@ -14,9 +14,11 @@ package topology_test
 //     wait on child processes and kill windows, not on the CPU; their windows
 //     adapt to the child's progress, so a slower machine changes where kills
 //     land, never the verdict (the data check against the sequential fold);
-//   - the property tests (TestProperty*: the driver, rapid) spend much of
-//     their time opening and closing Pebble stores (restarts) and waiting for
-//     the App's pipelines, so two of them overlap well on two cores;
+//   - the property tests (TestProperty*: the driver, rapid; most of them are
+//     in internal/proptest since round 4, a test binary of their own that
+//     runs early in the suite) spend much of their time opening and closing
+//     Pebble stores (restarts) and waiting for the App's pipelines, so two of
+//     them overlap well on two cores;
 //   - the other tests of a second or more (the group tests, whose instances
 //     wait on session timeouts and hand-overs; the windows', timers' and
 //     builds' crash tests; TestFullDiskStopsTheAppNotTheProcess, a child

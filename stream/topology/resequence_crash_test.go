@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -35,7 +36,7 @@ var reseqCrashEvents = map[bool]int{false: 40_000, true: 8_000}[raceEnabled]
 
 type reseqCrashRec struct {
 	ty        int
-	ev        SEv
+	ev        proptest.SEv
 	partition uint32
 	offset    uint64
 }
@@ -50,7 +51,7 @@ func reseqCrashLog() []reseqCrashRec {
 		if r.IntN(4000) == 0 || (seqs[k] == 3 && (k == "acct-0" || k == "acct-1")) {
 			continue // missing for good: what follows stays held
 		}
-		log = append(log, reseqCrashRec{ty: r.IntN(len(sTypes)), ev: SEv{K: k, Seq: seqs[k], N: i, Amt: int64(r.IntN(7) - 3), Count: 1}})
+		log = append(log, reseqCrashRec{ty: r.IntN(len(proptest.STypes)), ev: proptest.SEv{K: k, Seq: seqs[k], N: i, Amt: int64(r.IntN(7) - 3), Count: 1}})
 	}
 	for i := range log {
 		if r.IntN(10) == 0 {
@@ -73,8 +74,8 @@ func reseqCrashLog() []reseqCrashRec {
 	return log
 }
 
-func reseqCrashTopology() (*topology.Topology, *topology.Table[string, PState]) {
-	topo, table, _ := reseqTopology(nil)
+func reseqCrashTopology() (*topology.Topology, *topology.Table[string, proptest.PState]) {
+	topo, table, _ := proptest.ReseqTopology(nil)
 	return topo, table
 }
 
@@ -88,7 +89,7 @@ func TestReseqCrashChild(t *testing.T) {
 		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(1500) }),
 		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync), topology.WithPollSize(1+r.IntN(300))))
 	for _, rec := range reseqCrashLog() {
-		topologytest.Pipe(d, sTypes[rec.ty].decl, rec.ev)
+		topologytest.Pipe(d, proptest.STypes[rec.ty].Decl, rec.ev)
 	}
 	fmt.Println(crashReady)
 	d.Advance()
@@ -100,16 +101,16 @@ func TestReseqCrashChild(t *testing.T) {
 
 // reseqModel runs the re-sequencer's rules sequentially over the records
 // below the checkpoints: the expected tables and held numbers.
-func reseqModel(log []reseqCrashRec, next [2]uint64) (map[string]PState, map[string][]uint64) {
+func reseqModel(log []reseqCrashRec, next [2]uint64) (map[string]proptest.PState, map[string][]uint64) {
 	type ks struct {
 		next uint64
 		held map[uint64]reseqCrashRec
 	}
 	keys := map[string]*ks{}
-	tables := map[string]PState{}
+	tables := map[string]proptest.PState{}
 	apply := func(r reseqCrashRec) {
 		s := tables[r.ev.K]
-		sTypes[r.ty].fold(&s, r.ev)
+		proptest.STypes[r.ty].Fold(&s, r.ev)
 		tables[r.ev.K] = s
 	}
 	for _, r := range log {
@@ -161,8 +162,8 @@ func checkReseqStore(t *testing.T, dir string, log []reseqCrashRec) (records uin
 		records += n
 	}
 	want, wantHeld := reseqModel(log, next)
-	got := map[string]PState{}
-	if err := table.Scan(context.Background(), func(k string, v PState) bool { got[k] = v; return true }); err != nil {
+	got := map[string]proptest.PState{}
+	if err := table.Scan(context.Background(), func(k string, v proptest.PState) bool { got[k] = v; return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(want) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -19,7 +20,7 @@ import (
 
 // seqRecord is the record a publisher writes for e of decl, with its
 // strand-seq header replaced by seq (hasSeq false: no header).
-func seqRecord(t *testing.T, decl *stream.Event[string, SEv], e SEv, seq uint64, hasSeq bool) connector.Record {
+func seqRecord(t *testing.T, decl *stream.Event[string, proptest.SEv], e proptest.SEv, seq uint64, hasSeq bool) connector.Record {
 	t.Helper()
 	env, err := decl.Envelope(e)
 	if err != nil {
@@ -29,23 +30,23 @@ func seqRecord(t *testing.T, decl *stream.Event[string, SEv], e SEv, seq uint64,
 	return connector.Record{Headers: env.Headers, Payload: env.Payload}
 }
 
-func plains(key string, seqs ...uint64) []SEv {
-	var out []SEv
+func plains(key string, seqs ...uint64) []proptest.SEv {
+	var out []proptest.SEv
 	for _, s := range seqs {
-		out = append(out, SEv{K: key, Seq: s, N: int(s), Count: 1})
+		out = append(out, proptest.SEv{K: key, Seq: s, N: int(s), Count: 1})
 	}
 	return out
 }
 
-func chainOf(seqs ...uint64) PState {
-	var s PState
+func chainOf(seqs ...uint64) proptest.PState {
+	var s proptest.PState
 	for _, n := range seqs {
-		foldPlain(&s, PEv{N: int(n)})
+		proptest.FoldPlain(&s, proptest.PEv{N: int(n)})
 	}
 	return s
 }
 
-func stateOf(t *testing.T, table *topology.Table[string, PState], key string) PState {
+func stateOf(t *testing.T, table *topology.Table[string, proptest.PState], key string) proptest.PState {
 	t.Helper()
 	v, _, err := table.Get(context.Background(), key)
 	if err != nil {
@@ -55,12 +56,12 @@ func stateOf(t *testing.T, table *topology.Table[string, PState], key string) PS
 }
 
 func TestResequencerAppliesInSequenceOrderAndHoldsDurably(t *testing.T) {
-	topo, table, _ := reseqTopology(nil)
+	topo, table, _ := proptest.ReseqTopology(nil)
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
-	topologytest.Pipe(d, sPlain, plains("a", 3, 5, 2)...)
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 3, 5, 2)...)
 	d.Advance()
-	if got := stateOf(t, table, "a"); got != (PState{}) {
+	if got := stateOf(t, table, "a"); got != (proptest.PState{}) {
 		t.Fatalf("applied before 1 arrived: %+v", got)
 	}
 	if k, n := d.Held(); k != 1 || n != 3 {
@@ -71,7 +72,7 @@ func TestResequencerAppliesInSequenceOrderAndHoldsDurably(t *testing.T) {
 		t.Fatalf("held %+v, %v", held, err)
 	}
 	d.Restart()
-	topologytest.Pipe(d, sPlain, plains("a", 1, 2, 4)...) // 2 again: a duplicate of a held number
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 1, 2, 4)...) // 2 again: a duplicate of a held number
 	d.Advance()
 	if got, want := stateOf(t, table, "a"), chainOf(1, 2, 3, 4, 5); got != want {
 		t.Fatalf("table %+v, want the chain 1..5 %+v", got, want)
@@ -83,7 +84,7 @@ func TestResequencerAppliesInSequenceOrderAndHoldsDurably(t *testing.T) {
 	if st.Duplicates != 1 || st.Resequenced != 3 {
 		t.Fatalf("counters %+v, want 1 duplicate and 3 resequenced", st)
 	}
-	topologytest.Pipe(d, sPlain, plains("a", 1, 5)...) // both already applied
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 1, 5)...) // both already applied
 	d.Advance()
 	if got := d.App().Stats()[0].Total.Duplicates; got != 3 {
 		t.Fatalf("%d duplicates, want 3", got)
@@ -94,21 +95,21 @@ func TestResequencerAppliesInSequenceOrderAndHoldsDurably(t *testing.T) {
 }
 
 func TestResequencerBadSequenceHeadersAreDeadLettered(t *testing.T) {
-	topo, table, free := reseqTopology(nil)
+	topo, table, free := proptest.ReseqTopology(nil)
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
-	e := SEv{K: "a", Seq: 1, Count: 1}
-	d.PipeRecord("log", seqRecord(t, sPlain, e, 0, false)) // no header
-	d.PipeRecord("log", seqRecord(t, sPlain, e, 0, true))  // seq 0
-	bad := seqRecord(t, sPlain, e, 1, true)                // malformed: 3 bytes
+	e := proptest.SEv{K: "a", Seq: 1, Count: 1}
+	d.PipeRecord("log", seqRecord(t, proptest.SPlain, e, 0, false)) // no header
+	d.PipeRecord("log", seqRecord(t, proptest.SPlain, e, 0, true))  // seq 0
+	bad := seqRecord(t, proptest.SPlain, e, 1, true)                // malformed: 3 bytes
 	h, err := connector.ParseHeaders(bad.Headers.Key, binary.LittleEndian.AppendUint32(nil, uint32(bad.Headers.Tag)), []byte{connector.PropsVersion, byte(bad.Headers.Ordering), byte(bad.Headers.Algebra)}, []byte{1, 2, 3})
 	if err == nil {
 		t.Fatalf("a 3-byte strand-seq parsed: %+v", h)
 	}
 	d.PipeRecord("log", connector.Record{Headers: connector.Headers{Key: []byte("a")}, HeaderErr: err, Payload: bad.Payload})
-	d.PipeRecord("log", seqRecord(t, sFree, SEv{K: "a", Amt: 7}, 0, false)) // unsequenced: no header needed
-	d.PipeRecord("log", seqRecord(t, sFree, SEv{K: "a", Amt: 1}, 5, true))  // unsequenced: header ignored
-	topologytest.Pipe(d, sPlain, plains("a", 1)...)
+	d.PipeRecord("log", seqRecord(t, proptest.SFree, proptest.SEv{K: "a", Amt: 7}, 0, false)) // unsequenced: no header needed
+	d.PipeRecord("log", seqRecord(t, proptest.SFree, proptest.SEv{K: "a", Amt: 1}, 5, true))  // unsequenced: header ignored
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 1)...)
 	d.Advance()
 	dls := d.DeadLetters()
 	if len(dls) != 3 || dls[0].Reason != deadletter.ReasonBadSequence || dls[1].Reason != deadletter.ReasonBadSequence ||
@@ -127,10 +128,10 @@ func TestResequencerBadSequenceHeadersAreDeadLettered(t *testing.T) {
 }
 
 func TestResequencerHugeGapIsHeldNotExpanded(t *testing.T) {
-	topo, table, _ := reseqTopology(nil, topology.WithGapPolicy(stream.GapSkip, time.Minute))
+	topo, table, _ := proptest.ReseqTopology(nil, topology.WithGapPolicy(stream.GapSkip, time.Minute))
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
-	topologytest.Pipe(d, sPlain, plains("a", math.MaxUint64-1, 1, math.MaxUint64)...)
+	topologytest.Pipe(d, proptest.SPlain, plains("a", math.MaxUint64-1, 1, math.MaxUint64)...)
 	d.Advance()
 	if got, want := stateOf(t, table, "a"), chainOf(1); got != want {
 		t.Fatalf("table %+v, want %+v", got, want)
@@ -159,16 +160,16 @@ func TestResequencerHoldBoundOverflow(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			var mu sync.Mutex
 			var notices []stream.GapNotice
-			topo, table, _ := reseqTopology(nil, topology.WithGapPolicy(policy, 0), topology.WithHoldLimits(2, 100),
+			topo, table, _ := proptest.ReseqTopology(nil, topology.WithGapPolicy(policy, 0), topology.WithHoldLimits(2, 100),
 				topology.WithGapNotice(func(g stream.GapNotice) { mu.Lock(); notices = append(notices, g); mu.Unlock() }))
 			d := topologytest.NewDriver(t, topo)
 			defer d.Close()
-			topologytest.Pipe(d, sPlain, plains("a", 1, 3, 4)...)
+			topologytest.Pipe(d, proptest.SPlain, plains("a", 1, 3, 4)...)
 			d.Advance()
 			if _, n := d.Held(); n != 2 {
 				t.Fatalf("%d held, want 2", n)
 			}
-			topologytest.Pipe(d, sPlain, plains("a", 5)...) // a third held record: over the bound
+			topologytest.Pipe(d, proptest.SPlain, plains("a", 5)...) // a third held record: over the bound
 			d.Advance()
 			want := chainOf(1, 3, 4, 5)
 			if policy != stream.GapSkip {
@@ -190,7 +191,7 @@ func TestResequencerHoldBoundOverflow(t *testing.T) {
 				t.Fatalf("notices %+v", notices)
 			}
 			// 2 arrives late: it is behind the gap given up, a duplicate.
-			topologytest.Pipe(d, sPlain, plains("a", 2)...)
+			topologytest.Pipe(d, proptest.SPlain, plains("a", 2)...)
 			d.Advance()
 			if c := d.App().Stats()[0].Total; c.Duplicates != 1 {
 				t.Fatalf("counters %+v", c)
@@ -200,11 +201,11 @@ func TestResequencerHoldBoundOverflow(t *testing.T) {
 }
 
 func TestResequencerPartitionBoundOverflowGivesUpAtOnce(t *testing.T) {
-	topo, table, _ := reseqTopology(nil, topology.WithGapPolicy(stream.GapSkip, time.Hour), topology.WithHoldLimits(100, 2))
+	topo, table, _ := proptest.ReseqTopology(nil, topology.WithGapPolicy(stream.GapSkip, time.Hour), topology.WithHoldLimits(100, 2))
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
-	topologytest.Pipe(d, sPlain, plains("a", 2)...)
-	topologytest.Pipe(d, sPlain, plains("b", 2, 3)...)
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 2)...)
+	topologytest.Pipe(d, proptest.SPlain, plains("b", 2, 3)...)
 	d.Advance()
 	if got, want := stateOf(t, table, "b"), chainOf(2, 3); got != want {
 		t.Fatalf("b: table %+v, want %+v (the partition's third hold gives b's gap up)", got, want)
@@ -215,10 +216,10 @@ func TestResequencerPartitionBoundOverflowGivesUpAtOnce(t *testing.T) {
 }
 
 func TestResequencerStartAtFirstSeen(t *testing.T) {
-	topo, table, _ := reseqTopology(nil, topology.WithSeqStart(stream.StartAtFirstSeen))
+	topo, table, _ := proptest.ReseqTopology(nil, topology.WithSeqStart(stream.StartAtFirstSeen))
 	d := topologytest.NewDriver(t, topo)
 	defer d.Close()
-	topologytest.Pipe(d, sPlain, plains("a", 100, 102, 101, 99)...)
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 100, 102, 101, 99)...)
 	d.Advance()
 	if got, want := stateOf(t, table, "a"), chainOf(100, 101, 102); got != want {
 		t.Fatalf("table %+v, want %+v", got, want)
@@ -243,7 +244,7 @@ func TestResequencerRefusedOptions(t *testing.T) {
 		{"notice", topology.WithGapNotice(nil), "topology.WithGapNotice"},
 	}
 	for _, c := range cases {
-		topo, _, _ := reseqTopology(nil, c.opt)
+		topo, _, _ := proptest.ReseqTopology(nil, c.opt)
 		if _, err := topo.Build(); err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, topology.ErrBuild) {
 			t.Errorf("%s: Build: %v, want an error naming %s", c.name, err, c.want)
 		}
@@ -251,23 +252,23 @@ func TestResequencerRefusedOptions(t *testing.T) {
 	topo := topology.New("noseq")
 	src := topology.Source[string](topo, "log").Resequence()
 	tab := topology.NewTable[string, int64](topo, "t", stream.JSON[int64]())
-	topology.Project(topology.On(src, sFree), tab, func(n *int64, e SEv) error { return nil })
+	topology.Project(topology.On(src, proptest.SFree), tab, func(n *int64, e proptest.SEv) error { return nil })
 	if _, err := topo.Build(); err == nil || !strings.Contains(err.Error(), "stream.WithSequence") {
 		t.Errorf("Resequence without sequenced types: %v", err)
 	}
-	if _, err := stream.DeclareFunc(1, sevKey, stream.WithSequence(sevSeq)).Envelope(SEv{K: "a"}); !errors.Is(err, stream.ErrBadSequence) {
+	if _, err := stream.DeclareFunc(1, proptest.SevKey, stream.WithSequence(proptest.SevSeq)).Envelope(proptest.SEv{K: "a"}); !errors.Is(err, stream.ErrBadSequence) {
 		t.Errorf("Envelope of seq 0: %v", err)
 	}
-	if err := stream.DeclareFunc(1, sevKey, stream.WithSequence(sevSeq), stream.WithSequence(sevSeq)).Err(); err == nil {
+	if err := stream.DeclareFunc(1, proptest.SevKey, stream.WithSequence(proptest.SevSeq), stream.WithSequence(proptest.SevSeq)).Err(); err == nil {
 		t.Errorf("Sequence twice accepted")
 	}
-	if err := stream.DeclareFunc(1, sevKey, stream.WithSequence(func(int) uint64 { return 1 })).Err(); err == nil || !strings.Contains(err.Error(), "Sequence") {
+	if err := stream.DeclareFunc(1, proptest.SevKey, stream.WithSequence(func(int) uint64 { return 1 })).Err(); err == nil || !strings.Contains(err.Error(), "Sequence") {
 		t.Errorf("mistyped Sequence: %v", err)
 	}
 }
 
 func TestResequencerPublisherWritesSeqHeader(t *testing.T) {
-	env, err := sPlain.Envelope(SEv{K: "a", Seq: 42})
+	env, err := proptest.SPlain.Envelope(proptest.SEv{K: "a", Seq: 42})
 	if err != nil || !env.Headers.HasSeq || env.Headers.Seq != 42 {
 		t.Fatalf("envelope %+v, %v", env.Headers, err)
 	}
@@ -291,7 +292,7 @@ func TestResequencerPublisherWritesSeqHeader(t *testing.T) {
 // with restarts between, and duplicates of every applied number: none is
 // applied twice, whichever row holds its key's next number.
 func TestResequencerNextNumbersSurviveDeltaFolding(t *testing.T) {
-	topo, table, _ := reseqTopology(nil)
+	topo, table, _ := proptest.ReseqTopology(nil)
 	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(1))
 	defer d.Close()
 	keys := []string{"a", "b", "c"}
@@ -301,7 +302,7 @@ func TestResequencerNextNumbersSurviveDeltaFolding(t *testing.T) {
 			if (int(s)+i)%3 == 0 {
 				continue
 			}
-			topologytest.Pipe(d, sPlain, plains(k, uint64(len(want[k])+1))...)
+			topologytest.Pipe(d, proptest.SPlain, plains(k, uint64(len(want[k])+1))...)
 			want[k] = append(want[k], uint64(len(want[k])+1))
 		}
 		if s%37 == 0 {
@@ -312,7 +313,7 @@ func TestResequencerNextNumbersSurviveDeltaFolding(t *testing.T) {
 	d.Advance()
 	d.Restart()
 	for _, k := range keys {
-		topologytest.Pipe(d, sPlain, plains(k, want[k]...)...) // all duplicates now
+		topologytest.Pipe(d, proptest.SPlain, plains(k, want[k]...)...) // all duplicates now
 	}
 	d.Advance()
 	for _, k := range keys {
@@ -334,17 +335,17 @@ func TestResequencerAbandonedBatchIsRolledBack(t *testing.T) {
 	var once sync.Once
 	topo := topology.New("reseq-abandon")
 	src := topology.Source[string](topo, "log").Resequence()
-	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
-	topology.Project(topology.On(src, sPlain), table, func(s *PState, e SEv) error {
+	table := topology.NewTable[string, proptest.PState](topo, "state", stream.JSON[proptest.PState]())
+	topology.Project(topology.On(src, proptest.SPlain), table, func(s *proptest.PState, e proptest.SEv) error {
 		once.Do(cancel)
-		foldPlain(s, PEv{N: int(e.Seq)})
+		proptest.FoldPlain(s, proptest.PEv{N: int(e.Seq)})
 		return nil
 	})
 	d := newTaskDriver(t, topo)
 	task := d.Task("log", 0)
 	var recs []connector.Record
 	for i, s := range []uint64{2, 1, 4} {
-		r := seqRecord(t, sPlain, SEv{K: "a", Seq: s}, s, true)
+		r := seqRecord(t, proptest.SPlain, proptest.SEv{K: "a", Seq: s}, s, true)
 		r.Offset = uint64(i)
 		recs = append(recs, r)
 	}

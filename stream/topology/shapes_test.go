@@ -16,6 +16,7 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
@@ -227,7 +228,7 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 			return failOf(e.Amount)
 		})
 
-		n := rapid.IntRange(1, soakLen(30, 60)).Draw(rt, "events")
+		n := rapid.IntRange(1, proptest.SoakLen(30, 60)).Draw(rt, "events")
 		nkeys := rapid.IntRange(1, 3).Draw(rt, "keys")
 		type entry struct {
 			plain bool
@@ -261,9 +262,9 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 			}
 		}
 		steps := 0
-		for round := 0; d.Lag() > 0 || parked(d, parts) > 0; round++ {
+		for round := 0; d.Lag() > 0 || proptest.Parked(d, parts) > 0; round++ {
 			if round > 10000 {
-				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), parked(d, parts))
+				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), proptest.Parked(d, parts))
 			}
 			if !d.Step() {
 				d.AdvanceClock(time.Second)

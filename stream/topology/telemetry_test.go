@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -361,9 +362,9 @@ func TestTelemetryCountsTheResequencer(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(ctx)
-	topo, _, _ := reseqTopology(nil)
+	topo, _, _ := proptest.ReseqTopology(nil)
 	d := topologytest.NewDriver(t, topo, topologytest.WithOpenOptions(topology.WithMeterProvider(mp)))
-	topologytest.Pipe(d, sPlain, plains("a", 3, 5, 2)...)
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 3, 5, 2)...)
 	d.Advance()
 	collect := func() metricdata.ResourceMetrics {
 		var rm metricdata.ResourceMetrics
@@ -375,7 +376,7 @@ func TestTelemetryCountsTheResequencer(t *testing.T) {
 	if got := sums(t, collect(), "strand.resequencer.held.records", "")[""]; got != 3 {
 		t.Fatalf("held records %v, want 3", got)
 	}
-	topologytest.Pipe(d, sPlain, plains("a", 1, 2, 4)...)
+	topologytest.Pipe(d, proptest.SPlain, plains("a", 1, 2, 4)...)
 	d.Advance()
 	rm := collect()
 	if got := sums(t, rm, "strand.resequencer.held.records", "")[""]; got != 0 {

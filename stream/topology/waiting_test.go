@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
@@ -30,13 +31,13 @@ func TestWaitCaughtUpAndInspectCountHeldRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close(ctx)
-	if err := iggy.PublishBatch(ctx, pub, sPlain, plains("a", 2, 3, 4)); err != nil {
+	if err := iggy.PublishBatch(ctx, pub, proptest.SPlain, plains("a", 2, 3, 4)); err != nil {
 		t.Fatal(err)
 	}
 	topo := topology.New("held")
 	src := topology.Source[string](topo, "s/log").Resequence()
-	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
-	topology.Project(topology.On(src, sPlain), table, func(s *PState, e SEv) error { foldPlain(s, sevPEv(e)); return nil })
+	table := topology.NewTable[string, proptest.PState](topo, "state", stream.JSON[proptest.PState]())
+	topology.Project(topology.On(src, proptest.SPlain), table, func(s *proptest.PState, e proptest.SEv) error { proptest.FoldPlain(s, proptest.SevPEv(e)); return nil })
 	dir := t.TempDir()
 	open := func() *topology.App {
 		app, err := topology.Open(ctx, topo, cl, dir, topology.WithEndOffsetInterval(10*time.Millisecond), topology.WithDeadLetterTopic("s/log.dlq"))
@@ -106,7 +107,7 @@ func TestWaitCaughtUpAndInspectCountHeldRecords(t *testing.T) {
 	runCtx, stop = context.WithCancel(ctx)
 	go func() { done <- app.Run(runCtx) }()
 	defer func() { stop(); <-done }()
-	if err := iggy.Publish(ctx, pub, sPlain, plains("a", 1)[0]); err != nil {
+	if err := iggy.Publish(ctx, pub, proptest.SPlain, plains("a", 1)[0]); err != nil {
 		t.Fatal(err)
 	}
 	if err := app.WaitCaughtUp(ctx); err != nil {

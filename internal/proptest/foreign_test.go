@@ -1,4 +1,4 @@
-package topology_test
+package proptest
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 
 // A foreign topic: a producer that knows nothing of strand writes the
 // property test's events (PEv) as JSON, with the event type in a String
-// header "event-type" ("t0".."t6", the index into pTypes), partitioned by
+// header "event-type" ("t0".."t6", the index into PTypes), partitioned by
 // key as Iggy's messages-key partitioning does.
 
 const foreignTopic = "shop/events"
@@ -44,19 +44,19 @@ func classifyPEv(m stream.ForeignMessage) (stream.Classified[string], error) {
 	}
 	c := stream.Classified[string]{Key: body.K, Ordering: body.Fence, Seq: body.Seq, Tag: 99}
 	var ty int
-	if _, err := fmt.Sscanf(string(typ), "t%d", &ty); err == nil && ty >= 0 && ty < len(pTypes) {
-		c.Tag = pTypes[ty].decl.Tag()
+	if _, err := fmt.Sscanf(string(typ), "t%d", &ty); err == nil && ty >= 0 && ty < len(PTypes) {
+		c.Tag = PTypes[ty].Decl.Tag()
 	}
 	return c, nil
 }
 
-func foreignTopology(fl *flaky, opts ...topology.ForeignOption) (*topology.Topology, *topology.Table[string, PState]) {
+func foreignTopology(fl *Flaky, opts ...topology.ForeignOption) (*topology.Topology, *topology.Table[string, PState]) {
 	topo := topology.New("foreign", topology.WithWorkers(3), topology.WithRetry(1000, time.Second, time.Second))
 	src := topology.ForeignSource(topo, foreignTopic, classifyPEv, opts...)
 	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
-	for _, pt := range pTypes {
-		fold := pt.fold
-		topology.Project(topology.On(src, pt.decl), table, func(s *PState, e PEv) error {
+	for _, pt := range PTypes {
+		fold := pt.Fold
+		topology.Project(topology.On(src, pt.Decl), table, func(s *PState, e PEv) error {
 			if fl != nil {
 				if err := fl.check(e); err != nil {
 					return err
@@ -91,11 +91,11 @@ func TestForeignSourceThroughTheDriver(t *testing.T) {
 	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(3))
 	want := map[string]PState{}
 	for i, k := range []string{"a", "b", "a", "a", "b"} {
-		ty := i % len(pTypes)
+		ty := i % len(PTypes)
 		e := PEv{K: k, N: i, Amt: int64(i), Count: 1, Fence: planner.Relaxed}
 		d.PipeForeign(foreignTopic, pevMessage(d, ty, e))
 		s := want[k]
-		pTypes[ty].fold(&s, e)
+		PTypes[ty].Fold(&s, e)
 		want[k] = s
 	}
 	bad := stream.ForeignMessage{Partition: 1, Payload: []byte("<xml/>"), ID: [16]byte{7},
@@ -131,10 +131,10 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		nkeys := rapid.IntRange(1, 5).Draw(rt, "keys")
-		n := rapid.IntRange(0, soakLen(35, 70)).Draw(rt, "messages")
-		fl := &flaky{failOn: map[int]bool{}, failed: map[int]bool{}}
+		n := rapid.IntRange(0, SoakLen(35, 70)).Draw(rt, "messages")
+		fl := &Flaky{FailOn: map[int]bool{}, Failed: map[int]bool{}}
 		type entry struct {
-			ty     int // index into pTypes; -1 for a bad message
+			ty     int // index into PTypes; -1 for a bad message
 			ev     PEv
 			bad    stream.ForeignMessage
 			reason deadletter.Reason
@@ -164,13 +164,13 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 				log = append(log, entry{ty: -1, bad: m, reason: reason})
 				continue
 			}
-			ty := rapid.IntRange(0, len(pTypes)-1).Draw(rt, "type")
+			ty := rapid.IntRange(0, len(PTypes)-1).Draw(rt, "type")
 			ev := PEv{K: k, N: i, Amt: int64(rapid.IntRange(-3, 3).Draw(rt, "amt")), Count: 1, Fence: planner.Relaxed}
-			if pTypes[ty].decl == pFenceBy {
+			if PTypes[ty].Decl == PFenceBy {
 				ev.Fence = rapid.SampledFrom([]planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}).Draw(rt, "fence")
 			}
 			if rapid.IntRange(0, 15).Draw(rt, "fail?") == 0 {
-				fl.failOn[i] = true
+				fl.FailOn[i] = true
 			}
 			log = append(log, entry{ty: ty, ev: ev})
 		}
@@ -181,7 +181,7 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 		for _, e := range log {
 			if e.ty >= 0 {
 				s := want[e.ev.K]
-				pTypes[e.ty].fold(&s, e.ev)
+				PTypes[e.ty].Fold(&s, e.ev)
 				want[e.ev.K] = s
 			}
 		}
@@ -208,9 +208,9 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 			d.PipeForeign(foreignTopic, pevMessage(d, e.ty, e.ev))
 		}
 		steps := 0
-		for round := 0; d.Lag() > 0 || parked(d, 3) > 0; round++ {
+		for round := 0; d.Lag() > 0 || Parked(d, 3) > 0; round++ {
 			if round > 10000 {
-				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), parked(d, 3))
+				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), Parked(d, 3))
 			}
 			if !d.Step() {
 				d.AdvanceClock(time.Second)
@@ -254,11 +254,11 @@ func TestForeignSourceResequenced(t *testing.T) {
 		return stream.Classified[string]{Key: e.K, Tag: 1, Seq: uint64(e.N)}, nil
 	}).Resequence()
 	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
-	topology.Project(topology.On(src, seqd), table, func(s *PState, e PEv) error { foldPlain(s, e); return nil })
+	topology.Project(topology.On(src, seqd), table, func(s *PState, e PEv) error { FoldPlain(s, e); return nil })
 	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(2))
 	var want PState
 	for n := 1; n <= 9; n++ {
-		foldPlain(&want, PEv{K: "k", N: n})
+		FoldPlain(&want, PEv{K: "k", N: n})
 	}
 	for _, n := range []int{3, 1, 2, 6, 5, 4, 9, 7, 8} {
 		body, _ := json.Marshal(PEv{K: "k", N: n})
@@ -291,7 +291,7 @@ func TestForeignSourceBuildChecks(t *testing.T) {
 		}, "declared twice"},
 		"a strand source of the same name": {func() *topology.Topology {
 			topo, table := foreignTopology(nil)
-			topology.Project(topology.On(topology.Source[string](topo, "plain"), pPlain), table, func(*PState, PEv) error { return nil })
+			topology.Project(topology.On(topology.Source[string](topo, "plain"), PPlain), table, func(*PState, PEv) error { return nil })
 			topology.ForeignSource(topo, "plain", classifyPEv)
 			return topo
 		}, "declared twice"},
@@ -342,8 +342,8 @@ func TestForeignSourceOpenChecks(t *testing.T) {
 	plain := topology.New("foreign", topology.WithWorkers(3), topology.WithRetry(1000, time.Second, time.Second))
 	src := topology.Source[string](plain, foreignTopic)
 	table := topology.NewTable[string, PState](plain, "state", stream.JSON[PState]())
-	for _, pt := range pTypes {
-		topology.Project(topology.On(src, pt.decl), table, func(*PState, PEv) error { return nil })
+	for _, pt := range PTypes {
+		topology.Project(topology.On(src, pt.Decl), table, func(*PState, PEv) error { return nil })
 	}
 	pp, err := plain.Build()
 	if err != nil {

@@ -1,14 +1,10 @@
-package topology_test
+package proptest
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,95 +16,6 @@ import (
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
-
-// MState is a row that real projections keep: a pointer, a map and
-// slices, all changed in place by the folds below.
-type MState struct {
-	P   *PState          // the order-sensitive fold of every event (see PState)
-	Log map[int][]int    // per unreduced type: the events' numbers, in the order applied
-	Sum map[string]int64 // per type: amounts (sums are what reduction keeps)
-}
-
-func (s *MState) fold(ty int, e PEv) {
-	if s.P == nil {
-		s.P = &PState{}
-	}
-	if s.Log == nil {
-		s.Log = map[int][]int{}
-	}
-	if s.Sum == nil {
-		s.Sum = map[string]int64{}
-	}
-	pTypes[ty].fold(s.P, e)
-	if d := pTypes[ty].decl; d != pSum && d != pFlag { // reduced types see fewer events
-		s.Log[ty] = append(s.Log[ty], e.N)
-	}
-	if pTypes[ty].decl != pFlag { // deduplicated: fewer events, same flag
-		s.Sum[fmt.Sprint(ty)] += e.Amt
-	}
-}
-
-func equalMState(a, b MState) bool {
-	var pa, pb PState
-	if a.P != nil {
-		pa = *a.P
-	}
-	if b.P != nil {
-		pb = *b.P
-	}
-	return pa == pb &&
-		maps.EqualFunc(nonNil(a.Log), nonNil(b.Log), slices.Equal) &&
-		maps.Equal(nonNil(a.Sum), nonNil(b.Sum))
-}
-
-func nonNil[M ~map[K]V, K comparable, V any](m M) M {
-	if m == nil {
-		return M{}
-	}
-	return m
-}
-
-// faults says, per event number, how the folds fail: transient failures
-// (an error or a panic, after the fold changed the value in place) the
-// first times they see the event, or a permanent one every time. It counts
-// what really happened.
-type faults struct {
-	mu        sync.Mutex
-	transient map[int]int // failures to inject for the event
-	panics    map[int]bool
-	permanent map[int]bool
-	seen      map[int]int // failures injected so far
-	sinkFail  map[int]bool
-}
-
-func (f *faults) after(e PEv) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.permanent[e.N] {
-		f.seen[e.N]++
-		return stream.Permanent(fmt.Errorf("event %d is invalid", e.N))
-	}
-	if f.seen[e.N] < f.transient[e.N] {
-		f.seen[e.N]++
-		if f.panics[e.N] {
-			panic(fmt.Sprintf("fold of event %d", e.N))
-		}
-		return fmt.Errorf("event %d: %w", e.N, errFlaky)
-	}
-	return nil
-}
-
-func (f *faults) sink(e PEv) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.sinkFail[e.N] {
-		delete(f.sinkFail, e.N)
-		return errors.New("sink down")
-	}
-	return nil
-}
-
-const failMaxAttempts = 3
 
 // TestPropertyFailuresLeaveNoTrace: random logs as in
 // TestPropertyTablesEqualSequentialFold, with folds that change their row
@@ -123,7 +30,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 	t.Parallel() // see parallel_test.go
 	rapid.Check(t, func(rt *rapid.T) {
 		nkeys := rapid.IntRange(1, 4).Draw(rt, "keys")
-		n := rapid.IntRange(0, soakLen(50, 100)).Draw(rt, "events")
+		n := rapid.IntRange(0, SoakLen(50, 100)).Draw(rt, "events")
 		fl := &faults{transient: map[int]int{}, panics: map[int]bool{}, permanent: map[int]bool{},
 			seen: map[int]int{}, sinkFail: map[int]bool{}}
 		type entry struct {
@@ -133,9 +40,9 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 		var log []entry
 		for i := range n {
 			k := fmt.Sprintf("k%d", rapid.IntRange(0, nkeys-1).Draw(rt, "key"))
-			ty := rapid.IntRange(0, len(pTypes)-1).Draw(rt, "type")
+			ty := rapid.IntRange(0, len(PTypes)-1).Draw(rt, "type")
 			ev := PEv{K: k, N: i, Amt: int64(rapid.IntRange(-3, 3).Draw(rt, "amt")), Count: 1, Fence: planner.Relaxed}
-			if pTypes[ty].decl == pFenceBy {
+			if PTypes[ty].Decl == PFenceBy {
 				ev.Fence = rapid.SampledFrom([]planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}).Draw(rt, "fence")
 			}
 			switch rapid.IntRange(0, 12).Draw(rt, "fault") {
@@ -161,14 +68,14 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 		src := topology.Source[string](topo, "log")
 		mirror := topology.NewTable[string, MState](topo, "mirror", stream.JSON[MState]())
 		rows := topology.NewTable[string, MState](topo, "rows", stream.JSON[MState]())
-		for ty, pt := range pTypes {
-			s := topology.On(src, pt.decl)
-			if pt.decl == pPlain || pt.decl == pRelease {
+		for ty, pt := range PTypes {
+			s := topology.On(src, pt.Decl)
+			if pt.Decl == PPlain || pt.Decl == pRelease {
 				// Folded first, never failing itself: it must be put back
 				// when the projection after it fails.
 				topology.Project(s, mirror, func(m *MState, e PEv) error { m.fold(ty, e); return nil })
 			}
-			if pt.decl == pFlag {
+			if pt.Decl == pFlag {
 				s.ForEach("side effect", func(_ context.Context, _ string, events []PEv) error {
 					for _, e := range events {
 						if err := fl.sink(e); err != nil {
@@ -194,12 +101,12 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, e := range log {
-			topologytest.Pipe(d, pTypes[e.ty].decl, e.ev)
+			topologytest.Pipe(d, PTypes[e.ty].Decl, e.ev)
 		}
 		steps := 0
-		for round := 0; d.Lag() > 0 || parked(d, partitions) > 0; round++ {
+		for round := 0; d.Lag() > 0 || Parked(d, partitions) > 0; round++ {
 			if round > 10000 {
-				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), parked(d, partitions))
+				rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), Parked(d, partitions))
 			}
 			if !d.Step() {
 				d.AdvanceClock(time.Second)
@@ -260,7 +167,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 			s := wantRows[e.ev.K]
 			s.fold(e.ty, e.ev)
 			wantRows[e.ev.K] = s
-			if d := pTypes[e.ty].decl; d == pPlain || d == pRelease {
+			if d := PTypes[e.ty].Decl; d == PPlain || d == pRelease {
 				m := wantMirror[e.ev.K]
 				m.fold(e.ty, e.ev)
 				wantMirror[e.ev.K] = m
@@ -281,23 +188,4 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 			}
 		}
 	})
-}
-
-type stateScan struct {
-	table interface {
-		Scan(ctx context.Context, fn func(k string, v MState) bool) error
-	}
-}
-
-func (s *stateScan) all(rt *rapid.T) map[string]MState {
-	out := map[string]MState{}
-	if err := s.table.Scan(context.Background(), func(k string, v MState) bool { out[k] = v; return true }); err != nil {
-		rt.Fatal(err)
-	}
-	return out
-}
-
-func show(m MState) string {
-	b, _ := json.Marshal(m)
-	return string(b)
 }

@@ -1,4 +1,4 @@
-package topology_test
+package proptest
 
 import (
 	"context"
@@ -10,79 +10,11 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/strand-io/strand/algebra"
-	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
-
-// SEv is the re-sequencer tests' event: Seq is its number within its key,
-// N a unique id (the flaky fold fails on chosen ids).
-type SEv struct {
-	K     string
-	Seq   uint64
-	N     int
-	Amt   int64
-	Count int64
-}
-
-func sevKey(e SEv) string { return e.K }
-func sevSeq(e SEv) uint64 { return e.Seq }
-func sevPEv(e SEv) PEv    { return PEv{K: e.K, N: int(e.Seq), Amt: e.Amt, Count: e.Count} }
-func sevFold(f func(*PState, PEv)) func(*PState, SEv) {
-	return func(s *PState, e SEv) { f(s, sevPEv(e)) }
-}
-
-var (
-	sAcquire = stream.DeclareFunc(1, sevKey, stream.WithSequence(sevSeq), stream.WithFence(planner.Acquire))
-	sSum     = stream.DeclareFunc(2, sevKey, stream.WithSequence(sevSeq), stream.WithReduce(algebra.Fold(func(a, b SEv) SEv {
-		a.Amt += b.Amt
-		a.Count += b.Count
-		return a
-	})))
-	sPlain   = stream.DeclareFunc(3, sevKey, stream.WithSequence(sevSeq))
-	sRelease = stream.DeclareFunc(4, sevKey, stream.WithSequence(sevSeq), stream.WithFence(planner.Release))
-	sAcqRel  = stream.DeclareFunc(7, sevKey, stream.WithSequence(sevSeq), stream.WithFence(planner.AcqRel))
-	// sFree is unsequenced: it passes through the re-sequencer.
-	sFree = stream.DeclareFunc(9, sevKey)
-)
-
-type sType struct {
-	decl *stream.Event[string, SEv]
-	fold func(*PState, SEv)
-}
-
-var sTypes = []sType{
-	{sAcquire, sevFold(foldAcquire)}, {sSum, sevFold(foldSum)}, {sPlain, sevFold(foldPlain)},
-	{sRelease, sevFold(foldRelease)}, {sAcqRel, sevFold(foldAcqRel)},
-}
-
-// reseqTopology projects every sequenced type into "state" (failing once
-// on the ids fl chooses) and counts the unsequenced ones in "free".
-func reseqTopology(fl *flaky, opts ...topology.ResequenceOption) (*topology.Topology, *topology.Table[string, PState], *topology.Table[string, int64]) {
-	topo := topology.New("reseq", topology.WithWorkers(3), topology.WithRetry(1000, time.Millisecond, time.Millisecond))
-	src := topology.Source[string](topo, "log").Resequence(opts...)
-	table := topology.NewTable[string, PState](topo, "state", stream.JSON[PState]())
-	free := topology.NewTable[string, int64](topo, "free", stream.JSON[int64]())
-	for _, st := range sTypes {
-		fold := st.fold
-		topology.Project(topology.On(src, st.decl), table, func(s *PState, e SEv) error {
-			if fl != nil {
-				if err := fl.check(PEv{N: e.N}); err != nil {
-					return err
-				}
-			}
-			fold(s, e)
-			return nil
-		})
-	}
-	topology.Project(topology.On(src, sFree), free, func(n *int64, e SEv) error { *n += e.Amt; return nil })
-	return topo, table, free
-}
-
-type gapRange struct{ from, to uint64 }
 
 // TestPropertyResequencedTablesEqualSequenceOrderFold: random per-key
 // sequences of five types with every fence, with missing numbers, shuffled
@@ -96,9 +28,9 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		policy := rapid.SampledFrom([]stream.GapPolicy{stream.GapWait, stream.GapSkip, stream.GapDeadLetter}).Draw(rt, "policy")
 		nkeys := rapid.IntRange(1, 4).Draw(rt, "keys")
-		fl := &flaky{failOn: map[int]bool{}, failed: map[int]bool{}}
+		fl := &Flaky{FailOn: map[int]bool{}, Failed: map[int]bool{}}
 		type rec struct {
-			ty int // index into sTypes, -1: unsequenced
+			ty int // index into STypes, -1: unsequenced
 			ev SEv
 		}
 		var perKey [][]rec
@@ -108,7 +40,7 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 		for k := range nkeys {
 			key := fmt.Sprintf("k%d", k)
 			missing[key] = map[uint64]bool{}
-			n := rapid.IntRange(0, soakLen(20, 40)).Draw(rt, "len")
+			n := rapid.IntRange(0, SoakLen(20, 40)).Draw(rt, "len")
 			var rs []rec
 			for s := uint64(1); s <= uint64(n); s++ {
 				id++
@@ -116,9 +48,9 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 					missing[key][s] = true
 					continue
 				}
-				ty := rapid.IntRange(0, len(sTypes)-1).Draw(rt, "type")
+				ty := rapid.IntRange(0, len(STypes)-1).Draw(rt, "type")
 				if rapid.IntRange(0, 14).Draw(rt, "fail?") == 0 {
-					fl.failOn[id] = true
+					fl.FailOn[id] = true
 				}
 				rs = append(rs, rec{ty, SEv{K: key, Seq: s, N: id, Amt: int64(rapid.IntRange(-3, 3).Draw(rt, "amt")), Count: 1}})
 				present[key] = append(present[key], s)
@@ -198,7 +130,7 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 				switch {
 				case !gapped || policy == stream.GapSkip:
 					st := want[key]
-					sTypes[r.ty].fold(&st, r.ev)
+					STypes[r.ty].Fold(&st, r.ev)
 					want[key] = st
 				case policy == stream.GapWait:
 					wantHeld[key] = append(wantHeld[key], s)
@@ -223,23 +155,23 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 		if policy != stream.GapWait {
 			timeout = time.Hour
 		}
-		topo, table, free := reseqTopology(fl, topology.WithGapPolicy(policy, timeout), topology.WithDuplicatePolicy(stream.DeadLetterDuplicates))
+		topo, table, free := ReseqTopology(fl, topology.WithGapPolicy(policy, timeout), topology.WithDuplicatePolicy(stream.DeadLetterDuplicates))
 		next := 0
 		d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(partitions),
 			topologytest.WithBatchSizes(func() int { s := sizes[next%len(sizes)]; next++; return s }))
 		defer d.Close()
 		for _, r := range log {
-			decl := sFree
+			decl := SFree
 			if r.ty >= 0 {
-				decl = sTypes[r.ty].decl
+				decl = STypes[r.ty].Decl
 			}
 			topologytest.Pipe(d, decl, r.ev)
 		}
 		steps := 0
 		run := func() {
-			for round := 0; d.Lag() > 0 || parked(d, partitions) > 0; round++ {
+			for round := 0; d.Lag() > 0 || Parked(d, partitions) > 0; round++ {
 				if round > 20000 {
-					rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), parked(d, partitions))
+					rt.Fatalf("no progress: lag %d, parked %d", d.Lag(), Parked(d, partitions))
 				}
 				if !d.Step() {
 					d.AdvanceClock(time.Millisecond)
@@ -276,7 +208,7 @@ func TestPropertyResequencedTablesEqualSequenceOrderFold(t *testing.T) {
 			}
 		}
 		for key := range present {
-			p := partitionOf(key, partitions)
+			p := PartitionOf(key, partitions)
 			held, err := d.App().Held(ctx, "log", p, []byte(key))
 			if err != nil {
 				rt.Fatal(err)
