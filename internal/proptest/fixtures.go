@@ -66,8 +66,9 @@ var (
 		a.Count += b.Count
 		return a
 	})))
-	PPlain   = stream.DeclareFunc(3, pkey)
+	PPlain   = stream.DeclareFunc(3, pkey) // PPlain: relaxed, no reduction
 	pRelease = stream.DeclareFunc(4, pkey, stream.WithFence(planner.Release))
+	// PFenceBy fences each event by its Fence field.
 	PFenceBy = stream.DeclareFunc(5, pkey, stream.WithFenceBy(func(e PEv) planner.Ordering { return e.Fence }))
 	pFlag    = stream.DeclareFunc(6, pkey, stream.WithReduce(algebra.DedupFunc(func(a, b PEv) bool { return a.Amt == b.Amt })))
 	pAcqRel  = stream.DeclareFunc(7, pkey, stream.WithFence(planner.AcqRel))
@@ -78,6 +79,7 @@ func foldAcquire(s *PState, e PEv) { s.Obs = mix(s.Obs, 1, int64(e.N), s.Applied
 
 func foldSum(s *PState, e PEv) { s.Balance += e.Amt; s.Applied += e.Count }
 
+// FoldPlain is PPlain's fold: it chains the event's id into Chain3.
 func FoldPlain(s *PState, e PEv) { s.Chain3 = mix(s.Chain3, int64(e.N)); s.Applied++ }
 
 func foldRelease(s *PState, e PEv) { s.Obs = mix(s.Obs, 4, int64(e.N), s.Applied); s.Applied++ }
@@ -94,11 +96,15 @@ func foldFlag(s *PState, e PEv) { s.Flag = e.Amt }
 
 func foldAcqRel(s *PState, e PEv) { s.Obs = mix(s.Obs, 7, int64(e.N), s.Applied); s.Applied++ }
 
+// PType is one of the property tests' event types: its declaration and
+// its fold.
 type PType struct {
 	Decl *stream.Event[string, PEv]
 	Fold func(*PState, PEv)
 }
 
+// PTypes are the event types of the property tests, every fence and
+// reduction among them.
 var PTypes = []PType{
 	{pAcquire, foldAcquire}, {pSum, foldSum}, {PPlain, FoldPlain}, {pRelease, foldRelease},
 	{PFenceBy, foldFenceBy}, {pFlag, foldFlag}, {pAcqRel, foldAcqRel},
@@ -196,11 +202,13 @@ func (s *stateTable) all() map[string]PState {
 	return out
 }
 
+// Parked is the number of records the driver holds parked.
 func Parked(d *topologytest.Driver, _ uint32) int {
 	_, n := d.Parked()
 	return n
 }
 
+// PartitionOf is the partition of key k among n, as strand partitions.
 func PartitionOf(k string, n uint32) uint32 { return xxh32.Partition([]byte(k), n) }
 
 // SoakLen is the most events a property test's log holds: normal in the
@@ -336,10 +344,13 @@ type SEv struct {
 	Count int64
 }
 
+// SevKey is an SEv's key.
 func SevKey(e SEv) string { return e.K }
 
+// SevSeq is an SEv's sequence number.
 func SevSeq(e SEv) uint64 { return e.Seq }
 
+// SevPEv is the PEv an SEv folds as.
 func SevPEv(e SEv) PEv { return PEv{K: e.K, N: int(e.Seq), Amt: e.Amt, Count: e.Count} }
 
 func sevFold(f func(*PState, PEv)) func(*PState, SEv) {
@@ -353,18 +364,21 @@ var (
 		a.Count += b.Count
 		return a
 	})))
-	SPlain   = stream.DeclareFunc(3, SevKey, stream.WithSequence(SevSeq))
+	SPlain   = stream.DeclareFunc(3, SevKey, stream.WithSequence(SevSeq)) // SPlain: sequenced, relaxed
 	sRelease = stream.DeclareFunc(4, SevKey, stream.WithSequence(SevSeq), stream.WithFence(planner.Release))
 	sAcqRel  = stream.DeclareFunc(7, SevKey, stream.WithSequence(SevSeq), stream.WithFence(planner.AcqRel))
 	// SFree is unsequenced: it passes through the re-sequencer.
 	SFree = stream.DeclareFunc(9, SevKey)
 )
 
+// SType is one of the re-sequencer tests' event types: its declaration
+// and its fold.
 type SType struct {
 	Decl *stream.Event[string, SEv]
 	Fold func(*PState, SEv)
 }
 
+// STypes are the sequenced event types of the re-sequencer tests.
 var STypes = []SType{
 	{sAcquire, sevFold(foldAcquire)}, {sSum, sevFold(foldSum)}, {SPlain, sevFold(FoldPlain)},
 	{sRelease, sevFold(foldRelease)}, {sAcqRel, sevFold(foldAcqRel)},
@@ -395,6 +409,7 @@ func ReseqTopology(fl *Flaky, opts ...topology.ResequenceOption) (*topology.Topo
 
 type gapRange struct{ from, to uint64 }
 
+// OrderPlaced is the KeyBy tests' event: an order line of a customer.
 type OrderPlaced struct {
 	Order    uint64 `json:"order"`
 	Customer string `json:"customer"`
@@ -408,6 +423,7 @@ type orderRow struct {
 	Lines    int    `json:"lines"`
 }
 
+// CustomerRow is a row of the KeyBy tests' customers table.
 type CustomerRow struct {
 	Orders int64 `json:"orders"`
 	Total  int64 `json:"total"`
@@ -503,6 +519,8 @@ func newFlakyShop(keyFn func(OrderPlaced) (string, error), fl *failOnce, opts ..
 	return s
 }
 
+// ShopWorkload is n random order lines of the given numbers of orders and
+// customers, the same for the same seed.
 func ShopWorkload(n, orders, customers int, seed uint64) []OrderPlaced {
 	r := rand.New(rand.NewPCG(seed, 1))
 	out := make([]OrderPlaced, n)
