@@ -409,6 +409,8 @@ func ReseqTopology(fl *Flaky, opts ...topology.ResequenceOption) (*topology.Topo
 
 type gapRange struct{ from, to uint64 }
 
+// The shop of the KeyBy tests: orders keyed by order, re-keyed by customer.
+
 // OrderPlaced is the KeyBy tests' event: an order line of a customer.
 type OrderPlaced struct {
 	Order    uint64 `json:"order"`

@@ -15,8 +15,6 @@ import (
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-// The shop: orders keyed by order, re-keyed by customer.
-
 func TestKeyByAndToEqualSequentialFold(t *testing.T) {
 	events := ShopWorkload(3000, 200, 30, 1)
 	s := newShop(nil)
