@@ -10,7 +10,6 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
@@ -40,11 +39,7 @@ func TestPropertyFailuresLeaveNoTrace(t *testing.T) {
 		var log []entry
 		for i := range n {
 			k := fmt.Sprintf("k%d", rapid.IntRange(0, nkeys-1).Draw(rt, "key"))
-			ty := rapid.IntRange(0, len(PTypes)-1).Draw(rt, "type")
-			ev := PEv{K: k, N: i, Amt: int64(rapid.IntRange(-3, 3).Draw(rt, "amt")), Count: 1, Fence: planner.Relaxed}
-			if PTypes[ty].Decl == PFenceBy {
-				ev.Fence = rapid.SampledFrom([]planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}).Draw(rt, "fence")
-			}
+			ty, ev := DrawPEv(rt, k, i)
 			switch rapid.IntRange(0, 12).Draw(rt, "fault") {
 			case 0:
 				fl.transient[i] = 1

@@ -110,6 +110,18 @@ var PTypes = []PType{
 	{PFenceBy, foldFenceBy}, {pFlag, foldFlag}, {pAcqRel, foldAcqRel},
 }
 
+// DrawPEv draws the type (an index into PTypes) and the event of log
+// position i, key k, for the property tests: an amount in -3..3, counting
+// for one log event, and for PFenceBy any of the four fences.
+func DrawPEv(rt *rapid.T, k string, i int) (ty int, ev PEv) {
+	ty = rapid.IntRange(0, len(PTypes)-1).Draw(rt, "type")
+	ev = PEv{K: k, N: i, Amt: int64(rapid.IntRange(-3, 3).Draw(rt, "amt")), Count: 1, Fence: planner.Relaxed}
+	if PTypes[ty].Decl == PFenceBy {
+		ev.Fence = rapid.SampledFrom([]planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}).Draw(rt, "fence")
+	}
+	return ty, ev
+}
+
 // Flaky makes a fold fail the first time it sees chosen events, so that
 // parking and retries are part of every property run.
 type Flaky struct {

@@ -164,11 +164,7 @@ func TestPropertyForeignTableEqualsSequentialFold(t *testing.T) {
 				log = append(log, entry{ty: -1, bad: m, reason: reason})
 				continue
 			}
-			ty := rapid.IntRange(0, len(PTypes)-1).Draw(rt, "type")
-			ev := PEv{K: k, N: i, Amt: int64(rapid.IntRange(-3, 3).Draw(rt, "amt")), Count: 1, Fence: planner.Relaxed}
-			if PTypes[ty].Decl == PFenceBy {
-				ev.Fence = rapid.SampledFrom([]planner.Ordering{planner.Relaxed, planner.Acquire, planner.Release, planner.AcqRel}).Draw(rt, "fence")
-			}
+			ty, ev := DrawPEv(rt, k, i)
 			if rapid.IntRange(0, 15).Draw(rt, "fail?") == 0 {
 				fl.FailOn[i] = true
 			}
