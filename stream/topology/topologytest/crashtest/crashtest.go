@@ -272,7 +272,10 @@ type Proc struct {
 }
 
 // Start starts the child s describes, failing t if it cannot. A child
-// still running when the test ends is killed.
+// still running when the test ends is killed. Unless s.Env sets TMPDIR,
+// the child's TMPDIR is a directory of t's (t.TempDir), removed when the
+// test ends: what a killed child left in its temporary directories goes
+// with it.
 func Start(t testing.TB, s Spec) *Proc {
 	t.Helper()
 	if s.Role == "" {
@@ -281,6 +284,12 @@ func Start(t testing.TB, s Spec) *Proc {
 	cmd, err := Command(s)
 	if err != nil {
 		t.Fatalf("crashtest.Start: %v", err)
+	}
+	if !setsEnv(s.Env, "TMPDIR") {
+		// The child's temporary directories (its t.TempDir, os.MkdirTemp)
+		// go under the parent's: a child killed before its cleanup ran
+		// leaves nothing behind once the parent's test ends.
+		cmd.Env = append(cmd.Env, "TMPDIR="+t.TempDir())
 	}
 	p := &Proc{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
 	p.out = newOutput(s.Ready, p.ready)
@@ -303,6 +312,16 @@ func Start(t testing.TB, s Spec) *Proc {
 		}
 	})
 	return p
+}
+
+// setsEnv reports whether env (KEY=value entries) sets key.
+func setsEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == key {
+			return true
+		}
+	}
+	return false
 }
 
 // Ready is closed when the child printed Spec.Ready.

@@ -3,6 +3,7 @@ package crashtest
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -17,6 +18,15 @@ func TestMain(m *testing.M) {
 			if len(args) > 0 && args[0] == "fail" {
 				return 3
 			}
+			return 0
+		},
+		"tmpdir": func([]string) int {
+			dir, err := os.MkdirTemp("", "child")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 2
+			}
+			fmt.Println("tmpdir:", dir)
 			return 0
 		},
 		"die": func(args []string) int {
@@ -71,6 +81,26 @@ func TestSelfKillIsReported(t *testing.T) {
 	out := Run(t, Spec{Role: "die", Args: []string{"inside:1"}, Ready: "never printed"}, time.Second)
 	if out.SelfKill != "inside" {
 		t.Errorf("Run of a child that kills itself before it is ready: %+v", out)
+	}
+}
+
+// TestChildTempDirsAreTheParents: a child's temporary directories are
+// made under the parent test's own, so that what a killed child leaves is
+// removed with the test's; a TMPDIR in Spec.Env is kept.
+func TestChildTempDirsAreTheParents(t *testing.T) {
+	parent := filepath.Dir(t.TempDir()) // the test's temporary root
+	out := Run(t, Spec{Role: "tmpdir"}, 0)
+	_, dir, ok := strings.Cut(strings.TrimSpace(out.Output), "tmpdir: ")
+	if !out.Finished || !ok {
+		t.Fatalf("outcome %+v", out)
+	}
+	if !strings.HasPrefix(dir, parent+string(filepath.Separator)) {
+		t.Errorf("the child's temporary directory %s is not under the test's %s", dir, parent)
+	}
+	own := t.TempDir()
+	out = Run(t, Spec{Role: "tmpdir", Env: []string{"TMPDIR=" + own}}, 0)
+	if _, dir, _ := strings.Cut(strings.TrimSpace(out.Output), "tmpdir: "); filepath.Dir(dir) != own {
+		t.Errorf("with TMPDIR=%s in Spec.Env, the child made %q", own, dir)
 	}
 }
 
