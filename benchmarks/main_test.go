@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/testrun"
 
 	"github.com/strand-io/strand/benchmarks/internal/scenario"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
@@ -31,7 +32,8 @@ func TestMain(m *testing.M) {
 	}
 	// The Iggy SDK logs every login through the standard logger.
 	iggy.RouteStdLog(slog.New(slog.DiscardHandler))
-	goleak.VerifyTestMain(m)
+	testrun.QuietChildren() // the runner's children exit at once under -race
+	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
 }
 
 // tinyEvents is the events of a smoke test's run: the smallest size that

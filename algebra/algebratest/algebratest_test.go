@@ -13,6 +13,7 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/algebra/algebratest"
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 func TestMain(m *testing.M) {
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	os.Exit(m.Run())
+	testrun.Exit(m.Run())
 }
 
 // recorder is a rapid.TB that records instead of failing the test, so that

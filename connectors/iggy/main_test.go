@@ -15,6 +15,7 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 	// The SDK prints a few lines per login through package log; keep test
 	// output readable. This process is ours to configure.
 	RouteStdLog(testLogger())
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
 }
 
 // testLogger discards unless STRAND_TEST_LOG is set.

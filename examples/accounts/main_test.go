@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	if code, ok := crashtest.Main(map[string]func([]string) int{childRole: childMain}); ok {
 		os.Exit(code)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(crashtest.Exit))
 }
 
 // testRun runs the program in this process with args and returns its

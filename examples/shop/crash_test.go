@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	if code, ok := crashtest.Main(map[string]func([]string) int{"processor": childMain}); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	crashtest.Exit(m.Run())
 }
 
 func childMain(args []string) int {

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) {
 	if code, ok := crashtest.Main(map[string]func([]string) int{crashRole: crashChild}); ok {
 		os.Exit(code) // the crash test's child process
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
 }
 
 var (

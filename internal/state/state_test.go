@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/strand-io/strand/internal/xxh32"
-	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 	"log/slog"
 	"slices"
 	"strings"
@@ -16,7 +14,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/strand-io/strand/internal/testrun"
+	"github.com/strand-io/strand/internal/xxh32"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // TestMain: property tests try 25 cases each here (stateChecks: the

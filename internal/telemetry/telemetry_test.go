@@ -17,10 +17,11 @@ import (
 	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/pipeline"
 	"github.com/strand-io/strand/internal/telemetry"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/connector"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit)) }
 
 // batch returns a commit of n records whose traceparents come from
 // distinct producer spans.

@@ -1,11 +1,26 @@
-// Package testrun is the TestMain of strand's packages with property
-// tests: one depth for their rapid checks, and goroutine leak checks. Only
-// tests import it.
+// Package testrun is the TestMain of strand's test packages: one depth for
+// their property tests (pgregory.net/rapid), goroutine leak checks
+// (go.uber.org/goleak), and an exit that does not wait. Only tests import
+// it.
+//
+// # The exit
+//
+// A program built with -race sleeps one second when it exits with status 0
+// while other goroutines are alive: the race runtime's atexit_sleep_ms,
+// which gives them time to report a race. Every test binary of the suite
+// pays it, and so does every child process a crash test starts and lets
+// finish: about a minute of the newcomer's `go test -race ./...` spent
+// asleep (docs/design.md §4, issue 33 item 7). Exit skips it for a test
+// binary whose tests passed, once the testing package has already checked
+// for races (it fails a test that raced, and the run on a race outside the
+// tests); ChildEnv turns it off for a child process.
 package testrun
 
 import (
 	"flag"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -21,12 +36,64 @@ const (
 )
 
 // Main parses the flags, sets the depth of the package's property tests
-// (SetRapidChecks) and runs the tests, failing when a goroutine leaks
-// (goleak). It does not return.
-func Main(m *testing.M) {
+// (SetRapidChecks), runs the tests, fails when a goroutine leaks (goleak,
+// with opts) and exits (Exit). It does not return.
+func Main(m *testing.M, opts ...goleak.Option) {
 	flag.Parse()
 	SetRapidChecks()
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, append(opts, goleak.Cleanup(Exit))...)
+}
+
+// Exit ends the test binary with code, as os.Exit does, except that a
+// race-enabled binary whose tests passed exits at once instead of sleeping
+// the race runtime's second (see the package doc). The testing package
+// has checked for races by then: m.Run returns a failing code for any it
+// saw. With coverage on, Exit is os.Exit, so that nothing of the exit's
+// own work is skipped.
+func Exit(code int) {
+	if code == 0 && raceEnabled && testing.CoverMode() == "" {
+		_ = os.Stdout.Sync()
+		_ = os.Stderr.Sync()
+		syscall.Exit(0)
+	}
+	os.Exit(code)
+}
+
+// ChildEnv returns env (KEY=value entries for a child process of a test)
+// with the race runtime's exit sleep turned off (GORACE
+// atexit_sleep_ms=0), unless env or this process's GORACE sets it: a
+// child the test lets finish exits at once. Races the child finds are
+// still reported, and still make it exit with status 66.
+func ChildEnv(env []string) []string {
+	gorace, at := os.Getenv("GORACE"), -1
+	for i, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GORACE="); ok {
+			gorace, at = v, i
+		}
+	}
+	if strings.Contains(gorace, "atexit_sleep_ms") {
+		return env
+	}
+	v := strings.TrimSpace(gorace + " atexit_sleep_ms=0")
+	if at >= 0 {
+		out := append([]string(nil), env...)
+		out[at] = "GORACE=" + v
+		return out
+	}
+	return append(env, "GORACE="+v)
+}
+
+// QuietChildren sets this process's GORACE as ChildEnv would, so that
+// every child process that inherits the environment exits without the
+// race runtime's exit sleep. The setting does not change this process:
+// its race runtime read GORACE when it started. Call it in the TestMain
+// of a package whose tests start children without ChildEnv.
+func QuietChildren() {
+	for _, kv := range ChildEnv(nil) {
+		if v, ok := strings.CutPrefix(kv, "GORACE="); ok {
+			_ = os.Setenv("GORACE", v) // fails only on an invalid key
+		}
+	}
 }
 
 // SetRapidChecks sets -rapid.checks to DefaultChecks, or SoakChecks with

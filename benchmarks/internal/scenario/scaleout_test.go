@@ -13,6 +13,7 @@ import (
 	"github.com/strand-io/strand/benchmarks/internal/scenario"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // childEnv makes this test binary, re-executed, act as the broker process
@@ -43,7 +44,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	iggy.RouteStdLog(slog.New(slog.DiscardHandler))
-	goleak.VerifyTestMain(m)
+	testrun.QuietChildren() // the broker and instance children exit at once under -race
+	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
 }
 
 func smallOptions(t *testing.T) scenario.ScaleoutOptions {

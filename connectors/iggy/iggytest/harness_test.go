@@ -17,6 +17,7 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"go.uber.org/goleak"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	}
 	// The SDK logs three lines per login through the standard logger.
 	log.SetOutput(io.Discard)
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
 }
 
 // target is where a scenario runs: the embedded broker (srv set) or a real

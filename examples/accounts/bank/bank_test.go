@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(m.Run())
+	crashtest.Exit(m.Run())
 }
 
 const source = bank.Stream + "/" + bank.Topic

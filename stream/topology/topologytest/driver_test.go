@@ -7,12 +7,13 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit)) }
 
 // The in-memory topics report their end offsets (what Step handed out), so
 // App.WaitCaughtUp and the lag work under the driver as on Iggy.

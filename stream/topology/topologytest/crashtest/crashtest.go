@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/strand-io/strand/internal/strerr"
+	"github.com/strand-io/strand/internal/testrun"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -233,7 +234,10 @@ type Spec struct {
 
 // Command returns the command that runs the child s describes, not
 // started: for a program that starts its children itself (a launcher
-// given to it). Start runs it and watches it.
+// given to it). Start runs it and watches it. A child built with -race
+// exits without the race runtime's second of sleep (GORACE
+// atexit_sleep_ms=0, unless the environment sets it): races it finds are
+// still reported and still fail it.
 func Command(s Spec) (*exec.Cmd, error) {
 	if s.Role == "" {
 		return nil, errors.New("strand: crashtest: Spec.Role is empty; name the role the child checks")
@@ -256,7 +260,7 @@ func Command(s Spec) (*exec.Cmd, error) {
 		cmd.Args = append(cmd.Args, s.Args...)
 	}
 	cmd.Env = append(os.Environ(), EnvRole+"="+s.Role, EnvArgs+"="+string(js))
-	cmd.Env = append(cmd.Env, s.Env...)
+	cmd.Env = testrun.ChildEnv(append(cmd.Env, s.Env...))
 	return cmd, nil
 }
 
@@ -323,6 +327,15 @@ func setsEnv(env []string, key string) bool {
 	}
 	return false
 }
+
+// Exit ends a test binary with code, as os.Exit does, except that a
+// binary built with -race whose tests passed does not sleep the race
+// runtime's second on its way out (GORACE atexit_sleep_ms: time for
+// other goroutines to report a race; the testing package has checked for
+// races by then, and a test or a run that raced has a failing code). Use
+// it in a TestMain: crashtest.Exit(m.Run()), or
+// goleak.VerifyTestMain(m, goleak.Cleanup(crashtest.Exit)).
+func Exit(code int) { testrun.Exit(code) }
 
 // Ready is closed when the child printed Spec.Ready.
 func (p *Proc) Ready() <-chan struct{} { return p.ready }

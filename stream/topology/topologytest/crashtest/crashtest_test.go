@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	}); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	Exit(m.Run())
 }
 
 // TestSleeper is a child that says it is ready and then waits to be

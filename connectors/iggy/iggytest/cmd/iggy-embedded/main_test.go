@@ -18,6 +18,7 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	"go.uber.org/goleak"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(code) // the broker process of a measurement (see brokerCommand)
 	}
 	log.SetOutput(io.Discard)
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
 }
 
 // childRole is the crashtest role in which the test binary runs the
