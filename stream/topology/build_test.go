@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
@@ -14,8 +15,8 @@ import (
 )
 
 func TestBuildRefuses(t *testing.T) {
-	nop := func(ctx context.Context, key string, events []Ev) error { return nil }
-	fold := func(v *int, e Ev) error { return nil }
+	nop := func(ctx context.Context, key string, events []grouptest.Ev) error { return nil }
+	fold := func(v *int, e grouptest.Ev) error { return nil }
 	cases := []struct {
 		name  string
 		build func(t *topology.Topology)
@@ -25,17 +26,17 @@ func TestBuildRefuses(t *testing.T) {
 			name: "duplicate type tags",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On(src, stream.DeclareFunc(1, evKey)).ForEach("a", nop)
+				topology.On(src, stream.DeclareFunc(1, grouptest.EvKey)).ForEach("a", nop)
 				topology.On(src, stream.DeclareFunc(1, func(e AccountOpened) string { return e.Owner })).
 					ForEach("b", func(context.Context, string, []AccountOpened) error { return nil })
 			},
-			want: []string{`duplicate type tag 1`, "topology_test.Ev", "topology_test.AccountOpened"},
+			want: []string{`duplicate type tag 1`, "grouptest.Ev", "topology_test.AccountOpened"},
 		},
 		{
 			name: "a handler for an undeclared type",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On[string, Ev](src, nil).ForEach("orphan", nop)
+				topology.On[string, grouptest.Ev](src, nil).ForEach("orphan", nop)
 			},
 			want: []string{`ForEach "orphan" for an undeclared type`},
 		},
@@ -43,7 +44,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a bad declaration",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On(src, stream.DeclareFunc(3, evKey, stream.WithFence(9))).ForEach("a", nop)
+				topology.On(src, stream.DeclareFunc(3, grouptest.EvKey, stream.WithFence(9))).ForEach("a", nop)
 			},
 			want: []string{"type tag 3", "Fence(9)"},
 		},
@@ -51,7 +52,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a Project without a table",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.Project[string, Ev, int](topology.On(src, stream.DeclareFunc(1, evKey)), nil, fold)
+				topology.Project[string, grouptest.Ev, int](topology.On(src, stream.DeclareFunc(1, grouptest.EvKey)), nil, fold)
 			},
 			want: []string{"type tag 1", "a projection without a table"},
 		},
@@ -60,7 +61,7 @@ func TestBuildRefuses(t *testing.T) {
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
 				tab := topology.NewTable[string, int](t, "counts", nil)
-				topology.Project(topology.On(src, stream.DeclareFunc(1, evKey)), tab, fold)
+				topology.Project(topology.On(src, stream.DeclareFunc(1, grouptest.EvKey)), tab, fold)
 			},
 			want: []string{`table "counts" has no value codec`},
 		},
@@ -71,7 +72,7 @@ func TestBuildRefuses(t *testing.T) {
 				tab := topology.NewTable[string, int](t, "counts", stream.JSON[int](), topology.WithTableKeys(stream.CodecFunc(
 					func(dst []byte, k string) ([]byte, error) { return append(dst, k...), nil },
 					func(b []byte) (string, error) { return string(b), nil })))
-				topology.Project(topology.On(src, stream.DeclareFunc(1, evKey)), tab, fold)
+				topology.Project(topology.On(src, stream.DeclareFunc(1, grouptest.EvKey)), tab, fold)
 			},
 			want: []string{`table "counts" encodes keys with`},
 		},
@@ -79,7 +80,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "two sources with conflicting key types",
 			build: func(t *topology.Topology) {
 				a := topology.Source[string](t, "log")
-				topology.On(a, stream.DeclareFunc(1, evKey)).ForEach("a", nop)
+				topology.On(a, stream.DeclareFunc(1, grouptest.EvKey)).ForEach("a", nop)
 				b := topology.Source[AccountID](t, "log")
 				topology.On(b, Deposits).ForEach("b", func(context.Context, AccountID, []Deposited) error { return nil })
 			},
@@ -91,7 +92,7 @@ func TestBuildRefuses(t *testing.T) {
 				src := topology.Source[string](t, "log")
 				a := topology.NewTable[string, int](t, "counts", stream.JSON[int]())
 				topology.NewTable[string, int](t, "counts", stream.JSON[int]())
-				topology.Project(topology.On(src, stream.DeclareFunc(1, evKey)), a, fold)
+				topology.Project(topology.On(src, stream.DeclareFunc(1, grouptest.EvKey)), a, fold)
 			},
 			want: []string{`table "counts" declared twice`},
 		},
@@ -105,7 +106,7 @@ func TestBuildRefuses(t *testing.T) {
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
 				tab := topology.NewTable[string, int](t, "counts", stream.JSON[int]())
-				on := topology.On(src, stream.DeclareFunc(1, evKey))
+				on := topology.On(src, stream.DeclareFunc(1, grouptest.EvKey))
 				topology.Project(on, tab, fold)
 				topology.Project(on, tab, fold)
 			},
@@ -115,7 +116,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a tag both handled and skipped",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log").Skip(1)
-				topology.On(src, stream.DeclareFunc(1, evKey)).ForEach("a", nop)
+				topology.On(src, stream.DeclareFunc(1, grouptest.EvKey)).ForEach("a", nop)
 			},
 			want: []string{"type tag 1 is both handled and skipped"},
 		},
@@ -123,7 +124,7 @@ func TestBuildRefuses(t *testing.T) {
 			name: "a sink with a nil function",
 			build: func(t *topology.Topology) {
 				src := topology.Source[string](t, "log")
-				topology.On(src, stream.DeclareFunc(1, evKey)).ForEach("a", nil)
+				topology.On(src, stream.DeclareFunc(1, grouptest.EvKey)).ForEach("a", nil)
 			},
 			want: []string{`ForEach "a" has a nil function`},
 		},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
@@ -80,15 +81,13 @@ func crashDriver(tb testing.TB, dir string, batch func() int) (*taskDriver, func
 
 // TestCrashChild is the child process's body; it does nothing unless run by
 // TestCrashResumesExactly.
-const crashReady = "strand-crash-child: piped"
-
 func TestCrashChild(t *testing.T) {
 	crashtest.Child(t, "topology-crash")
 	dir := os.Getenv("STRAND_CRASH_DIR")
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 2))
 	d, _, _ := crashDriver(t, dir, func() int { return 1 + r.IntN(400) })
-	fmt.Println(crashReady) // the parent starts its kill timer now
+	fmt.Println(grouptest.CrashReady) // the parent starts its kill timer now
 	d.Advance()
 	for round := 0; tdParked(d, 2) > 0; round++ {
 		if round > 1000 {
@@ -111,7 +110,7 @@ func TestCrashResumesExactly(t *testing.T) {
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	run := func(i int, killAfter time.Duration) (finished bool) {
-		return crashtest.Run(t, crashtest.Spec{Role: "topology-crash", Test: "TestCrashChild", Ready: crashReady,
+		return crashtest.Run(t, crashtest.Spec{Role: "topology-crash", Test: "TestCrashChild", Ready: grouptest.CrashReady,
 			Env: []string{"STRAND_CRASH_DIR=" + dir, "STRAND_CRASH_RUN=" + strconv.Itoa(i)}}, killAfter).Finished
 	}
 	killed, midRun, restarts := 0, 0, 0

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/rows"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/stream/topology"
@@ -83,7 +84,7 @@ func TestBuildCrashChild(t *testing.T) {
 		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(60) }),
 		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync)))
 	pipeBuildLog(d, log)
-	fmt.Println(crashReady)
+	fmt.Println(grouptest.CrashReady)
 	d.Advance()
 	if os.Getenv("STRAND_BUILD_CRASH_CHECK") == "" {
 		return
@@ -138,7 +139,7 @@ func TestBuildAcrossKills(t *testing.T) {
 		if check {
 			env = append(env, "STRAND_BUILD_CRASH_CHECK=1")
 		}
-		return crashtest.Run(t, crashtest.Spec{Role: "build-crash", Test: "TestBuildCrashChild", Ready: crashReady, Env: env}, killAfter).Finished
+		return crashtest.Run(t, crashtest.Spec{Role: "build-crash", Test: "TestBuildCrashChild", Ready: grouptest.CrashReady, Env: env}, killAfter).Finished
 	}
 	run(0, 1, 0, false)
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))

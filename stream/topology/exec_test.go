@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/state"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
@@ -22,15 +23,6 @@ import (
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
 )
-
-// Ev is the test event: key K, a sequence number N and an amount.
-type Ev struct {
-	K      string
-	N      int
-	Amount int64
-}
-
-func evKey(e Ev) string { return e.K }
 
 // call is one handler call seen by a recording sink.
 type call struct {
@@ -44,11 +36,11 @@ type call struct {
 type recorder struct {
 	mu    sync.Mutex
 	calls []call
-	fail  func(key string, tag planner.Tag, events []Ev) error
+	fail  func(key string, tag planner.Tag, events []grouptest.Ev) error
 }
 
-func (r *recorder) sink(tag planner.Tag) func(ctx context.Context, key string, events []Ev) error {
-	return func(ctx context.Context, key string, events []Ev) error {
+func (r *recorder) sink(tag planner.Tag) func(ctx context.Context, key string, events []grouptest.Ev) error {
+	return func(ctx context.Context, key string, events []grouptest.Ev) error {
 		if r.fail != nil {
 			if err := r.fail(key, tag, events); err != nil {
 				return err
@@ -78,19 +70,19 @@ func (r *recorder) forKey(key string) []call {
 	return out
 }
 
-func sumAmount() algebra.Algebra[Ev] {
-	return algebra.Sum(func(e Ev) int64 { return e.Amount }, func(e Ev, n int64) Ev { e.Amount = n; return e })
+func sumAmount() algebra.Algebra[grouptest.Ev] {
+	return algebra.Sum(func(e grouptest.Ev) int64 { return e.Amount }, func(e grouptest.Ev, n int64) grouptest.Ev { e.Amount = n; return e })
 }
 
 func TestSinkChunksByMaxBatch(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	rec := &recorder{}
 	topo := topology.New("chunks")
 	src := topology.Source[string](topo, "log")
 	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.WithMaxBatch(3))
 	d := newTaskDriver(t, topo, tdBatchSize(100))
 	for i := range 10 {
-		tdPipe(d, decl, Ev{K: "a", N: i})
+		tdPipe(d, decl, grouptest.Ev{K: "a", N: i})
 	}
 	d.Advance()
 	calls := rec.forKey("a")
@@ -109,14 +101,14 @@ func TestSinkChunksByMaxBatch(t *testing.T) {
 }
 
 func TestRunIsReducedBeforeHandlers(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey, stream.WithReduce(sumAmount()))
+	decl := stream.DeclareFunc(1, grouptest.EvKey, stream.WithReduce(sumAmount()))
 	rec := &recorder{}
 	topo := topology.New("reduce")
 	src := topology.Source[string](topo, "log")
 	topology.On(src, decl).ForEach("rec", rec.sink(1))
 	d := newTaskDriver(t, topo, tdBatchSize(100))
 	for i := range 5 {
-		tdPipe(d, decl, Ev{K: "a", N: i, Amount: int64(i + 1)})
+		tdPipe(d, decl, grouptest.Ev{K: "a", N: i, Amount: int64(i + 1)})
 	}
 	d.Advance()
 	calls := rec.forKey("a")
@@ -132,25 +124,25 @@ func TestRunIsReducedBeforeHandlers(t *testing.T) {
 func TestStagesRunInPlanOrder(t *testing.T) {
 	// The seed's worked example: A=opened (Acquire), B=deposited,
 	// W=withdrawn (Relaxed), C=closed (Release).
-	open := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
-	dep := stream.DeclareFunc(2, evKey)
-	wd := stream.DeclareFunc(3, evKey)
-	cls := stream.DeclareFunc(4, evKey, stream.WithFence(planner.Release))
+	open := stream.DeclareFunc(1, grouptest.EvKey, stream.WithFence(planner.Acquire))
+	dep := stream.DeclareFunc(2, grouptest.EvKey)
+	wd := stream.DeclareFunc(3, grouptest.EvKey)
+	cls := stream.DeclareFunc(4, grouptest.EvKey, stream.WithFence(planner.Release))
 	rec := &recorder{}
 	topo := topology.New("stages")
 	src := topology.Source[string](topo, "log")
-	for _, decl := range []*stream.Event[string, Ev]{open, dep, wd, cls} {
+	for _, decl := range []*stream.Event[string, grouptest.Ev]{open, dep, wd, cls} {
 		topology.On(src, decl).ForEach("rec", rec.sink(decl.Tag()))
 	}
 	d := newTaskDriver(t, topo, tdBatchSize(100))
-	tdPipe(d, open, Ev{K: "42", N: 0})
-	tdPipe(d, dep, Ev{K: "42", N: 1})
-	tdPipe(d, dep, Ev{K: "7", N: 2})
-	tdPipe(d, wd, Ev{K: "42", N: 3})
-	tdPipe(d, dep, Ev{K: "42", N: 4})
-	tdPipe(d, cls, Ev{K: "42", N: 5})
-	tdPipe(d, open, Ev{K: "42", N: 6})
-	tdPipe(d, dep, Ev{K: "42", N: 7})
+	tdPipe(d, open, grouptest.Ev{K: "42", N: 0})
+	tdPipe(d, dep, grouptest.Ev{K: "42", N: 1})
+	tdPipe(d, dep, grouptest.Ev{K: "7", N: 2})
+	tdPipe(d, wd, grouptest.Ev{K: "42", N: 3})
+	tdPipe(d, dep, grouptest.Ev{K: "42", N: 4})
+	tdPipe(d, cls, grouptest.Ev{K: "42", N: 5})
+	tdPipe(d, open, grouptest.Ev{K: "42", N: 6})
+	tdPipe(d, dep, grouptest.Ev{K: "42", N: 7})
 	d.Advance()
 	var got []string
 	for _, c := range rec.forKey("42") {
@@ -163,12 +155,12 @@ func TestStagesRunInPlanOrder(t *testing.T) {
 }
 
 func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
-	a := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
-	b := stream.DeclareFunc(2, evKey)
-	c := stream.DeclareFunc(3, evKey, stream.WithFence(planner.Release))
+	a := stream.DeclareFunc(1, grouptest.EvKey, stream.WithFence(planner.Acquire))
+	b := stream.DeclareFunc(2, grouptest.EvKey)
+	c := stream.DeclareFunc(3, grouptest.EvKey, stream.WithFence(planner.Release))
 	rec := &recorder{}
 	boom := errors.New("boom")
-	rec.fail = func(key string, tag planner.Tag, events []Ev) error {
+	rec.fail = func(key string, tag planner.Tag, events []grouptest.Ev) error {
 		if tag == 2 && (key == "x" || key == "y") {
 			return fmt.Errorf("%s: %w", key, boom)
 		}
@@ -176,15 +168,15 @@ func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
 	}
 	topo := topology.New("failures", topology.WithWorkers(4))
 	src := topology.Source[string](topo, "log")
-	for _, decl := range []*stream.Event[string, Ev]{a, b, c} {
+	for _, decl := range []*stream.Event[string, grouptest.Ev]{a, b, c} {
 		topology.On(src, decl).ForEach("rec", rec.sink(decl.Tag()))
 	}
 	d := newTaskDriver(t, topo, tdBatchSize(100))
 	for _, k := range []string{"x", "y", "z"} {
-		tdPipe(d, a, Ev{K: k, N: 0})
-		tdPipe(d, b, Ev{K: k, N: 1})
-		tdPipe(d, c, Ev{K: k, N: 2})
-		tdPipe(d, b, Ev{K: k, N: 3})
+		tdPipe(d, a, grouptest.Ev{K: k, N: 0})
+		tdPipe(d, b, grouptest.Ev{K: k, N: 1})
+		tdPipe(d, c, grouptest.Ev{K: k, N: 2})
+		tdPipe(d, b, grouptest.Ev{K: k, N: 3})
 	}
 	d.Step()
 	res := d.Results()[0]
@@ -213,7 +205,7 @@ func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
 
 	// New events of a parked key wait behind it; the retry after the
 	// backoff applies everything in order.
-	tdPipe(d, b, Ev{K: "x", N: 4})
+	tdPipe(d, b, grouptest.Ev{K: "x", N: 4})
 	d.Advance()
 	if last := d.Results()[len(d.Results())-1]; !slices.Equal(last.Held, []uint64{12}) {
 		t.Fatalf("new event of parked key: held %v, want [12]", last.Held)
@@ -237,10 +229,10 @@ func TestFailingKeysAreAggregatedAndExactlyReported(t *testing.T) {
 }
 
 func TestRetriesSurviveRestart(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	rec := &recorder{}
 	fail := true
-	rec.fail = func(string, planner.Tag, []Ev) error {
+	rec.fail = func(string, planner.Tag, []grouptest.Ev) error {
 		if fail {
 			return errors.New("down")
 		}
@@ -250,7 +242,7 @@ func TestRetriesSurviveRestart(t *testing.T) {
 	src := topology.Source[string](topo, "log")
 	topology.On(src, decl).ForEach("rec", rec.sink(1))
 	d := newTaskDriver(t, topo)
-	tdPipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1})
+	tdPipe(d, decl, grouptest.Ev{K: "a", N: 0}, grouptest.Ev{K: "a", N: 1})
 	d.Advance()
 	d.Restart()
 	if keys, recs := d.Task("log", 0).Parked(); keys != 1 || recs != 2 {
@@ -265,10 +257,10 @@ func TestRetriesSurviveRestart(t *testing.T) {
 }
 
 func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
-	other := stream.DeclareFunc(2, evKey, stream.WithFence(planner.Acquire))
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
+	other := stream.DeclareFunc(2, grouptest.EvKey, stream.WithFence(planner.Acquire))
 	rec := &recorder{}
-	rec.fail = func(key string, tag planner.Tag, _ []Ev) error {
+	rec.fail = func(key string, tag planner.Tag, _ []grouptest.Ev) error {
 		if tag == 1 {
 			return errors.New("always")
 		}
@@ -279,8 +271,8 @@ func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
 	topology.On(src, decl).ForEach("rec", rec.sink(1))
 	topology.On(src, other).ForEach("rec", rec.sink(2))
 	d := newTaskDriver(t, topo)
-	tdPipe(d, decl, Ev{K: "a", N: 0})
-	tdPipe(d, other, Ev{K: "a", N: 1})
+	tdPipe(d, decl, grouptest.Ev{K: "a", N: 0})
+	tdPipe(d, other, grouptest.Ev{K: "a", N: 1})
 	for range 3 {
 		d.Advance()
 		d.AdvanceClock(time.Hour)
@@ -296,9 +288,9 @@ func TestExhaustedRetriesDeadLetterAndGoOn(t *testing.T) {
 }
 
 func TestPermanentErrorDeadLettersTheFailingEvent(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	rec := &recorder{}
-	rec.fail = func(key string, tag planner.Tag, events []Ev) error {
+	rec.fail = func(key string, tag planner.Tag, events []grouptest.Ev) error {
 		if events[0].N == 1 {
 			return stream.Permanent(errors.New("invalid"))
 		}
@@ -308,7 +300,7 @@ func TestPermanentErrorDeadLettersTheFailingEvent(t *testing.T) {
 	src := topology.Source[string](topo, "log")
 	topology.On(src, decl).ForEach("rec", rec.sink(1), topology.WithMaxBatch(1))
 	d := newTaskDriver(t, topo)
-	tdPipe(d, decl, Ev{K: "a", N: 0}, Ev{K: "a", N: 1}, Ev{K: "a", N: 2})
+	tdPipe(d, decl, grouptest.Ev{K: "a", N: 0}, grouptest.Ev{K: "a", N: 1}, grouptest.Ev{K: "a", N: 2})
 	d.Advance()
 	dls := d.DeadLetters()
 	if len(dls) != 1 || dls[0].Offset != 1 || dls[0].Reason != deadletter.ReasonPermanent {
@@ -322,7 +314,7 @@ func TestPermanentErrorDeadLettersTheFailingEvent(t *testing.T) {
 func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 	for _, policy := range []stream.PoisonPolicy{stream.PassPoison, stream.BlockPoisonedKey} {
 		t.Run(policy.String(), func(t *testing.T) {
-			decl := stream.DeclareFunc(1, evKey)
+			decl := stream.DeclareFunc(1, grouptest.EvKey)
 			rec := &recorder{}
 			topo := topology.New("poison", topology.WithPoisonPolicy(policy))
 			src := topology.Source[string](topo, "log").Skip(9)
@@ -332,7 +324,7 @@ func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 				seen = append(seen, dl)
 			})))
 			h := connector.Headers{Key: []byte("a"), Tag: 1, Ordering: planner.Relaxed}
-			tdPipe(d, decl, Ev{K: "a", N: 0})                                               // 0
+			tdPipe(d, decl, grouptest.Ev{K: "a", N: 0})                                     // 0
 			d.PipeRecord("log", connector.Record{HeaderErr: connector.ErrBadHeaders})       // 1
 			d.PipeRecord("log", connector.Record{Headers: h, Payload: []byte("{not json")}) // 2
 			unknown := h
@@ -341,8 +333,8 @@ func TestPoisonIsDeadLetteredWithOrigin(t *testing.T) {
 			skipped := h
 			skipped.Tag = 9
 			d.PipeRecord("log", connector.Record{Headers: skipped, Payload: []byte("{}")}) // 4
-			tdPipe(d, decl, Ev{K: "a", N: 5})                                              // 5
-			tdPipe(d, decl, Ev{K: "b", N: 6})                                              // 6
+			tdPipe(d, decl, grouptest.Ev{K: "a", N: 5})                                    // 5
+			tdPipe(d, decl, grouptest.Ev{K: "b", N: 6})                                    // 6
 			d.Advance()
 
 			dls := d.DeadLetters()
@@ -446,17 +438,17 @@ func TestBadKeyBytesAreDeadLetteredForProjections(t *testing.T) {
 }
 
 func TestStaleRecordsAreIgnored(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	topo := topology.New("stale")
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, int](topo, "count", stream.JSON[int]())
-	topology.Project(topology.On(src, decl), table, func(v *int, e Ev) error { *v++; return nil })
+	topology.Project(topology.On(src, decl), table, func(v *int, e grouptest.Ev) error { *v++; return nil })
 	d := newTaskDriver(t, topo)
-	tdPipe(d, decl, Ev{K: "a"}, Ev{K: "a"})
+	tdPipe(d, decl, grouptest.Ev{K: "a"}, grouptest.Ev{K: "a"})
 	d.Advance()
 	task := d.Task("log", 0)
-	r0, _ := decl.Record(0, 0, Ev{K: "a"})
-	r2, _ := decl.Record(0, 2, Ev{K: "a"})
+	r0, _ := decl.Record(0, 0, grouptest.Ev{K: "a"})
+	r2, _ := decl.Record(0, 2, grouptest.Ev{K: "a"})
 	res, err := task.Process(context.Background(), []connector.Record{r0, r2})
 	if err != nil || res.Stale != 1 || !slices.Equal(res.Applied, []uint64{2}) {
 		t.Fatalf("Process = %+v, %v", res, err)
@@ -469,12 +461,12 @@ func TestStaleRecordsAreIgnored(t *testing.T) {
 // A failing fold writes nothing of its event: the events of its run before
 // it are applied (as they would be in batches of one), it and the rest wait.
 func TestProjectionFailureWritesNothingOfTheFailingEvent(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	topo := topology.New("projfail")
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, []int](topo, "seen", stream.JSON[[]int]())
 	failAt := 2
-	topology.Project(topology.On(src, decl), table, func(v *[]int, e Ev) error {
+	topology.Project(topology.On(src, decl), table, func(v *[]int, e grouptest.Ev) error {
 		if e.N == failAt {
 			return errors.New("no")
 		}
@@ -482,7 +474,7 @@ func TestProjectionFailureWritesNothingOfTheFailingEvent(t *testing.T) {
 		return nil
 	})
 	d := newTaskDriver(t, topo)
-	tdPipe(d, decl, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3})
+	tdPipe(d, decl, grouptest.Ev{K: "a", N: 1}, grouptest.Ev{K: "a", N: 2}, grouptest.Ev{K: "a", N: 3})
 	d.Advance()
 	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int{1}) {
 		t.Fatalf("table holds %v after a failed run, want [1]", v)
@@ -519,7 +511,7 @@ func TestIncompatibleTopologyIsRefused(t *testing.T) {
 }
 
 func TestStoreFailureAbandonsTheBatch(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	refuse := true
 	values := stream.CodecFunc(
 		func(dst []byte, v int) ([]byte, error) {
@@ -532,12 +524,12 @@ func TestStoreFailureAbandonsTheBatch(t *testing.T) {
 	topo := topology.New("storefail")
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, int](topo, "count", values)
-	topology.Project(topology.On(src, decl), table, func(v *int, e Ev) error { *v++; return nil })
+	topology.Project(topology.On(src, decl), table, func(v *int, e grouptest.Ev) error { *v++; return nil })
 	d := newTaskDriver(t, topo)
-	tdPipe(d, decl, Ev{K: "a"}, Ev{K: "b"})
+	tdPipe(d, decl, grouptest.Ev{K: "a"}, grouptest.Ev{K: "b"})
 	task := d.Task("log", 0)
-	r0, _ := decl.Record(0, 0, Ev{K: "a"})
-	r1, _ := decl.Record(0, 1, Ev{K: "b"})
+	r0, _ := decl.Record(0, 0, grouptest.Ev{K: "a"})
+	r1, _ := decl.Record(0, 1, grouptest.Ev{K: "b"})
 	if _, err := task.Process(context.Background(), []connector.Record{r0, r1}); err == nil {
 		t.Fatal("Process succeeded although the table refused to encode")
 	}
@@ -554,11 +546,11 @@ func TestStoreFailureAbandonsTheBatch(t *testing.T) {
 }
 
 func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	topo := topology.New("panic")
 	src := topology.Source[string](topo, "log")
 	var got []string
-	topology.On(src, decl).ForEach("p", func(ctx context.Context, key string, events []Ev) error {
+	topology.On(src, decl).ForEach("p", func(ctx context.Context, key string, events []grouptest.Ev) error {
 		if key == "bad" {
 			panic("kaboom")
 		}
@@ -566,7 +558,7 @@ func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
 		return nil
 	})
 	d := newTaskDriver(t, topo, tdTaskOptions(executor.WithLogger(nil)))
-	tdPipe(d, decl, Ev{K: "bad"}, Ev{K: "good"})
+	tdPipe(d, decl, grouptest.Ev{K: "bad"}, grouptest.Ev{K: "good"})
 	d.Advance()
 	res := d.Results()[0]
 	if len(res.Failures) != 1 || !strings.Contains(res.Failures[0].Err.Error(), "kaboom") || !slices.Equal(got, []string{"good"}) {
@@ -577,18 +569,18 @@ func TestHandlerPanicFailsOnlyItsKey(t *testing.T) {
 func TestDeclarationWinsOverHeaders(t *testing.T) {
 	// The consumer declares A as Acquire; a producer with an older
 	// declaration sent it Relaxed. The consumer plans A as Acquire.
-	a := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
-	bDecl := stream.DeclareFunc(2, evKey)
+	a := stream.DeclareFunc(1, grouptest.EvKey, stream.WithFence(planner.Acquire))
+	bDecl := stream.DeclareFunc(2, grouptest.EvKey)
 	rec := &recorder{}
 	topo := topology.New("mismatch")
 	src := topology.Source[string](topo, "log")
 	topology.On(src, a).ForEach("rec", rec.sink(1))
 	topology.On(src, bDecl).ForEach("rec", rec.sink(2))
 	d := newTaskDriver(t, topo)
-	tdPipe(d, bDecl, Ev{K: "k", N: 0})
-	old := stream.DeclareFunc(1, evKey) // Relaxed
-	tdPipe(d, old, Ev{K: "k", N: 1})
-	tdPipe(d, bDecl, Ev{K: "k", N: 2})
+	tdPipe(d, bDecl, grouptest.Ev{K: "k", N: 0})
+	old := stream.DeclareFunc(1, grouptest.EvKey) // Relaxed
+	tdPipe(d, old, grouptest.Ev{K: "k", N: 1})
+	tdPipe(d, bDecl, grouptest.Ev{K: "k", N: 2})
 	d.Advance()
 	var got []string
 	for _, c := range rec.forKey("k") {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/algebra"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -20,17 +21,17 @@ import (
 // once, after an earlier record of the same key was folded in the same
 // batch: the retry must build on the row as it was before the failing run.
 func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
-	open := stream.DeclareFunc(1, evKey, stream.WithFence(planner.Acquire))
-	add := stream.DeclareFunc(2, evKey)
+	open := stream.DeclareFunc(1, grouptest.EvKey, stream.WithFence(planner.Acquire))
+	add := stream.DeclareFunc(2, grouptest.EvKey)
 	topo := topology.New("inplace")
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, []int64](topo, "sums", stream.JSON[[]int64]())
 	failures := 0
-	topology.Project(topology.On(src, open), table, func(v *[]int64, e Ev) error {
+	topology.Project(topology.On(src, open), table, func(v *[]int64, e grouptest.Ev) error {
 		*v = append((*v)[:0], 0)
 		return nil
 	})
-	topology.Project(topology.On(src, add), table, func(v *[]int64, e Ev) error {
+	topology.Project(topology.On(src, add), table, func(v *[]int64, e grouptest.Ev) error {
 		(*v)[0] += e.Amount                // in place: the backing array is the Txn's
 		if e.Amount == 3 && failures < 2 { // the run's try, then the event's own
 			failures++
@@ -39,8 +40,8 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 		return nil
 	})
 	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(100))
-	topologytest.Pipe(d, open, Ev{K: "a"})
-	topologytest.Pipe(d, add, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
+	topologytest.Pipe(d, open, grouptest.Ev{K: "a"})
+	topologytest.Pipe(d, add, grouptest.Ev{K: "a", Amount: 2}, grouptest.Ev{K: "a", Amount: 3})
 	d.Advance()
 	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int64{2}) {
 		t.Fatalf("after the failure the row is %v, want [2] (the open and the 2; the 3 folded in place is gone)", v)
@@ -51,7 +52,7 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 		t.Fatalf("after the retry the row is %v, want [5]", v)
 	}
 	// A later batch builds on the committed value, not on a cached one.
-	topologytest.Pipe(d, add, Ev{K: "a", Amount: 10})
+	topologytest.Pipe(d, add, grouptest.Ev{K: "a", Amount: 10})
 	d.Advance()
 	if v, _, _ := table.Get(context.Background(), "a"); !slices.Equal(v, []int64{15}) {
 		t.Fatalf("after a later batch the row is %v, want [15]", v)
@@ -61,12 +62,12 @@ func TestFailedFoldLeavesNoTraceInPlace(t *testing.T) {
 // Attempts are counted per failing record: four fenced events of one key
 // that each fail exactly once are each tried twice and none is dead-lettered.
 func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
-	step := stream.DeclareFunc(1, evKey, stream.WithFence(planner.AcqRel))
+	step := stream.DeclareFunc(1, grouptest.EvKey, stream.WithFence(planner.AcqRel))
 	tries := map[int]int{}
 	topo := topology.New("attempts", topology.WithRetry(3, time.Second, time.Minute))
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, []int](topo, "steps", stream.JSON[[]int]())
-	topology.Project(topology.On(src, step), table, func(v *[]int, e Ev) error {
+	topology.Project(topology.On(src, step), table, func(v *[]int, e grouptest.Ev) error {
 		tries[e.N]++
 		if tries[e.N] == 1 {
 			return errors.New("once")
@@ -75,7 +76,7 @@ func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
 		return nil
 	})
 	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(100))
-	topologytest.Pipe(d, step, Ev{K: "a", N: 1}, Ev{K: "a", N: 2}, Ev{K: "a", N: 3}, Ev{K: "a", N: 4})
+	topologytest.Pipe(d, step, grouptest.Ev{K: "a", N: 1}, grouptest.Ev{K: "a", N: 2}, grouptest.Ev{K: "a", N: 3}, grouptest.Ev{K: "a", N: 4})
 	for range 8 {
 		d.Advance()
 		d.AdvanceClock(time.Hour)
@@ -99,20 +100,20 @@ func TestAttemptsAreCountedPerFailingRecord(t *testing.T) {
 // the run is applied, and the retry applies it once the function recovers.
 func TestPanicInsideAReductionFailsOnlyItsKey(t *testing.T) {
 	boom := true
-	sum := stream.DeclareFunc(1, evKey, stream.WithReduce(algebra.Sum(
-		func(e Ev) int64 {
+	sum := stream.DeclareFunc(1, grouptest.EvKey, stream.WithReduce(algebra.Sum(
+		func(e grouptest.Ev) int64 {
 			if boom && e.K == "bad" {
 				panic("getter broke")
 			}
 			return e.Amount
 		},
-		func(e Ev, n int64) Ev { e.Amount = n; return e })))
+		func(e grouptest.Ev, n int64) grouptest.Ev { e.Amount = n; return e })))
 	topo := topology.New("reducepanic")
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())
-	topology.Project(topology.On(src, sum), table, func(v *int64, e Ev) error { *v += e.Amount; return nil })
+	topology.Project(topology.On(src, sum), table, func(v *int64, e grouptest.Ev) error { *v += e.Amount; return nil })
 	d := topologytest.NewDriver(t, topo)
-	topologytest.Pipe(d, sum, Ev{K: "bad", Amount: 1}, Ev{K: "bad", Amount: 2}, Ev{K: "good", Amount: 3}, Ev{K: "good", Amount: 4})
+	topologytest.Pipe(d, sum, grouptest.Ev{K: "bad", Amount: 1}, grouptest.Ev{K: "bad", Amount: 2}, grouptest.Ev{K: "good", Amount: 3}, grouptest.Ev{K: "good", Amount: 4})
 	d.Advance()
 	ctx := context.Background()
 	if v, _, _ := table.Get(ctx, "good"); v != 7 {
@@ -135,14 +136,14 @@ func TestPanicInsideAReductionFailsOnlyItsKey(t *testing.T) {
 // A payload codec or a key function that panics dead-letters the record it
 // panicked on (undecodable, key-mismatch) and the rest of the run goes on.
 func TestPanickingCodecAndKeyFunctionDeadLetterTheirRecord(t *testing.T) {
-	codec := stream.CodecFunc(stream.JSON[Ev]().Append, func(data []byte) (Ev, error) {
-		e, err := stream.JSON[Ev]().Decode(data)
+	codec := stream.CodecFunc(stream.JSON[grouptest.Ev]().Append, func(data []byte) (grouptest.Ev, error) {
+		e, err := stream.JSON[grouptest.Ev]().Decode(data)
 		if err == nil && e.N == 1 {
 			panic("codec broke")
 		}
 		return e, err
 	})
-	decl := stream.DeclareFunc(1, func(e Ev) string {
+	decl := stream.DeclareFunc(1, func(e grouptest.Ev) string {
 		if e.N == 2 {
 			panic("key function broke")
 		}
@@ -151,10 +152,10 @@ func TestPanickingCodecAndKeyFunctionDeadLetterTheirRecord(t *testing.T) {
 	topo := topology.New("panics")
 	src := topology.Source[string](topo, "log")
 	table := topology.NewTable[string, int64](topo, "sums", stream.JSON[int64]())
-	topology.Project(topology.On(src, decl), table, func(v *int64, e Ev) error { *v += e.Amount; return nil })
+	topology.Project(topology.On(src, decl), table, func(v *int64, e grouptest.Ev) error { *v += e.Amount; return nil })
 	d := topologytest.NewDriver(t, topo)
 	for n := range 4 {
-		env, err := stream.DeclareFunc(1, evKey).Envelope(Ev{K: "a", N: n, Amount: 10 * int64(n+1)})
+		env, err := stream.DeclareFunc(1, grouptest.EvKey).Envelope(grouptest.Ev{K: "a", N: n, Amount: 10 * int64(n+1)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
-	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -16,41 +16,16 @@ import (
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-// broker starts an embedded Iggy broker and connects to it.
-func broker(t testing.TB) *iggy.Client {
-	t.Helper()
-	srv, err := iggytest.NewServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	cl, err := iggy.Connect(context.Background(), srv.Addr(), iggy.WithCredentials("iggy", "iggy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Close() })
-	return cl
-}
-
-func counter(name string) (*topology.Topology, *topology.Table[string, int64], *stream.Event[string, Ev]) {
-	decl := stream.DeclareFunc(1, evKey)
-	topo := topology.New(name)
-	src := topology.Source[string](topo, "s/log")
-	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
-	topology.Project(topology.On(src, decl), n, func(v *int64, e Ev) error { *v += e.Amount; return nil })
-	return topo, n, decl
-}
-
 // The front door learns the partition count from the connector, stores it,
 // and refuses a start whose count changed, saying what changed; a table
 // answers ErrNotOpen before and after.
 func TestOpenStoresAndChecksThePartitionCount(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 4); err != nil {
 		t.Fatal(err)
 	}
-	topo, n, _ := counter("parts")
+	topo, n, _ := grouptest.Counter("parts")
 	if _, _, err := n.Get(ctx, "a"); !errors.Is(err, topology.ErrNotOpen) {
 		t.Fatalf("Get before Open = %v, want ErrNotOpen", err)
 	}
@@ -68,7 +43,7 @@ func TestOpenStoresAndChecksThePartitionCount(t *testing.T) {
 
 	// The same directory over a topic of 8 partitions (another broker: the
 	// topic was recreated) is refused.
-	cl8 := broker(t)
+	cl8 := grouptest.Broker(t)
 	if err := cl8.EnsureTopic(ctx, "s", "log", 8); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +52,7 @@ func TestOpenStoresAndChecksThePartitionCount(t *testing.T) {
 		t.Fatalf("Open after repartitioning = %v, want ErrPartitionsChanged naming 4 and 8", err)
 	}
 	// A missing source topic is refused by name.
-	topo3, _, _ := counter("missing")
+	topo3, _, _ := grouptest.Counter("missing")
 	topology.Source[string](topo3, "s/absent")
 	if _, err := topology.Open(ctx, topo3, cl, t.TempDir()); err == nil || !strings.Contains(err.Error(), "s/absent") {
 		t.Fatalf("Open with a missing topic = %v", err)
@@ -92,18 +67,18 @@ func TestOpenStoresAndChecksThePartitionCount(t *testing.T) {
 // returns after committing), twice; Run after Close is refused.
 func TestAppCloseInAnyOrder(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, n, decl := counter("close")
+	topo, n, decl := grouptest.Counter("close")
 	pub, err := iggy.NewPublisher(ctx, cl, "s", "log")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close(ctx)
 	for range 100 {
-		if err := iggy.Publish(ctx, pub, decl, Ev{K: "a", Amount: 1}); err != nil {
+		if err := iggy.Publish(ctx, pub, decl, grouptest.Ev{K: "a", Amount: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,16 +144,16 @@ func TestAppCloseInAnyOrder(t *testing.T) {
 // A record whose strand-key header names one key and whose event names
 // another is dead-lettered with its own reason, and applied to neither key.
 func TestKeyMismatchIsDeadLettered(t *testing.T) {
-	topo, n, decl := counter("mismatch")
+	topo, n, decl := grouptest.Counter("mismatch")
 	d := topologytest.NewDriver(t, topo)
-	env, err := decl.Envelope(Ev{K: "b", Amount: 5})
+	env, err := decl.Envelope(grouptest.Ev{K: "b", Amount: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := env.Headers
 	h.Key = []byte("a")
 	d.PipeRecord("s/log", connector.Record{Headers: h, Payload: env.Payload})
-	topologytest.Pipe(d, decl, Ev{K: "a", Amount: 1})
+	topologytest.Pipe(d, decl, grouptest.Ev{K: "a", Amount: 1})
 	d.Advance()
 	dls := d.DeadLetters()
 	if len(dls) != 1 || dls[0].Reason != deadletter.ReasonKeyMismatch || dls[0].Offset != 0 {
@@ -198,17 +173,17 @@ func TestKeyMismatchIsDeadLettered(t *testing.T) {
 // partition that a source does not have.
 func TestOpenRefusesMixedPartitioningsAndAbsentPartitions(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "a", 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.EnsureTopic(ctx, "s", "b", 4); err != nil {
 		t.Fatal(err)
 	}
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	topo := topology.New("mixed")
 	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
-	add := func(v *int64, e Ev) error { *v += e.Amount; return nil }
+	add := func(v *int64, e grouptest.Ev) error { *v += e.Amount; return nil }
 	topology.Project(topology.On(topology.Source[string](topo, "s/a"), decl), n, add)
 	topology.Project(topology.On(topology.Source[string](topo, "s/b"), decl), n, add)
 	_, err := topology.Open(ctx, topo, cl, t.TempDir())
@@ -216,7 +191,7 @@ func TestOpenRefusesMixedPartitioningsAndAbsentPartitions(t *testing.T) {
 		t.Fatalf("Open with mixed partitionings = %v", err)
 	}
 
-	one, _, _ := counter("absent")
+	one, _, _ := grouptest.Counter("absent")
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -16,11 +17,11 @@ import (
 func TestOpenOfAHeldStoreNamesTheHolder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 1); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, _ := counter("held")
+	topo, _, _ := grouptest.Counter("held")
 	dir := t.TempDir()
 	app, err := topology.Open(ctx, topo, cl, dir)
 	if err != nil {

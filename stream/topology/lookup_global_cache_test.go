@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -17,13 +18,13 @@ import (
 // committed) changes nothing they see.
 func TestGlobalLookupSeesEachCommit(t *testing.T) {
 	topo := topology.New("global-cache")
-	rateDecl := stream.DeclareFunc[string](1, func(r rateSet) string { return r.Currency })
-	payDecl := stream.DeclareFunc[string](1, func(p payment) string { return p.Account })
+	rateDecl := stream.DeclareFunc[string](1, func(r grouptest.RateSet) string { return r.Currency })
+	payDecl := stream.DeclareFunc[string](1, func(p grouptest.Payment) string { return p.Account })
 	rates := topology.NewTable[string, int64](topo, "rates", stream.JSON[int64]())
 	totals := topology.NewTable[string, int64](topo, "totals", stream.JSON[int64]())
 	errBadRate := errors.New("negative rate")
 	topology.Project(topology.On(topology.Source[string](topo, "gc/rates").Global(), rateDecl), rates,
-		func(v *int64, e rateSet) error {
+		func(v *int64, e grouptest.RateSet) error {
 			if e.Rate < 0 {
 				*v = e.Rate // changed in place, then refused: must not be seen
 				return stream.Permanent(errBadRate)
@@ -32,7 +33,7 @@ func TestGlobalLookupSeesEachCommit(t *testing.T) {
 			return nil
 		})
 	topology.ProjectContext(topology.On(topology.Source[string](topo, "gc/payments"), payDecl).Reads(rates), totals,
-		func(ctx context.Context, v *int64, e payment) error {
+		func(ctx context.Context, v *int64, e grouptest.Payment) error {
 			r, ok, err := topology.Lookup(ctx, rates, e.Currency)
 			if err != nil {
 				return err
@@ -47,7 +48,7 @@ func TestGlobalLookupSeesEachCommit(t *testing.T) {
 	var want int64
 	pay := func(rate int64) {
 		t.Helper()
-		topologytest.PipeTo(d, "gc/payments", payDecl, payment{Account: "a", Currency: "eur", Amount: 1})
+		topologytest.PipeTo(d, "gc/payments", payDecl, grouptest.Payment{Account: "a", Currency: "eur", Amount: 1})
 		d.Advance()
 		want += rate
 		if got, _, err := totals.Get(context.Background(), "a"); err != nil || got != want {
@@ -55,7 +56,7 @@ func TestGlobalLookupSeesEachCommit(t *testing.T) {
 		}
 	}
 	setRate := func(rate int64) {
-		topologytest.PipeTo(d, "gc/rates", rateDecl, rateSet{Currency: "eur", Rate: rate})
+		topologytest.PipeTo(d, "gc/rates", rateDecl, grouptest.RateSet{Currency: "eur", Rate: rate})
 		d.Advance()
 	}
 	pay(100)

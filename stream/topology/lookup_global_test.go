@@ -7,21 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
-
-type rateSet struct {
-	Currency string `json:"currency"`
-	Rate     int64  `json:"rate"`
-}
-
-type payment struct {
-	Account  string `json:"account"`
-	Currency string `json:"currency"`
-	Amount   int64  `json:"amount"`
-}
 
 // TestGlobalTable: an instance that processes partition 0 of its payments
 // reads all partitions of the global rates topic and looks rates up at any
@@ -29,14 +19,14 @@ type payment struct {
 // replay.
 func TestGlobalTable(t *testing.T) {
 	topo := topology.New("global")
-	rateDecl := stream.DeclareFunc[string](1, func(r rateSet) string { return r.Currency })
-	payDecl := stream.DeclareFunc[string](1, func(p payment) string { return p.Account })
+	rateDecl := stream.DeclareFunc[string](1, func(r grouptest.RateSet) string { return r.Currency })
+	payDecl := stream.DeclareFunc[string](1, func(p grouptest.Payment) string { return p.Account })
 	rates := topology.NewTable[string, int64](topo, "rates", stream.JSON[int64]())
 	totals := topology.NewTable[string, int64](topo, "totals", stream.JSON[int64]())
 	topology.Project(topology.On(topology.Source[string](topo, "g/rates").Global(), rateDecl), rates,
-		func(v *int64, e rateSet) error { *v = e.Rate; return nil })
+		func(v *int64, e grouptest.RateSet) error { *v = e.Rate; return nil })
 	topology.ProjectContext(topology.On(topology.Source[string](topo, "g/payments"), payDecl).Reads(rates), totals,
-		func(ctx context.Context, v *int64, e payment) error {
+		func(ctx context.Context, v *int64, e grouptest.Payment) error {
 			r, ok, err := topology.Lookup(ctx, rates, e.Currency)
 			if err != nil {
 				return err
@@ -57,7 +47,7 @@ func TestGlobalTable(t *testing.T) {
 		c := fmt.Sprintf("cur%d", i)
 		currencies = append(currencies, c)
 		seen[part(c)] = true
-		topologytest.PipeTo(d, "g/rates", rateDecl, rateSet{Currency: c, Rate: int64(i + 1)})
+		topologytest.PipeTo(d, "g/rates", rateDecl, grouptest.RateSet{Currency: c, Rate: int64(i + 1)})
 	}
 	if !seen[1] {
 		t.Fatal("no currency in partition 1; pick others")
@@ -72,7 +62,7 @@ func TestGlobalTable(t *testing.T) {
 	want := map[string]int64{}
 	for i, a := range accounts {
 		for j, c := range currencies {
-			topologytest.PipeTo(d, "g/payments", payDecl, payment{Account: a, Currency: c, Amount: int64(i + j)})
+			topologytest.PipeTo(d, "g/payments", payDecl, grouptest.Payment{Account: a, Currency: c, Amount: int64(i + j)})
 			want[a] += int64(i+j) * int64(j+1)
 		}
 	}
@@ -96,7 +86,7 @@ func TestGlobalTable(t *testing.T) {
 			t.Errorf("the global source applied %d records again after a restart, want none (no replay)", st.Total.Applied)
 		}
 	}
-	topologytest.PipeTo(d, "g/payments", payDecl, payment{Account: accounts[0], Currency: currencies[5], Amount: 1})
+	topologytest.PipeTo(d, "g/payments", payDecl, grouptest.Payment{Account: accounts[0], Currency: currencies[5], Amount: 1})
 	want[accounts[0]] += 6
 	d.Advance()
 	check()
@@ -104,18 +94,18 @@ func TestGlobalTable(t *testing.T) {
 
 // TestGlobalBuildRefuses: a global source only feeds global tables.
 func TestGlobalBuildRefuses(t *testing.T) {
-	rateDecl := stream.DeclareFunc[string](1, func(r rateSet) string { return r.Currency })
+	rateDecl := stream.DeclareFunc[string](1, func(r grouptest.RateSet) string { return r.Currency })
 	for _, c := range []struct {
 		name string
 		make func(*topology.Topology)
 		want string
 	}{
 		{"side effect", func(topo *topology.Topology) {
-			topology.On(topology.Source[string](topo, "g/rates").Global(), rateDecl).ForEach("x", func(context.Context, string, []rateSet) error { return nil })
+			topology.On(topology.Source[string](topo, "g/rates").Global(), rateDecl).ForEach("x", func(context.Context, string, []grouptest.RateSet) error { return nil })
 		}, "once per instance"},
 		{"mixed table", func(topo *topology.Topology) {
 			tab := topology.NewTable[string, int64](topo, "rates", stream.JSON[int64]())
-			fold := func(v *int64, e rateSet) error { return nil }
+			fold := func(v *int64, e grouptest.RateSet) error { return nil }
 			topology.Project(topology.On(topology.Source[string](topo, "g/rates").Global(), rateDecl), tab, fold)
 			topology.Project(topology.On(topology.Source[string](topo, "g/local"), rateDecl), tab, fold)
 		}, "global and non-global"},

@@ -10,23 +10,28 @@ package topology_test
 // asserts anything about time:
 //
 //   - the crash tests (TestCrashResumesExactly, TestSubmitCrashResumesExactly,
-//     TestReseqCrashHoldsAndTablesExact, TestGlobalTablesInAGroupAcrossKills)
-//     wait on child processes and kill windows, not on the CPU; their windows
-//     adapt to the child's progress, so a slower machine changes where kills
-//     land, never the verdict (the data check against the sequential fold);
+//     TestReseqCrashHoldsAndTablesExact) wait on child processes and kill
+//     windows, not on the CPU; their windows adapt to the child's progress,
+//     so a slower machine changes where kills land, never the verdict (the
+//     data check against the sequential fold);
 //   - the property tests (TestProperty*: the driver, rapid; most of them are
 //     in internal/proptest since round 4, a test binary of their own that
 //     runs early in the suite) spend much of their time opening and closing
 //     Pebble stores (restarts) and waiting for the App's pipelines, so two of
 //     them overlap well on two cores;
-//   - the other tests of a second or more (the group tests, whose instances
-//     wait on session timeouts and hand-overs; the windows', timers' and
+//   - the other tests of a second or more (the windows', timers' and
 //     builds' crash tests; TestFullDiskStopsTheAppNotTheProcess, a child
 //     process; TestTableFedByTwoSources, TestResetPublishesNothingTwice and
 //     TestSubmitStopsAfterFailedCommit) run in parallel too since round 4:
 //     the package's run is the last of a cold suite (go test starts test
 //     binaries in package order) and ran one at a time then, 125 s on a
 //     2-core machine against 104 s in parallel.
+//
+// The group (scale-out) tests, whose instances wait on session timeouts
+// and hand-overs (TestGlobalTablesInAGroupAcrossKills, a crash test,
+// among them), ran in parallel here too; they are in internal/grouptest
+// now, a test binary of their own that runs early in the suite, and run
+// in parallel there for the same reasons.
 //
 // Go runs the parallel tests after every sequential test of the package has
 // finished, so they never overlap a test that measures time. Every test

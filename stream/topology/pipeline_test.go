@@ -14,6 +14,7 @@ import (
 	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/state"
 )
 
@@ -221,7 +222,7 @@ func TestSubmitCrashChild(t *testing.T) {
 	recs := bankRecords(t, decls, ops, 0)
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_SUBMIT_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 5))
-	fmt.Println(crashReady)
+	fmt.Println(grouptest.CrashReady)
 	var pend *executor.Pending
 	for next := int(task.Next()); next < len(recs); {
 		n := min(1+r.IntN(800), len(recs)-next)
@@ -288,7 +289,7 @@ func TestSubmitCrashResumesExactly(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 6))
 	run := func(i int, killAfter time.Duration) (finished bool) {
-		return crashtest.Run(t, crashtest.Spec{Role: "topology-submit-crash", Test: "TestSubmitCrashChild", Ready: crashReady,
+		return crashtest.Run(t, crashtest.Spec{Role: "topology-submit-crash", Test: "TestSubmitCrashChild", Ready: grouptest.CrashReady,
 			Env: []string{"STRAND_SUBMIT_CRASH_DIR=" + dir, "STRAND_SUBMIT_CRASH_RUN=" + strconv.Itoa(i)}}, killAfter).Finished
 	}
 	killed, advanced := 0, 0

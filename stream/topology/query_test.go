@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
@@ -19,18 +20,18 @@ import (
 // hold what Scan sees.
 func TestScanPartitionAndKeyPlacement(t *testing.T) {
 	ctx := context.Background()
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	topo := topology.New("placement")
 	src := topology.Source[string](topo, "p/log")
 	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
-	topology.Project(topology.On(src, decl), n, func(v *int64, e Ev) error { *v += e.Amount; return nil })
+	topology.Project(topology.On(src, decl), n, func(v *int64, e grouptest.Ev) error { *v += e.Amount; return nil })
 	if n.Partitions() != 0 {
 		t.Fatalf("Partitions before Open = %d", n.Partitions())
 	}
 	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(5))
-	var evs []Ev
+	var evs []grouptest.Ev
 	for i := range 500 {
-		evs = append(evs, Ev{K: fmt.Sprintf("key-%d", i%97), Amount: 1})
+		evs = append(evs, grouptest.Ev{K: fmt.Sprintf("key-%d", i%97), Amount: 1})
 	}
 	topologytest.Pipe(d, decl, evs...)
 	d.Advance()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/strand-io/strand/stream/topology"
@@ -91,7 +92,7 @@ func TestReseqCrashChild(t *testing.T) {
 	for _, rec := range reseqCrashLog() {
 		topologytest.Pipe(d, proptest.STypes[rec.ty].Decl, rec.ev)
 	}
-	fmt.Println(crashReady)
+	fmt.Println(grouptest.CrashReady)
 	d.Advance()
 	if d.Lag() != 0 {
 		t.Fatalf("lag %d after Advance", d.Lag())
@@ -209,7 +210,7 @@ func TestReseqCrashHoldsAndTablesExact(t *testing.T) {
 	log := reseqCrashLog()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
 	run := func(i int, killAfter time.Duration) bool {
-		return crashtest.Run(t, crashtest.Spec{Role: "topology-reseq-crash", Test: "TestReseqCrashChild", Ready: crashReady,
+		return crashtest.Run(t, crashtest.Spec{Role: "topology-reseq-crash", Test: "TestReseqCrashChild", Ready: grouptest.CrashReady,
 			Env: []string{"STRAND_RESEQ_CRASH_DIR=" + dir, "STRAND_CRASH_RUN=" + strconv.Itoa(i)}}, killAfter).Finished
 	}
 	killed, midRun, restarts, checks := 0, 0, 0, 0

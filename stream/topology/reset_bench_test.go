@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
@@ -21,7 +22,7 @@ func BenchmarkRebuild(b *testing.B) {
 		topo, _ := resetTopology(true, seen)
 		d := topologytest.NewDriver(b, topo, topologytest.WithPartitions(4), topologytest.WithBatchSize(2000))
 		for i := range events {
-			topologytest.Pipe(d, resetEv, Ev{K: fmt.Sprintf("k%d", i%1000), N: i, Amount: int64(i)})
+			topologytest.Pipe(d, resetEv, grouptest.Ev{K: fmt.Sprintf("k%d", i%1000), N: i, Amount: int64(i)})
 		}
 		start := time.Now()
 		d.Advance()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
 	"github.com/strand-io/strand/stream/topology"
@@ -20,9 +21,9 @@ import (
 )
 
 var (
-	resetEv     = stream.DeclareFunc(1, evKey)
-	resetNotice = stream.DeclareFunc(7, evKey)
-	resetPoison = stream.DeclareFunc(99, evKey) // no handler: dead-lettered
+	resetEv     = stream.DeclareFunc(1, grouptest.EvKey)
+	resetNotice = stream.DeclareFunc(7, grouptest.EvKey)
+	resetPoison = stream.DeclareFunc(99, grouptest.EvKey) // no handler: dead-lettered
 )
 
 type resetTables struct {
@@ -48,7 +49,7 @@ func resetTopology(withCounts bool, seen *calls) (*topology.Topology, resetTable
 	topo := topology.New("reset")
 	src := topology.Source[string](topo, "s/log")
 	on := topology.On(src, resetEv)
-	on.ForEach("calls", func(_ context.Context, _ string, es []Ev) error {
+	on.ForEach("calls", func(_ context.Context, _ string, es []grouptest.Ev) error {
 		seen.mu.Lock()
 		defer seen.mu.Unlock()
 		for _, e := range es {
@@ -57,17 +58,17 @@ func resetTopology(withCounts bool, seen *calls) (*topology.Topology, resetTable
 		return nil
 	})
 	tabs.n = topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
-	topology.Project(on, tabs.n, func(v *int64, e Ev) error { *v += e.Amount; return nil })
-	topology.To(on, "notices", "s/notices", resetNotice, func(_ context.Context, _ string, e Ev, emit func(Ev)) error {
+	topology.Project(on, tabs.n, func(v *int64, e grouptest.Ev) error { *v += e.Amount; return nil })
+	topology.To(on, "notices", "s/notices", resetNotice, func(_ context.Context, _ string, e grouptest.Ev, emit func(grouptest.Ev)) error {
 		emit(e)
 		return nil
 	})
-	byBucket := topology.KeyBy(on, "by-bucket", func(e Ev) (string, error) { return fmt.Sprintf("b%d", e.N%3), nil })
+	byBucket := topology.KeyBy(on, "by-bucket", func(e grouptest.Ev) (string, error) { return fmt.Sprintf("b%d", e.N%3), nil })
 	tabs.buckets = topology.NewTable[string, int64](topo, "buckets", stream.JSON[int64]())
-	topology.Project(byBucket, tabs.buckets, func(v *int64, e Ev) error { *v += e.Amount; return nil })
+	topology.Project(byBucket, tabs.buckets, func(v *int64, e grouptest.Ev) error { *v += e.Amount; return nil })
 	if withCounts {
 		tabs.counts = topology.NewTable[string, int64](topo, "counts", stream.JSON[int64]())
-		topology.Project(on, tabs.counts, func(v *int64, e Ev) error { *v++; return nil })
+		topology.Project(on, tabs.counts, func(v *int64, e grouptest.Ev) error { *v++; return nil })
 	}
 	return topo, tabs
 }
@@ -83,11 +84,11 @@ func publishRange(t *testing.T, cl *iggy.Client, from, to int) {
 	}
 	defer pub.Close(ctx)
 	for i := from; i < to; i++ {
-		if err := iggy.Publish(ctx, pub, resetEv, Ev{K: fmt.Sprintf("k%d", i%10), N: i, Amount: int64(i)}); err != nil {
+		if err := iggy.Publish(ctx, pub, resetEv, grouptest.Ev{K: fmt.Sprintf("k%d", i%10), N: i, Amount: int64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := iggy.Publish(ctx, pub, resetPoison, Ev{K: "poison", N: -from}); err != nil {
+	if err := iggy.Publish(ctx, pub, resetPoison, grouptest.Ev{K: "poison", N: -from}); err != nil {
 		t.Fatal(err)
 	}
 	if err := pub.Flush(ctx); err != nil {
@@ -123,7 +124,7 @@ func checkOnce(t *testing.T, cl *iggy.Client, n, poisons int) {
 	t.Helper()
 	seen := map[int]int{}
 	for _, m := range messagesOf(t, cl, "notices") {
-		var e Ev
+		var e grouptest.Ev
 		if err := json.Unmarshal(m.Payload, &e); err != nil {
 			t.Fatalf("notice %q: %v", m.Payload, err)
 		}
@@ -206,7 +207,7 @@ func runUntilCaughtUp(t *testing.T, topo *topology.Topology, cl *iggy.Client, di
 func TestResetPublishesNothingTwice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 3); err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func TestResetRefusesParkedRecords(t *testing.T) {
 	topo := topology.New("parked", topology.WithRetry(100, time.Second, time.Second))
 	src := topology.Source[string](topo, "s/log")
 	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
-	topology.Project(topology.On(src, resetEv), n, func(v *int64, e Ev) error {
+	topology.Project(topology.On(src, resetEv), n, func(v *int64, e grouptest.Ev) error {
 		if fail.Load() {
 			return errors.New("not yet")
 		}
@@ -321,7 +322,7 @@ func TestResetRefusesParkedRecords(t *testing.T) {
 		return nil
 	})
 	d := topologytest.NewDriver(t, topo)
-	topologytest.Pipe(d, resetEv, Ev{K: "a", N: 1, Amount: 1})
+	topologytest.Pipe(d, resetEv, grouptest.Ev{K: "a", N: 1, Amount: 1})
 	d.Advance()
 	if keys, _ := d.Parked(); keys != 1 {
 		t.Fatalf("%d keys parked, want 1", keys)

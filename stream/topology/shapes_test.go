@@ -16,6 +16,7 @@ import (
 
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -35,19 +36,19 @@ func TestTableFedByTwoSources(t *testing.T) {
 	for _, bs := range []int{1, 7, 100} {
 		for _, parts := range []uint32{1, 3} {
 			t.Run(fmt.Sprintf("batch=%d/partitions=%d", bs, parts), func(t *testing.T) {
-				incA := stream.DeclareFunc(1, evKey)
-				incB := stream.DeclareFunc(2, evKey)
+				incA := stream.DeclareFunc(1, grouptest.EvKey)
+				incB := stream.DeclareFunc(2, grouptest.EvKey)
 				topo := topology.New("two")
 				tbl := topology.NewTable[string, TwoCount](topo, "counts", stream.JSON[TwoCount]())
 				sa := topology.Source[string](topo, "s/a")
 				sb := topology.Source[string](topo, "s/b")
-				topology.Project(topology.On(sa, incA), tbl, func(c *TwoCount, e Ev) error { c.A++; return nil })
-				topology.Project(topology.On(sb, incB), tbl, func(c *TwoCount, e Ev) error { c.B++; return nil })
+				topology.Project(topology.On(sa, incA), tbl, func(c *TwoCount, e grouptest.Ev) error { c.A++; return nil })
+				topology.Project(topology.On(sb, incB), tbl, func(c *TwoCount, e grouptest.Ev) error { c.B++; return nil })
 				d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(bs), topologytest.WithPartitions(parts))
 				keys := []string{"x", "y", "z", "w"}
 				for i := range 300 {
-					topologytest.PipeTo(d, "s/a", incA, Ev{K: keys[i%len(keys)]})
-					topologytest.PipeTo(d, "s/b", incB, Ev{K: keys[(i/3)%len(keys)]})
+					topologytest.PipeTo(d, "s/a", incA, grouptest.Ev{K: keys[i%len(keys)]})
+					topologytest.PipeTo(d, "s/b", incB, grouptest.Ev{K: keys[(i/3)%len(keys)]})
 				}
 				d.Advance()
 				for _, k := range keys {
@@ -68,19 +69,19 @@ func TestTableFedByTwoSources(t *testing.T) {
 // of one table.
 func TestTableFedByTwoKeyBySteps(t *testing.T) {
 	type depot struct{ In, Out int }
-	arrive := stream.DeclareFunc(1, evKey)
-	leave := stream.DeclareFunc(2, evKey)
+	arrive := stream.DeclareFunc(1, grouptest.EvKey)
+	leave := stream.DeclareFunc(2, grouptest.EvKey)
 	topo := topology.New("depots")
 	src := topology.Source[string](topo, "parcels")
 	tbl := topology.NewTable[string, depot](topo, "depots", stream.JSON[depot]())
-	byDepotIn := topology.KeyBy(topology.On(src, arrive), "in", func(e Ev) (string, error) { return fmt.Sprint("D", e.N%3), nil })
-	byDepotOut := topology.KeyBy(topology.On(src, leave), "out", func(e Ev) (string, error) { return fmt.Sprint("D", e.N%3), nil })
-	topology.Project(byDepotIn, tbl, func(v *depot, e Ev) error { v.In++; return nil })
-	topology.Project(byDepotOut, tbl, func(v *depot, e Ev) error { v.Out++; return nil })
+	byDepotIn := topology.KeyBy(topology.On(src, arrive), "in", func(e grouptest.Ev) (string, error) { return fmt.Sprint("D", e.N%3), nil })
+	byDepotOut := topology.KeyBy(topology.On(src, leave), "out", func(e grouptest.Ev) (string, error) { return fmt.Sprint("D", e.N%3), nil })
+	topology.Project(byDepotIn, tbl, func(v *depot, e grouptest.Ev) error { v.In++; return nil })
+	topology.Project(byDepotOut, tbl, func(v *depot, e grouptest.Ev) error { v.Out++; return nil })
 	d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(3), topologytest.WithPartitions(2))
 	for i := range 300 {
-		topologytest.Pipe(d, arrive, Ev{K: fmt.Sprint("p", i), N: i})
-		topologytest.Pipe(d, leave, Ev{K: fmt.Sprint("p", i), N: i})
+		topologytest.Pipe(d, arrive, grouptest.Ev{K: fmt.Sprint("p", i), N: i})
+		topologytest.Pipe(d, leave, grouptest.Ev{K: fmt.Sprint("p", i), N: i})
 	}
 	d.Advance()
 	for i := range 3 {
@@ -103,14 +104,14 @@ func TestPermanentFailureStaysWithItsEvent(t *testing.T) {
 			t.Run(fmt.Sprintf("reduced=%v/batch=%d", reduced, bs), func(t *testing.T) {
 				var opts []stream.Option
 				if reduced {
-					opts = append(opts, stream.WithReduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
-						func(e Ev, v int64) Ev { e.Amount = v; return e })))
+					opts = append(opts, stream.WithReduce(algebra.Sum(func(e grouptest.Ev) int64 { return e.Amount },
+						func(e grouptest.Ev, v int64) grouptest.Ev { e.Amount = v; return e })))
 				}
-				scan := stream.DeclareFunc(1, evKey, opts...)
+				scan := stream.DeclareFunc(1, grouptest.EvKey, opts...)
 				topo := topology.New("scans")
 				src := topology.Source[string](topo, "scans")
 				tbl := topology.NewTable[string, int64](topo, "totals", stream.JSON[int64]())
-				topology.Project(topology.On(src, scan), tbl, func(v *int64, e Ev) error {
+				topology.Project(topology.On(src, scan), tbl, func(v *int64, e grouptest.Ev) error {
 					if e.Amount >= 1000 {
 						return stream.Permanent(fmt.Errorf("unknown depot %d", e.Amount))
 					}
@@ -118,8 +119,8 @@ func TestPermanentFailureStaysWithItsEvent(t *testing.T) {
 					return nil
 				})
 				d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(bs))
-				topologytest.Pipe(d, scan, Ev{K: "a", Amount: 1}, Ev{K: "a", Amount: 1009}, Ev{K: "a", Amount: 2},
-					Ev{K: "b", Amount: 4}, Ev{K: "a", Amount: 1010}, Ev{K: "a", Amount: 8})
+				topologytest.Pipe(d, scan, grouptest.Ev{K: "a", Amount: 1}, grouptest.Ev{K: "a", Amount: 1009}, grouptest.Ev{K: "a", Amount: 2},
+					grouptest.Ev{K: "b", Amount: 4}, grouptest.Ev{K: "a", Amount: 1010}, grouptest.Ev{K: "a", Amount: 8})
 				d.Advance()
 				if got, _, _ := tbl.Get(context.Background(), "a"); got != 11 {
 					t.Errorf("a = %d, want 11 (1+2+8; the two bad scans dead-lettered)", got)
@@ -149,11 +150,11 @@ func TestPermanentFailureStaysWithItsEvent(t *testing.T) {
 func TestExhaustedRetriesStayWithTheirEvent(t *testing.T) {
 	for _, bs := range []int{1, 3, 100} {
 		t.Run(fmt.Sprintf("batch=%d", bs), func(t *testing.T) {
-			ev := stream.DeclareFunc(1, evKey)
+			ev := stream.DeclareFunc(1, grouptest.EvKey)
 			topo := topology.New("exhaust", topology.WithRetry(2, time.Second, time.Second))
 			src := topology.Source[string](topo, "log")
 			tbl := topology.NewTable[string, []int64](topo, "seen", stream.JSON[[]int64]())
-			topology.Project(topology.On(src, ev), tbl, func(v *[]int64, e Ev) error {
+			topology.Project(topology.On(src, ev), tbl, func(v *[]int64, e grouptest.Ev) error {
 				*v = append(*v, e.Amount) // in place, then fail: no trace may stay
 				if e.Amount == 2 {
 					return errors.New("always fails")
@@ -161,7 +162,7 @@ func TestExhaustedRetriesStayWithTheirEvent(t *testing.T) {
 				return nil
 			})
 			d := topologytest.NewDriver(t, topo, topologytest.WithBatchSize(bs))
-			topologytest.Pipe(d, ev, Ev{K: "a", Amount: 1}, Ev{K: "a", Amount: 2}, Ev{K: "a", Amount: 3})
+			topologytest.Pipe(d, ev, grouptest.Ev{K: "a", Amount: 1}, grouptest.Ev{K: "a", Amount: 2}, grouptest.Ev{K: "a", Amount: 3})
 			d.Advance()
 			if got, _, _ := tbl.Get(context.Background(), "a"); !slices.Equal(got, []int64{1}) {
 				t.Errorf("after the first failure: %v, want [1] (the key parked at the failing event)", got)
@@ -213,17 +214,17 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 		return nil
 	}
 	rapid.Check(t, func(rt *rapid.T) {
-		sum := stream.DeclareFunc(1, evKey, stream.WithReduce(algebra.Sum(func(e Ev) int64 { return e.Amount },
-			func(e Ev, v int64) Ev { e.Amount = v; return e })))
-		plain := stream.DeclareFunc(2, evKey)
+		sum := stream.DeclareFunc(1, grouptest.EvKey, stream.WithReduce(algebra.Sum(func(e grouptest.Ev) int64 { return e.Amount },
+			func(e grouptest.Ev, v int64) grouptest.Ev { e.Amount = v; return e })))
+		plain := stream.DeclareFunc(2, grouptest.EvKey)
 		topo := topology.New("batching", topology.WithWorkers(2), topology.WithRetry(maxAttempts, time.Second, time.Second))
 		src := topology.Source[string](topo, "log")
 		tbl := topology.NewTable[string, row](topo, "rows", stream.JSON[row]())
-		topology.Project(topology.On(src, sum), tbl, func(r *row, e Ev) error {
+		topology.Project(topology.On(src, sum), tbl, func(r *row, e grouptest.Ev) error {
 			r.Sum += e.Amount // in place first
 			return failOf(e.Amount)
 		})
-		topology.Project(topology.On(src, plain), tbl, func(r *row, e Ev) error {
+		topology.Project(topology.On(src, plain), tbl, func(r *row, e grouptest.Ev) error {
 			r.Plain = append(r.Plain, e.N)
 			return failOf(e.Amount)
 		})
@@ -232,11 +233,11 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 		nkeys := rapid.IntRange(1, 3).Draw(rt, "keys")
 		type entry struct {
 			plain bool
-			ev    Ev
+			ev    grouptest.Ev
 		}
 		var log []entry
 		for i := range n {
-			e := Ev{K: fmt.Sprint("k", rapid.IntRange(0, nkeys-1).Draw(rt, "key")), N: i,
+			e := grouptest.Ev{K: fmt.Sprint("k", rapid.IntRange(0, nkeys-1).Draw(rt, "key")), N: i,
 				Amount: int64(rapid.IntRange(-3, 3).Draw(rt, "amount"))}
 			switch rapid.IntRange(0, 8).Draw(rt, "fault") {
 			case 0:
@@ -296,7 +297,7 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 		}
 		gotDead := map[int]deadletter.Reason{}
 		for _, dl := range d.DeadLetters() {
-			var e Ev
+			var e grouptest.Ev
 			if err := json.Unmarshal(dl.Payload, &e); err != nil {
 				rt.Fatalf("dead letter payload %q: %v", dl.Payload, err)
 			}
@@ -335,7 +336,7 @@ func TestPropertyDeadLettersDoNotDependOnBatching(t *testing.T) {
 func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
 	for _, withCtx := range []bool{false, true} {
 		t.Run(fmt.Sprintf("context=%v", withCtx), func(t *testing.T) {
-			ev := stream.DeclareFunc(1, evKey)
+			ev := stream.DeclareFunc(1, grouptest.EvKey)
 			topo := topology.New("stuck", topology.WithWorkers(2))
 			src := topology.Source[string](topo, "s/log")
 			tbl := topology.NewTable[string, int](topo, "counts", stream.JSON[int]())
@@ -343,7 +344,7 @@ func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
 			unblock := make(chan struct{})
 			sawCancel := make(chan struct{}, 1)
 			if withCtx {
-				topology.ProjectContext(topology.On(src, ev), tbl, func(ctx context.Context, n *int, e Ev) error {
+				topology.ProjectContext(topology.On(src, ev), tbl, func(ctx context.Context, n *int, e grouptest.Ev) error {
 					if e.K == "stuck" {
 						entered <- struct{}{}
 						select {
@@ -357,7 +358,7 @@ func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
 					return nil
 				})
 			} else {
-				topology.Project(topology.On(src, ev), tbl, func(n *int, e Ev) error {
+				topology.Project(topology.On(src, ev), tbl, func(n *int, e grouptest.Ev) error {
 					if e.K == "stuck" {
 						entered <- struct{}{}
 						<-unblock
@@ -367,7 +368,7 @@ func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
 				})
 			}
 			ctx := context.Background()
-			cl := broker(t)
+			cl := grouptest.Broker(t)
 			if err := cl.EnsureTopic(ctx, "s", "log", 1); err != nil {
 				t.Fatal(err)
 			}
@@ -375,7 +376,7 @@ func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := iggy.PublishBatch(ctx, pub, ev, []Ev{{K: "a"}, {K: "stuck"}, {K: "b"}}); err != nil {
+			if err := iggy.PublishBatch(ctx, pub, ev, []grouptest.Ev{{K: "a"}, {K: "stuck"}, {K: "b"}}); err != nil {
 				t.Fatal(err)
 			}
 			_ = pub.Close(ctx)
@@ -432,8 +433,8 @@ func TestStopReturnsWhenAFoldNeverReturns(t *testing.T) {
 
 // The test-only options refuse what they cannot mean.
 func TestFaultOptionsRefuseBadValues(t *testing.T) {
-	topo, _, _ := counter("faults")
-	_, err := topology.Open(context.Background(), topo, broker(t), t.TempDir(), topology.WithOutboxGrace(-time.Second))
+	topo, _, _ := grouptest.Counter("faults")
+	_, err := topology.Open(context.Background(), topo, grouptest.Broker(t), t.TempDir(), topology.WithOutboxGrace(-time.Second))
 	if err == nil || !strings.Contains(err.Error(), "topology.WithOutboxGrace") {
 		t.Fatalf("Open with a negative outbox grace = %v, want an error naming topology.WithOutboxGrace", err)
 	}

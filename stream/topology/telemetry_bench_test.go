@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream/topology"
 )
 
@@ -31,11 +32,11 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	events := envInt("STRAND_TELEMETRY_EVENTS", 200_000)
 	rounds := envInt("STRAND_TELEMETRY_ROUNDS", 5)
 	ctx := context.Background()
-	cl := broker(b)
+	cl := grouptest.Broker(b)
 	if err := cl.EnsureTopic(ctx, "s", "log", 8); err != nil {
 		b.Fatal(err)
 	}
-	topo, _, decl := counter("bench-telemetry")
+	topo, _, decl := grouptest.Counter("bench-telemetry")
 	pub, err := iggy.NewPublisher(ctx, cl, "s", "log")
 	if err != nil {
 		b.Fatal(err)
@@ -44,9 +45,9 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	const perSpan = 1000
 	for i := 0; i < events; i += perSpan {
 		sctx, span := ptp.Tracer("producer").Start(ctx, "publish")
-		evs := make([]Ev, 0, perSpan)
+		evs := make([]grouptest.Ev, 0, perSpan)
 		for j := i; j < min(i+perSpan, events); j++ {
-			evs = append(evs, Ev{K: fmt.Sprintf("k%d", j%1000), N: j, Amount: 1})
+			evs = append(evs, grouptest.Ev{K: fmt.Sprintf("k%d", j%1000), N: j, Amount: 1})
 		}
 		if err := iggy.PublishBatch(sctx, pub, decl, evs); err != nil {
 			b.Fatal(err)

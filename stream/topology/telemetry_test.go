@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -25,60 +26,13 @@ import (
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-// sums returns, for the metric name, the sum of its data points by the
-// value of attribute key ("" sums every point).
-func sums(t *testing.T, rm metricdata.ResourceMetrics, name string, key attribute.Key) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	found := false
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			found = true
-			label := func(s attribute.Set) string {
-				if key == "" {
-					return ""
-				}
-				v, _ := s.Value(key)
-				return v.Emit()
-			}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					out[label(p.Attributes)] += float64(p.Value)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					out[label(p.Attributes)] += float64(p.Value)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					out[label(p.Attributes)] += float64(p.Count)
-				}
-			case metricdata.Histogram[int64]:
-				for _, p := range d.DataPoints {
-					out[label(p.Attributes)] += float64(p.Count)
-				}
-			default:
-				t.Fatalf("metric %s: unexpected data %T", name, m.Data)
-			}
-		}
-	}
-	if !found {
-		t.Fatalf("no metric %s", name)
-	}
-	return out
-}
-
 // A run on the embedded broker with an SDK installed: the metrics count
 // exactly what the run did (events, dead letters by reason, commits), the
 // lag reaches 0, and the process spans are linked to the producer's span.
 func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 4); err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +43,11 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, grouptest.EvKey)
 	topo := topology.New("telemetry")
 	src := topology.Source[string](topo, "s/log")
 	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
-	topology.Project(topology.On(src, decl), n, func(v *int64, e Ev) error {
+	topology.Project(topology.On(src, decl), n, func(v *int64, e grouptest.Ev) error {
 		if e.Amount < 0 {
 			return stream.Permanent(errors.New("negative amount"))
 		}
@@ -109,12 +63,12 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	}
 	pctx, pspan := tp.Tracer("producer").Start(ctx, "publish")
 	const events, negative, bad = 1000, 5, 3
-	evs := make([]Ev, 0, events+negative)
+	evs := make([]grouptest.Ev, 0, events+negative)
 	for i := range events {
-		evs = append(evs, Ev{K: fmt.Sprintf("k%d", i%37), N: i, Amount: 1})
+		evs = append(evs, grouptest.Ev{K: fmt.Sprintf("k%d", i%37), N: i, Amount: 1})
 	}
 	for i := range negative {
-		evs = append(evs, Ev{K: fmt.Sprintf("neg%d", i), N: i, Amount: -1})
+		evs = append(evs, grouptest.Ev{K: fmt.Sprintf("neg%d", i), N: i, Amount: -1})
 	}
 	if err := iggy.PublishBatch(pctx, pub, decl, evs); err != nil {
 		t.Fatal(err)
@@ -178,7 +132,7 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 
 	want := func(name string, key attribute.Key, label string, v float64) {
 		t.Helper()
-		if got := sums(t, rm, name, key)[label]; got != v {
+		if got := grouptest.Sums(t, rm, name, key)[label]; got != v {
 			t.Errorf("%s{%s=%q} = %v, want %v", name, key, label, got, v)
 		}
 	}
@@ -195,13 +149,13 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	// 1005 decoded events over 42 keys: the Sum algebra is not declared,
 	// so nothing is reduced away; every applied run is one handler call.
 	want("strand.events.reduced", "", "", 0)
-	if got := sums(t, rm, "strand.handler.calls", "")[""]; got < 42 || got > events+negative {
+	if got := grouptest.Sums(t, rm, "strand.handler.calls", "")[""]; got < 42 || got > events+negative {
 		t.Errorf("strand.handler.calls = %v, want between 42 and %d", got, events+negative)
 	}
 	if stats.Total.Batches < 4 {
 		t.Errorf("only %d batches: the poll size should have split the run", stats.Total.Batches)
 	}
-	if got := sums(t, rm, "strand.commit.duration", "")[""]; got < 1 {
+	if got := grouptest.Sums(t, rm, "strand.commit.duration", "")[""]; got < 1 {
 		t.Errorf("strand.commit.duration has %v points, want some", got)
 	}
 
@@ -251,7 +205,7 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 // The telemetry options refuse nil values, naming the option.
 func TestTelemetryOptionsRefuseInvalidValues(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +215,7 @@ func TestTelemetryOptionsRefuseInvalidValues(t *testing.T) {
 		"topology.WithPropagator":        topology.WithPropagator(nil),
 		"topology.WithEndOffsetInterval": topology.WithEndOffsetInterval(0),
 	} {
-		topo, _, _ := counter("opts")
+		topo, _, _ := grouptest.Counter("opts")
 		_, err := topology.Open(ctx, topo, cl, t.TempDir(), opt)
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Open with invalid %s = %v, want an error naming it", name, err)
@@ -314,7 +268,7 @@ func (s gatedSink) Send(ctx context.Context, msgs []connector.Message) error {
 func TestWaitCaughtUpWaitsForPendingDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +280,7 @@ func TestWaitCaughtUpWaitsForPendingDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = raw.Close(ctx)
-	topo, _, _ := counter("gated")
+	topo, _, _ := grouptest.Counter("gated")
 	conn := &gatedConnector{Connector: cl, open: make(chan struct{})}
 	app, err := topology.Open(ctx, topo, conn, t.TempDir(), topology.WithEndOffsetInterval(10*time.Millisecond))
 	if err != nil {
@@ -373,19 +327,19 @@ func TestTelemetryCountsTheResequencer(t *testing.T) {
 		}
 		return rm
 	}
-	if got := sums(t, collect(), "strand.resequencer.held.records", "")[""]; got != 3 {
+	if got := grouptest.Sums(t, collect(), "strand.resequencer.held.records", "")[""]; got != 3 {
 		t.Fatalf("held records %v, want 3", got)
 	}
 	topologytest.Pipe(d, proptest.SPlain, plains("a", 1, 2, 4)...)
 	d.Advance()
 	rm := collect()
-	if got := sums(t, rm, "strand.resequencer.held.records", "")[""]; got != 0 {
+	if got := grouptest.Sums(t, rm, "strand.resequencer.held.records", "")[""]; got != 0 {
 		t.Fatalf("held records %v after the release, want 0", got)
 	}
-	if got := sums(t, rm, "strand.resequencer.released", "")[""]; got != 3 {
+	if got := grouptest.Sums(t, rm, "strand.resequencer.released", "")[""]; got != 3 {
 		t.Fatalf("released %v, want 3", got)
 	}
-	if got := sums(t, rm, "strand.resequencer.duplicates", "")[""]; got != 1 {
+	if got := grouptest.Sums(t, rm, "strand.resequencer.duplicates", "")[""]; got != 1 {
 		t.Fatalf("duplicates %v, want 1", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -30,8 +31,8 @@ func BenchmarkTTL(b *testing.B) {
 			if mode != "no-ttl" {
 				opts = append(opts, topology.WithTTL(time.Hour))
 			}
-			tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal](), opts...)
-			topology.Project(topology.On(src, tEvents), tab, func(v *tVal, e tEv) error { v.Sum += e.N; return nil })
+			tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal](), opts...)
+			topology.Project(topology.On(src, tEvents), tab, func(v *grouptest.TVal, e tEv) error { v.Sum += e.N; return nil })
 			d := topologytest.NewDriver(b, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(2_000))
 			b.ResetTimer()
 			for range b.N {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -34,20 +35,20 @@ const (
 	timerCrashFires = 3
 )
 
-func timerCrashLog() []tpEv {
+func timerCrashLog() []grouptest.TPEv {
 	r := rand.New(rand.NewPCG(11, 1))
-	var log []tpEv
+	var log []grouptest.TPEv
 	for range timerCrashKeys * (timerCrashAdds + 1) {
-		log = append(log, tpEv{})
+		log = append(log, grouptest.TPEv{})
 	}
 	// Each key: one schedule (at 1..40s) and adds, shuffled.
 	i := 0
 	for k := range timerCrashKeys {
 		key := fmt.Sprintf("key-%d", k)
-		log[i] = tpEv{K: key, Op: 2, N: 1, At: tBase.Add(time.Duration(1+r.IntN(40)) * time.Second)}
+		log[i] = grouptest.TPEv{K: key, Op: 2, N: 1, At: grouptest.TBase.Add(time.Duration(1+r.IntN(40)) * time.Second)}
 		i++
 		for range timerCrashAdds {
-			log[i] = tpEv{K: key, N: 1}
+			log[i] = grouptest.TPEv{K: key, N: 1}
 			i++
 		}
 	}
@@ -55,11 +56,11 @@ func timerCrashLog() []tpEv {
 	return log
 }
 
-func timerCrashTopology(fail func() int) (*topology.Topology, *topology.Table[string, tVal]) {
+func timerCrashTopology(fail func() int) (*topology.Topology, *topology.Table[string, grouptest.TVal]) {
 	topo := topology.New("timer-crash", topology.WithRetry(1000, time.Second, time.Second))
 	src := topology.Source[string](topo, "t/events")
-	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal]())
-	topology.ProjectContext(topology.On(src, tpEvents), tab, func(ctx context.Context, v *tVal, e tpEv) error {
+	tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal]())
+	topology.ProjectContext(topology.On(src, grouptest.TPEvents), tab, func(ctx context.Context, v *grouptest.TVal, e grouptest.TPEv) error {
 		v.Sum += e.N
 		v.Events++
 		if e.Op == 2 {
@@ -67,7 +68,7 @@ func timerCrashTopology(fail func() int) (*topology.Topology, *topology.Table[st
 		}
 		return nil
 	})
-	topology.OnTimer(src, tab, func(ctx context.Context, _ string, v *tVal, at time.Time) error {
+	topology.OnTimer(src, tab, func(ctx context.Context, _ string, v *grouptest.TVal, at time.Time) error {
 		v.Fired++
 		switch fail() {
 		case 1:
@@ -102,10 +103,10 @@ func TestTimerCrashChild(t *testing.T) {
 	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(2),
 		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(60) }),
 		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync)))
-	topologytest.Pipe(d, tpEvents, timerCrashLog()...)
-	fmt.Println(crashReady)
-	// The clock starts at tBase in every run: timers already fired are
-	// gone, the others fire as it passes them again.
+	topologytest.Pipe(d, grouptest.TPEvents, timerCrashLog()...)
+	fmt.Println(grouptest.CrashReady)
+	// The clock starts at grouptest.TBase in every run: timers already
+	// fired are gone, the others fire as it passes them again.
 	for range 60 {
 		for d.Step() {
 		}
@@ -127,7 +128,7 @@ func TestTimerCrashChild(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("%s: found %v, err %v", key, ok, err)
 		}
-		if want := (tVal{Sum: timerCrashAdds + 1, Events: timerCrashAdds + 1, Fired: timerCrashFires}); v != want {
+		if want := (grouptest.TVal{Sum: timerCrashAdds + 1, Events: timerCrashAdds + 1, Fired: timerCrashFires}); v != want {
 			t.Errorf("%s = %+v, want %+v (each event applied once, the timer fired %d times)", key, v, want, timerCrashFires)
 		}
 	}
@@ -146,7 +147,7 @@ func TestTimersFireOnceAcrossKills(t *testing.T) {
 	kills := crashtest.Kills(5, 100)
 	dir := t.TempDir()
 	runCrashChild := func(i int, killAfter time.Duration, env ...string) (finished bool) {
-		return crashtest.Run(t, crashtest.Spec{Role: "timer-crash", Test: "TestTimerCrashChild", Ready: crashReady,
+		return crashtest.Run(t, crashtest.Spec{Role: "timer-crash", Test: "TestTimerCrashChild", Ready: grouptest.CrashReady,
 			Env: env}, killAfter).Finished
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))

@@ -9,28 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
-
-// tpEv is the time property test's event: Op as tEv's, At the absolute
-// time of a timer it schedules (always after the clock of its step).
-type tpEv struct {
-	K  string
-	Op int
-	N  int64
-	At time.Time
-}
-
-var tpEvents = stream.DeclareFunc(1, func(e tpEv) string { return e.K })
 
 const tpTTL = 300 * time.Second
 
 // tpModel is the reference: one key's row, its last write and its timer,
 // folded one event at a time on the documented rules.
 type tpModel struct {
-	v         tVal
+	v         grouptest.TVal
 	present   bool
 	lastWrite time.Time
 	timer     time.Time // zero: none
@@ -40,7 +30,7 @@ type tpModel struct {
 // for the TTL expire (and lose their timer), then due timers fire (the
 // handler counts and schedules once more, 1000s later, after its first
 // firing), then the step's events are folded in log order.
-func tpStep(m map[string]*tpModel, now time.Time, events []tpEv) {
+func tpStep(m map[string]*tpModel, now time.Time, events []grouptest.TPEv) {
 	for k, s := range m {
 		if s.present && !s.lastWrite.Add(tpTTL).After(now) {
 			m[k] = &tpModel{}
@@ -128,8 +118,8 @@ func timeProperty(rt *testing.T, seed uint64) {
 		defer os.RemoveAll(dir)
 		topo := topology.New("time-property")
 		src := topology.Source[string](topo, "t/events")
-		tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal](), topology.WithTTL(tpTTL))
-		topology.ProjectContext(topology.On(src, tpEvents), tab, func(ctx context.Context, v *tVal, e tpEv) error {
+		tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal](), topology.WithTTL(tpTTL))
+		topology.ProjectContext(topology.On(src, grouptest.TPEvents), tab, func(ctx context.Context, v *grouptest.TVal, e grouptest.TPEv) error {
 			switch e.Op {
 			case 1:
 				return topology.Delete(ctx)
@@ -144,7 +134,7 @@ func timeProperty(rt *testing.T, seed uint64) {
 			}
 			return nil
 		})
-		topology.OnTimer(src, tab, func(ctx context.Context, _ string, v *tVal, at time.Time) error {
+		topology.OnTimer(src, tab, func(ctx context.Context, _ string, v *grouptest.TVal, at time.Time) error {
 			v.Fired++
 			if v.Fired < 2 {
 				return topology.Schedule(ctx, at.Add(1000*time.Second))
@@ -163,15 +153,15 @@ func timeProperty(rt *testing.T, seed uint64) {
 			// schedules is never already due when it is set.
 			d.AdvanceClock(time.Duration(in(0, 400)) * time.Second)
 			now := d.Now()
-			var events []tpEv
+			var events []grouptest.TPEv
 			for range in(0, 8) {
-				e := tpEv{K: fmt.Sprintf("k%d", in(0, nkeys-1)),
+				e := grouptest.TPEv{K: fmt.Sprintf("k%d", in(0, nkeys-1)),
 					Op: in(0, 3), N: int64(in(1, 9))}
 				e.At = now.Add(time.Duration(in(1, 600)) * time.Second)
 				events = append(events, e)
 			}
 			tpStep(model, now, events)
-			topologytest.Pipe(d, tpEvents, events...)
+			topologytest.Pipe(d, grouptest.TPEvents, events...)
 			for d.Step() {
 				steps++
 				if restart > 0 && steps%restart == 0 {
@@ -185,7 +175,7 @@ func timeProperty(rt *testing.T, seed uint64) {
 					rt.Fatal(err)
 				}
 				if ok != s.present || v != s.v {
-					rt.Fatalf("seed %d (STRAND_TIME_SEED=%[1]d replays it): at %v key %s: table %+v (found %v), reference %+v (present %v)", seed, now.Sub(tBase), k, v, ok, s.v, s.present)
+					rt.Fatalf("seed %d (STRAND_TIME_SEED=%[1]d replays it): at %v key %s: table %+v (found %v), reference %+v (present %v)", seed, now.Sub(grouptest.TBase), k, v, ok, s.v, s.present)
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
@@ -19,15 +20,9 @@ type tEv struct {
 	Seq int // for a reference of the fold order
 }
 
-type tVal struct {
-	Sum    int64
-	Events int64
-	Fired  int64
-}
-
 var tEvents = stream.DeclareFunc(1, func(e tEv) string { return e.K })
 
-func tFold(ctx context.Context, v *tVal, e tEv) error {
+func tFold(ctx context.Context, v *grouptest.TVal, e tEv) error {
 	switch e.Op {
 	case 1:
 		return topology.Delete(ctx)
@@ -38,18 +33,15 @@ func tFold(ctx context.Context, v *tVal, e tEv) error {
 	v.Sum += e.N
 	v.Events++
 	if e.Op == 2 {
-		return topology.Schedule(ctx, tBase.Add(time.Duration(e.N)*time.Second))
+		return topology.Schedule(ctx, grouptest.TBase.Add(time.Duration(e.N)*time.Second))
 	}
 	return nil
 }
 
-// tBase is topologytest's clock at start.
-var tBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
 func TestDeleteRemovesTheRow(t *testing.T) {
 	topo := topology.New("del")
 	src := topology.Source[string](topo, "t/events")
-	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal]())
+	tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal]())
 	topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
 	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2), topologytest.WithBatchSize(2))
 	ctx := context.Background()
@@ -73,7 +65,7 @@ func TestDeleteRemovesTheRow(t *testing.T) {
 		t.Fatal("a is back after a restart")
 	}
 	n := 0
-	if err := tab.Scan(ctx, func(string, tVal) bool { n++; return true }); err != nil || n != 1 {
+	if err := tab.Scan(ctx, func(string, grouptest.TVal) bool { n++; return true }); err != nil || n != 1 {
 		t.Fatalf("scan: %d rows, err %v; want 1", n, err)
 	}
 }
@@ -90,7 +82,7 @@ func TestDeleteOutsideAFold(t *testing.T) {
 func TestTTLExpiresRows(t *testing.T) {
 	topo := topology.New("ttl")
 	src := topology.Source[string](topo, "t/events")
-	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal](), topology.WithTTL(time.Hour))
+	tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal](), topology.WithTTL(time.Hour))
 	topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
 	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(2))
 	ctx := context.Background()
@@ -127,7 +119,7 @@ func TestWithTTLRefusesBadDurations(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second} {
 		topo := topology.New("ttl")
 		src := topology.Source[string](topo, "t/events")
-		tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal](), topology.WithTTL(d))
+		tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal](), topology.WithTTL(d))
 		topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
 		if _, err := topo.Build(); err == nil || !errors.Is(err, topology.ErrBuild) {
 			t.Fatalf("WithTTL(%v): Build = %v, want a refusal", d, err)
@@ -138,10 +130,10 @@ func TestWithTTLRefusesBadDurations(t *testing.T) {
 func TestTimersFire(t *testing.T) {
 	topo := topology.New("timers")
 	src := topology.Source[string](topo, "t/events")
-	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal]())
+	tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal]())
 	topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
 	var fired []string
-	topology.OnTimer(src, tab, func(ctx context.Context, k string, v *tVal, at time.Time) error {
+	topology.OnTimer(src, tab, func(ctx context.Context, k string, v *grouptest.TVal, at time.Time) error {
 		fired = append(fired, k)
 		v.Fired++
 		if v.Fired < 2 { // once more, 10s later
@@ -196,9 +188,9 @@ var tAlerts = stream.DeclareFunc(1, func(a tAlert) string { return a.K })
 func TestTimerHandlerEmits(t *testing.T) {
 	topo := topology.New("timer-emits")
 	src := topology.Source[string](topo, "t/events")
-	tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal]())
+	tab := topology.NewTable[string, grouptest.TVal](topo, "vals", stream.JSON[grouptest.TVal]())
 	topology.ProjectContext(topology.On(src, tEvents), tab, tFold)
-	topology.OnTimerTo(src, tab, "t/alerts", tAlerts, func(ctx context.Context, k string, v *tVal, at time.Time, emit func(tAlert)) error {
+	topology.OnTimerTo(src, tab, "t/alerts", tAlerts, func(ctx context.Context, k string, v *grouptest.TVal, at time.Time, emit func(tAlert)) error {
 		v.Fired++
 		emit(tAlert{K: k, Fired: v.Fired})
 		if v.Fired < 2 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
@@ -26,11 +27,12 @@ type ftVal struct {
 	SumAtFire int64
 }
 
-// ftFold adds N; Op 2 also schedules the key's timer at tBase + N seconds.
+// ftFold adds N; Op 2 also schedules the key's timer at grouptest.TBase +
+// N seconds.
 func ftFold(ctx context.Context, v *ftVal, e tEv) error {
 	v.Sum += e.N
 	if e.Op == 2 {
-		return topology.Schedule(ctx, tBase.Add(time.Duration(e.N)*time.Second))
+		return topology.Schedule(ctx, grouptest.TBase.Add(time.Duration(e.N)*time.Second))
 	}
 	return nil
 }
@@ -208,12 +210,12 @@ func TestFailedTimerIsDeadLettered(t *testing.T) {
 		got[string(tm.Key)] = dl
 		switch string(tm.Key) {
 		case "a":
-			if !tm.At.Equal(tBase.Add(10*time.Second)) || dl.Attempts != 3 {
-				t.Fatalf("a's timer dead letter: at %v, %d attempts; want %v, 3", tm.At, dl.Attempts, tBase.Add(10*time.Second))
+			if !tm.At.Equal(grouptest.TBase.Add(10*time.Second)) || dl.Attempts != 3 {
+				t.Fatalf("a's timer dead letter: at %v, %d attempts; want %v, 3", tm.At, dl.Attempts, grouptest.TBase.Add(10*time.Second))
 			}
 		case "p":
-			if !tm.At.Equal(tBase.Add(20*time.Second)) || dl.Attempts != 1 {
-				t.Fatalf("p's timer dead letter: at %v, %d attempts; want %v, 1", tm.At, dl.Attempts, tBase.Add(20*time.Second))
+			if !tm.At.Equal(grouptest.TBase.Add(20*time.Second)) || dl.Attempts != 1 {
+				t.Fatalf("p's timer dead letter: at %v, %d attempts; want %v, 1", tm.At, dl.Attempts, grouptest.TBase.Add(20*time.Second))
 			}
 		}
 		if dl.Err == nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/proptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/state"
@@ -22,7 +23,7 @@ import (
 func TestWaitCaughtUpAndInspectCountHeldRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -127,14 +128,14 @@ func TestWaitCaughtUpAndInspectCountHeldRecords(t *testing.T) {
 func TestInspectCountsPendingOutboxMessages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, decl := counter("outbox")
+	topo, _, decl := grouptest.Counter("outbox")
 	src := topology.Source[string](topo, "s/log")
-	echo := stream.DeclareFunc(2, evKey)
-	topology.To(topology.On(src, decl), "echo", "s/echo", echo, func(_ context.Context, k string, e Ev, emit func(Ev)) error {
+	echo := stream.DeclareFunc(2, grouptest.EvKey)
+	topology.To(topology.On(src, decl), "echo", "s/echo", echo, func(_ context.Context, k string, e grouptest.Ev, emit func(grouptest.Ev)) error {
 		emit(e)
 		return nil
 	})
@@ -144,7 +145,7 @@ func TestInspectCountsPendingOutboxMessages(t *testing.T) {
 	}
 	defer pub.Close(ctx)
 	for i := range 5 {
-		if err := iggy.Publish(ctx, pub, decl, Ev{K: fmt.Sprintf("k%d", i), Amount: 1}); err != nil {
+		if err := iggy.Publish(ctx, pub, decl, grouptest.Ev{K: fmt.Sprintf("k%d", i), Amount: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
@@ -28,11 +29,11 @@ const (
 	windowCrashEvents = 4000
 )
 
-func windowCrashLog() []wEv {
+func windowCrashLog() []grouptest.WEv {
 	r := rand.New(rand.NewPCG(13, 1))
-	log := make([]wEv, windowCrashEvents)
+	log := make([]grouptest.WEv, windowCrashEvents)
 	for i := range log {
-		log[i] = wEv{K: fmt.Sprintf("key-%d", r.IntN(windowCrashKeys)), At: int64(i / 10), N: int64(1 + r.IntN(9)), Seq: i}
+		log[i] = grouptest.WEv{K: fmt.Sprintf("key-%d", r.IntN(windowCrashKeys)), At: int64(i / 10), N: int64(1 + r.IntN(9)), Seq: i}
 	}
 	return log
 }
@@ -42,23 +43,23 @@ func TestWindowCrashChild(t *testing.T) {
 	dir := os.Getenv("STRAND_WINDOW_CRASH_DIR")
 	seed, _ := strconv.ParseUint(os.Getenv("STRAND_CRASH_RUN"), 10, 64)
 	r := rand.New(rand.NewPCG(seed, 2))
-	topo, wt := wTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second), topology.WithIdleness(time.Minute))
+	topo, wt := grouptest.WTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second), topology.WithIdleness(time.Minute))
 	d := topologytest.NewDriver(t, topo, topologytest.WithDir(dir), topologytest.WithPartitions(2),
 		topologytest.WithBatchSizes(func() int { return 1 + r.IntN(60) }),
 		topologytest.WithOpenOptions(topology.WithDurability(topology.Sync)))
 	log := windowCrashLog()
-	topologytest.Pipe(d, wEvents, log...)
-	fmt.Println(crashReady)
+	topologytest.Pipe(d, grouptest.WEvents, log...)
+	fmt.Println(grouptest.CrashReady)
 	d.Advance()
 	d.AdvanceClock(2 * time.Hour) // idle: every window closes
 	d.Advance()
 	if os.Getenv("STRAND_WINDOW_CRASH_CHECK") == "" {
 		return
 	}
-	want := map[string]map[int64]wAgg{}
+	want := map[string]map[int64]grouptest.WAgg{}
 	for _, e := range log {
 		if want[e.K] == nil {
-			want[e.K] = map[int64]wAgg{}
+			want[e.K] = map[int64]grouptest.WAgg{}
 		}
 		a := want[e.K][e.At/30*30]
 		a.Sum += e.N
@@ -75,8 +76,8 @@ func TestWindowCrashChild(t *testing.T) {
 			t.Fatalf("%s: %d windows, want %d", k, len(got), len(ws))
 		}
 		for _, g := range got {
-			if w := ws[wSec(g.Start)]; g.Value != w || !g.Final {
-				t.Errorf("%s window at %ds = %+v, final %v; want %+v, final", k, wSec(g.Start), g.Value, g.Final, w)
+			if w := ws[grouptest.WSec(g.Start)]; g.Value != w || !g.Final {
+				t.Errorf("%s window at %ds = %+v, final %v; want %+v, final", k, grouptest.WSec(g.Start), g.Value, g.Final, w)
 			}
 		}
 	}
@@ -93,7 +94,7 @@ func TestWindowsExactAcrossKills(t *testing.T) {
 	kills := crashtest.Kills(5, 100)
 	dir := t.TempDir()
 	run := func(killAfter time.Duration, env ...string) bool {
-		return crashtest.Run(t, crashtest.Spec{Role: "window-crash", Test: "TestWindowCrashChild", Ready: crashReady, Env: env}, killAfter).Finished
+		return crashtest.Run(t, crashtest.Spec{Role: "window-crash", Test: "TestWindowCrashChild", Ready: grouptest.CrashReady, Env: env}, killAfter).Finished
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	window := 400 // ms after the child has piped its log; grows when a run finishes first

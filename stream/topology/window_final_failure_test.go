@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/deadletter"
 	"github.com/strand-io/strand/stream/topology"
@@ -32,10 +33,10 @@ var wfFinals = stream.DeclareFunc(3, func(f wfFinal) string { return f.K })
 func TestFailedWindowFinalIsDeadLettered(t *testing.T) {
 	topo := topology.New("win-fail")
 	src := topology.Source[string](topo, "w/events")
-	wt := topology.NewWindowTable[string, wAgg](topo, "sums", topology.Tumbling(10*time.Second), stream.JSON[wAgg](), topology.WithGrace(5*time.Second))
-	topology.Aggregate(topology.On(src, wEvents), wt, topology.EventTimeOf(wTime), wFold)
-	topology.EmitFinal(wt, "w/finals", wfFinals, func(k string, w topology.Window, a wAgg) wfFinal {
-		f := wfFinal{K: k, Start: wSec(w.Start), End: wSec(w.End), Sum: a.Sum}
+	wt := topology.NewWindowTable[string, grouptest.WAgg](topo, "sums", topology.Tumbling(10*time.Second), stream.JSON[grouptest.WAgg](), topology.WithGrace(5*time.Second))
+	topology.Aggregate(topology.On(src, grouptest.WEvents), wt, topology.EventTimeOf(grouptest.WTime), grouptest.WFold)
+	topology.EmitFinal(wt, "w/finals", wfFinals, func(k string, w topology.Window, a grouptest.WAgg) wfFinal {
+		f := wfFinal{K: k, Start: grouptest.WSec(w.Start), End: grouptest.WSec(w.End), Sum: a.Sum}
 		switch {
 		case k == "e": // both of its windows: the result does not encode
 			f.X = math.NaN()
@@ -47,12 +48,12 @@ func TestFailedWindowFinalIsDeadLettered(t *testing.T) {
 	d := topologytest.NewDriver(t, topo, topologytest.WithPartitions(1), topologytest.WithBatchSize(3))
 	ctx := context.Background()
 
-	topologytest.Pipe(d, wEvents,
-		wEv{K: "a", At: 1, N: 1}, wEv{K: "e", At: 2, N: 3}, wEv{K: "p", At: 3, N: 5},
-		wEv{K: "a", At: 12, N: 2}, wEv{K: "e", At: 13, N: 4}, wEv{K: "p", At: 14, N: 6}, wEv{K: "e", At: 14, N: 10})
+	topologytest.Pipe(d, grouptest.WEvents,
+		grouptest.WEv{K: "a", At: 1, N: 1}, grouptest.WEv{K: "e", At: 2, N: 3}, grouptest.WEv{K: "p", At: 3, N: 5},
+		grouptest.WEv{K: "a", At: 12, N: 2}, grouptest.WEv{K: "e", At: 13, N: 4}, grouptest.WEv{K: "p", At: 14, N: 6}, grouptest.WEv{K: "e", At: 14, N: 10})
 	d.Advance()
 	// Stream time 35 closes [0,10) and [10,20) of a, e and p in one sweep.
-	topologytest.Pipe(d, wEvents, wEv{K: "c", At: 35, N: 100})
+	topologytest.Pipe(d, grouptest.WEvents, grouptest.WEv{K: "c", At: 35, N: 100})
 	d.Advance()
 	var c stream.Counters
 	for _, st := range d.App().Stats() {
@@ -87,7 +88,7 @@ func TestFailedWindowFinalIsDeadLettered(t *testing.T) {
 		k          string
 		start, end int64
 	}
-	wantDL := map[win]wAgg{{"e", 0, 10}: {Sum: 3, Count: 1}, {"e", 10, 20}: {Sum: 14, Count: 2}, {"p", 0, 10}: {Sum: 5, Count: 1}}
+	wantDL := map[win]grouptest.WAgg{{"e", 0, 10}: {Sum: 3, Count: 1}, {"e", 10, 20}: {Sum: 14, Count: 2}, {"p", 0, 10}: {Sum: 5, Count: 1}}
 	dls := d.DeadLetters()
 	if len(dls) != len(wantDL) {
 		t.Fatalf("%d dead letters %v, want one per failing window: %v", len(dls), dls, wantDL)
@@ -102,13 +103,13 @@ func TestFailedWindowFinalIsDeadLettered(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dead letter %v: %v", dl, err)
 		}
-		k := win{string(w.Key), wSec(w.Start), wSec(w.End)}
+		k := win{string(w.Key), grouptest.WSec(w.Start), grouptest.WSec(w.End)}
 		want, ok := wantDL[k]
 		if !ok || seen[k] || w.Table != "sums" {
 			t.Fatalf("dead letter of window %+v of table %q: want each of %v once, table sums", k, w.Table, wantDL)
 		}
 		seen[k] = true
-		agg, err := stream.JSON[wAgg]().Decode(w.Aggregate)
+		agg, err := stream.JSON[grouptest.WAgg]().Decode(w.Aggregate)
 		if err != nil || agg != want {
 			t.Fatalf("window %+v: aggregate %q = %+v, %v; want %+v", k, w.Aggregate, agg, err, want)
 		}
@@ -125,12 +126,12 @@ func TestFailedWindowFinalIsDeadLettered(t *testing.T) {
 	// The window table's rows are as for a success: every window closed,
 	// with its aggregate.
 	for k, want := range wantDL {
-		r, ok, err := wt.Get(ctx, k.k, wBase.Add(time.Duration(k.start)*time.Second))
+		r, ok, err := wt.Get(ctx, k.k, grouptest.WBase.Add(time.Duration(k.start)*time.Second))
 		if err != nil || !ok || !r.Final || r.Value != want {
 			t.Fatalf("window %+v = %+v, %v, %v; want final %+v", k, r, ok, err, want)
 		}
 	}
-	if r, ok, _ := wt.Get(ctx, "a", wBase); !ok || !r.Final || r.Value.Sum != 1 {
+	if r, ok, _ := wt.Get(ctx, "a", grouptest.WBase); !ok || !r.Final || r.Value.Sum != 1 {
 		t.Fatalf("a [0,10) = %+v, %v; want final Sum 1", r, ok)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
@@ -30,29 +31,29 @@ import (
 const (
 	finalsCrashKeys   = 40
 	finalsCrashEvents = 2000
-	finalsFuture      = 1_000_000              // the last events' time, seconds from wBase
+	finalsFuture      = 1_000_000              // the last events' time, seconds from grouptest.WBase
 	finalsFutureStart = finalsFuture / 30 * 30 // their window's start
 )
 
-func finalsCrashLog() []wEv {
+func finalsCrashLog() []grouptest.WEv {
 	r := rand.New(rand.NewPCG(17, 1))
-	log := make([]wEv, 0, finalsCrashEvents+finalsCrashKeys)
+	log := make([]grouptest.WEv, 0, finalsCrashEvents+finalsCrashKeys)
 	for i := range finalsCrashEvents {
-		log = append(log, wEv{K: fmt.Sprintf("key-%d", r.IntN(finalsCrashKeys)), At: int64(i / 10), N: int64(1 + r.IntN(9)), Seq: i})
+		log = append(log, grouptest.WEv{K: fmt.Sprintf("key-%d", r.IntN(finalsCrashKeys)), At: int64(i / 10), N: int64(1 + r.IntN(9)), Seq: i})
 	}
 	for k := range finalsCrashKeys {
-		log = append(log, wEv{K: fmt.Sprintf("key-%d", k), At: finalsFuture, N: 1, Seq: finalsCrashEvents + k})
+		log = append(log, grouptest.WEv{K: fmt.Sprintf("key-%d", k), At: finalsFuture, N: 1, Seq: finalsCrashEvents + k})
 	}
 	return log
 }
 
 // finalsWant is the reference: each key's windows below the future ones.
-func finalsWant() (map[string]map[int64]wAgg, int) {
-	return windowReference(finalsCrashLog(), finalsFuture)
+func finalsWant() (map[string]map[int64]grouptest.WAgg, int) {
+	return grouptest.WindowReference(finalsCrashLog(), finalsFuture)
 }
 
-func finalsTopology() (*topology.Topology, *topology.WindowTable[string, wAgg]) {
-	return wTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second),
+func finalsTopology() (*topology.Topology, *topology.WindowTable[string, grouptest.WAgg]) {
+	return grouptest.WTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second),
 		topology.WithRetention(1000*time.Hour)) // the future events do not remove the windows
 }
 
@@ -74,7 +75,7 @@ func TestWindowFinalsCrashChild(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- app.Run(rctx) }()
-	fmt.Println(crashReady)
+	fmt.Println(grouptest.CrashReady)
 	want, _ := finalsWant()
 	// Every window closed and every final result published (most runs are
 	// killed before).
@@ -93,7 +94,7 @@ func TestWindowFinalsCrashChild(t *testing.T) {
 			}
 			n := 0
 			for _, r := range rs {
-				if wSec(r.Start) < finalsFutureStart && r.Final {
+				if grouptest.WSec(r.Start) < finalsFutureStart && r.Final {
 					n++
 				}
 			}
@@ -114,7 +115,7 @@ func TestWindowFinalsCrashChild(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range rs {
-				if s := wSec(r.Start); s < finalsFutureStart {
+				if s := grouptest.WSec(r.Start); s < finalsFutureStart {
 					if w := ws[s]; r.Value != w || !r.Final {
 						t.Errorf("%s window at %ds = %+v, final %v; want %+v, final", k, s, r.Value, r.Final, w)
 					}
@@ -138,12 +139,12 @@ func TestWindowFinalsOnceAcrossKills(t *testing.T) {
 	}
 	kills := crashtest.Kills(3, 50)
 	const parts = 2
-	addr, cl, pub := windowBroker(t, parts)
-	publishWindows(t, pub, finalsCrashLog())
+	addr, cl, pub := grouptest.WindowBroker(t, parts)
+	grouptest.PublishWindows(t, pub, finalsCrashLog())
 	dir := t.TempDir()
 	run := func(i int, killAfter time.Duration, env ...string) (finished bool) {
 		env = append(env, "STRAND_FINALS_BROKER="+addr, "STRAND_FINALS_DIR="+dir, "STRAND_CRASH_RUN="+strconv.Itoa(i))
-		return crashtest.Run(t, crashtest.Spec{Role: "window-finals-crash", Test: "TestWindowFinalsCrashChild", Ready: crashReady,
+		return crashtest.Run(t, crashtest.Spec{Role: "window-finals-crash", Test: "TestWindowFinalsCrashChild", Ready: grouptest.CrashReady,
 			Env: env}, killAfter).Finished
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
@@ -159,5 +160,5 @@ func TestWindowFinalsOnceAcrossKills(t *testing.T) {
 	t.Logf("%d runs, %d finished before their kill", kills, finished)
 
 	want, nWindows := finalsWant()
-	checkFinalsOnce(t, cl, parts, want, nWindows)
+	grouptest.CheckFinalsOnce(t, cl, parts, want, nWindows)
 }

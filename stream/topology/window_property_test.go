@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
@@ -22,7 +23,7 @@ import (
 
 type wrWin struct {
 	start, end int64 // seconds
-	agg        wAgg
+	agg        grouptest.WAgg
 	closed     bool
 }
 
@@ -39,8 +40,8 @@ type wrModel struct {
 	parts                  map[uint32]*wrPart
 	keys                   map[string][]wrWin
 	part                   func(k string) uint32
-	finals                 []wFinal
-	late                   []wEv
+	finals                 []grouptest.WFinal
+	late                   []grouptest.WEv
 }
 
 func (m *wrModel) windowsOf(et int64) [][2]int64 {
@@ -49,7 +50,7 @@ func (m *wrModel) windowsOf(et int64) [][2]int64 {
 	if m.shape == "hopping" {
 		adv = m.adv
 	}
-	base := wBase.Unix() // windows are aligned to the Unix epoch
+	base := grouptest.WBase.Unix() // windows are aligned to the Unix epoch
 	abs := et + base
 	lo := abs - m.size
 	q := lo / adv
@@ -79,7 +80,7 @@ func (m *wrModel) startStep(now time.Time) {
 	}
 }
 
-func (m *wrModel) event(now time.Time, e wEv) {
+func (m *wrModel) event(now time.Time, e grouptest.WEv) {
 	pi := m.part(e.K)
 	p := m.parts[pi]
 	if p == nil {
@@ -107,7 +108,7 @@ func (m *wrModel) event(now time.Time, e wEv) {
 			m.late = append(m.late, e)
 			return
 		}
-		nw := wrWin{start: e.At, end: e.At + m.gap, agg: wAgg{Sum: e.N, Count: 1}}
+		nw := wrWin{start: e.At, end: e.At + m.gap, agg: grouptest.WAgg{Sum: e.N, Count: 1}}
 		for _, w := range merged {
 			nw.start, nw.end = min(nw.start, w.start), max(nw.end, w.end)
 			nw.agg.Sum += w.agg.Sum
@@ -150,7 +151,7 @@ func (m *wrModel) settle() {
 		for _, w := range ws {
 			if !w.closed && w.end+m.grace <= p.st {
 				w.closed = true
-				m.finals = append(m.finals, wFinal{K: k, Start: w.start, End: w.end, Sum: w.agg.Sum, Count: w.agg.Count})
+				m.finals = append(m.finals, grouptest.WFinal{K: k, Start: w.start, End: w.end, Sum: w.agg.Sum, Count: w.agg.Count})
 			}
 			if w.closed && w.end+m.retention <= p.st {
 				continue
@@ -206,7 +207,9 @@ func windowProperty(t *testing.T, seed uint64) {
 		windows = topology.Hopping(time.Duration(m.size)*time.Second, time.Duration(m.adv)*time.Second)
 	default:
 		windows = topology.Sessions(time.Duration(m.gap) * time.Second)
-		opts = append(opts, topology.WithMerge(func(a, b wAgg) wAgg { return wAgg{Sum: a.Sum + b.Sum, Count: a.Count + b.Count} }))
+		opts = append(opts, topology.WithMerge(func(a, b grouptest.WAgg) grouptest.WAgg {
+			return grouptest.WAgg{Sum: a.Sum + b.Sum, Count: a.Count + b.Count}
+		}))
 	}
 	if m.idle > 0 {
 		opts = append(opts, topology.WithIdleness(time.Duration(m.idle)*time.Second))
@@ -214,7 +217,7 @@ func windowProperty(t *testing.T, seed uint64) {
 	if deadLetter {
 		opts = append(opts, topology.WithLateEvents(topology.LateDeadLetter))
 	}
-	topo, wt := wTopology(windows, opts...)
+	topo, wt := grouptest.WTopology(windows, opts...)
 	nkeys, nsteps := in(1, 5), in(1, 10)
 	partitions := uint32(in(1, 3))
 	sizes := make([]int, in(1, 8))
@@ -238,17 +241,17 @@ func windowProperty(t *testing.T, seed uint64) {
 		d.AdvanceClock(time.Duration(in(0, 200)) * time.Second)
 		now := d.Now()
 		m.startStep(now)
-		var events []wEv
+		var events []grouptest.WEv
 		for range in(0, 10) {
 			eventClock += int64(in(0, 8))
 			seq++
-			events = append(events, wEv{K: fmt.Sprintf("k%d", in(0, nkeys-1)), At: eventClock - int64(in(0, 40)), N: int64(in(1, 9)), Seq: seq})
+			events = append(events, grouptest.WEv{K: fmt.Sprintf("k%d", in(0, nkeys-1)), At: eventClock - int64(in(0, 40)), N: int64(in(1, 9)), Seq: seq})
 		}
 		for _, e := range events {
 			m.event(now, e)
 		}
 		m.settle()
-		topologytest.Pipe(d, wEvents, events...)
+		topologytest.Pipe(d, grouptest.WEvents, events...)
 		for d.Step() {
 			steps++
 			if restart > 0 && steps%restart == 0 {
@@ -267,17 +270,17 @@ func windowProperty(t *testing.T, seed uint64) {
 			ok := len(got) == len(want)
 			for i := 0; ok && i < len(got); i++ {
 				g, w := got[i], want[i]
-				ok = wSec(g.Start) == w.start && wSec(g.End) == w.end && g.Value == w.agg && g.Final == w.closed
+				ok = grouptest.WSec(g.Start) == w.start && grouptest.WSec(g.End) == w.end && g.Value == w.agg && g.Final == w.closed
 			}
 			if !ok {
-				t.Fatalf("%s: at %v key %s: windows %+v, reference %+v", desc, now.Sub(wBase), key, got, want)
+				t.Fatalf("%s: at %v key %s: windows %+v, reference %+v", desc, now.Sub(grouptest.WBase), key, got, want)
 			}
 		}
 	}
 	late += wCounters(d).LateEvents
 	got := wOutput(t, d)
-	sortFinals := func(fs []wFinal) {
-		slices.SortFunc(fs, func(a, b wFinal) int {
+	sortFinals := func(fs []grouptest.WFinal) {
+		slices.SortFunc(fs, func(a, b grouptest.WFinal) int {
 			if a.K != b.K {
 				if a.K < b.K {
 					return -1
@@ -296,7 +299,7 @@ func windowProperty(t *testing.T, seed uint64) {
 	if deadLetter {
 		var seqs []int
 		for _, l := range d.DeadLetters() {
-			var e wEv
+			var e grouptest.WEv
 			if err := json.Unmarshal(l.Payload, &e); err != nil {
 				t.Fatal(err)
 			}

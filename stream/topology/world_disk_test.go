@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
@@ -43,7 +44,7 @@ func TestFullDiskChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	topo, _, _ := counter("fulldisk")
+	topo, _, _ := grouptest.Counter("fulldisk")
 	app, err := topology.Open(ctx, topo, cl, dir, topology.WithDiskReserve(4<<20), topology.WithCacheSize(4<<20))
 	if err != nil {
 		t.Fatal(err)
@@ -103,11 +104,11 @@ func TestFullDiskStopsTheAppNotTheProcess(t *testing.T) {
 	dir, filler := filepath.Join(disk, "state"), filepath.Join(disk, "filler")
 
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	_, _, decl := counter("fulldisk")
+	_, _, decl := grouptest.Counter("fulldisk")
 	publishN(t, cl, decl, 200)
 
 	child := crashtest.Start(t, crashtest.Spec{Role: "full-disk", Test: "TestFullDiskChild",
@@ -129,7 +130,7 @@ func TestFullDiskStopsTheAppNotTheProcess(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	topo, n, _ := counter("fulldisk")
+	topo, n, _ := grouptest.Counter("fulldisk")
 	reserve := topology.WithDiskReserve(4 << 20)
 	runCaughtUp(t, topo, cl, dir, reserve)
 	app, err := topology.Open(ctx, topo, cl, dir, reserve)

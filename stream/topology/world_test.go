@@ -16,6 +16,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
@@ -50,7 +51,7 @@ func ident(t *testing.T, name string) iggcon.Identifier {
 }
 
 // publishN publishes n events of keys k0..k9, one each of amount 1.
-func publishN(t *testing.T, cl *iggy.Client, decl *stream.Event[string, Ev], n int) {
+func publishN(t *testing.T, cl *iggy.Client, decl *stream.Event[string, grouptest.Ev], n int) {
 	t.Helper()
 	ctx := context.Background()
 	pub, err := iggy.NewPublisher(ctx, cl, "s", "log")
@@ -59,7 +60,7 @@ func publishN(t *testing.T, cl *iggy.Client, decl *stream.Event[string, Ev], n i
 	}
 	defer pub.Close(ctx)
 	for i := range n {
-		if err := iggy.Publish(ctx, pub, decl, Ev{K: fmt.Sprintf("k%d", i%10), Amount: 1}); err != nil {
+		if err := iggy.Publish(ctx, pub, decl, grouptest.Ev{K: fmt.Sprintf("k%d", i%10), Amount: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -106,11 +107,11 @@ func recreateTopic(t *testing.T, cl *iggy.Client, partitions uint32) {
 // source and the way out; nothing of it is applied.
 func TestOpenRefusesARecreatedTopic(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, decl := counter("recreated")
+	topo, _, decl := grouptest.Counter("recreated")
 	publishN(t, cl, decl, 100)
 	dir := t.TempDir()
 	runCaughtUp(t, topo, cl, dir)
@@ -159,11 +160,11 @@ func (h hideIdentity) OpenSource(ctx context.Context, topic string) (connector.S
 // the checkpoint and the end.
 func TestOpenRefusesACheckpointBeyondTheEnd(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, decl := counter("beyond")
+	topo, _, decl := grouptest.Counter("beyond")
 	publishN(t, cl, decl, 200)
 	dir := t.TempDir()
 	conn := hideIdentity{cl}
@@ -230,7 +231,7 @@ func TestRunStopsWhenTheTopicIsRecreated(t *testing.T) {
 	if err := cl.EnsureTopic(context.Background(), "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, decl := counter("recreated-running")
+	topo, _, decl := grouptest.Counter("recreated-running")
 	publishN(t, cl, decl, 50)
 	err = runUntilFailed(t, topo, cl, func() {
 		hold := make(chan struct{})
@@ -254,11 +255,11 @@ func TestRunStopsWhenTheTopicIsRecreated(t *testing.T) {
 // Partitions added while the App runs stop Run with an error naming the
 // source and both counts (the new partitions would never be read).
 func TestRunStopsWhenPartitionsAreAdded(t *testing.T) {
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(context.Background(), "s", "log", 8); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, decl := counter("grown")
+	topo, _, decl := grouptest.Counter("grown")
 	publishN(t, cl, decl, 50)
 	err := runUntilFailed(t, topo, cl, func() {
 		if err := sdkAdmin(t, cl).CreatePartitions(ident(t, "s"), ident(t, "log"), 4); err != nil {
@@ -295,7 +296,7 @@ func TestABrokerErrorStopsRunNotTheProcess(t *testing.T) {
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, n, decl := counter("broker-error")
+	topo, n, decl := grouptest.Counter("broker-error")
 	publishN(t, cl, decl, 100)
 	app, err := topology.Open(ctx, topo, cl, t.TempDir(), topology.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -334,11 +335,11 @@ func TestABrokerErrorStopsRunNotTheProcess(t *testing.T) {
 func TestOpenOfALostOrDamagedStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := broker(t)
+	cl := grouptest.Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, n, decl := counter("store")
+	topo, n, decl := grouptest.Counter("store")
 	publishN(t, cl, decl, 100)
 	dir := t.TempDir()
 	runCaughtUp(t, topo, cl, dir)

@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -90,18 +90,18 @@ func (r *holdReader) Poll(ctx context.Context, max int) ([]connector.Record, err
 func TestGroupReadsNeverGoBackAcrossAFailover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	const parts, keys = 2, 20
 	if err := cl.EnsureTopic(ctx, "s", "log", parts); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, decl := counter("grp")
+	topo, _, decl := Counter("grp")
 	want := map[string]int64{}
 	publishCounts(t, cl, decl, 1, 200, keys, want)
 
 	start := func(name string, h *holdConn) *instance {
 		t.Helper()
-		topo, n, _ := counter("grp")
+		topo, n, _ := Counter("grp")
 		g := cl.Group("s", iggy.WithSessionTimeout(2*time.Second))
 		app, err := topology.Open(ctx, topo, h, t.TempDir(), topology.WithGroup(g), topology.WithLogger(testLogger(t, name)))
 		if err != nil {

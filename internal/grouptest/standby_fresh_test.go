@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 // had answered 268 ms before that).
 func TestGroupStandbyReadHoldsWhatItWasCurrentFor(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	const keys = 5
 	if err := cl.EnsureTopic(ctx, "s", "log", 1); err != nil {
 		t.Fatal(err)
 	}
-	_, _, decl := counter("grp")
+	_, _, decl := Counter("grp")
 	want := map[string]int64{}
 	publishCounts(t, cl, decl, 1, 50, keys, want)
 	a := startInstance(t, cl, "a", t.TempDir(), topology.WithStandbys(1))

@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type instance struct {
 
 func startInstance(t *testing.T, cl *iggy.Client, name, dir string, opts ...topology.OpenOption) *instance {
 	t.Helper()
-	topo, n, _ := counter("grp")
+	topo, n, _ := Counter("grp")
 	g := cl.Group("s", iggy.WithSessionTimeout(2*time.Second))
 	app, err := topology.Open(context.Background(), topo, cl, dir,
 		append([]topology.OpenOption{topology.WithGroup(g), topology.WithQueryAddr("instance-" + name),
@@ -220,12 +220,12 @@ func checkChangelog(t *testing.T, cl *iggy.Client, n uint32) (fenced int) {
 func TestGroupSharesAndMovesPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	const parts, keys = 4, 50
 	if err := cl.EnsureTopic(ctx, "s", "log", parts); err != nil {
 		t.Fatal(err)
 	}
-	_, _, decl := counter("grp")
+	_, _, decl := Counter("grp")
 	want := map[string]int64{}
 	publishCounts(t, cl, decl, 0, 2000, keys, want)
 
@@ -361,7 +361,7 @@ func (f *fakeMember) Close() error           { return nil }
 // poisoned is a counter topology; events of another type tag (2) are
 // unknown to it: dead letters.
 func poisoned() (*topology.Topology, *topology.Table[string, int64], *stream.Event[string, Ev]) {
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, EvKey)
 	topo := topology.New("zombie")
 	src := topology.Source[string](topo, "z/log")
 	n := topology.NewTable[string, int64](topo, "n", stream.JSON[int64]())
@@ -377,7 +377,7 @@ func poisoned() (*topology.Topology, *topology.Table[string, int64], *stream.Eve
 func TestGroupFencesADeposedOwner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	if err := cl.EnsureTopic(ctx, "z", "log", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func TestGroupFencesADeposedOwner(t *testing.T) {
 	}
 	defer func() { _ = pub.Close(ctx) }()
 	_, _, decl := poisoned()
-	unknown := stream.DeclareFunc(2, evKey)
+	unknown := stream.DeclareFunc(2, EvKey)
 	want := map[string]int64{}
 	poison := 0
 	publish := func(from, m int) {

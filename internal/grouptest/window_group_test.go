@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -25,10 +25,10 @@ func TestGroupCarriesWindows(t *testing.T) {
 	}
 	ctx := context.Background()
 	const parts, keys, events = 2, 16, 1200
-	_, cl, pub := windowBroker(t, parts)
-	clock := &manualClock{now: wBase}
-	start := func(name, dir string) (*instance, *topology.WindowTable[string, wAgg]) {
-		topo, wt := wTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second), topology.WithIdleness(time.Minute))
+	_, cl, pub := WindowBroker(t, parts)
+	clock := &manualClock{now: WBase}
+	start := func(name, dir string) (*instance, *topology.WindowTable[string, WAgg]) {
+		topo, wt := WTopology(topology.Tumbling(30*time.Second), topology.WithGrace(5*time.Second), topology.WithIdleness(time.Minute))
 		app, err := topology.Open(ctx, topo, cl, dir, topology.WithGroup(cl.Group("w", iggy.WithSessionTimeout(2*time.Second))),
 			topology.WithClock(clock), topology.WithSnapshotEvery(2), topology.WithLogger(testLogger(t, name)))
 		if err != nil {
@@ -36,27 +36,27 @@ func TestGroupCarriesWindows(t *testing.T) {
 		}
 		return runInstance(t, name, dir, app), wt
 	}
-	log := make([]wEv, events)
+	log := make([]WEv, events)
 	for i := range log {
-		log[i] = wEv{K: fmt.Sprintf("key-%d", (i*7)%keys), At: int64(i / 4), N: int64(1 + i%7), Seq: i}
+		log[i] = WEv{K: fmt.Sprintf("key-%d", (i*7)%keys), At: int64(i / 4), N: int64(1 + i%7), Seq: i}
 	}
 
-	publishWindows(t, pub, log[:events/3])
+	PublishWindows(t, pub, log[:events/3])
 	a, _ := start("a", t.TempDir())
 	settled(t, parts, a)
 	b, wtB := start("b", t.TempDir())
 	defer b.close(t)
 	settled(t, parts, a, b) // a partition moved to b
-	publishWindows(t, pub, log[events/3:2*events/3])
+	PublishWindows(t, pub, log[events/3:2*events/3])
 	settled(t, parts, a, b)
 	a.close(t) // its partition moves to b
-	publishWindows(t, pub, log[2*events/3:])
+	PublishWindows(t, pub, log[2*events/3:])
 	settled(t, parts, b)
 	clock.advance(2 * time.Hour) // idle: every window closes on b
 
-	want, nWindows := windowReference(log, math.MaxInt64)
+	want, nWindows := WindowReference(log, math.MaxInt64)
 	waitFor(t, func() bool { return len(readFinals(t, cl, parts, 10*nWindows)) >= nWindows })
-	checkFinalsOnce(t, cl, parts, want, nWindows)
+	CheckFinalsOnce(t, cl, parts, want, nWindows)
 	for k, ws := range want {
 		rs, err := wtB.Range(ctx, k, time.Time{}, time.Time{})
 		if err != nil {
@@ -66,8 +66,8 @@ func TestGroupCarriesWindows(t *testing.T) {
 			t.Errorf("%s: %d windows on b, want %d", k, len(rs), len(ws))
 		}
 		for _, r := range rs {
-			if w := ws[wSec(r.Start)]; r.Value != w || !r.Final {
-				t.Errorf("%s window at %ds = %+v, final %v; want %+v, final", k, wSec(r.Start), r.Value, r.Final, w)
+			if w := ws[WSec(r.Start)]; r.Value != w || !r.Final {
+				t.Errorf("%s window at %ds = %+v, final %v; want %+v, final", k, WSec(r.Start), r.Value, r.Final, w)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -37,12 +37,12 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 func TestGroupStandbysArePromoted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	const parts, keys = 4, 40
 	if err := cl.EnsureTopic(ctx, "s", "log", parts); err != nil {
 		t.Fatal(err)
 	}
-	_, _, decl := counter("grp")
+	_, _, decl := Counter("grp")
 	want := map[string]int64{}
 	publishCounts(t, cl, decl, 0, 1000, keys, want)
 	// No snapshots: without its standby copy, a new owner would read the
@@ -78,7 +78,7 @@ func TestGroupStandbysArePromoted(t *testing.T) {
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
 	}
-	lags := sums(t, rm, "strand.standby.lag", semconv.MessagingDestinationPartitionIDKey)
+	lags := Sums(t, rm, "strand.standby.lag", semconv.MessagingDestinationPartitionIDKey)
 	for p := range uint32(parts) {
 		if _, ok := lags[fmt.Sprint(p)]; ok == (owner[p] == a) {
 			t.Errorf("strand.standby.lag of partition %d on a (owner %s): %v", p, owner[p].name, lags)
@@ -148,11 +148,11 @@ func standbyOf(app *topology.App, p uint32) (topology.StandbyStatus, bool) {
 
 func TestWithStandbysIsChecked(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	if err := cl.EnsureTopic(ctx, "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
-	topo, _, _ := counter("grp")
+	topo, _, _ := Counter("grp")
 	_, err := topology.Open(ctx, topo, cl, t.TempDir(), topology.WithStandbys(-1))
 	if err == nil || !strings.Contains(err.Error(), "WithStandbys") {
 		t.Fatalf("WithStandbys(-1): %v", err)

@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -64,17 +64,17 @@ func (c *manualClock) advance(d time.Duration) {
 // once, and none that a fired.
 func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	const parts, keys = 2, 24
 	if err := cl.EnsureTopic(ctx, "s", "tlog", parts); err != nil {
 		t.Fatal(err)
 	}
-	clock := &manualClock{now: tBase}
-	start := func(name, dir string) (*instance, *topology.Table[string, tVal]) {
+	clock := &manualClock{now: TBase}
+	start := func(name, dir string) (*instance, *topology.Table[string, TVal]) {
 		topo := topology.New("tgrp")
 		src := topology.Source[string](topo, "s/tlog")
-		tab := topology.NewTable[string, tVal](topo, "vals", stream.JSON[tVal]())
-		topology.ProjectContext(topology.On(src, tpEvents), tab, func(ctx context.Context, v *tVal, e tpEv) error {
+		tab := topology.NewTable[string, TVal](topo, "vals", stream.JSON[TVal]())
+		topology.ProjectContext(topology.On(src, TPEvents), tab, func(ctx context.Context, v *TVal, e TPEv) error {
 			if e.Op == 1 {
 				return topology.Delete(ctx)
 			}
@@ -85,7 +85,7 @@ func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 			}
 			return nil
 		})
-		topology.OnTimer(src, tab, func(_ context.Context, _ string, v *tVal, _ time.Time) error {
+		topology.OnTimer(src, tab, func(_ context.Context, _ string, v *TVal, _ time.Time) error {
 			v.Fired++
 			return nil
 		})
@@ -101,9 +101,9 @@ func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = pub.Close(ctx) }()
-	publish := func(events ...tpEv) {
+	publish := func(events ...TPEv) {
 		for _, e := range events {
-			if err := iggy.Publish(ctx, pub, tpEvents, e); err != nil {
+			if err := iggy.Publish(ctx, pub, TPEvents, e); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -117,13 +117,13 @@ func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 		key := fmt.Sprintf("k%d", k)
 		switch {
 		case k%4 == 0:
-			publish(tpEv{K: key, N: 1}, tpEv{K: key, Op: 1})
+			publish(TPEv{K: key, N: 1}, TPEv{K: key, Op: 1})
 		case k%4 == 1:
-			publish(tpEv{K: key, Op: 2, N: 1, At: tBase.Add(10 * time.Second)})
+			publish(TPEv{K: key, Op: 2, N: 1, At: TBase.Add(10 * time.Second)})
 		case k%4 == 3:
-			publish(tpEv{K: key, Op: 2, N: 1, At: tBase.Add(60 * time.Second)})
+			publish(TPEv{K: key, Op: 2, N: 1, At: TBase.Add(60 * time.Second)})
 		default:
-			publish(tpEv{K: key, N: 1})
+			publish(TPEv{K: key, N: 1})
 		}
 	}
 	a, tabA := start("a", t.TempDir())
@@ -163,7 +163,7 @@ func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := tVal{Sum: 1, Events: 1}
+		want := TVal{Sum: 1, Events: 1}
 		if k%2 == 1 {
 			want.Fired = 1
 		}

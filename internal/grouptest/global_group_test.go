@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -24,8 +24,8 @@ type gInstance struct {
 }
 
 var (
-	gRateDecl = stream.DeclareFunc[string](1, func(r rateSet) string { return r.Currency })
-	gPayDecl  = stream.DeclareFunc[string](1, func(p payment) string { return p.Account })
+	gRateDecl = stream.DeclareFunc[string](1, func(r RateSet) string { return r.Currency })
+	gPayDecl  = stream.DeclareFunc[string](1, func(p Payment) string { return p.Account })
 )
 
 // globalGroupTopology: payments (4 partitions, shared by the group) are
@@ -37,7 +37,7 @@ func globalGroupTopology(misses *atomic.Int64) (*topology.Topology, *topology.Ta
 	rates := topology.NewTable[string, int64](topo, "rates", stream.JSON[int64]())
 	totals := topology.NewTable[string, int64](topo, "totals", stream.JSON[int64]())
 	topology.ProjectContext(topology.On(topology.Source[string](topo, "g/payments"), gPayDecl).Reads(rates), totals,
-		func(ctx context.Context, v *int64, e payment) error {
+		func(ctx context.Context, v *int64, e Payment) error {
 			r, ok, err := topology.Lookup(ctx, rates, e.Currency)
 			if err != nil {
 				return err
@@ -50,7 +50,7 @@ func globalGroupTopology(misses *atomic.Int64) (*topology.Topology, *topology.Ta
 			return nil
 		})
 	topology.Project(topology.On(topology.Source[string](topo, "g/rates").Global(), gRateDecl), rates,
-		func(v *int64, e rateSet) error { *v = e.Rate; return nil })
+		func(v *int64, e RateSet) error { *v = e.Rate; return nil })
 	return topo, rates, totals
 }
 
@@ -113,7 +113,7 @@ func publishAll[E any](t *testing.T, cl *iggy.Client, topic string, decl *stream
 func TestGlobalTableInAGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	if err := cl.EnsureTopic(ctx, "g", "payments", 4); err != nil {
 		t.Fatal(err)
 	}
@@ -123,19 +123,19 @@ func TestGlobalTableInAGroup(t *testing.T) {
 	var misses atomic.Int64
 	rates := map[string]int64{}
 	setRates := func(from, to int, mult int64) {
-		var es []rateSet
+		var es []RateSet
 		for i := from; i < to; i++ {
 			c := fmt.Sprintf("cur%d", i)
 			rates[c] = int64(i+1) * mult
-			es = append(es, rateSet{Currency: c, Rate: rates[c]})
+			es = append(es, RateSet{Currency: c, Rate: rates[c]})
 		}
 		publishAll(t, cl, "rates", gRateDecl, es...)
 	}
 	totals := map[string]int64{}
 	pay := func(from, m, currencies int) {
-		var es []payment
+		var es []Payment
 		for i := from; i < from+m; i++ {
-			p := payment{Account: fmt.Sprintf("acct%d", i%40), Currency: fmt.Sprintf("cur%d", i%currencies), Amount: int64(i%7 + 1)}
+			p := Payment{Account: fmt.Sprintf("acct%d", i%40), Currency: fmt.Sprintf("cur%d", i%currencies), Amount: int64(i%7 + 1)}
 			totals[p.Account] += p.Amount * rates[p.Currency]
 			es = append(es, p)
 		}
@@ -199,14 +199,14 @@ func TestGlobalTableInAGroup(t *testing.T) {
 // A group whose sources are all global is refused: nothing to share.
 func TestGroupOfGlobalSourcesOnly(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	if err := cl.EnsureTopic(ctx, "g", "rates", 2); err != nil {
 		t.Fatal(err)
 	}
 	topo := topology.New("onlyglobal")
 	rates := topology.NewTable[string, int64](topo, "rates", stream.JSON[int64]())
 	topology.Project(topology.On(topology.Source[string](topo, "g/rates").Global(), gRateDecl), rates,
-		func(v *int64, e rateSet) error { *v = e.Rate; return nil })
+		func(v *int64, e RateSet) error { *v = e.Rate; return nil })
 	_, err := topology.Open(ctx, topo, cl, t.TempDir(), topology.WithGroup(cl.Group("g")))
 	if err == nil || !strings.Contains(err.Error(), "every source is global") {
 		t.Fatalf("Open = %v, want a refusal: every source is global", err)

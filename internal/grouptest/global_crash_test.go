@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func ggCrashTopology() (*topology.Topology, *topology.Table[string, int64], *top
 	seen := topology.NewTable[string, int64](topo, "rate-records", stream.JSON[int64]())
 	totals := topology.NewTable[string, int64](topo, "totals", stream.JSON[int64]())
 	topology.ProjectContext(topology.On(topology.Source[string](topo, "g/payments"), gPayDecl).Reads(rates), totals,
-		func(ctx context.Context, v *int64, e payment) error {
+		func(ctx context.Context, v *int64, e Payment) error {
 			r, ok, err := topology.Lookup(ctx, rates, e.Currency)
 			if err != nil {
 				return err
@@ -52,8 +52,8 @@ func ggCrashTopology() (*topology.Topology, *topology.Table[string, int64], *top
 			return nil
 		})
 	global := topology.On(topology.Source[string](topo, "g/rates").Global(), gRateDecl)
-	topology.Project(global, rates, func(v *int64, e rateSet) error { *v = e.Rate; return nil })
-	topology.Project(global, seen, func(v *int64, _ rateSet) error { *v++; return nil })
+	topology.Project(global, rates, func(v *int64, e RateSet) error { *v = e.Rate; return nil })
+	topology.Project(global, seen, func(v *int64, _ RateSet) error { *v++; return nil })
 	return topo, totals, seen
 }
 
@@ -89,7 +89,7 @@ func TestGlobalGroupCrashChild(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- app.Run(rctx) }()
-	fmt.Println(crashReady) // the parent starts its kill timer now
+	fmt.Println(CrashReady) // the parent starts its kill timer now
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		serving := 0
@@ -126,7 +126,7 @@ func TestGlobalGroupCrashChild(t *testing.T) {
 }
 
 func TestGlobalTablesInAGroupAcrossKills(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+	t.Parallel() // see doc.go
 	if testing.Short() {
 		t.Skip("crash test in -short mode")
 	}
@@ -147,14 +147,14 @@ func TestGlobalTablesInAGroupAcrossKills(t *testing.T) {
 	if err := cl.EnsureTopic(ctx, "g", "rates", 3); err != nil {
 		t.Fatal(err)
 	}
-	var rs []rateSet
+	var rs []RateSet
 	for i := range ggCrashRates {
 		c := i % ggCrashCurrencies
-		rs = append(rs, rateSet{Currency: fmt.Sprintf("cur%d", c), Rate: int64(c + 1)})
+		rs = append(rs, RateSet{Currency: fmt.Sprintf("cur%d", c), Rate: int64(c + 1)})
 	}
-	var ps []payment
+	var ps []Payment
 	for i := range ggCrashPayments {
-		ps = append(ps, payment{Account: fmt.Sprintf("acct%d", i%ggCrashAccounts), Currency: fmt.Sprintf("cur%d", i%ggCrashCurrencies), Amount: int64(i%7 + 1)})
+		ps = append(ps, Payment{Account: fmt.Sprintf("acct%d", i%ggCrashAccounts), Currency: fmt.Sprintf("cur%d", i%ggCrashCurrencies), Amount: int64(i%7 + 1)})
 	}
 	kills := crashtest.Kills(2, 40)
 	// Run i publishes its share of both logs first, so that every kill
@@ -169,7 +169,7 @@ func TestGlobalTablesInAGroupAcrossKills(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"STRAND_GG_ADDR=" + srv.Addr(), "STRAND_GG_DIR=" + dir}
 	spec := func(extra ...string) crashtest.Spec {
-		return crashtest.Spec{Role: "global-group-crash", Test: "TestGlobalGroupCrashChild", Ready: crashReady, Env: append(env, extra...)}
+		return crashtest.Spec{Role: "global-group-crash", Test: "TestGlobalGroupCrashChild", Ready: CrashReady, Env: append(env, extra...)}
 	}
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
 	window := 600 // ms after the child started its App; grows when a run finishes first

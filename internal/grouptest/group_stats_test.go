@@ -1,4 +1,4 @@
-package topology_test
+package grouptest
 
 import (
 	"context"
@@ -29,12 +29,12 @@ func (f *fakeMember) lose(p uint32, e connector.Epoch) {
 // partition it keeps stays listed, its counters intact.
 func TestGroupStatsHoldOnlyServedPartitions(t *testing.T) {
 	ctx := context.Background()
-	cl := broker(t)
+	cl := Broker(t)
 	const parts = 2
 	if err := cl.EnsureTopic(ctx, "ps", "log", parts); err != nil {
 		t.Fatal(err)
 	}
-	decl := stream.DeclareFunc(1, evKey)
+	decl := stream.DeclareFunc(1, EvKey)
 	// A failed key is retried only after an hour: it stays parked.
 	topo := topology.New("parkstats", topology.WithRetry(5, time.Hour, time.Hour))
 	src := topology.Source[string](topo, "ps/log")
