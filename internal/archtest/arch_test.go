@@ -285,15 +285,19 @@ func recvName(r *ast.FieldList) string {
 func exportedRecv(r *ast.FieldList) bool { return ast.IsExported(recvName(r)) }
 
 // TestOnlyTestsImportTheTestFixtures: internal/proptest holds property
-// tests and their fixtures; no package a program links may import it.
+// tests and their fixtures, internal/grouptest the group (scale-out) tests
+// and theirs; no package a program links may import either.
 func TestOnlyTestsImportTheTestFixtures(t *testing.T) {
-	for file, ims := range imports(t, ".", true, false) {
-		if strings.HasPrefix(filepath.ToSlash(file), root+"/internal/proptest/") {
-			continue
-		}
-		for _, p := range ims {
-			if p == "internal/proptest" {
-				t.Errorf("%s imports %s: only tests import it", file, p)
+	all := imports(t, ".", true, false)
+	for _, fixtures := range []string{"internal/proptest", "internal/grouptest"} {
+		for file, ims := range all {
+			if strings.HasPrefix(filepath.ToSlash(file), root+"/"+fixtures+"/") {
+				continue
+			}
+			for _, p := range ims {
+				if p == fixtures {
+					t.Errorf("%s imports %s: only tests import it", file, p)
+				}
 			}
 		}
 	}
