@@ -32,6 +32,14 @@ func EvKey(e Ev) string { return e.K }
 // closed when the test ends.
 func Broker(t testing.TB) *iggy.Client {
 	t.Helper()
+	_, cl := BrokerServer(t)
+	return cl
+}
+
+// BrokerServer is Broker with the broker's server, for tests that use its
+// controls (holding polls, dropping connections).
+func BrokerServer(t testing.TB) (*iggytest.Server, *iggy.Client) {
+	t.Helper()
 	srv, err := iggytest.NewServer()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +50,7 @@ func Broker(t testing.TB) *iggy.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cl.Close() })
-	return cl
+	return srv, cl
 }
 
 // Counter returns the topology name, which sums the Amount of every Ev of

@@ -218,22 +218,13 @@ func runUntilFailed(t *testing.T, topo *topology.Topology, cl *iggy.Client, chan
 // is replaced, so that the reader never sees it missing: only its identity
 // tells the new log from the old.
 func TestRunStopsWhenTheTopicIsRecreated(t *testing.T) {
-	srv, err := iggytest.NewServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	cl, err := iggy.Connect(context.Background(), srv.Addr(), iggy.WithCredentials("iggy", "iggy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Close() })
+	srv, cl := grouptest.BrokerServer(t)
 	if err := cl.EnsureTopic(context.Background(), "s", "log", 2); err != nil {
 		t.Fatal(err)
 	}
 	topo, _, decl := grouptest.Counter("recreated-running")
 	publishN(t, cl, decl, 50)
-	err = runUntilFailed(t, topo, cl, func() {
+	err := runUntilFailed(t, topo, cl, func() {
 		hold := make(chan struct{})
 		remove := srv.Control(func(req *iggytest.Request) iggytest.Reply {
 			if req.Command == iggytest.CmdPollMessages {
