@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/internal/testrun"
 
@@ -33,7 +31,7 @@ func TestMain(m *testing.M) {
 	// The Iggy SDK logs every login through the standard logger.
 	iggy.RouteStdLog(slog.New(slog.DiscardHandler))
 	testrun.QuietChildren() // the runner's children exit at once under -race
-	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
+	testrun.Verify(m)
 }
 
 // tinyEvents is the events of a smoke test's run: the smallest size that

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
 	"pgregory.net/rapid"
 
 	"github.com/strand-io/strand/internal/testrun"
@@ -17,7 +16,7 @@ import (
 	"github.com/strand-io/strand/stream/connector"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit)) }
+func TestMain(m *testing.M) { testrun.Verify(m) }
 
 type UserID string
 type OrderID uint64

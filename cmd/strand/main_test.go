@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/internal/testrun"
@@ -23,7 +21,7 @@ import (
 	"github.com/strand-io/strand/stream/topology"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit)) }
+func TestMain(m *testing.M) { testrun.Verify(m) }
 
 const (
 	testUser     = "ops"

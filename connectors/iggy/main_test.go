@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/algebra"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/internal/testrun"
@@ -26,7 +24,7 @@ func TestMain(m *testing.M) {
 	// The SDK prints a few lines per login through package log; keep test
 	// output readable. This process is ours to configure.
 	RouteStdLog(testLogger())
-	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
+	testrun.Verify(m)
 }
 
 // testLogger discards unless STRAND_TEST_LOG is set.

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
@@ -20,7 +18,7 @@ func TestMain(m *testing.M) {
 	if code, ok := crashtest.Main(map[string]func([]string) int{crashRole: crashChild}); ok {
 		os.Exit(code) // the crash test's child process
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
+	testrun.Verify(m)
 }
 
 var (

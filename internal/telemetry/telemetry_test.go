@@ -12,7 +12,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/internal/executor"
 	"github.com/strand-io/strand/internal/pipeline"
@@ -21,7 +20,7 @@ import (
 	"github.com/strand-io/strand/stream/connector"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit)) }
+func TestMain(m *testing.M) { testrun.Verify(m) }
 
 // batch returns a commit of n records whose traceparents come from
 // distinct producer spans.

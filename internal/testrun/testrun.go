@@ -36,11 +36,17 @@ const (
 )
 
 // Main parses the flags, sets the depth of the package's property tests
-// (SetRapidChecks), runs the tests, fails when a goroutine leaks (goleak,
-// with opts) and exits (Exit). It does not return.
+// (SetRapidChecks) and runs the tests through Verify. It does not return.
 func Main(m *testing.M, opts ...goleak.Option) {
 	flag.Parse()
 	SetRapidChecks()
+	Verify(m, opts...)
+}
+
+// Verify runs the tests, fails when a goroutine leaks (goleak, with opts)
+// and exits (Exit). It does not return: the TestMain of a package whose
+// rapid depth is its own, or that has none.
+func Verify(m *testing.M, opts ...goleak.Option) {
 	goleak.VerifyTestMain(m, append(opts, goleak.Cleanup(Exit))...)
 }
 
@@ -52,8 +58,6 @@ func Main(m *testing.M, opts ...goleak.Option) {
 // own work is skipped.
 func Exit(code int) {
 	if code == 0 && raceEnabled && testing.CoverMode() == "" {
-		_ = os.Stdout.Sync()
-		_ = os.Stderr.Sync()
 		syscall.Exit(0)
 	}
 	os.Exit(code)
@@ -71,11 +75,11 @@ func ChildEnv(env []string) []string {
 			gorace, at = v, i
 		}
 	}
-	if strings.Contains(gorace, "atexit_sleep_ms") {
+	v, changed := quiet(gorace)
+	switch {
+	case !changed:
 		return env
-	}
-	v := strings.TrimSpace(gorace + " atexit_sleep_ms=0")
-	if at >= 0 {
+	case at >= 0:
 		out := append([]string(nil), env...)
 		out[at] = "GORACE=" + v
 		return out
@@ -89,11 +93,18 @@ func ChildEnv(env []string) []string {
 // its race runtime read GORACE when it started. Call it in the TestMain
 // of a package whose tests start children without ChildEnv.
 func QuietChildren() {
-	for _, kv := range ChildEnv(nil) {
-		if v, ok := strings.CutPrefix(kv, "GORACE="); ok {
-			_ = os.Setenv("GORACE", v) // fails only on an invalid key
-		}
+	if v, changed := quiet(os.Getenv("GORACE")); changed {
+		_ = os.Setenv("GORACE", v) // fails only on an invalid key
 	}
+}
+
+// quiet returns the GORACE options gorace with atexit_sleep_ms=0 added,
+// and false if gorace sets atexit_sleep_ms already.
+func quiet(gorace string) (string, bool) {
+	if strings.Contains(gorace, "atexit_sleep_ms") {
+		return gorace, false
+	}
+	return strings.TrimSpace(gorace + " atexit_sleep_ms=0"), true
 }
 
 // SetRapidChecks sets -rapid.checks to DefaultChecks, or SoakChecks with

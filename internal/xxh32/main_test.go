@@ -3,11 +3,9 @@ package xxh32
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/internal/testrun"
 )
 
 // TestMain fails the run when a goroutine leaks, and exits without the
 // race runtime's second of sleep (internal/testrun).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit)) }
+func TestMain(m *testing.M) { testrun.Verify(m) }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/benchmarks/internal/scenario"
 	"github.com/strand-io/strand/benchmarks/internal/workload"
 	"github.com/strand-io/strand/connectors/iggy"
@@ -45,7 +43,7 @@ func TestMain(m *testing.M) {
 	}
 	iggy.RouteStdLog(slog.New(slog.DiscardHandler))
 	testrun.QuietChildren() // the broker and instance children exit at once under -race
-	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
+	testrun.Verify(m)
 }
 
 func smallOptions(t *testing.T) scenario.ScaleoutOptions {

@@ -15,7 +15,6 @@ import (
 	"github.com/apache/iggy/foreign/go/client"
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
@@ -27,7 +26,7 @@ func TestMain(m *testing.M) {
 	}
 	// The SDK logs three lines per login through the standard logger.
 	log.SetOutput(io.Discard)
-	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
+	testrun.Verify(m)
 }
 
 // target is where a scenario runs: the embedded broker (srv set) or a real

@@ -5,15 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit)) }
+func TestMain(m *testing.M) { testrun.Verify(m) }
 
 // The in-memory topics report their end offsets (what Step handed out), so
 // App.WaitCaughtUp and the lag work under the driver as on Iggy.

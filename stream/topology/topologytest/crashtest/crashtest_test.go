@@ -104,6 +104,26 @@ func TestChildTempDirsAreTheParents(t *testing.T) {
 	}
 }
 
+// TestCommandQuietsTheChildsExit: a child exits without the race
+// runtime's second of sleep (GORACE atexit_sleep_ms=0), keeping the other
+// GORACE options given to it.
+func TestCommandQuietsTheChildsExit(t *testing.T) {
+	t.Setenv("GORACE", "")
+	cmd, err := Command(Spec{Role: "echo", Env: []string{"GORACE=halt_on_error=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for _, kv := range cmd.Env {
+		if v, ok := strings.CutPrefix(kv, "GORACE="); ok {
+			last = v
+		}
+	}
+	if last != "halt_on_error=1 atexit_sleep_ms=0" {
+		t.Errorf("the child's GORACE is %q", last)
+	}
+}
+
 func TestFailingChildIsAnError(t *testing.T) {
 	p := Start(t, Spec{Role: "echo", Args: []string{"fail"}})
 	if err := p.Wait(t, time.Minute); err == nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/apache/iggy/foreign/go/client"
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-	"go.uber.org/goleak"
 
 	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
@@ -27,7 +26,7 @@ func TestMain(m *testing.M) {
 		os.Exit(code) // the broker process of a measurement (see brokerCommand)
 	}
 	log.SetOutput(io.Discard)
-	goleak.VerifyTestMain(m, goleak.Cleanup(testrun.Exit))
+	testrun.Verify(m)
 }
 
 // childRole is the crashtest role in which the test binary runs the
