@@ -337,6 +337,18 @@ func setsEnv(env []string, key string) bool {
 // goleak.VerifyTestMain(m, goleak.Cleanup(crashtest.Exit)).
 func Exit(code int) { testrun.Exit(code) }
 
+// WaitFor calls cond until it returns nil and returns how long that took;
+// when timeout passes first, it fails t with cond's last error. A crash or
+// scale-out test waits with it for what its processes show (a partition
+// served again after a kill, a checkpoint past an offset) instead of
+// sleeping: cond is called at once, then after pauses growing from 1 ms to
+// 20 ms. timeout bounds a hang, not the machine's speed: give it room for a
+// loaded machine.
+func WaitFor(t testing.TB, timeout time.Duration, cond func() error) time.Duration {
+	t.Helper()
+	return testrun.WaitFor(t, timeout, cond)
+}
+
 // Ready is closed when the child printed Spec.Ready.
 func (p *Proc) Ready() <-chan struct{} { return p.ready }
 
