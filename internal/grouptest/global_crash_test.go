@@ -11,6 +11,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
@@ -90,8 +91,7 @@ func TestGlobalGroupCrashChild(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- app.Run(rctx) }()
 	fmt.Println(CrashReady) // the parent starts its kill timer now
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testrun.WaitFor(t, 2*time.Minute, func() error {
 		serving := 0
 		for p := range uint32(4) {
 			if app.Phase(p) == topology.Serving {
@@ -99,13 +99,10 @@ func TestGlobalGroupCrashChild(t *testing.T) {
 			}
 		}
 		if serving == 4 && caughtUp(app) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not caught up after 2 minutes: %+v", app.Ownership())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("not caught up: %+v", app.Ownership())
+	})
 	if os.Getenv("STRAND_GG_CHECK") != "" {
 		wantTotals, wantSeen := ggCrashWant()
 		for k, w := range wantTotals {

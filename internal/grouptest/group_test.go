@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
@@ -71,9 +72,9 @@ func (in *instance) close(t *testing.T) {
 // the end of the log.
 func settled(t *testing.T, n uint32, ins ...*instance) map[uint32]*instance {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		owner := map[uint32]*instance{}
+	var owner map[uint32]*instance
+	testrun.WaitFor(t, 60*time.Second, func() error {
+		owner = map[uint32]*instance{}
 		ok := true
 		for p := range n {
 			for _, in := range ins {
@@ -103,17 +104,16 @@ func settled(t *testing.T, n uint32, ins ...*instance) map[uint32]*instance {
 				caught = caught && caughtUp(in.app)
 			}
 			if caught {
-				return owner
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			for _, in := range ins {
-				t.Logf("%s: %+v", in.name, in.app.Ownership())
-			}
-			t.Fatal("the group did not settle")
+		var b strings.Builder
+		for _, in := range ins {
+			fmt.Fprintf(&b, "\n%s: %+v", in.name, in.app.Ownership())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("the group did not settle:%s", b.String())
+	})
+	return owner
 }
 
 // publishCounts publishes events with amounts 1..m over keys k0..k(keys-1)
@@ -523,11 +523,5 @@ func caughtUp(app *topology.App) bool {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 30s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, "the condition", 30*time.Second, cond)
 }

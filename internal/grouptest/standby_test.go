@@ -12,21 +12,20 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
 )
 
-// waitUntil polls cond (no fixed sleep decides anything) until it holds or
-// the deadline passes.
+// waitUntil waits for cond (testrun.WaitFor) for at most d.
 func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testrun.WaitFor(t, d, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // With WithStandbys(1), each instance of two keeps a standby copy of the

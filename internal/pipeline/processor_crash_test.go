@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/testrun"
 
 	"context"
 	"encoding/binary"
@@ -154,17 +155,13 @@ func TestProcessorCrashChild(t *testing.T) {
 	})
 	defer func() { close(stopReads); readWG.Wait() }()
 	r := startProcessor(p)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testrun.WaitFor(t, 2*time.Minute, func() error { // the processor has no event to wait on
 		pending, err := p.PendingDeadLetters(context.Background())
 		if err == nil && len(pending) == 0 && caughtUp(p, fx.src) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("child did not finish in 2 minutes")
-		}
-		time.Sleep(2 * time.Millisecond) // polls: the processor has no event to wait on
-	}
+		return fmt.Errorf("the child did not finish: %d dead letters pending (%v), caught up %v", len(pending), err, caughtUp(p, fx.src))
+	})
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"github.com/strand-io/strand/internal/executor"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 
 	"context"
@@ -321,15 +322,16 @@ func (r *running) wait(t *testing.T) error {
 	}
 }
 
+// waitFor waits for cond, which the processor has no event to tell: 20 s
+// is a hang guard.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second) // a hang guard
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testrun.WaitFor(t, 20*time.Second, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for %s", what)
 		}
-		time.Sleep(2 * time.Millisecond) // polls cond: the processor has no event to wait on
-	}
+		return nil
+	})
 }
 
 // sized returns normal in the default run and soak with STRAND_SOAK=1: a

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/internal/xxh32"
 )
 
@@ -252,13 +255,15 @@ func TestRecentReadsAnswerTheConfirmedView(t *testing.T) {
 	// Every commit is confirmed now: recent reads catch up with the last
 	// (the first may still answer the view taken before it, and start
 	// the advance).
-	for deadline := time.Now().Add(10 * time.Second); best != commits && time.Now().Before(deadline); {
-		read(0)
-		time.Sleep(time.Millisecond) // polls the recent reads
-	}
-	if best != commits {
-		t.Errorf("recent reads answered up to %d, want %d (every commit confirmed)", best, commits)
-	}
+	testrun.WaitFor(t, 10*time.Second, func() error {
+		if best != commits {
+			read(0)
+		}
+		if best != commits {
+			return fmt.Errorf("recent reads answered up to %d, want %d (every commit confirmed)", best, commits)
+		}
+		return nil
+	})
 	// The recent reads waited on the gate only until a view was confirmed
 	// (the first read) and after a waiting read promoted a newer one: far
 	// fewer than they were.

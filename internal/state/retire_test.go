@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 const (
@@ -77,13 +79,12 @@ func countTableRows(t *testing.T, db *DB, id uint32) int {
 // only if that never happens (a minute is no measure of speed).
 func waitNoRows(t *testing.T, db *DB, id uint32) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for countTableRows(t, db, id) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the old rows of table id %d are still there (%d keys) a minute after the switch", id, countTableRows(t, db, id))
+	testrun.WaitFor(t, time.Minute, func() error { // the retirement has no event to wait on
+		if n := countTableRows(t, db, id); n != 0 {
+			return fmt.Errorf("the old rows of table id %d are still there (%d keys) after the switch", id, n)
 		}
-		time.Sleep(time.Millisecond) // polls: the retirement has no event to wait on
-	}
+		return nil
+	})
 }
 
 func checkNew(t *testing.T, tbl *Table[string, int]) {

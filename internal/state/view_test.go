@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/strand-io/strand/internal/testfs"
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // TestReadsNeverShowWhatACrashTakesBack holds the WAL fsync of a commit, so
@@ -73,8 +75,7 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 	fs.Hold()
 	done := make(chan error, 1)
 	go func() { done <- commit(2, 11) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for { // until Pebble shows the held commit
+	testrun.WaitFor(t, 20*time.Second, func() error { // until Pebble shows the held commit
 		var live int
 		b, err := tbl.binding()
 		if err != nil {
@@ -85,13 +86,10 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		if ok && live == 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the held commit never became visible to Pebble's readers")
-		}
-		time.Sleep(time.Millisecond) // polls Pebble's readers
-	}
+		return errors.New("the held commit is not visible to Pebble's readers")
+	})
 	check(1, 10) // not the held commit, and without waiting for it
 	select {
 	case err := <-done:
@@ -106,19 +104,17 @@ func TestReadsNeverShowWhatACrashTakesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(2, 11) // the commit returned: the next read shows it
-	for {        // and GetRecent soon after, never going back
+	// and GetRecent soon after, never going back
+	testrun.WaitFor(t, 20*time.Second, func() error {
 		v, _, _, err := tbl.GetRecent(ctx, "k")
 		if err != nil || v < 1 {
 			t.Fatalf("GetRecent = %v %v", v, err)
 		}
-		if v == 2 {
-			break
+		if v != 2 {
+			return errors.New("GetRecent does not show the returned commit")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("GetRecent never showed the returned commit")
-		}
-		time.Sleep(time.Millisecond) // polls GetRecent
-	}
+		return nil
+	})
 	mustClose(t, db)
 	closed = true
 

@@ -3,12 +3,14 @@ package topology_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/internal/grouptest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -104,20 +106,16 @@ func TestAppCloseInAnyOrder(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testrun.WaitFor(t, 30*time.Second, func() error {
 		v, _, err := n.Get(ctx, "a")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v == 100 {
-			break
+		if v != 100 {
+			return fmt.Errorf("count %d, want 100", v)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("count %d after 30s", v)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := app.Run(ctx); !errors.Is(err, topology.ErrRunning) {
 		t.Fatalf("a second Run = %v, want ErrRunning", err)
 	}

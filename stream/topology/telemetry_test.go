@@ -19,6 +19,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/internal/grouptest"
 	"github.com/strand-io/strand/internal/proptest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/deadletter"
@@ -106,20 +107,18 @@ func TestTelemetryCountsWhatTheRunDid(t *testing.T) {
 	// refresh after catching up so that the lag reads 0 from the source's
 	// end, not only from the polls.
 	caughtAt := time.Now()
-	for {
+	testrun.WaitFor(t, 30*time.Second, func() error {
 		s := app.Stats()[0]
-		fresh := true
 		for _, ps := range s.Partitions {
-			fresh = fresh && ps.EndAt.After(caughtAt)
-		}
-		if fresh {
-			if lag := s.Lag(); lag != 0 {
-				t.Fatalf("lag after WaitCaughtUp = %d, want 0", lag)
+			if !ps.EndAt.After(caughtAt) {
+				return fmt.Errorf("partition %d's end offset not refreshed since %v (at %v)", ps.Partition, caughtAt, ps.EndAt)
 			}
-			break
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		if lag := s.Lag(); lag != 0 {
+			t.Fatalf("lag after WaitCaughtUp = %d, want 0", lag)
+		}
+		return nil
+	})
 	stats := app.Stats()[0]
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {

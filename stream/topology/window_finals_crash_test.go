@@ -2,6 +2,7 @@ package topology_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/internal/grouptest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
@@ -79,8 +81,7 @@ func TestWindowFinalsCrashChild(t *testing.T) {
 	want, _ := finalsWant()
 	// Every window closed and every final result published (most runs are
 	// killed before).
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testrun.WaitFor(t, 2*time.Minute, func() error {
 		ok := true
 		for _, st := range app.Stats() {
 			for _, ps := range st.Partitions {
@@ -100,14 +101,11 @@ func TestWindowFinalsCrashChild(t *testing.T) {
 			}
 			ok = ok && n == len(ws)
 		}
-		if ok {
-			break
+		if !ok {
+			return errors.New("the windows did not all close and publish")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the windows did not all close and publish in 2 minutes")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if os.Getenv("STRAND_FINALS_CHECK") != "" {
 		for k, ws := range want {
 			rs, err := wt.Range(ctx, k, time.Time{}, time.Time{})

@@ -3,6 +3,7 @@ package changelog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/strand-io/strand/internal/scaleout/changelog"
 	"github.com/strand-io/strand/internal/state"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/connector/memconn"
 )
 
@@ -46,20 +48,16 @@ func TestStandbyCurrentAndEnds(t *testing.T) {
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Standby(sctx, 0) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testrun.WaitFor(t, 20*time.Second, func() error {
 		st, ok := c.StandbyOf(0)
 		if ok && !st.CurrentAt.IsZero() {
 			if age, known := st.Staleness(time.Now()); !known || age < 0 || st.Lag != 0 || st.Mode != "full" {
 				t.Fatalf("status %+v (staleness %v, %v)", st, age, known)
 			}
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby copy of an empty changelog never became current: %+v %v", st, ok)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("the standby copy of an empty changelog is not current: %+v %v", st, ok)
+	})
 	if err := c.Standby(ctx, 0); err == nil {
 		t.Fatal("a second standby copy of partition 0 started")
 	}

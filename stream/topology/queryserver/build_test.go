@@ -3,11 +3,13 @@ package queryserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -78,7 +80,7 @@ func TestBuildingTableAnswers503(t *testing.T) {
 	// one (GetRecent): it shows the built table once a view after the
 	// switch is taken.
 	for key, want := range map[string]int{"ann": 2, "bob": 1} {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		testrun.WaitFor(t, 10*time.Second, func() error {
 			resp, err := http.Get(hs.URL + "/tables/counts/" + key)
 			if err != nil {
 				t.Fatal(err)
@@ -87,11 +89,9 @@ func TestBuildingTableAnswers503(t *testing.T) {
 			err = json.NewDecoder(resp.Body).Decode(&n)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && err == nil && n == want {
-				break
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET counts/%s after the build: %d (%d, %v), want %d", key, resp.StatusCode, n, err, want)
-			}
-		}
+			return fmt.Errorf("GET counts/%s after the build: %d (%d, %v), want %d", key, resp.StatusCode, n, err, want)
+		})
 	}
 }

@@ -2,11 +2,13 @@ package queryserver_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/queryserver"
@@ -42,19 +44,21 @@ func TestDeletedRowAnswers404(t *testing.T) {
 	d.Advance()
 	// The server reads the newest durable view without waiting for one
 	// (GetRecent): it shows the delete once that view is taken.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	testrun.WaitFor(t, 10*time.Second, func() error {
 		resp, err := http.Get(hs.URL + "/tables/totals/ann")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusNotFound {
-			break
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return nil
+		case http.StatusOK:
+			return errors.New("GET ann after its delete: 200")
 		}
-		if resp.StatusCode != http.StatusOK || time.Now().After(deadline) {
-			t.Fatalf("GET ann after its delete: %d", resp.StatusCode)
-		}
-	}
+		t.Fatalf("GET ann after its delete: %d", resp.StatusCode)
+		return nil
+	})
 	get(t, hs.URL+"/tables/totals/bob", http.StatusOK, nil)
 	stop()
 	d.Restart()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
 	"github.com/strand-io/strand/stream/topology"
@@ -399,33 +400,26 @@ func TestReadyWhenCaughtUp(t *testing.T) {
 	defer srv.Close()
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testrun.WaitFor(t, 10*time.Second, func() error {
 		var e map[string]string
 		get(t, hs.URL+"/readyz", http.StatusServiceUnavailable, &e)
 		if strings.Contains(e["error"], "records behind") && strings.Contains(e["error"], depositTopic+" partition") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz never reported the lag: %v", e)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("readyz does not report the lag: %v", e)
+	})
 	get(t, hs.URL+"/healthz", http.StatusOK, nil)
 	close(gate)
 	released = true
-	for {
+	testrun.WaitFor(t, 10*time.Second, func() error {
 		resp, err := http.Get(hs.URL + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			break
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz answers %s, want 200", resp.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("readyz never became 200")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

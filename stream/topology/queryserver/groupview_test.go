@@ -3,12 +3,14 @@ package queryserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/queryserver"
 )
@@ -83,9 +85,8 @@ func TestGroupViewBuiltIn(t *testing.T) {
 	cl, _ := brokerWith(t, 4, []Deposit{{Account: 1, Amount: 5}, {Account: 2, Amount: 7}})
 	in := startGroupInstance(t, cl, "view-1")
 
-	deadline := time.Now().Add(30 * time.Second)
 	var v queryserver.GroupView
-	for {
+	testrun.WaitFor(t, 30*time.Second, func() error {
 		v = getGroupView(t, in.addr)
 		serving := 0
 		for _, p := range v.Partitions {
@@ -94,13 +95,10 @@ func TestGroupViewBuiltIn(t *testing.T) {
 			}
 		}
 		if v.Member != 0 && serving == 4 && len(v.Members) == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the group view never showed 4 restored, serving partitions: %+v", v)
-		}
-		time.Sleep(20 * time.Millisecond) // polling pace
-	}
+		return fmt.Errorf("the group view does not show 4 restored, serving partitions: %+v", v)
+	})
 	m := v.Members[0]
 	if m.ID != v.Member || m.Addr != in.addr || len(m.Partitions) != 4 {
 		t.Fatalf("member %+v (self %d, query address %s)", m, v.Member, in.addr)

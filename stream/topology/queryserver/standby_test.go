@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/queryserver"
 )
@@ -31,9 +32,8 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 
 	// Every partition is served, and has a current standby copy on an
 	// instance that does not own it.
-	deadline := time.Now().Add(60 * time.Second)
 	owner := map[uint32]*groupInstance{}
-	for {
+	testrun.WaitFor(t, 60*time.Second, func() error {
 		clear(owner)
 		current := map[uint32]bool{}
 		ok := true
@@ -56,13 +56,10 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 			}
 		}
 		if ok && len(owner) == 4 && len(current) == 4 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not every partition served with a current standby copy: owners %v, standbys %v", owner, current)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("not every partition served with a current standby copy: owners %v, standbys %v", owner, current)
+	})
 	for _, in := range all {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := in.app.WaitCaughtUp(ctx); err != nil {
@@ -100,19 +97,16 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 			// With consent: answered from the standby copy (by via, or by
 			// the instance that keeps it), current (the partition is
 			// through) and right.
-			for {
+			testrun.WaitFor(t, 60*time.Second, func() error {
 				resp = get(via, acct, "1m")
 				var bal Balance
 				err := json.NewDecoder(resp.Body).Decode(&bal)
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK && err == nil && bal == want {
-					break
+					return nil
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("account %d from the standby: %s %+v, want %+v", acct, resp.Status, bal, want)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return fmt.Errorf("account %d from the standby: %s %+v (%v), want %+v", acct, resp.Status, bal, err, want)
+			})
 			if ms, err := strconv.ParseInt(resp.Header.Get(queryserver.HeaderStaleness), 10, 64); err != nil || ms < 0 || ms > 60_000 {
 				t.Fatalf("account %d: %s %q", acct, queryserver.HeaderStaleness, resp.Header.Get(queryserver.HeaderStaleness))
 			}

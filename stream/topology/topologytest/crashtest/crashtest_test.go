@@ -200,9 +200,10 @@ func TestHogsBurnOnlyInSoakRunsAndStop(t *testing.T) {
 			t.Fatalf("%d goroutines after Hogs in a soak, %d before: want %d hogs", n, base, runtime.NumCPU())
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > base; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after the soak subtest ended, %d before: the hogs did not stop", runtime.NumGoroutine(), base)
+	WaitFor(t, 10*time.Second, func() error {
+		if n := runtime.NumGoroutine(); n > base {
+			return fmt.Errorf("%d goroutines after the soak subtest ended, %d before: the hogs did not stop", n, base)
 		}
-	}
+		return nil
+	})
 }
