@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -99,13 +100,12 @@ func TestGroupSplitsPartitionsAndSharesAddresses(t *testing.T) {
 		}
 		return ""
 	}
-	deadline := time.Now().Add(bound)
-	for why := settled(); why != ""; why = settled() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the group did not settle within %v: %s", bound, why)
+	testrun.WaitFor(t, bound, func() error {
+		if why := settled(); why != "" {
+			return fmt.Errorf("the group did not settle: %s", why)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 	addrOf := map[connector.MemberID]string{ms[0].ID(): addrs[0], ms[1].ID(): addrs[1]}
 	for i, m := range ms {
 		for _, mb := range m.Members() {

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
-	"github.com/strand-io/strand/internal/scaleout/membership"
 
+	"github.com/strand-io/strand/internal/scaleout/membership"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
@@ -135,19 +136,17 @@ func TestGroupProcessesKilledStoppedResumed(t *testing.T) {
 	}
 	wait := func(what, want string) time.Duration {
 		t.Helper()
-		start := time.Now()
 		var got string
-		for time.Since(start) < 20*time.Second {
+		return testrun.WaitFor(t, 20*time.Second, func() error {
 			st, err := groupView(ctxT(t, 5*time.Second), admin, stream, "strand-members-accounts")
-			if err == nil {
-				if got = settledNames(st); got == want {
-					return time.Since(start)
-				}
+			if err != nil {
+				return fmt.Errorf("%s: group is %q, want %q (reading the group: %v)", what, got, want, err)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("%s: group is %q, want %q", what, got, want)
-		return 0
+			if got = settledNames(st); got != want {
+				return fmt.Errorf("%s: group is %q, want %q", what, got, want)
+			}
+			return nil
+		})
 	}
 	wait("three processes joined", "[p0:2 p1:2 p2:2]")
 	must := func(err error) {

@@ -3,13 +3,16 @@ package iggy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"testing"
 	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+
 	"github.com/strand-io/strand/internal/scaleout/membership"
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // longSession is a session timeout far beyond what a static member's
@@ -51,13 +54,12 @@ func TestGroupStaticMemberFencesALiveIncarnationWithItsID(t *testing.T) {
 	h.waitSettled(bound)
 	old := a.m.Owned()
 	a2 := h.join("a-again", WithInstanceID("A"))
-	deadline := time.Now().Add(bound)
-	for a.m.Err() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the first incarnation was not fenced")
+	testrun.WaitFor(t, bound, func() error {
+		if a.m.Err() == nil {
+			return errors.New("the first incarnation was not fenced")
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := a.m.Err(); !errors.Is(err, ErrInstanceFenced) {
 		t.Fatalf("first incarnation ended with %v, want ErrInstanceFenced", err)
 	}
@@ -163,9 +165,8 @@ func waitSnapshotCovering(t *testing.T, h *groupHarness, from uint64) (mark, at 
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		mark, ok, err := h.admin.Bookmark(ctxT(t, 5*time.Second), tr.String(), 0, membershipSnapshotBookmark)
+	testrun.WaitFor(t, 2*time.Minute, func() error {
+		bm, ok, err := h.admin.Bookmark(ctxT(t, 5*time.Second), tr.String(), 0, membershipSnapshotBookmark)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,29 +174,28 @@ func waitSnapshotCovering(t *testing.T, h *groupHarness, from uint64) (mark, at 
 			var pm *iggcon.PolledMessage
 			err := h.admin.admin.call(ctxT(t, 5*time.Second), func(s *session) error {
 				var err error
-				pm, err = s.poll(tr, 0, mark, 1)
+				pm, err = s.poll(tr, 0, bm, 1)
 				return err
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(pm.Messages) != 1 || pm.Messages[0].Header.Offset != mark {
-				t.Fatalf("the bookmark points at offset %d, which does not hold one message", mark)
+			if len(pm.Messages) != 1 || pm.Messages[0].Header.Offset != bm {
+				t.Fatalf("the bookmark points at offset %d, which does not hold one message", bm)
 			}
 			r, ok := membership.DecodeRecord(pm.Messages[0].Payload)
-			_, at, snap := membership.FromSnapshot(r)
+			_, asOf, snap := membership.FromSnapshot(r)
 			if !ok || !snap {
-				t.Fatalf("the bookmark points at offset %d, which holds no snapshot: %q", mark, pm.Messages[0].Payload)
+				t.Fatalf("the bookmark points at offset %d, which holds no snapshot: %q", bm, pm.Messages[0].Payload)
 			}
-			if at >= from {
-				return mark, at
+			if asOf >= from {
+				mark, at = bm, asOf
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot as of offset %d or later (bookmark %d, %v)", from, mark, ok)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the bookmark
-	}
+		return fmt.Errorf("no snapshot as of offset %d or later (bookmark %d, %v)", from, bm, ok)
+	})
+	return mark, at
 }
 
 // TestGroupJoinCostFigures measures what a join costs after 10,000,

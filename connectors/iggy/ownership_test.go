@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // withTrace records a member's claims (tests only).
@@ -307,17 +309,12 @@ func (h *groupHarness) settled() (bool, string) {
 
 func (h *groupHarness) waitSettled(within time.Duration) time.Duration {
 	h.t.Helper()
-	start := time.Now()
-	var why string
-	for time.Since(start) < within {
-		var ok bool
-		if ok, why = h.settled(); ok {
-			return time.Since(start)
+	return testrun.WaitFor(h.t, within, func() error {
+		if ok, why := h.settled(); !ok {
+			return fmt.Errorf("group did not settle: %s", why)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	h.t.Fatalf("group did not settle within %v: %s", within, why)
-	return 0
+		return nil
+	})
 }
 
 // bound is how long a change may take: a dead member is noticed after the
@@ -448,29 +445,25 @@ func TestGroupHandBackHandsAPartitionOverWithANewEpoch(t *testing.T) {
 		lost = lost || as.Kind == Lost && as.Partition == 1 && as.Epoch == e0 && as.Reason == HandedBack
 	}
 	// The only member gets it back, with a new epoch.
-	deadline := time.Now().Add(bound)
-	for {
-		if e, ok := a.m.Owns(1); ok {
-			if e <= e0 {
-				t.Fatalf("regained epoch %d, handed back %d", e, e0)
-			}
-			break
+	testrun.WaitFor(t, bound, func() error {
+		e, ok := a.m.Owns(1)
+		if !ok {
+			return errors.New("partition 1 was never granted again")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("partition 1 was never granted again")
+		if e <= e0 {
+			t.Fatalf("regained epoch %d, handed back %d", e, e0)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	deadline = time.Now().Add(bound)
-	for !lost && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
+		return nil
+	})
+	testrun.WaitFor(t, bound, func() error {
 		for _, as := range a.assignments() {
 			lost = lost || as.Kind == Lost && as.Partition == 1 && as.Epoch == e0 && as.Reason == HandedBack
 		}
-	}
-	if !lost {
-		t.Fatalf("no Lost(handed back) for partition 1: %v", a.assignments())
-	}
+		if !lost {
+			return fmt.Errorf("no Lost(handed back) for partition 1: %v", a.assignments())
+		}
+		return nil
+	})
 	if err := a.m.HandBack(ctxT(t, time.Second), 7); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("handing back an unowned partition: %v", err)
 	}

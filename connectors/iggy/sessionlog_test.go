@@ -2,6 +2,7 @@ package iggy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // TestSessionLogClosesTheWindowAcrossAKill is issue 24's window across a
@@ -107,10 +109,13 @@ func TestSessionLogClosesTheWindowAcrossAKill(t *testing.T) {
 				t.Fatalf("without a session log, Sent said the message was sent while its request was still held")
 			}
 			// The held request lands: once, as nothing here sends it again.
-			n := count(t, c2, s, topic, 0)
-			for deadline := time.Now().Add(10 * time.Second); n == 0 && time.Now().Before(deadline); n = count(t, c2, s, topic, 0) {
-				time.Sleep(10 * time.Millisecond) // polling the partition
-			}
+			var n int
+			testrun.WaitFor(t, 10*time.Second, func() error {
+				if n = count(t, c2, s, topic, 0); n == 0 {
+					return fmt.Errorf("partition holds %d messages, want 1", n)
+				}
+				return nil
+			})
 			if n != 1 {
 				t.Fatalf("partition holds %d messages, want 1", n)
 			}

@@ -3,11 +3,13 @@ package iggy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/stream/connector"
 )
 
@@ -199,15 +201,13 @@ func TestSinkSendToAClosingSenderFailsCleanly(t *testing.T) {
 	// The other senders' messages were queued before the failure: sent,
 	// or withdrawn when their sender took them; all are resolved now, and
 	// their senders release the buffer room right after resolving them.
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+	testrun.WaitFor(t, 2*time.Second, func() error {
 		p.budget.mu.Lock()
 		used := p.budget.used
 		p.budget.mu.Unlock()
-		if used == 0 {
-			break
+		if used != 0 {
+			return fmt.Errorf("%d bytes of buffer still taken", used)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes of buffer still taken", used)
-		}
-	}
+		return nil
+	})
 }

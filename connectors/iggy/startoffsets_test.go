@@ -11,6 +11,7 @@ import (
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/internal/testrun"
 	"github.com/strand-io/strand/planner"
 	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/connector"
@@ -61,19 +62,17 @@ func TestStartOffsetsAfterExpiry(t *testing.T) {
 			}
 			// Expired sealed segments go; the active one stays.
 			var starts []uint64
-			for deadline := time.Now().Add(30 * time.Second); ; {
+			testrun.WaitFor(t, 30*time.Second, func() error {
+				var err error
 				starts, err = src.StartOffsets(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if starts[0] > 0 {
-					break
+				if starts[0] == 0 {
+					return fmt.Errorf("no segment of partition 0 expired: StartOffsets = %v", starts)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no segment of partition 0 expired after 30 s: StartOffsets = %v", starts)
-				}
-				time.Sleep(50 * time.Millisecond) // polling for the expiry
-			}
+				return nil
+			})
 			if starts[0] >= 100 || starts[1] != 0 || starts[2] != 0 {
 				t.Fatalf("StartOffsets after expiry = %v; want [1..99 0 0]", starts)
 			}

@@ -1,6 +1,7 @@
 package iggytest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
+
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 func TestDurableUsersAndTokensSurviveRestart(t *testing.T) {
@@ -117,16 +120,12 @@ func TestTokenCleanerDeletesExpiredTokens(t *testing.T) {
 	tg.rawCreateToken(t, "short", uint64((50 * time.Millisecond).Microseconds()))
 	tg.rawCreateToken(t, "long", 0)
 	root := tg.login(t)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testrun.WaitFor(t, 5*time.Second, func() error {
 		list, err := root.GetPersonalAccessTokens()
 		must(t, err)
-		if len(list) == 1 && list[0].Name == "long" {
-			return
+		if len(list) != 1 || list[0].Name != "long" {
+			return fmt.Errorf("expired token still listed: %+v", list)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("expired token still listed: %+v", list)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -3,6 +3,7 @@ package iggytest
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"github.com/apache/iggy/foreign/go/binary_serialization"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
+
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 func TestFailNextFailsExactlyNRequestsOfThatCommand(t *testing.T) {
@@ -61,18 +64,14 @@ func TestDropConnectionsCutsClientsAndTheirGroups(t *testing.T) {
 		t.Fatal("ping on a dropped connection succeeded")
 	}
 	fresh := tg.login(t)
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	testrun.WaitFor(t, 2*time.Second, func() error {
 		g, err := fresh.GetConsumerGroup(sid, tid, mustID("g"))
 		must(t, err)
-		if g.MembersCount == 0 {
-			break
+		if g.MembersCount != 0 {
+			return fmt.Errorf("dropped member still in group: %+v", g)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dropped member still in group: %+v", g)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestRefuseConnectionsClosesNewConnectionsForAWhile(t *testing.T) {
@@ -342,7 +341,7 @@ func TestCountedControlsAreSafeUnderLoad(t *testing.T) {
 // hang guards.
 func waitAccepting(t *testing.T, addr string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+	testrun.WaitFor(t, 10*time.Second, func() error {
 		nc, err := net.Dial("tcp", addr)
 		must(t, err)
 		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
@@ -352,13 +351,12 @@ func waitAccepting(t *testing.T, addr string) {
 			_, err = io.ReadFull(nc, resp[:])
 		}
 		nc.Close()
-		if err == nil {
-			return
-		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("a ping got no answer and no close within 5 s")
 		}
-		time.Sleep(5 * time.Millisecond) // polling: the server refuses for a while
-	}
-	t.Fatal("the server still refuses connections after 10 s")
+		if err != nil {
+			return fmt.Errorf("the server still refuses connections: %v", err)
+		}
+		return nil
+	})
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
+
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // rawConn is a client connection that speaks frames directly.
@@ -136,19 +138,15 @@ func TestLimitsCapConnections(t *testing.T) {
 	}
 	// Closing one frees its place.
 	b.nc.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testrun.WaitFor(t, 10*time.Second, func() error {
 		tg.srv.connMu.Lock()
 		n := len(tg.srv.conns)
 		tg.srv.connMu.Unlock()
-		if n == 2 {
-			break
+		if n != 2 {
+			return fmt.Errorf("closed connection still counted: %d connections, want 2", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("closed connection still counted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	e := dialRaw(t, tg.addr)
 	if st := e.login("iggy", "iggy"); st != 0 {
 		t.Fatalf("login on a freed place: %d", st)

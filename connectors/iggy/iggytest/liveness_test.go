@@ -1,6 +1,7 @@
 package iggytest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/apache/iggy/foreign/go/client/tcp"
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
+
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // keepPinging pings through cli every d until the test ends.
@@ -46,18 +49,14 @@ func TestHeartbeatDropsSilentClientsFromGroups(t *testing.T) {
 	if g.MembersCount != 2 {
 		t.Fatalf("group before = %+v", g)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testrun.WaitFor(t, 5*time.Second, func() error {
 		g, err = alive.GetConsumerGroup(sid, tid, mustID("g"))
 		must(t, err)
-		if g.MembersCount == 1 {
-			break
+		if g.MembersCount != 1 {
+			return fmt.Errorf("silent member never dropped: %+v", g)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("silent member never dropped: %+v", g)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if len(g.Members) != 1 || g.Members[0].PartitionsCount != 4 {
 		t.Fatalf("survivor's assignment = %+v", g)
 	}

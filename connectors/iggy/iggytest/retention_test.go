@@ -1,6 +1,7 @@
 package iggytest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
+
+	"github.com/strand-io/strand/internal/testrun"
 )
 
 // segFiles lists the segment files under dir.
@@ -171,16 +174,12 @@ func TestRetentionCleanerRunsPeriodically(t *testing.T) {
 	_, err = cli.CreateTopic(sid, "t", 1, iggcon.CompressionAlgorithmNone, 1000, 0, nil) // 1 ms
 	must(t, err)
 	fill(t, cli, sid, tid, 0, 10)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if first, _ := firstOffset(t, cli, sid, tid, 0); first > 0 {
-			return
+	testrun.WaitFor(t, 5*time.Second, func() error {
+		if first, _ := firstOffset(t, cli, sid, tid, 0); first == 0 {
+			return errors.New("the cleaner never removed expired segments")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the cleaner never removed expired segments")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestPurgeTopicOnDiskDeletesSegmentFiles(t *testing.T) {

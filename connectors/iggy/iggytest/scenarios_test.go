@@ -13,8 +13,10 @@ import (
 
 	iggcon "github.com/apache/iggy/foreign/go/contracts"
 	ierror "github.com/apache/iggy/foreign/go/errors"
-	"github.com/strand-io/strand/internal/xxh32"
 	"github.com/zeebo/xxh3"
+
+	"github.com/strand-io/strand/internal/testrun"
+	"github.com/strand-io/strand/internal/xxh32"
 )
 
 // scenario is one behaviour checked through the official SDK. The same
@@ -569,15 +571,14 @@ var scenarios = []scenario{
 		check("after a leave", 3, []uint32{0, 3}, []uint32{1}, []uint32{2})
 		wantErr(t, members[1].LeaveConsumerGroup(sid, tid, gid), ierror.ErrConsumerGroupMemberNotFound)
 		must(t, members[2].Close())
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testrun.WaitFor(t, 5*time.Second, func() error {
 			g, err := admin.GetConsumerGroup(sid, tid, gid)
 			must(t, err)
-			if g.MembersCount == 2 || time.Now().After(deadline) {
-				break
+			if g.MembersCount != 2 {
+				return fmt.Errorf("after a disconnect: group has %d members, want 2: %+v", g.MembersCount, g)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 		check("after a disconnect", 2, []uint32{0, 2}, []uint32{1, 3})
 		// A member polls only its own partitions, rotating per poll.
 		must(t, admin.SendMessages(sid, tid, iggcon.PartitionId(0), msgs(t, "p0", 1)))

@@ -38,16 +38,7 @@ func TestHostileClientsKeepTheBrokerSmall(t *testing.T) {
 		_ = cmd.Wait()
 	}()
 	pid := cmd.Process.Pid
-	for i := 0; ; i++ {
-		if c, err := dialTCP(addr); err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			t.Fatal("broker did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, addr, 5*time.Second, "broker")
 	rss := func() int64 {
 		kb, err := procStatus(pid, "VmHWM")
 		if err != nil {

@@ -66,18 +66,22 @@ func start(t *testing.T, args ...string) chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- run(args) }()
-	addr := args[1]
-	for i := 0; ; i++ {
-		nc, err := net.Dial("tcp", addr)
-		if err == nil {
-			nc.Close()
-			return done
+	waitServing(t, args[1], 2*time.Second, "server")
+	return done
+}
+
+// waitServing waits until addr accepts a TCP connection, for at most
+// timeout (a hang guard), and fails t naming what did not start.
+func waitServing(t *testing.T, addr string, timeout time.Duration, what string) {
+	t.Helper()
+	testrun.WaitFor(t, timeout, func() error {
+		nc, err := dialTCP(addr)
+		if err != nil {
+			return fmt.Errorf("%s did not start: %v", what, err)
 		}
-		if i > 200 {
-			t.Fatalf("server did not start: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		nc.Close()
+		return nil
+	})
 }
 
 func stop(t *testing.T, done chan error) {

@@ -90,16 +90,7 @@ func TestBrokerMemoryIsBoundedByTheCache(t *testing.T) {
 		}
 	}()
 	defer func() { close(stopSampling); sampler.Wait() }()
-	for i := 0; ; i++ {
-		if c, err := dialTCP(addr); err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			t.Fatal("broker did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, addr, 5*time.Second, "broker")
 	connect := func() iggcon.Client {
 		cli, err := client.NewIggyClient(client.WithTcp(tcp.WithServerAddress(addr)))
 		if err != nil {

@@ -27,17 +27,7 @@ func TestSurvivesItsStderrReaderGoingAway(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}()
-	for i := 0; ; i++ {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if i > 500 {
-			t.Fatal("broker did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, addr, 5*time.Second, "broker")
 	stderr.Close()
 	for i := 0; i < 20; i++ {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
