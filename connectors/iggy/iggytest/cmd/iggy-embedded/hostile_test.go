@@ -38,7 +38,7 @@ func TestHostileClientsKeepTheBrokerSmall(t *testing.T) {
 		_ = cmd.Wait()
 	}()
 	pid := cmd.Process.Pid
-	waitServing(t, addr, 5*time.Second, "broker")
+	waitServing(t, addr, 30*time.Second, "broker")
 	rss := func() int64 {
 		kb, err := procStatus(pid, "VmHWM")
 		if err != nil {

@@ -66,7 +66,7 @@ func start(t *testing.T, args ...string) chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- run(args) }()
-	waitServing(t, args[1], 2*time.Second, "server")
+	waitServing(t, args[1], 30*time.Second, "server")
 	return done
 }
 

@@ -90,7 +90,7 @@ func TestBrokerMemoryIsBoundedByTheCache(t *testing.T) {
 		}
 	}()
 	defer func() { close(stopSampling); sampler.Wait() }()
-	waitServing(t, addr, 5*time.Second, "broker")
+	waitServing(t, addr, 30*time.Second, "broker")
 	connect := func() iggcon.Client {
 		cli, err := client.NewIggyClient(client.WithTcp(tcp.WithServerAddress(addr)))
 		if err != nil {

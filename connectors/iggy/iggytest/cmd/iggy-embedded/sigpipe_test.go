@@ -27,7 +27,7 @@ func TestSurvivesItsStderrReaderGoingAway(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}()
-	waitServing(t, addr, 5*time.Second, "broker")
+	waitServing(t, addr, 30*time.Second, "broker")
 	stderr.Close()
 	for i := 0; i < 20; i++ {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
