@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // Failover of a SIGKILLed instance that is restarted at once (issue 28,
@@ -37,9 +38,9 @@ func (c *cluster) servedBy() map[uint32]int {
 // share of the partitions, and the producer published at least events.
 func (c *cluster) waitBalanced(timeout time.Duration, events int64) map[uint32]int {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		by := c.servedBy()
+	var by map[uint32]int
+	crashtest.WaitFor(c.t, timeout, func() error {
+		by = c.servedBy()
 		count := map[int]int{}
 		for _, n := range by {
 			count[n]++
@@ -49,19 +50,18 @@ func (c *cluster) waitBalanced(timeout time.Duration, events int64) map[uint32]i
 		for _, in := range live {
 			ok = ok && count[in.N] >= len(allPartitions)/len(live)
 		}
-		if ok {
-			return by
+		if !ok {
+			return fmt.Errorf("the group did not balance (served: %v, published %d)", by, c.prod.published.Load())
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the group did not balance within %v (served: %v, published %d)", timeout, by, c.prod.published.Load())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return by
 }
 
 // killRestart SIGKILLs instance n, starts it again at once (same number:
 // same store, same instance id) and returns how long after the kill every
-// partition was served again, polling every 10ms.
+// partition was served again: the wait's budget is what is left of within
+// after the kill and the start, so within is measured from the kill.
 func (c *cluster) killRestart(n int, within time.Duration) time.Duration {
 	c.t.Helper()
 	c.mu.Lock()
@@ -70,15 +70,13 @@ func (c *cluster) killRestart(n int, within time.Duration) time.Duration {
 	at := time.Now()
 	in.Kill()
 	c.start(n)
-	for {
-		if len(c.servedBy()) == len(allPartitions) {
-			return time.Since(at)
+	crashtest.WaitFor(c.t, within-time.Since(at), func() error {
+		if by := c.servedBy(); len(by) != len(allPartitions) {
+			return fmt.Errorf("instance %d restarted: partitions not all served within %v of the SIGKILL: %v", n, within, by)
 		}
-		if time.Since(at) > within {
-			c.t.Fatalf("instance %d restarted: partitions not all served within %v: %v", n, within, c.servedBy())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return time.Since(at)
 }
 
 // TestScaleOutStaticRestart: an instance SIGKILLed and restarted at once
@@ -171,12 +169,12 @@ func TestScaleOutFailoverFigures(t *testing.T) {
 			victim := live[0]
 			at := time.Now()
 			victim.Kill()
-			for len(c.servedBy()) < len(allPartitions) || c.servedByDead(victim.N) {
-				if time.Since(at) > 3*session {
-					t.Fatalf("partitions not all served within %v of the SIGKILL: %v", 3*session, c.servedBy())
+			crashtest.WaitFor(t, 3*session-time.Since(at), func() error {
+				if by := c.servedBy(); len(by) < len(allPartitions) || c.servedByDead(victim.N) {
+					return fmt.Errorf("partitions not all served within %v of the SIGKILL: %v", 3*session, by)
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return nil
+			})
 			tooks = append(tooks, time.Since(at))
 			c.start(next) // a new instance, so the next round kills one of three again
 			next++

@@ -250,9 +250,9 @@ func (c *cluster) statuses(skip ...*instance) []groupStatus {
 // live instances but skip, and returns who serves which.
 func (c *cluster) waitServed(timeout time.Duration, parts []uint32, skip ...*instance) map[uint32]int {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		by := map[uint32]int{}
+	var by map[uint32]int
+	crashtest.WaitFor(c.t, timeout, func() error {
+		by = map[uint32]int{}
 		for _, gs := range c.statuses(skip...) {
 			for _, p := range gs.Partitions {
 				if p.Phase == "serving" {
@@ -266,14 +266,12 @@ func (c *cluster) waitServed(timeout time.Duration, parts []uint32, skip ...*ins
 				missing++
 			}
 		}
-		if missing == 0 {
-			return by
+		if missing != 0 {
+			return fmt.Errorf("partitions %v not all served (served: %v)", parts, by)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("partitions %v not all served within %v (served: %v)", parts, timeout, by)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return by
 }
 
 // finished is what finish found.
@@ -322,7 +320,9 @@ func (c *cluster) finish(via *instance) finished {
 // returned (the broker applies a request it already received), and the
 // check must count it (seen once: a poison record landing after the
 // ends were read showed as a dead letter of no poison record). Three
-// equal reads 250 ms apart, at most 20 s.
+// equal reads 250 ms apart, at most 20 s (not crashtest.WaitFor: the
+// 250 ms between reads is what "stopped moving" means, and at 20 s it
+// returns the last ends rather than fail).
 func (c *cluster) settledEnds(ctx context.Context) []uint64 {
 	c.t.Helper()
 	var last []uint64
@@ -537,8 +537,7 @@ func (c *cluster) servingNext(skip ...*instance) map[uint32]uint64 {
 // guard (the producer publishes to every partition).
 func (c *cluster) waitCommittedPast(timeout time.Duration, from map[uint32]uint64, parts []uint32, skip ...*instance) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	crashtest.WaitFor(c.t, timeout, func() error {
 		now := c.servingNext(skip...)
 		behind := 0
 		for _, p := range parts {
@@ -546,14 +545,11 @@ func (c *cluster) waitCommittedPast(timeout time.Duration, from map[uint32]uint6
 				behind++
 			}
 		}
-		if behind == 0 {
-			return
+		if behind != 0 {
+			return fmt.Errorf("partitions %v not committed past %v (now %v; producer published %d)", parts, from, now, c.prod.published.Load())
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("partitions %v not committed past %v within %v (now %v; producer published %d)", parts, from, timeout, now, c.prod.published.Load())
-		}
-		time.Sleep(50 * time.Millisecond) // a poll
-	}
+		return nil
+	})
 }
 
 // waitDropped waits until the continued instance in answers and reports
@@ -563,8 +559,7 @@ func (c *cluster) waitCommittedPast(timeout time.Duration, from map[uint32]uint6
 // the failure says so.
 func (c *cluster) waitDropped(timeout time.Duration, in *instance, epochs map[uint32]connector.Epoch) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	crashtest.WaitFor(c.t, timeout, func() error {
 		gs, err := fetchStatus(context.Background(), c.pa.httpClient(), in.Addr())
 		var stale []string
 		if err == nil {
@@ -574,16 +569,23 @@ func (c *cluster) waitDropped(timeout time.Duration, in *instance, epochs map[ui
 				}
 			}
 			if len(stale) == 0 {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("instance %d (member %d) still reports %v as serving %v after it was continued, though other instances took them over (%v; last status error %v): %s",
-				in.N, gs.Member, stale, timeout, c.owners(), err, c.doubleServed())
-		}
-		time.Sleep(50 * time.Millisecond) // a poll
-	}
+		// owners and doubleServed ask every instance: only for the
+		// message at the timeout, not at every poll.
+		return lazyError(func() string {
+			return fmt.Sprintf("instance %d (member %d) still reports %v as serving after it was continued, though other instances took them over (%v; last status error %v): %s",
+				in.N, gs.Member, stale, c.owners(), err, c.doubleServed())
+		})
+	})
 }
+
+// lazyError is an error whose message is made when it is printed: a
+// wait's diagnostic that costs requests is made once, at the timeout.
+type lazyError func() string
+
+func (e lazyError) Error() string { return e() }
 
 // owners describes who serves which partition at which epoch and
 // checkpoint, as the live instances report it.
@@ -699,6 +701,8 @@ func zombie(t *testing.T, seed uint64, point string) {
 	if err := victim.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
+	// A poll, not crashtest.WaitFor: at its deadline the test does not
+	// fail, it stops the instance from outside.
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(victim.Tail(tailLines), selfStopLine) {
 		if time.Now().After(deadline) {

@@ -8,10 +8,13 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
 
 // Warm standbys (issue 28, item 4; docs/design.md §15, "Standbys"): with
@@ -86,10 +89,10 @@ func (g *getter) close() { g.stop(); <-g.done }
 // instance that caught up with its changelog.
 func (c *cluster) waitStandbys(timeout time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	crashtest.WaitFor(c.t, timeout, func() error {
+		sts := c.statuses()
 		have := map[uint32]bool{}
-		for _, gs := range c.statuses() {
+		for _, gs := range sts {
 			for _, sb := range gs.Standbys {
 				if sb.StalenessMS >= 0 {
 					have[sb.Partition] = true
@@ -97,16 +100,14 @@ func (c *cluster) waitStandbys(timeout time.Duration) {
 			}
 		}
 		if len(have) == len(allPartitions) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			for _, gs := range c.statuses() {
-				c.t.Logf("instance %d (member %d): partitions %+v; standbys %+v; members %+v", gs.Instance, gs.Member, gs.Partitions, gs.Standbys, gs.Members)
-			}
-			c.t.Fatalf("not every partition has a current standby copy within %v: %v", timeout, have)
+		var b strings.Builder
+		for _, gs := range sts {
+			fmt.Fprintf(&b, "\ninstance %d (member %d): partitions %+v; standbys %+v; members %+v", gs.Instance, gs.Member, gs.Partitions, gs.Standbys, gs.Members)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("not every partition has a current standby copy: %v%s", have, b.String())
+	})
 }
 
 // killOwner SIGKILLs victim (for good) and follows the survivors until
@@ -135,7 +136,9 @@ func (c *cluster) killOwner(victim *instance, within time.Duration, consent stri
 	g := startGetter(c.pa.httpClient(), via, c.pa.cfg.accounts, consent)
 	at := time.Now()
 	victim.Kill()
-	for {
+	// The wait's budget is what is left of within after the kill: within
+	// is measured from the SIGKILL, as f.detect and f.total are.
+	crashtest.WaitFor(c.t, within-time.Since(at), func() error {
 		sts := c.statuses(victim)
 		now := time.Since(at)
 		listed := false
@@ -159,13 +162,10 @@ func (c *cluster) killOwner(victim *instance, within time.Duration, consent stri
 		}
 		if f.detect != 0 && len(by) == len(allPartitions) {
 			f.total, f.reused = now, reused
-			break
+			return nil
 		}
-		if now > within {
-			c.t.Fatalf("partitions not all served within %v of the SIGKILL (detected after %v): %v", within, f.detect, by)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("partitions not all served within %v of the SIGKILL (detected after %v): %v", within, f.detect, by)
+	})
 	g.close()
 	f.gets = g.counts()
 	return f

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 	"github.com/strand-io/strand/connectors/iggy"
 	"github.com/strand-io/strand/connectors/iggy/iggytest"
 	"github.com/strand-io/strand/examples/shop/orders"
+	"github.com/strand-io/strand/stream"
 	"github.com/strand-io/strand/stream/topology"
 	"github.com/strand-io/strand/stream/topology/topologytest/crashtest"
 )
@@ -79,22 +81,19 @@ func TestBrokerFaultsWhileForwarding(t *testing.T) {
 
 	lines := orders.Workload(events, 500, 40, 1)
 	wantOrders, _, _ := orders.Reference(lines)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		st := app.Stats()[0] // shop/orders
-		if st.Total.Applied == uint64(len(lines)) && refused.Load() > 0 {
-			if st.Total.DeadLettered != 0 || st.ParkedKeys != 0 {
-				t.Fatalf("orders: %d dead letters, %d parked keys while forwards failed", st.Total.DeadLettered, st.ParkedKeys)
-			}
-			if st.Total.OutboxPublished != 0 {
-				t.Fatalf("%d outbox messages published while the broker refused every send", st.Total.OutboxPublished)
-			}
-			break
+	var st stream.Stats // shop/orders, when it applied every line
+	crashtest.WaitFor(t, time.Minute, func() error {
+		st = app.Stats()[0]
+		if st.Total.Applied != uint64(len(lines)) || refused.Load() == 0 {
+			return fmt.Errorf("orders applied %d of %d lines while forwards failed", st.Total.Applied, len(lines))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("orders applied %d of %d lines while forwards failed", st.Total.Applied, len(lines))
-		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if st.Total.DeadLettered != 0 || st.ParkedKeys != 0 {
+		t.Fatalf("orders: %d dead letters, %d parked keys while forwards failed", st.Total.DeadLettered, st.ParkedKeys)
+	}
+	if st.Total.OutboxPublished != 0 {
+		t.Fatalf("%d outbox messages published while the broker refused every send", st.Total.OutboxPublished)
 	}
 	n := 0
 	if err := shop.Orders.Scan(ctx, func(k orders.OrderID, v orders.Order) bool {
