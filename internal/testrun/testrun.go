@@ -1,7 +1,7 @@
 // Package testrun is the TestMain of strand's test packages: one depth for
 // their property tests (pgregory.net/rapid), goroutine leak checks
-// (go.uber.org/goleak), and an exit that does not wait. Only tests import
-// it.
+// (go.uber.org/goleak), and an exit that does not wait; and WaitFor, the
+// suite's one wait on a condition. Only tests import it.
 //
 // # The exit
 //
