@@ -164,7 +164,7 @@ func TestGroupReadsNeverGoBackAcrossAFailover(t *testing.T) {
 	// a's changelog stops confirming; it goes on committing.
 	ha.failClog.Store(true)
 	publishCounts(t, cl, decl, 201, 200, keys, want)
-	waitFor(t, func() bool { // a has committed all 400 events
+	waitUntil(t, "a to commit all 400 events", 30*time.Second, func() bool {
 		var next uint64
 		for p := range uint32(parts) {
 			n, _, err := a.app.Checkpoint("s/log", p)
@@ -187,7 +187,7 @@ func TestGroupReadsNeverGoBackAcrossAFailover(t *testing.T) {
 	hb.holdSrc.Store(true)
 	b := start("b", hb)
 	a.close(t)
-	waitFor(t, func() bool { return b.app.Phase(0) == topology.Serving && b.app.Phase(1) == topology.Serving })
+	waitUntil(t, "b to serve partitions 0 and 1", 30*time.Second, func() bool { return b.app.Phase(0) == topology.Serving && b.app.Phase(1) == topology.Serving })
 	restored := readAll(b)
 	behind := 0
 	for k, v := range restored {
@@ -200,7 +200,7 @@ func TestGroupReadsNeverGoBackAcrossAFailover(t *testing.T) {
 	}
 
 	hb.holdSrc.Store(false)
-	waitFor(t, func() bool { return caughtUp(b.app) })
+	waitUntil(t, "b to catch up", 30*time.Second, func() bool { return caughtUp(b.app) })
 	for k, v := range readAll(b) {
 		if v != want[k] {
 			t.Errorf("key %s = %d after the failover, want %d", k, v, want[k])

@@ -85,7 +85,7 @@ func TestGroupStatsHoldOnlyServedPartitions(t *testing.T) {
 		}
 		return stream.PartitionStats{}, false
 	}
-	waitFor(t, func() bool {
+	waitUntil(t, "a parked key on the bad partition, the kept one at offset 2", 30*time.Second, func() bool {
 		b, okb := partition(bad)
 		g, okg := partition(kept)
 		return okb && b.ParkedKeys == 1 && okg && g.Next == 2
@@ -96,7 +96,7 @@ func TestGroupStatsHoldOnlyServedPartitions(t *testing.T) {
 
 	// The partition of the parked key moves away.
 	m.lose(bad, 1)
-	waitFor(t, func() bool { return app.Phase(bad) == topology.NotOwned })
+	waitUntil(t, "the bad partition to move away", 30*time.Second, func() bool { return app.Phase(bad) == topology.NotOwned })
 	st := app.Stats()[0]
 	if st.ParkedKeys != 0 || st.ParkedRecords != 0 {
 		t.Errorf("after partition %d moved away: %d parked keys (%d records), want none", bad, st.ParkedKeys, st.ParkedRecords)

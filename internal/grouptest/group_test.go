@@ -431,7 +431,7 @@ func TestGroupFencesADeposedOwner(t *testing.T) {
 	old.grant(0, 1)
 	za, _, zdone, zstop := open("old", old)
 	publish(0, 500)
-	waitFor(t, func() bool { return caughtUp(za) && dlqEnd() == uint64(poison) })
+	waitUntil(t, "the owner to catch up and dead-letter the poison record", 30*time.Second, func() bool { return caughtUp(za) && dlqEnd() == uint64(poison) })
 
 	// The old owner freezes inside its next commit's ownership check.
 	old.freeze()
@@ -447,11 +447,11 @@ func TestGroupFencesADeposedOwner(t *testing.T) {
 	nw.grant(0, 2)
 	na, nn, ndone, nstop := open("new", nw)
 	publish(1000, 500)
-	waitFor(t, func() bool { return na.Phase(0) == topology.Serving && caughtUp(na) && dlqEnd() == uint64(poison) })
+	waitUntil(t, "the new owner to serve partition 0 and catch up", 30*time.Second, func() bool { return na.Phase(0) == topology.Serving && caughtUp(na) && dlqEnd() == uint64(poison) })
 
 	// The old owner resumes, still sure it owns the partition.
 	old.thaw()
-	waitFor(t, func() bool { return za.Phase(0) == topology.NotOwned })
+	waitUntil(t, "the old owner to drop partition 0", 30*time.Second, func() bool { return za.Phase(0) == topology.NotOwned })
 	// Pacing, not a wait for a condition: the check below is that nothing
 	// more arrives, so the thawed owner gets time to send what it would.
 	time.Sleep(500 * time.Millisecond)
@@ -519,9 +519,4 @@ func caughtUp(app *topology.App) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	return app.WaitCaughtUp(ctx) == nil
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	waitUntil(t, "the condition", 30*time.Second, cond)
 }

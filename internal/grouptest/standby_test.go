@@ -20,12 +20,7 @@ import (
 // waitUntil waits for cond (testrun.WaitFor) for at most d.
 func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	testrun.WaitFor(t, d, func() error {
-		if !cond() {
-			return fmt.Errorf("waiting for %s", what)
-		}
-		return nil
-	})
+	testrun.WaitFor(t, d, testrun.Until(what, cond))
 }
 
 // With WithStandbys(1), each instance of two keeps a standby copy of the

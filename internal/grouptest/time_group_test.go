@@ -129,7 +129,7 @@ func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 	a, tabA := start("a", t.TempDir())
 	settled(t, parts, a)
 	clock.advance(20 * time.Second) // the early timers fire on a
-	waitFor(t, func() bool {
+	waitUntil(t, "the early timers to fire on a", 30*time.Second, func() bool {
 		for k := 1; k < keys; k += 4 {
 			if v, _, _ := tabA.Get(ctx, fmt.Sprintf("k%d", k)); v.Fired != 1 {
 				return false
@@ -143,7 +143,7 @@ func TestGroupCarriesDeletesAndTimers(t *testing.T) {
 	defer b.close(t)
 	settled(t, parts, b)
 	clock.advance(50 * time.Second) // 70s: the late timers fire on b
-	waitFor(t, func() bool {
+	waitUntil(t, "the late timers to fire on b", 30*time.Second, func() bool {
 		for k := 3; k < keys; k += 4 {
 			if v, _, _ := tabB.Get(ctx, fmt.Sprintf("k%d", k)); v.Fired != 1 {
 				return false

@@ -55,7 +55,7 @@ func TestGroupCarriesWindows(t *testing.T) {
 	clock.advance(2 * time.Hour) // idle: every window closes on b
 
 	want, nWindows := WindowReference(log, math.MaxInt64)
-	waitFor(t, func() bool { return len(readFinals(t, cl, parts, 10*nWindows)) >= nWindows })
+	waitUntil(t, "every window's final result", 30*time.Second, func() bool { return len(readFinals(t, cl, parts, 10*nWindows)) >= nWindows })
 	CheckFinalsOnce(t, cl, parts, want, nWindows)
 	for k, ws := range want {
 		rs, err := wtB.Range(ctx, k, time.Time{}, time.Time{})

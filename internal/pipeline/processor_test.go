@@ -326,12 +326,7 @@ func (r *running) wait(t *testing.T) error {
 // is a hang guard.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testrun.WaitFor(t, 20*time.Second, func() error {
-		if !cond() {
-			return fmt.Errorf("waiting for %s", what)
-		}
-		return nil
-	})
+	testrun.WaitFor(t, 20*time.Second, testrun.Until(what, cond))
 }
 
 // sized returns normal in the default run and soak with STRAND_SOAK=1: a

@@ -1,6 +1,7 @@
 package testrun
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -33,5 +34,16 @@ func WaitFor(tb testing.TB, timeout time.Duration, cond func() error) time.Durat
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 20*time.Millisecond)
+	}
+}
+
+// Until is the condition of WaitFor for a cond that only says yes or no:
+// not yet is the error "waiting for what".
+func Until(what string, cond func() bool) func() error {
+	return func() error {
+		if !cond() {
+			return errors.New("waiting for " + what)
+		}
+		return nil
 	}
 }
