@@ -31,18 +31,31 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 	all := []*groupInstance{a, b, c}
 
 	// Every partition is served, and has a current standby copy on an
-	// instance that does not own it.
+	// instance that does not own it; and the group is settled: every
+	// instance lists the three members, and what each member is assigned
+	// (no revoke in flight) is what it serves at that epoch. Without the
+	// last, a hand-over still under way after the three joins could move
+	// a partition once owner is taken (seen: a restoring it while owner
+	// said b).
 	owner := map[uint32]*groupInstance{}
 	testrun.WaitFor(t, 60*time.Second, func() error {
 		clear(owner)
 		current := map[uint32]bool{}
+		views := make([]queryserver.GroupView, len(all))
+		served := map[uint64]map[uint32]uint64{} // member -> partition -> epoch
 		ok := true
-		for _, in := range all {
+		for i, in := range all {
 			v := getGroupView(t, in.addr)
+			views[i] = v
 			ok = ok && len(v.Partitions) > 0
+			served[v.Member] = map[uint32]uint64{}
 			for _, p := range v.Partitions {
 				ok = ok && p.Phase == topology.Serving.String()
+				if owner[p.Partition] != nil {
+					ok = false // claimed twice
+				}
 				owner[p.Partition] = in
+				served[v.Member][p.Partition] = p.Epoch
 			}
 			for _, sb := range v.Standbys {
 				for _, p := range v.Partitions {
@@ -52,6 +65,16 @@ func TestStaleReadsFromAStandby(t *testing.T) {
 				}
 				if sb.StalenessMS >= 0 && sb.Epoch != 0 {
 					current[sb.Partition] = true
+				}
+			}
+		}
+		for _, v := range views {
+			ok = ok && len(v.Members) == len(all)
+			for _, m := range v.Members {
+				ok = ok && len(m.Partitions) == len(served[m.ID])
+				for _, o := range m.Partitions {
+					e, serves := served[m.ID][o.Partition]
+					ok = ok && serves && e == o.Epoch && !o.Revoking
 				}
 			}
 		}
